@@ -1,0 +1,76 @@
+// titan-bench-linear: this machine's fp32 GEMM ceiling (OpenBLAS sgemm) vs
+// titan's `linear` forward and backward, measured in one run, as ratios.
+//
+//   ./build/titan-bench-linear [--reps N]
+//
+// Shapes (issue 2): x [4096, 1024] @ W[1024, 1024]^T and x [2048, 4096] @ W[1024, 4096]^T.
+// Forward = 2*N*in*out FLOPs; backward = dx and dW GEMMs = 4*N*in*out FLOPs.
+// Each figure is the best of N repetitions, interleaved (sgemm, fwd, bwd, ...)
+// so a slow spell of the machine hits all three alike.
+#include <cblas.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "src/autograd/engine.h"
+#include "src/ops/ops.h"
+
+using namespace titan;
+
+namespace {
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 10;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--reps" && i + 1 < argc) reps = std::stoi(argv[++i]);
+  struct Case {
+    int64_t N, in, out;
+  };
+  std::vector<Case> cases = {{4096, 1024, 1024}, {2048, 4096, 1024}};
+  std::printf("%-28s %12s %12s %12s %8s %8s\n", "shape [N,in]x[in,out]", "sgemm GF/s", "fwd GF/s", "bwd GF/s",
+              "fwd/peak", "bwd/peak");
+  bool ok = true;
+  for (const auto& c : cases) {
+    Generator g(0);
+    Tensor x = randn({c.N, c.in}, g).requires_grad_(true);
+    Tensor w = randn({c.out, c.in}, g, DType::F32, 0.02).requires_grad_(true);
+    Tensor b = zeros({c.out}).requires_grad_(true);
+    Tensor dy = randn({c.N, c.out}, g);
+    std::vector<float> C((size_t)c.N * c.out);
+    const double gemm_flops = 2.0 * c.N * c.in * c.out;
+    double best_gemm = 1e30, best_fwd = 1e30, best_bwd = 1e30;
+    for (int r = 0; r < reps + 1; ++r) {  // first round warms up (pool, BLAS threads)
+      double t0 = now();
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)c.N, (int)c.out, (int)c.in, 1.f, x.data<float>(),
+                  (int)c.in, w.data<float>(), (int)c.in, 0.f, C.data(), (int)c.out);
+      double t1 = now();
+      Tensor y = linear(x, w, b);
+      double t2 = now();
+      y.backward(dy);
+      double t3 = now();
+      x.zero_grad();
+      w.zero_grad();
+      b.zero_grad();
+      if (r == 0) continue;
+      best_gemm = std::min(best_gemm, t1 - t0);
+      best_fwd = std::min(best_fwd, t2 - t1);
+      best_bwd = std::min(best_bwd, t3 - t2);
+    }
+    const double peak = gemm_flops / best_gemm / 1e9;
+    const double fwd = gemm_flops / best_fwd / 1e9;
+    const double bwd = 2 * gemm_flops / best_bwd / 1e9;
+    char shape[64];
+    std::snprintf(shape, sizeof shape, "[%ld,%ld]x[%ld,%ld]", (long)c.N, (long)c.in, (long)c.in, (long)c.out);
+    std::printf("%-28s %12.1f %12.1f %12.1f %8.2f %8.2f\n", shape, peak, fwd, bwd, fwd / peak, bwd / peak);
+    ok = ok && fwd / peak >= 0.8 && bwd / peak >= 0.8;
+  }
+  std::printf("target: every ratio >= 0.80 -> %s\n", ok ? "met" : "NOT met");
+  return 0;
+}

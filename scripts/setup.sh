@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs every titan dependency from Debian packages on a fresh machine.
+# Idempotent: packages already present are skipped by apt.
+set -euo pipefail
+PKGS=(
+  build-essential cmake ninja-build pkg-config
+  libeigen3-dev
+  libopenmpi-dev openmpi-bin
+  libyaml-cpp-dev
+  libcli11-dev
+  libhdf5-openmpi-dev hdf5-tools
+  libgtest-dev googletest
+  libopenblas-openmp-dev
+)
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "[setup] installing: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "[setup] all Debian packages present"
+fi

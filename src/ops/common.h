@@ -1,0 +1,62 @@
+// src/ops/common.h — helpers shared by op implementations (not public API).
+#pragma once
+#include <initializer_list>
+#include <omp.h>
+
+#include "src/autograd/function.h"
+#include "src/ops/ops.h"
+#include "src/tensor/cost.h"
+#include "src/tensor/iter.h"
+
+namespace titan::detail {
+
+using autograd::record;
+using autograd::saved;
+
+// All defined tensors on one device; returns it. Mixing cpu and meta is an error.
+inline Device same_device(const char* op, std::initializer_list<const Tensor*> ts) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : ts) {
+    if (!t->defined()) continue;
+    if (!first) {
+      first = t;
+      continue;
+    }
+    TITAN_CHECK(t->device() == first->device(), op, ": device mismatch: ", device_name(first->device()), " tensor ",
+                shape_str(first->shape()), " vs ", device_name(t->device()), " tensor ", shape_str(t->shape()));
+  }
+  TITAN_CHECK(first != nullptr, op, ": no defined input tensor");
+  return first->device();
+}
+
+inline void same_dtype(const char* op, const Tensor& a, const Tensor& b) {
+  TITAN_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch: ", dtype_name(a.dtype()), " ", shape_str(a.shape()),
+              " vs ", dtype_name(b.dtype()), " ", shape_str(b.shape()));
+}
+
+inline void need_float(const char* op, const Tensor& a) {
+  TITAN_CHECK(a.dtype() == DType::F32 || a.dtype() == DType::F64, op, ": expected a float32/float64 tensor, got ",
+              dtype_name(a.dtype()), " ", shape_str(a.shape()));
+}
+
+inline void need_index(const char* op, const Tensor& idx) {
+  TITAN_CHECK(idx.dtype() == DType::I64 || idx.dtype() == DType::I32, op,
+              ": index tensor must be int64 or int32, got ", dtype_name(idx.dtype()), " ", shape_str(idx.shape()));
+}
+
+// Reads an index tensor (int32 or int64) as int64 values.
+inline std::vector<int64_t> index_values(const Tensor& idx) { return idx.to_vector<int64_t>(); }
+
+inline double bytes_of(std::initializer_list<const Tensor*> ts) {
+  double b = 0;
+  for (const Tensor* t : ts)
+    if (t->defined()) b += (double)t->nbytes();
+  return b;
+}
+
+// Row-major GEMM on float/double: C = alpha * op(A) op(B) + beta * C.
+template <typename T>
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+          int64_t ldb, T beta, T* C, int64_t ldc);
+
+}  // namespace titan::detail

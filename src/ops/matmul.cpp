@@ -1,0 +1,212 @@
+// matmul and linear on OpenBLAS (cblas). Transposed views are passed to BLAS
+// as transpose flags with their leading dimension, never copied.
+#include <cblas.h>
+#include <omp.h>
+
+#include "src/ops/common.h"
+
+namespace titan {
+using namespace detail;
+
+namespace detail {
+template <>
+void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
+              alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+template <>
+void gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
+                  const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
+              alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+}  // namespace detail
+
+namespace {
+// How BLAS reads the last two dims [r, c] of a tensor.
+struct BlasMat {
+  Tensor t;  // the tensor read (x itself or a contiguous copy)
+  bool trans = false;
+  int64_t ld = 0;
+};
+BlasMat blas_mat(const Tensor& x) {
+  const int64_t nd = x.dim();
+  const int64_t r = x.shape()[nd - 2], c = x.shape()[nd - 1];
+  const int64_t sr = x.strides()[nd - 2], sc = x.strides()[nd - 1];
+  if ((sc == 1 || c == 1) && sr >= std::max<int64_t>(c, 1)) return {x, false, sr};
+  if ((sr == 1 || r == 1) && sc >= std::max<int64_t>(r, 1)) return {x, true, sc};
+  Tensor xc = empty(x.shape(), x.dtype(), x.device());
+  copy_(xc, x);
+  return {xc, false, std::max<int64_t>(c, 1)};
+}
+
+// Element offsets of every batch entry (batch dims = all but the last two).
+std::vector<int64_t> batch_offsets(const Tensor& x, const Shape& batch) {
+  const int64_t nb = numel(batch), bd = (int64_t)batch.size();
+  const int64_t xb = x.dim() - 2;  // x's batch rank (0 = shared matrix)
+  std::vector<int64_t> offs(nb, 0);
+  if (xb == 0) return offs;
+  for (int64_t i = 0; i < nb; ++i) {
+    int64_t rem = i, off = 0;
+    for (int64_t d = bd - 1; d >= 0; --d) {
+      int64_t k = rem % batch[d];
+      rem /= batch[d];
+      off += k * x.strides()[d];
+    }
+    offs[i] = off;
+  }
+  return offs;
+}
+
+Tensor matmul_forward(const Tensor& a, const Tensor& b) {
+  Device dev = same_device("matmul", {&a, &b});
+  same_dtype("matmul", a, b);
+  need_float("matmul", a);
+  TITAN_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul: expected operands of rank >= 2, got ", shape_str(a.shape()),
+              " and ", shape_str(b.shape()));
+  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  TITAN_CHECK(b.size(-2) == K, "matmul: inner dimensions differ: ", shape_str(a.shape()), " @ ", shape_str(b.shape()),
+              " (", K, " vs ", b.size(-2), ")");
+  Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  TITAN_CHECK(ba == bb || ba.empty() || bb.empty(), "matmul: batch dims differ: ", shape_str(a.shape()), " @ ",
+              shape_str(b.shape()), " (batch dims must match, or one operand must be 2-D)");
+  Shape batch = ba.empty() ? bb : ba;
+  Shape os = batch;
+  os.push_back(M);
+  os.push_back(N);
+  Tensor out = empty(os, a.dtype(), dev);
+  const int64_t nb = numel(batch);
+  record_cost("matmul", 2.0 * (double)nb * M * N * K, bytes_of({&a, &b, &out}));
+  if (dev == Device::Meta || out.numel() == 0) return out;
+  BlasMat A = blas_mat(a), B = blas_mat(b);
+  auto oa = batch_offsets(A.t, batch), ob = batch_offsets(B.t, batch);
+  dispatch_float(a.dtype(), "matmul", [&]<typename T>() {
+    const T* pa = A.t.template data<T>();
+    const T* pb = B.t.template data<T>();
+    T* po = out.data<T>();
+    auto one = [&](int64_t i) {
+      gemm<T>(A.trans, B.trans, M, N, K, T(1), pa + oa[i], A.ld, pb + ob[i], B.ld, T(0), po + i * M * N, N);
+    };
+    // many small GEMMs: one per thread; few big ones: BLAS threads each
+    if (nb >= 2 * omp_get_max_threads() && M * N * K < (1 << 21)) {
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < nb; ++i) one(i);
+    } else {
+      for (int64_t i = 0; i < nb; ++i) one(i);
+    }
+  });
+  return out;
+}
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  Tensor out = matmul_forward(a, b);
+  bool ga = a.requires_grad(), gb = b.requires_grad();
+  return record("matmul", {a, b}, out, [sa = saved(a), sb = saved(b), ga, gb](const std::vector<Tensor>& g) {
+    Tensor da, db;
+    if (ga) da = sum_to(matmul_forward(g[0], transpose(sb, -1, -2)), sa.shape());
+    if (gb) {
+      if (sb.dim() == 2 && sa.dim() > 2) {  // shared b: fold a's batch into rows
+        Tensor a2 = reshape(sa, {-1, sa.size(-1)}), g2 = reshape(g[0], {-1, g[0].size(-1)});
+        db = matmul_forward(transpose(a2, 0, 1), g2);
+      } else {
+        db = sum_to(matmul_forward(transpose(sa, -1, -2), g[0]), sb.shape());
+      }
+    }
+    return std::vector<Tensor>{da, db};
+  });
+}
+
+// ---- linear ----------------------------------------------------------------
+namespace {
+// x2 [N, in], w [out, in], bias [out] -> y [N, out]
+Tensor linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias) {
+  const int64_t N = x2.size(0), in = x2.size(1), out_f = w.size(0);
+  Tensor y = empty({N, out_f}, x2.dtype(), x2.device());
+  record_cost("linear", 2.0 * N * in * out_f + (bias.defined() ? (double)N * out_f : 0.0),
+              bytes_of({&x2, &w, &bias, &y}));
+  if (x2.is_meta() || y.numel() == 0) return y;
+  BlasMat W = blas_mat(w);
+  dispatch_float(x2.dtype(), "linear", [&]<typename T>() {
+    T* py = y.data<T>();
+    T beta = T(0);
+    if (bias.defined()) {
+      Tensor bc = bias.contiguous();
+      const T* pb = bc.data<T>();
+#pragma omp parallel for schedule(static) if (N * out_f >= kParallelGrain)
+      for (int64_t i = 0; i < N; ++i) std::copy(pb, pb + out_f, py + i * out_f);
+      beta = T(1);
+    }
+    // y = x2 @ w^T: op(B) = w^T, so flip w's own transpose flag
+    gemm<T>(false, !W.trans, N, out_f, in, T(1), x2.data<T>(), in, W.t.template data<T>(), W.ld, beta, py, out_f);
+  });
+  return y;
+}
+
+// g [N, out] -> dx [N, in], dw [out, in], db [out]
+std::vector<Tensor> linear_backward(const Tensor& g, const Tensor& x2, const Tensor& w, bool has_bias, bool need_x,
+                                    bool need_w) {
+  const int64_t N = x2.size(0), in = x2.size(1), out_f = w.size(0);
+  Tensor dx, dw, db;
+  if (need_x) dx = empty({N, in}, g.dtype(), g.device());
+  if (need_w) dw = empty({out_f, in}, g.dtype(), g.device());
+  record_cost("linear_backward", (need_x ? 2.0 * N * in * out_f : 0) + (need_w ? 2.0 * N * in * out_f : 0),
+              bytes_of({&g, &x2, &w, &dx, &dw}));
+  if (has_bias) db = sum(g, {0}, false);
+  if (g.is_meta()) return {dx, dw, db};
+  Tensor gc = g.contiguous();
+  BlasMat W = blas_mat(w);
+  dispatch_float(g.dtype(), "linear_backward", [&]<typename T>() {
+    if (need_x)  // dx = g @ w
+      gemm<T>(false, W.trans, N, in, out_f, T(1), gc.data<T>(), out_f, W.t.template data<T>(), W.ld, T(0),
+              dx.data<T>(), in);
+    if (need_w)  // dw = g^T @ x2
+      gemm<T>(true, false, out_f, in, N, T(1), gc.data<T>(), out_f, x2.data<T>(), in, T(0), dw.data<T>(), in);
+  });
+  return {dx, dw, db};
+}
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  same_device("linear", {&x, &w, &bias});
+  need_float("linear", x);
+  same_dtype("linear", x, w);
+  TITAN_CHECK(w.dim() == 2, "linear: weight must be [out, in], got ", shape_str(w.shape()));
+  TITAN_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), "linear: input ", shape_str(x.shape()),
+              " last dim must equal weight in_features (weight ", shape_str(w.shape()), ")");
+  if (bias.defined()) {
+    same_dtype("linear", x, bias);
+    TITAN_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0), "linear: bias ", shape_str(bias.shape()),
+                " must be [", w.size(0), "] for weight ", shape_str(w.shape()));
+  }
+  Tensor x2;
+  {
+    NoGradGuard ng;  // the reshape is folded into this op's own backward
+    x2 = reshape(x, {-1, x.size(-1)}).contiguous();
+  }
+  Tensor y2 = linear_forward(x2, w, bias);
+  Shape os = x.shape();
+  os.back() = w.size(0);
+  Tensor y;
+  {
+    NoGradGuard ng;
+    y = reshape(y2, os);
+  }
+  bool gx = x.requires_grad(), gw = w.requires_grad();
+  std::vector<Tensor> inputs = {x, w};
+  if (bias.defined()) inputs.push_back(bias);
+  return record("linear", inputs, y,
+                [xs = saved(x2), ws = saved(w), xshape = x.shape(), has_b = bias.defined(), gx,
+                 gw](const std::vector<Tensor>& g) {
+                  Tensor g2 = reshape(g[0], {-1, g[0].size(-1)});
+                  auto r = linear_backward(g2, xs, ws, has_b, gx, gw);
+                  std::vector<Tensor> out = {gx ? reshape(r[0], xshape) : Tensor(), r[1]};
+                  if (has_b) out.push_back(r[2]);
+                  return out;
+                });
+}
+
+}  // namespace titan

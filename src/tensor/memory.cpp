@@ -1,0 +1,140 @@
+#include "src/tensor/memory.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+#include <vector>
+
+#include "src/tensor/error.h"
+
+namespace titan {
+
+const char* memory_category_name(MemoryCategory c) {
+  static const char* names[] = {"parameters", "gradients", "optimizer_state", "activations", "communication", "other"};
+  return names[static_cast<int>(c)];
+}
+
+namespace {
+std::mutex g_tracker_mu;
+thread_local MemoryCategory t_category = MemoryCategory::Activations;
+
+std::string gib(int64_t b) {
+  std::ostringstream os;
+  os.precision(3);
+  os << std::fixed << (double)b / (1024.0 * 1024.0 * 1024.0) << "GiB";
+  return os.str();
+}
+}  // namespace
+
+MemoryTracker& MemoryTracker::get(Device d) {
+  static MemoryTracker cpu, meta;
+  return d == Device::CPU ? cpu : meta;
+}
+
+void MemoryTracker::add(MemoryCategory c, int64_t bytes) {
+  std::lock_guard<std::mutex> lk(g_tracker_mu);
+  int i = static_cast<int>(c);
+  s_.current[i] += bytes;
+  if (s_.current[i] > s_.peak[i]) s_.peak[i] = s_.current[i];
+  s_.total_current += bytes;
+  if (s_.total_current > s_.total_peak) s_.total_peak = s_.total_current;
+}
+
+void MemoryTracker::sub(MemoryCategory c, int64_t bytes) {
+  std::lock_guard<std::mutex> lk(g_tracker_mu);
+  s_.current[static_cast<int>(c)] -= bytes;
+  s_.total_current -= bytes;
+}
+
+MemoryStats MemoryTracker::stats() const {
+  std::lock_guard<std::mutex> lk(g_tracker_mu);
+  return s_;
+}
+
+void MemoryTracker::reset_peak() {
+  std::lock_guard<std::mutex> lk(g_tracker_mu);
+  s_.peak = s_.current;
+  s_.total_peak = s_.total_current;
+}
+
+std::string MemoryTracker::summary() const {
+  MemoryStats s = stats();
+  std::ostringstream os;
+  for (int i = 0; i < kNumMemoryCategories; ++i)
+    os << memory_category_name(static_cast<MemoryCategory>(i)) << " " << gib(s.current[i]) << " (peak "
+       << gib(s.peak[i]) << "), ";
+  os << "total " << gib(s.total_current) << " (peak " << gib(s.total_peak) << ")";
+  return os.str();
+}
+
+MemoryCategoryScope::MemoryCategoryScope(MemoryCategory c) : prev_(t_category) { t_category = c; }
+MemoryCategoryScope::~MemoryCategoryScope() { t_category = prev_; }
+MemoryCategory MemoryCategoryScope::current() { return t_category; }
+
+// ---- caching pool ----------------------------------------------------------
+namespace {
+struct Pool {
+  std::mutex mu;
+  std::unordered_map<size_t, std::vector<void*>> free_lists;
+  int64_t reserved = 0;
+};
+Pool& pool() {
+  static Pool* p = new Pool();  // leaked on purpose: outlives static tensors
+  return *p;
+}
+size_t bucket(size_t n) {
+  if (n <= 4096) return (n + 63) & ~size_t(63);
+  if (n <= (1u << 20)) return (n + 4095) & ~size_t(4095);
+  return (n + 65535) & ~size_t(65535);
+}
+}  // namespace
+
+void* pool_allocate(size_t nbytes) {
+  size_t b = bucket(nbytes == 0 ? 1 : nbytes);
+  Pool& p = pool();
+  {
+    std::lock_guard<std::mutex> lk(p.mu);
+    auto it = p.free_lists.find(b);
+    if (it != p.free_lists.end() && !it->second.empty()) {
+      void* ptr = it->second.back();
+      it->second.pop_back();
+      return ptr;
+    }
+  }
+  void* ptr = std::aligned_alloc(64, b);
+  if (!ptr) {
+    empty_cache();
+    ptr = std::aligned_alloc(64, b);
+  }
+  TITAN_CHECK(ptr != nullptr, "allocate: out of host memory allocating ", nbytes, " bytes (pool reserved ",
+              pool_reserved_bytes(), " bytes)");
+  std::lock_guard<std::mutex> lk(p.mu);
+  p.reserved += (int64_t)b;
+  return ptr;
+}
+
+void pool_free(void* ptr, size_t nbytes) {
+  if (!ptr) return;
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lk(p.mu);
+  p.free_lists[bucket(nbytes == 0 ? 1 : nbytes)].push_back(ptr);
+}
+
+void empty_cache() {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lk(p.mu);
+  for (auto& [b, list] : p.free_lists) {
+    for (void* ptr : list) std::free(ptr);
+    p.reserved -= (int64_t)b * (int64_t)list.size();
+    list.clear();
+  }
+}
+
+int64_t pool_reserved_bytes() {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lk(p.mu);
+  return p.reserved;
+}
+
+}  // namespace titan

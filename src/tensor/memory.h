@@ -1,0 +1,66 @@
+// src/tensor/memory.h — allocation with accounting by category.
+//
+// Every Storage (cpu or meta) registers its bytes with the MemoryTracker under
+// the category current at creation (MemoryCategoryScope, RAII). Meta storage
+// holds no data but counts the same bytes, so a meta run reports the memory a
+// real run would need: parameters, gradients, optimizer state, activations,
+// communication buffers, current and peak.
+//
+// CPU data comes from a size-bucketed caching pool: a training step allocates
+// the same sizes every step, so after step 1 no buffer hits malloc/mmap (and
+// the kernel's page zeroing) again. `empty_cache()` hands the pool back.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "device/device.h"
+
+namespace titan {
+
+enum class MemoryCategory { Parameters = 0, Gradients, OptimizerState, Activations, Communication, Other };
+constexpr int kNumMemoryCategories = 6;
+const char* memory_category_name(MemoryCategory c);
+
+struct MemoryStats {
+  std::array<int64_t, kNumMemoryCategories> current{};
+  std::array<int64_t, kNumMemoryCategories> peak{};
+  int64_t total_current = 0;
+  int64_t total_peak = 0;
+};
+
+class MemoryTracker {
+ public:
+  // One tracker per device kind: real (cpu) bytes and planned (meta) bytes.
+  static MemoryTracker& get(Device d);
+  void add(MemoryCategory c, int64_t bytes);
+  void sub(MemoryCategory c, int64_t bytes);
+  MemoryStats stats() const;
+  void reset_peak();
+  std::string summary() const;  // "params 1.2GiB, grads ..., peak ..."
+
+ private:
+  MemoryStats s_;
+};
+
+// RAII: storages created inside are charged to `c`.
+class MemoryCategoryScope {
+ public:
+  explicit MemoryCategoryScope(MemoryCategory c);
+  ~MemoryCategoryScope();
+  MemoryCategoryScope(const MemoryCategoryScope&) = delete;
+  MemoryCategoryScope& operator=(const MemoryCategoryScope&) = delete;
+  static MemoryCategory current();
+
+ private:
+  MemoryCategory prev_;
+};
+
+// The CPU caching pool (64-byte aligned buffers).
+void* pool_allocate(size_t nbytes);
+void pool_free(void* p, size_t nbytes);
+void empty_cache();
+int64_t pool_reserved_bytes();
+
+}  // namespace titan

@@ -1,0 +1,23 @@
+#include "src/tensor/storage.h"
+
+namespace titan {
+
+Storage::Storage(size_t nbytes, Device device)
+    : nbytes_(nbytes), device_(device), category_(MemoryCategoryScope::current()) {
+  if (device_ == Device::CPU) data_ = pool_allocate(nbytes_);
+  MemoryTracker::get(device_).add(category_, (int64_t)nbytes_);
+}
+
+Storage::~Storage() {
+  if (data_) pool_free(data_, nbytes_);
+  MemoryTracker::get(device_).sub(category_, (int64_t)nbytes_);
+}
+
+void Storage::set_category(MemoryCategory c) {
+  if (c == category_) return;
+  MemoryTracker::get(device_).sub(category_, (int64_t)nbytes_);
+  category_ = c;
+  MemoryTracker::get(device_).add(category_, (int64_t)nbytes_);
+}
+
+}  // namespace titan

@@ -1,0 +1,35 @@
+// src/tensor/storage.h — a refcounted buffer shared by a tensor and its views.
+// Meta storage has data() == nullptr but still registers its bytes with the
+// MemoryTracker, so planning runs see real memory figures.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "device/device.h"
+#include "src/tensor/memory.h"
+
+namespace titan {
+
+class Storage {
+ public:
+  Storage(size_t nbytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+  MemoryCategory category() const { return category_; }
+  // Moves this buffer's bytes to another category (e.g. a leaf's grad buffer
+  // is charged to Gradients whatever scope created it).
+  void set_category(MemoryCategory c);
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_;
+  Device device_;
+  MemoryCategory category_;
+};
+
+}  // namespace titan

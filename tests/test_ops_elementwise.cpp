@@ -1,0 +1,154 @@
+// Elementwise ops: forward against naive loops, backward against finite
+// differences (double), meta shape/dtype/FLOPs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tests/gradcheck.h"
+
+using namespace titan;
+using namespace titan::testing;
+
+namespace {
+// naive broadcast reference for [A, B] (op) [B] and [A, 1]
+template <typename F>
+void check_binary(F op, double (*ref)(double, double), bool positive_b = false) {
+  Tensor a = rand_t({3, 4}, 1);
+  Tensor b = positive_b ? rand_t({4}, 2, DType::F64, 0.5, 2.0) : rand_t({4}, 2);
+  Tensor c = positive_b ? rand_t({3, 1}, 3, DType::F64, 0.5, 2.0) : rand_t({3, 1}, 3);
+  auto av = a.to_vector<double>(), bv = b.to_vector<double>(), cv = c.to_vector<double>();
+  auto o1 = op(a, b).template to_vector<double>();
+  auto o2 = op(a, c).template to_vector<double>();
+  auto o3 = op(a.transpose(0, 1), a.transpose(0, 1)).template to_vector<double>();  // strided inputs
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j) {
+      EXPECT_DOUBLE_EQ(o1[i * 4 + j], ref(av[i * 4 + j], bv[j]));
+      EXPECT_DOUBLE_EQ(o2[i * 4 + j], ref(av[i * 4 + j], cv[i]));
+      EXPECT_DOUBLE_EQ(o3[j * 3 + i], ref(av[i * 4 + j], av[i * 4 + j]));
+    }
+  gradcheck([&](const std::vector<Tensor>& x) { return op(x[0], x[1]); }, {a, b});
+  gradcheck([&](const std::vector<Tensor>& x) { return op(x[0], x[1]); }, {a, c});
+  gradcheck([&](const std::vector<Tensor>& x) { return op(x[1], x[0]); }, {a, positive_b ? c : b});
+  expect_meta([&](const std::vector<Tensor>& x) { return op(x[0], x[1]); }, {a.to(DType::F32), b.to(DType::F32)},
+              {3, 4}, DType::F32, 12);
+}
+}  // namespace
+
+TEST(Binary, Add) { check_binary([](const Tensor& a, const Tensor& b) { return add(a, b); }, [](double x, double y) { return x + y; }); }
+TEST(Binary, Sub) { check_binary([](const Tensor& a, const Tensor& b) { return sub(a, b); }, [](double x, double y) { return x - y; }); }
+TEST(Binary, Mul) { check_binary([](const Tensor& a, const Tensor& b) { return mul(a, b); }, [](double x, double y) { return x * y; }); }
+TEST(Binary, Div) {
+  check_binary([](const Tensor& a, const Tensor& b) { return div(a, b); }, [](double x, double y) { return x / y; }, true);
+}
+
+TEST(Binary, ScalarOps) {
+  Tensor a = rand_t({5}, 4);
+  auto av = a.to_vector<double>();
+  auto s = add(a, 2.5).to_vector<double>(), m = mul(a, -3.0).to_vector<double>();
+  for (size_t i = 0; i < av.size(); ++i) {
+    EXPECT_DOUBLE_EQ(s[i], av[i] + 2.5);
+    EXPECT_DOUBLE_EQ(m[i], av[i] * -3.0);
+  }
+  gradcheck([](const std::vector<Tensor>& x) { return add(x[0], 2.5); }, {a});
+  gradcheck([](const std::vector<Tensor>& x) { return mul(x[0], -3.0); }, {a});
+  expect_meta([](const std::vector<Tensor>& x) { return mul(x[0], 2.0); }, {a}, {5}, DType::F64, 5);
+}
+
+TEST(Binary, ComparisonsAndWhere) {
+  Tensor a = from_vector<double>({1, 5, 3, 7}, {4});
+  Tensor b = from_vector<double>({2, 5, 1, 9}, {4});
+  auto lt_v = lt(a, b), gt_v = gt(a, b), eq_v = eq(a, b);
+  EXPECT_EQ(lt_v.dtype(), DType::Bool);
+  std::vector<bool> l, g, e;
+  for (int i = 0; i < 4; ++i) {
+    l.push_back(lt_v.data<bool>()[i]);
+    g.push_back(gt_v.data<bool>()[i]);
+    e.push_back(eq_v.data<bool>()[i]);
+  }
+  EXPECT_EQ(l, (std::vector<bool>{true, false, false, true}));
+  EXPECT_EQ(g, (std::vector<bool>{false, false, true, false}));
+  EXPECT_EQ(e, (std::vector<bool>{false, true, false, false}));
+  Tensor w = where(lt_v, a, b);
+  EXPECT_EQ(w.to_vector<double>(), (std::vector<double>{1, 5, 1, 7}));
+  // broadcast: [3, 4] cond with [4] and [3, 1]
+  Tensor x = rand_t({3, 4}, 5), y = rand_t({4}, 6), z = rand_t({3, 1}, 7);
+  Tensor cond = gt(x, zeros({}, DType::F64));
+  auto cv = cond.to_vector<int64_t>();
+  auto out = where(cond, y, z).to_vector<double>();
+  auto yv = y.to_vector<double>(), zv = z.to_vector<double>();
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j) EXPECT_DOUBLE_EQ(out[i * 4 + j], cv[i * 4 + j] ? yv[j] : zv[i]);
+  gradcheck([&](const std::vector<Tensor>& t) { return where(cond, t[0], t[1]); }, {y, z});
+  expect_meta([&](const std::vector<Tensor>& t) { return where(t[0], t[1], t[2]); }, {cond, y, z}, {3, 4},
+              DType::F64, 12);
+  EXPECT_THROW(where(x, y, z), Error);  // condition must be bool
+}
+
+namespace {
+struct UnaryCase {
+  const char* name;
+  Tensor (*fn)(const Tensor&);
+  double (*ref)(double);
+  double lo, hi, flops_per_elem;
+};
+double silu_ref(double x) { return x / (1 + std::exp(-x)); }
+double gelu_ref(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
+double sigmoid_ref(double x) { return 1 / (1 + std::exp(-x)); }
+}  // namespace
+
+TEST(Unary, ForwardBackwardMeta) {
+  std::vector<UnaryCase> cases = {
+      {"exp", titan::exp, [](double x) { return std::exp(x); }, -2, 2, 1},
+      {"log", titan::log, [](double x) { return std::log(x); }, 0.2, 3, 1},
+      {"sqrt", titan::sqrt, [](double x) { return std::sqrt(x); }, 0.2, 3, 1},
+      {"rsqrt", titan::rsqrt, [](double x) { return 1 / std::sqrt(x); }, 0.2, 3, 2},
+      {"neg", titan::neg, [](double x) { return -x; }, -2, 2, 1},
+      {"abs", titan::abs, [](double x) { return std::abs(x); }, -2, 2, 1},
+      {"silu", titan::silu, silu_ref, -4, 4, 4},
+      {"gelu", titan::gelu, gelu_ref, -4, 4, 8},
+      {"sigmoid", titan::sigmoid, sigmoid_ref, -4, 4, 3},
+      {"tanh", titan::tanh, [](double x) { return std::tanh(x); }, -3, 3, 1},
+      {"cos", titan::cos, [](double x) { return std::cos(x); }, -3, 3, 1},
+      {"sin", titan::sin, [](double x) { return std::sin(x); }, -3, 3, 1},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    Tensor x = rand_t({3, 5}, 11, DType::F64, c.lo, c.hi);
+    if (std::string(c.name) == "abs") x = from_vector<double>({-1.5, -0.3, 0.4, 2.0, -0.7, 0.9}, {2, 3});
+    auto xv = x.to_vector<double>();
+    auto yv = c.fn(x).to_vector<double>();
+    for (size_t i = 0; i < xv.size(); ++i) EXPECT_NEAR(yv[i], c.ref(xv[i]), 1e-14 * (1 + std::abs(yv[i])));
+    // float32 path agrees with the double reference to float precision
+    auto yf = c.fn(x.to(DType::F32)).to_vector<double>();
+    for (size_t i = 0; i < xv.size(); ++i) EXPECT_NEAR(yf[i], c.ref(xv[i]), 2e-6 * (1 + std::abs(yv[i])));
+    gradcheck([&](const std::vector<Tensor>& t) { return c.fn(t[0]); }, {x});
+    expect_meta([&](const std::vector<Tensor>& t) { return c.fn(t[0]); }, {x.to(DType::F32)}, x.shape(), DType::F32,
+                c.flops_per_elem * x.numel());
+  }
+}
+
+TEST(Unary, Pow) {
+  Tensor x = rand_t({6}, 12, DType::F64, 0.3, 2.0);
+  auto xv = x.to_vector<double>();
+  auto y = pow(x, 2.5).to_vector<double>();
+  for (size_t i = 0; i < xv.size(); ++i) EXPECT_NEAR(y[i], std::pow(xv[i], 2.5), 1e-14);
+  gradcheck([](const std::vector<Tensor>& t) { return pow(t[0], 2.5); }, {x});
+  gradcheck([](const std::vector<Tensor>& t) { return pow(t[0], -1.0); }, {x});
+  expect_meta([](const std::vector<Tensor>& t) { return pow(t[0], 3.0); }, {x}, {6}, DType::F64, 6);
+}
+
+TEST(Unary, ClampHasZeroGradientOutside) {
+  Tensor x = from_vector<double>({-9, -7, -3, 0, 3, 6.5, 7, 8}, {8});
+  Tensor xr = x.clone().detach().requires_grad_(true);
+  Tensor y = clamp(xr, -7, 7);
+  EXPECT_EQ(y.to_vector<double>(), (std::vector<double>{-7, -7, -3, 0, 3, 6.5, 7, 7}));
+  sum(y).backward();
+  // inclusive bounds, as PyTorch: gradient 1 on [-7, 7]
+  EXPECT_EQ(xr.grad().to_vector<double>(), (std::vector<double>{0, 1, 1, 1, 1, 1, 1, 0}));
+  Tensor z = from_vector<double>({-3, 0.5, 9}, {3});
+  EXPECT_EQ(clamp(z, -INFINITY, 7).to_vector<double>(), (std::vector<double>{-3, 0.5, 7}));
+  gradcheck([](const std::vector<Tensor>& t) { return clamp(t[0], -0.5, 0.5); },
+            {from_vector<double>({-0.9, -0.2, 0.1, 0.7}, {4})});
+  expect_meta([](const std::vector<Tensor>& t) { return clamp(t[0], -1, 1); }, {x}, {8}, DType::F64, 8);
+  EXPECT_THROW(clamp(x, 2, 1), Error);
+}

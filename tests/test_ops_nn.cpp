@@ -1,0 +1,271 @@
+// NN ops: matmul/linear, softmax family, cross-entropy, norms, RoPE,
+// attention. Forward vs naive loops, gradchecks in double, meta FLOPs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tests/gradcheck.h"
+
+using namespace titan;
+using namespace titan::testing;
+
+namespace {
+std::vector<double> naive_mm(const std::vector<double>& a, const std::vector<double>& b, int M, int K, int N) {
+  std::vector<double> c(M * N, 0);
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j)
+      for (int k = 0; k < K; ++k) c[i * N + j] += a[i * K + k] * b[k * N + j];
+  return c;
+}
+}  // namespace
+
+TEST(Matmul, ForwardVariants) {
+  Tensor a = rand_t({2, 3, 4}, 1), b = rand_t({2, 4, 5}, 2), w = rand_t({4, 5}, 3);
+  auto av = a.to_vector<double>(), bv = b.to_vector<double>(), wv = w.to_vector<double>();
+  auto c = matmul(a, b).to_vector<double>();
+  auto cw = matmul(a, w).to_vector<double>();
+  for (int bi = 0; bi < 2; ++bi) {
+    auto r = naive_mm({av.begin() + bi * 12, av.begin() + bi * 12 + 12}, {bv.begin() + bi * 20, bv.begin() + bi * 20 + 20},
+                      3, 4, 5);
+    auto rw = naive_mm({av.begin() + bi * 12, av.begin() + bi * 12 + 12}, wv, 3, 4, 5);
+    for (int i = 0; i < 15; ++i) {
+      EXPECT_NEAR(c[bi * 15 + i], r[i], 1e-14);
+      EXPECT_NEAR(cw[bi * 15 + i], rw[i], 1e-14);
+    }
+  }
+  // transposed views go to BLAS as flags: same numbers as the materialized copy
+  Tensor at = rand_t({2, 4, 3}, 4);
+  auto t1 = matmul(transpose(at, 1, 2), b).to_vector<double>();
+  auto t2 = matmul(transpose(at, 1, 2).contiguous(), b).to_vector<double>();
+  EXPECT_EQ(t1, t2);
+  // a non-BLAS layout (permuted batch) falls back to a copy
+  Tensor ap = rand_t({3, 2, 4}, 5);
+  auto p1 = matmul(permute(ap, {1, 0, 2}), b).to_vector<double>();
+  auto p2 = matmul(permute(ap, {1, 0, 2}).contiguous(), b).to_vector<double>();
+  EXPECT_EQ(p1, p2);
+  EXPECT_THROW(matmul(a, rand_t({5, 4}, 6)), Error);
+  EXPECT_THROW(matmul(a, rand_t({3, 4, 5}, 6)), Error);
+}
+
+TEST(Matmul, Backward) {
+  gradcheck([](const std::vector<Tensor>& t) { return matmul(t[0], t[1]); }, {rand_t({3, 4}, 1), rand_t({4, 2}, 2)});
+  gradcheck([](const std::vector<Tensor>& t) { return matmul(t[0], t[1]); },
+            {rand_t({2, 3, 4}, 3), rand_t({2, 4, 2}, 4)});
+  gradcheck([](const std::vector<Tensor>& t) { return matmul(t[0], t[1]); }, {rand_t({2, 3, 4}, 5), rand_t({4, 2}, 6)});
+  gradcheck([](const std::vector<Tensor>& t) { return matmul(t[0], transpose(t[1], 0, 1)); },
+            {rand_t({3, 4}, 7), rand_t({2, 4}, 8)});
+  gradcheck([](const std::vector<Tensor>& t) { return matmul(t[0], t[1]); }, {rand_t({3, 4}, 9), rand_t({2, 4, 2}, 10)});
+  expect_meta([](const std::vector<Tensor>& t) { return matmul(t[0], t[1]); },
+              {rand_t({2, 3, 4}, 1), rand_t({4, 5}, 2)}, {2, 3, 5}, DType::F64, 2.0 * 2 * 3 * 4 * 5);
+}
+
+TEST(Linear, ForwardBackwardMeta) {
+  Tensor x = rand_t({2, 3, 4}, 1), w = rand_t({5, 4}, 2), b = rand_t({5}, 3);
+  auto xv = x.to_vector<double>(), wv = w.to_vector<double>(), bv = b.to_vector<double>();
+  auto y = linear(x, w, b).to_vector<double>();
+  for (int n = 0; n < 6; ++n)
+    for (int o = 0; o < 5; ++o) {
+      double r = bv[o];
+      for (int k = 0; k < 4; ++k) r += xv[n * 4 + k] * wv[o * 4 + k];
+      EXPECT_NEAR(y[n * 5 + o], r, 1e-14);
+    }
+  gradcheck([](const std::vector<Tensor>& t) { return linear(t[0], t[1], t[2]); }, {x, w, b});
+  gradcheck([](const std::vector<Tensor>& t) { return linear(t[0], t[1]); }, {x, w});
+  // weight given as a transposed view (as tied / sharded weights can be)
+  gradcheck([](const std::vector<Tensor>& t) { return linear(t[0], transpose(t[1], 0, 1)); }, {x, rand_t({4, 5}, 4)});
+  expect_meta([](const std::vector<Tensor>& t) { return linear(t[0], t[1], t[2]); }, {x, w, b}, {2, 3, 5},
+              DType::F64, 2.0 * 6 * 4 * 5 + 6 * 5);
+  EXPECT_THROW(linear(x, rand_t({5, 3}, 5)), Error);
+  EXPECT_THROW(linear(x, w, rand_t({4}, 6)), Error);
+}
+
+TEST(Softmax, ForwardBackwardMeta) {
+  Tensor x = rand_t({3, 5}, 1, DType::F64, -3, 3);
+  auto xv = x.to_vector<double>();
+  auto s = softmax(x).to_vector<double>(), ls = log_softmax(x).to_vector<double>();
+  for (int i = 0; i < 3; ++i) {
+    double z = 0;
+    for (int j = 0; j < 5; ++j) z += std::exp(xv[i * 5 + j]);
+    for (int j = 0; j < 5; ++j) {
+      EXPECT_NEAR(s[i * 5 + j], std::exp(xv[i * 5 + j]) / z, 1e-15);
+      EXPECT_NEAR(ls[i * 5 + j], xv[i * 5 + j] - std::log(z), 1e-14);
+    }
+  }
+  // stability: huge logits do not overflow
+  Tensor big = from_vector<double>({1000, 1001, 999}, {1, 3});
+  auto sb = softmax(big).to_vector<double>();
+  EXPECT_NEAR(sb[1], 1 / (1 + std::exp(-1) + std::exp(-2)), 1e-12);
+  auto lb = log_softmax(big.to(DType::F32)).to_vector<double>();
+  EXPECT_TRUE(std::isfinite(lb[0]));
+  gradcheck([](const std::vector<Tensor>& t) { return softmax(t[0]); }, {x});
+  gradcheck([](const std::vector<Tensor>& t) { return log_softmax(t[0]); }, {x});
+  gradcheck([](const std::vector<Tensor>& t) { return softmax(t[0], 0); }, {x});
+  expect_meta([](const std::vector<Tensor>& t) { return softmax(t[0]); }, {x}, {3, 5}, DType::F64, 60);
+}
+
+TEST(CrossEntropy, ForwardBackwardIgnoreIndexMeta) {
+  Tensor logits = rand_t({4, 6}, 1, DType::F64, -2, 2);
+  Tensor t = from_vector<int64_t>({2, -100, 5, 0}, {4});
+  auto lv = logits.to_vector<double>();
+  double ref = 0;
+  std::vector<int> tv = {2, -100, 5, 0};
+  for (int i = 0; i < 4; ++i) {
+    if (tv[i] == -100) continue;
+    double z = 0;
+    for (int j = 0; j < 6; ++j) z += std::exp(lv[i * 6 + j]);
+    ref += std::log(z) - lv[i * 6 + tv[i]];
+  }
+  ref /= 3;  // mean over valid targets
+  EXPECT_NEAR(cross_entropy(logits, t).item<double>(), ref, 1e-14);
+  gradcheck([&](const std::vector<Tensor>& x) { return cross_entropy(x[0], t); }, {logits});
+  Tensor lr = logits.clone().detach().requires_grad_(true);
+  cross_entropy(lr, t).backward();
+  for (double g : lr.grad().slice(0, 1, 2).to_vector<double>()) EXPECT_EQ(g, 0.0);  // ignored row
+  // stable at extreme logits
+  Tensor big = from_vector<float>({1e4f, 0, -1e4f}, {1, 3});
+  EXPECT_NEAR(cross_entropy(big, from_vector<int64_t>({0}, {1})).item<float>(), 0.0f, 1e-6);
+  expect_meta([&](const std::vector<Tensor>& x) { return cross_entropy(x[0], x[1]); }, {logits, t}, {}, DType::F64,
+              4.0 * 24);
+  EXPECT_THROW(cross_entropy(logits, from_vector<int64_t>({1, 2, 6, 0}, {4})), Error);  // 6 >= vocab
+  EXPECT_THROW(cross_entropy(logits, from_vector<int64_t>({1, 2, 3}, {3})), Error);
+}
+
+TEST(Norm, RmsNorm) {
+  Tensor x = rand_t({2, 3, 8}, 1), w = rand_t({8}, 2, DType::F64, 0.5, 1.5);
+  auto xv = x.to_vector<double>(), wv = w.to_vector<double>();
+  auto y = rms_norm(x, w, 1e-6).to_vector<double>();
+  for (int r = 0; r < 6; ++r) {
+    double ss = 0;
+    for (int j = 0; j < 8; ++j) ss += xv[r * 8 + j] * xv[r * 8 + j];
+    double rs = 1 / std::sqrt(ss / 8 + 1e-6);
+    for (int j = 0; j < 8; ++j) EXPECT_NEAR(y[r * 8 + j], xv[r * 8 + j] * rs * wv[j], 1e-14);
+  }
+  gradcheck([](const std::vector<Tensor>& t) { return rms_norm(t[0], t[1], 1e-6); }, {x, w});
+  // big enough for the threaded path (per-thread dw partials)
+  gradcheck([](const std::vector<Tensor>& t) { return rms_norm(t[0], t[1], 1e-5); },
+            {rand_t({2, 4, 16}, 3), rand_t({16}, 4)}, 1e-6, 1e-6, 1e-5);
+  Tensor xl = rand_t({4096, 16}, 5), wl = rand_t({16}, 6);
+  Tensor xr = xl.clone().detach().requires_grad_(true), wr = wl.clone().detach().requires_grad_(true);
+  sum(rms_norm(xr, wr, 1e-6)).backward();
+  // dw = sum over rows of xhat: check against the naive sum
+  auto xlv = xl.to_vector<double>();
+  std::vector<double> dw(16, 0);
+  for (int r = 0; r < 4096; ++r) {
+    double ss = 0;
+    for (int j = 0; j < 16; ++j) ss += xlv[r * 16 + j] * xlv[r * 16 + j];
+    double rs = 1 / std::sqrt(ss / 16 + 1e-6);
+    for (int j = 0; j < 16; ++j) dw[j] += xlv[r * 16 + j] * rs;
+  }
+  expect_near_vec(wr.grad().to_vector<double>(), dw, 1e-9);
+  expect_meta([](const std::vector<Tensor>& t) { return rms_norm(t[0], t[1], 1e-6); }, {x, w}, {2, 3, 8}, DType::F64,
+              4.0 * 48);
+  EXPECT_THROW(rms_norm(x, rand_t({7}, 3), 1e-6), Error);
+}
+
+TEST(Norm, LayerNorm) {
+  Tensor x = rand_t({3, 6}, 1), w = rand_t({6}, 2), b = rand_t({6}, 3);
+  auto xv = x.to_vector<double>(), wv = w.to_vector<double>(), bv = b.to_vector<double>();
+  auto y = layer_norm(x, w, b, 1e-5).to_vector<double>();
+  for (int r = 0; r < 3; ++r) {
+    double m = 0, v = 0;
+    for (int j = 0; j < 6; ++j) m += xv[r * 6 + j] / 6;
+    for (int j = 0; j < 6; ++j) v += (xv[r * 6 + j] - m) * (xv[r * 6 + j] - m) / 6;
+    for (int j = 0; j < 6; ++j)
+      EXPECT_NEAR(y[r * 6 + j], (xv[r * 6 + j] - m) / std::sqrt(v + 1e-5) * wv[j] + bv[j], 1e-14);
+  }
+  gradcheck([](const std::vector<Tensor>& t) { return layer_norm(t[0], t[1], t[2], 1e-5); }, {x, w, b});
+  gradcheck([](const std::vector<Tensor>& t) { return layer_norm(t[0], t[1], Tensor(), 1e-5); }, {x, w});
+  expect_meta([](const std::vector<Tensor>& t) { return layer_norm(t[0], t[1], t[2], 1e-5); }, {x, w, b}, {3, 6},
+              DType::F64, 6.0 * 18);
+}
+
+TEST(Rope, RotateHalf) {
+  const int B = 2, S = 3, H = 2, D = 4;
+  Tensor x = rand_t({B, S, H, D}, 1);
+  Tensor th = rand_t({S, D / 2}, 2, DType::F64, 0, 3);
+  Tensor c = cos(th), s = sin(th);
+  auto xv = x.to_vector<double>(), cv = c.to_vector<double>(), sv = s.to_vector<double>();
+  auto y = rope(x, c, s).to_vector<double>();
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < S; ++t)
+      for (int h = 0; h < H; ++h)
+        for (int j = 0; j < D; ++j) {
+          const int base = ((b * S + t) * H + h) * D;
+          // rotate_half(x) = [-x2, x1]; y = x * cos_full + rotate_half(x) * sin_full
+          double rot = j < D / 2 ? -xv[base + j + D / 2] : xv[base + j - D / 2];
+          double cf = cv[t * (D / 2) + j % (D / 2)], sf = sv[t * (D / 2) + j % (D / 2)];
+          EXPECT_NEAR(y[base + j], xv[base + j] * cf + rot * sf, 1e-14);
+        }
+  gradcheck([&](const std::vector<Tensor>& t) { return rope(t[0], c, s); }, {x});
+  expect_meta([&](const std::vector<Tensor>& t) { return rope(t[0], t[1], t[2]); }, {x, c, s}, x.shape(), DType::F64,
+              3.0 * x.numel());
+  EXPECT_THROW(rope(x, rand_t({S, D}, 3), s), Error);
+}
+
+namespace {
+// naive attention: [B, S, Hq, D] layout
+std::vector<double> naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks,
+                                    bool causal, int64_t window) {
+  const int B = q.size(0), S = q.size(1), Hq = q.size(2), D = q.size(3), Hkv = k.size(2);
+  auto qv = q.to_vector<double>(), kv = k.to_vector<double>(), vv = v.to_vector<double>();
+  std::vector<double> sk = sinks.defined() ? sinks.to_vector<double>() : std::vector<double>();
+  std::vector<double> out(q.numel(), 0);
+  const double scale = 1 / std::sqrt((double)D);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < Hq; ++h) {
+      const int g = h / (Hq / Hkv);
+      for (int i = 0; i < S; ++i) {
+        std::vector<double> sc(S, -INFINITY);
+        double m = sk.empty() ? -INFINITY : sk[h];
+        for (int j = 0; j < S; ++j) {
+          if (causal && j > i) continue;
+          if (window > 0 && j <= i - window) continue;
+          double d = 0;
+          for (int c = 0; c < D; ++c) d += qv[((b * S + i) * Hq + h) * D + c] * kv[((b * S + j) * Hkv + g) * D + c];
+          sc[j] = d * scale;
+          m = std::max(m, sc[j]);
+        }
+        double z = sk.empty() ? 0 : std::exp(sk[h] - m);
+        for (int j = 0; j < S; ++j) z += std::exp(sc[j] - m);
+        for (int j = 0; j < S; ++j) {
+          double p = std::exp(sc[j] - m) / z;
+          for (int c = 0; c < D; ++c) out[((b * S + i) * Hq + h) * D + c] += p * vv[((b * S + j) * Hkv + g) * D + c];
+        }
+      }
+    }
+  return out;
+}
+}  // namespace
+
+TEST(Attention, GqaCausalWindowSinks) {
+  const int B = 2, S = 5, Hq = 4, Hkv = 2, D = 3;
+  Tensor q = rand_t({B, S, Hq, D}, 1), k = rand_t({B, S, Hkv, D}, 2), v = rand_t({B, S, Hkv, D}, 3);
+  Tensor sinks = rand_t({Hq}, 4);
+  struct Case {
+    bool causal;
+    int64_t window;
+    bool sink;
+  };
+  for (Case cs : {Case{true, 0, false}, Case{false, 0, false}, Case{true, 2, false}, Case{true, 0, true},
+                  Case{true, 3, true}}) {
+    SCOPED_TRACE(::testing::Message() << "causal " << cs.causal << " window " << cs.window << " sinks " << cs.sink);
+    AttentionOptions o;
+    o.causal = cs.causal;
+    o.window = cs.window;
+    Tensor sk = cs.sink ? sinks : Tensor();
+    auto y = scaled_dot_product_attention(q, k, v, sk, o).to_vector<double>();
+    expect_near_vec(y, naive_attention(q, k, v, sk, cs.causal, cs.window), 1e-13);
+    if (cs.sink)
+      gradcheck([&](const std::vector<Tensor>& t) { return scaled_dot_product_attention(t[0], t[1], t[2], t[3], o); },
+                {q, k, v, sinks});
+    else
+      gradcheck([&](const std::vector<Tensor>& t) { return scaled_dot_product_attention(t[0], t[1], t[2], Tensor(), o); },
+                {q, k, v});
+  }
+  // meta: shape and FLOPs (QK^T and PV GEMMs plus softmax work)
+  AttentionOptions o;
+  expect_meta([&](const std::vector<Tensor>& t) { return scaled_dot_product_attention(t[0], t[1], t[2], t[3], o); },
+              {q, k, v, sinks}, q.shape(), DType::F64, B * Hq * (4.0 * S * S * D + 5.0 * S * S));
+  EXPECT_THROW(scaled_dot_product_attention(q, rand_t({B, S, 3, D}, 5), rand_t({B, S, 3, D}, 6), Tensor(), o), Error);
+  EXPECT_THROW(scaled_dot_product_attention(q, k, v, rand_t({Hkv}, 7), o), Error);
+}
