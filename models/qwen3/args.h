@@ -1,0 +1,38 @@
+// models/qwen3/args.h — the Qwen3-family architecture, and its mapping to
+// the YAML job config and to Hugging Face's config.json.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "src/config/job_config.h"
+
+namespace titan::qwen3 {
+
+struct Args {
+  int64_t dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, hidden_dim = 0, vocab_size = 0;
+  bool qk_norm = true;
+  std::string norm_type = "rmsnorm";
+  double norm_eps = 1e-6;
+  std::string activation = "silu";
+  double rope_theta = 1e6;
+  bool tie_embeddings = false;
+  std::vector<int64_t> layer_window;  // per layer: 0 = full causal, > 0 = sliding window
+  int64_t max_position_embeddings = 40960;
+
+  static Args from_job(const JobConfig::Model& m);
+  // HF config.json content (model_type qwen3), HF's defaults for absent keys.
+  static Args from_hf_json(const std::string& json);
+  std::string to_hf_json() const;
+  void validate() const;
+
+  // Counts (TorchTitan conventions; see flops_per_token).
+  int64_t num_params() const;
+  int64_t num_embedding_params() const { return vocab_size * dim; }
+  int64_t num_matmul_params() const;  // layers' projections + lm_head
+  // 6 * matmul params (lm_head included) + 12 * sum over layers of
+  // heads * head_dim * min(window, seq): fwd + bwd FLOPs per token.
+  double flops_per_token(int64_t seq_len) const;
+};
+
+}  // namespace titan::qwen3

@@ -1,0 +1,138 @@
+#include "models/qwen3/model.h"
+
+#include <cmath>
+
+#include "src/autograd/checkpoint.h"
+#include "src/autograd/grad_mode.h"
+
+namespace titan::qwen3 {
+
+Attention::Attention(const Args& a, int64_t w)
+    : n_heads(a.n_heads), n_kv_heads(a.n_kv_heads), head_dim(a.head_dim), window(w) {
+  q_proj = &register_module("q_proj", std::make_unique<nn::Linear>(a.dim, a.n_heads * a.head_dim, false));
+  k_proj = &register_module("k_proj", std::make_unique<nn::Linear>(a.dim, a.n_kv_heads * a.head_dim, false));
+  v_proj = &register_module("v_proj", std::make_unique<nn::Linear>(a.dim, a.n_kv_heads * a.head_dim, false));
+  o_proj = &register_module("o_proj", std::make_unique<nn::Linear>(a.n_heads * a.head_dim, a.dim, false));
+  if (a.qk_norm) {
+    q_norm = &register_module("q_norm", std::make_unique<nn::Norm>(a.head_dim, a.norm_type, a.norm_eps));
+    k_norm = &register_module("k_norm", std::make_unique<nn::Norm>(a.head_dim, a.norm_type, a.norm_eps));
+  }
+}
+
+Tensor Attention::forward(const Tensor& x, const Tensor& cos, const Tensor& sin) const {
+  const int64_t B = x.size(0), S = x.size(1);
+  // heads from the projection width, so a tensor-parallel shard runs unchanged
+  const int64_t hq = q_proj->weight.size(0) / head_dim, hkv = k_proj->weight.size(0) / head_dim;
+  Tensor q = q_proj->forward(x).reshape({B, S, hq, head_dim});   // [B, S, Hq, D]
+  Tensor k = k_proj->forward(x).reshape({B, S, hkv, head_dim});  // [B, S, Hkv, D]
+  Tensor v = v_proj->forward(x).reshape({B, S, hkv, head_dim});  // [B, S, Hkv, D]
+  if (q_norm) {
+    q = q_norm->forward(q);
+    k = k_norm->forward(k);
+  }
+  q = rope(q, cos, sin);
+  k = rope(k, cos, sin);
+  AttentionOptions opt;
+  opt.causal = true;
+  opt.window = window;
+  Tensor o = scaled_dot_product_attention(q, k, v, Tensor(), opt);  // [B, S, Hq, D]
+  return o_proj->forward(o.reshape({B, S, hq * head_dim}));
+}
+
+MLP::MLP(const Args& a) : gelu(a.activation == "gelu") {
+  gate_proj = &register_module("gate_proj", std::make_unique<nn::Linear>(a.dim, a.hidden_dim, false));
+  up_proj = &register_module("up_proj", std::make_unique<nn::Linear>(a.dim, a.hidden_dim, false));
+  down_proj = &register_module("down_proj", std::make_unique<nn::Linear>(a.hidden_dim, a.dim, false));
+}
+
+Tensor MLP::forward(const Tensor& x) const {
+  Tensor g = gate_proj->forward(x);
+  g = gelu ? titan::gelu(g) : silu(g);
+  return down_proj->forward(mul(g, up_proj->forward(x)));
+}
+
+DecoderLayer::DecoderLayer(const Args& a, int64_t layer) {
+  self_attn = &register_module("self_attn", std::make_unique<Attention>(a, a.layer_window[layer]));
+  mlp = &register_module("mlp", std::make_unique<MLP>(a));
+  input_layernorm = &register_module("input_layernorm", std::make_unique<nn::Norm>(a.dim, a.norm_type, a.norm_eps));
+  post_attention_layernorm =
+      &register_module("post_attention_layernorm", std::make_unique<nn::Norm>(a.dim, a.norm_type, a.norm_eps));
+}
+
+Tensor DecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin) const {
+  Tensor h = add(x, self_attn->forward(input_layernorm->forward(x), cos, sin));
+  return add(h, mlp->forward(post_attention_layernorm->forward(h)));
+}
+
+DecoderLayer& LayerList::add(std::unique_ptr<DecoderLayer> l) {
+  DecoderLayer& r = register_module(std::to_string(layers.size()), std::move(l));
+  layers.push_back(&r);
+  return r;
+}
+
+Backbone::Backbone(const Args& a) {
+  embed_tokens = &register_module("embed_tokens", std::make_unique<nn::Embedding>(a.vocab_size, a.dim));
+  layers = &register_module("layers", std::make_unique<LayerList>());
+  for (int64_t i = 0; i < a.n_layers; ++i) layers->add(std::make_unique<DecoderLayer>(a, i));
+  norm = &register_module("norm", std::make_unique<nn::Norm>(a.dim, a.norm_type, a.norm_eps));
+}
+
+Qwen3::Qwen3(const Args& a) : args_(a) {
+  a.validate();
+  model = &register_module("model", std::make_unique<Backbone>(a));
+  if (!a.tie_embeddings) lm_head = &register_module("lm_head", std::make_unique<nn::Linear>(a.dim, a.vocab_size, false));
+}
+
+std::pair<Tensor, Tensor> rope_tables(int64_t S, int64_t D, double theta, Device d) {
+  const int64_t h = D / 2;
+  Tensor c = empty({S, h}, DType::F32, d), s = empty({S, h}, DType::F32, d);
+  if (d == Device::Meta) return {c, s};
+  float* pc = c.data<float>();
+  float* ps = s.data<float>();
+  for (int64_t i = 0; i < h; ++i) {
+    // as HF: inv_freq computed in float32 from an int64 arange
+    const float inv = 1.0f / std::pow((float)theta, (float)(2 * i) / (float)D);
+    for (int64_t p = 0; p < S; ++p) {
+      const float ang = (float)p * inv;
+      pc[p * h + i] = std::cos(ang);
+      ps[p * h + i] = std::sin(ang);
+    }
+  }
+  return {c, s};
+}
+
+Tensor Qwen3::forward(const Tensor& tokens) {
+  TITAN_CHECK(tokens.dim() == 2, "Qwen3::forward: tokens must be [B, S], got ", shape_str(tokens.shape()));
+  const int64_t S = tokens.size(1);
+  const Tensor& emb_w = model->embed_tokens->weight;
+  if (!cos_.defined() || cos_.size(0) != S || cos_.device() != emb_w.device())
+    std::tie(cos_, sin_) = rope_tables(S, args_.head_dim, args_.rope_theta, emb_w.device());
+  Tensor h = model->embed_tokens->forward(tokens);  // [B, S, dim]
+  for (DecoderLayer* layer : model->layers->layers) {
+    if (activation_checkpoint) {
+      Tensor c = cos_, s = sin_;
+      h = autograd::checkpoint([layer, c, s](const std::vector<Tensor>& in) {
+            return std::vector<Tensor>{layer->forward(in[0], c, s)};
+          }, {h})[0];
+    } else {
+      h = layer->forward(h, cos_, sin_);
+    }
+  }
+  h = model->norm->forward(h);
+  return linear(h, lm_head ? lm_head->weight : emb_w);  // [B, S, vocab]
+}
+
+void Qwen3::init_weights(uint64_t seed) {
+  Generator g(seed);
+  NoGradGuard ng;
+  for (auto& [name, p] : named_parameters()) {
+    const bool is_norm = name.find("norm") != std::string::npos;
+    const bool is_bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
+    if (p->is_meta()) continue;
+    if (is_bias) fill_(*p, 0.0);
+    else if (is_norm) fill_(*p, 1.0);
+    else copy_(*p, randn(p->shape(), g, p->dtype(), 0.02));
+  }
+}
+
+}  // namespace titan::qwen3

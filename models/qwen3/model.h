@@ -1,0 +1,77 @@
+// models/qwen3/model.h — Qwen3ForCausalLM, numerically as Hugging Face's.
+//
+// Parameter names are HF's state-dict keys (model.layers.0.self_attn.q_proj.weight, ...).
+// The model includes nothing from parallel/: plans are applied from outside
+// through named_parameters() and the layer list.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "models/qwen3/args.h"
+#include "src/nn/layers.h"
+
+namespace titan::qwen3 {
+
+class Attention : public nn::Module {
+ public:
+  Attention(const Args& a, int64_t window);
+  // x [B, S, dim], cos/sin [S, head_dim/2] -> [B, S, dim]
+  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin) const;
+  nn::Linear *q_proj, *k_proj, *v_proj, *o_proj;
+  nn::Norm *q_norm = nullptr, *k_norm = nullptr;  // over head_dim, before RoPE
+  int64_t n_heads, n_kv_heads, head_dim, window;
+};
+
+class MLP : public nn::Module {  // down(act(gate(x)) * up(x))
+ public:
+  MLP(const Args& a);
+  Tensor forward(const Tensor& x) const;
+  nn::Linear *gate_proj, *up_proj, *down_proj;
+  bool gelu;
+};
+
+class DecoderLayer : public nn::Module {
+ public:
+  DecoderLayer(const Args& a, int64_t layer);
+  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin) const;
+  nn::Norm *input_layernorm, *post_attention_layernorm;
+  Attention* self_attn;
+  MLP* mlp;
+};
+
+class LayerList : public nn::Module {
+ public:
+  std::vector<DecoderLayer*> layers;
+  DecoderLayer& add(std::unique_ptr<DecoderLayer> l);
+};
+
+class Backbone : public nn::Module {  // HF's Qwen3Model ("model.")
+ public:
+  explicit Backbone(const Args& a);
+  nn::Embedding* embed_tokens;
+  LayerList* layers;
+  nn::Norm* norm;
+};
+
+class Qwen3 : public nn::Module {
+ public:
+  explicit Qwen3(const Args& a);
+  // tokens int [B, S] -> logits [B, S, vocab]
+  Tensor forward(const Tensor& tokens);
+  // HF init: normal(0, 0.02) for linears and embeddings, norms 1, biases 0; in
+  // named_parameters() order from one seeded generator.
+  void init_weights(uint64_t seed);
+  const Args& args() const { return args_; }
+  bool activation_checkpoint = false;
+  Backbone* model;
+  nn::Linear* lm_head = nullptr;  // absent when tied
+
+ private:
+  Args args_;
+  Tensor cos_, sin_;  // RoPE tables [S, head_dim/2] for the last seq_len seen
+};
+
+// RoPE tables for positions 0..S-1 (HF's inv_freq = theta^(-2i/d)).
+std::pair<Tensor, Tensor> rope_tables(int64_t seq_len, int64_t head_dim, double theta, Device d);
+
+}  // namespace titan::qwen3

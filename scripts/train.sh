@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The default training job: sets up, builds, prepares the corpus, trains the
+# debug Qwen3. Extra arguments go to titan-train (e.g. --training.steps 50).
+#   ./scripts/train.sh [--config configs/qwen3_debug.yaml] [--section.key value ...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+if [ -z "${SKIP_SETUP:-}" ]; then ./scripts/setup.sh; fi
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j "$(nproc)" --target titan-train titan-tokenize titan-eval
+./scripts/prepare_data.sh build
+args=("$@")
+if [[ " ${args[*]-} " != *" --config "* ]]; then args=(--config configs/qwen3_debug.yaml "${args[@]}"); fi
+exec ./build/titan-train "${args[@]}"

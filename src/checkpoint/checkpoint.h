@@ -1,0 +1,42 @@
+// src/checkpoint/checkpoint.h — training-state checkpoints and HF-named exports (HDF5).
+//
+// Training state (`step-N.h5`): /model/<name>, /optim/exp_avg/<name>,
+// /optim/exp_avg_sq/<name>, root attributes step, optim_step, data_position,
+// data_epoch, rng, config. Written to a temp file then renamed (atomic); the
+// last keep_latest_k are kept.
+// Export: one dataset per tensor at the root named exactly as the Hugging
+// Face state-dict key, HF shapes, float32 or bfloat16, and a root string
+// attribute `config` with the HF config.json content.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "src/optim/adamw.h"
+#include "src/tensor/tensor.h"
+
+namespace titan {
+
+using NamedParams = std::vector<std::pair<std::string, Tensor*>>;
+
+struct TrainState {
+  int64_t step = 0;
+  int64_t data_position = 0, data_epoch = 0;
+  std::string rng;
+  std::string config;
+};
+
+void save_checkpoint(const std::string& path, const NamedParams& params, AdamW* opt, const TrainState& st);
+// Loads into existing tensors; every name and shape must match (errors name the tensor).
+TrainState load_checkpoint(const std::string& path, const NamedParams& params, AdamW* opt);
+// step-N.h5 files in `folder`, sorted by N; and pruning to the latest k.
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& folder);
+void prune_checkpoints(const std::string& folder, int64_t keep_latest_k);
+
+void export_hf(const std::string& path, const NamedParams& params, const std::string& hf_config_json,
+               DType stored = DType::F32);
+// Loads HF-named weights into `params` (strict: missing, unexpected or
+// mis-shaped tensors are errors naming the tensor).
+void load_hf(const std::string& path, const NamedParams& params);
+std::string read_hf_config(const std::string& path);
+
+}  // namespace titan

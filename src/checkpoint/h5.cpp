@@ -1,0 +1,253 @@
+#include "src/checkpoint/h5.h"
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "src/ops/ops.h"
+
+namespace titan::h5 {
+
+namespace {
+struct Silence {  // HDF5 prints its error stack by default; we throw our own messages
+  Silence() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+};
+void silence() { static Silence s; }
+
+struct Handle {  // closes any HDF5 id
+  hid_t id;
+  herr_t (*close)(hid_t);
+  ~Handle() {
+    if (id >= 0) close(id);
+  }
+};
+
+hid_t bf16_type() {
+  hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+  H5Tset_fields(t, 15, 7, 8, 0, 7);
+  H5Tset_offset(t, 0);
+  H5Tset_precision(t, 16);
+  H5Tset_size(t, 2);
+  H5Tset_ebias(t, 127);
+  return t;
+}
+
+uint16_t to_bf16(float f) {  // round to nearest even
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40);  // NaN stays NaN
+  u += 0x7fff + ((u >> 16) & 1);
+  return (uint16_t)(u >> 16);
+}
+}  // namespace
+
+File::File(const std::string& path, Mode mode) : path_(path) {
+  silence();
+  if (mode == Create) {
+    id_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    TITAN_CHECK(id_ >= 0, "hdf5: cannot create '", path, "' (directory missing or not writable?)");
+  } else {
+    TITAN_CHECK(std::filesystem::exists(path), "hdf5: '", path, "' does not exist");
+    TITAN_CHECK(H5Fis_hdf5(path.c_str()) > 0, "hdf5: '", path, "' is not an HDF5 file (truncated or wrong format?)");
+    id_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    TITAN_CHECK(id_ >= 0, "hdf5: cannot open '", path, "' (truncated or corrupt?)");
+  }
+}
+
+File::~File() {
+  if (id_ >= 0) H5Fclose(id_);
+}
+
+bool File::has(const std::string& name) const {
+  // check each path component (H5Lexists needs the parents to exist)
+  size_t pos = 0;
+  while (true) {
+    pos = name.find('/', pos + 1);
+    std::string part = name.substr(0, pos);
+    if (!part.empty() && part != "/" && H5Lexists(id_, part.c_str(), H5P_DEFAULT) <= 0) return false;
+    if (pos == std::string::npos) return true;
+  }
+}
+
+std::vector<std::string> File::datasets(const std::string& group) const {
+  std::vector<std::string> out;
+  struct Ctx {
+    std::vector<std::string>* out;
+    std::string prefix;
+  } ctx{&out, group == "/" ? "" : group + "/"};
+  auto cb = [](hid_t, const char* name, const H5O_info_t* info, void* data) -> herr_t {
+    auto* c = static_cast<Ctx*>(data);
+    if (info->type == H5O_TYPE_DATASET) c->out->push_back(c->prefix + name);
+    return 0;
+  };
+  Handle g{H5Oopen(id_, group.c_str(), H5P_DEFAULT), H5Oclose};
+  TITAN_CHECK(g.id >= 0, "hdf5: '", path_, "' has no group '", group, "'");
+  H5Ovisit2(g.id, H5_INDEX_NAME, H5_ITER_NATIVE, cb, &ctx, H5O_INFO_BASIC);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Shape File::shape(const std::string& name) const {
+  TITAN_CHECK(has(name), "hdf5: '", path_, "' has no dataset '", name, "'");
+  Handle d{H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose};
+  TITAN_CHECK(d.id >= 0, "hdf5: cannot open dataset '", name, "' in '", path_, "'");
+  Handle sp{H5Dget_space(d.id), H5Sclose};
+  int nd = H5Sget_simple_extent_ndims(sp.id);
+  std::vector<hsize_t> dims(std::max(nd, 0));
+  H5Sget_simple_extent_dims(sp.id, dims.data(), nullptr);
+  return Shape(dims.begin(), dims.end());
+}
+
+void File::ensure_groups(const std::string& name) {
+  size_t pos = 0;
+  while ((pos = name.find('/', pos + 1)) != std::string::npos) {
+    std::string g = name.substr(0, pos);
+    if (g.empty() || g == "/") continue;
+    if (H5Lexists(id_, g.c_str(), H5P_DEFAULT) <= 0) {
+      Handle h{H5Gcreate2(id_, g.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose};
+      TITAN_CHECK(h.id >= 0, "hdf5: cannot create group '", g, "' in '", path_, "'");
+    }
+  }
+}
+
+void File::write(const std::string& name, const Tensor& t, DType stored) {
+  TITAN_CHECK(!t.is_meta(), "hdf5: cannot write meta tensor '", name, "'");
+  ensure_groups(name);
+  std::vector<hsize_t> dims(t.shape().begin(), t.shape().end());
+  Handle sp{H5Screate_simple((int)dims.size(), dims.data(), nullptr), H5Sclose};
+  Tensor c = t.contiguous();
+  hid_t ftype, mtype;
+  std::vector<uint16_t> bf;
+  const void* buf = nullptr;
+  Handle own{-1, H5Tclose};
+  if (t.dtype() == DType::I64) {
+    ftype = H5T_STD_I64LE;
+    mtype = H5T_NATIVE_INT64;
+    buf = c.data<int64_t>();
+  } else {
+    Tensor f = c.dtype() == DType::F32 ? c : cast(c, DType::F32);
+    if (stored == DType::BF16) {
+      const float* p = f.data<float>();
+      bf.resize(f.numel());
+      for (int64_t i = 0; i < f.numel(); ++i) bf[i] = to_bf16(p[i]);
+      own.id = bf16_type();
+      ftype = mtype = own.id;
+      buf = bf.data();
+    } else {
+      ftype = H5T_IEEE_F32LE;
+      mtype = H5T_NATIVE_FLOAT;
+      c = f;
+      buf = f.data<float>();
+    }
+  }
+  Handle d{H5Dcreate2(id_, name.c_str(), ftype, sp.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose};
+  TITAN_CHECK(d.id >= 0, "hdf5: cannot create dataset '", name, "' in '", path_, "'");
+  TITAN_CHECK(H5Dwrite(d.id, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0, "hdf5: writing '", name, "' to '",
+              path_, "' failed (disk full?)");
+}
+
+void File::write_u32(const std::string& name, const std::vector<uint32_t>& v) {
+  ensure_groups(name);
+  hsize_t n = v.size();
+  Handle sp{H5Screate_simple(1, &n, nullptr), H5Sclose};
+  Handle d{H5Dcreate2(id_, name.c_str(), H5T_STD_U32LE, sp.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose};
+  TITAN_CHECK(d.id >= 0, "hdf5: cannot create dataset '", name, "' in '", path_, "'");
+  TITAN_CHECK(H5Dwrite(d.id, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) >= 0, "hdf5: writing '",
+              name, "' to '", path_, "' failed");
+}
+
+void File::read_into(const std::string& name, const Tensor& dst) const {
+  Shape s = shape(name);
+  TITAN_CHECK(s == dst.shape(), "hdf5: dataset '", name, "' in '", path_, "' has shape ", shape_str(s),
+              ", expected ", shape_str(dst.shape()));
+  TITAN_CHECK(dst.is_contiguous() && !dst.is_meta(), "hdf5: read target for '", name, "' must be a contiguous cpu tensor");
+  Handle d{H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose};
+  herr_t rc;
+  if (dst.dtype() == DType::I64) rc = H5Dread(d.id, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst.data<int64_t>());
+  else rc = H5Dread(d.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst.data<float>());
+  TITAN_CHECK(rc >= 0, "hdf5: reading dataset '", name, "' from '", path_, "' failed (file truncated?)");
+}
+
+Tensor File::read_f32(const std::string& name) const {
+  Tensor t = empty(shape(name), DType::F32, Device::CPU);
+  read_into(name, t);
+  return t;
+}
+
+void File::read_u32(const std::string& name, int64_t offset, int64_t count, uint32_t* out) const {
+  Shape s = shape(name);
+  TITAN_CHECK(s.size() == 1, "hdf5: '", name, "' in '", path_, "' must be 1-D, has shape ", shape_str(s));
+  TITAN_CHECK(offset >= 0 && offset + count <= s[0], "hdf5: reading ", count, " tokens at ", offset, " from '", name,
+              "' in '", path_, "' (", s[0], " tokens)");
+  Handle d{H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose};
+  Handle fs{H5Dget_space(d.id), H5Sclose};
+  hsize_t off = offset, cnt = count;
+  H5Sselect_hyperslab(fs.id, H5S_SELECT_SET, &off, nullptr, &cnt, nullptr);
+  Handle ms{H5Screate_simple(1, &cnt, nullptr), H5Sclose};
+  TITAN_CHECK(H5Dread(d.id, H5T_NATIVE_UINT32, ms.id, fs.id, H5P_DEFAULT, out) >= 0, "hdf5: reading '", name,
+              "' from '", path_, "' failed (file truncated?)");
+}
+
+namespace {
+void write_attr(hid_t file, const std::string& path, const std::string& name, hid_t type, const void* buf) {
+  if (H5Aexists(file, name.c_str()) > 0) H5Adelete(file, name.c_str());
+  Handle sp{H5Screate(H5S_SCALAR), H5Sclose};
+  Handle a{H5Acreate2(file, name.c_str(), type, sp.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
+  TITAN_CHECK(a.id >= 0 && H5Awrite(a.id, type, buf) >= 0, "hdf5: cannot write attribute '", name, "' to '", path,
+              "'");
+}
+}  // namespace
+
+void File::set_attr(const std::string& name, const std::string& value) {
+  Handle t{H5Tcopy(H5T_C_S1), H5Tclose};
+  H5Tset_size(t.id, H5T_VARIABLE);
+  H5Tset_cset(t.id, H5T_CSET_UTF8);
+  const char* p = value.c_str();
+  write_attr(id_, path_, name, t.id, &p);
+}
+void File::set_attr(const std::string& name, int64_t value) { write_attr(id_, path_, name, H5T_NATIVE_INT64, &value); }
+void File::set_attr(const std::string& name, double value) { write_attr(id_, path_, name, H5T_NATIVE_DOUBLE, &value); }
+bool File::has_attr(const std::string& name) const { return H5Aexists(id_, name.c_str()) > 0; }
+
+std::string File::attr_string(const std::string& name) const {
+  TITAN_CHECK(has_attr(name), "hdf5: '", path_, "' has no attribute '", name, "'");
+  Handle a{H5Aopen(id_, name.c_str(), H5P_DEFAULT), H5Aclose};
+  Handle ft{H5Aget_type(a.id), H5Tclose};
+  TITAN_CHECK(H5Tget_class(ft.id) == H5T_STRING, "hdf5: attribute '", name, "' in '", path_, "' is not a string");
+  if (H5Tis_variable_str(ft.id) > 0) {
+    Handle mt{H5Tcopy(H5T_C_S1), H5Tclose};
+    H5Tset_size(mt.id, H5T_VARIABLE);
+    H5Tset_cset(mt.id, H5Tget_cset(ft.id));
+    char* p = nullptr;
+    TITAN_CHECK(H5Aread(a.id, mt.id, &p) >= 0, "hdf5: cannot read attribute '", name, "' of '", path_, "'");
+    std::string s = p ? p : "";
+    Handle sp{H5Aget_space(a.id), H5Sclose};
+    H5Dvlen_reclaim(mt.id, sp.id, H5P_DEFAULT, &p);
+    return s;
+  }
+  size_t n = H5Tget_size(ft.id);
+  std::string s(n, '\0');
+  TITAN_CHECK(H5Aread(a.id, ft.id, s.data()) >= 0, "hdf5: cannot read attribute '", name, "' of '", path_, "'");
+  s.resize(strnlen(s.c_str(), n));
+  return s;
+}
+
+int64_t File::attr_int(const std::string& name) const {
+  TITAN_CHECK(has_attr(name), "hdf5: '", path_, "' has no attribute '", name, "'");
+  Handle a{H5Aopen(id_, name.c_str(), H5P_DEFAULT), H5Aclose};
+  int64_t v = 0;
+  TITAN_CHECK(H5Aread(a.id, H5T_NATIVE_INT64, &v) >= 0, "hdf5: cannot read attribute '", name, "' of '", path_, "'");
+  return v;
+}
+
+double File::attr_double(const std::string& name) const {
+  TITAN_CHECK(has_attr(name), "hdf5: '", path_, "' has no attribute '", name, "'");
+  Handle a{H5Aopen(id_, name.c_str(), H5P_DEFAULT), H5Aclose};
+  double v = 0;
+  TITAN_CHECK(H5Aread(a.id, H5T_NATIVE_DOUBLE, &v) >= 0, "hdf5: cannot read attribute '", name, "' of '", path_, "'");
+  return v;
+}
+
+}  // namespace titan::h5

@@ -1,0 +1,55 @@
+// src/checkpoint/h5.h — a small RAII layer over the HDF5 C API.
+//
+// Every failure names the file and the dataset/attribute and what was
+// expected; HDF5's own error stack printing is silenced (we throw instead).
+// Float tensors are stored as float32 or as a true 16-bit bfloat16 HDF5
+// float type (sign 15, exponent 7..14, mantissa 0..6, bias 127), which HDF5
+// converts to float32 on read.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "src/tensor/tensor.h"
+
+namespace titan::h5 {
+
+class File {
+ public:
+  enum Mode { Read, Create /* truncates */ };
+  File(const std::string& path, Mode mode);
+  ~File();
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  const std::string& path() const { return path_; }
+  int64_t id() const { return id_; }
+
+  bool has(const std::string& name) const;  // dataset or group, "a/b/c"
+  std::vector<std::string> datasets(const std::string& group = "/") const;  // full names, sorted
+  Shape shape(const std::string& name) const;
+
+  // Writes a tensor (float32 tensors as float32 or bfloat16; int64; uint32 from int64/int32 data).
+  void write(const std::string& name, const Tensor& t, DType stored = DType::F32);
+  void write_u32(const std::string& name, const std::vector<uint32_t>& v);
+  // Reads a whole dataset as float32 (any stored float type) into `dst`'s
+  // shape; the stored shape must equal `dst`'s.
+  void read_into(const std::string& name, const Tensor& dst) const;
+  Tensor read_f32(const std::string& name) const;
+  // Reads count uint32 values from offset of a 1-D dataset.
+  void read_u32(const std::string& name, int64_t offset, int64_t count, uint32_t* out) const;
+
+  void set_attr(const std::string& name, const std::string& value);  // root attributes
+  void set_attr(const std::string& name, int64_t value);
+  void set_attr(const std::string& name, double value);
+  bool has_attr(const std::string& name) const;
+  std::string attr_string(const std::string& name) const;
+  int64_t attr_int(const std::string& name) const;
+  double attr_double(const std::string& name) const;
+
+ private:
+  void ensure_groups(const std::string& name);
+  std::string path_;
+  int64_t id_ = -1;
+};
+
+}  // namespace titan::h5

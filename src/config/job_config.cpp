@@ -1,0 +1,346 @@
+#include "src/config/job_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <variant>
+
+#include "src/tensor/error.h"
+
+namespace titan {
+
+namespace {
+using Ptr = std::variant<bool*, int64_t*, double*, std::string*>;
+
+struct Field {
+  std::string key;  // section.name
+  Ptr ptr;
+  std::vector<std::string> allowed;  // for enumerated strings
+};
+
+std::vector<Field> fields(JobConfig& c) {
+  return {
+      {"job.dump_folder", &c.job.dump_folder, {}},
+      {"job.description", &c.job.description, {}},
+      {"job.print_args", &c.job.print_args, {}},
+      {"model.name", &c.model.name, {"qwen3"}},
+      {"model.flavor", &c.model.flavor, {}},
+      {"model.dim", &c.model.dim, {}},
+      {"model.n_layers", &c.model.n_layers, {}},
+      {"model.n_heads", &c.model.n_heads, {}},
+      {"model.n_kv_heads", &c.model.n_kv_heads, {}},
+      {"model.head_dim", &c.model.head_dim, {}},
+      {"model.hidden_dim", &c.model.hidden_dim, {}},
+      {"model.vocab_size", &c.model.vocab_size, {}},
+      {"model.qk_norm", &c.model.qk_norm, {}},
+      {"model.norm_type", &c.model.norm_type, {"rmsnorm", "layernorm"}},
+      {"model.norm_eps", &c.model.norm_eps, {}},
+      {"model.activation", &c.model.activation, {"silu", "gelu"}},
+      {"model.rope_theta", &c.model.rope_theta, {}},
+      {"model.enable_weight_tying", &c.model.enable_weight_tying, {}},
+      {"model.sliding_window", &c.model.sliding_window, {}},
+      {"model.tokenizer_path", &c.model.tokenizer_path, {}},
+      {"optimizer.name", &c.optimizer.name, {"AdamW"}},
+      {"optimizer.lr", &c.optimizer.lr, {}},
+      {"optimizer.beta1", &c.optimizer.beta1, {}},
+      {"optimizer.beta2", &c.optimizer.beta2, {}},
+      {"optimizer.eps", &c.optimizer.eps, {}},
+      {"optimizer.weight_decay", &c.optimizer.weight_decay, {}},
+      {"lr_scheduler.schedule", &c.lr_scheduler.schedule, {"constant", "linear", "cosine", "wsd"}},
+      {"lr_scheduler.warmup_steps", &c.lr_scheduler.warmup_steps, {}},
+      {"lr_scheduler.decay_ratio", &c.lr_scheduler.decay_ratio, {}},
+      {"lr_scheduler.decay_type", &c.lr_scheduler.decay_type, {"linear", "cosine"}},
+      {"lr_scheduler.min_lr_factor", &c.lr_scheduler.min_lr_factor, {}},
+      {"training.dataset_path", &c.training.dataset_path, {}},
+      {"training.steps", &c.training.steps, {}},
+      {"training.seq_len", &c.training.seq_len, {}},
+      {"training.local_batch_size", &c.training.local_batch_size, {}},
+      {"training.global_batch_size", &c.training.global_batch_size, {}},
+      {"training.max_norm", &c.training.max_norm, {}},
+      {"training.on_nonfinite", &c.training.on_nonfinite, {"abort", "skip"}},
+      {"validation.enabled", &c.validation.enabled, {}},
+      {"validation.dataset_path", &c.validation.dataset_path, {}},
+      {"validation.freq", &c.validation.freq, {}},
+      {"validation.steps", &c.validation.steps, {}},
+      {"parallelism.data_parallel_replicate_degree", &c.parallelism.data_parallel_replicate_degree, {}},
+      {"parallelism.data_parallel_shard_degree", &c.parallelism.data_parallel_shard_degree, {}},
+      {"parallelism.tensor_parallel_degree", &c.parallelism.tensor_parallel_degree, {}},
+      {"activation_checkpoint.mode", &c.activation_checkpoint.mode, {"none", "full"}},
+      {"checkpoint.enable", &c.checkpoint.enable, {}},
+      {"checkpoint.folder", &c.checkpoint.folder, {}},
+      {"checkpoint.interval", &c.checkpoint.interval, {}},
+      {"checkpoint.keep_latest_k", &c.checkpoint.keep_latest_k, {}},
+      {"checkpoint.initial_load_path", &c.checkpoint.initial_load_path, {}},
+      {"checkpoint.export_at_end", &c.checkpoint.export_at_end, {}},
+      {"checkpoint.export_dtype", &c.checkpoint.export_dtype, {"float32", "bfloat16"}},
+      {"metrics.log_freq", &c.metrics.log_freq, {}},
+      {"metrics.save_jsonl", &c.metrics.save_jsonl, {}},
+      {"metrics.peak_tflops", &c.metrics.peak_tflops, {}},
+      {"profiling.enable_profiling", &c.profiling.enable_profiling, {}},
+      {"profiling.profile_step", &c.profiling.profile_step, {}},
+      {"debug.seed", &c.debug.seed, {}},
+  };
+}
+
+const char* type_name(const Ptr& p) {
+  switch (p.index()) {
+    case 0: return "a bool (true/false)";
+    case 1: return "an integer";
+    case 2: return "a number";
+    default: return "a string";
+  }
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
+  return s;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> d(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) d[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t prev = d[0];
+    d[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t cur = d[j];
+      d[j] = std::min({d[j] + 1, d[j - 1] + 1, prev + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      prev = cur;
+    }
+  }
+  return d[b.size()];
+}
+
+std::string suggestion(const std::string& bad, const std::vector<std::string>& options) {
+  std::string best;
+  size_t bd = 3;
+  for (const auto& o : options) {
+    size_t d = edit_distance(bad, o);
+    if (d < bd) {
+      bd = d;
+      best = o;
+    }
+  }
+  return best.empty() ? "" : " (did you mean '" + best + "'?)";
+}
+
+// Parses a scalar into the field; `where` is "file:line" or "--flag".
+void assign(const Field& f, const std::string& text, const std::string& where) {
+  auto bad = [&](const std::string& why) {
+    fail("config error at ", where, ": ", f.key, " = '", text, "' ", why);
+  };
+  std::visit(
+      [&](auto* p) {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          if (text == "true" || text == "True" || text == "1") *p = true;
+          else if (text == "false" || text == "False" || text == "0") *p = false;
+          else bad("is not a bool; expected true or false");
+        } else if constexpr (std::is_same_v<T, int64_t>) {
+          size_t pos = 0;
+          long long v = 0;
+          try {
+            v = std::stoll(text, &pos);
+          } catch (...) {
+            pos = 0;
+          }
+          if (pos == 0 || pos != text.size()) bad("is not an integer");
+          *p = v;
+        } else if constexpr (std::is_same_v<T, double>) {
+          size_t pos = 0;
+          double v = 0;
+          try {
+            v = std::stod(text, &pos);
+          } catch (...) {
+            pos = 0;
+          }
+          if (pos == 0 || pos != text.size()) bad("is not a number");
+          *p = v;
+        } else {
+          if (!f.allowed.empty() && std::find(f.allowed.begin(), f.allowed.end(), text) == f.allowed.end())
+            bad("is not allowed; allowed values: " + join(f.allowed) + suggestion(text, f.allowed));
+          *p = text;
+        }
+      },
+      f.ptr);
+}
+
+std::vector<std::string> sections_of(const std::vector<Field>& fs) {
+  std::vector<std::string> s;
+  for (const auto& f : fs) {
+    std::string sec = f.key.substr(0, f.key.find('.'));
+    if (std::find(s.begin(), s.end(), sec) == s.end()) s.push_back(sec);
+  }
+  return s;
+}
+
+std::vector<std::string> keys_in(const std::vector<Field>& fs, const std::string& sec) {
+  std::vector<std::string> k;
+  for (const auto& f : fs)
+    if (f.key.rfind(sec + ".", 0) == 0) k.push_back(f.key.substr(sec.size() + 1));
+  return k;
+}
+
+const Field* find(const std::vector<Field>& fs, const std::string& key) {
+  for (const auto& f : fs)
+    if (f.key == key) return &f;
+  return nullptr;
+}
+
+void apply_yaml(JobConfig& c, const std::string& path) {
+  std::ifstream in(path);
+  TITAN_CHECK(in.good(), "config error: cannot open config file '", path, "'");
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    fail("config error: ", path, ":", e.mark.line + 1, ": malformed YAML: ", e.msg);
+  }
+  if (root.IsNull()) return;
+  TITAN_CHECK(root.IsMap(), "config error: ", path, ": the top level must be a mapping of sections");
+  auto fs = fields(c);
+  auto secs = sections_of(fs);
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string sec = it->first.as<std::string>();
+    const int line = it->first.Mark().line + 1;
+    if (std::find(secs.begin(), secs.end(), sec) == secs.end())
+      fail("config error: ", path, ":", line, ": unknown section '", sec, "'", suggestion(sec, secs),
+           "; sections: ", join(secs));
+    if (it->second.IsNull()) continue;
+    TITAN_CHECK(it->second.IsMap(), "config error: ", path, ":", line, ": section '", sec, "' must be a mapping");
+    auto keys = keys_in(fs, sec);
+    for (auto kv = it->second.begin(); kv != it->second.end(); ++kv) {
+      const std::string k = kv->first.as<std::string>();
+      const int kl = kv->first.Mark().line + 1;
+      const Field* f = find(fs, sec + "." + k);
+      if (!f)
+        fail("config error: ", path, ":", kl, ": unknown key '", sec, ".", k, "'", suggestion(k, keys),
+             "; keys in [", sec, "]: ", join(keys));
+      TITAN_CHECK(kv->second.IsScalar(), "config error: ", path, ":", kl, ": ", f->key, " must be ",
+                  type_name(f->ptr));
+      assign(*f, kv->second.Scalar(), path + ":" + std::to_string(kl));
+    }
+  }
+}
+
+void apply_override(JobConfig& c, const std::string& key, const std::string& value) {
+  auto fs = fields(c);
+  const Field* f = find(fs, key);
+  if (!f) {
+    std::vector<std::string> all;
+    for (const auto& x : fs) all.push_back(x.key);
+    fail("config error: unknown flag --", key, suggestion(key, all));
+  }
+  assign(*f, value, "--" + key);
+}
+
+void validate(const JobConfig& c) {
+  auto pos = [](int64_t v, const char* k) { TITAN_CHECK(v > 0, "config error: ", k, " must be > 0, got ", v); };
+  pos(c.model.dim, "model.dim");
+  pos(c.model.n_layers, "model.n_layers");
+  pos(c.model.n_heads, "model.n_heads");
+  pos(c.model.n_kv_heads, "model.n_kv_heads");
+  pos(c.model.head_dim, "model.head_dim");
+  pos(c.model.hidden_dim, "model.hidden_dim");
+  pos(c.model.vocab_size, "model.vocab_size");
+  pos(c.training.steps, "training.steps");
+  pos(c.training.seq_len, "training.seq_len");
+  pos(c.training.local_batch_size, "training.local_batch_size");
+  pos(c.metrics.log_freq, "metrics.log_freq");
+  TITAN_CHECK(c.model.n_heads % c.model.n_kv_heads == 0, "config error: model.n_heads (", c.model.n_heads,
+              ") must be a multiple of model.n_kv_heads (", c.model.n_kv_heads, ")");
+  TITAN_CHECK(c.model.head_dim % 2 == 0, "config error: model.head_dim must be even for RoPE, got ",
+              c.model.head_dim);
+  TITAN_CHECK(c.model.sliding_window >= 0, "config error: model.sliding_window must be >= 0 (0 = off)");
+  TITAN_CHECK(c.model.norm_eps > 0, "config error: model.norm_eps must be > 0");
+  TITAN_CHECK(c.optimizer.lr >= 0 && c.optimizer.beta1 >= 0 && c.optimizer.beta1 < 1 && c.optimizer.beta2 >= 0 &&
+                  c.optimizer.beta2 < 1 && c.optimizer.eps > 0 && c.optimizer.weight_decay >= 0,
+              "config error: optimizer needs lr >= 0, 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0");
+  TITAN_CHECK(c.lr_scheduler.warmup_steps >= 0, "config error: lr_scheduler.warmup_steps must be >= 0");
+  TITAN_CHECK(c.lr_scheduler.decay_ratio >= 0 && c.lr_scheduler.decay_ratio <= 1,
+              "config error: lr_scheduler.decay_ratio must be in [0, 1], got ", c.lr_scheduler.decay_ratio);
+  TITAN_CHECK(c.checkpoint.interval > 0 && c.checkpoint.keep_latest_k >= 0,
+              "config error: checkpoint.interval must be > 0 and checkpoint.keep_latest_k >= 0");
+  TITAN_CHECK(c.validation.freq > 0, "config error: validation.freq must be > 0");
+  TITAN_CHECK(c.metrics.peak_tflops > 0, "config error: metrics.peak_tflops must be > 0");
+}
+}  // namespace
+
+JobConfig load_job_config_file(const std::string& path, const std::vector<std::string>& overrides) {
+  JobConfig c;
+  if (!path.empty()) apply_yaml(c, path);
+  TITAN_CHECK(overrides.size() % 2 == 0, "config error: overrides must come as key value pairs");
+  for (size_t i = 0; i < overrides.size(); i += 2) apply_override(c, overrides[i], overrides[i + 1]);
+  validate(c);
+  return c;
+}
+
+JobConfig load_job_config(int argc, const char* const* argv) {
+  CLI::App app{"titan-train: LLM training in C++ (TorchTitan's config sections)"};
+  std::string config_path;
+  app.add_option("--config,--job.config_file", config_path, "YAML job config")->check(CLI::ExistingFile);
+  JobConfig defaults;
+  std::vector<std::pair<std::string, std::string>> given;
+  std::map<std::string, std::string> values;
+  for (const auto& f : fields(defaults)) {
+    std::string& slot = values[f.key];
+    std::string help = std::string("override ") + f.key + " (" + type_name(f.ptr) + ")";
+    if (!f.allowed.empty()) help += ": " + join(f.allowed, " | ");
+    app.add_option("--" + f.key, slot, help);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    std::printf("%s", app.help().c_str());
+    std::exit(0);
+  } catch (const CLI::ParseError& e) {
+    fail("command line error: ", e.what(), " (run with --help for every flag)");
+  }
+  std::vector<std::string> ov;
+  for (const auto& f : fields(defaults)) {
+    auto* opt = app.get_option("--" + f.key);
+    if (opt->count() > 0) {
+      ov.push_back(f.key);
+      ov.push_back(values[f.key]);
+    }
+  }
+  return load_job_config_file(config_path, ov);
+}
+
+std::string dump_job_config(const JobConfig& cc) {
+  JobConfig c = cc;
+  std::ostringstream os;
+  std::string cur;
+  for (const auto& f : fields(c)) {
+    std::string sec = f.key.substr(0, f.key.find('.'));
+    if (sec != cur) {
+      os << sec << ":\n";
+      cur = sec;
+    }
+    os << "  " << f.key.substr(sec.size() + 1) << ": ";
+    std::visit(
+        [&](auto* p) {
+          using T = std::remove_pointer_t<decltype(p)>;
+          if constexpr (std::is_same_v<T, bool>) os << (*p ? "true" : "false");
+          else if constexpr (std::is_same_v<T, std::string>) os << "\"" << *p << "\"";
+          else if constexpr (std::is_same_v<T, double>) {
+            std::ostringstream v;
+            v.precision(10);
+            v << *p;
+            std::string s = v.str();
+            if (s.find_first_of(".e") == std::string::npos) s += ".0";
+            os << s;
+          } else os << *p;
+        },
+        f.ptr);
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace titan

@@ -1,0 +1,121 @@
+// src/config/job_config.h — the job configuration, sections as TorchTitan's.
+//
+// Every field here is a YAML key `section.name` and a CLI flag
+// `--section.name VALUE`; defaults are the member initializers. The table in
+// job_config.cpp binds keys to members, with types and allowed values, so an
+// unknown or ill-typed key is an error naming the key, the file and line,
+// and what is allowed.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace titan {
+
+struct JobConfig {
+  struct Job {
+    std::string dump_folder = "./outputs";
+    std::string description = "";
+    bool print_args = true;
+  } job;
+
+  // Architecture: every knob of the Qwen3 family (TorchTitan names).
+  struct Model {
+    std::string name = "qwen3";
+    std::string flavor = "custom";
+    int64_t dim = 256;               // hidden size
+    int64_t n_layers = 4;
+    int64_t n_heads = 4;
+    int64_t n_kv_heads = 2;
+    int64_t head_dim = 64;            // independent of dim / n_heads
+    int64_t hidden_dim = 768;         // MLP intermediate size
+    int64_t vocab_size = 256;
+    bool qk_norm = true;              // per-head RMSNorm on q and k before RoPE
+    std::string norm_type = "rmsnorm";  // rmsnorm | layernorm
+    double norm_eps = 1e-6;
+    std::string activation = "silu";  // silu | gelu (gated MLP either way)
+    double rope_theta = 1000000.0;
+    bool enable_weight_tying = false;  // lm_head shares the embedding
+    int64_t sliding_window = 0;       // 0 = full causal attention
+    std::string tokenizer_path = "";  // "" = byte-level; else a HF tokenizer.json
+  } model;
+
+  struct Optimizer {
+    std::string name = "AdamW";
+    double lr = 8e-4;
+    double beta1 = 0.9;
+    double beta2 = 0.95;
+    double eps = 1e-8;
+    double weight_decay = 0.1;
+  } optimizer;
+
+  struct LRScheduler {
+    std::string schedule = "wsd";  // constant | linear | cosine | wsd
+    int64_t warmup_steps = 10;
+    double decay_ratio = 0.2;      // wsd: share of steps spent decaying
+    std::string decay_type = "linear";  // wsd decay shape: linear | cosine
+    double min_lr_factor = 0.0;
+  } lr_scheduler;
+
+  struct Training {
+    std::string dataset_path = "data/kjv_train.h5";
+    int64_t steps = 200;
+    int64_t seq_len = 256;
+    int64_t local_batch_size = 8;
+    int64_t global_batch_size = -1;  // -1: local * data-parallel ranks; larger: gradient accumulation
+    double max_norm = 1.0;
+    std::string on_nonfinite = "abort";  // abort | skip
+  } training;
+
+  struct Validation {
+    bool enabled = true;
+    std::string dataset_path = "data/kjv_val.h5";
+    int64_t freq = 50;
+    int64_t steps = 10;  // -1: the whole split
+  } validation;
+
+  struct Parallelism {
+    int64_t data_parallel_replicate_degree = 1;
+    int64_t data_parallel_shard_degree = -1;  // -1: the remaining ranks
+    int64_t tensor_parallel_degree = 1;
+  } parallelism;
+
+  struct ActivationCheckpoint {
+    std::string mode = "none";  // none | full
+  } activation_checkpoint;
+
+  struct Checkpoint {
+    bool enable = false;
+    std::string folder = "checkpoint";  // inside job.dump_folder
+    int64_t interval = 100;
+    int64_t keep_latest_k = 2;
+    std::string initial_load_path = "";  // HF-named HDF5 weights to start from
+    bool export_at_end = false;          // write <dump>/export/model.h5 (HF names)
+    std::string export_dtype = "float32";  // float32 | bfloat16
+  } checkpoint;
+
+  struct Metrics {
+    int64_t log_freq = 10;
+    bool save_jsonl = true;   // <dump>/metrics.jsonl
+    double peak_tflops = 0.19;  // MFU denominator; measured fp32 sgemm of this CPU (2 threads), see README
+  } metrics;
+
+  struct Profiling {
+    bool enable_profiling = false;  // per-op FLOP/byte/time table of one step
+    int64_t profile_step = 2;
+  } profiling;
+
+  struct Debug {
+    int64_t seed = 42;
+  } debug;
+};
+
+// Loads `path` (YAML), then applies `--section.key value` overrides from
+// argv. Throws titan::Error with file:line / flag and the allowed values.
+// argv may contain `--config PATH` (used when path is empty).
+JobConfig load_job_config(int argc, const char* const* argv);
+JobConfig load_job_config_file(const std::string& path, const std::vector<std::string>& overrides = {});
+// The effective config as YAML text (printed at start, saved in the job folder).
+std::string dump_job_config(const JobConfig& c);
+
+}  // namespace titan

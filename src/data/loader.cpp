@@ -1,0 +1,52 @@
+#include "src/data/loader.h"
+
+namespace titan {
+
+DataLoader::DataLoader(const std::string& path, int64_t batch, int64_t seq, int64_t dp_rank, int64_t dp_size)
+    : path_(path), B_(batch), S_(seq), rank_(dp_rank), world_(dp_size) {
+  file_ = std::make_unique<h5::File>(path, h5::File::Read);
+  TITAN_CHECK(file_->has("tokens"), "data: '", path, "' has no /tokens dataset (make one with titan-tokenize)");
+  Shape s = file_->shape("tokens");
+  TITAN_CHECK(s.size() == 1, "data: /tokens in '", path, "' must be 1-D, has shape ", shape_str(s));
+  n_ = s[0];
+  TITAN_CHECK(n_ >= world_ * B_ * S_ + 1, "data: '", path, "' holds ", n_, " tokens; one step needs ",
+              world_ * B_ * S_ + 1, " (", world_, " ranks x batch ", B_, " x seq ", S_, " + 1)");
+}
+
+void DataLoader::set_state(int64_t position, int64_t epoch) {
+  TITAN_CHECK(position >= 0 && position < n_, "data: loader position ", position, " outside '", path_, "' (", n_,
+              " tokens): checkpoint from another dataset?");
+  pos_ = position;
+  epoch_ = epoch;
+}
+
+int64_t DataLoader::steps_left() const { return (n_ - 1 - pos_) / (world_ * B_ * S_); }
+
+Batch DataLoader::next() {
+  if (pos_ + world_ * B_ * S_ + 1 > n_) {
+    pos_ = 0;
+    ++epoch_;
+  }
+  const int64_t T = B_ * S_;
+  std::vector<uint32_t> buf(T + 1);
+  file_->read_u32("tokens", pos_ + rank_ * T, T + 1, buf.data());
+  Batch b{empty({B_, S_}, DType::I64, Device::CPU), empty({B_, S_}, DType::I64, Device::CPU)};
+  int64_t* pi = b.inputs.data<int64_t>();
+  int64_t* pt = b.targets.data<int64_t>();
+  for (int64_t i = 0; i < T; ++i) {
+    pi[i] = buf[i];
+    pt[i] = buf[i + 1];
+  }
+  pos_ += world_ * T;
+  return b;
+}
+
+void write_token_file(const std::string& path, const std::vector<uint32_t>& tokens, const std::string& tokenizer,
+                      int64_t vocab_size) {
+  h5::File f(path, h5::File::Create);
+  f.write_u32("tokens", tokens);
+  f.set_attr("tokenizer", tokenizer);
+  f.set_attr("vocab_size", vocab_size);
+}
+
+}  // namespace titan

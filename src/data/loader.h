@@ -1,0 +1,45 @@
+// src/data/loader.h — deterministic, rank-sharded, checkpointable batches.
+//
+// Token files are HDF5 with a 1-D uint32 dataset `/tokens`. A step consumes
+// dp_size * B * S tokens from position p: rank r reads the B*S+1 tokens at
+// p + r*B*S (llm.c layout: inputs = first B*S as [B, S], targets = the same
+// shifted by one). p advances by dp_size*B*S and wraps to 0 (next epoch)
+// when the next step would run past the end. State = (position, epoch).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "src/checkpoint/h5.h"
+#include "src/tensor/tensor.h"
+
+namespace titan {
+
+struct Batch {
+  Tensor inputs;   // int64 [B, S]
+  Tensor targets;  // int64 [B, S]
+};
+
+class DataLoader {
+ public:
+  DataLoader(const std::string& path, int64_t batch, int64_t seq, int64_t dp_rank = 0, int64_t dp_size = 1);
+  Batch next();
+  int64_t num_tokens() const { return n_; }
+  int64_t position() const { return pos_; }
+  int64_t epoch() const { return epoch_; }
+  void set_state(int64_t position, int64_t epoch);
+  void reset() { set_state(0, 0); }
+  // Batches left before the end of the file in this epoch (for a full pass).
+  int64_t steps_left() const;
+
+ private:
+  std::unique_ptr<h5::File> file_;
+  std::string path_;
+  int64_t B_, S_, rank_, world_, n_ = 0, pos_ = 0, epoch_ = 0;
+};
+
+// Writes `tokens` to an HDF5 token file (/tokens, uint32) plus attributes.
+void write_token_file(const std::string& path, const std::vector<uint32_t>& tokens, const std::string& tokenizer,
+                      int64_t vocab_size);
+
+}  // namespace titan

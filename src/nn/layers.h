@@ -1,0 +1,37 @@
+// src/nn/layers.h — the basic parameterized layers shared by the model zoo.
+#pragma once
+#include <string>
+
+#include "src/nn/module.h"
+#include "src/ops/ops.h"
+
+namespace titan::nn {
+
+// y = x W^T (+ b). weight [out, in], bias [out]
+class Linear : public Module {
+ public:
+  Linear(int64_t in, int64_t out, bool bias);
+  Tensor forward(const Tensor& x) const { return linear(x, weight, bias); }
+  Tensor weight;  // [out, in]
+  Tensor bias;    // [out] or undefined
+};
+
+class Embedding : public Module {
+ public:
+  Embedding(int64_t vocab, int64_t dim);
+  Tensor forward(const Tensor& ids) const { return embedding(weight, ids); }
+  Tensor weight;  // [vocab, dim]
+};
+
+// RMSNorm (weight) or LayerNorm (weight, bias) over the last dim.
+class Norm : public Module {
+ public:
+  Norm(int64_t dim, const std::string& type, double eps);
+  Tensor forward(const Tensor& x) const;
+  Tensor weight;  // [dim]
+  Tensor bias;    // [dim], layernorm only
+  bool layernorm;
+  double eps;
+};
+
+}  // namespace titan::nn

@@ -1,0 +1,45 @@
+// src/nn/module.h — a tree of named parameters.
+//
+// A module registers pointers to its parameter members under their names
+// (Hugging Face's state-dict names when the model is built that way), so a
+// parallel plan applied from outside can find a parameter by name and swap
+// the tensor in place (e.g. for its FSDP shard) without the model knowing.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "src/tensor/tensor.h"
+
+namespace titan::nn {
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Depth-first, in registration order: a deterministic order every rank shares.
+  std::vector<std::pair<std::string, Tensor*>> named_parameters(const std::string& prefix = "");
+  std::vector<Tensor*> parameters();
+  int64_t num_parameters();
+  void zero_grad();
+
+ protected:
+  Tensor& register_parameter(const std::string& name, Tensor& slot, Tensor value);
+  template <typename M>
+  M& register_module(const std::string& name, std::unique_ptr<M> m) {
+    M& ref = *m;
+    children_.emplace_back(name, std::move(m));
+    return ref;
+  }
+
+ private:
+  std::vector<std::pair<std::string, Tensor*>> params_;
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+};
+
+}  // namespace titan::nn

@@ -1,0 +1,93 @@
+#include "src/optim/adamw.h"
+
+#include <cmath>
+
+#include "src/autograd/grad_mode.h"
+#include "src/ops/ops.h"
+
+namespace titan {
+
+AdamW::AdamW(std::vector<std::pair<std::string, Tensor*>> params, AdamWOptions opt) : opt_(opt) {
+  MemoryCategoryScope cat(MemoryCategory::OptimizerState);
+  for (auto& [n, p] : params) {
+    if (!p->requires_grad()) continue;
+    slots_.push_back({n, p, zeros(p->shape(), p->dtype(), p->device()), zeros(p->shape(), p->dtype(), p->device()),
+                      p->dim() >= 2});
+  }
+}
+
+void AdamW::step(double lr) {
+  ++t_;
+  const double bc1 = 1.0 - std::pow(opt_.beta1, (double)t_);
+  const double bc2 = 1.0 - std::pow(opt_.beta2, (double)t_);
+  const float step_size = (float)(lr / bc1);
+  const float bc2_sqrt = (float)std::sqrt(bc2);
+  const float b1 = (float)opt_.beta1, b2 = (float)opt_.beta2, eps = (float)opt_.eps;
+  for (auto& s : slots_) {
+    Tensor g = s.param->grad();
+    if (!g.defined() || s.param->is_meta()) continue;
+    TITAN_CHECK(s.param->dtype() == DType::F32 && s.param->is_contiguous(), "AdamW: parameter ", s.name,
+                " must be a contiguous float32 tensor");
+    Tensor gc = g.contiguous();
+    float* p = s.param->data<float>();
+    const float* gr = gc.data<float>();
+    float* m = s.exp_avg.data<float>();
+    float* v = s.exp_avg_sq.data<float>();
+    const float decay = s.decay ? (float)(1.0 - lr * opt_.weight_decay) : 1.0f;
+    const int64_t n = s.param->numel();
+#pragma omp parallel for simd schedule(static) if (n >= (1 << 15))
+    for (int64_t i = 0; i < n; ++i) {
+      p[i] *= decay;
+      m[i] += (gr[i] - m[i]) * (1.0f - b1);
+      v[i] = v[i] * b2 + (1.0f - b2) * gr[i] * gr[i];
+      const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+      p[i] += -step_size * (m[i] / denom);
+    }
+  }
+}
+
+double grad_norm(const std::vector<Tensor*>& params) {
+  double total = 0;
+  for (auto* p : params) {
+    Tensor g = p->grad();
+    if (!g.defined() || g.is_meta()) continue;
+    Tensor gc = g.contiguous();
+    const float* x = gc.data<float>();
+    double s = 0;
+    const int64_t n = gc.numel();
+#pragma omp parallel for reduction(+ : s) schedule(static) if (n >= (1 << 15))
+    for (int64_t i = 0; i < n; ++i) s += (double)x[i] * x[i];
+    total += s;
+  }
+  return std::sqrt(total);
+}
+
+void clip_grads(const std::vector<Tensor*>& params, double max_norm, double norm) {
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef >= 1.0) return;  // torch clamps the coefficient to 1 (a no-op multiply)
+  for (auto* p : params) {
+    Tensor g = p->grad();
+    if (g.defined()) mul_(g, coef);
+  }
+}
+
+double LRSchedule::factor(int64_t t) const {
+  if (t <= warmup_steps) return (double)t / (double)(warmup_steps + 1);
+  const double floor = min_lr_factor;
+  auto shape = [&](double progress, const std::string& kind) {  // 1 -> floor as progress 0 -> 1
+    progress = std::min(1.0, std::max(0.0, progress));
+    double f = kind == "cosine" ? 0.5 * (1.0 + std::cos(M_PI * progress)) : 1.0 - progress;
+    return floor + (1.0 - floor) * f;
+  };
+  if (schedule == "constant") return 1.0;
+  const int64_t after = total_steps - warmup_steps;
+  if (schedule == "linear" || schedule == "cosine")
+    return shape((double)(t - warmup_steps) / (double)std::max<int64_t>(after, 1), schedule);
+  // wsd: stable until the last decay_ratio of the steps, then decay
+  const int64_t decay_steps = (int64_t)std::llround(decay_ratio * (double)total_steps);
+  const int64_t decay_start = total_steps - decay_steps;
+  if (t <= decay_start) return 1.0;
+  return shape((double)(t - decay_start) / (double)std::max<int64_t>(decay_steps, 1), decay_type);
+}
+
+}  // namespace titan

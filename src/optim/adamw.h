@@ -1,0 +1,53 @@
+// src/optim/adamw.h — AdamW (decoupled weight decay), PyTorch's update order:
+//   p *= 1 - lr*wd ; m = lerp(m, g, 1-b1) ; v = b2 v + (1-b2) g^2
+//   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
+// No decay on norms and biases (parameters of rank < 2). Moments are charged
+// to MemoryCategory::OptimizerState.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "src/tensor/tensor.h"
+
+namespace titan {
+
+struct AdamWOptions {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+};
+
+class AdamW {
+ public:
+  AdamW(std::vector<std::pair<std::string, Tensor*>> params, AdamWOptions opt);
+  void step(double lr);  // uses each parameter's .grad(); parameters without a grad are skipped
+  int64_t step_count() const { return t_; }
+  void set_step_count(int64_t t) { t_ = t; }
+  struct Slot {
+    std::string name;
+    Tensor* param;
+    Tensor exp_avg, exp_avg_sq;
+    bool decay;
+  };
+  std::vector<Slot>& slots() { return slots_; }
+  const AdamWOptions& options() const { return opt_; }
+
+ private:
+  std::vector<Slot> slots_;
+  AdamWOptions opt_;
+  int64_t t_ = 0;
+};
+
+// Global L2 norm over all gradients (sqrt of the sum of per-tensor squared norms).
+double grad_norm(const std::vector<Tensor*>& params);
+// Scales every gradient by min(1, max_norm / (norm + 1e-6)), as torch.nn.utils.clip_grad_norm_.
+void clip_grads(const std::vector<Tensor*>& params, double max_norm, double norm);
+
+// Learning-rate factor at (1-based) step t: linear warmup then
+// constant | linear | cosine decay to min_lr_factor, or warmup-stable-decay.
+struct LRSchedule {
+  std::string schedule = "wsd", decay_type = "linear";
+  int64_t warmup_steps = 0, total_steps = 1;
+  double decay_ratio = 0.2, min_lr_factor = 0.0;
+  double factor(int64_t t) const;
+};
+
+}  // namespace titan

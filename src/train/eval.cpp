@@ -1,0 +1,19 @@
+#include "src/train/eval.h"
+
+#include "src/autograd/grad_mode.h"
+
+namespace titan {
+
+double evaluate_loss(qwen3::Qwen3& model, DataLoader& loader, int64_t steps) {
+  TITAN_CHECK(steps > 0, "evaluate: no full batch fits (", loader.num_tokens(), " tokens)");
+  NoGradGuard ng;
+  double total = 0;
+  for (int64_t i = 0; i < steps; ++i) {
+    Batch b = loader.next();
+    Tensor logits = model.forward(b.inputs);
+    total += (double)cross_entropy(logits.reshape({-1, logits.size(-1)}), b.targets.reshape({-1})).item<float>();
+  }
+  return total / (double)steps;
+}
+
+}  // namespace titan

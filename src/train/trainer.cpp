@@ -1,0 +1,224 @@
+#include "src/train/trainer.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "models/qwen3/model.h"
+#include "src/checkpoint/checkpoint.h"
+#include "src/data/loader.h"
+#include "src/data/tokenizer.h"
+#include "src/optim/adamw.h"
+#include "src/tensor/cost.h"
+#include "src/train/eval.h"
+#include "src/train/metrics.h"
+
+namespace fs = std::filesystem;
+
+namespace titan {
+
+namespace {
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+void print_profile(const CostScope& cs, double seconds) {
+  std::vector<std::pair<std::string, OpCost>> ops(cs.by_op().begin(), cs.by_op().end());
+  std::sort(ops.begin(), ops.end(), [](auto& a, auto& b) { return a.second.flops > b.second.flops; });
+  log_info("profile of one step (" + fmt("%.3f", seconds) + " s, " + fmt("%.3f", cs.flops() / 1e12) + " TFLOP, " +
+           fmt("%.3f", cs.bytes() / 1e9) + " GB moved):");
+  for (auto& [name, c] : ops)
+    log_info("  " + name + std::string(std::max<size_t>(1, 28 - name.size()), ' ') + "calls " +
+             std::to_string(c.calls) + "  GFLOP " + fmt("%10.3f", c.flops / 1e9) + "  GB " +
+             fmt("%8.3f", c.bytes / 1e9));
+}
+}  // namespace
+
+TrainResult train(const JobConfig& cfg) {
+  TrainResult result;
+  const double t_start = process_seconds();
+  // ---- layout: this trainer is single-rank until the parallel plans land
+  const auto& par = cfg.parallelism;
+  for (auto [deg, key] : {std::pair{par.data_parallel_replicate_degree, "data_parallel_replicate_degree"},
+                          std::pair{par.tensor_parallel_degree, "tensor_parallel_degree"}})
+    TITAN_CHECK(deg == 1, "parallelism.", key, " = ", deg, " does not fit world size 1 (run under mpirun with ",
+                deg, " ranks or more)");
+  TITAN_CHECK(par.data_parallel_shard_degree == 1 || par.data_parallel_shard_degree == -1,
+              "parallelism.data_parallel_shard_degree = ", par.data_parallel_shard_degree,
+              " does not fit world size 1");
+  const int64_t dp = 1;
+
+  // ---- job folder and config
+  fs::create_directories(cfg.job.dump_folder);
+  const std::string cfg_text = dump_job_config(cfg);
+  { std::ofstream(cfg.job.dump_folder + "/config.yaml") << cfg_text; }
+  if (cfg.job.print_args) log_info("effective config:\n" + cfg_text);
+
+  // ---- tokenizer, model
+  auto tok = make_tokenizer(cfg.model.tokenizer_path);
+  TITAN_CHECK(cfg.model.vocab_size >= tok->vocab_size(), "config error: model.vocab_size = ", cfg.model.vocab_size,
+              " is smaller than the tokenizer's vocabulary (", tok->vocab_size(), ", ", tok->name(), ")");
+  qwen3::Args args = qwen3::Args::from_job(cfg.model);
+  const int64_t B = cfg.training.local_batch_size, S = cfg.training.seq_len;
+  log_info("building " + cfg.model.name + " " + cfg.model.flavor + ": " + std::to_string(args.n_layers) +
+           " layers, dim " + std::to_string(args.dim) + ", heads " + std::to_string(args.n_heads) + "/" +
+           std::to_string(args.n_kv_heads) + " x " + std::to_string(args.head_dim) + ", ffn " +
+           std::to_string(args.hidden_dim) + ", vocab " + std::to_string(args.vocab_size) + ", tokenizer " +
+           tok->name());
+  qwen3::Qwen3 model(args);
+  model.init_weights((uint64_t)cfg.debug.seed);
+  model.activation_checkpoint = cfg.activation_checkpoint.mode == "full";
+  auto params = model.named_parameters();
+  std::vector<Tensor*> plist;
+  for (auto& [n, p] : params) plist.push_back(p);
+  const double flops_per_token = args.flops_per_token(S);
+  log_info("model parameters: " + with_commas((double)args.num_params()) + " total, " +
+           with_commas((double)(args.num_params() - args.num_embedding_params())) + " non-embedding; " +
+           fmt("%.4g", flops_per_token) + " training FLOPs per token (seq " + std::to_string(S) + ")");
+  TITAN_CHECK(model.num_parameters() == args.num_params(), "internal: parameter count mismatch");
+  if (!cfg.checkpoint.initial_load_path.empty()) {
+    load_hf(cfg.checkpoint.initial_load_path, params);
+    log_info("loaded initial weights from " + cfg.checkpoint.initial_load_path);
+  }
+
+  // ---- optimizer, schedule, data
+  AdamW opt(params, {cfg.optimizer.lr, cfg.optimizer.beta1, cfg.optimizer.beta2, cfg.optimizer.eps,
+                     cfg.optimizer.weight_decay});
+  LRSchedule sched{cfg.lr_scheduler.schedule, cfg.lr_scheduler.decay_type, cfg.lr_scheduler.warmup_steps,
+                   cfg.training.steps, cfg.lr_scheduler.decay_ratio, cfg.lr_scheduler.min_lr_factor};
+  const int64_t global_batch = cfg.training.global_batch_size < 0 ? B * dp : cfg.training.global_batch_size;
+  TITAN_CHECK(global_batch % (B * dp) == 0, "config error: training.global_batch_size ", global_batch,
+              " must be a multiple of local_batch_size x data-parallel ranks = ", B * dp);
+  const int64_t accum = global_batch / (B * dp);
+  DataLoader loader(cfg.training.dataset_path, B, S, 0, dp);
+  std::unique_ptr<DataLoader> val;
+  if (cfg.validation.enabled) val = std::make_unique<DataLoader>(cfg.validation.dataset_path, B, S, 0, dp);
+  log_info("data: " + cfg.training.dataset_path + " (" + with_commas((double)loader.num_tokens()) +
+           " tokens), batch " + std::to_string(B) + " x seq " + std::to_string(S) + ", gradient accumulation " +
+           std::to_string(accum) + ", global batch " + std::to_string(global_batch * S) + " tokens");
+  Generator rng((uint64_t)cfg.debug.seed + 1);
+
+  // ---- resume
+  const std::string ckpt_dir = cfg.job.dump_folder + "/" + cfg.checkpoint.folder;
+  int64_t start = 0;
+  if (cfg.checkpoint.enable) {
+    auto ck = list_checkpoints(ckpt_dir);
+    if (!ck.empty()) {
+      TrainState st = load_checkpoint(ck.back().second, params, &opt);
+      start = st.step;
+      loader.set_state(st.data_position, st.data_epoch);
+      rng.set_state(st.rng);
+      log_info("resumed from " + ck.back().second + " at step " + std::to_string(start));
+    }
+  }
+  result.first_step = start + 1;
+
+  std::unique_ptr<JsonlWriter> jsonl;
+  if (cfg.metrics.save_jsonl) jsonl = std::make_unique<JsonlWriter>(cfg.job.dump_folder + "/metrics.jsonl");
+  const double peak_flops = cfg.metrics.peak_tflops * 1e12;
+  const int64_t phys = physical_memory_bytes();
+  log_info("training " + std::to_string(cfg.training.steps) + " steps; MFU against " +
+           fmt("%.3f", cfg.metrics.peak_tflops) + " TFLOP/s peak (metrics.peak_tflops)");
+
+  auto& mem = MemoryTracker::get(Device::CPU);
+  mem.reset_peak();
+  double t_log = wall_seconds();
+  int64_t tokens_since_log = 0;
+  bool first = true;
+  for (int64_t step = start + 1; step <= cfg.training.steps; ++step) {
+    const bool profile = cfg.profiling.enable_profiling && step == cfg.profiling.profile_step;
+    std::unique_ptr<CostScope> cs;
+    if (profile) cs = std::make_unique<CostScope>();
+    const double t_step = wall_seconds();
+    double loss_acc = 0;
+    for (int64_t m = 0; m < accum; ++m) {
+      Batch b = loader.next();
+      Tensor logits = model.forward(b.inputs);  // [B, S, V]
+      Tensor loss = cross_entropy(logits.reshape({-1, args.vocab_size}), b.targets.reshape({-1}));
+      loss_acc += (double)loss.item<float>() / (double)accum;
+      (accum == 1 ? loss : mul(loss, 1.0 / (double)accum)).backward();
+    }
+    const double norm = grad_norm(plist);
+    if (!std::isfinite(loss_acc) || !std::isfinite(norm)) {
+      std::string msg = "step " + std::to_string(step) + ": non-finite " +
+                        (std::isfinite(loss_acc) ? "gradient norm (" + fmt("%g", norm) + ")"
+                                                 : "loss (" + fmt("%g", loss_acc) + ")");
+      if (cfg.training.on_nonfinite == "abort")
+        fail(msg, "; stopping (set training.on_nonfinite: skip to skip such steps, or lower optimizer.lr)");
+      log_info("WARNING " + msg + "; skipping the optimizer step (training.on_nonfinite: skip)");
+      model.zero_grad();
+      continue;
+    }
+    if (cfg.training.max_norm > 0) clip_grads(plist, cfg.training.max_norm, norm);
+    const double lr = cfg.optimizer.lr * sched.factor(step);
+    opt.step(lr);
+    model.zero_grad();
+    if (profile) print_profile(*cs, wall_seconds() - t_step);
+    result.losses.push_back(loss_acc);
+    tokens_since_log += accum * B * S;
+    if (first) {
+      log_info("time to first step: " + fmt("%.2f", process_seconds()) + " s (" +
+               fmt("%.2f", process_seconds() - t_start) + " s in the trainer)");
+      first = false;
+    }
+    if (step % cfg.metrics.log_freq == 0 || step == start + 1 || step == cfg.training.steps) {
+      const double dt = wall_seconds() - t_log;
+      StepMetrics sm;
+      sm.step = step;
+      sm.loss = loss_acc;
+      sm.grad_norm = norm;
+      sm.lr = lr;
+      const MemoryStats ms = mem.stats();
+      sm.memory_gib = (double)ms.total_peak / (1024.0 * 1024 * 1024);
+      sm.memory_pct = 100.0 * (double)ms.total_peak / (double)phys;
+      sm.tps = (double)tokens_since_log / dt;
+      sm.tflops = flops_per_token * sm.tps / 1e12;
+      sm.mfu_pct = 100.0 * flops_per_token * sm.tps / peak_flops;
+      sm.elapsed_s = process_seconds();
+      log_info(format_step_line(sm));
+      if (jsonl)
+        jsonl->write("{\"step\": " + std::to_string(step) + ", \"loss\": " + fmt("%.6f", sm.loss) +
+                     ", \"grad_norm\": " + fmt("%.6f", norm) + ", \"lr\": " + fmt("%.6g", lr) +
+                     ", \"tps\": " + fmt("%.1f", sm.tps) + ", \"tflops\": " + fmt("%.5f", sm.tflops) +
+                     ", \"mfu\": " + fmt("%.4f", sm.mfu_pct) + ", \"memory_gib\": " + fmt("%.4f", sm.memory_gib) +
+                     ", \"elapsed_s\": " + fmt("%.3f", sm.elapsed_s) + "}");
+      mem.reset_peak();
+      t_log = wall_seconds();
+      tokens_since_log = 0;
+    }
+    if (val && (step % cfg.validation.freq == 0 || step == cfg.training.steps)) {
+      const double t_val = wall_seconds();
+      val->reset();
+      const int64_t vsteps = cfg.validation.steps < 0 ? val->steps_left() : cfg.validation.steps;
+      double vl = evaluate_loss(model, *val, vsteps);
+      result.val_losses.emplace_back(step, vl);
+      log_info("validation: step: " + std::to_string(step) + "  loss: " + fmt("%.5f", vl) + "  (" +
+               std::to_string(vsteps) + " batches, " + fmt("%.2f", wall_seconds() - t_val) + " s)");
+      if (jsonl) jsonl->write("{\"step\": " + std::to_string(step) + ", \"val_loss\": " + fmt("%.6f", vl) + "}");
+      t_log += wall_seconds() - t_val;  // keep validation out of the throughput figure
+    }
+    if (cfg.checkpoint.enable && (step % cfg.checkpoint.interval == 0 || step == cfg.training.steps)) {
+      const double t_ck = wall_seconds();
+      fs::create_directories(ckpt_dir);
+      TrainState st{step, loader.position(), loader.epoch(), rng.state(), cfg_text};
+      const std::string path = ckpt_dir + "/step-" + std::to_string(step) + ".h5";
+      save_checkpoint(path, params, &opt, st);
+      prune_checkpoints(ckpt_dir, cfg.checkpoint.keep_latest_k);
+      log_info("saved checkpoint " + path + " (" + fmt("%.2f", wall_seconds() - t_ck) + " s)");
+      t_log += wall_seconds() - t_ck;
+    }
+  }
+  if (cfg.checkpoint.export_at_end) {
+    fs::create_directories(cfg.job.dump_folder + "/export");
+    const std::string path = cfg.job.dump_folder + "/export/model.h5";
+    export_hf(path, params, args.to_hf_json(), cfg.checkpoint.export_dtype == "bfloat16" ? DType::BF16 : DType::F32);
+    log_info("exported HF-named weights to " + path + " (" + cfg.checkpoint.export_dtype + ")");
+  }
+  log_info("training done: peak RSS " + fmt("%.2f", (double)max_rss_bytes() / (1 << 30)) + " GiB");
+  return result;
+}
+
+}  // namespace titan

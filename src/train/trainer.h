@@ -1,0 +1,19 @@
+// src/train/trainer.h — the training loop behind titan-train.
+#pragma once
+#include <vector>
+
+#include "src/config/job_config.h"
+
+namespace titan {
+
+struct TrainResult {
+  std::vector<double> losses;  // per step run by this invocation
+  std::vector<std::pair<int64_t, double>> val_losses;
+  int64_t first_step = 1;
+};
+
+// Runs the job described by `cfg` (resuming from its checkpoint folder when
+// checkpoints exist). Throws titan::Error on bad input.
+TrainResult train(const JobConfig& cfg);
+
+}  // namespace titan
