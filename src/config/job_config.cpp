@@ -43,7 +43,6 @@ std::vector<Field> fields(JobConfig& c) {
       {"model.rope_theta", &c.model.rope_theta, {}},
       {"model.enable_weight_tying", &c.model.enable_weight_tying, {}},
       {"model.sliding_window", &c.model.sliding_window, {}},
-      {"model.tokenizer_path", &c.model.tokenizer_path, {}},
       {"optimizer.name", &c.optimizer.name, {"AdamW"}},
       {"optimizer.lr", &c.optimizer.lr, {}},
       {"optimizer.beta1", &c.optimizer.beta1, {}},

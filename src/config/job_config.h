@@ -37,7 +37,6 @@ struct JobConfig {
     double rope_theta = 1000000.0;
     bool enable_weight_tying = false;  // lm_head shares the embedding
     int64_t sliding_window = 0;       // 0 = full causal attention
-    std::string tokenizer_path = "";  // "" = byte-level; else a HF tokenizer.json
   } model;
 
   struct Optimizer {

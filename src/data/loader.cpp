@@ -9,6 +9,8 @@ DataLoader::DataLoader(const std::string& path, int64_t batch, int64_t seq, int6
   Shape s = file_->shape("tokens");
   TITAN_CHECK(s.size() == 1, "data: /tokens in '", path, "' must be 1-D, has shape ", shape_str(s));
   n_ = s[0];
+  if (file_->has_attr("vocab_size")) vocab_ = file_->attr_int("vocab_size");
+  tokenizer_ = file_->has_attr("tokenizer") ? file_->attr_string("tokenizer") : "unknown";
   TITAN_CHECK(n_ >= world_ * B_ * S_ + 1, "data: '", path, "' holds ", n_, " tokens; one step needs ",
               world_ * B_ * S_ + 1, " (", world_, " ranks x batch ", B_, " x seq ", S_, " + 1)");
 }

@@ -25,6 +25,9 @@ class DataLoader {
   DataLoader(const std::string& path, int64_t batch, int64_t seq, int64_t dp_rank = 0, int64_t dp_size = 1);
   Batch next();
   int64_t num_tokens() const { return n_; }
+  // The vocabulary size recorded by titan-tokenize (-1 when absent) and the tokenizer's name.
+  int64_t vocab_size() const { return vocab_; }
+  const std::string& tokenizer() const { return tokenizer_; }
   int64_t position() const { return pos_; }
   int64_t epoch() const { return epoch_; }
   void set_state(int64_t position, int64_t epoch);
@@ -34,7 +37,8 @@ class DataLoader {
 
  private:
   std::unique_ptr<h5::File> file_;
-  std::string path_;
+  std::string path_, tokenizer_;
+  int64_t vocab_ = -1;
   int64_t B_, S_, rank_, world_, n_ = 0, pos_ = 0, epoch_ = 0;
 };
 

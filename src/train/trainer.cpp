@@ -8,7 +8,6 @@
 #include "models/qwen3/model.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/data/loader.h"
-#include "src/data/tokenizer.h"
 #include "src/optim/adamw.h"
 #include "src/tensor/cost.h"
 #include "src/train/eval.h"
@@ -57,17 +56,17 @@ TrainResult train(const JobConfig& cfg) {
   { std::ofstream(cfg.job.dump_folder + "/config.yaml") << cfg_text; }
   if (cfg.job.print_args) log_info("effective config:\n" + cfg_text);
 
-  // ---- tokenizer, model
-  auto tok = make_tokenizer(cfg.model.tokenizer_path);
-  TITAN_CHECK(cfg.model.vocab_size >= tok->vocab_size(), "config error: model.vocab_size = ", cfg.model.vocab_size,
-              " is smaller than the tokenizer's vocabulary (", tok->vocab_size(), ", ", tok->name(), ")");
-  qwen3::Args args = qwen3::Args::from_job(cfg.model);
+  // ---- data, model
   const int64_t B = cfg.training.local_batch_size, S = cfg.training.seq_len;
+  DataLoader loader(cfg.training.dataset_path, B, S, 0, dp);
+  TITAN_CHECK(loader.vocab_size() <= cfg.model.vocab_size, "config error: model.vocab_size = ", cfg.model.vocab_size,
+              " is smaller than the vocabulary of ", cfg.training.dataset_path, " (", loader.vocab_size(),
+              ", tokenizer ", loader.tokenizer(), ")");
+  qwen3::Args args = qwen3::Args::from_job(cfg.model);
   log_info("building " + cfg.model.name + " " + cfg.model.flavor + ": " + std::to_string(args.n_layers) +
            " layers, dim " + std::to_string(args.dim) + ", heads " + std::to_string(args.n_heads) + "/" +
            std::to_string(args.n_kv_heads) + " x " + std::to_string(args.head_dim) + ", ffn " +
-           std::to_string(args.hidden_dim) + ", vocab " + std::to_string(args.vocab_size) + ", tokenizer " +
-           tok->name());
+           std::to_string(args.hidden_dim) + ", vocab " + std::to_string(args.vocab_size));
   qwen3::Qwen3 model(args);
   model.init_weights((uint64_t)cfg.debug.seed);
   model.activation_checkpoint = cfg.activation_checkpoint.mode == "full";
@@ -93,11 +92,10 @@ TrainResult train(const JobConfig& cfg) {
   TITAN_CHECK(global_batch % (B * dp) == 0, "config error: training.global_batch_size ", global_batch,
               " must be a multiple of local_batch_size x data-parallel ranks = ", B * dp);
   const int64_t accum = global_batch / (B * dp);
-  DataLoader loader(cfg.training.dataset_path, B, S, 0, dp);
   std::unique_ptr<DataLoader> val;
   if (cfg.validation.enabled) val = std::make_unique<DataLoader>(cfg.validation.dataset_path, B, S, 0, dp);
   log_info("data: " + cfg.training.dataset_path + " (" + with_commas((double)loader.num_tokens()) +
-           " tokens), batch " + std::to_string(B) + " x seq " + std::to_string(S) + ", gradient accumulation " +
+           " tokens, tokenizer " + loader.tokenizer() + "), batch " + std::to_string(B) + " x seq " + std::to_string(S) + ", gradient accumulation " +
            std::to_string(accum) + ", global batch " + std::to_string(global_batch * S) + " tokens");
   Generator rng((uint64_t)cfg.debug.seed + 1);
 

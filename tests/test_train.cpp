@@ -1,0 +1,345 @@
+// Config, tokenizers, data loader, LR schedules, checkpoints (resume equals
+// the uninterrupted run bit for bit), HF export/import, titan-eval, bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "models/qwen3/model.h"
+#include "src/autograd/grad_mode.h"
+#include "src/checkpoint/checkpoint.h"
+#include "src/checkpoint/h5.h"
+#include "src/data/loader.h"
+#include "src/data/tokenizer.h"
+#include "src/train/trainer.h"
+
+using namespace titan;
+namespace fs = std::filesystem;
+
+namespace {
+std::string tmpdir(const std::string& name) {
+  std::string d = (fs::temp_directory_path() / ("titan_test_" + name + "_" + std::to_string(::getpid()))).string();
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string write_file(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A small learnable token stream: repeated random "sentences".
+void make_tokens(const std::string& path, int64_t n, uint64_t seed) {
+  Generator g(seed);
+  std::vector<std::vector<uint32_t>> phrases(8);
+  for (auto& p : phrases)
+    for (int i = 0; i < 12; ++i) p.push_back((uint32_t)(g.next_u64() % 64));
+  std::vector<uint32_t> t;
+  while ((int64_t)t.size() < n) {
+    auto& p = phrases[g.next_u64() % phrases.size()];
+    t.insert(t.end(), p.begin(), p.end());
+  }
+  t.resize(n);
+  write_token_file(path, t, "test", 64);
+}
+
+JobConfig tiny_job(const std::string& dir) {
+  JobConfig c;
+  c.job.dump_folder = dir + "/run";
+  c.job.print_args = false;
+  c.model.dim = 32;
+  c.model.n_layers = 2;
+  c.model.n_heads = 4;
+  c.model.n_kv_heads = 2;
+  c.model.head_dim = 8;
+  c.model.hidden_dim = 64;
+  c.model.vocab_size = 64;
+  c.training.dataset_path = dir + "/train.h5";
+  c.validation.dataset_path = dir + "/val.h5";
+  c.training.steps = 8;
+  c.training.seq_len = 16;
+  c.training.local_batch_size = 2;
+  c.lr_scheduler.warmup_steps = 2;
+  c.validation.freq = 4;
+  c.validation.steps = 2;
+  c.metrics.log_freq = 4;
+  c.optimizer.lr = 3e-3;
+  if (!fs::exists(dir + "/train.h5")) {
+    make_tokens(dir + "/train.h5", 4000, 1);
+    make_tokens(dir + "/val.h5", 600, 2);
+  }
+  return c;
+}
+}  // namespace
+
+// ---- config -------------------------------------------------------------------
+TEST(Config, LoadsYamlAndCliOverrides) {
+  std::string d = tmpdir("cfg");
+  write_file(d + "/a.yaml", "training:\n  steps: 7\n  seq_len: 32\nmodel:\n  activation: gelu\n  qk_norm: false\n");
+  JobConfig c = load_job_config_file(d + "/a.yaml", {"training.steps", "20", "optimizer.lr", "1e-3"});
+  EXPECT_EQ(c.training.steps, 20);
+  EXPECT_EQ(c.training.seq_len, 32);
+  EXPECT_EQ(c.model.activation, "gelu");
+  EXPECT_FALSE(c.model.qk_norm);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-3);
+  const char* argv[] = {"titan-train", "--config", nullptr, "--training.local_batch_size", "3"};
+  std::string p = d + "/a.yaml";
+  argv[2] = p.c_str();
+  JobConfig c2 = load_job_config(5, argv);
+  EXPECT_EQ(c2.training.local_batch_size, 3);
+  EXPECT_EQ(c2.training.steps, 7);
+  // the dump reloads to the same config
+  write_file(d + "/dump.yaml", dump_job_config(c));
+  JobConfig c3 = load_job_config_file(d + "/dump.yaml");
+  EXPECT_EQ(dump_job_config(c3), dump_job_config(c));
+}
+
+TEST(Config, ErrorsNameKeyFileLineAndAllowedValues) {
+  std::string d = tmpdir("cfgerr");
+  std::string e = error_of([&] { load_job_config_file(write_file(d + "/b.yaml", "training:\n  stepz: 3\n")); });
+  EXPECT_NE(e.find("b.yaml:2"), std::string::npos) << e;
+  EXPECT_NE(e.find("training.stepz"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean 'steps'"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file(write_file(d + "/c.yaml", "model:\n  n_layers: four\n")); });
+  EXPECT_NE(e.find("c.yaml:2"), std::string::npos) << e;
+  EXPECT_NE(e.find("not an integer"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file(write_file(d + "/d.yaml", "model:\n  norm_type: batchnorm\n")); });
+  EXPECT_NE(e.find("rmsnorm, layernorm"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file(write_file(d + "/e.yaml", "trainning:\n  steps: 1\n")); });
+  EXPECT_NE(e.find("unknown section 'trainning'"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file("", {"model.n_heads", "6", "model.n_kv_heads", "4"}); });
+  EXPECT_NE(e.find("multiple of model.n_kv_heads"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file("", {"training.nope", "1"}); });
+  EXPECT_NE(e.find("unknown flag --training.nope"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file(write_file(d + "/f.yaml", "model: [1, 2\n")); });
+  EXPECT_NE(e.find("malformed YAML"), std::string::npos) << e;
+}
+
+// ---- tokenizers ----------------------------------------------------------------
+TEST(Tokenizer, ByteRoundTrip) {
+  ByteTokenizer t;
+  std::string s = "In the beginning\n\xc3\xa9";
+  auto ids = t.encode(s);
+  EXPECT_EQ(ids.size(), s.size());
+  EXPECT_EQ(t.decode(ids), s);
+}
+
+TEST(Tokenizer, HfByteLevelBpe) {
+  // A tiny tokenizer.json: GPT-2 byte alphabet for the bytes used, merges
+  // h+e, l+l, he+ll, hell+o, and "Ġw" (space + w; Ġ is the byte 0x20), a special token.
+  std::string d = tmpdir("bpe");
+  std::string vocab = R"("h": 0, "e": 1, "l": 2, "o": 3, "Ġ": 4, "w": 5, "r": 6, "d": 7, "he": 8, "ll": 9,
+      "hell": 10, "hello": 11, "Ġw": 12, "!": 13, "Ċ": 14)";
+  std::string json = R"({"version": "1.0", "added_tokens": [{"id": 15, "content": "<|endoftext|>", "special": true}],
+    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+      {"type": "Split", "pattern": {"Regex": "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, "behavior": "Isolated", "invert": false},
+      {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}]},
+    "model": {"type": "BPE", "vocab": {)" + vocab + R"(}, "merges": ["h e", "l l", "he ll", "hell o", "Ġ w"]}})";
+  write_file(d + "/tokenizer.json", json);
+  BpeTokenizer t(d + "/tokenizer.json");
+  EXPECT_EQ(t.vocab_size(), 16);
+  // "hello world!\n<|endoftext|>hello": pieces "hello" " world" "!\n" special "hello"
+  auto ids = t.encode("hello world!\n<|endoftext|>hello");
+  std::vector<uint32_t> want = {11, 12, 3, 6, 2, 7, 13, 14, 15, 11};
+  EXPECT_EQ(ids, want);
+  EXPECT_EQ(t.decode(ids), "hello world!\n<|endoftext|>hello");
+  EXPECT_THROW(t.encode("hex"), Error);  // 'x' is not in this vocabulary
+  write_file(d + "/bad.json", R"({"model": {"type": "WordPiece"}})");
+  EXPECT_THROW(BpeTokenizer(d + "/bad.json"), Error);
+}
+
+// ---- data ----------------------------------------------------------------------
+TEST(Data, LoaderLayoutShardingAndResume) {
+  std::string d = tmpdir("data");
+  std::vector<uint32_t> t(1000);
+  for (size_t i = 0; i < t.size(); ++i) t[i] = (uint32_t)i;
+  write_token_file(d + "/t.h5", t, "test", 1000);
+  DataLoader a(d + "/t.h5", 2, 4, 0, 2), b(d + "/t.h5", 2, 4, 1, 2);
+  Batch ba = a.next(), bb = b.next();
+  EXPECT_EQ(ba.inputs.to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(ba.targets.to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(bb.inputs.to_vector<int64_t>()[0], 8);  // rank 1 reads the next B*S tokens
+  EXPECT_EQ(a.position(), 16);
+  // resume: a loader set to a saved state yields the same next batch
+  DataLoader c(d + "/t.h5", 2, 4, 0, 2);
+  c.set_state(a.position(), a.epoch());
+  EXPECT_EQ(c.next().inputs.to_vector<int64_t>(), a.next().inputs.to_vector<int64_t>());
+  // wraps to the start after the last full step
+  DataLoader w(d + "/t.h5", 10, 10, 0, 1);
+  for (int i = 0; i < 9; ++i) w.next();
+  EXPECT_EQ(w.next().inputs.to_vector<int64_t>()[0], 0);
+  EXPECT_EQ(w.epoch(), 1);
+  std::string e = error_of([&] { DataLoader(d + "/t.h5", 100, 100, 0, 1); });
+  EXPECT_NE(e.find("holds 1000 tokens"), std::string::npos) << e;
+  e = error_of([&] { DataLoader(d + "/missing.h5", 1, 1); });
+  EXPECT_NE(e.find("missing.h5"), std::string::npos) << e;
+}
+
+// ---- schedules -------------------------------------------------------------------
+TEST(Optim, LRSchedules) {
+  LRSchedule s{"wsd", "linear", 4, 100, 0.2, 0.0};
+  EXPECT_DOUBLE_EQ(s.factor(1), 0.2);  // t / (warmup + 1)
+  EXPECT_DOUBLE_EQ(s.factor(4), 0.8);
+  EXPECT_DOUBLE_EQ(s.factor(50), 1.0);
+  EXPECT_DOUBLE_EQ(s.factor(80), 1.0);
+  EXPECT_DOUBLE_EQ(s.factor(90), 0.5);
+  EXPECT_DOUBLE_EQ(s.factor(100), 0.0);
+  LRSchedule c{"cosine", "linear", 0, 10, 0.0, 0.1};
+  EXPECT_NEAR(c.factor(5), 0.1 + 0.9 * 0.5, 1e-12);
+  EXPECT_NEAR(c.factor(10), 0.1, 1e-12);
+  LRSchedule l{"linear", "linear", 0, 10, 0.0, 0.0};
+  EXPECT_NEAR(l.factor(3), 0.7, 1e-12);
+  LRSchedule k{"constant", "linear", 2, 10, 0.0, 0.0};
+  EXPECT_DOUBLE_EQ(k.factor(9), 1.0);
+}
+
+// ---- training, determinism, checkpoints --------------------------------------------
+TEST(Train, LossFallsAndSameSeedIsBitIdentical) {
+  std::string d = tmpdir("det");
+  JobConfig c = tiny_job(d);
+  c.training.steps = 30;
+  c.validation.freq = 30;
+  TrainResult a = train(c);
+  fs::remove_all(c.job.dump_folder);
+  TrainResult b = train(c);
+  ASSERT_EQ(a.losses.size(), 30u);
+  EXPECT_EQ(a.losses, b.losses);  // bit for bit
+  EXPECT_LT(a.losses.back(), a.losses.front() - 1.0) << a.losses.front() << " -> " << a.losses.back();
+  ASSERT_EQ(a.val_losses.size(), 1u);
+  EXPECT_TRUE(fs::exists(c.job.dump_folder + "/metrics.jsonl"));
+  EXPECT_TRUE(fs::exists(c.job.dump_folder + "/config.yaml"));
+}
+
+TEST(Train, ResumeReproducesTheUninterruptedRun) {
+  std::string d = tmpdir("resume");
+  JobConfig c = tiny_job(d);
+  c.training.steps = 8;
+  c.training.global_batch_size = 4;  // 2 micro-batches: accumulation is resumed too
+  c.checkpoint.enable = true;
+  c.checkpoint.interval = 3;
+  c.checkpoint.keep_latest_k = 2;
+  train(c);
+  auto cks = list_checkpoints(c.job.dump_folder + "/checkpoint");
+  ASSERT_EQ(cks.size(), 2u);  // steps 6 and 8 kept
+  EXPECT_EQ(cks[0].first, 6);
+  // interrupted: run to step 3, then resume to 8. A constant schedule after
+  // warmup keeps the learning rate independent of training.steps.
+  c.lr_scheduler.schedule = "constant";
+  JobConfig first = c;
+  first.training.steps = 3;
+  fs::remove_all(c.job.dump_folder);
+  TrainResult ref = train(c);
+  fs::remove_all(c.job.dump_folder);
+  train(first);
+  TrainResult rest = train(c);
+  EXPECT_EQ(rest.first_step, 4);
+  ASSERT_EQ(rest.losses.size(), 5u);
+  for (size_t i = 0; i < rest.losses.size(); ++i) EXPECT_EQ(rest.losses[i], ref.losses[i + 3]) << "step " << i + 4;
+}
+
+TEST(Train, NonFiniteLossAbortsOrSkips) {
+  std::string d = tmpdir("nan");
+  JobConfig c = tiny_job(d);
+  c.optimizer.lr = 1e30;
+  c.training.max_norm = 0;
+  c.lr_scheduler.warmup_steps = 0;
+  c.validation.enabled = false;
+  std::string e = error_of([&] { train(c); });
+  EXPECT_NE(e.find("non-finite"), std::string::npos) << e;
+  c.training.on_nonfinite = "skip";
+  fs::remove_all(c.job.dump_folder);
+  EXPECT_NO_THROW(train(c));
+}
+
+TEST(Train, BadLayoutAndVocabAreRefused) {
+  std::string d = tmpdir("bad");
+  JobConfig c = tiny_job(d);
+  c.parallelism.tensor_parallel_degree = 2;
+  EXPECT_NE(error_of([&] { train(c); }).find("tensor_parallel_degree = 2"), std::string::npos);
+  c = tiny_job(d);
+  c.model.vocab_size = 32;  // the token file was written for a vocabulary of 64
+  std::string e = error_of([&] { train(c); });
+  EXPECT_NE(e.find("model.vocab_size = 32 is smaller than the vocabulary of"), std::string::npos) << e;
+}
+
+// ---- export / import / titan-eval ----------------------------------------------------------
+TEST(Export, HfNamedFileLoadsAndEvaluates) {
+  std::string d = tmpdir("export");
+  JobConfig c = tiny_job(d);
+  c.training.steps = 4;
+  c.validation.enabled = false;
+  c.checkpoint.export_at_end = true;
+  train(c);
+  const std::string w = c.job.dump_folder + "/export/model.h5";
+  h5::File f(w, h5::File::Read);
+  EXPECT_TRUE(f.has("model.layers.0.self_attn.q_proj.weight"));
+  EXPECT_EQ(f.shape("model.layers.1.mlp.down_proj.weight"), (Shape{32, 64}));
+  EXPECT_TRUE(f.has("lm_head.weight"));
+  EXPECT_NE(f.attr_string("config").find("\"model_type\": \"qwen3\""), std::string::npos);
+  // titan-eval prints the loss computed here
+  qwen3::Qwen3 m(qwen3::Args::from_hf_json(f.attr_string("config")));
+  load_hf(w, m.named_parameters());
+  DataLoader dl(d + "/val.h5", 2, 16);
+  const int64_t steps = dl.steps_left();
+  double total = 0;
+  {
+    NoGradGuard ng;
+    for (int64_t i = 0; i < steps; ++i) {
+      Batch b = dl.next();
+      total += cross_entropy(m.forward(b.inputs).reshape({-1, 64}), b.targets.reshape({-1})).item<float>();
+    }
+  }
+  const std::string cmd = std::string(TITAN_BINARY_DIR) + "/titan-eval --checkpoint " + w + " --tokens " + d +
+                          "/val.h5 --seq-len 16 --batch-size 2 --json --dump-grads " + d + "/grads.h5 > " + d +
+                          "/eval.json";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::ifstream in(d + "/eval.json");
+  std::string out((std::istreambuf_iterator<char>(in)), {});
+  const double loss = std::stod(out.substr(out.find(':') + 1));
+  EXPECT_NEAR(loss, total / steps, 1e-6);
+  h5::File g(d + "/grads.h5", h5::File::Read);
+  EXPECT_EQ(g.datasets(), f.datasets());
+  // bf16 export reads back within bf16 precision
+  auto params = m.named_parameters();
+  export_hf(d + "/bf16.h5", params, m.args().to_hf_json(), DType::BF16);
+  Tensor back = h5::File(d + "/bf16.h5", h5::File::Read).read_f32("model.norm.weight");
+  auto a = back.to_vector<float>(), b = m.model->norm->weight.to_vector<float>();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], std::abs(b[i]) * 4e-3);
+}
+
+TEST(Export, MismatchedOrTruncatedFilesAreClearErrors) {
+  std::string d = tmpdir("badload");
+  JobConfig c = tiny_job(d);
+  qwen3::Qwen3 m(qwen3::Args::from_job(c.model));
+  m.init_weights(1);
+  auto params = m.named_parameters();
+  export_hf(d + "/w.h5", params, m.args().to_hf_json());
+  JobConfig c2 = c;
+  c2.model.hidden_dim = 96;
+  qwen3::Qwen3 m2(qwen3::Args::from_job(c2.model));
+  std::string e = error_of([&] { load_hf(d + "/w.h5", m2.named_parameters()); });
+  EXPECT_NE(e.find("model.layers.0.mlp.gate_proj.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("[64, 32]"), std::string::npos) << e;
+  JobConfig c3 = c;
+  c3.model.enable_weight_tying = true;
+  qwen3::Qwen3 m3(qwen3::Args::from_job(c3.model));
+  e = error_of([&] { load_hf(d + "/w.h5", m3.named_parameters()); });
+  EXPECT_NE(e.find("lm_head.weight"), std::string::npos) << e;
+  // truncate the file
+  fs::resize_file(d + "/w.h5", fs::file_size(d + "/w.h5") / 2);
+  e = error_of([&] { load_hf(d + "/w.h5", m.named_parameters()); });
+  EXPECT_FALSE(e.empty());
+  EXPECT_NE(e.find("w.h5"), std::string::npos) << e;
+}
