@@ -24,15 +24,21 @@ std::string fmt(const char* f, double v) {
   return b;
 }
 
-void print_profile(const CostScope& cs, double seconds) {
+// Per-op table of one step: time (attributed between op records), FLOPs, bytes.
+void print_profile(CostScope& cs, double seconds) {
+  cs.flush_time();
   std::vector<std::pair<std::string, OpCost>> ops(cs.by_op().begin(), cs.by_op().end());
-  std::sort(ops.begin(), ops.end(), [](auto& a, auto& b) { return a.second.flops > b.second.flops; });
-  log_info("profile of one step (" + fmt("%.3f", seconds) + " s, " + fmt("%.3f", cs.flops() / 1e12) + " TFLOP, " +
-           fmt("%.3f", cs.bytes() / 1e9) + " GB moved):");
-  for (auto& [name, c] : ops)
-    log_info("  " + name + std::string(std::max<size_t>(1, 28 - name.size()), ' ') + "calls " +
-             std::to_string(c.calls) + "  GFLOP " + fmt("%10.3f", c.flops / 1e9) + "  GB " +
-             fmt("%8.3f", c.bytes / 1e9));
+  std::sort(ops.begin(), ops.end(), [](auto& a, auto& b) { return a.second.seconds > b.second.seconds; });
+  log_info("profile of one step: " + fmt("%.3f", seconds) + " s, " + fmt("%.3f", cs.flops() / 1e12) + " TFLOP, " +
+           fmt("%.3f", cs.bytes() / 1e9) + " GB moved");
+  log_info("  op                          calls     time(ms)   share    GFLOP   GFLOP/s      GB");
+  for (auto& [name, c] : ops) {
+    char line[256];
+    std::snprintf(line, sizeof line, "  %-26s %6lld %12.2f %6.1f%% %8.3f %9.1f %7.3f", name.c_str(),
+                  (long long)c.calls, c.seconds * 1e3, 100.0 * c.seconds / seconds, c.flops / 1e9,
+                  c.seconds > 0 ? c.flops / c.seconds / 1e9 : 0.0, c.bytes / 1e9);
+    log_info(line);
+  }
 }
 }  // namespace
 
@@ -67,6 +73,14 @@ TrainResult train(const JobConfig& cfg) {
            " layers, dim " + std::to_string(args.dim) + ", heads " + std::to_string(args.n_heads) + "/" +
            std::to_string(args.n_kv_heads) + " x " + std::to_string(args.head_dim) + ", ffn " +
            std::to_string(args.hidden_dim) + ", vocab " + std::to_string(args.vocab_size));
+  {  // refuse jobs whose weights + grads + AdamW moments alone exceed this machine's memory
+    const double need = 16.0 * (double)args.num_params();
+    const double have = (double)physical_memory_bytes();
+    TITAN_CHECK(need < 0.9 * have, "model ", cfg.model.flavor, " has ", with_commas((double)args.num_params()),
+                " parameters: weights + gradients + AdamW state need ", fmt("%.1f", need / (1 << 30)),
+                " GiB, this machine has ", fmt("%.1f", have / (1 << 30)),
+                " GiB; pick a smaller flavor (configs/qwen3_debug.yaml) or shard it over ranks");
+  }
   qwen3::Qwen3 model(args);
   model.init_weights((uint64_t)cfg.debug.seed);
   model.activation_checkpoint = cfg.activation_checkpoint.mode == "full";
@@ -129,7 +143,7 @@ TrainResult train(const JobConfig& cfg) {
   for (int64_t step = start + 1; step <= cfg.training.steps; ++step) {
     const bool profile = cfg.profiling.enable_profiling && step == cfg.profiling.profile_step;
     std::unique_ptr<CostScope> cs;
-    if (profile) cs = std::make_unique<CostScope>();
+    if (profile) cs = std::make_unique<CostScope>(/*timed=*/true);
     const double t_step = wall_seconds();
     double loss_acc = 0;
     for (int64_t m = 0; m < accum; ++m) {
