@@ -1,0 +1,34 @@
+// comms/device_mesh.h — an N-D mesh of ranks with named dimensions, in
+// TorchTitan's order (dp_replicate, dp_shard, tp): tp is innermost, so
+// rank = (replicate * dp_shard + shard) * tp + tp_rank.
+#pragma once
+#include <string>
+
+#include "comms/process_group.h"
+
+namespace titan::comms {
+
+struct MeshDegrees {
+  int64_t dp_replicate = 1;
+  int64_t dp_shard = -1;  // -1: the ranks left over
+  int64_t tp = 1;
+};
+
+// Resolves -1 and checks the product equals `world`; throws naming the
+// degrees and the world size otherwise (before anything is allocated).
+MeshDegrees resolve_degrees(MeshDegrees d, int64_t world);
+
+class DeviceMesh {
+ public:
+  // Splits MPI_COMM_WORLD (or builds fake groups for `rank` when fake).
+  DeviceMesh(MeshDegrees d, bool fake = false, int fake_rank = 0, int fake_world = 1);
+  MeshDegrees degrees;
+  int rank = 0, world = 1;
+  int replicate_rank = 0, shard_rank = 0, tp_rank = 0;
+  PG world_pg, dp_replicate, dp_shard, dp, tp;  // dp = replicate x shard (data-parallel ranks)
+  int64_t dp_size() const { return degrees.dp_replicate * degrees.dp_shard; }
+  int64_t dp_rank() const { return replicate_rank * degrees.dp_shard + shard_rank; }
+  std::string describe() const;  // "world 4 = dp_replicate 1 x dp_shard 2 x tp 2"
+};
+
+}  // namespace titan::comms

@@ -1,0 +1,473 @@
+#include "comms/process_group.h"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "src/autograd/grad_mode.h"
+#include "src/ops/ops.h"
+#include "src/tensor/cost.h"
+
+namespace titan::comms {
+
+namespace {
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The communication thread: runs MPI calls FIFO.
+class CommThread {
+ public:
+  static CommThread& get() {
+    static CommThread* t = new CommThread();  // joined by finalize()
+    return *t;
+  }
+  void enqueue(std::function<void()> f) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      q_.push_back(std::move(f));
+    }
+    cv_.notify_one();
+  }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    if (th_.joinable()) th_.join();
+  }
+
+ private:
+  CommThread() : th_([this] { loop(); }) {}
+  void loop() {
+    while (true) {
+      std::function<void()> f;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return stop_ || !q_.empty(); });
+        if (q_.empty()) return;
+        f = std::move(q_.front());
+        q_.pop_front();
+      }
+      f();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> q_;
+  bool stop_ = false;
+  std::thread th_;
+};
+
+bool g_init = false;
+bool g_we_initialized = false;
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::F32: return MPI_FLOAT;
+    case DType::F64: return MPI_DOUBLE;
+    case DType::I64: return MPI_INT64_T;
+    case DType::I32: return MPI_INT32_T;
+    default: fail("comms: no MPI type for dtype ", dtype_name(t));
+  }
+}
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
+
+const char* op_name(ReduceOp op) { return op == ReduceOp::Sum ? "sum" : op == ReduceOp::Avg ? "avg" : "max"; }
+
+void check_mpi(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    abort_job(std::string("MPI error in ") + what + ": " + std::string(msg, len));
+  }
+}
+}  // namespace
+
+struct Work::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  CommRecord rec;
+  std::function<void()> finish;  // runs on the waiting thread after completion
+};
+
+void Work::then(std::function<void()> f) {
+  TITAN_CHECK(state_ != nullptr, "Work::then: no pending collective");
+  auto prev = std::move(state_->finish);
+  state_->finish = [prev = std::move(prev), f = std::move(f)] {
+    if (prev) prev();
+    f();
+  };
+}
+
+void Work::wait() {
+  if (!state_) return;
+  const double t0 = now();
+  {
+    std::unique_lock<std::mutex> lk(state_->mu);
+    state_->cv.wait(lk, [&] { return state_->done; });
+  }
+  if (state_->finish) {
+    state_->finish();
+    state_->finish = nullptr;
+  }
+  state_->rec.exposed_s += now() - t0;
+  if (CommLog::get().enabled) CommLog::get().add(state_->rec);
+  state_.reset();
+}
+
+namespace {
+// Runs `body` on the communication thread; returns its Work.
+Work submit(const std::string& kind, const std::string& group, int64_t bytes, std::function<void()> body) {
+  auto st = std::make_shared<Work::State>();
+  st->rec = {kind, group, bytes, 0, 0};
+  CommThread::get().enqueue([st, body = std::move(body)] {
+    const double t0 = now();
+    body();
+    std::lock_guard<std::mutex> lk(st->mu);
+    st->rec.busy_s = now() - t0;
+    st->done = true;
+    st->cv.notify_all();
+  });
+  return Work(st);
+}
+
+Work done_work(const std::string& kind, const std::string& group, int64_t bytes) {
+  auto st = std::make_shared<Work::State>();
+  st->rec = {kind, group, bytes, 0, 0};
+  st->done = true;
+  return Work(st);
+}
+}  // namespace
+
+// ---- setup -------------------------------------------------------------------
+void init(int* argc, char*** argv) {
+  if (g_init) return;
+  int already = 0;
+  MPI_Initialized(&already);
+  if (!already) {
+    int provided = 0;
+    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    TITAN_CHECK(provided >= MPI_THREAD_SERIALIZED, "comms: MPI provides thread level ", provided,
+                "; titan needs at least MPI_THREAD_SERIALIZED");
+    g_we_initialized = true;
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  g_init = true;
+}
+
+void finalize() {
+  if (!g_init) return;
+  CommThread::get().stop();
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (g_we_initialized && !fin) MPI_Finalize();
+  g_init = false;
+}
+
+bool initialized() { return g_init; }
+int world_rank() {
+  if (!g_init) return 0;
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  if (!g_init) return 1;
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+void abort_job(const std::string& message, int code) {
+  std::cerr << "[titan rank " << world_rank() << "/" << world_size() << "] fatal: " << message << std::endl;
+  if (g_init) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+CommLog& CommLog::get() {
+  static CommLog* l = new CommLog();
+  return *l;
+}
+void CommLog::add(const CommRecord& r) { records_.push_back(r); }
+std::vector<CommRecord> CommLog::take() {
+  std::vector<CommRecord> out;
+  out.swap(records_);
+  return out;
+}
+void CommLog::clear() { records_.clear(); }
+
+std::vector<int64_t> chunk_sizes(int64_t n, int64_t parts) {
+  const int64_t c = (n + parts - 1) / parts;
+  std::vector<int64_t> s(parts);
+  for (int64_t r = 0; r < parts; ++r) s[r] = std::max<int64_t>(0, std::min(c, n - r * c));
+  return s;
+}
+
+// ---- groups ----------------------------------------------------------------
+ProcessGroup::ProcessGroup(MPI_Comm comm, std::string name) : name_(std::move(name)) {
+  TITAN_CHECK(g_init, "ProcessGroup: call comms::init first");
+  MPI_Comm_dup(comm, &comm_);
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::fake(int rank, int size, std::string name) {
+  std::shared_ptr<ProcessGroup> pg(new ProcessGroup());
+  pg->rank_ = rank;
+  pg->size_ = size;
+  pg->name_ = std::move(name);
+  pg->fake_ = true;
+  return pg;
+}
+
+ProcessGroup::~ProcessGroup() {
+  if (comm_ && g_init) {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) {
+      MPI_Comm c = comm_;
+      Work w = submit("comm_free", name_, 0, [c]() mutable { MPI_Comm_free(&c); });
+      w.wait();
+    }
+  }
+}
+
+std::vector<int64_t> ProcessGroup::even_sizes(int64_t n, const char* op) const {
+  TITAN_CHECK(n % size_ == 0, op, ": extent ", n, " is not divisible by the ", size_, " ranks of group '", name_,
+              "' (pass explicit sizes for an uneven split)");
+  return std::vector<int64_t>(size_, n / size_);
+}
+
+namespace {
+// [a chunk per rank along dim] laid out contiguously rank after rank
+Tensor chunks_contiguous(const Tensor& x, int64_t dim, const std::vector<int64_t>& sizes) {
+  if (dim == 0) return x.contiguous();
+  std::vector<Tensor> parts;
+  int64_t at = 0;
+  for (auto s : sizes) {
+    parts.push_back(slice(x, dim, at, at + s).contiguous().reshape({-1}));
+    at += s;
+  }
+  return concat(parts, 0);
+}
+}  // namespace
+
+std::pair<Tensor, Work> ProcessGroup::all_reduce_async(const Tensor& x, ReduceOp op) {
+  NoGradGuard ng;
+  Tensor in = x.contiguous();
+  Tensor out = empty(x.shape(), x.dtype(), x.device());
+  const int64_t bytes = x.nbytes();
+  record_cost("all_reduce", 0, 2.0 * bytes);
+  if (x.is_meta() || fake_ || size_ == 1) {
+    if (!x.is_meta()) copy_(out, in);
+    return {out, done_work("all_reduce", name_, bytes)};
+  }
+  MPI_Comm c = comm_;
+  Work w = submit("all_reduce", name_, bytes, [=]() {
+    check_mpi(MPI_Allreduce(in.raw_data(), out.raw_data(), (int)in.numel(), mpi_type(in.dtype()), mpi_op(op), c),
+              "all_reduce");
+  });
+  return {out, w};
+}
+
+Tensor ProcessGroup::all_reduce(const Tensor& x, ReduceOp op) {
+  auto [out, w] = all_reduce_async(x, op);
+  w.wait();
+  if (op == ReduceOp::Avg && !out.is_meta()) mul_(out, 1.0 / size_);
+  return out;
+}
+
+std::pair<Tensor, Work> ProcessGroup::all_gather_async(const Tensor& x, int64_t dim, const std::vector<int64_t>& sz) {
+  NoGradGuard ng;
+  dim = wrap_dim(dim, x.dim(), "all_gather");
+  std::vector<int64_t> sizes = sz.empty() ? std::vector<int64_t>(size_, x.size(dim)) : sz;
+  TITAN_CHECK((int)sizes.size() == size_ && sizes[rank_] == x.size(dim), "all_gather: sizes must list ", size_,
+              " extents with this rank's equal to ", x.size(dim), " (group '", name_, "')");
+  if (dim != 0 && !x.is_meta() && !fake_) {  // gather along dim 0 of the transpose, transpose back on wait
+    auto [gt, w] = all_gather_async(transpose(x, 0, dim).contiguous(), 0, sizes);
+    Shape os = x.shape();
+    os[dim] = gt.size(0);
+    Tensor out = empty(os, x.dtype(), x.device());
+    w.then([gt = gt, out, dim] {
+      NoGradGuard g;
+      copy_(out, transpose(gt, 0, dim));
+    });
+    return {out, w};
+  }
+  Shape os = x.shape();
+  int64_t total = 0;
+  for (auto s : sizes) total += s;
+  os[dim] = total;
+  Tensor out = empty(os, x.dtype(), x.device());
+  const int64_t bytes = x.nbytes();
+  record_cost("all_gather", 0, (double)bytes + (double)out.nbytes());
+  if (x.is_meta() || fake_) return {out, done_work("all_gather", name_, bytes)};
+  const int64_t row = numel(Shape(x.shape().begin() + 1, x.shape().end()));  // elements per row of dim 0
+  std::vector<int> counts(size_), displs(size_);
+  int64_t at = 0;
+  for (int r = 0; r < size_; ++r) {
+    counts[r] = (int)(sizes[r] * row);
+    displs[r] = (int)at;
+    at += counts[r];
+  }
+  Tensor in = x.contiguous();
+  MPI_Comm c = comm_;
+  Work w = submit("all_gather", name_, bytes, [=]() {
+    check_mpi(MPI_Allgatherv(in.raw_data(), (int)in.numel(), mpi_type(in.dtype()), out.raw_data(), counts.data(),
+                             displs.data(), mpi_type(in.dtype()), c),
+              "all_gather");
+  });
+  return {out, w};
+}
+
+Tensor ProcessGroup::all_gather(const Tensor& x, int64_t dim, const std::vector<int64_t>& sizes) {
+  auto [out, w] = all_gather_async(x, dim, sizes);
+  w.wait();
+  return out;
+}
+
+std::pair<Tensor, Work> ProcessGroup::reduce_scatter_async(const Tensor& x, int64_t dim, ReduceOp op,
+                                                           const std::vector<int64_t>& sz) {
+  NoGradGuard ng;
+  dim = wrap_dim(dim, x.dim(), "reduce_scatter");
+  TITAN_CHECK(op != ReduceOp::Max, "reduce_scatter: max is not supported (sum or avg)");
+  std::vector<int64_t> sizes = sz.empty() ? even_sizes(x.size(dim), "reduce_scatter") : sz;
+  int64_t total = 0;
+  for (auto s : sizes) total += s;
+  TITAN_CHECK((int)sizes.size() == size_ && total == x.size(dim), "reduce_scatter: sizes must list ", size_,
+              " extents summing to ", x.size(dim), " (group '", name_, "')");
+  Shape os = x.shape();
+  os[dim] = sizes[rank_];
+  Tensor out = empty(os, x.dtype(), x.device());
+  const int64_t bytes = x.nbytes();
+  record_cost("reduce_scatter", 0, (double)bytes + (double)out.nbytes());
+  if (x.is_meta() || fake_) return {out, done_work("reduce_scatter", name_, bytes)};
+  const int64_t row = x.numel() / std::max<int64_t>(1, x.size(dim));
+  std::vector<int> counts(size_);
+  for (int r = 0; r < size_; ++r) counts[r] = (int)(sizes[r] * row);
+  Tensor in = chunks_contiguous(x, dim, sizes);
+  MPI_Comm c = comm_;
+  const double scale = op == ReduceOp::Avg ? 1.0 / size_ : 1.0;
+  Work w = submit("reduce_scatter", name_, bytes, [=]() {
+    check_mpi(MPI_Reduce_scatter(in.raw_data(), out.raw_data(), counts.data(), mpi_type(in.dtype()), MPI_SUM, c),
+              "reduce_scatter");
+    if (scale != 1.0) mul_(out, scale);
+  });
+  return {out, w};
+}
+
+Tensor ProcessGroup::reduce_scatter(const Tensor& x, int64_t dim, ReduceOp op, const std::vector<int64_t>& sizes) {
+  auto [out, w] = reduce_scatter_async(x, dim, op, sizes);
+  w.wait();
+  return out;
+}
+
+Tensor ProcessGroup::broadcast(const Tensor& x, int root) {
+  NoGradGuard ng;
+  TITAN_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " outside group '", name_, "' of ", size_);
+  Tensor out = x.clone().detach();
+  if (x.is_meta() || fake_ || size_ == 1) return out;
+  MPI_Comm c = comm_;
+  submit("broadcast", name_, x.nbytes(), [=]() {
+    check_mpi(MPI_Bcast(out.raw_data(), (int)out.numel(), mpi_type(out.dtype()), root, c), "broadcast");
+  }).wait();
+  return out;
+}
+
+Tensor ProcessGroup::all_to_all(const Tensor& x) {
+  std::vector<int64_t> rows = even_sizes(x.size(0), "all_to_all");
+  std::vector<int64_t> recv;
+  return all_to_all_v(x, rows, &recv);
+}
+
+Tensor ProcessGroup::all_to_all_v(const Tensor& x, const std::vector<int64_t>& send_rows,
+                                  std::vector<int64_t>* recv_rows) {
+  NoGradGuard ng;
+  TITAN_CHECK((int)send_rows.size() == size_, "all_to_all_v: send_rows must have ", size_, " entries (group '",
+              name_, "')");
+  int64_t total = 0;
+  for (auto s : send_rows) total += s;
+  TITAN_CHECK(total == x.size(0), "all_to_all_v: send_rows sum to ", total, " but x has ", x.size(0), " rows");
+  const int64_t row = x.size(0) ? x.numel() / x.size(0) : numel(Shape(x.shape().begin() + 1, x.shape().end()));
+  std::vector<int64_t> rr(size_);
+  if (x.is_meta() || fake_) {  // planning: assume a balanced exchange
+    rr = send_rows;
+  } else if (size_ == 1) {
+    rr = send_rows;
+  } else {
+    MPI_Comm c = comm_;
+    std::vector<int64_t> sr = send_rows;
+    submit("all_to_all_counts", name_, 8 * size_, [&, c]() {
+      check_mpi(MPI_Alltoall(sr.data(), 1, MPI_INT64_T, rr.data(), 1, MPI_INT64_T, c), "all_to_all_v counts");
+    }).wait();
+  }
+  int64_t rtotal = 0;
+  for (auto r : rr) rtotal += r;
+  Shape os = x.shape();
+  os[0] = rtotal;
+  Tensor out = empty(os, x.dtype(), x.device());
+  record_cost("all_to_all", 0, (double)x.nbytes() + (double)out.nbytes());
+  if (recv_rows) *recv_rows = rr;
+  if (x.is_meta() || fake_) return out;
+  Tensor in = x.contiguous();
+  if (size_ == 1) {
+    copy_(out, in);
+    return out;
+  }
+  std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
+  int64_t a = 0, b = 0;
+  for (int r = 0; r < size_; ++r) {
+    sc[r] = (int)(send_rows[r] * row);
+    sd[r] = (int)a;
+    a += sc[r];
+    rc[r] = (int)(rr[r] * row);
+    rd[r] = (int)b;
+    b += rc[r];
+  }
+  MPI_Comm c = comm_;
+  submit("all_to_all_v", name_, x.nbytes(), [=]() {
+    check_mpi(MPI_Alltoallv(in.raw_data(), sc.data(), sd.data(), mpi_type(in.dtype()), out.raw_data(), rc.data(),
+                            rd.data(), mpi_type(in.dtype()), c),
+              "all_to_all_v");
+  }).wait();
+  return out;
+}
+
+void ProcessGroup::send(const Tensor& x, int dst, int tag) {
+  if (x.is_meta() || fake_) return;
+  Tensor in = x.contiguous();
+  MPI_Comm c = comm_;
+  submit("send", name_, x.nbytes(), [=]() {
+    check_mpi(MPI_Send(in.raw_data(), (int)in.numel(), mpi_type(in.dtype()), dst, tag, c), "send");
+  }).wait();
+}
+
+Tensor ProcessGroup::recv(const Shape& shape, DType dtype, int src, int tag) {
+  Tensor out = empty(shape, dtype, fake_ ? Device::Meta : default_device());
+  if (out.is_meta()) return out;
+  MPI_Comm c = comm_;
+  submit("recv", name_, 0, [=]() {
+    check_mpi(MPI_Recv(out.raw_data(), (int)out.numel(), mpi_type(dtype), src, tag, c, MPI_STATUS_IGNORE), "recv");
+  }).wait();
+  return out;
+}
+
+void ProcessGroup::barrier() {
+  if (fake_ || size_ == 1) return;
+  MPI_Comm c = comm_;
+  submit("barrier", name_, 0, [=]() { check_mpi(MPI_Barrier(c), "barrier"); }).wait();
+}
+
+}  // namespace titan::comms

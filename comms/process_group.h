@@ -1,0 +1,122 @@
+// comms/process_group.h — collectives on tensors over Open MPI.
+//
+// One ProcessGroup per mesh dimension (an MPI communicator from
+// MPI_Comm_split). Every MPI call of the process runs on one communication
+// thread, in the order the program issued them, so:
+//   - blocking collectives = enqueue + wait;
+//   - *_async collectives return a Work whose wait() blocks until done, and
+//     the transfer really overlaps the compute issued in between;
+//   - all ranks issue collectives in the same order (program order).
+// Meta tensors return correctly shaped meta results without communicating.
+// Every collective is recorded (kind, group, bytes, busy seconds, and the
+// seconds the caller waited = exposed time).
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/tensor/tensor.h"
+
+typedef struct ompi_communicator_t* MPI_Comm;
+
+namespace titan::comms {
+
+enum class ReduceOp { Sum, Avg, Max };
+
+// ---- process-wide setup ---------------------------------------------------
+// Initializes MPI (MPI_THREAD_MULTIPLE) once; safe without mpirun (world of 1).
+void init(int* argc, char*** argv);
+void finalize();
+bool initialized();
+int world_rank();
+int world_size();
+// Ends the whole job promptly (MPI_Abort) after printing the message with the rank.
+[[noreturn]] void abort_job(const std::string& message, int code = 1);
+
+// ---- bookkeeping --------------------------------------------------------
+struct CommRecord {
+  std::string kind, group;
+  int64_t bytes = 0;     // payload bytes sent by this rank
+  double busy_s = 0;     // time the transfer took on the communication thread
+  double exposed_s = 0;  // time the issuing thread blocked waiting for it
+};
+class CommLog {
+ public:
+  static CommLog& get();
+  void add(const CommRecord& r);
+  std::vector<CommRecord> take();  // returns and clears
+  void clear();
+  bool enabled = true;
+
+ private:
+  std::vector<CommRecord> records_;
+};
+
+class Work {  // handle of an async collective
+ public:
+  Work() = default;
+  void wait();
+  // Runs f on the waiting thread once the transfer is done (e.g. a layout fix-up).
+  void then(std::function<void()> f);
+  bool valid() const { return state_ != nullptr; }
+  struct State;
+  explicit Work(std::shared_ptr<State> s) : state_(std::move(s)) {}
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+class ProcessGroup {
+ public:
+  // Wraps (and owns a duplicate of) `comm`.
+  ProcessGroup(MPI_Comm comm, std::string name);
+  // A group with no communication: meta tensors only (planning / simulation).
+  static std::shared_ptr<ProcessGroup> fake(int rank, int size, std::string name);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& name() const { return name_; }
+  bool is_fake() const { return fake_; }
+
+  Tensor all_reduce(const Tensor& x, ReduceOp op = ReduceOp::Sum);
+  // Concatenates every rank's x along `dim`; sizes[r] = rank r's extent along
+  // dim (empty: all equal to the local extent).
+  Tensor all_gather(const Tensor& x, int64_t dim = 0, const std::vector<int64_t>& sizes = {});
+  // Reduces x over ranks and returns this rank's chunk along `dim`; sizes[r]
+  // = chunk extents (empty: equal chunks).
+  Tensor reduce_scatter(const Tensor& x, int64_t dim = 0, ReduceOp op = ReduceOp::Sum,
+                        const std::vector<int64_t>& sizes = {});
+  Tensor broadcast(const Tensor& x, int root = 0);
+  Tensor all_to_all(const Tensor& x);  // dim 0 split in size() equal chunks
+  // Rows along dim 0: send_rows[r] rows to rank r (in rank order); returns the
+  // received rows (in source-rank order) and fills recv_rows.
+  Tensor all_to_all_v(const Tensor& x, const std::vector<int64_t>& send_rows, std::vector<int64_t>* recv_rows);
+  void send(const Tensor& x, int dst, int tag = 0);
+  Tensor recv(const Shape& shape, DType dtype, int src, int tag = 0);
+  void barrier();
+
+  std::pair<Tensor, Work> all_reduce_async(const Tensor& x, ReduceOp op = ReduceOp::Sum);
+  std::pair<Tensor, Work> all_gather_async(const Tensor& x, int64_t dim = 0, const std::vector<int64_t>& sizes = {});
+  std::pair<Tensor, Work> reduce_scatter_async(const Tensor& x, int64_t dim = 0, ReduceOp op = ReduceOp::Sum,
+                                               const std::vector<int64_t>& sizes = {});
+
+ private:
+  ProcessGroup() = default;
+  std::vector<int64_t> even_sizes(int64_t n, const char* op) const;
+  MPI_Comm comm_ = nullptr;
+  int rank_ = 0, size_ = 1;
+  std::string name_;
+  bool fake_ = false;
+};
+
+using PG = std::shared_ptr<ProcessGroup>;
+
+// Sizes of `n` split into `parts` chunks as torch.chunk does: ceil(n/parts)
+// each, the last ones smaller or empty. This is titan's sharding rule.
+std::vector<int64_t> chunk_sizes(int64_t n, int64_t parts);
+
+}  // namespace titan::comms
