@@ -189,6 +189,8 @@ int world_size() {
   return s;
 }
 
+MPI_Comm world_comm() { return MPI_COMM_WORLD; }
+
 void abort_job(const std::string& message, int code) {
   std::cerr << "[titan rank " << world_rank() << "/" << world_size() << "] fatal: " << message << std::endl;
   if (g_init) MPI_Abort(MPI_COMM_WORLD, code);

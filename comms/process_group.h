@@ -31,6 +31,7 @@ void finalize();
 bool initialized();
 int world_rank();
 int world_size();
+MPI_Comm world_comm();  // MPI_COMM_WORLD (for parallel HDF5)
 // Ends the whole job promptly (MPI_Abort) after printing the message with the rank.
 [[noreturn]] void abort_job(const std::string& message, int code = 1);
 

@@ -60,8 +60,10 @@ DecoderLayer::DecoderLayer(const Args& a, int64_t layer) {
 }
 
 Tensor DecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin) const {
-  Tensor h = add(x, self_attn->forward(input_layernorm->forward(x), cos, sin));
-  return add(h, mlp->forward(post_attention_layernorm->forward(h)));
+  Tensor a = self_attn->pre(input_layernorm->forward(x));
+  Tensor h = add(x, self_attn->post(self_attn->forward(a, cos, sin)));
+  Tensor m = mlp->pre(post_attention_layernorm->forward(h));
+  return add(h, mlp->post(mlp->forward(m)));
 }
 
 DecoderLayer& LayerList::add(std::unique_ptr<DecoderLayer> l) {
@@ -104,22 +106,23 @@ std::pair<Tensor, Tensor> rope_tables(int64_t S, int64_t D, double theta, Device
 Tensor Qwen3::forward(const Tensor& tokens) {
   TITAN_CHECK(tokens.dim() == 2, "Qwen3::forward: tokens must be [B, S], got ", shape_str(tokens.shape()));
   const int64_t S = tokens.size(1);
-  const Tensor& emb_w = model->embed_tokens->weight;
-  if (!cos_.defined() || cos_.size(0) != S || cos_.device() != emb_w.device())
-    std::tie(cos_, sin_) = rope_tables(S, args_.head_dim, args_.rope_theta, emb_w.device());
-  Tensor h = model->embed_tokens->forward(tokens);  // [B, S, dim]
+  // hooks: this module's around the whole forward (root unit), each layer's
+  // pre-hook inside its (checkpointed) block so a recompute re-runs it
+  Tensor ids = pre(tokens);
+  const Device dev = model->embed_tokens->weight.device();
+  if (!cos_.defined() || cos_.size(0) != S || cos_.device() != dev)
+    std::tie(cos_, sin_) = rope_tables(S, args_.head_dim, args_.rope_theta, dev);
+  Tensor h = model->embed_tokens->forward(ids);  // [B, S, dim]
   for (DecoderLayer* layer : model->layers->layers) {
-    if (activation_checkpoint) {
-      Tensor c = cos_, s = sin_;
-      h = autograd::checkpoint([layer, c, s](const std::vector<Tensor>& in) {
-            return std::vector<Tensor>{layer->forward(in[0], c, s)};
-          }, {h})[0];
-    } else {
-      h = layer->forward(h, cos_, sin_);
-    }
+    Tensor c = cos_, s = sin_;
+    auto block = [layer, c, s](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{layer->forward(layer->pre(in[0]), c, s)};
+    };
+    h = layer->post(activation_checkpoint ? autograd::checkpoint(block, {h})[0] : block({h})[0]);
   }
   h = model->norm->forward(h);
-  return linear(h, lm_head ? lm_head->weight : emb_w);  // [B, S, vocab]
+  Tensor logits = lm_head ? lm_head->post(lm_head->forward(lm_head->pre(h))) : linear(h, model->embed_tokens->weight);
+  return post(logits);  // [B, S, vocab] (or a vocab shard's logits gathered by a post-hook)
 }
 
 void Qwen3::init_weights(uint64_t seed) {

@@ -1,5 +1,7 @@
 #include "src/checkpoint/checkpoint.h"
 
+#include <mpi.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <set>
@@ -10,35 +12,61 @@ namespace fs = std::filesystem;
 
 namespace titan {
 
-namespace {
-void write_atomic(const std::string& path, const std::function<void(h5::File&)>& body) {
-  const std::string tmp = path + ".tmp";
-  {
-    h5::File f(tmp, h5::File::Create);
-    body(f);
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  TITAN_CHECK(!ec, "checkpoint: cannot rename '", tmp, "' to '", path, "': ", ec.message());
+std::vector<Region> whole(const NamedParams& params) {
+  std::vector<Region> out;
+  for (auto& [n, p] : params) out.push_back({n, p, p->shape(), Shape(p->dim(), 0), true});
+  return out;
 }
 
-void read_param(const h5::File& f, const std::string& key, const std::string& name, const Tensor& dst) {
-  TITAN_CHECK(f.has(key), "checkpoint: '", f.path(), "' has no tensor '", key, "' (for parameter ", name,
+namespace {
+int rank_of(MPI_Comm comm) {
+  int r = 0;
+  if (comm) MPI_Comm_rank(comm, &r);
+  return r;
+}
+
+void write_atomic(const std::string& path, MPI_Comm comm, const std::function<void(h5::File&)>& body) {
+  const std::string tmp = path + ".tmp";
+  {
+    h5::File f(tmp, h5::File::Create, comm);
+    body(f);
+  }
+  if (comm) MPI_Barrier(comm);
+  if (rank_of(comm) == 0) {
+    std::error_code ec;
+    fs::rename(tmp, path, ec);
+    TITAN_CHECK(!ec, "checkpoint: cannot rename '", tmp, "' to '", path, "': ", ec.message());
+  }
+  if (comm) MPI_Barrier(comm);
+}
+
+void read_block(const h5::File& f, const std::string& key, const Region& r, const Tensor& dst) {
+  TITAN_CHECK(f.has(key), "checkpoint: '", f.path(), "' has no tensor '", key, "' (for parameter ", r.name,
               "): saved from a different model?");
   Shape s = f.shape(key);
-  TITAN_CHECK(s == dst.shape(), "checkpoint: tensor '", key, "' in '", f.path(), "' has shape ", shape_str(s),
-              ", the model expects ", shape_str(dst.shape()));
-  if (!dst.is_meta()) f.read_into(key, dst);
+  TITAN_CHECK(s == r.full_shape, "checkpoint: tensor '", key, "' in '", f.path(), "' has shape ", shape_str(s),
+              ", the model expects ", shape_str(r.full_shape));
+  if (!dst.is_meta()) f.read_region(key, r.offset, dst);
+}
+
+Tensor* moment(AdamW* opt, const std::string& name, bool second) {
+  for (auto& s : opt->slots())
+    if (s.name == name) return second ? &s.exp_avg_sq : &s.exp_avg;
+  return nullptr;
 }
 }  // namespace
 
-void save_checkpoint(const std::string& path, const NamedParams& params, AdamW* opt, const TrainState& st) {
-  write_atomic(path, [&](h5::File& f) {
-    for (auto& [n, p] : params) f.write("model/" + n, *p);
+void save_checkpoint(const std::string& path, const std::vector<Region>& params, AdamW* opt, const TrainState& st,
+                     MPI_Comm comm) {
+  write_atomic(path, comm, [&](h5::File& f) {
+    for (auto& r : params) f.write_region("model/" + r.name, r.full_shape, r.offset, *r.local, r.writer);
     if (opt) {
-      for (auto& s : opt->slots()) {
-        f.write("optim/exp_avg/" + s.name, s.exp_avg);
-        f.write("optim/exp_avg_sq/" + s.name, s.exp_avg_sq);
+      for (auto& r : params) {
+        Tensor* m = moment(opt, r.name, false);
+        Tensor* v = moment(opt, r.name, true);
+        if (!m) continue;
+        f.write_region("optim/exp_avg/" + r.name, r.full_shape, r.offset, *m, r.writer);
+        f.write_region("optim/exp_avg_sq/" + r.name, r.full_shape, r.offset, *v, r.writer);
       }
       f.set_attr("optim_step", opt->step_count());
     }
@@ -50,13 +78,15 @@ void save_checkpoint(const std::string& path, const NamedParams& params, AdamW* 
   });
 }
 
-TrainState load_checkpoint(const std::string& path, const NamedParams& params, AdamW* opt) {
-  h5::File f(path, h5::File::Read);
-  for (auto& [n, p] : params) read_param(f, "model/" + n, n, *p);
+TrainState load_checkpoint(const std::string& path, const std::vector<Region>& params, AdamW* opt, MPI_Comm comm) {
+  h5::File f(path, h5::File::Read, comm);
+  for (auto& r : params) read_block(f, "model/" + r.name, r, *r.local);
   if (opt) {
-    for (auto& s : opt->slots()) {
-      read_param(f, "optim/exp_avg/" + s.name, s.name, s.exp_avg);
-      read_param(f, "optim/exp_avg_sq/" + s.name, s.name, s.exp_avg_sq);
+    for (auto& r : params) {
+      Tensor* m = moment(opt, r.name, false);
+      if (!m) continue;
+      read_block(f, "optim/exp_avg/" + r.name, r, *m);
+      read_block(f, "optim/exp_avg_sq/" + r.name, r, *moment(opt, r.name, true));
     }
     opt->set_step_count(f.attr_int("optim_step"));
   }
@@ -90,19 +120,20 @@ void prune_checkpoints(const std::string& folder, int64_t keep) {
   for (size_t i = 0; i + keep < all.size(); ++i) fs::remove(all[i].second);
 }
 
-void export_hf(const std::string& path, const NamedParams& params, const std::string& cfg, DType stored) {
-  write_atomic(path, [&](h5::File& f) {
-    for (auto& [n, p] : params) f.write(n, *p, stored);
+void export_hf(const std::string& path, const std::vector<Region>& params, const std::string& cfg, DType stored,
+               MPI_Comm comm) {
+  write_atomic(path, comm, [&](h5::File& f) {
+    for (auto& r : params) f.write_region(r.name, r.full_shape, r.offset, *r.local, r.writer, stored);
     f.set_attr("config", cfg);
   });
 }
 
-void load_hf(const std::string& path, const NamedParams& params) {
-  h5::File f(path, h5::File::Read);
+void load_hf(const std::string& path, const std::vector<Region>& params, MPI_Comm comm) {
+  h5::File f(path, h5::File::Read, comm);
   std::set<std::string> expected;
-  for (auto& [n, p] : params) {
-    expected.insert(n);
-    read_param(f, n, n, *p);
+  for (auto& r : params) {
+    expected.insert(r.name);
+    read_block(f, r.name, r, *r.local);
   }
   for (auto& d : f.datasets())
     TITAN_CHECK(expected.count(d), "checkpoint: '", path, "' has tensor '", d,

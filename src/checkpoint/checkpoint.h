@@ -1,5 +1,9 @@
 // src/checkpoint/checkpoint.h — training-state checkpoints and HF-named exports (HDF5).
 //
+// Every tensor is stored once with its full logical shape; each rank writes
+// (and reads) only its own block (`Region`), through parallel HDF5 when a
+// communicator is given, so no rank ever holds the whole model and a file
+// saved under one layout loads under any other.
 // Training state (`step-N.h5`): /model/<name>, /optim/exp_avg/<name>,
 // /optim/exp_avg_sq/<name>, root attributes step, optim_step, data_position,
 // data_epoch, rng, config. Written to a temp file then renamed (atomic); the
@@ -14,9 +18,22 @@
 #include "src/optim/adamw.h"
 #include "src/tensor/tensor.h"
 
+typedef struct ompi_communicator_t* MPI_Comm;
+
 namespace titan {
 
 using NamedParams = std::vector<std::pair<std::string, Tensor*>>;
+
+// A rank's block of a logical tensor.
+struct Region {
+  std::string name;
+  Tensor* local = nullptr;
+  Shape full_shape;
+  Shape offset;
+  bool writer = true;  // exactly one rank writes each element
+};
+// The single-rank case: every tensor whole.
+std::vector<Region> whole(const NamedParams& params);
 
 struct TrainState {
   int64_t step = 0;
@@ -25,18 +42,21 @@ struct TrainState {
   std::string config;
 };
 
-void save_checkpoint(const std::string& path, const NamedParams& params, AdamW* opt, const TrainState& st);
-// Loads into existing tensors; every name and shape must match (errors name the tensor).
-TrainState load_checkpoint(const std::string& path, const NamedParams& params, AdamW* opt);
+// Optimizer moments are stored under the region of the parameter of the same name.
+void save_checkpoint(const std::string& path, const std::vector<Region>& params, AdamW* opt, const TrainState& st,
+                     MPI_Comm comm = nullptr);
+// Loads into existing tensors; every name and logical shape must match (errors name the tensor).
+TrainState load_checkpoint(const std::string& path, const std::vector<Region>& params, AdamW* opt,
+                           MPI_Comm comm = nullptr);
 // step-N.h5 files in `folder`, sorted by N; and pruning to the latest k.
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& folder);
 void prune_checkpoints(const std::string& folder, int64_t keep_latest_k);
 
-void export_hf(const std::string& path, const NamedParams& params, const std::string& hf_config_json,
-               DType stored = DType::F32);
-// Loads HF-named weights into `params` (strict: missing, unexpected or
-// mis-shaped tensors are errors naming the tensor).
-void load_hf(const std::string& path, const NamedParams& params);
+void export_hf(const std::string& path, const std::vector<Region>& params, const std::string& hf_config_json,
+               DType stored = DType::F32, MPI_Comm comm = nullptr);
+// Loads HF-named weights (strict: missing, unexpected or mis-shaped tensors
+// are errors naming the tensor).
+void load_hf(const std::string& path, const std::vector<Region>& params, MPI_Comm comm = nullptr);
 std::string read_hf_config(const std::string& path);
 
 }  // namespace titan

@@ -43,15 +43,17 @@ uint16_t to_bf16(float f) {  // round to nearest even
 }
 }  // namespace
 
-File::File(const std::string& path, Mode mode) : path_(path) {
+File::File(const std::string& path, Mode mode, MPI_Comm comm) : path_(path), parallel_(comm != nullptr) {
   silence();
+  Handle fapl{H5Pcreate(H5P_FILE_ACCESS), H5Pclose};
+  if (comm) H5Pset_fapl_mpio(fapl.id, comm, MPI_INFO_NULL);
   if (mode == Create) {
-    id_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    id_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id);
     TITAN_CHECK(id_ >= 0, "hdf5: cannot create '", path, "' (directory missing or not writable?)");
   } else {
     TITAN_CHECK(std::filesystem::exists(path), "hdf5: '", path, "' does not exist");
     TITAN_CHECK(H5Fis_hdf5(path.c_str()) > 0, "hdf5: '", path, "' is not an HDF5 file (truncated or wrong format?)");
-    id_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    id_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.id);
     TITAN_CHECK(id_ >= 0, "hdf5: cannot open '", path, "' (truncated or corrupt?)");
   }
 }
@@ -113,39 +115,57 @@ void File::ensure_groups(const std::string& name) {
 }
 
 void File::write(const std::string& name, const Tensor& t, DType stored) {
+  write_region(name, t.shape(), Shape(t.dim(), 0), t, true, stored);
+}
+
+void File::write_region(const std::string& name, const Shape& full_shape, const Shape& offset, const Tensor& t,
+                        bool writer, DType stored) {
   TITAN_CHECK(!t.is_meta(), "hdf5: cannot write meta tensor '", name, "'");
+  TITAN_CHECK(full_shape.size() == t.shape().size() && offset.size() == full_shape.size(), "hdf5: region of '", name,
+              "' has rank ", t.dim(), ", logical shape ", shape_str(full_shape));
   ensure_groups(name);
-  std::vector<hsize_t> dims(t.shape().begin(), t.shape().end());
-  Handle sp{H5Screate_simple((int)dims.size(), dims.data(), nullptr), H5Sclose};
+  std::vector<hsize_t> dims(full_shape.begin(), full_shape.end());
+  Handle fsp{H5Screate_simple((int)dims.size(), dims.data(), nullptr), H5Sclose};
   Tensor c = t.contiguous();
   hid_t ftype, mtype;
   std::vector<uint16_t> bf;
   const void* buf = nullptr;
   Handle own{-1, H5Tclose};
+  Tensor f32;
   if (t.dtype() == DType::I64) {
     ftype = H5T_STD_I64LE;
     mtype = H5T_NATIVE_INT64;
     buf = c.data<int64_t>();
   } else {
-    Tensor f = c.dtype() == DType::F32 ? c : cast(c, DType::F32);
+    f32 = c.dtype() == DType::F32 ? c : cast(c, DType::F32);
     if (stored == DType::BF16) {
-      const float* p = f.data<float>();
-      bf.resize(f.numel());
-      for (int64_t i = 0; i < f.numel(); ++i) bf[i] = to_bf16(p[i]);
+      const float* p = f32.data<float>();
+      bf.resize(f32.numel());
+      for (int64_t i = 0; i < f32.numel(); ++i) bf[i] = to_bf16(p[i]);
       own.id = bf16_type();
       ftype = mtype = own.id;
       buf = bf.data();
     } else {
       ftype = H5T_IEEE_F32LE;
       mtype = H5T_NATIVE_FLOAT;
-      c = f;
-      buf = f.data<float>();
+      buf = f32.data<float>();
     }
   }
-  Handle d{H5Dcreate2(id_, name.c_str(), ftype, sp.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose};
+  Handle d{H5Dcreate2(id_, name.c_str(), ftype, fsp.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose};
   TITAN_CHECK(d.id >= 0, "hdf5: cannot create dataset '", name, "' in '", path_, "'");
-  TITAN_CHECK(H5Dwrite(d.id, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0, "hdf5: writing '", name, "' to '",
-              path_, "' failed (disk full?)");
+  std::vector<hsize_t> off(offset.begin(), offset.end()), cnt(t.shape().begin(), t.shape().end());
+  const bool any = writer && t.numel() > 0;
+  Handle msp{H5Screate_simple((int)cnt.size(), cnt.data(), nullptr), H5Sclose};
+  if (any) {
+    H5Sselect_hyperslab(fsp.id, H5S_SELECT_SET, off.data(), nullptr, cnt.data(), nullptr);
+  } else {
+    H5Sselect_none(fsp.id);
+    H5Sselect_none(msp.id);
+  }
+  Handle dx{H5Pcreate(H5P_DATASET_XFER), H5Pclose};
+  if (parallel_) H5Pset_dxpl_mpio(dx.id, H5FD_MPIO_COLLECTIVE);
+  TITAN_CHECK(H5Dwrite(d.id, mtype, msp.id, fsp.id, dx.id, any ? buf : nullptr) >= 0, "hdf5: writing '", name,
+              "' to '", path_, "' failed (disk full?)");
 }
 
 void File::write_u32(const std::string& name, const std::vector<uint32_t>& v) {
@@ -162,11 +182,26 @@ void File::read_into(const std::string& name, const Tensor& dst) const {
   Shape s = shape(name);
   TITAN_CHECK(s == dst.shape(), "hdf5: dataset '", name, "' in '", path_, "' has shape ", shape_str(s),
               ", expected ", shape_str(dst.shape()));
+  read_region(name, Shape(dst.dim(), 0), dst);
+}
+
+void File::read_region(const std::string& name, const Shape& offset, const Tensor& dst) const {
+  Shape s = shape(name);
+  TITAN_CHECK(s.size() == dst.shape().size() && offset.size() == s.size(), "hdf5: dataset '", name, "' in '", path_,
+              "' has shape ", shape_str(s), ", cannot read a block of rank ", dst.dim());
+  for (size_t i = 0; i < s.size(); ++i)
+    TITAN_CHECK(offset[i] >= 0 && offset[i] + dst.shape()[i] <= s[i], "hdf5: block ", shape_str(dst.shape()), " at ",
+                shape_str(offset), " is outside dataset '", name, "' ", shape_str(s), " in '", path_, "'");
   TITAN_CHECK(dst.is_contiguous() && !dst.is_meta(), "hdf5: read target for '", name, "' must be a contiguous cpu tensor");
+  if (dst.numel() == 0) return;
   Handle d{H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose};
+  Handle fsp{H5Dget_space(d.id), H5Sclose};
+  std::vector<hsize_t> off(offset.begin(), offset.end()), cnt(dst.shape().begin(), dst.shape().end());
+  H5Sselect_hyperslab(fsp.id, H5S_SELECT_SET, off.data(), nullptr, cnt.data(), nullptr);
+  Handle msp{H5Screate_simple((int)cnt.size(), cnt.data(), nullptr), H5Sclose};
   herr_t rc;
-  if (dst.dtype() == DType::I64) rc = H5Dread(d.id, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst.data<int64_t>());
-  else rc = H5Dread(d.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst.data<float>());
+  if (dst.dtype() == DType::I64) rc = H5Dread(d.id, H5T_NATIVE_INT64, msp.id, fsp.id, H5P_DEFAULT, dst.data<int64_t>());
+  else rc = H5Dread(d.id, H5T_NATIVE_FLOAT, msp.id, fsp.id, H5P_DEFAULT, dst.data<float>());
   TITAN_CHECK(rc >= 0, "hdf5: reading dataset '", name, "' from '", path_, "' failed (file truncated?)");
 }
 

@@ -12,12 +12,16 @@
 
 #include "src/tensor/tensor.h"
 
+typedef struct ompi_communicator_t* MPI_Comm;
+
 namespace titan::h5 {
 
 class File {
  public:
   enum Mode { Read, Create /* truncates */ };
-  File(const std::string& path, Mode mode);
+  // comm != nullptr: parallel HDF5 over MPI-IO; every rank of comm opens the
+  // file and calls every create/attribute function in the same order.
+  File(const std::string& path, Mode mode, MPI_Comm comm = nullptr);
   ~File();
   File(const File&) = delete;
   File& operator=(const File&) = delete;
@@ -30,6 +34,13 @@ class File {
 
   // Writes a tensor (float32 tensors as float32 or bfloat16; int64; uint32 from int64/int32 data).
   void write(const std::string& name, const Tensor& t, DType stored = DType::F32);
+  // Creates `name` with the logical `full_shape` and writes `local` at
+  // `offset` (nothing when !writer: another rank holds that block). In a
+  // parallel file every rank calls this for every tensor (collective).
+  void write_region(const std::string& name, const Shape& full_shape, const Shape& offset, const Tensor& local,
+                    bool writer, DType stored = DType::F32);
+  // Reads the block of `name` at `offset` with dst's shape into dst.
+  void read_region(const std::string& name, const Shape& offset, const Tensor& dst) const;
   void write_u32(const std::string& name, const std::vector<uint32_t>& v);
   // Reads a whole dataset as float32 (any stored float type) into `dst`'s
   // shape; the stored shape must equal `dst`'s.
@@ -50,6 +61,7 @@ class File {
   void ensure_groups(const std::string& name);
   std::string path_;
   int64_t id_ = -1;
+  bool parallel_ = false;
 };
 
 }  // namespace titan::h5

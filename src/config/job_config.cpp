@@ -68,6 +68,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"parallelism.data_parallel_replicate_degree", &c.parallelism.data_parallel_replicate_degree, {}},
       {"parallelism.data_parallel_shard_degree", &c.parallelism.data_parallel_shard_degree, {}},
       {"parallelism.tensor_parallel_degree", &c.parallelism.tensor_parallel_degree, {}},
+      {"parallelism.fsdp_reshard_after_forward", &c.parallelism.fsdp_reshard_after_forward, {}},
       {"activation_checkpoint.mode", &c.activation_checkpoint.mode, {"none", "full"}},
       {"checkpoint.enable", &c.checkpoint.enable, {}},
       {"checkpoint.folder", &c.checkpoint.folder, {}},
@@ -82,6 +83,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"profiling.enable_profiling", &c.profiling.enable_profiling, {}},
       {"profiling.profile_step", &c.profiling.profile_step, {}},
       {"debug.seed", &c.debug.seed, {}},
+      {"debug.dump_grads_at_step", &c.debug.dump_grads_at_step, {}},
   };
 }
 

@@ -77,6 +77,7 @@ struct JobConfig {
     int64_t data_parallel_replicate_degree = 1;
     int64_t data_parallel_shard_degree = -1;  // -1: the remaining ranks
     int64_t tensor_parallel_degree = 1;
+    bool fsdp_reshard_after_forward = true;  // free gathered weights after a block's forward, re-gather in backward
   } parallelism;
 
   struct ActivationCheckpoint {
@@ -106,6 +107,7 @@ struct JobConfig {
 
   struct Debug {
     int64_t seed = 42;
+    int64_t dump_grads_at_step = 0;  // > 0: write <dump>/grads_step_N.h5 (HF names, full shapes, before clipping)
   } debug;
 };
 

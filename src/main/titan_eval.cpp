@@ -1,12 +1,16 @@
 // titan-eval --checkpoint W.h5 --tokens T.h5 --seq-len S --batch-size B [--json] [--dump-grads G.h5]
+//            [--dp-shard N --dp-replicate N --tp N]   (under mpirun: any layout)
 // Builds the model from the checkpoint's `config` attribute alone (HF
 // config.json content) and prints the mean next-token cross-entropy over
-// every full batch of the token file.
+// every full batch of the token file (batches dealt round-robin to the
+// data-parallel ranks; the mean is over all of them).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
 
+#include "comms/device_mesh.h"
 #include "models/qwen3/model.h"
+#include "parallel/parallelize.h"
 #include "src/autograd/grad_mode.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/data/loader.h"
@@ -15,9 +19,10 @@
 using namespace titan;
 
 int main(int argc, char** argv) {
+  comms::init(&argc, &argv);
   CLI::App app{"titan-eval: mean next-token cross-entropy of HF-named HDF5 weights over a token file"};
   std::string ckpt, tokens, dump;
-  int64_t seq = 0, batch = 0;
+  int64_t seq = 0, batch = 0, dp_shard = -1, dp_rep = 1, tp = 1;
   bool json = false;
   app.add_option("--checkpoint", ckpt, "HF-named HDF5 weights with a `config` attribute")->required();
   app.add_option("--tokens", tokens, "HDF5 token file (/tokens, uint32)")->required();
@@ -25,47 +30,72 @@ int main(int argc, char** argv) {
   app.add_option("--batch-size", batch, "batch size")->required();
   app.add_flag("--json", json, "print {\"loss\": X, \"tokens\": N} instead of `loss: X`");
   app.add_option("--dump-grads", dump, "write d(loss)/d(param) for every parameter, HF-named, to this HDF5 file");
-  CLI11_PARSE(app, argc, argv);
+  app.add_option("--dp-shard", dp_shard, "data_parallel_shard_degree (-1: the remaining ranks)");
+  app.add_option("--dp-replicate", dp_rep, "data_parallel_replicate_degree");
+  app.add_option("--tp", tp, "tensor_parallel_degree");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    comms::finalize();
+    return rc;
+  }
   try {
     TITAN_CHECK(seq > 0 && batch > 0, "titan-eval: --seq-len and --batch-size must be > 0");
+    comms::DeviceMesh mesh({dp_rep, dp_shard, tp});
+    MPI_Comm comm = mesh.world > 1 ? comms::world_comm() : nullptr;
     const std::string cfg = read_hf_config(ckpt);
     qwen3::Args args = qwen3::Args::from_hf_json(cfg);
     qwen3::Qwen3 model(args);
-    auto params = model.named_parameters();
-    load_hf(ckpt, params);
+    parallel::ParallelModel pm = parallel::parallelize_qwen3(model, mesh, {});
+    std::vector<Region> regions;
+    for (auto& s : pm.specs) regions.push_back(s.region());
+    load_hf(ckpt, regions, comm);
     DataLoader loader(tokens, batch, seq);
     const int64_t steps = loader.steps_left();
+    const int64_t dp = mesh.dp_size(), me = mesh.dp_rank();
     const bool grads = !dump.empty();
     double total = 0;
     for (int64_t i = 0; i < steps; ++i) {
       Batch b = loader.next();
+      if (i % dp != me) continue;
       if (grads) {
         Tensor logits = model.forward(b.inputs);
         Tensor loss = cross_entropy(logits.reshape({-1, args.vocab_size}), b.targets.reshape({-1}));
         total += (double)loss.item<float>();
-        mul(loss, 1.0 / (double)steps).backward();
+        // FSDP averages gradients over the dp ranks: scale so the result is d(mean over all batches)
+        mul(loss, (double)dp / (double)steps).backward();
       } else {
         NoGradGuard ng;
         Tensor logits = model.forward(b.inputs);
         total += (double)cross_entropy(logits.reshape({-1, args.vocab_size}), b.targets.reshape({-1})).item<float>();
       }
     }
+    // tp ranks of one dp index computed the same batches: sum over dp only
+    total = mesh.dp->all_reduce(from_vector<double>({total}, {1})).to_vector<double>()[0];
     const double loss = total / (double)steps;
     if (grads) {
-      NamedParams gp;
+      std::vector<Region> gr;
       std::vector<Tensor> keep;
-      keep.reserve(params.size());
-      for (auto& [n, p] : params) {
-        keep.push_back(p->grad().defined() ? p->grad() : zeros_like(*p));
-        gp.emplace_back(n, &keep.back());
+      keep.reserve(pm.specs.size());
+      for (auto& s : pm.specs) {
+        keep.push_back(s.slot->grad().defined() ? s.slot->grad() : zeros_like(*s.slot));
+        Region r = s.region();
+        r.local = &keep.back();
+        gr.push_back(r);
       }
-      export_hf(dump, gp, cfg);
+      export_hf(dump, gr, cfg, DType::F32, comm);
     }
-    if (json) std::printf("{\"loss\": %.8f, \"tokens\": %lld}\n", loss, (long long)(steps * batch * seq));
-    else std::printf("loss: %.8f\n", loss);
+    if (mesh.rank == 0) {
+      if (json) std::printf("{\"loss\": %.8f, \"tokens\": %lld}\n", loss, (long long)(steps * batch * seq));
+      else std::printf("loss: %.8f\n", loss);
+    }
   } catch (const std::exception& e) {
+    if (comms::world_size() > 1) comms::abort_job(std::string("titan-eval: ") + e.what());
     std::cerr << "[titan-eval] error: " << e.what() << std::endl;
+    comms::finalize();
     return 1;
   }
+  comms::finalize();
   return 0;
 }

@@ -28,6 +28,24 @@ class Module {
   int64_t num_parameters();
   void zero_grad();
 
+  // Forward hooks, as PyTorch's: a pre-hook may replace the input, a
+  // post-hook the output. This is how parallel plans (FSDP unshard/reshard,
+  // tensor-parallel input/output collectives) attach to a model from outside;
+  // the model only calls pre()/post() around its blocks.
+  using Hook = std::function<Tensor(Module&, const Tensor&)>;
+  void register_forward_pre_hook(Hook h) { pre_hooks_.push_back(std::move(h)); }
+  void register_forward_post_hook(Hook h) { post_hooks_.push_back(std::move(h)); }
+  Tensor pre(const Tensor& x) {
+    Tensor y = x;
+    for (auto& h : pre_hooks_) y = h(*this, y);
+    return y;
+  }
+  Tensor post(const Tensor& y) {
+    Tensor z = y;
+    for (auto& h : post_hooks_) z = h(*this, z);
+    return z;
+  }
+
  protected:
   Tensor& register_parameter(const std::string& name, Tensor& slot, Tensor value);
   template <typename M>
@@ -40,6 +58,7 @@ class Module {
  private:
   std::vector<std::pair<std::string, Tensor*>> params_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+  std::vector<Hook> pre_hooks_, post_hooks_;
 };
 
 }  // namespace titan::nn

@@ -10,11 +10,30 @@ Storage::Storage(size_t nbytes, Device device)
 
 Storage::~Storage() {
   if (data_) pool_free(data_, nbytes_);
+  if (counted_) MemoryTracker::get(device_).sub(category_, (int64_t)nbytes_);
+}
+
+void Storage::release() {
+  if (!counted_) return;
+  if (data_) pool_free(data_, nbytes_);
+  data_ = nullptr;
   MemoryTracker::get(device_).sub(category_, (int64_t)nbytes_);
+  counted_ = false;
+}
+
+void Storage::materialize() {
+  if (counted_) return;
+  if (device_ == Device::CPU) data_ = pool_allocate(nbytes_);
+  MemoryTracker::get(device_).add(category_, (int64_t)nbytes_);
+  counted_ = true;
 }
 
 void Storage::set_category(MemoryCategory c) {
   if (c == category_) return;
+  if (!counted_) {
+    category_ = c;
+    return;
+  }
   MemoryTracker::get(device_).sub(category_, (int64_t)nbytes_);
   category_ = c;
   MemoryTracker::get(device_).add(category_, (int64_t)nbytes_);

@@ -24,12 +24,18 @@ class Storage {
   // Moves this buffer's bytes to another category (e.g. a leaf's grad buffer
   // is charged to Gradients whatever scope created it).
   void set_category(MemoryCategory c);
+  // FSDP resharding: free the data (views and saved aliases keep the Storage
+  // object) and later allocate it again before it is read.
+  void release();
+  void materialize();
+  bool resident() const { return device_ == Device::Meta || data_ != nullptr; }
 
  private:
   void* data_ = nullptr;
   size_t nbytes_;
   Device device_;
   MemoryCategory category_;
+  bool counted_ = true;
 };
 
 }  // namespace titan

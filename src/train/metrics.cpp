@@ -41,7 +41,13 @@ int64_t max_rss_bytes() {
   return (int64_t)r.ru_maxrss * 1024;
 }
 
+namespace {
+bool g_log = true;
+}
+void set_log_enabled(bool on) { g_log = on; }
+
 void log_info(const std::string& msg) {
+  if (!g_log) return;
   std::cout << "[titan] " << now_hms() << " - " << msg << std::endl;
 }
 

@@ -14,8 +14,10 @@ std::string with_commas(double v);  // 12,345
 int64_t physical_memory_bytes();
 int64_t max_rss_bytes();
 
-// "[titan] 05:12:01 - " prefix, like TorchTitan's logger
+// "[titan] 05:12:01 - " prefix, like TorchTitan's logger; only rank 0 prints
+// (set_log_enabled(false) on the others).
 void log_info(const std::string& msg);
+void set_log_enabled(bool on);
 
 struct StepMetrics {
   int64_t step;

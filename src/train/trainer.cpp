@@ -5,7 +5,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "comms/device_mesh.h"
 #include "models/qwen3/model.h"
+#include "parallel/parallelize.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/data/loader.h"
 #include "src/optim/adamw.h"
@@ -45,26 +47,28 @@ void print_profile(CostScope& cs, double seconds) {
 TrainResult train(const JobConfig& cfg) {
   TrainResult result;
   const double t_start = process_seconds();
-  // ---- layout: this trainer is single-rank until the parallel plans land
+  if (!comms::initialized()) comms::init(nullptr, nullptr);
+  // ---- layout: refused before anything is allocated when the degrees do not fit
   const auto& par = cfg.parallelism;
-  for (auto [deg, key] : {std::pair{par.data_parallel_replicate_degree, "data_parallel_replicate_degree"},
-                          std::pair{par.tensor_parallel_degree, "tensor_parallel_degree"}})
-    TITAN_CHECK(deg == 1, "parallelism.", key, " = ", deg, " does not fit world size 1 (run under mpirun with ",
-                deg, " ranks or more)");
-  TITAN_CHECK(par.data_parallel_shard_degree == 1 || par.data_parallel_shard_degree == -1,
-              "parallelism.data_parallel_shard_degree = ", par.data_parallel_shard_degree,
-              " does not fit world size 1");
-  const int64_t dp = 1;
+  comms::DeviceMesh mesh({par.data_parallel_replicate_degree, par.data_parallel_shard_degree,
+                          par.tensor_parallel_degree});
+  set_log_enabled(mesh.rank == 0);
+  const int64_t dp = mesh.dp_size();
+  MPI_Comm comm = mesh.world > 1 ? comms::world_comm() : nullptr;
 
   // ---- job folder and config
-  fs::create_directories(cfg.job.dump_folder);
   const std::string cfg_text = dump_job_config(cfg);
-  { std::ofstream(cfg.job.dump_folder + "/config.yaml") << cfg_text; }
+  if (mesh.rank == 0) {
+    fs::create_directories(cfg.job.dump_folder);
+    std::ofstream(cfg.job.dump_folder + "/config.yaml") << cfg_text;
+  }
+  mesh.world_pg->barrier();
   if (cfg.job.print_args) log_info("effective config:\n" + cfg_text);
+  log_info("parallelism: " + mesh.describe() + (dp > 1 || mesh.degrees.tp > 1 ? "" : " (single rank)"));
 
   // ---- data, model
   const int64_t B = cfg.training.local_batch_size, S = cfg.training.seq_len;
-  DataLoader loader(cfg.training.dataset_path, B, S, 0, dp);
+  DataLoader loader(cfg.training.dataset_path, B, S, mesh.dp_rank(), dp);
   TITAN_CHECK(loader.vocab_size() <= cfg.model.vocab_size, "config error: model.vocab_size = ", cfg.model.vocab_size,
               " is smaller than the vocabulary of ", cfg.training.dataset_path, " (", loader.vocab_size(),
               ", tokenizer ", loader.tokenizer(), ")");
@@ -73,31 +77,41 @@ TrainResult train(const JobConfig& cfg) {
            " layers, dim " + std::to_string(args.dim) + ", heads " + std::to_string(args.n_heads) + "/" +
            std::to_string(args.n_kv_heads) + " x " + std::to_string(args.head_dim) + ", ffn " +
            std::to_string(args.hidden_dim) + ", vocab " + std::to_string(args.vocab_size));
-  {  // refuse jobs whose weights + grads + AdamW moments alone exceed this machine's memory
-    const double need = 16.0 * (double)args.num_params();
+  {  // refuse jobs whose weights + grads + AdamW moments alone exceed this machine's memory: the shards of
+     // all ranks add up to 16 bytes per parameter, and each rank first builds the full fp32 model
+    const double need = 16.0 * (double)args.num_params() + 4.0 * (double)args.num_params() * (mesh.world - 1);
     const double have = (double)physical_memory_bytes();
     TITAN_CHECK(need < 0.9 * have, "model ", cfg.model.flavor, " has ", with_commas((double)args.num_params()),
                 " parameters: weights + gradients + AdamW state need ", fmt("%.1f", need / (1 << 30)),
-                " GiB, this machine has ", fmt("%.1f", have / (1 << 30)),
-                " GiB; pick a smaller flavor (configs/qwen3_debug.yaml) or shard it over ranks");
+                " GiB on this machine (all ranks), it has ", fmt("%.1f", have / (1 << 30)),
+                " GiB; pick a smaller flavor (configs/qwen3_debug.yaml)");
   }
   qwen3::Qwen3 model(args);
-  model.init_weights((uint64_t)cfg.debug.seed);
+  model.init_weights((uint64_t)cfg.debug.seed);  // identical on every rank: shards are cut from it
   model.activation_checkpoint = cfg.activation_checkpoint.mode == "full";
-  auto params = model.named_parameters();
-  std::vector<Tensor*> plist;
-  for (auto& [n, p] : params) plist.push_back(p);
   const double flops_per_token = args.flops_per_token(S);
   log_info("model parameters: " + with_commas((double)args.num_params()) + " total, " +
            with_commas((double)(args.num_params() - args.num_embedding_params())) + " non-embedding; " +
            fmt("%.4g", flops_per_token) + " training FLOPs per token (seq " + std::to_string(S) + ")");
   TITAN_CHECK(model.num_parameters() == args.num_params(), "internal: parameter count mismatch");
+  parallel::ParallelModel pm =
+      parallel::parallelize_qwen3(model, mesh, {cfg.parallelism.fsdp_reshard_after_forward});
+  auto params = pm.named_params();
+  std::vector<Region> regions;
+  for (auto& s : pm.specs) regions.push_back(s.region());
+  std::vector<Tensor*> plist = pm.params();
   if (!cfg.checkpoint.initial_load_path.empty()) {
-    load_hf(cfg.checkpoint.initial_load_path, params);
+    load_hf(cfg.checkpoint.initial_load_path, regions, comm);
     log_info("loaded initial weights from " + cfg.checkpoint.initial_load_path);
   }
+  {
+    int64_t local = 0;
+    for (auto* p : plist) local += p->numel();
+    log_info("rank 0 holds " + with_commas((double)local) + " parameters (" +
+             fmt("%.1f", 100.0 * (double)local / (double)args.num_params()) + "% of the model)");
+  }
 
-  // ---- optimizer, schedule, data
+  // ---- optimizer, schedule
   AdamW opt(params, {cfg.optimizer.lr, cfg.optimizer.beta1, cfg.optimizer.beta2, cfg.optimizer.eps,
                      cfg.optimizer.weight_decay});
   LRSchedule sched{cfg.lr_scheduler.schedule, cfg.lr_scheduler.decay_type, cfg.lr_scheduler.warmup_steps,
@@ -107,10 +121,12 @@ TrainResult train(const JobConfig& cfg) {
               " must be a multiple of local_batch_size x data-parallel ranks = ", B * dp);
   const int64_t accum = global_batch / (B * dp);
   std::unique_ptr<DataLoader> val;
-  if (cfg.validation.enabled) val = std::make_unique<DataLoader>(cfg.validation.dataset_path, B, S, 0, dp);
+  if (cfg.validation.enabled)
+    val = std::make_unique<DataLoader>(cfg.validation.dataset_path, B, S, mesh.dp_rank(), dp);
   log_info("data: " + cfg.training.dataset_path + " (" + with_commas((double)loader.num_tokens()) +
-           " tokens, tokenizer " + loader.tokenizer() + "), batch " + std::to_string(B) + " x seq " + std::to_string(S) + ", gradient accumulation " +
-           std::to_string(accum) + ", global batch " + std::to_string(global_batch * S) + " tokens");
+           " tokens, tokenizer " + loader.tokenizer() + "), batch " + std::to_string(B) + " x seq " +
+           std::to_string(S) + " per rank, gradient accumulation " + std::to_string(accum) + ", global batch " +
+           std::to_string(global_batch * S) + " tokens");
   Generator rng((uint64_t)cfg.debug.seed + 1);
 
   // ---- resume
@@ -119,7 +135,7 @@ TrainResult train(const JobConfig& cfg) {
   if (cfg.checkpoint.enable) {
     auto ck = list_checkpoints(ckpt_dir);
     if (!ck.empty()) {
-      TrainState st = load_checkpoint(ck.back().second, params, &opt);
+      TrainState st = load_checkpoint(ck.back().second, regions, &opt, comm);
       start = st.step;
       loader.set_state(st.data_position, st.data_epoch);
       rng.set_state(st.rng);
@@ -129,14 +145,20 @@ TrainResult train(const JobConfig& cfg) {
   result.first_step = start + 1;
 
   std::unique_ptr<JsonlWriter> jsonl;
-  if (cfg.metrics.save_jsonl) jsonl = std::make_unique<JsonlWriter>(cfg.job.dump_folder + "/metrics.jsonl");
+  if (cfg.metrics.save_jsonl && mesh.rank == 0)
+    jsonl = std::make_unique<JsonlWriter>(cfg.job.dump_folder + "/metrics.jsonl");
   const double peak_flops = cfg.metrics.peak_tflops * 1e12;
   const int64_t phys = physical_memory_bytes();
   log_info("training " + std::to_string(cfg.training.steps) + " steps; MFU against " +
-           fmt("%.3f", cfg.metrics.peak_tflops) + " TFLOP/s peak (metrics.peak_tflops)");
+           fmt("%.3f", cfg.metrics.peak_tflops) + " TFLOP/s peak per rank (metrics.peak_tflops)");
+  auto dp_mean = [&](double v) {
+    if (dp == 1) return v;
+    return mesh.dp->all_reduce(from_vector<double>({v}, {1}), comms::ReduceOp::Avg).to_vector<double>()[0];
+  };
 
   auto& mem = MemoryTracker::get(Device::CPU);
   mem.reset_peak();
+  comms::CommLog::get().clear();
   double t_log = wall_seconds();
   int64_t tokens_since_log = 0;
   bool first = true;
@@ -153,21 +175,36 @@ TrainResult train(const JobConfig& cfg) {
       loss_acc += (double)loss.item<float>() / (double)accum;
       (accum == 1 ? loss : mul(loss, 1.0 / (double)accum)).backward();
     }
-    const double norm = grad_norm(plist);
-    if (!std::isfinite(loss_acc) || !std::isfinite(norm)) {
+    loss_acc = dp_mean(loss_acc);  // global mean over tokens: every rank sees the same value
+    if (cfg.debug.dump_grads_at_step == step) {
+      std::vector<Region> grads;
+      std::vector<Tensor> keep;
+      keep.reserve(pm.specs.size());
+      for (auto& s : pm.specs) {
+        keep.push_back(s.slot->grad().defined() ? s.slot->grad() : zeros_like(*s.slot));
+        Region r = s.region();
+        r.local = &keep.back();
+        grads.push_back(r);
+      }
+      const std::string path = cfg.job.dump_folder + "/grads_step_" + std::to_string(step) + ".h5";
+      export_hf(path, grads, args.to_hf_json(), DType::F32, comm);
+      log_info("wrote gradients to " + path);
+    }
+    const double norm = parallel::global_grad_norm(pm, mesh);
+    if (!std::isfinite(loss_acc) || !std::isfinite(norm)) {  // same decision on every rank: no hang
       std::string msg = "step " + std::to_string(step) + ": non-finite " +
                         (std::isfinite(loss_acc) ? "gradient norm (" + fmt("%g", norm) + ")"
                                                  : "loss (" + fmt("%g", loss_acc) + ")");
       if (cfg.training.on_nonfinite == "abort")
         fail(msg, "; stopping (set training.on_nonfinite: skip to skip such steps, or lower optimizer.lr)");
       log_info("WARNING " + msg + "; skipping the optimizer step (training.on_nonfinite: skip)");
-      model.zero_grad();
+      for (auto* p : plist) p->zero_grad();
       continue;
     }
     if (cfg.training.max_norm > 0) clip_grads(plist, cfg.training.max_norm, norm);
     const double lr = cfg.optimizer.lr * sched.factor(step);
     opt.step(lr);
-    model.zero_grad();
+    for (auto* p : plist) p->zero_grad();
     if (profile) print_profile(*cs, wall_seconds() - t_step);
     result.losses.push_back(loss_acc);
     tokens_since_log += accum * B * S;
@@ -186,17 +223,28 @@ TrainResult train(const JobConfig& cfg) {
       const MemoryStats ms = mem.stats();
       sm.memory_gib = (double)ms.total_peak / (1024.0 * 1024 * 1024);
       sm.memory_pct = 100.0 * (double)ms.total_peak / (double)phys;
-      sm.tps = (double)tokens_since_log / dt;
+      // tps per rank as TorchTitan: this rank's tokens (tp ranks share theirs)
+      sm.tps = (double)tokens_since_log / dt / (double)mesh.degrees.tp;
       sm.tflops = flops_per_token * sm.tps / 1e12;
       sm.mfu_pct = 100.0 * flops_per_token * sm.tps / peak_flops;
       sm.elapsed_s = process_seconds();
-      log_info(format_step_line(sm));
+      double comm_busy = 0, comm_exposed = 0;
+      for (auto& r : comms::CommLog::get().take()) {
+        comm_busy += r.busy_s;
+        comm_exposed += r.exposed_s;
+      }
+      std::string line = format_step_line(sm);
+      if (mesh.world > 1)
+        line += "  comm: " + fmt("%.0f", 100.0 * comm_exposed / dt) + "% exposed (" +
+                fmt("%.0f", 100.0 * comm_busy / dt) + "% busy)";
+      log_info(line);
       if (jsonl)
-        jsonl->write("{\"step\": " + std::to_string(step) + ", \"loss\": " + fmt("%.6f", sm.loss) +
-                     ", \"grad_norm\": " + fmt("%.6f", norm) + ", \"lr\": " + fmt("%.6g", lr) +
+        jsonl->write("{\"step\": " + std::to_string(step) + ", \"loss\": " + fmt("%.8f", sm.loss) +
+                     ", \"grad_norm\": " + fmt("%.8f", norm) + ", \"lr\": " + fmt("%.6g", lr) +
                      ", \"tps\": " + fmt("%.1f", sm.tps) + ", \"tflops\": " + fmt("%.5f", sm.tflops) +
                      ", \"mfu\": " + fmt("%.4f", sm.mfu_pct) + ", \"memory_gib\": " + fmt("%.4f", sm.memory_gib) +
-                     ", \"elapsed_s\": " + fmt("%.3f", sm.elapsed_s) + "}");
+                     ", \"comm_exposed_s\": " + fmt("%.4f", comm_exposed) + ", \"comm_busy_s\": " +
+                     fmt("%.4f", comm_busy) + ", \"elapsed_s\": " + fmt("%.3f", sm.elapsed_s) + "}");
       mem.reset_peak();
       t_log = wall_seconds();
       tokens_since_log = 0;
@@ -205,31 +253,36 @@ TrainResult train(const JobConfig& cfg) {
       const double t_val = wall_seconds();
       val->reset();
       const int64_t vsteps = cfg.validation.steps < 0 ? val->steps_left() : cfg.validation.steps;
-      double vl = evaluate_loss(model, *val, vsteps);
+      double vl = dp_mean(evaluate_loss(model, *val, vsteps));
       result.val_losses.emplace_back(step, vl);
       log_info("validation: step: " + std::to_string(step) + "  loss: " + fmt("%.5f", vl) + "  (" +
-               std::to_string(vsteps) + " batches, " + fmt("%.2f", wall_seconds() - t_val) + " s)");
-      if (jsonl) jsonl->write("{\"step\": " + std::to_string(step) + ", \"val_loss\": " + fmt("%.6f", vl) + "}");
+               std::to_string(vsteps) + " batches per rank, " + fmt("%.2f", wall_seconds() - t_val) + " s)");
+      if (jsonl) jsonl->write("{\"step\": " + std::to_string(step) + ", \"val_loss\": " + fmt("%.8f", vl) + "}");
       t_log += wall_seconds() - t_val;  // keep validation out of the throughput figure
+      comms::CommLog::get().clear();
     }
     if (cfg.checkpoint.enable && (step % cfg.checkpoint.interval == 0 || step == cfg.training.steps)) {
       const double t_ck = wall_seconds();
-      fs::create_directories(ckpt_dir);
+      if (mesh.rank == 0) fs::create_directories(ckpt_dir);
+      mesh.world_pg->barrier();
       TrainState st{step, loader.position(), loader.epoch(), rng.state(), cfg_text};
       const std::string path = ckpt_dir + "/step-" + std::to_string(step) + ".h5";
-      save_checkpoint(path, params, &opt, st);
-      prune_checkpoints(ckpt_dir, cfg.checkpoint.keep_latest_k);
+      save_checkpoint(path, regions, &opt, st, comm);
+      if (mesh.rank == 0) prune_checkpoints(ckpt_dir, cfg.checkpoint.keep_latest_k);
       log_info("saved checkpoint " + path + " (" + fmt("%.2f", wall_seconds() - t_ck) + " s)");
       t_log += wall_seconds() - t_ck;
+      comms::CommLog::get().clear();
     }
   }
   if (cfg.checkpoint.export_at_end) {
-    fs::create_directories(cfg.job.dump_folder + "/export");
+    if (mesh.rank == 0) fs::create_directories(cfg.job.dump_folder + "/export");
+    mesh.world_pg->barrier();
     const std::string path = cfg.job.dump_folder + "/export/model.h5";
-    export_hf(path, params, args.to_hf_json(), cfg.checkpoint.export_dtype == "bfloat16" ? DType::BF16 : DType::F32);
+    export_hf(path, regions, args.to_hf_json(),
+              cfg.checkpoint.export_dtype == "bfloat16" ? DType::BF16 : DType::F32, comm);
     log_info("exported HF-named weights to " + path + " (" + cfg.checkpoint.export_dtype + ")");
   }
-  log_info("training done: peak RSS " + fmt("%.2f", (double)max_rss_bytes() / (1 << 30)) + " GiB");
+  log_info("training done: peak RSS " + fmt("%.2f", (double)max_rss_bytes() / (1 << 30)) + " GiB (rank 0)");
   return result;
 }
 

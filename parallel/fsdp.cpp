@@ -1,0 +1,157 @@
+#include "parallel/fsdp.h"
+
+#include "src/autograd/function.h"
+#include "src/ops/ops.h"
+
+namespace titan::parallel {
+
+using comms::ReduceOp;
+using V = std::vector<Tensor>;
+
+struct FSDP::Unit {
+  std::string name;
+  bool root = false;
+  std::vector<Param> params;
+  bool gathered = false;
+  int released = 0;
+  std::vector<std::pair<Tensor, comms::Work>> pending;  // prefetched all-gathers
+};
+
+FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool reshard_after_forward,
+           std::vector<ShardSpec>& specs)
+    : mesh_(mesh), reshard_(reshard_after_forward) {
+  const int64_t n = mesh.dp_shard->size(), r = mesh.dp_shard->rank();
+  for (size_t ui = 0; ui < modules.size(); ++ui) {
+    auto unit = std::make_unique<Unit>();
+    unit->root = ui == 0;
+    unit->name = ui == 0 ? "root" : "layer " + std::to_string(ui - 1);
+    units_.push_back(std::move(unit));
+  }
+  // assign every parameter to the innermost unit that owns it (a layer before the root)
+  for (ShardSpec& s : specs) {
+    size_t owner = 0;
+    for (size_t ui = 1; ui < modules.size(); ++ui)
+      for (auto& [nm, p] : modules[ui]->named_parameters())
+        if (p == s.slot) owner = ui;
+    Unit& u = *units_[owner];
+    Param p;
+    p.name = s.name;
+    p.slot = s.slot;
+    const Tensor& local = *s.slot;  // after tensor parallel: the tp-local tensor
+    p.rows = comms::chunk_sizes(local.size(0), n);
+    int64_t start = 0;
+    for (int64_t q = 0; q < r; ++q) start += p.rows[q];
+    {
+      MemoryCategoryScope cat(MemoryCategory::Parameters);
+      p.shard = slice(local, 0, start, start + p.rows[r]).contiguous().detach();
+    }
+    p.shard.requires_grad_(true);
+    p.shard.set_name(s.name);
+    s.offset[0] += start;
+    s.writer = s.writer && mesh.replicate_rank == 0;
+    u.params.push_back(std::move(p));
+  }
+  // free the full tensors: modules point at nothing until a forward binds them
+  for (auto& u : units_)
+    for (auto& p : u->params) *p.slot = Tensor();
+  // specs now point at the shards (stable: units are heap objects)
+  for (auto& u : units_)
+    for (auto& p : u->params)
+      for (ShardSpec& s : specs)
+        if (s.name == p.name) s.slot = &p.shard;
+
+  // hooks
+  Unit* root = units_[0].get();
+  modules[0]->register_forward_pre_hook([this, root](nn::Module&, const Tensor& x) {
+    forward_done_ = false;
+    unshard(*root);
+    bind(*root);
+    if (units_.size() > 1) prefetch(*units_[1]);
+    return x;
+  });
+  modules[0]->register_forward_post_hook([this](nn::Module&, const Tensor& y) {
+    forward_done_ = true;
+    return y;
+  });
+  for (size_t ui = 1; ui < units_.size(); ++ui) {
+    Unit* u = units_[ui].get();
+    Unit* next = ui + 1 < units_.size() ? units_[ui + 1].get() : nullptr;
+    Unit* prev = ui > 1 ? units_[ui - 1].get() : nullptr;
+    modules[ui]->register_forward_pre_hook([this, u, next](nn::Module&, const Tensor& x) {
+      unshard(*u);
+      bind(*u);
+      if (next && !forward_done_) prefetch(*next);
+      return x;
+    });
+    modules[ui]->register_forward_post_hook([this, u, prev](nn::Module&, const Tensor& y) {
+      if (!reshard_) return y;
+      release(*u);
+      if (!autograd::grad_enabled()) return y;  // evaluation: nothing to re-gather
+      return autograd::custom_op(
+          "FSDPPreBackward", {y}, [](const V& in) { return V{in[0]}; },
+          [this, u, prev](const V& g) {
+            unshard(*u);
+            if (prev) prefetch(*prev);
+            return V{g[0]};
+          })[0];
+    });
+  }
+}
+
+FSDP::~FSDP() {
+  for (auto& u : units_)
+    for (auto& [t, w] : u->pending) w.wait();
+}
+
+void FSDP::prefetch(Unit& u) {
+  if (u.gathered || !u.pending.empty()) return;
+  MemoryCategoryScope cat(MemoryCategory::Communication);
+  for (auto& p : u.params) u.pending.push_back(mesh_.dp_shard->all_gather_async(p.shard.detach(), 0, p.rows));
+}
+
+void FSDP::unshard(Unit& u) {
+  if (u.gathered) return;
+  prefetch(u);  // no-op when already issued
+  for (size_t i = 0; i < u.params.size(); ++i) {
+    auto& [t, w] = u.pending[i];
+    w.wait();
+    Param& p = u.params[i];
+    if (p.full.defined() && !p.full.impl()->storage->resident()) {
+      // saved activations alias the old buffer: refill it in place
+      p.full.impl()->storage->materialize();
+      copy_(p.full, t);
+    } else {
+      p.full = t;
+    }
+  }
+  u.pending.clear();
+  u.gathered = true;
+  u.released = 0;
+}
+
+void FSDP::bind(Unit& u) {
+  for (auto& p : u.params) {
+    Param* pp = &p;
+    Unit* up = &u;
+    *p.slot = autograd::custom_op(
+        "FSDPAllGather", {p.shard}, [pp](const V&) { return V{pp->full.detach()}; },
+        [this, pp, up](const V& g) {
+          Tensor gs;
+          if (mesh_.dp_shard->size() > 1) gs = mesh_.dp_shard->reduce_scatter(g[0], 0, ReduceOp::Avg, pp->rows);
+          else gs = g[0];
+          if (mesh_.dp_replicate->size() > 1) gs = mesh_.dp_replicate->all_reduce(gs, ReduceOp::Avg);
+          // reshard after backward: this parameter's gathered copy is no longer needed
+          pp->full.impl()->storage->release();
+          if (++up->released == (int)up->params.size()) up->gathered = false;
+          return V{gs};
+        })[0];
+    p.slot->set_name(p.name);
+  }
+}
+
+void FSDP::release(Unit& u) {
+  for (auto& p : u.params) p.full.impl()->storage->release();
+  u.gathered = false;
+}
+
+}  // namespace titan::parallel

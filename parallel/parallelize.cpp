@@ -1,0 +1,131 @@
+#include "parallel/parallelize.h"
+
+#include <cmath>
+
+#include "comms/functional.h"
+#include "parallel/fsdp.h"
+#include "src/autograd/grad_mode.h"
+#include "src/ops/ops.h"
+
+namespace titan::parallel {
+
+std::vector<std::pair<std::string, Tensor*>> ParallelModel::named_params() const {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  for (auto& s : specs) out.emplace_back(s.name, s.slot);
+  return out;
+}
+
+std::vector<Tensor*> ParallelModel::params() const {
+  std::vector<Tensor*> out;
+  for (auto& s : specs) out.push_back(s.slot);
+  return out;
+}
+
+namespace {
+ShardSpec* find_spec(std::vector<ShardSpec>& specs, const Tensor* slot) {
+  for (auto& s : specs)
+    if (s.slot == slot) return &s;
+  fail("parallelize: parameter not found");
+}
+
+// Keeps this tp rank's chunk of `lin->weight` along `dim` (chunk sizes given).
+void shard_linear(nn::Linear* lin, int64_t dim, const std::vector<int64_t>& sizes, int r,
+                  std::vector<ShardSpec>& specs) {
+  ShardSpec* s = find_spec(specs, &lin->weight);
+  int64_t start = 0;
+  for (int q = 0; q < r; ++q) start += sizes[q];
+  Tensor local;
+  {
+    MemoryCategoryScope cat(MemoryCategory::Parameters);
+    NoGradGuard ng;
+    local = slice(lin->weight, dim, start, start + sizes[r]).contiguous();
+  }
+  const std::string name = lin->weight.name();
+  lin->weight = local.detach();
+  lin->weight.requires_grad_(true);
+  lin->weight.set_name(name);
+  s->offset[dim] += start;
+  s->tp_replicated = false;
+}
+
+std::vector<int64_t> by_heads(int64_t heads, int64_t head_dim, int64_t tp, const char* what) {
+  TITAN_CHECK(heads % tp == 0, "tensor parallel: ", what, " (", heads, ") must be divisible by tensor_parallel_degree (",
+              tp, ")");
+  return std::vector<int64_t>(tp, heads / tp * head_dim);
+}
+
+void apply_tp(qwen3::Qwen3& model, comms::DeviceMesh& mesh, std::vector<ShardSpec>& specs) {
+  const int64_t tp = mesh.tp->size();
+  const int r = mesh.tp->rank();
+  const auto& a = model.args();
+  auto q_rows = by_heads(a.n_heads, a.head_dim, tp, "n_heads");
+  auto kv_rows = by_heads(a.n_kv_heads, a.head_dim, tp, "n_kv_heads");
+  TITAN_CHECK(a.hidden_dim % tp == 0, "tensor parallel: hidden_dim (", a.hidden_dim,
+              ") must be divisible by tensor_parallel_degree (", tp, ")");
+  std::vector<int64_t> ffn(tp, a.hidden_dim / tp);
+  comms::PG pg = mesh.tp;
+  auto copy_in = [pg](nn::Module&, const Tensor& x) { return comms::copy_to(x, pg); };
+  auto reduce_out = [pg](nn::Module&, const Tensor& y) { return comms::reduce_from(y, pg); };
+  for (qwen3::DecoderLayer* layer : model.model->layers->layers) {
+    auto* at = layer->self_attn;
+    shard_linear(at->q_proj, 0, q_rows, r, specs);  // column parallel: this rank's heads
+    shard_linear(at->k_proj, 0, kv_rows, r, specs);
+    shard_linear(at->v_proj, 0, kv_rows, r, specs);
+    shard_linear(at->o_proj, 1, q_rows, r, specs);  // row parallel
+    at->register_forward_pre_hook(copy_in);
+    at->register_forward_post_hook(reduce_out);
+    auto* mlp = layer->mlp;
+    shard_linear(mlp->gate_proj, 0, ffn, r, specs);
+    shard_linear(mlp->up_proj, 0, ffn, r, specs);
+    shard_linear(mlp->down_proj, 1, ffn, r, specs);
+    mlp->register_forward_pre_hook(copy_in);
+    mlp->register_forward_post_hook(reduce_out);
+  }
+  if (model.lm_head) {  // vocab-parallel head; logits gathered (cost: B*S*V/tp floats per rank)
+    auto vocab = comms::chunk_sizes(a.vocab_size, tp);
+    shard_linear(model.lm_head, 0, vocab, r, specs);
+    model.lm_head->register_forward_pre_hook(copy_in);
+    model.lm_head->register_forward_post_hook(
+        [pg, vocab](nn::Module&, const Tensor& y) { return comms::gather_from(y, -1, pg, vocab); });
+  }
+}
+}  // namespace
+
+ParallelModel parallelize_qwen3(qwen3::Qwen3& model, comms::DeviceMesh& mesh, const ParallelOptions& opt) {
+  ParallelModel pm;
+  for (auto& [n, p] : model.named_parameters()) {
+    ShardSpec s;
+    s.name = n;
+    s.slot = p;
+    s.full_shape = p->shape();
+    s.offset = Shape(p->dim(), 0);
+    pm.specs.push_back(s);
+  }
+  if (mesh.tp->size() > 1) apply_tp(model, mesh, pm.specs);
+  // tp-replicated parameters: only tp rank 0 writes them
+  for (auto& s : pm.specs)
+    if (s.tp_replicated && mesh.tp_rank != 0) s.writer = false;
+  std::vector<nn::Module*> units = {&model};
+  for (auto* l : model.model->layers->layers) units.push_back(l);
+  pm.fsdp = std::make_shared<FSDP>(units, mesh, opt.reshard_after_forward, pm.specs);
+  return pm;
+}
+
+double global_grad_norm(const ParallelModel& pm, comms::DeviceMesh& mesh) {
+  double local = 0;
+  for (auto& s : pm.specs) {
+    if (s.tp_replicated && mesh.tp_rank != 0) continue;  // counted on tp rank 0
+    Tensor g = s.slot->grad();
+    if (!g.defined()) continue;
+    auto v = g.contiguous();
+    const float* x = v.data<float>();
+    double acc = 0;
+    for (int64_t i = 0; i < v.numel(); ++i) acc += (double)x[i] * x[i];
+    local += acc;
+  }
+  Tensor t = from_vector<double>({local}, {1});
+  double total = mesh.world_pg->all_reduce(t).to_vector<double>()[0] / (double)mesh.degrees.dp_replicate;
+  return std::sqrt(total);
+}
+
+}  // namespace titan::parallel

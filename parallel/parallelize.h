@@ -1,0 +1,34 @@
+// parallel/parallelize.h — TorchTitan-style parallelize function for Qwen3:
+// tensor parallel (Megatron), then FSDP/HSDP over the data-parallel ranks,
+// applied to a built model from outside (the model only exposes hooks).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "comms/device_mesh.h"
+#include "models/qwen3/model.h"
+#include "parallel/shard_spec.h"
+
+namespace titan::parallel {
+
+class FSDP;
+
+struct ParallelOptions {
+  bool reshard_after_forward = true;
+};
+
+struct ParallelModel {
+  std::vector<ShardSpec> specs;  // one per parameter, in named_parameters() order
+  std::shared_ptr<FSDP> fsdp;
+  std::vector<std::pair<std::string, Tensor*>> named_params() const;
+  std::vector<Tensor*> params() const;
+};
+
+// The model must hold the full (single-rank) initialized weights on every
+// rank; afterwards each rank keeps only its shards.
+ParallelModel parallelize_qwen3(qwen3::Qwen3& model, comms::DeviceMesh& mesh, const ParallelOptions& opt);
+
+// sqrt(sum of squares of every logical gradient element), across all ranks.
+double global_grad_norm(const ParallelModel& pm, comms::DeviceMesh& mesh);
+
+}  // namespace titan::parallel
