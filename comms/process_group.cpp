@@ -466,6 +466,15 @@ Tensor ProcessGroup::recv(const Shape& shape, DType dtype, int src, int tag) {
   return out;
 }
 
+std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key, const std::string& name) {
+  if (fake_) return fake(0, 1, name);
+  MPI_Comm c = comm_, out = nullptr;
+  submit("comm_split", name_, 0, [&, c]() { check_mpi(MPI_Comm_split(c, color, key, &out), "comm_split"); }).wait();
+  auto pg = std::make_shared<ProcessGroup>(out, name);
+  MPI_Comm_free(&out);
+  return pg;
+}
+
 void ProcessGroup::barrier() {
   if (fake_ || size_ == 1) return;
   MPI_Comm c = comm_;

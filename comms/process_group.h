@@ -99,6 +99,8 @@ class ProcessGroup {
   void send(const Tensor& x, int dst, int tag = 0);
   Tensor recv(const Shape& shape, DType dtype, int src, int tag = 0);
   void barrier();
+  // Sub-groups: ranks with the same color, ordered by key (collective over this group).
+  std::shared_ptr<ProcessGroup> split(int color, int key, const std::string& name);
 
   std::pair<Tensor, Work> all_reduce_async(const Tensor& x, ReduceOp op = ReduceOp::Sum);
   std::pair<Tensor, Work> all_gather_async(const Tensor& x, int64_t dim = 0, const std::vector<int64_t>& sizes = {});

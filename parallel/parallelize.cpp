@@ -59,7 +59,21 @@ void apply_tp(qwen3::Qwen3& model, comms::DeviceMesh& mesh, std::vector<ShardSpe
   const int r = mesh.tp->rank();
   const auto& a = model.args();
   auto q_rows = by_heads(a.n_heads, a.head_dim, tp, "n_heads");
-  auto kv_rows = by_heads(a.n_kv_heads, a.head_dim, tp, "n_kv_heads");
+  // KV heads: split when there are at least tp of them; otherwise each rank
+  // keeps the one head its query heads use (replicated over the tp/n_kv ranks
+  // that share it, whose gradient contributions are summed over that group)
+  const bool kv_replicated = a.n_kv_heads < tp;
+  std::vector<int64_t> kv_rows;
+  comms::PG kv_group;
+  int64_t kv_head = 0;
+  if (kv_replicated) {
+    TITAN_CHECK(tp % a.n_kv_heads == 0, "tensor parallel: tensor_parallel_degree (", tp,
+                ") must be a multiple of n_kv_heads (", a.n_kv_heads, ") when it exceeds it");
+    kv_head = r / (tp / a.n_kv_heads);
+    kv_group = mesh.tp->split((int)kv_head, r, "tp_kv" + std::to_string(kv_head));
+  } else {
+    kv_rows = by_heads(a.n_kv_heads, a.head_dim, tp, "n_kv_heads");
+  }
   TITAN_CHECK(a.hidden_dim % tp == 0, "tensor parallel: hidden_dim (", a.hidden_dim,
               ") must be divisible by tensor_parallel_degree (", tp, ")");
   std::vector<int64_t> ffn(tp, a.hidden_dim / tp);
@@ -69,11 +83,46 @@ void apply_tp(qwen3::Qwen3& model, comms::DeviceMesh& mesh, std::vector<ShardSpe
   for (qwen3::DecoderLayer* layer : model.model->layers->layers) {
     auto* at = layer->self_attn;
     shard_linear(at->q_proj, 0, q_rows, r, specs);  // column parallel: this rank's heads
-    shard_linear(at->k_proj, 0, kv_rows, r, specs);
-    shard_linear(at->v_proj, 0, kv_rows, r, specs);
+    if (kv_replicated) {
+      for (nn::Linear* lin : {at->k_proj, at->v_proj}) {
+        ShardSpec* s = find_spec(specs, &lin->weight);
+        Tensor local;
+        {
+          MemoryCategoryScope cat(MemoryCategory::Parameters);
+          NoGradGuard ng;
+          local = slice(lin->weight, 0, kv_head * a.head_dim, (kv_head + 1) * a.head_dim).contiguous();
+        }
+        const std::string name = lin->weight.name();
+        lin->weight = local.detach();
+        lin->weight.requires_grad_(true);
+        lin->weight.set_name(name);
+        s->offset[0] += kv_head * a.head_dim;
+        s->tp_replicated = false;
+        s->writer = s->writer && kv_group->rank() == 0;
+        s->grad_norm_weight = 1.0 / (double)kv_group->size();  // each copy counted once in total
+      }
+      // after FSDP binds the weights (the layer's pre-hook), sum their gradients over the sharing ranks
+      at->register_forward_pre_hook([kv_group, at](nn::Module&, const Tensor& x) {
+        at->k_proj->weight = comms::copy_to(at->k_proj->weight, kv_group);
+        at->v_proj->weight = comms::copy_to(at->v_proj->weight, kv_group);
+        return x;
+      });
+    } else {
+      shard_linear(at->k_proj, 0, kv_rows, r, specs);
+      shard_linear(at->v_proj, 0, kv_rows, r, specs);
+    }
     shard_linear(at->o_proj, 1, q_rows, r, specs);  // row parallel
     at->register_forward_pre_hook(copy_in);
     at->register_forward_post_hook(reduce_out);
+    if (at->q_norm) {  // per-head norms are replicated but each rank normalizes only its heads: sum their grads
+      at->register_forward_pre_hook([pg, at](nn::Module&, const Tensor& x) {
+        for (nn::Norm* n : {at->q_norm, at->k_norm}) {
+          n->weight = comms::copy_to(n->weight, pg);
+          if (n->bias.defined()) n->bias = comms::copy_to(n->bias, pg);
+        }
+        return x;
+      });
+    }
     auto* mlp = layer->mlp;
     shard_linear(mlp->gate_proj, 0, ffn, r, specs);
     shard_linear(mlp->up_proj, 0, ffn, r, specs);
@@ -121,7 +170,7 @@ double global_grad_norm(const ParallelModel& pm, comms::DeviceMesh& mesh) {
     const float* x = v.data<float>();
     double acc = 0;
     for (int64_t i = 0; i < v.numel(); ++i) acc += (double)x[i] * x[i];
-    local += acc;
+    local += acc * s.grad_norm_weight;
   }
   Tensor t = from_vector<double>({local}, {1});
   double total = mesh.world_pg->all_reduce(t).to_vector<double>()[0] / (double)mesh.degrees.dp_replicate;

@@ -17,6 +17,7 @@ struct ShardSpec {
   Shape offset;           // where the local block starts in the logical tensor
   bool writer = true;     // this rank writes the block (one replica of each element does)
   bool tp_replicated = true;  // identical on every tp rank (norms, embedding)
+  double grad_norm_weight = 1.0;  // < 1 for blocks held by several tp ranks (replicated KV heads)
   Region region() const { return {name, slot, full_shape, offset, writer}; }
 };
 

@@ -84,6 +84,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"profiling.profile_step", &c.profiling.profile_step, {}},
       {"debug.seed", &c.debug.seed, {}},
       {"debug.dump_grads_at_step", &c.debug.dump_grads_at_step, {}},
+      {"debug.fail_on_rank", &c.debug.fail_on_rank, {}},
   };
 }
 
@@ -292,7 +293,7 @@ JobConfig load_job_config(int argc, const char* const* argv) {
     std::string& slot = values[f.key];
     std::string help = std::string("override ") + f.key + " (" + type_name(f.ptr) + ")";
     if (!f.allowed.empty()) help += ": " + join(f.allowed, " | ");
-    app.add_option("--" + f.key, slot, help);
+    app.add_option("--" + f.key, slot, help)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // last wins
   }
   try {
     app.parse(argc, argv);

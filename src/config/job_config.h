@@ -108,6 +108,7 @@ struct JobConfig {
   struct Debug {
     int64_t seed = 42;
     int64_t dump_grads_at_step = 0;  // > 0: write <dump>/grads_step_N.h5 (HF names, full shapes, before clipping)
+    int64_t fail_on_rank = -1;       // fault injection for tests: this rank throws at step 2
   } debug;
 };
 

@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   comms::init(&argc, &argv);
   CLI::App app{"titan-eval: mean next-token cross-entropy of HF-named HDF5 weights over a token file"};
   std::string ckpt, tokens, dump;
-  int64_t seq = 0, batch = 0, dp_shard = -1, dp_rep = 1, tp = 1;
+  int64_t seq = 0, batch = 0, dp_shard = -1, dp_rep = 1, tp = 1, max_batches = -1;
   bool json = false;
   app.add_option("--checkpoint", ckpt, "HF-named HDF5 weights with a `config` attribute")->required();
   app.add_option("--tokens", tokens, "HDF5 token file (/tokens, uint32)")->required();
@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   app.add_option("--dp-shard", dp_shard, "data_parallel_shard_degree (-1: the remaining ranks)");
   app.add_option("--dp-replicate", dp_rep, "data_parallel_replicate_degree");
   app.add_option("--tp", tp, "tensor_parallel_degree");
+  app.add_option("--max-batches", max_batches, "evaluate only the first N batches (default: the whole file)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -42,6 +43,10 @@ int main(int argc, char** argv) {
   }
   try {
     TITAN_CHECK(seq > 0 && batch > 0, "titan-eval: --seq-len and --batch-size must be > 0");
+    {  // the token file must hold one batch; checked before any collective
+      DataLoader probe(tokens, batch, seq);
+      TITAN_CHECK(probe.steps_left() > 0, "titan-eval: ", tokens, " holds no full batch");
+    }
     comms::DeviceMesh mesh({dp_rep, dp_shard, tp});
     MPI_Comm comm = mesh.world > 1 ? comms::world_comm() : nullptr;
     const std::string cfg = read_hf_config(ckpt);
@@ -52,23 +57,35 @@ int main(int argc, char** argv) {
     for (auto& s : pm.specs) regions.push_back(s.region());
     load_hf(ckpt, regions, comm);
     DataLoader loader(tokens, batch, seq);
-    const int64_t steps = loader.steps_left();
+    const int64_t steps = max_batches > 0 ? std::min(max_batches, loader.steps_left()) : loader.steps_left();
     const int64_t dp = mesh.dp_size(), me = mesh.dp_rank();
     const bool grads = !dump.empty();
-    double total = 0;
+    // batch i goes to dp rank i % dp. Every rank runs the same number of
+    // forwards (FSDP/TP collectives must line up): a rank past the end repeats
+    // batch `me` with weight 0.
+    std::vector<Batch> mine;
+    Batch first;
     for (int64_t i = 0; i < steps; ++i) {
       Batch b = loader.next();
-      if (i % dp != me) continue;
+      if (i == 0) first = b;
+      if (i % dp == me) mine.push_back(b);
+    }
+    const int64_t rounds = (steps + dp - 1) / dp;
+    double total = 0;
+    for (int64_t k = 0; k < rounds; ++k) {
+      const bool real = k < (int64_t)mine.size();
+      const Batch& b = real ? mine[k] : first;
+      const double w = real ? 1.0 : 0.0;
       if (grads) {
         Tensor logits = model.forward(b.inputs);
         Tensor loss = cross_entropy(logits.reshape({-1, args.vocab_size}), b.targets.reshape({-1}));
-        total += (double)loss.item<float>();
+        total += w * (double)loss.item<float>();
         // FSDP averages gradients over the dp ranks: scale so the result is d(mean over all batches)
-        mul(loss, (double)dp / (double)steps).backward();
+        mul(loss, w * (double)dp / (double)steps).backward();
       } else {
         NoGradGuard ng;
         Tensor logits = model.forward(b.inputs);
-        total += (double)cross_entropy(logits.reshape({-1, args.vocab_size}), b.targets.reshape({-1})).item<float>();
+        total += w * (double)cross_entropy(logits.reshape({-1, args.vocab_size}), b.targets.reshape({-1})).item<float>();
       }
     }
     // tp ranks of one dp index computed the same batches: sum over dp only

@@ -167,6 +167,8 @@ TrainResult train(const JobConfig& cfg) {
     std::unique_ptr<CostScope> cs;
     if (profile) cs = std::make_unique<CostScope>(/*timed=*/true);
     const double t_step = wall_seconds();
+    if (step == 2 && cfg.debug.fail_on_rank == mesh.rank)
+      fail("debug.fail_on_rank: rank ", mesh.rank, " fails on purpose at step 2");
     double loss_acc = 0;
     for (int64_t m = 0; m < accum; ++m) {
       Batch b = loader.next();

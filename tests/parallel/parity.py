@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Multi-rank contracts of issue 4, run by ctest (no torch needed: h5py only).
+
+  parity.py --build BUILD --case ref              single-rank reference run (fixture)
+  parity.py --build BUILD --case layout --np N --layout "--parallelism.x y ..."
+      losses at each of 10 steps equal to the reference's to <= 1e-5 relative,
+      gradients after step 1 to <= 1e-5 (relative L2 per tensor)
+  parity.py --build BUILD --case resume           save with 4-way FSDP, resume with 2-way FSDP x 2-way TP
+  parity.py --build BUILD --case eval             titan-eval under mpirun (FSDP x TP) prints the single-rank loss
+  parity.py --build BUILD --case abort            a rank that throws ends the job promptly
+  parity.py --build BUILD --case bad-degrees      degrees that do not fit the world are refused clearly
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_WAIT_POLICY="PASSIVE")
+GLOBAL_BATCH = 8
+COMMON = ["--config", "configs/qwen3_debug.yaml", "--training.steps", "10", "--training.seq_len", "128",
+          "--job.print_args", "false", "--validation.enabled", "false", "--checkpoint.export_at_end", "false",
+          "--metrics.log_freq", "1", "--debug.dump_grads_at_step", "1", "--lr_scheduler.warmup_steps", "2",
+          "--optimizer.lr", "5e-4"]
+
+
+def mpirun(np_):
+    return ["mpirun", "--oversubscribe", "--bind-to", "none", "-x", "OMP_NUM_THREADS=1", "-x", "OMP_WAIT_POLICY",
+            "-np", str(np_)]
+
+
+def run(cmd, timeout=600, expect_ok=True):
+    t0 = time.time()
+    p = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+    if expect_ok and p.returncode != 0:
+        print(p.stdout[-4000:], p.stderr[-4000:])
+        sys.exit(f"FAILED ({p.returncode}): {' '.join(cmd)}")
+    return p, time.time() - t0
+
+
+def losses(folder):
+    out = {}
+    with open(os.path.join(folder, "metrics.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            if "loss" in r:
+                out[r["step"]] = r["loss"]
+    return out
+
+
+def compare_losses(ref, got, steps, tol=1e-5):
+    worst = 0.0
+    for s in steps:
+        rel = abs(got[s] - ref[s]) / abs(ref[s])
+        worst = max(worst, rel)
+        if rel > tol:
+            sys.exit(f"step {s}: loss {got[s]:.8f} vs reference {ref[s]:.8f} (rel {rel:.2e} > {tol})")
+    return worst
+
+
+def compare_grads(ref_path, got_path, tol=1e-5):
+    worst = 0.0
+    with h5py.File(ref_path, "r") as a, h5py.File(got_path, "r") as b:
+        names = sorted(k for k in a.keys())
+        assert sorted(b.keys()) == names, "gradient files hold different tensors"
+        for n in names:
+            x, y = a[n][...].astype(np.float64), b[n][...].astype(np.float64)
+            rel = np.linalg.norm(x - y) / max(np.linalg.norm(x), 1e-30)
+            worst = max(worst, rel)
+            if rel > tol:
+                sys.exit(f"gradient {n}: relative error {rel:.2e} > {tol}")
+    return worst
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--case", required=True)
+    ap.add_argument("--np", type=int, default=2)
+    ap.add_argument("--layout", default="")
+    ap.add_argument("--name", default="")
+    a = ap.parse_args()
+    build = os.path.abspath(a.build)
+    train = os.path.join(build, "titan-train")
+    work = os.path.join(build, "parity")
+    ref = os.path.join(work, "ref")
+    if not os.path.exists(os.path.join(ROOT, "data/kjv_train.h5")):
+        run([os.path.join(ROOT, "scripts/prepare_data.sh"), build])
+
+    if a.case == "ref":
+        shutil.rmtree(ref, ignore_errors=True)
+        run([train] + COMMON + ["--job.dump_folder", ref, "--training.local_batch_size", str(GLOBAL_BATCH),
+                                "--checkpoint.export_at_end", "true"])
+        print("reference losses:", [round(v, 6) for v in losses(ref).values()])
+        return
+
+    if a.case == "layout":
+        layout = a.layout.split()
+        deg = dict(zip(layout[::2], layout[1::2]))
+        tp = int(deg.get("--parallelism.tensor_parallel_degree", 1))
+        dp = a.np // tp
+        out = os.path.join(work, a.name or f"np{a.np}")
+        shutil.rmtree(out, ignore_errors=True)
+        _, secs = run(mpirun(a.np) + [train] + COMMON + layout +
+                      ["--job.dump_folder", out, "--training.local_batch_size", str(GLOBAL_BATCH // dp)])
+        lw = compare_losses(losses(ref), losses(out), range(1, 11))
+        gw = compare_grads(os.path.join(ref, "grads_step_1.h5"), os.path.join(out, "grads_step_1.h5"))
+        print(f"{a.name}: {a.np} ranks ({' '.join(layout)}): max loss rel err {lw:.2e}, "
+              f"max grad rel err {gw:.2e} ({secs:.1f} s)")
+        return
+
+    if a.case == "resume":
+        save = os.path.join(work, "resume")
+        shutil.rmtree(save, ignore_errors=True)
+        ck = ["--checkpoint.enable", "true", "--checkpoint.interval", "5", "--job.dump_folder", save]
+        run(mpirun(4) + [train] + COMMON + ck + ["--training.local_batch_size", "2"])
+        os.remove(os.path.join(save, "checkpoint", "step-10.h5"))
+        os.remove(os.path.join(save, "metrics.jsonl"))
+        p, _ = run(mpirun(4) + [train] + COMMON + ck +
+                   ["--training.local_batch_size", "4", "--parallelism.data_parallel_shard_degree", "2",
+                    "--parallelism.tensor_parallel_degree", "2"])
+        assert "resumed from" in p.stdout and "at step 5" in p.stdout, p.stdout[-2000:]
+        got = losses(save)
+        assert sorted(got) == list(range(6, 11)), sorted(got)
+        w = compare_losses(losses(ref), got, range(6, 11))
+        print(f"saved with FSDP 4, resumed with FSDP 2 x TP 2: steps 6-10 max loss rel err {w:.2e}")
+        return
+
+    if a.case == "eval":
+        w = os.path.join(ref, "export", "model.h5")
+        evalbin = os.path.join(build, "titan-eval")
+        args = ["--checkpoint", w, "--tokens", "data/kjv_val.h5", "--seq-len", "128", "--batch-size", "8", "--json",
+                "--max-batches", "10"]
+        one, _ = run([evalbin] + args)
+        l1 = json.loads(one.stdout.strip().splitlines()[-1])["loss"]
+        for layout in (["--dp-shard", "4"], ["--dp-shard", "2", "--tp", "2"], ["--tp", "4"]):
+            many, _ = run(mpirun(4) + [evalbin] + args + layout)
+            l4 = json.loads(many.stdout.strip().splitlines()[-1])["loss"]
+            if abs(l4 - l1) / l1 > 1e-6:
+                sys.exit(f"titan-eval {' '.join(layout)}: {l4} vs single rank {l1}")
+            print(f"titan-eval 4 ranks {' '.join(layout)}: {l4:.8f} = single rank {l1:.8f}")
+        return
+
+    if a.case == "abort":
+        out = os.path.join(work, "abort")
+        p, secs = run(mpirun(2) + [train] + COMMON + ["--job.dump_folder", out, "--debug.fail_on_rank", "1",
+                                                      "--training.local_batch_size", "4"], timeout=120,
+                      expect_ok=False)
+        assert p.returncode != 0, "the job should fail"
+        text = p.stdout + p.stderr
+        assert "rank 1" in text and "fails on purpose" in text, text[-2000:]
+        print(f"rank 1 threw: job ended in {secs:.1f} s with exit code {p.returncode}")
+        return
+
+    if a.case == "bad-degrees":
+        out = os.path.join(work, "bad")
+        p, secs = run(mpirun(4) + [train] + COMMON + ["--job.dump_folder", out,
+                                                      "--parallelism.tensor_parallel_degree", "3"],
+                      timeout=120, expect_ok=False)
+        text = p.stdout + p.stderr
+        assert p.returncode != 0 and "tensor_parallel_degree 3" in text and "world size 4" in text, text[-2000:]
+        print(f"refused in {secs:.1f} s: " + next(l for l in text.splitlines() if "tensor_parallel_degree 3" in l))
+        return
+    sys.exit("unknown case " + a.case)
+
+
+if __name__ == "__main__":
+    main()
