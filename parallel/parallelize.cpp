@@ -54,7 +54,11 @@ std::vector<int64_t> by_heads(int64_t heads, int64_t head_dim, int64_t tp, const
   return std::vector<int64_t>(tp, heads / tp * head_dim);
 }
 
-void apply_tp(qwen3::Qwen3& model, comms::DeviceMesh& mesh, std::vector<ShardSpec>& specs) {
+// Tensor parallel, part 1 (before FSDP): cut each rank's slices of the weights.
+// Part 2 (after FSDP, so these hooks run after FSDP has bound the weights)
+// registers the collectives. Returns the part-2 registration.
+std::function<void()> apply_tp(qwen3::Qwen3& model, comms::DeviceMesh& mesh, std::vector<ShardSpec>& specs,
+                               bool sequence_parallel) {
   const int64_t tp = mesh.tp->size();
   const int r = mesh.tp->rank();
   const auto& a = model.args();
@@ -78,8 +82,6 @@ void apply_tp(qwen3::Qwen3& model, comms::DeviceMesh& mesh, std::vector<ShardSpe
               ") must be divisible by tensor_parallel_degree (", tp, ")");
   std::vector<int64_t> ffn(tp, a.hidden_dim / tp);
   comms::PG pg = mesh.tp;
-  auto copy_in = [pg](nn::Module&, const Tensor& x) { return comms::copy_to(x, pg); };
-  auto reduce_out = [pg](nn::Module&, const Tensor& y) { return comms::reduce_from(y, pg); };
   for (qwen3::DecoderLayer* layer : model.model->layers->layers) {
     auto* at = layer->self_attn;
     shard_linear(at->q_proj, 0, q_rows, r, specs);  // column parallel: this rank's heads
@@ -101,42 +103,81 @@ void apply_tp(qwen3::Qwen3& model, comms::DeviceMesh& mesh, std::vector<ShardSpe
         s->writer = s->writer && kv_group->rank() == 0;
         s->grad_norm_weight = 1.0 / (double)kv_group->size();  // each copy counted once in total
       }
-      // after FSDP binds the weights (the layer's pre-hook), sum their gradients over the sharing ranks
-      at->register_forward_pre_hook([kv_group, at](nn::Module&, const Tensor& x) {
-        at->k_proj->weight = comms::copy_to(at->k_proj->weight, kv_group);
-        at->v_proj->weight = comms::copy_to(at->v_proj->weight, kv_group);
-        return x;
-      });
     } else {
       shard_linear(at->k_proj, 0, kv_rows, r, specs);
       shard_linear(at->v_proj, 0, kv_rows, r, specs);
     }
     shard_linear(at->o_proj, 1, q_rows, r, specs);  // row parallel
-    at->register_forward_pre_hook(copy_in);
-    at->register_forward_post_hook(reduce_out);
-    if (at->q_norm) {  // per-head norms are replicated but each rank normalizes only its heads: sum their grads
-      at->register_forward_pre_hook([pg, at](nn::Module&, const Tensor& x) {
-        for (nn::Norm* n : {at->q_norm, at->k_norm}) {
-          n->weight = comms::copy_to(n->weight, pg);
-          if (n->bias.defined()) n->bias = comms::copy_to(n->bias, pg);
-        }
-        return x;
-      });
-    }
     auto* mlp = layer->mlp;
     shard_linear(mlp->gate_proj, 0, ffn, r, specs);
     shard_linear(mlp->up_proj, 0, ffn, r, specs);
     shard_linear(mlp->down_proj, 1, ffn, r, specs);
-    mlp->register_forward_pre_hook(copy_in);
-    mlp->register_forward_post_hook(reduce_out);
   }
-  if (model.lm_head) {  // vocab-parallel head; logits gathered (cost: B*S*V/tp floats per rank)
-    auto vocab = comms::chunk_sizes(a.vocab_size, tp);
+  std::vector<int64_t> vocab;
+  if (model.lm_head) {  // vocab-parallel head
+    vocab = comms::chunk_sizes(a.vocab_size, tp);
     shard_linear(model.lm_head, 0, vocab, r, specs);
-    model.lm_head->register_forward_pre_hook(copy_in);
-    model.lm_head->register_forward_post_hook(
-        [pg, vocab](nn::Module&, const Tensor& y) { return comms::gather_from(y, -1, pg, vocab); });
   }
+
+  return [&model, pg, kv_group, kv_replicated, vocab, sequence_parallel]() {
+    // Block inputs: replicated x -> copy_to (bwd all-reduce); with sequence
+    // parallel the residual stream is split along the sequence and gathered
+    // here (bwd reduce-scatter). Block outputs: all-reduce, or reduce-scatter
+    // back to sequence shards.
+    auto block_in = [pg, sequence_parallel](nn::Module&, const Tensor& x) {
+      return sequence_parallel ? comms::all_gather_op(x, 1, pg) : comms::copy_to(x, pg);
+    };
+    auto block_out = [pg, sequence_parallel](nn::Module&, const Tensor& y) {
+      return sequence_parallel ? comms::reduce_scatter_op(y, 1, pg) : comms::reduce_from(y, pg);
+    };
+    // Replicated weights that see only part of the work on each rank get their
+    // gradients summed over tp (identity forward): the per-head q/k norms
+    // always, the block norms under sequence parallel.
+    auto sum_grads = [](Tensor& w, const comms::PG& g) {
+      if (w.defined()) w = comms::copy_to(w, g);
+    };
+    auto& layers = model.model->layers->layers;
+    for (size_t i = 0; i < layers.size(); ++i) {
+      qwen3::DecoderLayer* layer = layers[i];
+      auto* at = layer->self_attn;
+      // runs after FSDP's pre-hook of the layer has bound the weights
+      layer->register_forward_pre_hook([=](nn::Module&, const Tensor& x) {
+        if (at->q_norm)
+          for (nn::Norm* n : {at->q_norm, at->k_norm}) {
+            sum_grads(n->weight, pg);
+            sum_grads(n->bias, pg);
+          }
+        if (kv_replicated) {
+          sum_grads(at->k_proj->weight, kv_group);
+          sum_grads(at->v_proj->weight, kv_group);
+        }
+        if (!sequence_parallel) return x;
+        for (nn::Norm* n : {layer->input_layernorm, layer->post_attention_layernorm}) {
+          sum_grads(n->weight, pg);
+          sum_grads(n->bias, pg);
+        }
+        return i == 0 ? comms::split_to(x, 1, pg) : x;  // the residual stream enters sequence-sharded
+      });
+      at->register_forward_pre_hook(block_in);
+      at->register_forward_post_hook(block_out);
+      layer->mlp->register_forward_pre_hook(block_in);
+      layer->mlp->register_forward_post_hook(block_out);
+    }
+    if (sequence_parallel)
+      model.register_forward_pre_hook([&model, pg, sum_grads](nn::Module&, const Tensor& ids) {
+        sum_grads(model.model->norm->weight, pg);  // after FSDP's root pre-hook bound it
+        sum_grads(model.model->norm->bias, pg);
+        return ids;
+      });
+    if (model.lm_head) {  // logits gathered over the vocab (cost: B*S*V*(tp-1)/tp floats received per rank)
+      model.lm_head->register_forward_pre_hook(block_in);
+      model.lm_head->register_forward_post_hook(
+          [pg, vocab](nn::Module&, const Tensor& y) { return comms::gather_from(y, -1, pg, vocab); });
+    } else if (sequence_parallel) {  // tied head runs replicated: gather the final hidden states' sequence
+      model.model->norm->register_forward_post_hook(
+          [pg](nn::Module&, const Tensor& y) { return comms::gather_from(y, 1, pg); });
+    }
+  };
 }
 }  // namespace
 
@@ -150,13 +191,15 @@ ParallelModel parallelize_qwen3(qwen3::Qwen3& model, comms::DeviceMesh& mesh, co
     s.offset = Shape(p->dim(), 0);
     pm.specs.push_back(s);
   }
-  if (mesh.tp->size() > 1) apply_tp(model, mesh, pm.specs);
+  std::function<void()> tp_hooks;
+  if (mesh.tp->size() > 1) tp_hooks = apply_tp(model, mesh, pm.specs, opt.sequence_parallel);
   // tp-replicated parameters: only tp rank 0 writes them
   for (auto& s : pm.specs)
     if (s.tp_replicated && mesh.tp_rank != 0) s.writer = false;
   std::vector<nn::Module*> units = {&model};
   for (auto* l : model.model->layers->layers) units.push_back(l);
   pm.fsdp = std::make_shared<FSDP>(units, mesh, opt.reshard_after_forward, pm.specs);
+  if (tp_hooks) tp_hooks();
   return pm;
 }
 

@@ -15,6 +15,7 @@ class FSDP;
 
 struct ParallelOptions {
   bool reshard_after_forward = true;
+  bool sequence_parallel = true;  // with tp > 1: norms and residual stream sharded along the sequence
 };
 
 struct ParallelModel {

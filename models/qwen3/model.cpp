@@ -120,7 +120,7 @@ Tensor Qwen3::forward(const Tensor& tokens) {
     };
     h = layer->post(activation_checkpoint ? autograd::checkpoint(block, {h})[0] : block({h})[0]);
   }
-  h = model->norm->forward(h);
+  h = model->norm->post(model->norm->forward(h));
   Tensor logits = lm_head ? lm_head->post(lm_head->forward(lm_head->pre(h))) : linear(h, model->embed_tokens->weight);
   return post(logits);  // [B, S, vocab] (or a vocab shard's logits gathered by a post-hook)
 }

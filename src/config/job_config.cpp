@@ -69,6 +69,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"parallelism.data_parallel_shard_degree", &c.parallelism.data_parallel_shard_degree, {}},
       {"parallelism.tensor_parallel_degree", &c.parallelism.tensor_parallel_degree, {}},
       {"parallelism.fsdp_reshard_after_forward", &c.parallelism.fsdp_reshard_after_forward, {}},
+      {"parallelism.enable_sequence_parallel", &c.parallelism.enable_sequence_parallel, {}},
       {"activation_checkpoint.mode", &c.activation_checkpoint.mode, {"none", "full"}},
       {"checkpoint.enable", &c.checkpoint.enable, {}},
       {"checkpoint.folder", &c.checkpoint.folder, {}},

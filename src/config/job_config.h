@@ -78,6 +78,7 @@ struct JobConfig {
     int64_t data_parallel_shard_degree = -1;  // -1: the remaining ranks
     int64_t tensor_parallel_degree = 1;
     bool fsdp_reshard_after_forward = true;  // free gathered weights after a block's forward, re-gather in backward
+    bool enable_sequence_parallel = true;    // with tp > 1: norms and residual stream sharded along the sequence
   } parallelism;
 
   struct ActivationCheckpoint {

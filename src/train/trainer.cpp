@@ -95,7 +95,11 @@ TrainResult train(const JobConfig& cfg) {
            fmt("%.4g", flops_per_token) + " training FLOPs per token (seq " + std::to_string(S) + ")");
   TITAN_CHECK(model.num_parameters() == args.num_params(), "internal: parameter count mismatch");
   parallel::ParallelModel pm =
-      parallel::parallelize_qwen3(model, mesh, {cfg.parallelism.fsdp_reshard_after_forward});
+      parallel::parallelize_qwen3(model, mesh, {cfg.parallelism.fsdp_reshard_after_forward,
+                                                  cfg.parallelism.enable_sequence_parallel});
+  TITAN_CHECK(mesh.degrees.tp == 1 || !cfg.parallelism.enable_sequence_parallel || S % mesh.degrees.tp == 0,
+              "config error: training.seq_len ", S, " must be divisible by tensor_parallel_degree ", mesh.degrees.tp,
+              " with sequence parallel (or set parallelism.enable_sequence_parallel: false)");
   auto params = pm.named_params();
   std::vector<Region> regions;
   for (auto& s : pm.specs) regions.push_back(s.region());

@@ -85,18 +85,19 @@ def main():
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--layout", default="")
     ap.add_argument("--name", default="")
+    ap.add_argument("--ref", default="ref", help="which reference run to compare with")
     a = ap.parse_args()
     build = os.path.abspath(a.build)
     train = os.path.join(build, "titan-train")
     work = os.path.join(build, "parity")
-    ref = os.path.join(work, "ref")
+    ref = os.path.join(work, a.name if a.case == "ref" and a.name else a.ref)
     if not os.path.exists(os.path.join(ROOT, "data/kjv_train.h5")):
         run([os.path.join(ROOT, "scripts/prepare_data.sh"), build])
 
     if a.case == "ref":
         shutil.rmtree(ref, ignore_errors=True)
-        run([train] + COMMON + ["--job.dump_folder", ref, "--training.local_batch_size", str(GLOBAL_BATCH),
-                                "--checkpoint.export_at_end", "true"])
+        run([train] + COMMON + a.layout.split() + ["--job.dump_folder", ref, "--training.local_batch_size",
+                                                   str(GLOBAL_BATCH), "--checkpoint.export_at_end", "true"])
         print("reference losses:", [round(v, 6) for v in losses(ref).values()])
         return
 
@@ -107,12 +108,14 @@ def main():
         dp = a.np // tp
         out = os.path.join(work, a.name or f"np{a.np}")
         shutil.rmtree(out, ignore_errors=True)
-        _, secs = run(mpirun(a.np) + [train] + COMMON + layout +
+        _, secs = run(mpirun(a.np) + [train] + COMMON + layout + ["--checkpoint.export_at_end", "true"] +
                       ["--job.dump_folder", out, "--training.local_batch_size", str(GLOBAL_BATCH // dp)])
         lw = compare_losses(losses(ref), losses(out), range(1, 11))
         gw = compare_grads(os.path.join(ref, "grads_step_1.h5"), os.path.join(out, "grads_step_1.h5"))
+        # the HF-named export written from this layout holds the same weights
+        ww = compare_grads(os.path.join(ref, "export", "model.h5"), os.path.join(out, "export", "model.h5"), 1e-4)
         print(f"{a.name}: {a.np} ranks ({' '.join(layout)}): max loss rel err {lw:.2e}, "
-              f"max grad rel err {gw:.2e} ({secs:.1f} s)")
+              f"max grad rel err {gw:.2e}, exported weights rel err {ww:.2e} ({secs:.1f} s)")
         return
 
     if a.case == "resume":
