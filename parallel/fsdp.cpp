@@ -43,7 +43,7 @@ FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool resha
     for (int64_t q = 0; q < r; ++q) start += p.rows[q];
     {
       MemoryCategoryScope cat(MemoryCategory::Parameters);
-      p.shard = slice(local, 0, start, start + p.rows[r]).contiguous().detach();
+      p.shard = slice(local, 0, start, start + p.rows[r]).clone().detach();  // own storage: the full tensor is freed
     }
     p.shard.requires_grad_(true);
     p.shard.set_name(s.name);
@@ -104,13 +104,19 @@ FSDP::~FSDP() {
 }
 
 void FSDP::prefetch(Unit& u) {
-  if (u.gathered || !u.pending.empty()) return;
+  if (u.gathered || !u.pending.empty() || mesh_.dp_shard->size() == 1) return;
   MemoryCategoryScope cat(MemoryCategory::Communication);
   for (auto& p : u.params) u.pending.push_back(mesh_.dp_shard->all_gather_async(p.shard.detach(), 0, p.rows));
 }
 
 void FSDP::unshard(Unit& u) {
   if (u.gathered) return;
+  if (mesh_.dp_shard->size() == 1) {  // nothing to gather: the shard is the whole tensor (no copy, never freed)
+    for (auto& p : u.params) p.full = p.shard.detach();
+    u.gathered = true;
+    u.released = 0;
+    return;
+  }
   prefetch(u);  // no-op when already issued
   for (size_t i = 0; i < u.params.size(); ++i) {
     auto& [t, w] = u.pending[i];
@@ -141,7 +147,7 @@ void FSDP::bind(Unit& u) {
           else gs = g[0];
           if (mesh_.dp_replicate->size() > 1) gs = mesh_.dp_replicate->all_reduce(gs, ReduceOp::Avg);
           // reshard after backward: this parameter's gathered copy is no longer needed
-          pp->full.impl()->storage->release();
+          if (mesh_.dp_shard->size() > 1) pp->full.impl()->storage->release();
           if (++up->released == (int)up->params.size()) up->gathered = false;
           return V{gs};
         })[0];
@@ -150,6 +156,7 @@ void FSDP::bind(Unit& u) {
 }
 
 void FSDP::release(Unit& u) {
+  if (mesh_.dp_shard->size() == 1) return;  // the "gathered" tensor is the shard itself
   for (auto& p : u.params) p.full.impl()->storage->release();
   u.gathered = false;
 }

@@ -38,7 +38,7 @@ void shard_linear(nn::Linear* lin, int64_t dim, const std::vector<int64_t>& size
   {
     MemoryCategoryScope cat(MemoryCategory::Parameters);
     NoGradGuard ng;
-    local = slice(lin->weight, dim, start, start + sizes[r]).contiguous();
+    local = slice(lin->weight, dim, start, start + sizes[r]).clone();  // own storage: the full weight is freed
   }
   const std::string name = lin->weight.name();
   lin->weight = local.detach();
@@ -92,7 +92,7 @@ std::function<void()> apply_tp(qwen3::Qwen3& model, comms::DeviceMesh& mesh, std
         {
           MemoryCategoryScope cat(MemoryCategory::Parameters);
           NoGradGuard ng;
-          local = slice(lin->weight, 0, kv_head * a.head_dim, (kv_head + 1) * a.head_dim).contiguous();
+          local = slice(lin->weight, 0, kv_head * a.head_dim, (kv_head + 1) * a.head_dim).clone();
         }
         const std::string name = lin->weight.name();
         lin->weight = local.detach();

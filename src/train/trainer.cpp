@@ -162,6 +162,12 @@ TrainResult train(const JobConfig& cfg) {
 
   auto& mem = MemoryTracker::get(Device::CPU);
   mem.reset_peak();
+  MemoryStats run_peak = mem.stats();  // per-category peaks over the whole run (log lines reset the tracker's)
+  auto fold_peak = [&] {
+    const MemoryStats ms = mem.stats();
+    for (int i = 0; i < kNumMemoryCategories; ++i) run_peak.peak[i] = std::max(run_peak.peak[i], ms.peak[i]);
+    run_peak.total_peak = std::max(run_peak.total_peak, ms.total_peak);
+  };
   comms::CommLog::get().clear();
   double t_log = wall_seconds();
   int64_t tokens_since_log = 0;
@@ -251,6 +257,7 @@ TrainResult train(const JobConfig& cfg) {
                      ", \"mfu\": " + fmt("%.4f", sm.mfu_pct) + ", \"memory_gib\": " + fmt("%.4f", sm.memory_gib) +
                      ", \"comm_exposed_s\": " + fmt("%.4f", comm_exposed) + ", \"comm_busy_s\": " +
                      fmt("%.4f", comm_busy) + ", \"elapsed_s\": " + fmt("%.3f", sm.elapsed_s) + "}");
+      fold_peak();
       mem.reset_peak();
       t_log = wall_seconds();
       tokens_since_log = 0;
@@ -287,6 +294,15 @@ TrainResult train(const JobConfig& cfg) {
     export_hf(path, regions, args.to_hf_json(),
               cfg.checkpoint.export_dtype == "bfloat16" ? DType::BF16 : DType::F32, comm);
     log_info("exported HF-named weights to " + path + " (" + cfg.checkpoint.export_dtype + ")");
+  }
+  {
+    fold_peak();
+    const MemoryStats& ms = run_peak;
+    auto mib = [&](MemoryCategory c) { return fmt("%.2f", (double)ms.peak[(int)c] / (1 << 20)); };
+    log_info("memory on rank 0 (MiB, peak by category): parameters " + mib(MemoryCategory::Parameters) + ", gradients " +
+             mib(MemoryCategory::Gradients) + ", optimizer " + mib(MemoryCategory::OptimizerState) +
+             ", activations " + mib(MemoryCategory::Activations) + ", communication " +
+             mib(MemoryCategory::Communication) + "; peak of all tracked tensors " + fmt("%.1f", (double)ms.total_peak / (1 << 20)) + " MiB");
   }
   log_info("training done: peak RSS " + fmt("%.2f", (double)max_rss_bytes() / (1 << 30)) + " GiB (rank 0)");
   return result;

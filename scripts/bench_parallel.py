@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Issue 4's measurements, in one run (ratios, not absolute times, matter:
+this machine has slow spells).
+
+  /usr/bin/python3 scripts/bench_parallel.py [--steps 8]
+
+1. Per-rank memory of parameters + gradients + AdamW state under FSDP with
+   1, 2 and 4 ranks (debug model): should be about 1/N of the single rank.
+2. Throughput of 2 ranks x 1 thread (FSDP) vs 1 rank x 2 threads on the
+   benchmark model, and the share of step time spent waiting on
+   communication (exposed) next to the time the transfers took (busy):
+   with prefetch, exposed is well below busy.
+"""
+import argparse
+import os
+import re
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_WAIT_POLICY="PASSIVE")
+TRAIN = os.path.join(ROOT, "build", "titan-train")
+QUIET = ["--job.print_args", "false", "--validation.enabled", "false", "--checkpoint.enable", "false",
+         "--checkpoint.export_at_end", "false", "--metrics.log_freq", "1", "--metrics.save_jsonl", "false"]
+
+
+def launch(np_, threads, args):
+    cmd = [TRAIN] + args + QUIET
+    if np_ > 1:
+        cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-x", f"OMP_NUM_THREADS={threads}", "-x",
+               "OMP_WAIT_POLICY", "-np", str(np_)] + cmd
+    env = dict(ENV, OMP_NUM_THREADS=str(threads))
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(p.stdout[-3000:] + p.stderr[-3000:])
+    return p.stdout
+
+
+def memory(out):
+    m = re.search(r"parameters ([\d.]+), gradients ([\d.]+), optimizer ([\d.]+)", out)
+    return [float(x) for x in m.groups()]
+
+
+def steady(out, skip=2):
+    rows = re.findall(r"step: +(\d+) .*?tps: ([\d,]+)(?:.*comm: (\d+)% exposed \((\d+)% busy\))?", out)
+    rows = [r for r in rows if int(r[0]) > skip]
+    tps = [float(r[1].replace(",", "")) for r in rows]
+    harm = len(tps) / sum(1.0 / t for t in tps)
+    exposed = [float(r[2]) for r in rows if r[2]]
+    busy = [float(r[3]) for r in rows if r[3]]
+    avg = lambda v: sum(v) / len(v) if v else 0.0
+    return harm, avg(exposed), avg(busy)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=8)
+    a = ap.parse_args()
+    debug = ["--config", "configs/qwen3_debug.yaml", "--training.steps", "3", "--training.seq_len", "128"]
+    print("1. FSDP memory per rank (debug model, MiB): parameters + gradients + AdamW state")
+    base = None
+    for n in (1, 2, 4):
+        p, g, o = memory(launch(n, 1, debug + ["--training.local_batch_size", str(8 // n)]))
+        tot = p + g + o
+        base = base or tot
+        print(f"   {n} rank(s): params {p:7.2f}  grads {g:7.2f}  optimizer {o:7.2f}  total {tot:7.2f}"
+              f"  = 1/{base / tot:.2f} of one rank (ideal 1/{n})")
+    bench = ["--config", "configs/qwen3_bench.yaml", "--training.steps", str(a.steps)]
+    print("\n2. throughput, benchmark model (dim 512, 8 layers, seq 512, global batch 4)")
+    one = steady(launch(1, 2, bench))
+    two = steady(launch(2, 1, bench + ["--training.local_batch_size", "2"]))
+    total_two = two[0] * 2
+    print(f"   1 rank x 2 threads: {one[0]:8.0f} tokens/s")
+    print(f"   2 ranks x 1 thread: {total_two:8.0f} tokens/s (FSDP; {two[0]:.0f} per rank)")
+    print(f"   ratio (2x1 / 1x2): {total_two / one[0]:.2f}")
+    print(f"   2 ranks: communication busy {two[2]:.0f}% of step time, exposed (waited for) {two[1]:.0f}%")
+
+
+if __name__ == "__main__":
+    main()
