@@ -269,3 +269,24 @@ TEST(Attention, GqaCausalWindowSinks) {
   EXPECT_THROW(scaled_dot_product_attention(q, rand_t({B, S, 3, D}, 5), rand_t({B, S, 3, D}, 6), Tensor(), o), Error);
   EXPECT_THROW(scaled_dot_product_attention(q, k, v, rand_t({Hkv}, 7), o), Error);
 }
+
+TEST(GroupedLinear, ExpertsWithSkewedCounts) {
+  // 3 experts: 2 rows, 0 rows (an expert with no tokens), 3 rows
+  std::vector<int64_t> counts = {2, 0, 3};
+  Tensor x = rand_t({5, 4}, 1), w = rand_t({3, 4, 6}, 2), b = rand_t({3, 6}, 3);
+  auto y = grouped_linear(x, w, b, counts).to_vector<double>();
+  auto xv = x.to_vector<double>(), wv = w.to_vector<double>(), bv = b.to_vector<double>();
+  const int expert_of[5] = {0, 0, 2, 2, 2};
+  for (int r = 0; r < 5; ++r)
+    for (int n = 0; n < 6; ++n) {
+      const int e = expert_of[r];
+      double ref = bv[e * 6 + n];
+      for (int k = 0; k < 4; ++k) ref += xv[r * 4 + k] * wv[(e * 4 + k) * 6 + n];
+      EXPECT_NEAR(y[r * 6 + n], ref, 1e-14);
+    }
+  gradcheck([&](const std::vector<Tensor>& t) { return grouped_linear(t[0], t[1], t[2], counts); }, {x, w, b});
+  gradcheck([&](const std::vector<Tensor>& t) { return grouped_linear(t[0], t[1], Tensor(), {5, 0, 0}); }, {x, w});
+  expect_meta([&](const std::vector<Tensor>& t) { return grouped_linear(t[0], t[1], t[2], counts); }, {x, w, b},
+              {5, 6}, DType::F64, 2.0 * 5 * 4 * 6 + 5 * 6);
+  EXPECT_THROW(grouped_linear(x, w, b, {2, 2, 2}), Error);
+}

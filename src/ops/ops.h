@@ -82,6 +82,11 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // x [..., in] @ w[out, in]^T + bias[out] -> [..., out]
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor());
 
+// MoE experts (grouped.cpp): rows of x [R, K] grouped by expert (counts[e]
+// contiguous rows each); one GEMM per expert: y = x_e @ w[e] + b[e] -> [R, N].
+// w [E, K, N], b [E, N] or undefined.
+Tensor grouped_linear(const Tensor& x, const Tensor& w, const Tensor& b, const std::vector<int64_t>& counts);
+
 // ---- softmax and losses (softmax.cpp) -------------------------------------
 Tensor softmax(const Tensor& x, int64_t dim = -1);
 Tensor log_softmax(const Tensor& x, int64_t dim = -1);

@@ -1,0 +1,116 @@
+#include "comms/moe_dispatch.h"
+
+#include "src/autograd/function.h"
+#include "src/autograd/grad_mode.h"
+#include "src/ops/ops.h"
+
+namespace titan::comms {
+
+Tensor all_to_all_v_op(const Tensor& x, const std::vector<int64_t>& send_rows, const std::vector<int64_t>& recv_rows,
+                       const PG& group) {
+  using V = std::vector<Tensor>;
+  return autograd::custom_op(
+      "AllToAllV", {x},
+      [=](const V& in) {
+        std::vector<int64_t> got;
+        Tensor out = group->all_to_all_v(in[0], send_rows, &got);
+        return V{out};
+      },
+      [=](const V& g) {
+        std::vector<int64_t> got;
+        return V{group->all_to_all_v(g[0], recv_rows, &got)};
+      })[0];
+}
+
+Dispatched dispatch(const Tensor& hidden, const Tensor& topk_idx, const Tensor& topk_weight, int64_t E,
+                    const PG& group) {
+  TITAN_CHECK(hidden.dim() == 2 && topk_idx.dim() == 2 && topk_weight.shape() == topk_idx.shape() &&
+                  topk_idx.size(0) == hidden.size(0),
+              "dispatch: expected hidden [T, H], topk_idx [T, k], topk_weight [T, k], got ",
+              shape_str(hidden.shape()), ", ", shape_str(topk_idx.shape()), ", ", shape_str(topk_weight.shape()));
+  const int64_t T = hidden.size(0), k = topk_idx.size(1);
+  const int64_t P = group ? group->size() : 1;
+  TITAN_CHECK(E % P == 0, "dispatch: ", E, " experts are not divisible by the ", P, " ranks of the expert-parallel group");
+  auto h = std::make_shared<DispatchHandle>();
+  h->group = P > 1 ? group : nullptr;
+  h->num_tokens = T;
+  h->num_experts = E;
+  h->local_experts = E / P;
+  // sort this rank's (token, k) pairs by expert (stable: token order within an expert)
+  std::vector<int64_t> flat = topk_idx.is_meta() ? std::vector<int64_t>(T * k, 0) : topk_idx.to_vector<int64_t>();
+  std::vector<int64_t> counts(E, 0), order(T * k), token(T * k);
+  for (auto e : flat) {
+    TITAN_CHECK(e >= 0 && e < E, "dispatch: expert index ", e, " outside [0, ", E, ")");
+    ++counts[e];
+  }
+  {
+    std::vector<int64_t> at(E + 1, 0);
+    for (int64_t e = 0; e < E; ++e) at[e + 1] = at[e] + counts[e];
+    for (int64_t i = 0; i < T * k; ++i) {
+      const int64_t pos = at[flat[i]]++;
+      order[pos] = i;
+      token[pos] = i / k;
+    }
+  }
+  h->token_of_row = from_vector<int64_t>(token, {T * k});
+  Tensor order_t = from_vector<int64_t>(order, {T * k});
+  h->weight_of_row = index_select(topk_weight.reshape({-1}), 0, order_t).reshape({T * k, 1});
+  Tensor rows = index_select(hidden, 0, h->token_of_row);  // [T*k, H], grouped by expert
+  Dispatched d;
+  d.handle = h;
+  if (P == 1) {
+    d.expert_input = rows;
+    d.tokens_per_local_expert = counts;
+    return d;
+  }
+  // expert parallel: rank r owns experts [r*El, (r+1)*El)
+  const int64_t El = h->local_experts;
+  h->send_rows.assign(P, 0);
+  for (int64_t e = 0; e < E; ++e) h->send_rows[e / El] += counts[e];
+  // per-expert counts: rank r receives, from every source, the counts of its El experts
+  Tensor cnt_send = from_vector<int64_t>(counts, {E});
+  Tensor cnt_recv = group->all_to_all(cnt_send);  // [P * El]: source-major
+  std::vector<int64_t> c = cnt_recv.to_vector<int64_t>();
+  h->recv_rows.assign(P, 0);
+  d.tokens_per_local_expert.assign(El, 0);
+  for (int64_t s = 0; s < P; ++s)
+    for (int64_t j = 0; j < El; ++j) {
+      h->recv_rows[s] += c[s * El + j];
+      d.tokens_per_local_expert[j] += c[s * El + j];
+    }
+  Tensor recv = all_to_all_v_op(rows, h->send_rows, h->recv_rows, group);  // source-major, expert-sorted per source
+  // regroup: (source, expert) -> (expert, source)
+  const int64_t R = recv.size(0);
+  std::vector<int64_t> dest(R), start(El + 1, 0);
+  for (int64_t j = 0; j < El; ++j) start[j + 1] = start[j] + d.tokens_per_local_expert[j];
+  std::vector<int64_t> fill(start.begin(), start.end() - 1);
+  std::vector<int64_t> gather_from(R);
+  int64_t src_row = 0;
+  for (int64_t s = 0; s < P; ++s)
+    for (int64_t j = 0; j < El; ++j)
+      for (int64_t i = 0; i < c[s * El + j]; ++i) {
+        dest[src_row] = fill[j]++;
+        gather_from[dest[src_row]] = src_row;
+        ++src_row;
+      }
+  h->regroup = from_vector<int64_t>(gather_from, {R});  // grouped row g reads received row regroup[g]
+  h->ungroup = from_vector<int64_t>(dest, {R});         // received row r sits at grouped row ungroup[r]
+  d.expert_input = index_select(recv, 0, h->regroup);
+  return d;
+}
+
+Tensor combine(const Tensor& y, const DispatchHandle& h) {
+  TITAN_CHECK(y.dim() == 2, "combine: expert_output must be [R, H], got ", shape_str(y.shape()));
+  Tensor rows = y;
+  if (h.group) {
+    Tensor back = index_select(y, 0, h.ungroup);                           // source-major again
+    rows = all_to_all_v_op(back, h.recv_rows, h.send_rows, h.group);       // this rank's rows, expert-sorted
+  }
+  TITAN_CHECK(rows.size(0) == h.token_of_row.size(0), "combine: got ", rows.size(0), " rows for ",
+              h.token_of_row.size(0), " dispatched (token, expert) pairs");
+  Tensor weighted = mul(rows, h.weight_of_row);  // [T*k, H]
+  Tensor out = zeros({h.num_tokens, y.size(1)}, y.dtype(), y.device());
+  return index_add(out, 0, h.token_of_row, weighted);  // rows in expert order: a fixed summation order
+}
+
+}  // namespace titan::comms

@@ -1,0 +1,49 @@
+// comms/moe_dispatch.h — TokenSwitch-style MoE dispatch / combine.
+//
+//   auto d = dispatch(hidden [T, H], topk_idx [T, k], topk_weight [T, k], num_experts, group);
+//   // d.expert_input [R, H]: rows grouped by local expert, d.tokens_per_local_expert[j] rows each
+//   Tensor y = combine(expert_output [R, H], *d.handle);   // [T, H]
+//
+// Both are differentiable: dispatch's backward is a combine of the gradients
+// (rows summed back to their tokens) and combine's backward a dispatch;
+// gradients reach the router through topk_weight, which combine applies.
+// Dropless: every (token, k) pair is routed; an expert with no tokens works.
+// combine sums each token's k contributions in expert order (deterministic).
+//
+// Backends behind one interface: `group` null or of size 1 -> local (no
+// communication); otherwise experts are split evenly over the group's ranks
+// (rank r owns experts [r*E/P, (r+1)*E/P)) and rows travel by MPI
+// all-to-all-v (counts exchanged first, then the payload).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "comms/process_group.h"
+
+namespace titan::comms {
+
+struct DispatchHandle {
+  PG group;                     // null: local
+  int64_t num_tokens = 0, num_experts = 0, local_experts = 0;
+  Tensor token_of_row;          // int64 [T*k]: token of each expert-sorted (token, k) row (this rank's)
+  Tensor weight_of_row;         // [T*k, 1] its routing weight (differentiable)
+  std::vector<int64_t> send_rows, recv_rows;  // per rank, for the all-to-all-v
+  Tensor regroup;               // int64 [R]: received row -> position grouped by local expert
+  Tensor ungroup;               // its inverse
+};
+
+struct Dispatched {
+  Tensor expert_input;                          // [R, H]
+  std::vector<int64_t> tokens_per_local_expert;  // sums to R
+  std::shared_ptr<DispatchHandle> handle;
+};
+
+Dispatched dispatch(const Tensor& hidden, const Tensor& topk_idx, const Tensor& topk_weight, int64_t num_experts,
+                    const PG& group = nullptr);
+Tensor combine(const Tensor& expert_output, const DispatchHandle& handle);
+
+// Rows exchanged by all-to-all-v as a differentiable op (backward: the reverse exchange).
+Tensor all_to_all_v_op(const Tensor& x, const std::vector<int64_t>& send_rows, const std::vector<int64_t>& recv_rows,
+                       const PG& group);
+
+}  // namespace titan::comms

@@ -1,0 +1,107 @@
+// Grouped linear for MoE experts: rows of x are grouped by expert
+// (contiguous, counts[e] rows for expert e); each group is one GEMM with its
+// expert's weight. y[rows of e] = x[rows of e] @ W[e] + b[e].
+#include "src/ops/common.h"
+
+namespace titan {
+using namespace detail;
+
+namespace {
+std::vector<int64_t> offsets_of(const std::vector<int64_t>& counts) {
+  std::vector<int64_t> off(counts.size() + 1, 0);
+  for (size_t e = 0; e < counts.size(); ++e) off[e + 1] = off[e] + counts[e];
+  return off;
+}
+
+// x [R, K], W [E, K, N], b [E, N] -> y [R, N]
+Tensor grouped_linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const std::vector<int64_t>& counts) {
+  const int64_t R = x.size(0), K = x.size(1), N = w.size(2);
+  Tensor y = empty({R, N}, x.dtype(), x.device());
+  record_cost("grouped_linear", 2.0 * R * K * N + (b.defined() ? (double)R * N : 0.0), bytes_of({&x, &w, &b, &y}));
+  if (x.is_meta() || R == 0) return y;
+  auto off = offsets_of(counts);
+  dispatch_float(x.dtype(), "grouped_linear", [&]<typename T>() {
+    const T* px = x.data<T>();
+    const T* pw = w.data<T>();
+    const T* pb = b.defined() ? b.data<T>() : nullptr;
+    T* py = y.data<T>();
+    for (size_t e = 0; e < counts.size(); ++e) {
+      const int64_t n = counts[e];
+      if (n == 0) continue;
+      T* ye = py + off[e] * N;
+      T beta = 0;
+      if (pb) {
+        for (int64_t i = 0; i < n; ++i) std::copy(pb + e * N, pb + (e + 1) * N, ye + i * N);
+        beta = 1;
+      }
+      gemm<T>(false, false, n, N, K, T(1), px + off[e] * K, K, pw + (int64_t)e * K * N, N, beta, ye, N);
+    }
+  });
+  return y;
+}
+
+// dy [R, N] -> dx [R, K], dW [E, K, N], db [E, N]
+std::vector<Tensor> grouped_linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, bool has_b,
+                                            const std::vector<int64_t>& counts) {
+  const int64_t R = x.size(0), K = x.size(1), N = w.size(2), E = w.size(0);
+  Tensor dx = empty({R, K}, x.dtype(), x.device());
+  Tensor dw = zeros({E, K, N}, x.dtype(), x.device());
+  Tensor db = has_b ? zeros({E, N}, x.dtype(), x.device()) : Tensor();
+  record_cost("grouped_linear_backward", 4.0 * R * K * N, bytes_of({&dy, &x, &w, &dx, &dw}));
+  if (x.is_meta()) return {dx, dw, db};
+  auto off = offsets_of(counts);
+  Tensor g = dy.contiguous();
+  dispatch_float(x.dtype(), "grouped_linear_backward", [&]<typename T>() {
+    const T* pg = g.data<T>();
+    const T* px = x.data<T>();
+    const T* pw = w.data<T>();
+    T* pdx = dx.data<T>();
+    T* pdw = dw.data<T>();
+    for (size_t e = 0; e < counts.size(); ++e) {
+      const int64_t n = counts[e];
+      if (n == 0) continue;
+      const T* ge = pg + off[e] * N;
+      gemm<T>(false, true, n, K, N, T(1), ge, N, pw + (int64_t)e * K * N, N, T(0), pdx + off[e] * K, K);  // dy W^T
+      gemm<T>(true, false, K, N, n, T(1), px + off[e] * K, K, ge, N, T(0), pdw + (int64_t)e * K * N, N);  // x^T dy
+      if (has_b) {
+        T* pdb = db.data<T>() + e * N;
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < N; ++j) pdb[j] += ge[i * N + j];
+      }
+    }
+  });
+  return {dx, dw, db};
+}
+}  // namespace
+
+Tensor grouped_linear(const Tensor& x, const Tensor& w, const Tensor& b, const std::vector<int64_t>& counts) {
+  const char* op = "grouped_linear";
+  same_device(op, {&x, &w, &b});
+  need_float(op, x);
+  same_dtype(op, x, w);
+  TITAN_CHECK(x.dim() == 2 && w.dim() == 3 && x.size(1) == w.size(1), op, ": expected x [R, K] and W [E, K, N], got ",
+              shape_str(x.shape()), " and ", shape_str(w.shape()));
+  TITAN_CHECK((int64_t)counts.size() == w.size(0), op, ": ", counts.size(), " group counts for ", w.size(0),
+              " experts");
+  int64_t total = 0;
+  for (auto c : counts) {
+    TITAN_CHECK(c >= 0, op, ": negative group count");
+    total += c;
+  }
+  TITAN_CHECK(total == x.size(0), op, ": group counts sum to ", total, " but x has ", x.size(0), " rows");
+  if (b.defined())
+    TITAN_CHECK(b.shape() == (Shape{w.size(0), w.size(2)}), op, ": bias ", shape_str(b.shape()), " must be [",
+                w.size(0), ", ", w.size(2), "]");
+  Tensor xc = x.contiguous(), wc = w.contiguous(), bc = b.defined() ? b.contiguous() : Tensor();
+  Tensor y = grouped_linear_forward(xc, wc, bc, counts);
+  std::vector<Tensor> in = {xc, wc};
+  if (bc.defined()) in.push_back(bc);
+  return record("grouped_linear", in, y,
+                [xs = saved(xc), ws = saved(wc), has_b = bc.defined(), counts](const std::vector<Tensor>& g) {
+                  auto r = grouped_linear_backward(g[0], xs, ws, has_b, counts);
+                  if (!has_b) r.pop_back();
+                  return r;
+                });
+}
+
+}  // namespace titan
