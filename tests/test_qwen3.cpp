@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "models/gpt_oss/model.h"
 #include "models/qwen3/model.h"
 #include "src/checkpoint/h5.h"
 #include "src/optim/adamw.h"
@@ -27,17 +28,19 @@ double rel_l2(const std::vector<double>& a, const std::vector<double>& b) {
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
+template <typename ArgsT>
 struct Golden {
   h5::File f;
-  qwen3::Args args;
+  ArgsT args;
   Tensor tokens;  // [steps, B, S+1]
   explicit Golden(const std::string& name)
       : f(std::string(TITAN_SOURCE_DIR) + "/tests/golden/" + name, h5::File::Read),
-        args(qwen3::Args::from_hf_json(f.attr_string("config"))) {
+        args(ArgsT::from_hf_json(f.attr_string("config"))) {
     tokens = empty(f.shape("inputs/tokens"), DType::I64, Device::CPU);
     f.read_into("inputs/tokens", tokens);
   }
-  void load(qwen3::Qwen3& m) {
+  template <typename M>
+  void load(M& m) {
     for (auto& [n, p] : m.named_parameters()) f.read_into(n, *p);
   }
   std::pair<Tensor, Tensor> batch(int64_t s) {
@@ -47,38 +50,40 @@ struct Golden {
   }
 };
 
-Tensor loss_of(qwen3::Qwen3& m, const Tensor& in, const Tensor& tg) {
+template <typename M>
+Tensor loss_of(M& m, const Tensor& in, const Tensor& tg) {
   Tensor logits = m.forward(in);
   return cross_entropy(logits.reshape({-1, logits.size(-1)}), tg.reshape({-1}));
 }
 
+template <typename M, typename ArgsT>
 void check_against_reference(const std::string& file) {
   SCOPED_TRACE(file);
-  Golden g(file);
-  qwen3::Qwen3 model(g.args);
+  Golden<ArgsT> g(file);
+  M model(g.args);
   g.load(model);
   auto [in, tg] = g.batch(0);
   Tensor loss = loss_of(model, in, tg);
-  const double ref = g.f.read_f32("ref/loss").to_vector<double>()[0];
-  EXPECT_LE(std::abs(loss.item<float>() - ref) / ref, 1e-5) << "titan " << loss.item<float>() << " ref " << ref;
+  const double ref = g.f.read_f32("ref/loss").template to_vector<double>()[0];
+  EXPECT_LE(std::abs(loss.template item<float>() - ref) / ref, 1e-5) << "titan " << loss.template item<float>() << " ref " << ref;
   loss.backward();
   int checked = 0;
   for (auto& [n, p] : model.named_parameters()) {
     ASSERT_TRUE(p->grad().defined()) << n;
-    const double err = rel_l2(p->grad().to_vector<double>(), g.f.read_f32("ref/grads/" + n).to_vector<double>());
+    const double err = rel_l2(p->grad().template to_vector<double>(), g.f.read_f32("ref/grads/" + n).template to_vector<double>());
     EXPECT_LE(err, 1e-4) << "gradient of " << n;
     ++checked;
   }
   EXPECT_EQ(checked, (int)g.f.datasets("ref/grads").size());
   // 10 AdamW steps with clipping, decay on matrices only
-  qwen3::Qwen3 m2(g.args);
+  M m2(g.args);
   g.load(m2);
   auto params = m2.named_parameters();
   std::vector<Tensor*> pl;
   for (auto& [n, p] : params) pl.push_back(p);
   AdamW opt(params, {g.f.attr_double("lr"), g.f.attr_double("beta1"), g.f.attr_double("beta2"),
                      g.f.attr_double("eps"), g.f.attr_double("weight_decay")});
-  auto ref_losses = g.f.read_f32("ref/adamw_losses").to_vector<double>();
+  auto ref_losses = g.f.read_f32("ref/adamw_losses").template to_vector<double>();
   for (size_t s = 0; s < ref_losses.size(); ++s) {
     auto [bi, bt] = g.batch((int64_t)s);
     m2.zero_grad();
@@ -86,14 +91,36 @@ void check_against_reference(const std::string& file) {
     l.backward();
     clip_grads(pl, g.f.attr_double("max_norm"), grad_norm(pl));
     opt.step(g.f.attr_double("lr"));
-    EXPECT_LE(std::abs(l.item<float>() - ref_losses[s]) / ref_losses[s], 1e-4) << "AdamW step " << s + 1;
+    EXPECT_LE(std::abs(l.template item<float>() - ref_losses[s]) / ref_losses[s], 1e-4) << "AdamW step " << s + 1;
   }
 }
 }  // namespace
 
-TEST(Qwen3Reference, MatchesPyTorch) { check_against_reference("qwen3_tiny.h5"); }
+TEST(Qwen3Reference, MatchesPyTorch) { check_against_reference<qwen3::Qwen3, qwen3::Args>("qwen3_tiny.h5"); }
 TEST(Qwen3Reference, TiedSlidingWindowGeluMatchesPyTorch) {
-  check_against_reference("qwen3_tiny_tied_window_gelu.h5");
+  check_against_reference<qwen3::Qwen3, qwen3::Args>("qwen3_tiny_tied_window_gelu.h5");
+}
+// gpt-oss: biases, sinks, sliding/full layers, YaRN RoPE, MoE router + clamped experts (golden from
+// scripts/gpt_oss_reference.py, experts computed densely as HF's training path)
+TEST(GptOssReference, MatchesPyTorch) { check_against_reference<gpt_oss::GptOss, gpt_oss::Args>("gpt_oss_tiny.h5"); }
+
+TEST(GptOss, CountsAndPublishedSizes) {
+  gpt_oss::Args a = gpt_oss::Args::from_hf_json(R"({"model_type": "gpt_oss", "num_hidden_layers": 24,
+      "num_local_experts": 32})");  // gpt-oss-20b; other keys take HF's defaults
+  EXPECT_NEAR((double)a.num_params() / 1e9, 20.91, 0.02);
+  EXPECT_NEAR((double)a.num_active_params() / 1e9, 3.61, 0.02);  // model card: 20.91B total, 3.61B active
+  EXPECT_TRUE(a.sliding[0]);
+  EXPECT_FALSE(a.sliding[1]);
+  gpt_oss::Args b = gpt_oss::Args::from_hf_json(R"({"model_type": "gpt_oss"})");  // 120b defaults
+  EXPECT_NEAR((double)b.num_params() / 1e9, 116.83, 0.02);  // model card: 116.83B total, 5.13B active
+  EXPECT_NEAR((double)b.num_active_params() / 1e9, 5.13, 0.02);
+  DeviceScope meta(Device::Meta);
+  gpt_oss::GptOss m(a);
+  EXPECT_EQ(m.num_parameters(), a.num_params());
+  gpt_oss::Args r = gpt_oss::Args::from_hf_json(a.to_hf_json());
+  EXPECT_EQ(r.num_params(), a.num_params());
+  EXPECT_EQ(r.sliding, a.sliding);
+  EXPECT_THROW(gpt_oss::Args::from_hf_json(R"({"model_type": "gpt_oss", "num_experts_per_tok": 200})"), Error);
 }
 
 TEST(Qwen3, ParameterAndFlopCountsMatchTheModel) {

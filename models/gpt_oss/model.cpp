@@ -1,0 +1,174 @@
+#include "models/gpt_oss/model.h"
+
+#include <cmath>
+
+#include "comms/moe_dispatch.h"
+#include "src/autograd/checkpoint.h"
+#include "src/autograd/grad_mode.h"
+
+namespace titan::gpt_oss {
+
+namespace {
+Tensor param(const Shape& s) {
+  MemoryCategoryScope cat(MemoryCategory::Parameters);
+  return empty(s);
+}
+}  // namespace
+
+Attention::Attention(const Args& a, bool sliding) : head_dim(a.head_dim), window(sliding ? a.sliding_window : 0) {
+  q_proj = &register_module("q_proj", std::make_unique<nn::Linear>(a.dim, a.n_heads * a.head_dim, true));
+  k_proj = &register_module("k_proj", std::make_unique<nn::Linear>(a.dim, a.n_kv_heads * a.head_dim, true));
+  v_proj = &register_module("v_proj", std::make_unique<nn::Linear>(a.dim, a.n_kv_heads * a.head_dim, true));
+  o_proj = &register_module("o_proj", std::make_unique<nn::Linear>(a.n_heads * a.head_dim, a.dim, true));
+  register_parameter("sinks", sinks, param({a.n_heads}));
+}
+
+Tensor Attention::forward(const Tensor& x, const Tensor& cos, const Tensor& sin) const {
+  const int64_t B = x.size(0), S = x.size(1);
+  const int64_t hq = q_proj->weight.size(0) / head_dim, hkv = k_proj->weight.size(0) / head_dim;
+  Tensor q = rope(q_proj->forward(x).reshape({B, S, hq, head_dim}), cos, sin);  // [B, S, Hq, D]
+  Tensor k = rope(k_proj->forward(x).reshape({B, S, hkv, head_dim}), cos, sin);
+  Tensor v = v_proj->forward(x).reshape({B, S, hkv, head_dim});
+  AttentionOptions opt;
+  opt.window = window;
+  Tensor o = scaled_dot_product_attention(q, k, v, sinks, opt);  // sinks join each softmax denominator
+  return o_proj->forward(o.reshape({B, S, hq * head_dim}));
+}
+
+Experts::Experts(const Args& a) : limit(a.swiglu_limit) {
+  register_parameter("gate_up_proj", gate_up_proj, param({a.num_experts, a.dim, 2 * a.intermediate}));
+  register_parameter("gate_up_proj_bias", gate_up_proj_bias, param({a.num_experts, 2 * a.intermediate}));
+  register_parameter("down_proj", down_proj, param({a.num_experts, a.intermediate, a.dim}));
+  register_parameter("down_proj_bias", down_proj_bias, param({a.num_experts, a.dim}));
+}
+
+Tensor Experts::forward(const Tensor& x, const std::vector<int64_t>& counts) const {
+  const int64_t R = x.size(0), I = down_proj.size(1);
+  Tensor gu = grouped_linear(x, gate_up_proj, gate_up_proj_bias, counts).reshape({R, I, 2});  // interleaved
+  Tensor gate = clamp(gu.slice(2, 0, 1).reshape({R, I}), -INFINITY, limit);
+  Tensor up = clamp(gu.slice(2, 1, 2).reshape({R, I}), -limit, limit);
+  Tensor glu = mul(gate, sigmoid(mul(gate, 1.702)));
+  return grouped_linear(mul(add(up, 1.0), glu), down_proj, down_proj_bias, counts);
+}
+
+MoE::MoE(const Args& a) : num_experts(a.num_experts), top_k(a.top_k) {
+  router = &register_module("router", std::make_unique<nn::Linear>(a.dim, a.num_experts, true));
+  experts = &register_module("experts", std::make_unique<Experts>(a));
+}
+
+Tensor MoE::forward(const Tensor& x) const {
+  const int64_t B = x.size(0), S = x.size(1), H = x.size(2);
+  Tensor h = x.reshape({B * S, H});
+  Tensor logits = router->forward(h);                   // [T, E]
+  auto [vals, idx] = topk(logits, top_k);               // [T, k]
+  Tensor w = softmax(vals, -1);                         // over the k selected
+  auto d = comms::dispatch(h, idx, w, num_experts, ep_group);
+  last_tokens_per_expert = d.tokens_per_local_expert;
+  Tensor y = experts->forward(d.expert_input, d.tokens_per_local_expert);
+  return comms::combine(y, *d.handle).reshape({B, S, H});
+}
+
+DecoderLayer::DecoderLayer(const Args& a, int64_t layer) {
+  input_layernorm = &register_module("input_layernorm", std::make_unique<nn::Norm>(a.dim, "rmsnorm", a.norm_eps));
+  self_attn = &register_module("self_attn", std::make_unique<Attention>(a, a.sliding[layer]));
+  post_attention_layernorm =
+      &register_module("post_attention_layernorm", std::make_unique<nn::Norm>(a.dim, "rmsnorm", a.norm_eps));
+  mlp = &register_module("mlp", std::make_unique<MoE>(a));
+}
+
+Tensor DecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin) const {
+  Tensor h = add(x, self_attn->post(self_attn->forward(self_attn->pre(input_layernorm->forward(x)), cos, sin)));
+  return add(h, mlp->post(mlp->forward(mlp->pre(post_attention_layernorm->forward(h)))));
+}
+
+DecoderLayer& LayerList::add(std::unique_ptr<DecoderLayer> l) {
+  DecoderLayer& r = register_module(std::to_string(layers.size()), std::move(l));
+  layers.push_back(&r);
+  return r;
+}
+
+Backbone::Backbone(const Args& a) {
+  embed_tokens = &register_module("embed_tokens", std::make_unique<nn::Embedding>(a.vocab_size, a.dim));
+  layers = &register_module("layers", std::make_unique<LayerList>());
+  for (int64_t i = 0; i < a.n_layers; ++i) layers->add(std::make_unique<DecoderLayer>(a, i));
+  norm = &register_module("norm", std::make_unique<nn::Norm>(a.dim, "rmsnorm", a.norm_eps));
+}
+
+GptOss::GptOss(const Args& a) : args_(a) {
+  a.validate();
+  model = &register_module("model", std::make_unique<Backbone>(a));
+  if (!a.tie_embeddings) lm_head = &register_module("lm_head", std::make_unique<nn::Linear>(a.dim, a.vocab_size, false));
+}
+
+std::pair<Tensor, Tensor> yarn_rope_tables(const Args& a, int64_t S, Device dev) {
+  const int64_t D = a.head_dim, h = D / 2;
+  Tensor c = empty({S, h}, DType::F32, dev), s = empty({S, h}, DType::F32, dev);
+  if (dev == Device::Meta) return {c, s};
+  // HF _compute_yarn_parameters (float32 tensors, python-float corrections)
+  const double base = a.rope_theta, factor = a.yarn_factor;
+  auto correction_dim = [&](double rotations) {
+    return (double)D * std::log((double)a.original_max_position_embeddings / (rotations * 2 * M_PI)) /
+           (2 * std::log(base));
+  };
+  double low = correction_dim(a.beta_fast), high = correction_dim(a.beta_slow);
+  if (a.yarn_truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, (double)(D - 1));
+  if (low == high) high += 0.001;
+  const float attention_factor = (float)(0.1 * std::log(factor) + 1.0);
+  std::vector<float> inv(h);
+  for (int64_t i = 0; i < h; ++i) {
+    const float pos_freq = std::pow((float)base, (float)(2 * i) / (float)D);
+    const float extrap = 1.0f / pos_freq, interp = 1.0f / ((float)factor * pos_freq);
+    float ramp = ((float)i - (float)low) / (float)(high - low);
+    ramp = std::min(1.0f, std::max(0.0f, ramp));
+    const float extrap_factor = 1.0f - ramp;
+    inv[i] = interp * (1.0f - extrap_factor) + extrap * extrap_factor;
+  }
+  float* pc = c.data<float>();
+  float* ps = s.data<float>();
+  for (int64_t p = 0; p < S; ++p)
+    for (int64_t i = 0; i < h; ++i) {
+      const float ang = (float)p * inv[i];
+      pc[p * h + i] = std::cos(ang) * attention_factor;
+      ps[p * h + i] = std::sin(ang) * attention_factor;
+    }
+  return {c, s};
+}
+
+Tensor GptOss::forward(const Tensor& tokens) {
+  TITAN_CHECK(tokens.dim() == 2, "GptOss::forward: tokens must be [B, S], got ", shape_str(tokens.shape()));
+  const int64_t S = tokens.size(1);
+  Tensor ids = pre(tokens);
+  const Device dev = model->embed_tokens->weight.device();
+  if (!cos_.defined() || cos_.size(0) != S || cos_.device() != dev) std::tie(cos_, sin_) = yarn_rope_tables(args_, S, dev);
+  Tensor h = model->embed_tokens->forward(ids);
+  for (DecoderLayer* layer : model->layers->layers) {
+    Tensor c = cos_, s = sin_;
+    auto block = [layer, c, s](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{layer->forward(layer->pre(in[0]), c, s)};
+    };
+    h = layer->post(activation_checkpoint ? autograd::checkpoint(block, {h})[0] : block({h})[0]);
+  }
+  h = model->norm->post(model->norm->forward(h));
+  Tensor logits = lm_head ? lm_head->post(lm_head->forward(lm_head->pre(h))) : linear(h, model->embed_tokens->weight);
+  return post(logits);
+}
+
+void GptOss::init_weights(uint64_t seed) {
+  Generator g(seed);
+  NoGradGuard ng;
+  for (auto& [name, p] : named_parameters()) {
+    if (p->is_meta()) continue;
+    const bool is_norm = name.find("norm") != std::string::npos;
+    const bool is_bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
+    if (is_bias) fill_(*p, 0.0);
+    else if (is_norm) fill_(*p, 1.0);
+    else copy_(*p, randn(p->shape(), g, p->dtype(), 0.02));  // linears, embeddings, experts, sinks
+  }
+}
+
+}  // namespace titan::gpt_oss

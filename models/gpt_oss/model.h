@@ -1,0 +1,89 @@
+// models/gpt_oss/model.h — GptOssForCausalLM, numerically as Hugging Face's.
+// Parameter names are HF's (model.layers.0.mlp.experts.gate_up_proj, ...).
+// The MoE block routes through comms::dispatch/combine; `ep_group` (set by
+// an expert-parallel plan from outside) spreads the experts over ranks.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "comms/process_group.h"
+#include "models/gpt_oss/args.h"
+#include "src/nn/layers.h"
+
+namespace titan::gpt_oss {
+
+class Attention : public nn::Module {
+ public:
+  Attention(const Args& a, bool sliding);
+  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin) const;  // x [B, S, dim]
+  nn::Linear *q_proj, *k_proj, *v_proj, *o_proj;
+  Tensor sinks;  // [n_heads]
+  int64_t head_dim, window;
+};
+
+class Experts : public nn::Module {
+ public:
+  explicit Experts(const Args& a);
+  // rows grouped by local expert -> [R, dim]
+  Tensor forward(const Tensor& x, const std::vector<int64_t>& counts) const;
+  Tensor gate_up_proj;       // [E, dim, 2I] (gate = even columns, up = odd)
+  Tensor gate_up_proj_bias;  // [E, 2I]
+  Tensor down_proj;          // [E, I, dim]
+  Tensor down_proj_bias;     // [E, dim]
+  double limit;
+};
+
+class MoE : public nn::Module {
+ public:
+  explicit MoE(const Args& a);
+  Tensor forward(const Tensor& x) const;  // [B, S, dim]
+  nn::Linear* router;
+  Experts* experts;
+  int64_t num_experts, top_k;
+  comms::PG ep_group;  // null: all experts local
+  mutable std::vector<int64_t> last_tokens_per_expert;  // of the last forward (local experts)
+};
+
+class DecoderLayer : public nn::Module {
+ public:
+  DecoderLayer(const Args& a, int64_t layer);
+  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin) const;
+  nn::Norm *input_layernorm, *post_attention_layernorm;
+  Attention* self_attn;
+  MoE* mlp;
+};
+
+class LayerList : public nn::Module {
+ public:
+  std::vector<DecoderLayer*> layers;
+  DecoderLayer& add(std::unique_ptr<DecoderLayer> l);
+};
+
+class Backbone : public nn::Module {
+ public:
+  explicit Backbone(const Args& a);
+  nn::Embedding* embed_tokens;
+  LayerList* layers;
+  nn::Norm* norm;
+};
+
+class GptOss : public nn::Module {
+ public:
+  explicit GptOss(const Args& a);
+  Tensor forward(const Tensor& tokens);  // [B, S] -> [B, S, vocab]
+  void init_weights(uint64_t seed);      // HF: normal(0, 0.02), biases 0, norms 1
+  const Args& args() const { return args_; }
+  Backbone* model;
+  nn::Linear* lm_head = nullptr;
+  bool activation_checkpoint = false;
+
+ private:
+  Args args_;
+  Tensor cos_, sin_;
+};
+
+// YaRN RoPE tables as HF computes them: [S, head_dim/2], both scaled by the
+// attention factor 0.1 * ln(factor) + 1.
+std::pair<Tensor, Tensor> yarn_rope_tables(const Args& a, int64_t seq_len, Device d);
+
+}  // namespace titan::gpt_oss
