@@ -14,13 +14,13 @@ struct FSDP::Unit {
   std::vector<Param> params;
   bool gathered = false;
   int released = 0;
-  std::vector<std::pair<Tensor, comms::Work>> pending;  // prefetched all-gathers
+  bool prefetched = false;
 };
 
 FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool reshard_after_forward,
-           std::vector<ShardSpec>& specs)
+           std::vector<ShardSpec>& specs, PlacementFn placement)
     : mesh_(mesh), reshard_(reshard_after_forward) {
-  const int64_t n = mesh.dp_shard->size(), r = mesh.dp_shard->rank();
+  if (!placement) placement = [&mesh](const ShardSpec&) { return Placement{mesh.dp_shard, 1.0}; };
   for (size_t ui = 0; ui < modules.size(); ++ui) {
     auto unit = std::make_unique<Unit>();
     unit->root = ui == 0;
@@ -37,7 +37,11 @@ FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool resha
     Param p;
     p.name = s.name;
     p.slot = s.slot;
-    const Tensor& local = *s.slot;  // after tensor parallel: the tp-local tensor
+    Placement pl = placement(s);
+    p.group = pl.group;
+    p.grad_scale = pl.grad_scale;
+    const int64_t n = p.group->size(), r = p.group->rank();
+    const Tensor& local = *s.slot;  // after tensor / expert parallel: this rank's block
     p.rows = comms::chunk_sizes(local.size(0), n);
     int64_t start = 0;
     for (int64_t q = 0; q < r; ++q) start += p.rows[q];
@@ -100,37 +104,36 @@ FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool resha
 
 FSDP::~FSDP() {
   for (auto& u : units_)
-    for (auto& [t, w] : u->pending) w.wait();
+    for (auto& p : u->params) p.work.wait();
 }
 
 void FSDP::prefetch(Unit& u) {
-  if (u.gathered || !u.pending.empty() || mesh_.dp_shard->size() == 1) return;
+  if (u.gathered || u.prefetched) return;
   MemoryCategoryScope cat(MemoryCategory::Communication);
-  for (auto& p : u.params) u.pending.push_back(mesh_.dp_shard->all_gather_async(p.shard.detach(), 0, p.rows));
+  for (auto& p : u.params)
+    if (!p.trivial()) std::tie(p.pending, p.work) = p.group->all_gather_async(p.shard.detach(), 0, p.rows);
+  u.prefetched = true;
 }
 
 void FSDP::unshard(Unit& u) {
   if (u.gathered) return;
-  if (mesh_.dp_shard->size() == 1) {  // nothing to gather: the shard is the whole tensor (no copy, never freed)
-    for (auto& p : u.params) p.full = p.shard.detach();
-    u.gathered = true;
-    u.released = 0;
-    return;
-  }
   prefetch(u);  // no-op when already issued
-  for (size_t i = 0; i < u.params.size(); ++i) {
-    auto& [t, w] = u.pending[i];
-    w.wait();
-    Param& p = u.params[i];
+  for (auto& p : u.params) {
+    if (p.trivial()) {  // nothing to gather: the shard is the whole tensor (no copy, never freed)
+      p.full = p.shard.detach();
+      continue;
+    }
+    p.work.wait();
     if (p.full.defined() && !p.full.impl()->storage->resident()) {
       // saved activations alias the old buffer: refill it in place
       p.full.impl()->storage->materialize();
-      copy_(p.full, t);
+      copy_(p.full, p.pending);
     } else {
-      p.full = t;
+      p.full = p.pending;
     }
+    p.pending = Tensor();
   }
-  u.pending.clear();
+  u.prefetched = false;
   u.gathered = true;
   u.released = 0;
 }
@@ -143,11 +146,12 @@ void FSDP::bind(Unit& u) {
         "FSDPAllGather", {p.shard}, [pp](const V&) { return V{pp->full.detach()}; },
         [this, pp, up](const V& g) {
           Tensor gs;
-          if (mesh_.dp_shard->size() > 1) gs = mesh_.dp_shard->reduce_scatter(g[0], 0, ReduceOp::Avg, pp->rows);
+          if (!pp->trivial()) gs = pp->group->reduce_scatter(g[0], 0, ReduceOp::Avg, pp->rows);
           else gs = g[0];
           if (mesh_.dp_replicate->size() > 1) gs = mesh_.dp_replicate->all_reduce(gs, ReduceOp::Avg);
+          if (pp->grad_scale != 1.0) gs = mul(gs, pp->grad_scale);
           // reshard after backward: this parameter's gathered copy is no longer needed
-          if (mesh_.dp_shard->size() > 1) pp->full.impl()->storage->release();
+          if (!pp->trivial()) pp->full.impl()->storage->release();
           if (++up->released == (int)up->params.size()) up->gathered = false;
           return V{gs};
         })[0];
@@ -156,8 +160,8 @@ void FSDP::bind(Unit& u) {
 }
 
 void FSDP::release(Unit& u) {
-  if (mesh_.dp_shard->size() == 1) return;  // the "gathered" tensor is the shard itself
-  for (auto& p : u.params) p.full.impl()->storage->release();
+  for (auto& p : u.params)
+    if (!p.trivial()) p.full.impl()->storage->release();  // a trivial "gathered" tensor is the shard itself
   u.gathered = false;
 }
 

@@ -24,9 +24,17 @@ namespace titan::parallel {
 
 class FSDP {
  public:
+  // How a parameter is sharded: the group its dim 0 is split over and a
+  // factor on its averaged gradient (expert parameters: their own data-parallel
+  // group, 1/ep). Default: mesh.dp_shard, 1.
+  struct Placement {
+    comms::PG group;
+    double grad_scale = 1.0;
+  };
+  using PlacementFn = std::function<Placement(const ShardSpec&)>;
   // units[0] is the root; its pre-hook must be the first to run in forward.
   FSDP(std::vector<nn::Module*> units, comms::DeviceMesh& mesh, bool reshard_after_forward,
-       std::vector<ShardSpec>& specs);
+       std::vector<ShardSpec>& specs, PlacementFn placement = nullptr);
   ~FSDP();
 
   struct Param {
@@ -35,6 +43,11 @@ class FSDP {
     Tensor shard;   // local rows: the optimizer's leaf
     Tensor full;    // gathered buffer (storage freed when resharded)
     std::vector<int64_t> rows;
+    comms::PG group;
+    double grad_scale = 1.0;
+    Tensor pending;  // prefetched all-gather result
+    comms::Work work;
+    bool trivial() const { return group->size() == 1; }
   };
   struct Unit;
 

@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "comms/functional.h"
+#include "models/gpt_oss/model.h"
+#include "models/qwen3/model.h"
 #include "parallel/fsdp.h"
 #include "src/autograd/grad_mode.h"
 #include "src/ops/ops.h"
@@ -179,9 +181,38 @@ std::function<void()> apply_tp(qwen3::Qwen3& model, comms::DeviceMesh& mesh, std
     }
   };
 }
+// Expert parallel (gpt_oss): rank keeps experts [e*El, (e+1)*El) of every
+// layer, e = its index in the ep group (consecutive dp_shard ranks); the MoE
+// blocks dispatch over that group.
+void apply_ep(gpt_oss::GptOss& model, comms::PG ep_group, std::vector<ShardSpec>& specs) {
+  const int64_t ep = ep_group->size(), e = ep_group->rank();
+  for (auto* layer : model.model->layers->layers) {
+    auto* ex = layer->mlp->experts;
+    const int64_t E = ex->gate_up_proj.size(0);
+    TITAN_CHECK(E % ep == 0, "expert parallel: ", E, " experts are not divisible by expert_parallel_degree ", ep);
+    const int64_t El = E / ep;
+    for (Tensor* t : {&ex->gate_up_proj, &ex->gate_up_proj_bias, &ex->down_proj, &ex->down_proj_bias}) {
+      ShardSpec* s = find_spec(specs, t);
+      Tensor local;
+      {
+        MemoryCategoryScope cat(MemoryCategory::Parameters);
+        NoGradGuard ng;
+        local = slice(*t, 0, e * El, (e + 1) * El).clone();
+      }
+      const std::string name = t->name();
+      *t = local.detach();
+      t->requires_grad_(true);
+      t->set_name(name);
+      s->offset[0] += e * El;
+    }
+    layer->mlp->ep_group = ep_group;
+  }
+}
+
+bool is_expert_param(const std::string& name) { return name.find(".mlp.experts.") != std::string::npos; }
 }  // namespace
 
-ParallelModel parallelize_qwen3(qwen3::Qwen3& model, comms::DeviceMesh& mesh, const ParallelOptions& opt) {
+ParallelModel parallelize(CausalLM& model, comms::DeviceMesh& mesh, const ParallelOptions& opt) {
   ParallelModel pm;
   for (auto& [n, p] : model.named_parameters()) {
     ShardSpec s;
@@ -192,13 +223,34 @@ ParallelModel parallelize_qwen3(qwen3::Qwen3& model, comms::DeviceMesh& mesh, co
     pm.specs.push_back(s);
   }
   std::function<void()> tp_hooks;
-  if (mesh.tp->size() > 1) tp_hooks = apply_tp(model, mesh, pm.specs, opt.sequence_parallel);
+  auto* qwen = dynamic_cast<qwen3::Qwen3*>(&model);
+  auto* oss = dynamic_cast<gpt_oss::GptOss*>(&model);
+  if (mesh.tp->size() > 1) {
+    TITAN_CHECK(qwen, "parallelism: tensor parallel is implemented for qwen3 (for gpt_oss use expert_parallel_degree)");
+    tp_hooks = apply_tp(*qwen, mesh, pm.specs, opt.sequence_parallel);
+  }
+  FSDP::PlacementFn placement;
+  if (opt.expert_parallel > 1) {
+    TITAN_CHECK(oss, "parallelism: expert_parallel_degree applies to MoE models (model.name: gpt_oss)");
+    const int64_t ep = opt.expert_parallel, S = mesh.dp_shard->size(), sr = mesh.dp_shard->rank();
+    TITAN_CHECK(S % ep == 0, "parallelism: expert_parallel_degree ", ep,
+                " must divide the data-parallel shard degree ", S, " (ep borrows its ranks from dp_shard)");
+    comms::PG ep_group = mesh.dp_shard->split((int)(sr / ep), (int)(sr % ep), "ep");
+    comms::PG expert_dp = mesh.dp_shard->split((int)(sr % ep), (int)(sr / ep), "dp_shard_mod_ep");
+    apply_ep(*oss, ep_group, pm.specs);
+    // expert weights: sharded over the ranks holding the same experts; their gradient gathered
+    // every ep rank's tokens already, so the dp average is 1/ep of the group average
+    placement = [&mesh, expert_dp, ep](const ShardSpec& s) {
+      if (is_expert_param(s.name)) return FSDP::Placement{expert_dp, 1.0 / (double)ep};
+      return FSDP::Placement{mesh.dp_shard, 1.0};
+    };
+  }
   // tp-replicated parameters: only tp rank 0 writes them
   for (auto& s : pm.specs)
     if (s.tp_replicated && mesh.tp_rank != 0) s.writer = false;
   std::vector<nn::Module*> units = {&model};
-  for (auto* l : model.model->layers->layers) units.push_back(l);
-  pm.fsdp = std::make_shared<FSDP>(units, mesh, opt.reshard_after_forward, pm.specs);
+  for (auto* l : model.blocks()) units.push_back(l);
+  pm.fsdp = std::make_shared<FSDP>(units, mesh, opt.reshard_after_forward, pm.specs, placement);
   if (tp_hooks) tp_hooks();
   return pm;
 }

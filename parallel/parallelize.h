@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "comms/device_mesh.h"
-#include "models/qwen3/model.h"
+#include "models/causal_lm.h"
 #include "parallel/shard_spec.h"
 
 namespace titan::parallel {
@@ -16,6 +16,7 @@ class FSDP;
 struct ParallelOptions {
   bool reshard_after_forward = true;
   bool sequence_parallel = true;  // with tp > 1: norms and residual stream sharded along the sequence
+  int64_t expert_parallel = 1;    // gpt_oss: experts over ep ranks borrowed from dp_shard
 };
 
 struct ParallelModel {
@@ -26,8 +27,10 @@ struct ParallelModel {
 };
 
 // The model must hold the full (single-rank) initialized weights on every
-// rank; afterwards each rank keeps only its shards.
-ParallelModel parallelize_qwen3(qwen3::Qwen3& model, comms::DeviceMesh& mesh, const ParallelOptions& opt);
+// rank; afterwards each rank keeps only its shards. Qwen3: tensor parallel
+// (+ sequence parallel) then FSDP. gpt_oss: expert parallel then FSDP
+// (expert weights FSDP-sharded over dp_shard / ep, the rest over dp_shard).
+ParallelModel parallelize(CausalLM& model, comms::DeviceMesh& mesh, const ParallelOptions& opt);
 
 // sqrt(sum of squares of every logical gradient element), across all ranks.
 double global_grad_norm(const ParallelModel& pm, comms::DeviceMesh& mesh);

@@ -158,6 +158,15 @@ Tensor GptOss::forward(const Tensor& tokens) {
   return post(logits);
 }
 
+std::string GptOss::describe() const {
+  const Args& a = args_;
+  return "gpt_oss: " + std::to_string(a.n_layers) + " layers, dim " + std::to_string(a.dim) + ", heads " +
+         std::to_string(a.n_heads) + "/" + std::to_string(a.n_kv_heads) + " x " + std::to_string(a.head_dim) +
+         ", " + std::to_string(a.num_experts) + " experts (top-" + std::to_string(a.top_k) + ") x ffn " +
+         std::to_string(a.intermediate) + ", vocab " + std::to_string(a.vocab_size) + "; " +
+         std::to_string(a.num_params()) + " parameters, " + std::to_string(a.num_active_params()) + " active";
+}
+
 void GptOss::init_weights(uint64_t seed) {
   Generator g(seed);
   NoGradGuard ng;

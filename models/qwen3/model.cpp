@@ -125,6 +125,13 @@ Tensor Qwen3::forward(const Tensor& tokens) {
   return post(logits);  // [B, S, vocab] (or a vocab shard's logits gathered by a post-hook)
 }
 
+std::string Qwen3::describe() const {
+  const Args& a = args_;
+  return "qwen3: " + std::to_string(a.n_layers) + " layers, dim " + std::to_string(a.dim) + ", heads " +
+         std::to_string(a.n_heads) + "/" + std::to_string(a.n_kv_heads) + " x " + std::to_string(a.head_dim) +
+         ", ffn " + std::to_string(a.hidden_dim) + ", vocab " + std::to_string(a.vocab_size);
+}
+
 void Qwen3::init_weights(uint64_t seed) {
   Generator g(seed);
   NoGradGuard ng;

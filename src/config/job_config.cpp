@@ -27,7 +27,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"job.dump_folder", &c.job.dump_folder, {}},
       {"job.description", &c.job.description, {}},
       {"job.print_args", &c.job.print_args, {}},
-      {"model.name", &c.model.name, {"qwen3"}},
+      {"model.name", &c.model.name, {"qwen3", "gpt_oss"}},
       {"model.flavor", &c.model.flavor, {}},
       {"model.dim", &c.model.dim, {}},
       {"model.n_layers", &c.model.n_layers, {}},
@@ -43,6 +43,9 @@ std::vector<Field> fields(JobConfig& c) {
       {"model.rope_theta", &c.model.rope_theta, {}},
       {"model.enable_weight_tying", &c.model.enable_weight_tying, {}},
       {"model.sliding_window", &c.model.sliding_window, {}},
+      {"model.moe_num_experts", &c.model.moe_num_experts, {}},
+      {"model.moe_top_k", &c.model.moe_top_k, {}},
+      {"model.rope_scaling_factor", &c.model.rope_scaling_factor, {}},
       {"optimizer.name", &c.optimizer.name, {"AdamW"}},
       {"optimizer.lr", &c.optimizer.lr, {}},
       {"optimizer.beta1", &c.optimizer.beta1, {}},
@@ -68,6 +71,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"parallelism.data_parallel_replicate_degree", &c.parallelism.data_parallel_replicate_degree, {}},
       {"parallelism.data_parallel_shard_degree", &c.parallelism.data_parallel_shard_degree, {}},
       {"parallelism.tensor_parallel_degree", &c.parallelism.tensor_parallel_degree, {}},
+      {"parallelism.expert_parallel_degree", &c.parallelism.expert_parallel_degree, {}},
       {"parallelism.fsdp_reshard_after_forward", &c.parallelism.fsdp_reshard_after_forward, {}},
       {"parallelism.enable_sequence_parallel", &c.parallelism.enable_sequence_parallel, {}},
       {"activation_checkpoint.mode", &c.activation_checkpoint.mode, {"none", "full"}},
@@ -257,6 +261,13 @@ void validate(const JobConfig& c) {
   pos(c.metrics.log_freq, "metrics.log_freq");
   TITAN_CHECK(c.model.n_heads % c.model.n_kv_heads == 0, "config error: model.n_heads (", c.model.n_heads,
               ") must be a multiple of model.n_kv_heads (", c.model.n_kv_heads, ")");
+  TITAN_CHECK(c.model.name != "gpt_oss" || (c.model.moe_top_k >= 1 && c.model.moe_top_k <= c.model.moe_num_experts),
+              "config error: model.moe_top_k = ", c.model.moe_top_k, " must be in [1, model.moe_num_experts = ",
+              c.model.moe_num_experts, "]");
+  TITAN_CHECK(c.parallelism.expert_parallel_degree >= 1 &&
+                  c.model.moe_num_experts % c.parallelism.expert_parallel_degree == 0,
+              "config error: model.moe_num_experts = ", c.model.moe_num_experts,
+              " is not divisible by parallelism.expert_parallel_degree = ", c.parallelism.expert_parallel_degree);
   TITAN_CHECK(c.model.head_dim % 2 == 0, "config error: model.head_dim must be even for RoPE, got ",
               c.model.head_dim);
   TITAN_CHECK(c.model.sliding_window >= 0, "config error: model.sliding_window must be >= 0 (0 = off)");
@@ -286,7 +297,9 @@ JobConfig load_job_config_file(const std::string& path, const std::vector<std::s
 JobConfig load_job_config(int argc, const char* const* argv) {
   CLI::App app{"titan-train: LLM training in C++ (TorchTitan's config sections)"};
   std::string config_path;
-  app.add_option("--config,--job.config_file", config_path, "YAML job config")->check(CLI::ExistingFile);
+  app.add_option("--config,--job.config_file", config_path, "YAML job config")
+      ->check(CLI::ExistingFile)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   JobConfig defaults;
   std::vector<std::pair<std::string, std::string>> given;
   std::map<std::string, std::string> values;

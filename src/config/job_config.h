@@ -21,7 +21,7 @@ struct JobConfig {
 
   // Architecture: every knob of the Qwen3 family (TorchTitan names).
   struct Model {
-    std::string name = "qwen3";
+    std::string name = "qwen3";  // qwen3 | gpt_oss
     std::string flavor = "custom";
     int64_t dim = 256;               // hidden size
     int64_t n_layers = 4;
@@ -36,7 +36,11 @@ struct JobConfig {
     std::string activation = "silu";  // silu | gelu (gated MLP either way)
     double rope_theta = 1000000.0;
     bool enable_weight_tying = false;  // lm_head shares the embedding
-    int64_t sliding_window = 0;       // 0 = full causal attention
+    int64_t sliding_window = 0;       // 0 = full causal attention (gpt_oss: the sliding layers' window)
+    // gpt_oss (MoE)
+    int64_t moe_num_experts = 8;      // num_local_experts
+    int64_t moe_top_k = 2;            // experts per token
+    double rope_scaling_factor = 32.0;  // YaRN factor (gpt_oss)
   } model;
 
   struct Optimizer {
@@ -77,6 +81,7 @@ struct JobConfig {
     int64_t data_parallel_replicate_degree = 1;
     int64_t data_parallel_shard_degree = -1;  // -1: the remaining ranks
     int64_t tensor_parallel_degree = 1;
+    int64_t expert_parallel_degree = 1;  // gpt_oss: experts spread over ep ranks borrowed from dp_shard
     bool fsdp_reshard_after_forward = true;  // free gathered weights after a block's forward, re-gather in backward
     bool enable_sequence_parallel = true;    // with tp > 1: norms and residual stream sharded along the sequence
   } parallelism;

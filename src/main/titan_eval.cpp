@@ -9,7 +9,8 @@
 #include <iostream>
 
 #include "comms/device_mesh.h"
-#include "models/qwen3/model.h"
+#include "models/causal_lm.h"
+#include "src/ops/ops.h"
 #include "parallel/parallelize.h"
 #include "src/autograd/grad_mode.h"
 #include "src/checkpoint/checkpoint.h"
@@ -22,7 +23,7 @@ int main(int argc, char** argv) {
   comms::init(&argc, &argv);
   CLI::App app{"titan-eval: mean next-token cross-entropy of HF-named HDF5 weights over a token file"};
   std::string ckpt, tokens, dump;
-  int64_t seq = 0, batch = 0, dp_shard = -1, dp_rep = 1, tp = 1, max_batches = -1;
+  int64_t seq = 0, batch = 0, dp_shard = -1, dp_rep = 1, tp = 1, ep = 1, max_batches = -1;
   bool json = false;
   app.add_option("--checkpoint", ckpt, "HF-named HDF5 weights with a `config` attribute")->required();
   app.add_option("--tokens", tokens, "HDF5 token file (/tokens, uint32)")->required();
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   app.add_option("--dp-shard", dp_shard, "data_parallel_shard_degree (-1: the remaining ranks)");
   app.add_option("--dp-replicate", dp_rep, "data_parallel_replicate_degree");
   app.add_option("--tp", tp, "tensor_parallel_degree");
+  app.add_option("--ep", ep, "expert_parallel_degree (MoE models)");
   app.add_option("--max-batches", max_batches, "evaluate only the first N batches (default: the whole file)");
   try {
     app.parse(argc, argv);
@@ -50,9 +52,12 @@ int main(int argc, char** argv) {
     comms::DeviceMesh mesh({dp_rep, dp_shard, tp});
     MPI_Comm comm = mesh.world > 1 ? comms::world_comm() : nullptr;
     const std::string cfg = read_hf_config(ckpt);
-    qwen3::Args args = qwen3::Args::from_hf_json(cfg);
-    qwen3::Qwen3 model(args);
-    parallel::ParallelModel pm = parallel::parallelize_qwen3(model, mesh, {});
+    auto model_ptr = build_model_from_hf(cfg);
+    CausalLM& model = *model_ptr;
+    const int64_t vocab = model.vocab_size();
+    parallel::ParallelOptions popt;
+    popt.expert_parallel = ep;
+    parallel::ParallelModel pm = parallel::parallelize(model, mesh, popt);
     std::vector<Region> regions;
     for (auto& s : pm.specs) regions.push_back(s.region());
     load_hf(ckpt, regions, comm);
@@ -78,14 +83,14 @@ int main(int argc, char** argv) {
       const double w = real ? 1.0 : 0.0;
       if (grads) {
         Tensor logits = model.forward(b.inputs);
-        Tensor loss = cross_entropy(logits.reshape({-1, args.vocab_size}), b.targets.reshape({-1}));
+        Tensor loss = cross_entropy(logits.reshape({-1, vocab}), b.targets.reshape({-1}));
         total += w * (double)loss.item<float>();
         // FSDP averages gradients over the dp ranks: scale so the result is d(mean over all batches)
         mul(loss, w * (double)dp / (double)steps).backward();
       } else {
         NoGradGuard ng;
         Tensor logits = model.forward(b.inputs);
-        total += w * (double)cross_entropy(logits.reshape({-1, args.vocab_size}), b.targets.reshape({-1})).item<float>();
+        total += w * (double)cross_entropy(logits.reshape({-1, vocab}), b.targets.reshape({-1})).item<float>();
       }
     }
     // tp ranks of one dp index computed the same batches: sum over dp only

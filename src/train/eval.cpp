@@ -1,10 +1,11 @@
 #include "src/train/eval.h"
 
 #include "src/autograd/grad_mode.h"
+#include "src/ops/ops.h"
 
 namespace titan {
 
-double evaluate_loss(qwen3::Qwen3& model, DataLoader& loader, int64_t steps) {
+double evaluate_loss(CausalLM& model, DataLoader& loader, int64_t steps) {
   TITAN_CHECK(steps > 0, "evaluate: no full batch fits (", loader.num_tokens(), " tokens)");
   NoGradGuard ng;
   double total = 0;

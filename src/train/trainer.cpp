@@ -6,7 +6,8 @@
 #include <sstream>
 
 #include "comms/device_mesh.h"
-#include "models/qwen3/model.h"
+#include "models/causal_lm.h"
+#include "src/ops/ops.h"
 #include "parallel/parallelize.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/data/loader.h"
@@ -72,31 +73,36 @@ TrainResult train(const JobConfig& cfg) {
   TITAN_CHECK(loader.vocab_size() <= cfg.model.vocab_size, "config error: model.vocab_size = ", cfg.model.vocab_size,
               " is smaller than the vocabulary of ", cfg.training.dataset_path, " (", loader.vocab_size(),
               ", tokenizer ", loader.tokenizer(), ")");
-  qwen3::Args args = qwen3::Args::from_job(cfg.model);
-  log_info("building " + cfg.model.name + " " + cfg.model.flavor + ": " + std::to_string(args.n_layers) +
-           " layers, dim " + std::to_string(args.dim) + ", heads " + std::to_string(args.n_heads) + "/" +
-           std::to_string(args.n_kv_heads) + " x " + std::to_string(args.head_dim) + ", ffn " +
-           std::to_string(args.hidden_dim) + ", vocab " + std::to_string(args.vocab_size));
+  std::unique_ptr<CausalLM> model_ptr;
+  {
+    DeviceScope meta(Device::Meta);  // shape-only first: the memory check allocates nothing
+    model_ptr = build_model(cfg.model);
+  }
+  const int64_t n_params = model_ptr->expected_num_params();
+  log_info("building " + cfg.model.flavor + " " + model_ptr->describe());
   {  // refuse jobs whose weights + grads + AdamW moments alone exceed this machine's memory: the shards of
      // all ranks add up to 16 bytes per parameter, and each rank first builds the full fp32 model
-    const double need = 16.0 * (double)args.num_params() + 4.0 * (double)args.num_params() * (mesh.world - 1);
+    const double need = 16.0 * (double)n_params + 4.0 * (double)n_params * (mesh.world - 1);
     const double have = (double)physical_memory_bytes();
-    TITAN_CHECK(need < 0.9 * have, "model ", cfg.model.flavor, " has ", with_commas((double)args.num_params()),
+    TITAN_CHECK(need < 0.9 * have, "model ", cfg.model.flavor, " has ", with_commas((double)n_params),
                 " parameters: weights + gradients + AdamW state need ", fmt("%.1f", need / (1 << 30)),
                 " GiB on this machine (all ranks), it has ", fmt("%.1f", have / (1 << 30)),
                 " GiB; pick a smaller flavor (configs/qwen3_debug.yaml)");
   }
-  qwen3::Qwen3 model(args);
+  model_ptr = build_model(cfg.model);
+  CausalLM& model = *model_ptr;
   model.init_weights((uint64_t)cfg.debug.seed);  // identical on every rank: shards are cut from it
-  model.activation_checkpoint = cfg.activation_checkpoint.mode == "full";
-  const double flops_per_token = args.flops_per_token(S);
-  log_info("model parameters: " + with_commas((double)args.num_params()) + " total, " +
-           with_commas((double)(args.num_params() - args.num_embedding_params())) + " non-embedding; " +
+  model.set_activation_checkpoint(cfg.activation_checkpoint.mode == "full");
+  const int64_t vocab = model.vocab_size();
+  const double flops_per_token = model.flops_per_token(S);
+  log_info("model parameters: " + with_commas((double)n_params) + " total, " +
+           with_commas((double)(n_params - model.num_embedding_params())) + " non-embedding; " +
            fmt("%.4g", flops_per_token) + " training FLOPs per token (seq " + std::to_string(S) + ")");
-  TITAN_CHECK(model.num_parameters() == args.num_params(), "internal: parameter count mismatch");
-  parallel::ParallelModel pm =
-      parallel::parallelize_qwen3(model, mesh, {cfg.parallelism.fsdp_reshard_after_forward,
-                                                  cfg.parallelism.enable_sequence_parallel});
+  TITAN_CHECK(model.num_parameters() == n_params, "internal: parameter count mismatch");
+  parallel::ParallelModel pm = parallel::parallelize(
+      model, mesh,
+      {cfg.parallelism.fsdp_reshard_after_forward, cfg.parallelism.enable_sequence_parallel,
+       cfg.parallelism.expert_parallel_degree});
   TITAN_CHECK(mesh.degrees.tp == 1 || !cfg.parallelism.enable_sequence_parallel || S % mesh.degrees.tp == 0,
               "config error: training.seq_len ", S, " must be divisible by tensor_parallel_degree ", mesh.degrees.tp,
               " with sequence parallel (or set parallelism.enable_sequence_parallel: false)");
@@ -112,7 +118,7 @@ TrainResult train(const JobConfig& cfg) {
     int64_t local = 0;
     for (auto* p : plist) local += p->numel();
     log_info("rank 0 holds " + with_commas((double)local) + " parameters (" +
-             fmt("%.1f", 100.0 * (double)local / (double)args.num_params()) + "% of the model)");
+             fmt("%.1f", 100.0 * (double)local / (double)n_params) + "% of the model)");
   }
 
   // ---- optimizer, schedule
@@ -183,7 +189,7 @@ TrainResult train(const JobConfig& cfg) {
     for (int64_t m = 0; m < accum; ++m) {
       Batch b = loader.next();
       Tensor logits = model.forward(b.inputs);  // [B, S, V]
-      Tensor loss = cross_entropy(logits.reshape({-1, args.vocab_size}), b.targets.reshape({-1}));
+      Tensor loss = cross_entropy(logits.reshape({-1, vocab}), b.targets.reshape({-1}));
       loss_acc += (double)loss.item<float>() / (double)accum;
       (accum == 1 ? loss : mul(loss, 1.0 / (double)accum)).backward();
     }
@@ -199,7 +205,7 @@ TrainResult train(const JobConfig& cfg) {
         grads.push_back(r);
       }
       const std::string path = cfg.job.dump_folder + "/grads_step_" + std::to_string(step) + ".h5";
-      export_hf(path, grads, args.to_hf_json(), DType::F32, comm);
+      export_hf(path, grads, model.hf_config_json(), DType::F32, comm);
       log_info("wrote gradients to " + path);
     }
     const double norm = parallel::global_grad_norm(pm, mesh);
@@ -291,7 +297,7 @@ TrainResult train(const JobConfig& cfg) {
     if (mesh.rank == 0) fs::create_directories(cfg.job.dump_folder + "/export");
     mesh.world_pg->barrier();
     const std::string path = cfg.job.dump_folder + "/export/model.h5";
-    export_hf(path, regions, args.to_hf_json(),
+    export_hf(path, regions, model.hf_config_json(),
               cfg.checkpoint.export_dtype == "bfloat16" ? DType::BF16 : DType::F32, comm);
     log_info("exported HF-named weights to " + path + " (" + cfg.checkpoint.export_dtype + ")");
   }

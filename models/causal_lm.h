@@ -1,0 +1,33 @@
+// models/causal_lm.h — what the trainer, titan-eval and the parallel plans
+// need from any model of the zoo: tokens -> logits, HF names and config,
+// the decoder blocks (FSDP units), counts for logging and MFU.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/config/job_config.h"
+#include "src/nn/module.h"
+
+namespace titan {
+
+class CausalLM : public nn::Module {
+ public:
+  virtual Tensor forward(const Tensor& tokens) = 0;  // int [B, S] -> [B, S, vocab]
+  virtual void init_weights(uint64_t seed) = 0;
+  virtual std::string hf_config_json() const = 0;
+  virtual std::vector<nn::Module*> blocks() = 0;     // decoder layers, in order
+  virtual void set_activation_checkpoint(bool on) = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t expected_num_params() const = 0;
+  virtual int64_t num_embedding_params() const = 0;
+  virtual double flops_per_token(int64_t seq) const = 0;
+  virtual std::string describe() const = 0;  // one line for the startup log
+};
+
+// Builds a model from the YAML model section (model.name: qwen3 | gpt_oss) or
+// from HF config.json content (model_type qwen3 | gpt_oss).
+std::unique_ptr<CausalLM> build_model(const JobConfig::Model& m);
+std::unique_ptr<CausalLM> build_model_from_hf(const std::string& hf_config_json);
+
+}  // namespace titan
