@@ -23,6 +23,14 @@ class CausalLM : public nn::Module {
   virtual int64_t num_embedding_params() const = 0;
   virtual double flops_per_token(int64_t seq) const = 0;
   virtual std::string describe() const = 0;  // one line for the startup log
+
+  // MoE models (defaults: dense). Load balancing: the auxiliary loss of the
+  // last forward (undefined when off), the (token, expert) pairs each layer
+  // routed to each expert in the last forward, and the auxiliary-loss-free
+  // bias update from globally summed counts.
+  virtual Tensor aux_loss() const { return Tensor(); }
+  virtual std::vector<std::vector<int64_t>> routed_counts() const { return {}; }
+  virtual void update_router_bias(const std::vector<std::vector<double>>& global_counts) {}
 };
 
 // Builds a model from the YAML model section (model.name: qwen3 | gpt_oss) or

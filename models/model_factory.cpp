@@ -24,6 +24,8 @@ std::unique_ptr<CausalLM> build_model(const JobConfig::Model& m) {
   a.norm_eps = m.norm_eps;
   a.yarn_factor = m.rope_scaling_factor;
   a.tie_embeddings = m.enable_weight_tying;
+  a.aux_loss_coeff = m.moe_aux_loss_coeff;
+  a.bias_update_rate = m.moe_bias_update_rate;
   a.sliding.assign(a.n_layers, false);
   for (int64_t i = 0; i < a.n_layers; ++i) a.sliding[i] = i % 2 == 0;  // gpt-oss: layer 0 sliding, alternating
   a.validate();

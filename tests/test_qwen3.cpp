@@ -174,3 +174,39 @@ TEST(Qwen3, HfConfigRoundTripAndDefaults) {
   EXPECT_THROW(qwen3::Args::from_hf_json(R"({"model_type": "llama"})"), Error);
   EXPECT_THROW(qwen3::Args::from_hf_json("{not json"), Error);
 }
+
+TEST(GptOss, LoadBalancingAuxLossAndBias) {
+  gpt_oss::Args a = gpt_oss::Args::from_hf_json(R"({"model_type": "gpt_oss", "vocab_size": 32, "hidden_size": 16,
+      "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+      "head_dim": 8, "num_local_experts": 4, "num_experts_per_tok": 2})");
+  a.aux_loss_coeff = 0.01;
+  a.bias_update_rate = 0.5;
+  gpt_oss::GptOss m(a);
+  m.init_weights(3);
+  Tensor tok = from_vector<int64_t>({1, 5, 7, 2, 9, 3, 4, 8}, {2, 4});
+  m.forward(tok);
+  Tensor aux = m.aux_loss();
+  ASSERT_TRUE(aux.defined());
+  EXPECT_GT(aux.item<float>(), 0.0f);
+  aux.backward();  // the aux loss alone trains the router
+  Tensor g = m.model->layers->layers[0]->mlp->router->weight.grad();
+  ASSERT_TRUE(g.defined());
+  double gn = 0;
+  for (float v : g.to_vector<float>()) gn += std::abs(v);
+  EXPECT_GT(gn, 0.0);
+  // every token routes to 2 experts
+  auto counts = m.routed_counts();
+  int64_t total = 0;
+  for (auto c : counts[0]) total += c;
+  EXPECT_EQ(total, 8 * 2);
+  // the bias update favours under-loaded experts: expert 3 given no tokens gains, the busiest loses
+  m.update_router_bias({{10, 4, 2, 0}});
+  auto b = m.model->layers->layers[0]->mlp->expert_bias.to_vector<float>();
+  EXPECT_FLOAT_EQ(b[3], 0.5f);
+  EXPECT_FLOAT_EQ(b[0], -0.5f);
+  // a large bias steers the choice (every token picks expert 3), the weights still come from the unbiased logits
+  float* pb = m.model->layers->layers[0]->mlp->expert_bias.data<float>();
+  pb[3] = 100.0f;
+  m.forward(tok);
+  EXPECT_EQ(m.routed_counts()[0][3], 8);
+}

@@ -18,6 +18,9 @@ struct Args {
   int64_t original_max_position_embeddings = 4096, max_position_embeddings = 131072;
   bool yarn_truncate = false;
   bool tie_embeddings = false;
+  // load balancing (titan's; not in the HF config): Switch auxiliary loss
+  // coefficient, and the auxiliary-loss-free bias update rate (0 = off)
+  double aux_loss_coeff = 0.0, bias_update_rate = 0.0;
 
   static Args from_hf_json(const std::string& json);
   std::string to_hf_json() const;

@@ -1,5 +1,6 @@
 #include "models/gpt_oss/model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "comms/moe_dispatch.h"
@@ -51,19 +52,38 @@ Tensor Experts::forward(const Tensor& x, const std::vector<int64_t>& counts) con
   return grouped_linear(mul(add(up, 1.0), glu), down_proj, down_proj_bias, counts);
 }
 
-MoE::MoE(const Args& a) : num_experts(a.num_experts), top_k(a.top_k) {
+MoE::MoE(const Args& a) : num_experts(a.num_experts), top_k(a.top_k), aux_loss_coeff(a.aux_loss_coeff) {
   router = &register_module("router", std::make_unique<nn::Linear>(a.dim, a.num_experts, true));
   experts = &register_module("experts", std::make_unique<Experts>(a));
+  expert_bias = zeros({a.num_experts});
 }
 
 Tensor MoE::forward(const Tensor& x) const {
   const int64_t B = x.size(0), S = x.size(1), H = x.size(2);
   Tensor h = x.reshape({B * S, H});
   Tensor logits = router->forward(h);                   // [T, E]
-  auto [vals, idx] = topk(logits, top_k);               // [T, k]
+  Tensor idx, vals;
+  if (expert_bias.is_meta() || !std::any_of(expert_bias.data<float>(), expert_bias.data<float>() + num_experts,
+                                            [](float b) { return b != 0.0f; })) {
+    std::tie(vals, idx) = topk(logits, top_k);          // [T, k]: HF's path
+  } else {
+    NoGradGuard ng;
+    idx = topk(add(logits.detach(), expert_bias), top_k).second;  // biased choice
+  }
+  if (!vals.defined()) vals = gather(logits, 1, idx);   // unbiased logits of the chosen experts
   Tensor w = softmax(vals, -1);                         // over the k selected
   auto d = comms::dispatch(h, idx, w, num_experts, ep_group);
-  last_tokens_per_expert = d.tokens_per_local_expert;
+  last_routed.assign(num_experts, 0);
+  if (!idx.is_meta())
+    for (auto e : idx.to_vector<int64_t>()) ++last_routed[e];
+  if (aux_loss_coeff > 0) {  // Switch: E * sum_e f_e * P_e (f: routed fraction, P: mean router probability)
+    Tensor P = mean(softmax(logits, -1), {0});  // [E]
+    std::vector<float> f(num_experts);
+    for (int64_t e = 0; e < num_experts; ++e) f[e] = (float)last_routed[e] / (float)(idx.numel());
+    last_aux_loss = mul(sum(mul(P, from_vector<float>(f, {num_experts}))), aux_loss_coeff * (double)num_experts);
+  } else {
+    last_aux_loss = Tensor();
+  }
   Tensor y = experts->forward(d.expert_input, d.tokens_per_local_expert);
   return comms::combine(y, *d.handle).reshape({B, S, H});
 }
@@ -165,6 +185,32 @@ std::string GptOss::describe() const {
          ", " + std::to_string(a.num_experts) + " experts (top-" + std::to_string(a.top_k) + ") x ffn " +
          std::to_string(a.intermediate) + ", vocab " + std::to_string(a.vocab_size) + "; " +
          std::to_string(a.num_params()) + " parameters, " + std::to_string(a.num_active_params()) + " active";
+}
+
+Tensor GptOss::aux_loss() const {
+  Tensor total;
+  for (auto* l : model->layers->layers)
+    if (l->mlp->last_aux_loss.defined()) total = total.defined() ? add(total, l->mlp->last_aux_loss) : l->mlp->last_aux_loss;
+  return total;
+}
+
+std::vector<std::vector<int64_t>> GptOss::routed_counts() const {
+  std::vector<std::vector<int64_t>> out;
+  for (auto* l : model->layers->layers) out.push_back(l->mlp->last_routed);
+  return out;
+}
+
+void GptOss::update_router_bias(const std::vector<std::vector<double>>& counts) {
+  if (args_.bias_update_rate <= 0) return;
+  // auxiliary-loss-free balancing (DeepSeek-V3): raise the bias of under-loaded experts, lower over-loaded ones
+  for (size_t i = 0; i < counts.size(); ++i) {
+    Tensor& b = model->layers->layers[i]->mlp->expert_bias;
+    double mean_load = 0;
+    for (double c : counts[i]) mean_load += c / (double)counts[i].size();
+    float* pb = b.data<float>();
+    for (size_t e = 0; e < counts[i].size(); ++e)
+      pb[e] += (float)(args_.bias_update_rate * (counts[i][e] < mean_load ? 1.0 : counts[i][e] > mean_load ? -1.0 : 0.0));
+  }
 }
 
 void GptOss::init_weights(uint64_t seed) {

@@ -42,7 +42,12 @@ class MoE : public nn::Module {
   Experts* experts;
   int64_t num_experts, top_k;
   comms::PG ep_group;  // null: all experts local
-  mutable std::vector<int64_t> last_tokens_per_expert;  // of the last forward (local experts)
+  double aux_loss_coeff = 0.0;
+  // auxiliary-loss-free balancing: added to the router logits for the top-k
+  // choice only (the weights come from the unbiased logits); not trained
+  Tensor expert_bias;  // [E]
+  mutable std::vector<int64_t> last_routed;  // (token, k) pairs this rank routed to each expert, last forward
+  mutable Tensor last_aux_loss;
 };
 
 class DecoderLayer : public nn::Module {
@@ -83,6 +88,9 @@ class GptOss : public CausalLM {
   int64_t num_embedding_params() const override { return args_.num_embedding_params(); }
   double flops_per_token(int64_t seq) const override { return args_.flops_per_token(seq); }
   std::string describe() const override;
+  Tensor aux_loss() const override;
+  std::vector<std::vector<int64_t>> routed_counts() const override;
+  void update_router_bias(const std::vector<std::vector<double>>& global_counts) override;
   const Args& args() const { return args_; }
   Backbone* model;
   nn::Linear* lm_head = nullptr;

@@ -46,6 +46,8 @@ std::vector<Field> fields(JobConfig& c) {
       {"model.moe_num_experts", &c.model.moe_num_experts, {}},
       {"model.moe_top_k", &c.model.moe_top_k, {}},
       {"model.rope_scaling_factor", &c.model.rope_scaling_factor, {}},
+      {"model.moe_aux_loss_coeff", &c.model.moe_aux_loss_coeff, {}},
+      {"model.moe_bias_update_rate", &c.model.moe_bias_update_rate, {}},
       {"optimizer.name", &c.optimizer.name, {"AdamW"}},
       {"optimizer.lr", &c.optimizer.lr, {}},
       {"optimizer.beta1", &c.optimizer.beta1, {}},

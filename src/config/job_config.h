@@ -41,6 +41,8 @@ struct JobConfig {
     int64_t moe_num_experts = 8;      // num_local_experts
     int64_t moe_top_k = 2;            // experts per token
     double rope_scaling_factor = 32.0;  // YaRN factor (gpt_oss)
+    double moe_aux_loss_coeff = 0.0;    // Switch-style load-balancing loss (0 = off)
+    double moe_bias_update_rate = 0.0;  // auxiliary-loss-free expert bias update per step (0 = off)
   } model;
 
   struct Optimizer {

@@ -178,6 +178,9 @@ TrainResult train(const JobConfig& cfg) {
   double t_log = wall_seconds();
   int64_t tokens_since_log = 0;
   bool first = true;
+  std::vector<std::vector<double>> expert_load;  // per MoE layer, per expert: routed (token, k) pairs this step
+  double load_min = 0, load_mean = 0, load_max = 0;
+  int64_t load_steps = 0;
   for (int64_t step = start + 1; step <= cfg.training.steps; ++step) {
     const bool profile = cfg.profiling.enable_profiling && step == cfg.profiling.profile_step;
     std::unique_ptr<CostScope> cs;
@@ -191,7 +194,18 @@ TrainResult train(const JobConfig& cfg) {
       Tensor logits = model.forward(b.inputs);  // [B, S, V]
       Tensor loss = cross_entropy(logits.reshape({-1, vocab}), b.targets.reshape({-1}));
       loss_acc += (double)loss.item<float>() / (double)accum;
+      Tensor aux = model.aux_loss();  // MoE load balancing (not part of the reported loss)
+      if (aux.defined()) loss = add(loss, aux);
       (accum == 1 ? loss : mul(loss, 1.0 / (double)accum)).backward();
+      // tokens per expert, summed over the data-parallel ranks (identical on every rank)
+      auto routed = model.routed_counts();
+      for (size_t l = 0; l < routed.size(); ++l) {
+        std::vector<double> v(routed[l].begin(), routed[l].end());
+        v = mesh.dp->all_reduce(from_vector<double>(v, {(int64_t)v.size()})).to_vector<double>();
+        if (expert_load.size() < routed.size()) expert_load.resize(routed.size());
+        if (expert_load[l].empty()) expert_load[l].assign(v.size(), 0.0);
+        for (size_t e = 0; e < v.size(); ++e) expert_load[l][e] += v[e];
+      }
     }
     loss_acc = dp_mean(loss_acc);  // global mean over tokens: every rank sees the same value
     if (cfg.debug.dump_grads_at_step == step) {
@@ -222,6 +236,22 @@ TrainResult train(const JobConfig& cfg) {
     if (cfg.training.max_norm > 0) clip_grads(plist, cfg.training.max_norm, norm);
     const double lr = cfg.optimizer.lr * sched.factor(step);
     opt.step(lr);
+    if (!expert_load.empty()) {
+      model.update_router_bias(expert_load);
+      for (auto& layer : expert_load) {  // min / mean / max over experts, averaged over layers
+        double mn = 1e300, mx = 0, mean = 0;
+        for (double c : layer) {
+          mn = std::min(mn, c);
+          mx = std::max(mx, c);
+          mean += c / (double)layer.size();
+        }
+        load_min += mn / (double)expert_load.size();
+        load_mean += mean / (double)expert_load.size();
+        load_max += mx / (double)expert_load.size();
+      }
+      ++load_steps;
+      expert_load.clear();
+    }
     for (auto* p : plist) p->zero_grad();
     if (profile) print_profile(*cs, wall_seconds() - t_step);
     result.losses.push_back(loss_acc);
@@ -252,6 +282,12 @@ TrainResult train(const JobConfig& cfg) {
         comm_exposed += r.exposed_s;
       }
       std::string line = format_step_line(sm);
+      if (load_steps > 0) {
+        line += "  experts: " + fmt("%.0f", load_min / load_steps) + "/" + fmt("%.0f", load_mean / load_steps) + "/" +
+                fmt("%.0f", load_max / load_steps) + " tokens min/mean/max";
+        load_min = load_mean = load_max = 0;
+        load_steps = 0;
+      }
       if (mesh.world > 1)
         line += "  comm: " + fmt("%.0f", 100.0 * comm_exposed / dt) + "% exposed (" +
                 fmt("%.0f", 100.0 * comm_busy / dt) + "% busy)";
