@@ -85,6 +85,8 @@ std::function<void()> apply_tp(qwen3::Qwen3& model, comms::DeviceMesh& mesh, std
   std::vector<int64_t> ffn(tp, a.hidden_dim / tp);
   comms::PG pg = mesh.tp;
   for (qwen3::DecoderLayer* layer : model.model->layers->layers) {
+    TITAN_CHECK(layer->mlp, "parallelism: tensor parallel with the qwen3 MoE ablation is not supported (set "
+                            "tensor_parallel_degree: 1)");
     auto* at = layer->self_attn;
     shard_linear(at->q_proj, 0, q_rows, r, specs);  // column parallel: this rank's heads
     if (kv_replicated) {

@@ -9,6 +9,8 @@
 
 #include "models/gpt_oss/model.h"
 #include "models/qwen3/model.h"
+#include "models/qwen3/moe.h"
+#include "src/autograd/grad_mode.h"
 #include "src/checkpoint/h5.h"
 #include "src/optim/adamw.h"
 
@@ -209,4 +211,57 @@ TEST(GptOss, LoadBalancingAuxLossAndBias) {
   pb[3] = 100.0f;
   m.forward(tok);
   EXPECT_EQ(m.routed_counts()[0][3], 8);
+}
+
+TEST(Qwen3Moe, OneExpertEqualsTheDenseModelAndCountsMatch) {
+  JobConfig::Model m;
+  m.dim = 32;
+  m.n_layers = 2;
+  m.n_heads = 4;
+  m.n_kv_heads = 2;
+  m.head_dim = 8;
+  m.hidden_dim = 48;
+  m.vocab_size = 64;
+  qwen3::Qwen3 dense(qwen3::Args::from_job(m));
+  dense.init_weights(5);
+  m.moe_enabled = true;
+  m.moe_num_experts = 1;
+  m.moe_top_k = 1;
+  m.moe_hidden_dim = 48;
+  qwen3::Qwen3 moe(qwen3::Args::from_job(m));
+  moe.init_weights(9);
+  {  // copy the dense weights in: expert 0 = the dense MLP (grouped layout is [in, out])
+    NoGradGuard ng;
+    auto dp = dense.named_parameters();
+    for (auto& [n, p] : moe.named_parameters()) {
+      for (auto& [dn, dptr] : dp)
+        if (dn == n) copy_(*p, *dptr);
+    }
+    for (size_t i = 0; i < dense.model->layers->layers.size(); ++i) {
+      auto* d = dense.model->layers->layers[i]->mlp;
+      auto* e = moe.model->layers->layers[i]->moe->experts;
+      copy_(e->gate_proj, transpose(d->gate_proj->weight, 0, 1).unsqueeze(0));
+      copy_(e->up_proj, transpose(d->up_proj->weight, 0, 1).unsqueeze(0));
+      copy_(e->down_proj, transpose(d->down_proj->weight, 0, 1).unsqueeze(0));
+    }
+  }
+  Tensor tok = from_vector<int64_t>({1, 5, 7, 2, 9, 3, 4, 8, 0, 63}, {2, 5});
+  auto a = dense.forward(tok).to_vector<float>(), b = moe.forward(tok).to_vector<float>();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * (1 + std::abs(a[i])));
+  // parameter counts (sigmoid scores, shared expert, 4 experts)
+  m.moe_num_experts = 4;
+  m.moe_top_k = 2;
+  m.moe_score_func = "sigmoid";
+  m.moe_shared_expert = true;
+  qwen3::Args args = qwen3::Args::from_job(m);
+  qwen3::Qwen3 big(args);
+  EXPECT_EQ(big.num_parameters(), args.num_params());
+  qwen3::Args back = qwen3::Args::from_hf_json(args.to_hf_json());
+  EXPECT_TRUE(back.moe);
+  EXPECT_EQ(back.moe_score, "sigmoid");
+  EXPECT_EQ(back.num_params(), args.num_params());
+  big.init_weights(1);
+  Tensor loss = sum(big.forward(tok));
+  loss.backward();
+  EXPECT_TRUE(big.model->layers->layers[0]->moe->gate->weight.grad().defined());  // router trained via the weights
 }

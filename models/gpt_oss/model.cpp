@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "comms/moe_dispatch.h"
+#include "models/moe_balance.h"
 #include "src/autograd/checkpoint.h"
 #include "src/autograd/grad_mode.h"
 
@@ -73,17 +74,8 @@ Tensor MoE::forward(const Tensor& x) const {
   if (!vals.defined()) vals = gather(logits, 1, idx);   // unbiased logits of the chosen experts
   Tensor w = softmax(vals, -1);                         // over the k selected
   auto d = comms::dispatch(h, idx, w, num_experts, ep_group);
-  last_routed.assign(num_experts, 0);
-  if (!idx.is_meta())
-    for (auto e : idx.to_vector<int64_t>()) ++last_routed[e];
-  if (aux_loss_coeff > 0) {  // Switch: E * sum_e f_e * P_e (f: routed fraction, P: mean router probability)
-    Tensor P = mean(softmax(logits, -1), {0});  // [E]
-    std::vector<float> f(num_experts);
-    for (int64_t e = 0; e < num_experts; ++e) f[e] = (float)last_routed[e] / (float)(idx.numel());
-    last_aux_loss = mul(sum(mul(P, from_vector<float>(f, {num_experts}))), aux_loss_coeff * (double)num_experts);
-  } else {
-    last_aux_loss = Tensor();
-  }
+  last_routed = moe::count_routed(idx, num_experts);
+  last_aux_loss = aux_loss_coeff > 0 ? moe::switch_aux_loss(softmax(logits, -1), last_routed, aux_loss_coeff) : Tensor();
   Tensor y = experts->forward(d.expert_input, d.tokens_per_local_expert);
   return comms::combine(y, *d.handle).reshape({B, S, H});
 }
@@ -201,16 +193,8 @@ std::vector<std::vector<int64_t>> GptOss::routed_counts() const {
 }
 
 void GptOss::update_router_bias(const std::vector<std::vector<double>>& counts) {
-  if (args_.bias_update_rate <= 0) return;
-  // auxiliary-loss-free balancing (DeepSeek-V3): raise the bias of under-loaded experts, lower over-loaded ones
-  for (size_t i = 0; i < counts.size(); ++i) {
-    Tensor& b = model->layers->layers[i]->mlp->expert_bias;
-    double mean_load = 0;
-    for (double c : counts[i]) mean_load += c / (double)counts[i].size();
-    float* pb = b.data<float>();
-    for (size_t e = 0; e < counts[i].size(); ++e)
-      pb[e] += (float)(args_.bias_update_rate * (counts[i][e] < mean_load ? 1.0 : counts[i][e] > mean_load ? -1.0 : 0.0));
-  }
+  for (size_t i = 0; i < counts.size(); ++i)
+    moe::update_bias(model->layers->layers[i]->mlp->expert_bias, counts[i], args_.bias_update_rate);
 }
 
 void GptOss::init_weights(uint64_t seed) {

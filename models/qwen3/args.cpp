@@ -24,6 +24,15 @@ Args Args::from_job(const JobConfig::Model& m) {
   a.rope_theta = m.rope_theta;
   a.tie_embeddings = m.enable_weight_tying;
   a.layer_window.assign(m.n_layers, m.sliding_window);
+  a.moe = m.moe_enabled;
+  a.moe_experts = m.moe_num_experts;
+  a.moe_top_k = m.moe_top_k;
+  a.moe_hidden_dim = m.moe_hidden_dim;
+  a.moe_score = m.moe_score_func;
+  a.moe_renormalize = m.moe_renormalize;
+  a.moe_shared_expert = m.moe_shared_expert;
+  a.moe_aux_loss_coeff = m.moe_aux_loss_coeff;
+  a.moe_bias_update_rate = m.moe_bias_update_rate;
   a.validate();
   return a;
 }
@@ -68,6 +77,16 @@ Args Args::from_hf_json(const std::string& text) {
   // titan's ablation knobs (absent from HF: HF Qwen3 always has them on / RMSNorm)
   a.qk_norm = j.value("titan_qk_norm", true);
   a.norm_type = j.value("titan_norm_type", std::string("rmsnorm"));
+  if (j.contains("titan_moe")) {
+    auto m = j["titan_moe"];
+    a.moe = true;
+    a.moe_experts = m.value("num_experts", a.moe_experts);
+    a.moe_top_k = m.value("top_k", a.moe_top_k);
+    a.moe_hidden_dim = m.value("hidden_dim", a.moe_hidden_dim);
+    a.moe_score = m.value("score_func", a.moe_score);
+    a.moe_renormalize = m.value("renormalize", a.moe_renormalize);
+    a.moe_shared_expert = m.value("shared_expert", a.moe_shared_expert);
+  }
   a.validate();
   return a;
 }
@@ -108,6 +127,9 @@ std::string Args::to_hf_json() const {
   j["torch_dtype"] = "float32";
   if (!qk_norm) j["titan_qk_norm"] = false;
   if (norm_type != "rmsnorm") j["titan_norm_type"] = norm_type;
+  if (moe)
+    j["titan_moe"] = {{"num_experts", moe_experts}, {"top_k", moe_top_k}, {"hidden_dim", moe_hidden_dim},
+                      {"score_func", moe_score}, {"renormalize", moe_renormalize}, {"shared_expert", moe_shared_expert}};
   return j.dump(2);
 }
 
@@ -124,20 +146,29 @@ void Args::validate() const {
               "' not supported (silu, gelu)");
   TITAN_CHECK(norm_type == "rmsnorm" || norm_type == "layernorm", "qwen3: norm_type '", norm_type,
               "' not supported (rmsnorm, layernorm)");
+  TITAN_CHECK(!moe || (moe_top_k >= 1 && moe_top_k <= moe_experts), "qwen3: moe_top_k = ", moe_top_k,
+              " must be in [1, moe_num_experts = ", moe_experts, "]");
+  TITAN_CHECK(!moe || moe_score == "softmax" || moe_score == "sigmoid", "qwen3: moe_score_func '", moe_score,
+              "' not supported (softmax, sigmoid)");
   TITAN_CHECK((int64_t)layer_window.size() == n_layers, "qwen3: layer_window has ", layer_window.size(),
               " entries for ", n_layers, " layers");
 }
 
+int64_t Args::mlp_params(bool active) const {
+  if (!moe) return 3 * dim * hidden_dim;
+  const int64_t per_expert = 3 * dim * moe_hidden_dim;
+  return (active ? moe_top_k : moe_experts) * per_expert + (moe_shared_expert ? per_expert : 0) + dim * moe_experts;
+}
+
 int64_t Args::num_matmul_params() const {
   const int64_t attn = dim * n_heads * head_dim * 2 + dim * n_kv_heads * head_dim * 2;  // q, o, k, v
-  const int64_t mlp = 3 * dim * hidden_dim;
-  return n_layers * (attn + mlp) + vocab_size * dim;  // + lm_head
+  return n_layers * (attn + mlp_params(/*active=*/true)) + vocab_size * dim;  // + lm_head; MoE: active experts
 }
 
 int64_t Args::num_params() const {
   const int64_t norm = norm_type == "layernorm" ? 2 * dim : dim;
   const int64_t qk = qk_norm ? (norm_type == "layernorm" ? 4 : 2) * head_dim : 0;
-  const int64_t per_layer = dim * n_heads * head_dim * 2 + dim * n_kv_heads * head_dim * 2 + 3 * dim * hidden_dim +
+  const int64_t per_layer = dim * n_heads * head_dim * 2 + dim * n_kv_heads * head_dim * 2 + mlp_params(false) +
                             2 * norm + qk;
   return n_layers * per_layer + norm + vocab_size * dim * (tie_embeddings ? 1 : 2);
 }

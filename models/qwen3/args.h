@@ -19,6 +19,13 @@ struct Args {
   bool tie_embeddings = false;
   std::vector<int64_t> layer_window;  // per layer: 0 = full causal, > 0 = sliding window
   int64_t max_position_embeddings = 40960;
+  // MoE ablation (titan's, not HF Qwen3's): replaces every layer's MLP
+  bool moe = false;
+  int64_t moe_experts = 8, moe_top_k = 2, moe_hidden_dim = 256;
+  std::string moe_score = "softmax";  // softmax | sigmoid (router score function)
+  bool moe_renormalize = true;        // weights of the chosen experts divided by their sum
+  bool moe_shared_expert = false;     // plus one always-on expert of moe_hidden_dim
+  double moe_aux_loss_coeff = 0.0, moe_bias_update_rate = 0.0;
 
   static Args from_job(const JobConfig::Model& m);
   // HF config.json content (model_type qwen3), HF's defaults for absent keys.
@@ -29,7 +36,8 @@ struct Args {
   // Counts (TorchTitan conventions; see flops_per_token).
   int64_t num_params() const;
   int64_t num_embedding_params() const { return vocab_size * dim; }
-  int64_t num_matmul_params() const;  // layers' projections + lm_head
+  int64_t num_matmul_params() const;  // layers' projections (MoE: the active experts) + lm_head
+  int64_t mlp_params(bool active) const;  // one layer's MLP (MoE: router + experts, all or top-k)
   // 6 * matmul params (lm_head included) + 12 * sum over layers of
   // heads * head_dim * min(window, seq): fwd + bwd FLOPs per token.
   double flops_per_token(int64_t seq_len) const;

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "models/moe_balance.h"
+#include "models/qwen3/moe.h"
 #include "src/autograd/checkpoint.h"
 #include "src/autograd/grad_mode.h"
 
@@ -53,7 +55,8 @@ Tensor MLP::forward(const Tensor& x) const {
 
 DecoderLayer::DecoderLayer(const Args& a, int64_t layer) {
   self_attn = &register_module("self_attn", std::make_unique<Attention>(a, a.layer_window[layer]));
-  mlp = &register_module("mlp", std::make_unique<MLP>(a));
+  if (a.moe) moe = &register_module("mlp", std::make_unique<MoEMLP>(a));
+  else mlp = &register_module("mlp", std::make_unique<MLP>(a));
   input_layernorm = &register_module("input_layernorm", std::make_unique<nn::Norm>(a.dim, a.norm_type, a.norm_eps));
   post_attention_layernorm =
       &register_module("post_attention_layernorm", std::make_unique<nn::Norm>(a.dim, a.norm_type, a.norm_eps));
@@ -62,8 +65,9 @@ DecoderLayer::DecoderLayer(const Args& a, int64_t layer) {
 Tensor DecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin) const {
   Tensor a = self_attn->pre(input_layernorm->forward(x));
   Tensor h = add(x, self_attn->post(self_attn->forward(a, cos, sin)));
-  Tensor m = mlp->pre(post_attention_layernorm->forward(h));
-  return add(h, mlp->post(mlp->forward(m)));
+  nn::Module* block = moe ? (nn::Module*)moe : (nn::Module*)mlp;
+  Tensor m = block->pre(post_attention_layernorm->forward(h));
+  return add(h, block->post(moe ? moe->forward(m) : mlp->forward(m)));
 }
 
 DecoderLayer& LayerList::add(std::unique_ptr<DecoderLayer> l) {
@@ -127,9 +131,34 @@ Tensor Qwen3::forward(const Tensor& tokens) {
 
 std::string Qwen3::describe() const {
   const Args& a = args_;
+  std::string ffn = a.moe ? std::to_string(a.moe_experts) + " experts (top-" + std::to_string(a.moe_top_k) + ", " +
+                                a.moe_score + (a.moe_shared_expert ? ", + shared" : "") + ") x ffn " +
+                                std::to_string(a.moe_hidden_dim)
+                          : "ffn " + std::to_string(a.hidden_dim);
   return "qwen3: " + std::to_string(a.n_layers) + " layers, dim " + std::to_string(a.dim) + ", heads " +
          std::to_string(a.n_heads) + "/" + std::to_string(a.n_kv_heads) + " x " + std::to_string(a.head_dim) +
-         ", ffn " + std::to_string(a.hidden_dim) + ", vocab " + std::to_string(a.vocab_size);
+         ", " + ffn + ", vocab " + std::to_string(a.vocab_size);
+}
+
+Tensor Qwen3::aux_loss() const {
+  Tensor total;
+  for (auto* l : model->layers->layers)
+    if (l->moe && l->moe->last_aux_loss.defined())
+      total = total.defined() ? add(total, l->moe->last_aux_loss) : l->moe->last_aux_loss;
+  return total;
+}
+
+std::vector<std::vector<int64_t>> Qwen3::routed_counts() const {
+  std::vector<std::vector<int64_t>> out;
+  for (auto* l : model->layers->layers)
+    if (l->moe) out.push_back(l->moe->last_routed);
+  return out;
+}
+
+void Qwen3::update_router_bias(const std::vector<std::vector<double>>& counts) {
+  size_t i = 0;
+  for (auto* l : model->layers->layers)
+    if (l->moe && i < counts.size()) moe::update_bias(l->moe->expert_bias, counts[i++], args_.moe_bias_update_rate);
 }
 
 void Qwen3::init_weights(uint64_t seed) {

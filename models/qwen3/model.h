@@ -31,13 +31,16 @@ class MLP : public nn::Module {  // down(act(gate(x)) * up(x))
   bool gelu;
 };
 
+class MoEMLP;
+
 class DecoderLayer : public nn::Module {
  public:
   DecoderLayer(const Args& a, int64_t layer);
   Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin) const;
   nn::Norm *input_layernorm, *post_attention_layernorm;
   Attention* self_attn;
-  MLP* mlp;
+  MLP* mlp = nullptr;     // dense
+  MoEMLP* moe = nullptr;  // the MoE ablation (args.moe)
 };
 
 class LayerList : public nn::Module {
@@ -72,6 +75,9 @@ class Qwen3 : public CausalLM {
   int64_t num_embedding_params() const override { return args_.num_embedding_params(); }
   double flops_per_token(int64_t seq) const override { return args_.flops_per_token(seq); }
   std::string describe() const override;
+  Tensor aux_loss() const override;
+  std::vector<std::vector<int64_t>> routed_counts() const override;
+  void update_router_bias(const std::vector<std::vector<double>>& global_counts) override;
   const Args& args() const { return args_; }
   bool activation_checkpoint = false;
   Backbone* model;

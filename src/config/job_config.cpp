@@ -43,7 +43,12 @@ std::vector<Field> fields(JobConfig& c) {
       {"model.rope_theta", &c.model.rope_theta, {}},
       {"model.enable_weight_tying", &c.model.enable_weight_tying, {}},
       {"model.sliding_window", &c.model.sliding_window, {}},
+      {"model.moe_enabled", &c.model.moe_enabled, {}},
       {"model.moe_num_experts", &c.model.moe_num_experts, {}},
+      {"model.moe_hidden_dim", &c.model.moe_hidden_dim, {}},
+      {"model.moe_score_func", &c.model.moe_score_func, {"softmax", "sigmoid"}},
+      {"model.moe_renormalize", &c.model.moe_renormalize, {}},
+      {"model.moe_shared_expert", &c.model.moe_shared_expert, {}},
       {"model.moe_top_k", &c.model.moe_top_k, {}},
       {"model.rope_scaling_factor", &c.model.rope_scaling_factor, {}},
       {"model.moe_aux_loss_coeff", &c.model.moe_aux_loss_coeff, {}},
@@ -263,7 +268,7 @@ void validate(const JobConfig& c) {
   pos(c.metrics.log_freq, "metrics.log_freq");
   TITAN_CHECK(c.model.n_heads % c.model.n_kv_heads == 0, "config error: model.n_heads (", c.model.n_heads,
               ") must be a multiple of model.n_kv_heads (", c.model.n_kv_heads, ")");
-  TITAN_CHECK(c.model.name != "gpt_oss" || (c.model.moe_top_k >= 1 && c.model.moe_top_k <= c.model.moe_num_experts),
+  TITAN_CHECK((c.model.name != "gpt_oss" && !c.model.moe_enabled) || (c.model.moe_top_k >= 1 && c.model.moe_top_k <= c.model.moe_num_experts),
               "config error: model.moe_top_k = ", c.model.moe_top_k, " must be in [1, model.moe_num_experts = ",
               c.model.moe_num_experts, "]");
   TITAN_CHECK(c.parallelism.expert_parallel_degree >= 1 &&

@@ -37,9 +37,14 @@ struct JobConfig {
     double rope_theta = 1000000.0;
     bool enable_weight_tying = false;  // lm_head shares the embedding
     int64_t sliding_window = 0;       // 0 = full causal attention (gpt_oss: the sliding layers' window)
-    // gpt_oss (MoE)
+    // MoE: gpt_oss always; qwen3 when moe_enabled (the ablation: every MLP becomes an MoE block)
+    bool moe_enabled = false;
     int64_t moe_num_experts = 8;      // num_local_experts
     int64_t moe_top_k = 2;            // experts per token
+    int64_t moe_hidden_dim = 256;     // qwen3 ablation: each expert's intermediate size
+    std::string moe_score_func = "softmax";  // qwen3 ablation: router score function
+    bool moe_renormalize = true;      // qwen3 ablation: chosen weights renormalized to sum to 1
+    bool moe_shared_expert = false;   // qwen3 ablation: one always-on expert
     double rope_scaling_factor = 32.0;  // YaRN factor (gpt_oss)
     double moe_aux_loss_coeff = 0.0;    // Switch-style load-balancing loss (0 = off)
     double moe_bias_update_rate = 0.0;  // auxiliary-loss-free expert bias update per step (0 = off)
