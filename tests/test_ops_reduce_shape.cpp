@@ -131,3 +131,18 @@ TEST(Shape, ConcatSplitBroadcastCast) {
   EXPECT_THROW(split(a, {1, 1}, 1), Error);
   EXPECT_THROW(broadcast_to(a, {2, 4}), Error);
 }
+
+TEST(Meta, RemainingOpsShapeDtypeFlops) {
+  Tensor x = rand_t({2, 3, 4}, 1);
+  expect_meta([](const std::vector<Tensor>& t) { return reshape(t[0], {6, -1}); }, {x}, {6, 4}, DType::F64, 0);
+  expect_meta([](const std::vector<Tensor>& t) { return transpose(t[0], 0, 2); }, {x}, {4, 3, 2}, DType::F64, 0);
+  expect_meta([](const std::vector<Tensor>& t) { return broadcast_to(t[0], {5, 2, 3, 4}); }, {x}, {5, 2, 3, 4},
+              DType::F64, 0);
+  expect_meta([](const std::vector<Tensor>& t) { return cast(t[0], DType::F32); }, {x}, {2, 3, 4}, DType::F32, 0);
+  expect_meta([](const std::vector<Tensor>& t) { return split(t[0], {1, 3}, 2)[1]; }, {x}, {2, 3, 3}, DType::F64, 0);
+  expect_meta([](const std::vector<Tensor>& t) { return log_softmax(t[0]); }, {x}, {2, 3, 4}, DType::F64, 4.0 * 24);
+  Tensor idx = from_vector<int64_t>({0, 1, 2, 3, 0, 1}, {2, 3, 1});
+  expect_meta([](const std::vector<Tensor>& t) { return scatter(t[0], 2, t[1], t[2]); },
+              {x, idx, rand_t({2, 3, 1}, 2)}, {2, 3, 4}, DType::F64, 0);
+  expect_meta([](const std::vector<Tensor>& t) { return sum(t[0]); }, {x}, {}, DType::F64, 24);
+}

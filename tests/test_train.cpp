@@ -125,6 +125,14 @@ TEST(Config, ErrorsNameKeyFileLineAndAllowedValues) {
   EXPECT_NE(e.find("unknown flag --training.nope"), std::string::npos) << e;
   e = error_of([&] { load_job_config_file(write_file(d + "/f.yaml", "model: [1, 2\n")); });
   EXPECT_NE(e.find("malformed YAML"), std::string::npos) << e;
+  // MoE: top-k larger than the experts, experts not divisible by the ep degree
+  e = error_of([&] { load_job_config_file("", {"model.name", "gpt_oss", "model.moe_num_experts", "4", "model.moe_top_k", "5"}); });
+  EXPECT_NE(e.find("model.moe_top_k = 5 must be in [1, model.moe_num_experts = 4]"), std::string::npos) << e;
+  e = error_of([&] {
+    load_job_config_file("", {"model.name", "gpt_oss", "model.moe_num_experts", "6", "parallelism.expert_parallel_degree", "4"});
+  });
+  EXPECT_NE(e.find("model.moe_num_experts = 6 is not divisible by parallelism.expert_parallel_degree = 4"),
+            std::string::npos) << e;
 }
 
 // ---- tokenizers ----------------------------------------------------------------
@@ -268,6 +276,12 @@ TEST(Train, BadLayoutAndVocabAreRefused) {
   JobConfig c = tiny_job(d);
   c.parallelism.tensor_parallel_degree = 2;
   EXPECT_NE(error_of([&] { train(c); }).find("tensor_parallel_degree 2, world size 1"), std::string::npos);
+  c = tiny_job(d);
+  c.model.name = "gpt_oss";
+  c.parallelism.expert_parallel_degree = 2;  // one rank: dp_shard 1 cannot lend 2 ranks to ep
+  std::string ep_err = error_of([&] { train(c); });
+  EXPECT_NE(ep_err.find("expert_parallel_degree 2 must divide the data-parallel shard degree 1"), std::string::npos)
+      << ep_err;
   c = tiny_job(d);
   c.model.vocab_size = 32;  // the token file was written for a vocabulary of 64
   std::string e = error_of([&] { train(c); });

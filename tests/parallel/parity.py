@@ -148,6 +148,16 @@ def main():
             if abs(l4 - l1) / l1 > 1e-6:
                 sys.exit(f"titan-eval {' '.join(layout)}: {l4} vs single rank {l1}")
             print(f"titan-eval 4 ranks {' '.join(layout)}: {l4:.8f} = single rank {l1:.8f}")
+        # gpt-oss (built from the export's config attribute alone), experts over 2 ranks
+        w = os.path.join(work, "ref_oss", "export", "model.h5")
+        args[1] = w
+        one, _ = run([evalbin] + args)
+        l1 = json.loads(one.stdout.strip().splitlines()[-1])["loss"]
+        many, _ = run(mpirun(2) + [evalbin] + args + ["--ep", "2"])
+        l2 = json.loads(many.stdout.strip().splitlines()[-1])["loss"]
+        if abs(l2 - l1) / l1 > 1e-6:
+            sys.exit(f"titan-eval gpt-oss --ep 2: {l2} vs single rank {l1}")
+        print(f"titan-eval gpt-oss 2 ranks --ep 2: {l2:.8f} = single rank {l1:.8f}")
         return
 
     if a.case == "abort":
