@@ -3,6 +3,7 @@
 // is formed by BLAS straight from the [B, S, H, D] layout (leading dimension
 // H*D, no transposes copied). Forward saves the row log-sum-exp; backward
 // recomputes the probabilities from it.
+#include <Eigen/Core>
 #include <cmath>
 #include <limits>
 
@@ -15,6 +16,23 @@ namespace {
 struct AttnDims {
   int64_t B, S, Hq, Hkv, D, group;
 };
+
+// row[lo..hi] = exp(row[lo..hi] - m); returns their sum. float: Eigen's vectorized exp.
+template <typename T>
+inline T exp_shift(T* row, int64_t lo, int64_t hi, T m) {
+  if (hi < lo) return T(0);
+  if constexpr (std::is_same_v<T, float>) {
+    Eigen::Map<Eigen::ArrayXf> r(row + lo, hi - lo + 1);
+    r = (r - m).exp();
+    T s = 0;  // a plain loop: Eigen's vectorized sum order depends on the address (not deterministic)
+    for (int64_t j = lo; j <= hi; ++j) s += row[j];
+    return s;
+  } else {
+    T s = 0;
+    for (int64_t j = lo; j <= hi; ++j) s += (row[j] = std::exp(row[j] - m));
+    return s;
+  }
+}
 
 // Visible key range [lo, hi] of query i.
 inline void visible(int64_t i, int64_t S, const AttentionOptions& o, int64_t& lo, int64_t& hi) {
@@ -40,7 +58,8 @@ std::pair<Tensor, Tensor> sdpa_forward(const Tensor& q, const Tensor& k, const T
     const int64_t S = d.S, D = d.D, ldq = d.Hq * D, ldk = d.Hkv * D;
 #pragma omp parallel
     {
-      std::vector<T> P((size_t)S * S);
+      // Eigen-aligned: the vectorized exp's scalar head depends on alignment (determinism)
+      std::vector<T, Eigen::aligned_allocator<T>> P((size_t)S * S);
 #pragma omp for schedule(dynamic)
       for (int64_t bh = 0; bh < d.B * d.Hq; ++bh) {
         const int64_t b = bh / d.Hq, h = bh % d.Hq, g = h / d.group;
@@ -54,15 +73,9 @@ std::pair<Tensor, Tensor> sdpa_forward(const Tensor& q, const Tensor& k, const T
           visible(i, S, o, lo, hi);
           T m = psink ? psink[h] : -std::numeric_limits<T>::infinity();
           for (int64_t j = lo; j <= hi; ++j) m = std::max(m, row[j]);
-          T den = psink ? std::exp(psink[h] - m) : T(0);
-          for (int64_t j = 0; j < S; ++j) {
-            if (j < lo || j > hi) {
-              row[j] = 0;
-            } else {
-              row[j] = std::exp(row[j] - m);
-              den += row[j];
-            }
-          }
+          T den = (psink ? std::exp(psink[h] - m) : T(0)) + exp_shift(row, lo, hi, m);
+          for (int64_t j = 0; j < lo; ++j) row[j] = 0;
+          for (int64_t j = hi + 1; j < S; ++j) row[j] = 0;
           const T inv = T(1) / den;
           for (int64_t j = lo; j <= hi; ++j) row[j] *= inv;
           pl[(b * d.Hq + h) * S + i] = m + std::log(den);
@@ -102,7 +115,7 @@ std::vector<Tensor> sdpa_backward(const Tensor& dout, const Tensor& q, const Ten
     std::vector<T> sink_part(psink ? (size_t)d.B * d.Hq : 0, T(0));
 #pragma omp parallel
     {
-      std::vector<T> P((size_t)S * S), dP((size_t)S * S), Di(S);
+      std::vector<T, Eigen::aligned_allocator<T>> P((size_t)S * S), dP((size_t)S * S), Di(S);
 #pragma omp for schedule(dynamic)
       for (int64_t bg = 0; bg < d.B * d.Hkv; ++bg) {  // one KV head at a time: dk/dv have one writer
         const int64_t b = bg / d.Hkv, g = bg % d.Hkv;
@@ -127,15 +140,10 @@ std::vector<Tensor> sdpa_backward(const Tensor& dout, const Tensor& q, const Ten
             visible(i, S, o, lo, hi);
             T* pr = P.data() + i * S;
             T* dr = dP.data() + i * S;
-            for (int64_t j = 0; j < S; ++j) {
-              if (j < lo || j > hi) {
-                pr[j] = 0;
-                dr[j] = 0;
-              } else {
-                pr[j] = std::exp(pr[j] - lh[i]);
-                dr[j] = pr[j] * (dr[j] - di);
-              }
-            }
+            exp_shift(pr, lo, hi, lh[i]);
+            for (int64_t j = lo; j <= hi; ++j) dr[j] = pr[j] * (dr[j] - di);
+            for (int64_t j = 0; j < lo; ++j) pr[j] = dr[j] = 0;
+            for (int64_t j = hi + 1; j < S; ++j) pr[j] = dr[j] = 0;
           }
           if (psink) sink_part[b * d.Hq + h] = sink_acc;
           gemm<T>(false, false, S, D, S, T(scale), dP.data(), S, kg, ldk, T(0), pdq + b * S * ldq + h * D, ldq);

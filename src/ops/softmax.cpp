@@ -1,5 +1,6 @@
 // softmax, log_softmax (numerically stable, over the last dim) and the fused
 // cross-entropy over integer targets.
+#include <Eigen/Core>
 #include <cmath>
 #include <limits>
 
@@ -20,10 +21,15 @@ void softmax_rows(const T* x, T* y, int64_t R, int64_t C) {
     for (int64_t j = 0; j < C; ++j) m = std::max(m, xr[j]);
     if (m == -std::numeric_limits<T>::infinity()) m = 0;  // fully masked row
     T s = 0;
-    for (int64_t j = 0; j < C; ++j) {
-      T e = std::exp(xr[j] - m);
-      if constexpr (!kLog) yr[j] = e;
-      s += e;
+    if constexpr (std::is_same_v<T, float>) {  // vectorized exp into y, then an ordered sum (deterministic)
+      Eigen::Map<Eigen::ArrayXf>(yr, C) = (Eigen::Map<const Eigen::ArrayXf>(xr, C) - m).exp();
+      for (int64_t j = 0; j < C; ++j) s += yr[j];
+    } else {
+      for (int64_t j = 0; j < C; ++j) {
+        T e = std::exp(xr[j] - m);
+        if constexpr (!kLog) yr[j] = e;
+        s += e;
+      }
     }
     if constexpr (kLog) {
       T lse = m + std::log(s);
@@ -124,7 +130,16 @@ std::tuple<Tensor, Tensor, int64_t> cross_entropy_forward(const Tensor& logits, 
       T m = r[0];
       for (int64_t j = 1; j < V; ++j) m = std::max(m, r[j]);
       T s = 0;
-      for (int64_t j = 0; j < V; ++j) s += std::exp(r[j] - m);
+      if constexpr (std::is_same_v<T, float>) {  // vectorized exp (large vocabularies), summed in order
+        // Eigen-aligned scratch: Eigen peels unaligned heads with scalar exp, so the
+        // alignment must not vary from run to run (determinism)
+        thread_local Eigen::ArrayXf tmp;
+        if (tmp.size() < V) tmp.resize(V);
+        tmp.head(V) = (Eigen::Map<const Eigen::ArrayXf>(r, V) - m).exp();
+        for (int64_t j = 0; j < V; ++j) s += tmp[j];
+      } else {
+        for (int64_t j = 0; j < V; ++j) s += std::exp(r[j] - m);
+      }
       pl[i] = m + std::log(s);
       if (t[i] != ignore_index) total += (double)(pl[i] - r[t[i]]);
     }
@@ -153,7 +168,11 @@ Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tenso
         continue;
       }
       const T* r = x + i * V;
-      for (int64_t j = 0; j < V; ++j) d[j] = std::exp(r[j] - pl[i]) * scale;
+      if constexpr (std::is_same_v<T, float>) {
+        Eigen::Map<Eigen::ArrayXf>(d, V) = (Eigen::Map<const Eigen::ArrayXf>(r, V) - pl[i]).exp() * scale;
+      } else {
+        for (int64_t j = 0; j < V; ++j) d[j] = std::exp(r[j] - pl[i]) * scale;
+      }
       d[t[i]] -= scale;
     }
   });
