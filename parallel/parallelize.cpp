@@ -23,6 +23,25 @@ std::vector<Tensor*> ParallelModel::params() const {
   return out;
 }
 
+std::vector<Region> ParallelModel::regions() const {
+  std::vector<Region> out;
+  for (auto& s : specs) out.push_back(s.region());
+  return out;
+}
+
+std::vector<Region> ParallelModel::grad_regions(std::vector<Tensor>& keep) const {
+  keep.clear();
+  keep.reserve(specs.size());
+  std::vector<Region> out;
+  for (auto& s : specs) {
+    keep.push_back(s.slot->grad().defined() ? s.slot->grad() : zeros_like(*s.slot));
+    Region r = s.region();
+    r.local = &keep.back();
+    out.push_back(r);
+  }
+  return out;
+}
+
 namespace {
 ShardSpec* find_spec(std::vector<ShardSpec>& specs, const Tensor* slot) {
   for (auto& s : specs)

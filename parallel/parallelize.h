@@ -24,6 +24,9 @@ struct ParallelModel {
   std::shared_ptr<FSDP> fsdp;
   std::vector<std::pair<std::string, Tensor*>> named_params() const;
   std::vector<Tensor*> params() const;
+  std::vector<Region> regions() const;
+  // The gradients' blocks (zeros for a parameter without one); `keep` owns them.
+  std::vector<Region> grad_regions(std::vector<Tensor>& keep) const;
 };
 
 // The model must hold the full (single-rank) initialized weights on every

@@ -5,24 +5,16 @@
 
 #include "comms/moe_dispatch.h"
 #include "models/moe_balance.h"
-#include "src/autograd/checkpoint.h"
 #include "src/autograd/grad_mode.h"
 
 namespace titan::gpt_oss {
-
-namespace {
-Tensor param(const Shape& s) {
-  MemoryCategoryScope cat(MemoryCategory::Parameters);
-  return empty(s);
-}
-}  // namespace
 
 Attention::Attention(const Args& a, bool sliding) : head_dim(a.head_dim), window(sliding ? a.sliding_window : 0) {
   q_proj = &register_module("q_proj", std::make_unique<nn::Linear>(a.dim, a.n_heads * a.head_dim, true));
   k_proj = &register_module("k_proj", std::make_unique<nn::Linear>(a.dim, a.n_kv_heads * a.head_dim, true));
   v_proj = &register_module("v_proj", std::make_unique<nn::Linear>(a.dim, a.n_kv_heads * a.head_dim, true));
   o_proj = &register_module("o_proj", std::make_unique<nn::Linear>(a.n_heads * a.head_dim, a.dim, true));
-  register_parameter("sinks", sinks, param({a.n_heads}));
+  register_parameter("sinks", sinks, nn::new_parameter({a.n_heads}));
 }
 
 Tensor Attention::forward(const Tensor& x, const Tensor& cos, const Tensor& sin) const {
@@ -38,10 +30,10 @@ Tensor Attention::forward(const Tensor& x, const Tensor& cos, const Tensor& sin)
 }
 
 Experts::Experts(const Args& a) : limit(a.swiglu_limit) {
-  register_parameter("gate_up_proj", gate_up_proj, param({a.num_experts, a.dim, 2 * a.intermediate}));
-  register_parameter("gate_up_proj_bias", gate_up_proj_bias, param({a.num_experts, 2 * a.intermediate}));
-  register_parameter("down_proj", down_proj, param({a.num_experts, a.intermediate, a.dim}));
-  register_parameter("down_proj_bias", down_proj_bias, param({a.num_experts, a.dim}));
+  register_parameter("gate_up_proj", gate_up_proj, nn::new_parameter({a.num_experts, a.dim, 2 * a.intermediate}));
+  register_parameter("gate_up_proj_bias", gate_up_proj_bias, nn::new_parameter({a.num_experts, 2 * a.intermediate}));
+  register_parameter("down_proj", down_proj, nn::new_parameter({a.num_experts, a.intermediate, a.dim}));
+  register_parameter("down_proj_bias", down_proj_bias, nn::new_parameter({a.num_experts, a.dim}));
 }
 
 Tensor Experts::forward(const Tensor& x, const std::vector<int64_t>& counts) const {
@@ -91,12 +83,6 @@ DecoderLayer::DecoderLayer(const Args& a, int64_t layer) {
 Tensor DecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin) const {
   Tensor h = add(x, self_attn->post(self_attn->forward(self_attn->pre(input_layernorm->forward(x)), cos, sin)));
   return add(h, mlp->post(mlp->forward(mlp->pre(post_attention_layernorm->forward(h)))));
-}
-
-DecoderLayer& LayerList::add(std::unique_ptr<DecoderLayer> l) {
-  DecoderLayer& r = register_module(std::to_string(layers.size()), std::move(l));
-  layers.push_back(&r);
-  return r;
 }
 
 Backbone::Backbone(const Args& a) {
@@ -157,14 +143,7 @@ Tensor GptOss::forward(const Tensor& tokens) {
   Tensor ids = pre(tokens);
   const Device dev = model->embed_tokens->weight.device();
   if (!cos_.defined() || cos_.size(0) != S || cos_.device() != dev) std::tie(cos_, sin_) = yarn_rope_tables(args_, S, dev);
-  Tensor h = model->embed_tokens->forward(ids);
-  for (DecoderLayer* layer : model->layers->layers) {
-    Tensor c = cos_, s = sin_;
-    auto block = [layer, c, s](const std::vector<Tensor>& in) {
-      return std::vector<Tensor>{layer->forward(layer->pre(in[0]), c, s)};
-    };
-    h = layer->post(activation_checkpoint ? autograd::checkpoint(block, {h})[0] : block({h})[0]);
-  }
+  Tensor h = model->layers->run(model->embed_tokens->forward(ids), cos_, sin_, activation_checkpoint);
   h = model->norm->post(model->norm->forward(h));
   Tensor logits = lm_head ? lm_head->post(lm_head->forward(lm_head->pre(h))) : linear(h, model->embed_tokens->weight);
   return post(logits);

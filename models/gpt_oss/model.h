@@ -9,6 +9,7 @@
 #include "comms/process_group.h"
 #include "models/causal_lm.h"
 #include "models/gpt_oss/args.h"
+#include "src/nn/layer_list.h"
 #include "src/nn/layers.h"
 
 namespace titan::gpt_oss {
@@ -59,11 +60,7 @@ class DecoderLayer : public nn::Module {
   MoE* mlp;
 };
 
-class LayerList : public nn::Module {
- public:
-  std::vector<DecoderLayer*> layers;
-  DecoderLayer& add(std::unique_ptr<DecoderLayer> l);
-};
+using LayerList = nn::LayerList<DecoderLayer>;
 
 class Backbone : public nn::Module {
  public:

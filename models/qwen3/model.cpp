@@ -4,7 +4,6 @@
 
 #include "models/moe_balance.h"
 #include "models/qwen3/moe.h"
-#include "src/autograd/checkpoint.h"
 #include "src/autograd/grad_mode.h"
 
 namespace titan::qwen3 {
@@ -70,12 +69,6 @@ Tensor DecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& s
   return add(h, block->post(moe ? moe->forward(m) : mlp->forward(m)));
 }
 
-DecoderLayer& LayerList::add(std::unique_ptr<DecoderLayer> l) {
-  DecoderLayer& r = register_module(std::to_string(layers.size()), std::move(l));
-  layers.push_back(&r);
-  return r;
-}
-
 Backbone::Backbone(const Args& a) {
   embed_tokens = &register_module("embed_tokens", std::make_unique<nn::Embedding>(a.vocab_size, a.dim));
   layers = &register_module("layers", std::make_unique<LayerList>());
@@ -116,14 +109,7 @@ Tensor Qwen3::forward(const Tensor& tokens) {
   const Device dev = model->embed_tokens->weight.device();
   if (!cos_.defined() || cos_.size(0) != S || cos_.device() != dev)
     std::tie(cos_, sin_) = rope_tables(S, args_.head_dim, args_.rope_theta, dev);
-  Tensor h = model->embed_tokens->forward(ids);  // [B, S, dim]
-  for (DecoderLayer* layer : model->layers->layers) {
-    Tensor c = cos_, s = sin_;
-    auto block = [layer, c, s](const std::vector<Tensor>& in) {
-      return std::vector<Tensor>{layer->forward(layer->pre(in[0]), c, s)};
-    };
-    h = layer->post(activation_checkpoint ? autograd::checkpoint(block, {h})[0] : block({h})[0]);
-  }
+  Tensor h = model->layers->run(model->embed_tokens->forward(ids), cos_, sin_, activation_checkpoint);  // [B, S, dim]
   h = model->norm->post(model->norm->forward(h));
   Tensor logits = lm_head ? lm_head->post(lm_head->forward(lm_head->pre(h))) : linear(h, model->embed_tokens->weight);
   return post(logits);  // [B, S, vocab] (or a vocab shard's logits gathered by a post-hook)

@@ -9,6 +9,7 @@
 
 #include "models/causal_lm.h"
 #include "models/qwen3/args.h"
+#include "src/nn/layer_list.h"
 #include "src/nn/layers.h"
 
 namespace titan::qwen3 {
@@ -43,11 +44,7 @@ class DecoderLayer : public nn::Module {
   MoEMLP* moe = nullptr;  // the MoE ablation (args.moe)
 };
 
-class LayerList : public nn::Module {
- public:
-  std::vector<DecoderLayer*> layers;
-  DecoderLayer& add(std::unique_ptr<DecoderLayer> l);
-};
+using LayerList = nn::LayerList<DecoderLayer>;
 
 class Backbone : public nn::Module {  // HF's Qwen3Model ("model.")
  public:

@@ -10,10 +10,9 @@
 namespace titan::qwen3 {
 
 SwiGLUExperts::SwiGLUExperts(int64_t E, int64_t dim, int64_t hidden) {
-  MemoryCategoryScope cat(MemoryCategory::Parameters);
-  register_parameter("gate_proj", gate_proj, empty({E, dim, hidden}));
-  register_parameter("up_proj", up_proj, empty({E, dim, hidden}));
-  register_parameter("down_proj", down_proj, empty({E, hidden, dim}));
+  register_parameter("gate_proj", gate_proj, nn::new_parameter({E, dim, hidden}));
+  register_parameter("up_proj", up_proj, nn::new_parameter({E, dim, hidden}));
+  register_parameter("down_proj", down_proj, nn::new_parameter({E, hidden, dim}));
 }
 
 Tensor SwiGLUExperts::forward(const Tensor& x, const std::vector<int64_t>& counts, bool gelu) const {

@@ -58,9 +58,7 @@ int main(int argc, char** argv) {
     parallel::ParallelOptions popt;
     popt.expert_parallel = ep;
     parallel::ParallelModel pm = parallel::parallelize(model, mesh, popt);
-    std::vector<Region> regions;
-    for (auto& s : pm.specs) regions.push_back(s.region());
-    load_hf(ckpt, regions, comm);
+    load_hf(ckpt, pm.regions(), comm);
     DataLoader loader(tokens, batch, seq);
     const int64_t steps = max_batches > 0 ? std::min(max_batches, loader.steps_left()) : loader.steps_left();
     const int64_t dp = mesh.dp_size(), me = mesh.dp_rank();
@@ -97,16 +95,8 @@ int main(int argc, char** argv) {
     total = mesh.dp->all_reduce(from_vector<double>({total}, {1})).to_vector<double>()[0];
     const double loss = total / (double)steps;
     if (grads) {
-      std::vector<Region> gr;
       std::vector<Tensor> keep;
-      keep.reserve(pm.specs.size());
-      for (auto& s : pm.specs) {
-        keep.push_back(s.slot->grad().defined() ? s.slot->grad() : zeros_like(*s.slot));
-        Region r = s.region();
-        r.local = &keep.back();
-        gr.push_back(r);
-      }
-      export_hf(dump, gr, cfg, DType::F32, comm);
+      export_hf(dump, pm.grad_regions(keep), cfg, DType::F32, comm);
     }
     if (mesh.rank == 0) {
       if (json) std::printf("{\"loss\": %.8f, \"tokens\": %lld}\n", loss, (long long)(steps * batch * seq));

@@ -7,6 +7,10 @@
 
 namespace titan::nn {
 
+// An uninitialized parameter tensor (on the DeviceScope's device, charged to
+// MemoryCategory::Parameters); the model's init_weights fills it.
+Tensor new_parameter(const Shape& s);
+
 // y = x W^T (+ b). weight [out, in], bias [out]
 class Linear : public Module {
  public:

@@ -107,8 +107,7 @@ TrainResult train(const JobConfig& cfg) {
               "config error: training.seq_len ", S, " must be divisible by tensor_parallel_degree ", mesh.degrees.tp,
               " with sequence parallel (or set parallelism.enable_sequence_parallel: false)");
   auto params = pm.named_params();
-  std::vector<Region> regions;
-  for (auto& s : pm.specs) regions.push_back(s.region());
+  std::vector<Region> regions = pm.regions();
   std::vector<Tensor*> plist = pm.params();
   if (!cfg.checkpoint.initial_load_path.empty()) {
     load_hf(cfg.checkpoint.initial_load_path, regions, comm);
@@ -209,15 +208,8 @@ TrainResult train(const JobConfig& cfg) {
     }
     loss_acc = dp_mean(loss_acc);  // global mean over tokens: every rank sees the same value
     if (cfg.debug.dump_grads_at_step == step) {
-      std::vector<Region> grads;
       std::vector<Tensor> keep;
-      keep.reserve(pm.specs.size());
-      for (auto& s : pm.specs) {
-        keep.push_back(s.slot->grad().defined() ? s.slot->grad() : zeros_like(*s.slot));
-        Region r = s.region();
-        r.local = &keep.back();
-        grads.push_back(r);
-      }
+      std::vector<Region> grads = pm.grad_regions(keep);
       const std::string path = cfg.job.dump_folder + "/grads_step_" + std::to_string(step) + ".h5";
       export_hf(path, grads, model.hf_config_json(), DType::F32, comm);
       log_info("wrote gradients to " + path);

@@ -1,0 +1,36 @@
+// src/nn/layer_list.h — a numbered list of blocks ("layers.0", "layers.1", ...)
+// and the forward walk over it that the decoder models share: each block's
+// pre-hook runs inside its (optionally checkpointed) body, so a recompute
+// re-runs it; its post-hook outside.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/autograd/checkpoint.h"
+#include "src/nn/module.h"
+
+namespace titan::nn {
+
+template <typename Block>
+class LayerList : public Module {
+ public:
+  std::vector<Block*> layers;
+  Block& add(std::unique_ptr<Block> l) {
+    Block& r = register_module(std::to_string(layers.size()), std::move(l));
+    layers.push_back(&r);
+    return r;
+  }
+  // h [B, S, dim] through every block: block->forward(x, cos, sin)
+  Tensor run(Tensor h, const Tensor& cos, const Tensor& sin, bool checkpoint) const {
+    for (Block* layer : layers) {
+      auto body = [layer, cos, sin](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{layer->forward(layer->pre(in[0]), cos, sin)};
+      };
+      h = layer->post(checkpoint ? autograd::checkpoint(body, {h})[0] : body({h})[0]);
+    }
+    return h;
+  }
+};
+
+}  // namespace titan::nn
