@@ -357,3 +357,26 @@ TEST(Export, MismatchedOrTruncatedFilesAreClearErrors) {
   EXPECT_FALSE(e.empty());
   EXPECT_NE(e.find("w.h5"), std::string::npos) << e;
 }
+
+// ---- planning on meta tensors -----------------------------------------------------------
+#include "src/train/plan.h"
+
+TEST(Plan, Qwen3_32BOn64RanksRunsOnMetaTensors) {
+  JobConfig c = load_job_config_file(std::string(TITAN_SOURCE_DIR) + "/configs/qwen3_32b.yaml");
+  c.job.print_args = false;
+  StepPlan p = plan_step(c, 64);  // FSDP over 64 fake ranks, seq 4096, activation checkpointing
+  const double params = 32762123264.0;
+  auto gib = [](int64_t b) { return (double)b; };
+  EXPECT_NEAR(gib(p.memory.current[(int)MemoryCategory::Parameters]), params * 4 / 64, params * 4 / 64 * 0.01);
+  EXPECT_NEAR(gib(p.memory.current[(int)MemoryCategory::OptimizerState]), params * 8 / 64, params * 8 / 64 * 0.01);
+  const double ratio = p.flops / (p.model_flops_per_token * (double)p.tokens_per_rank);
+  EXPECT_GT(ratio, 1.25);  // full activation checkpointing recomputes the forward: ~8/6
+  EXPECT_LT(ratio, 1.45);
+  EXPECT_GT(p.memory.peak[(int)MemoryCategory::Activations], 0);
+  c.activation_checkpoint.mode = "none";
+  StepPlan q = plan_step(c, 64);
+  const double r2 = q.flops / (q.model_flops_per_token * (double)q.tokens_per_rank);
+  EXPECT_GT(r2, 0.95);
+  EXPECT_LT(r2, 1.15);
+  EXPECT_GT(q.memory.peak[(int)MemoryCategory::Activations], 2 * p.memory.peak[(int)MemoryCategory::Activations]);
+}

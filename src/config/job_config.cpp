@@ -94,6 +94,8 @@ std::vector<Field> fields(JobConfig& c) {
       {"metrics.peak_tflops", &c.metrics.peak_tflops, {}},
       {"profiling.enable_profiling", &c.profiling.enable_profiling, {}},
       {"profiling.profile_step", &c.profiling.profile_step, {}},
+      {"simulation.enabled", &c.simulation.enabled, {}},
+      {"simulation.world_size", &c.simulation.world_size, {}},
       {"debug.seed", &c.debug.seed, {}},
       {"debug.dump_grads_at_step", &c.debug.dump_grads_at_step, {}},
       {"debug.fail_on_rank", &c.debug.fail_on_rank, {}},

@@ -118,6 +118,12 @@ struct JobConfig {
     int64_t profile_step = 2;
   } profiling;
 
+  // Planning on meta tensors (the simulator's front half): no data, no memory
+  struct Simulation {
+    bool enabled = false;
+    int64_t world_size = 1;  // fake ranks of the simulated job
+  } simulation;
+
   struct Debug {
     int64_t seed = 42;
     int64_t dump_grads_at_step = 0;  // > 0: write <dump>/grads_step_N.h5 (HF names, full shapes, before clipping)

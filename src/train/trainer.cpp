@@ -14,6 +14,7 @@
 #include "src/optim/adamw.h"
 #include "src/tensor/cost.h"
 #include "src/train/eval.h"
+#include "src/train/plan.h"
 #include "src/train/metrics.h"
 
 namespace fs = std::filesystem;
@@ -48,6 +49,14 @@ void print_profile(CostScope& cs, double seconds) {
 TrainResult train(const JobConfig& cfg) {
   TrainResult result;
   const double t_start = process_seconds();
+  if (cfg.simulation.enabled) {  // one process plays simulation.world_size ranks on meta tensors
+    TITAN_CHECK(cfg.simulation.world_size >= 1, "config error: simulation.world_size must be >= 1");
+    StepPlan plan = plan_step(cfg, (int)cfg.simulation.world_size);
+    log_info(describe_plan(plan));
+    log_info("planned in " + fmt("%.2f", process_seconds() - t_start) + " s, peak RSS " +
+             fmt("%.2f", (double)max_rss_bytes() / (1 << 30)) + " GiB");
+    return result;
+  }
   if (!comms::initialized()) comms::init(nullptr, nullptr);
   // ---- layout: refused before anything is allocated when the degrees do not fit
   const auto& par = cfg.parallelism;

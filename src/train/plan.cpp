@@ -1,0 +1,81 @@
+#include "src/train/plan.h"
+
+#include <cstdio>
+
+#include "comms/device_mesh.h"
+#include "models/causal_lm.h"
+#include "parallel/parallelize.h"
+#include "src/ops/ops.h"
+#include "src/optim/adamw.h"
+
+namespace titan {
+
+StepPlan plan_step(const JobConfig& cfg, int world) {
+  StepPlan plan;
+  plan.world = world;
+  auto& mt = MemoryTracker::get(Device::Meta);
+  const MemoryStats before = mt.stats();
+  mt.reset_peak();
+  {
+    const auto& par = cfg.parallelism;
+    comms::DeviceMesh mesh({par.data_parallel_replicate_degree, par.data_parallel_shard_degree,
+                            par.tensor_parallel_degree},
+                           /*fake=*/true, /*rank=*/0, world);
+    plan.layout = mesh.describe();
+    DeviceScope meta(Device::Meta);
+    auto model = build_model(cfg.model);
+    model->set_activation_checkpoint(cfg.activation_checkpoint.mode == "full");
+    parallel::ParallelModel pm = parallel::parallelize(
+        *model, mesh,
+        {cfg.parallelism.fsdp_reshard_after_forward, cfg.parallelism.enable_sequence_parallel,
+         cfg.parallelism.expert_parallel_degree});
+    AdamW opt(pm.named_params(), {cfg.optimizer.lr, cfg.optimizer.beta1, cfg.optimizer.beta2, cfg.optimizer.eps,
+                                  cfg.optimizer.weight_decay});
+    mt.reset_peak();  // building the full model before sharding is setup, not the step's footprint
+    const int64_t B = cfg.training.local_batch_size, S = cfg.training.seq_len;
+    plan.tokens_per_rank = B * S;
+    plan.model_flops_per_token = model->flops_per_token(S);
+    CostScope cs;
+    Tensor tokens = empty({B, S}, DType::I64);
+    Tensor logits = model->forward(tokens);
+    Tensor loss = cross_entropy(logits.reshape({-1, model->vocab_size()}), empty({B * S}, DType::I64));
+    logits = Tensor();
+    loss.backward();
+    opt.step(cfg.optimizer.lr);
+    plan.flops = cs.flops();
+    plan.bytes = cs.bytes();
+    plan.by_op = cs.by_op();
+    MemoryStats m = mt.stats();
+    for (int i = 0; i < kNumMemoryCategories; ++i) {
+      m.current[i] -= before.current[i];
+      m.peak[i] -= before.current[i];
+    }
+    m.total_current -= before.total_current;
+    m.total_peak -= before.total_current;
+    plan.memory = m;
+  }
+  return plan;
+}
+
+std::string describe_plan(const StepPlan& p) {
+  auto gib = [](int64_t b) {
+    char s[32];
+    std::snprintf(s, sizeof s, "%.2f", (double)b / (1 << 30));
+    return std::string(s);
+  };
+  const auto& m = p.memory;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "simulated step on meta tensors, %s: per rank %s GiB parameters, %s GiB gradients, %s GiB optimizer "
+                "state, %s GiB activations (peak), %s GiB communication buffers (peak); peak total %s GiB; %.4g FLOPs "
+                "per rank per step (%.2fx the model FLOPs of its %lld tokens)",
+                p.layout.c_str(), gib(m.peak[(int)MemoryCategory::Parameters]).c_str(),
+                gib(m.peak[(int)MemoryCategory::Gradients]).c_str(),
+                gib(m.peak[(int)MemoryCategory::OptimizerState]).c_str(),
+                gib(m.peak[(int)MemoryCategory::Activations]).c_str(),
+                gib(m.peak[(int)MemoryCategory::Communication]).c_str(), gib(m.total_peak).c_str(), p.flops,
+                p.flops / (p.model_flops_per_token * (double)p.tokens_per_rank), (long long)p.tokens_per_rank);
+  return line;
+}
+
+}  // namespace titan

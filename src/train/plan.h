@@ -1,0 +1,29 @@
+// src/train/plan.h — a training step run on meta tensors with a fake process
+// group of the simulated world size, in one process: what each rank would
+// hold (memory by category, peak) and compute (FLOPs and bytes per op),
+// without allocating or computing anything. The simulated UltraServer
+// (issue 6) will price these records on a chip and topology.
+#pragma once
+#include <map>
+#include <string>
+
+#include "src/config/job_config.h"
+#include "src/tensor/cost.h"
+#include "src/tensor/memory.h"
+
+namespace titan {
+
+struct StepPlan {
+  int world = 1;
+  std::string layout;
+  MemoryStats memory;  // rank 0, bytes: current (after the step) and peak per category
+  double flops = 0, bytes = 0;  // rank 0, one optimizer step
+  std::map<std::string, OpCost> by_op;
+  double model_flops_per_token = 0;
+  int64_t tokens_per_rank = 0;
+};
+
+StepPlan plan_step(const JobConfig& cfg, int world);
+std::string describe_plan(const StepPlan& p);
+
+}  // namespace titan
