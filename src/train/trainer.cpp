@@ -205,14 +205,18 @@ TrainResult train(const JobConfig& cfg) {
       Tensor aux = model.aux_loss();  // MoE load balancing (not part of the reported loss)
       if (aux.defined()) loss = add(loss, aux);
       (accum == 1 ? loss : mul(loss, 1.0 / (double)accum)).backward();
-      // tokens per expert, summed over the data-parallel ranks (identical on every rank)
+      // tokens per expert, summed over the data-parallel ranks (identical on every rank): one all-reduce
       auto routed = model.routed_counts();
-      for (size_t l = 0; l < routed.size(); ++l) {
-        std::vector<double> v(routed[l].begin(), routed[l].end());
-        v = mesh.dp->all_reduce(from_vector<double>(v, {(int64_t)v.size()})).to_vector<double>();
-        if (expert_load.size() < routed.size()) expert_load.resize(routed.size());
-        if (expert_load[l].empty()) expert_load[l].assign(v.size(), 0.0);
-        for (size_t e = 0; e < v.size(); ++e) expert_load[l][e] += v[e];
+      if (!routed.empty()) {
+        std::vector<double> flat;
+        for (auto& layer : routed) flat.insert(flat.end(), layer.begin(), layer.end());
+        flat = mesh.dp->all_reduce(from_vector<double>(flat, {(int64_t)flat.size()})).to_vector<double>();
+        expert_load.resize(routed.size());
+        size_t at = 0;
+        for (size_t l = 0; l < routed.size(); ++l) {
+          expert_load[l].resize(routed[l].size(), 0.0);
+          for (size_t e = 0; e < routed[l].size(); ++e) expert_load[l][e] += flat[at++];
+        }
       }
     }
     loss_acc = dp_mean(loss_acc);  // global mean over tokens: every rank sees the same value
