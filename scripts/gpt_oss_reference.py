@@ -10,12 +10,11 @@ Golden layout as scripts/qwen3_reference.py's (config attr, HF-named
 weights, inputs/tokens, ref/loss, ref/grads/*, ref/adamw_losses).
 """
 import argparse
-import json
 import math
 
-import h5py
-import numpy as np
 import torch
+
+from golden import make_golden
 
 torch.set_default_dtype(torch.float64)
 
@@ -149,33 +148,7 @@ def main():
     B, S = 2, 8
     tokens = torch.randint(0, V, (a.steps, B, S + 1), generator=g)
     hp = dict(lr=2e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, max_norm=1.0)
-    leaves = {k: v.clone().requires_grad_(True) for k, v in p.items()}
-    loss = loss_of(leaves, cfg, tokens[0])
-    loss.backward()
-    train = {k: v.clone().requires_grad_(True) for k, v in p.items()}
-    opt = torch.optim.AdamW([{"params": [v for v in train.values() if v.dim() >= 2], "weight_decay": 0.1},
-                             {"params": [v for v in train.values() if v.dim() < 2], "weight_decay": 0.0}],
-                            lr=hp["lr"], betas=(0.9, 0.95), eps=1e-8, foreach=False)
-    losses = []
-    for s in range(a.steps):
-        opt.zero_grad()
-        l = loss_of(train, cfg, tokens[s])
-        l.backward()
-        torch.nn.utils.clip_grad_norm_(list(train.values()), hp["max_norm"])
-        opt.step()
-        losses.append(l.item())
-    with h5py.File(a.out, "w") as fh:
-        fh.attrs["config"] = json.dumps(cfg)
-        for k, v in p.items():
-            fh.create_dataset(k, data=v.numpy().astype(np.float32))
-        fh.create_dataset("inputs/tokens", data=tokens.numpy().astype(np.int64))
-        fh.create_dataset("ref/loss", data=np.array([loss.item()]))
-        for k, v in leaves.items():
-            fh.create_dataset("ref/grads/" + k, data=v.grad.numpy())
-        fh.create_dataset("ref/adamw_losses", data=np.array(losses))
-        for k, v in hp.items():
-            fh.attrs[k] = v
-    print(f"wrote {a.out}: loss {loss.item():.6f}, adamw losses {losses[0]:.5f} -> {losses[-1]:.5f}")
+    make_golden(a.out, cfg, p, tokens, loss_of, hp)
 
 
 if __name__ == "__main__":

@@ -14,12 +14,11 @@ The golden file holds everything the C++ test needs (no torch in CI):
   attrs lr, beta1, beta2, eps, weight_decay, max_norm
 """
 import argparse
-import json
 import math
 
-import h5py
-import numpy as np
 import torch
+
+from golden import make_golden
 
 torch.set_default_dtype(torch.float64)
 
@@ -145,39 +144,7 @@ def main():
     tokens = torch.randint(0, cfg["vocab_size"], (a.steps, B, S + 1), generator=gen)
     hp = dict(lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, max_norm=1.0)
 
-    leaves = {k: v.clone().requires_grad_(True) for k, v in p.items()}
-    loss = loss_of(leaves, cfg, tokens[0])
-    loss.backward()
-    grads = {k: v.grad.detach().clone() for k, v in leaves.items()}
-
-    # 10 AdamW steps: decay on matrices only, clip by global norm
-    train = {k: v.clone().requires_grad_(True) for k, v in p.items()}
-    decay = [v for k, v in train.items() if v.dim() >= 2]
-    no_decay = [v for k, v in train.items() if v.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": hp["weight_decay"]},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=hp["lr"], betas=(hp["beta1"], hp["beta2"]), eps=hp["eps"], foreach=False)
-    losses = []
-    for s in range(a.steps):
-        opt.zero_grad()
-        l = loss_of(train, cfg, tokens[s])
-        l.backward()
-        torch.nn.utils.clip_grad_norm_(list(train.values()), hp["max_norm"])
-        opt.step()
-        losses.append(l.item())
-
-    with h5py.File(a.out, "w") as f:
-        f.attrs["config"] = json.dumps(cfg)
-        for k, v in p.items():
-            f.create_dataset(k, data=v.numpy().astype(np.float32))
-        f.create_dataset("inputs/tokens", data=tokens.numpy().astype(np.int64))
-        f.create_dataset("ref/loss", data=np.array([loss.item()]))
-        for k, g in grads.items():
-            f.create_dataset("ref/grads/" + k, data=g.numpy())
-        f.create_dataset("ref/adamw_losses", data=np.array(losses))
-        for k, v in hp.items():
-            f.attrs[k] = v
-    print(f"wrote {a.out}: loss {loss.item():.6f}, adamw losses {losses[0]:.5f} -> {losses[-1]:.5f}")
+    make_golden(a.out, cfg, p, tokens, loss_of, hp)
 
 
 if __name__ == "__main__":

@@ -269,20 +269,24 @@ std::string File::attr_string(const std::string& name) const {
   return s;
 }
 
+namespace {
+template <typename T>
+T read_scalar_attr(int64_t file, const std::string& path, const std::string& name, hid_t type) {
+  Handle a{H5Aopen(file, name.c_str(), H5P_DEFAULT), H5Aclose};
+  T v{};
+  TITAN_CHECK(a.id >= 0 && H5Aread(a.id, type, &v) >= 0, "hdf5: cannot read attribute '", name, "' of '", path, "'");
+  return v;
+}
+}  // namespace
+
 int64_t File::attr_int(const std::string& name) const {
   TITAN_CHECK(has_attr(name), "hdf5: '", path_, "' has no attribute '", name, "'");
-  Handle a{H5Aopen(id_, name.c_str(), H5P_DEFAULT), H5Aclose};
-  int64_t v = 0;
-  TITAN_CHECK(H5Aread(a.id, H5T_NATIVE_INT64, &v) >= 0, "hdf5: cannot read attribute '", name, "' of '", path_, "'");
-  return v;
+  return read_scalar_attr<int64_t>(id_, path_, name, H5T_NATIVE_INT64);
 }
 
 double File::attr_double(const std::string& name) const {
   TITAN_CHECK(has_attr(name), "hdf5: '", path_, "' has no attribute '", name, "'");
-  Handle a{H5Aopen(id_, name.c_str(), H5P_DEFAULT), H5Aclose};
-  double v = 0;
-  TITAN_CHECK(H5Aread(a.id, H5T_NATIVE_DOUBLE, &v) >= 0, "hdf5: cannot read attribute '", name, "' of '", path_, "'");
-  return v;
+  return read_scalar_attr<double>(id_, path_, name, H5T_NATIVE_DOUBLE);
 }
 
 }  // namespace titan::h5

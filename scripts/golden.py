@@ -1,0 +1,39 @@
+"""Shared by the PyTorch references: the gradient and AdamW runs on a set of
+HF-named float64 parameters, and the golden HDF5 file titan's tests read
+(layout documented in scripts/qwen3_reference.py)."""
+import json
+
+import h5py
+import numpy as np
+import torch
+
+
+def make_golden(out, cfg, params, tokens, loss_of, hp):
+    """loss/grads of batch 0, then len(tokens) AdamW steps (decay on matrices only, clip by global norm)."""
+    leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+    loss = loss_of(leaves, cfg, tokens[0])
+    loss.backward()
+    train = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+    opt = torch.optim.AdamW([{"params": [v for v in train.values() if v.dim() >= 2], "weight_decay": hp["weight_decay"]},
+                             {"params": [v for v in train.values() if v.dim() < 2], "weight_decay": 0.0}],
+                            lr=hp["lr"], betas=(hp["beta1"], hp["beta2"]), eps=hp["eps"], foreach=False)
+    losses = []
+    for s in range(len(tokens)):
+        opt.zero_grad()
+        l = loss_of(train, cfg, tokens[s])
+        l.backward()
+        torch.nn.utils.clip_grad_norm_(list(train.values()), hp["max_norm"])
+        opt.step()
+        losses.append(l.item())
+    with h5py.File(out, "w") as f:
+        f.attrs["config"] = json.dumps(cfg)
+        for k, v in params.items():
+            f.create_dataset(k, data=v.numpy().astype(np.float32))
+        f.create_dataset("inputs/tokens", data=tokens.numpy().astype(np.int64))
+        f.create_dataset("ref/loss", data=np.array([loss.item()]))
+        for k, v in leaves.items():
+            f.create_dataset("ref/grads/" + k, data=v.grad.numpy())
+        f.create_dataset("ref/adamw_losses", data=np.array(losses))
+        for k, v in hp.items():
+            f.attrs[k] = v
+    print(f"wrote {out}: loss {loss.item():.6f}, adamw losses {losses[0]:.5f} -> {losses[-1]:.5f}")
