@@ -302,6 +302,17 @@ TEST(Export, HfNamedFileLoadsAndEvaluates) {
   EXPECT_EQ(f.shape("model.layers.1.mlp.down_proj.weight"), (Shape{32, 64}));
   EXPECT_TRUE(f.has("lm_head.weight"));
   EXPECT_NE(f.attr_string("config").find("\"model_type\": \"qwen3\""), std::string::npos);
+  // checkpoint.initial_load_path starts from these weights: the first loss is the trained model's, not a fresh init's
+  {
+    JobConfig fresh = c, tuned = c;
+    fresh.training.steps = tuned.training.steps = 1;
+    fresh.checkpoint.export_at_end = tuned.checkpoint.export_at_end = false;
+    fresh.job.dump_folder = d + "/fresh";
+    tuned.job.dump_folder = d + "/tuned";
+    tuned.checkpoint.initial_load_path = w;
+    const double l_fresh = train(fresh).losses[0], l_tuned = train(tuned).losses[0];
+    EXPECT_LT(l_tuned, l_fresh - 0.05) << "fresh " << l_fresh << " tuned " << l_tuned;
+  }
   // titan-eval prints the loss computed here
   qwen3::Qwen3 m(qwen3::Args::from_hf_json(f.attr_string("config")));
   load_hf(w, whole(m.named_parameters()));
