@@ -158,6 +158,9 @@ TrainResult train(const JobConfig& cfg) {
       loader.set_state(st.data_position, st.data_epoch);
       rng.set_state(st.rng);
       log_info("resumed from " + ck.back().second + " at step " + std::to_string(start));
+      if (start >= cfg.training.steps)
+        log_info("that checkpoint already reached training.steps = " + std::to_string(cfg.training.steps) +
+                 ": nothing left to train (raise training.steps, or remove " + ckpt_dir + " to start over)");
     }
   }
   result.first_step = start + 1;
