@@ -164,6 +164,15 @@ TEST(Tokenizer, HfByteLevelBpe) {
   EXPECT_EQ(ids, want);
   EXPECT_EQ(t.decode(ids), "hello world!\n<|endoftext|>hello");
   EXPECT_THROW(t.encode("hex"), Error);  // 'x' is not in this vocabulary
+  // an NFC normalizer (as Qwen's): "e" + combining acute encodes as the precomposed U+00E9,
+  // whose UTF-8 bytes C3 A9 map to the byte-level symbols U+00C3, U+00A9 ("Ã", "©")
+  std::string nfc = R"({"normalizer": {"type": "NFC"}, "model": {"type": "BPE", "vocab": {"Ã": 0, "©": 1, "Ã©": 2},
+                        "merges": ["Ã ©"]}})";
+  write_file(d + "/nfc.json", nfc);
+  BpeTokenizer tn(d + "/nfc.json");
+  EXPECT_EQ(tn.encode("e\xcc\x81"), (std::vector<uint32_t>{2}));  // decomposed input, normalized first
+  EXPECT_EQ(tn.encode("\xc3\xa9"), (std::vector<uint32_t>{2}));
+  EXPECT_THROW(tn.encode("\xff"), Error);  // not UTF-8
   write_file(d + "/bad.json", R"({"model": {"type": "WordPiece"}})");
   EXPECT_THROW(BpeTokenizer(d + "/bad.json"), Error);
 }

@@ -2,6 +2,8 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <unicode/unorm2.h>
+#include <unicode/ustring.h>
 
 #include <algorithm>
 #include <climits>
@@ -26,6 +28,26 @@ std::string ByteTokenizer::decode(const std::vector<uint32_t>& ids) const {
 }
 
 namespace {
+// Unicode normalization of UTF-8 text (ICU); invalid UTF-8 is an error.
+std::string normalize(const std::string& text, const std::string& form) {
+  if (form.empty() || text.empty()) return text;
+  UErrorCode err = U_ZERO_ERROR;
+  const UNormalizer2* n = form == "NFKC" ? unorm2_getNFKCInstance(&err) : unorm2_getNFCInstance(&err);
+  std::vector<UChar> in(text.size() + 1), out;
+  int32_t len = 0;
+  u_strFromUTF8(in.data(), (int32_t)in.size(), &len, text.data(), (int32_t)text.size(), &err);
+  TITAN_CHECK(U_SUCCESS(err), "tokenizer: input is not valid UTF-8 (", u_errorName(err), ")");
+  out.resize((size_t)len * 3 + 16);
+  const int32_t olen = unorm2_normalize(n, in.data(), len, out.data(), (int32_t)out.size(), &err);
+  TITAN_CHECK(U_SUCCESS(err), "tokenizer: ", form, " normalization failed (", u_errorName(err), ")");
+  std::string res((size_t)olen * 4 + 4, '\0');
+  int32_t blen = 0;
+  u_strToUTF8(res.data(), (int32_t)res.size(), &blen, out.data(), olen, &err);
+  TITAN_CHECK(U_SUCCESS(err), "tokenizer: UTF-8 conversion failed (", u_errorName(err), ")");
+  res.resize(blen);
+  return res;
+}
+
 std::string utf8(uint32_t cp) {
   std::string s;
   if (cp < 0x80) s.push_back((char)cp);
@@ -108,6 +130,17 @@ BpeTokenizer::BpeTokenizer(const std::string& path) : path_(path), regex_(std::m
       for (auto& q : p["pretokenizers"]) find_split(q);
   };
   if (j.contains("pre_tokenizer")) find_split(j["pre_tokenizer"]);
+  std::function<void(const nlohmann::json&)> find_norm = [&](const nlohmann::json& n) {
+    if (n.is_null()) return;
+    const std::string t = n.value("type", "");
+    if (t == "NFC" || t == "NFKC") normalizer_ = t;
+    else if (t == "Sequence") {
+      for (auto& m : n["normalizers"]) find_norm(m);
+    } else if (!t.empty()) {
+      fail("tokenizer: normalizer '", t, "' in '", path, "' is not supported (NFC, NFKC)");
+    }
+  };
+  if (j.contains("normalizer")) find_norm(j["normalizer"]);
   int err = 0;
   PCRE2_SIZE off = 0;
   regex_->code = pcre2_compile((PCRE2_SPTR)pattern.c_str(), pattern.size(), PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr);
@@ -148,7 +181,8 @@ void BpeTokenizer::bpe(const std::string& word, std::vector<uint32_t>& out) cons
   }
 }
 
-std::vector<uint32_t> BpeTokenizer::encode(const std::string& text) const {
+std::vector<uint32_t> BpeTokenizer::encode(const std::string& raw) const {
+  const std::string text = normalize(raw, normalizer_);
   std::vector<uint32_t> out;
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(regex_->code, nullptr);
   auto encode_plain = [&](const std::string& s) {

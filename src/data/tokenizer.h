@@ -2,8 +2,9 @@
 //
 // ByteTokenizer: one token per byte (vocab 256), the default.
 // BpeTokenizer: Hugging Face `tokenizer.json` byte-level BPE (GPT-2 / Qwen
-// family): the pre-tokenizer's Split regex is run with PCRE2 (Unicode
-// properties, lookahead: the pattern from the file is used as written),
+// family): the normalizer (NFC / NFKC, as Qwen's) is applied with ICU, the
+// pre-tokenizer's Split regex is run with PCRE2 (Unicode properties,
+// lookahead: the pattern from the file is used as written),
 // bytes are mapped to GPT-2's printable unicode alphabet, then merges are
 // applied by rank; added (special) tokens are matched first.
 #pragma once
@@ -53,6 +54,7 @@ class BpeTokenizer : public Tokenizer {
   struct Regex;
   std::unique_ptr<Regex> regex_;
   int64_t vocab_size_ = 0;
+  std::string normalizer_;  // "", "NFC" or "NFKC"
 };
 
 // "" -> ByteTokenizer, else BpeTokenizer(path).
