@@ -33,6 +33,30 @@ class CausalLM : public nn::Module {
   virtual void update_router_bias(const std::vector<std::vector<double>>& global_counts) {}
 };
 
+// The part every decoder model of the zoo shares: its architecture `ArgsT`
+// (to_hf_json, vocab_size, num_params, num_embedding_params, flops_per_token)
+// and its HF "model." backbone `BackboneT` (layers->layers).
+template <typename ArgsT, typename BackboneT>
+class DecoderLM : public CausalLM {
+ public:
+  explicit DecoderLM(const ArgsT& a) : args_(a) {}
+  std::string hf_config_json() const override { return args_.to_hf_json(); }
+  std::vector<nn::Module*> blocks() override {
+    return std::vector<nn::Module*>(model->layers->layers.begin(), model->layers->layers.end());
+  }
+  void set_activation_checkpoint(bool on) override { activation_checkpoint = on; }
+  int64_t vocab_size() const override { return args_.vocab_size; }
+  int64_t expected_num_params() const override { return args_.num_params(); }
+  int64_t num_embedding_params() const override { return args_.num_embedding_params(); }
+  double flops_per_token(int64_t seq) const override { return args_.flops_per_token(seq); }
+  const ArgsT& args() const { return args_; }
+  BackboneT* model = nullptr;
+  bool activation_checkpoint = false;
+
+ protected:
+  ArgsT args_;
+};
+
 // Builds a model from the YAML model section (model.name: qwen3 | gpt_oss) or
 // from HF config.json content (model_type qwen3 | gpt_oss).
 std::unique_ptr<CausalLM> build_model(const JobConfig::Model& m);

@@ -92,7 +92,7 @@ Backbone::Backbone(const Args& a) {
   norm = &register_module("norm", std::make_unique<nn::Norm>(a.dim, "rmsnorm", a.norm_eps));
 }
 
-GptOss::GptOss(const Args& a) : args_(a) {
+GptOss::GptOss(const Args& a) : DecoderLM(a) {
   a.validate();
   model = &register_module("model", std::make_unique<Backbone>(a));
   if (!a.tie_embeddings) lm_head = &register_module("lm_head", std::make_unique<nn::Linear>(a.dim, a.vocab_size, false));

@@ -70,32 +70,19 @@ class Backbone : public nn::Module {
   nn::Norm* norm;
 };
 
-class GptOss : public CausalLM {
+class GptOss : public DecoderLM<Args, Backbone> {
  public:
   explicit GptOss(const Args& a);
   Tensor forward(const Tensor& tokens) override;  // [B, S] -> [B, S, vocab]
   void init_weights(uint64_t seed) override;      // HF: normal(0, 0.02), biases 0, norms 1
-  std::string hf_config_json() const override { return args_.to_hf_json(); }
-  std::vector<nn::Module*> blocks() override {
-    return std::vector<nn::Module*>(model->layers->layers.begin(), model->layers->layers.end());
-  }
-  void set_activation_checkpoint(bool on) override { activation_checkpoint = on; }
-  int64_t vocab_size() const override { return args_.vocab_size; }
-  int64_t expected_num_params() const override { return args_.num_params(); }
-  int64_t num_embedding_params() const override { return args_.num_embedding_params(); }
-  double flops_per_token(int64_t seq) const override { return args_.flops_per_token(seq); }
   std::string describe() const override;
   Tensor aux_loss() const override;
   std::vector<std::vector<int64_t>> routed_counts() const override;
   void update_router_bias(const std::vector<std::vector<double>>& global_counts) override;
-  const Args& args() const { return args_; }
-  Backbone* model;
   nn::Linear* lm_head = nullptr;
-  bool activation_checkpoint = false;
 
  private:
-  Args args_;
-  Tensor cos_, sin_;
+  Tensor cos_, sin_;  // YaRN tables [S, head_dim/2] for the last seq_len seen
 };
 
 // YaRN RoPE tables as HF computes them: [S, head_dim/2], both scaled by the

@@ -54,7 +54,7 @@ class Backbone : public nn::Module {  // HF's Qwen3Model ("model.")
   nn::Norm* norm;
 };
 
-class Qwen3 : public CausalLM {
+class Qwen3 : public DecoderLM<Args, Backbone> {
  public:
   explicit Qwen3(const Args& a);
   // tokens int [B, S] -> logits [B, S, vocab]
@@ -62,26 +62,13 @@ class Qwen3 : public CausalLM {
   // HF init: normal(0, 0.02) for linears and embeddings, norms 1, biases 0; in
   // named_parameters() order from one seeded generator.
   void init_weights(uint64_t seed) override;
-  std::string hf_config_json() const override { return args_.to_hf_json(); }
-  std::vector<nn::Module*> blocks() override {
-    return std::vector<nn::Module*>(model->layers->layers.begin(), model->layers->layers.end());
-  }
-  void set_activation_checkpoint(bool on) override { activation_checkpoint = on; }
-  int64_t vocab_size() const override { return args_.vocab_size; }
-  int64_t expected_num_params() const override { return args_.num_params(); }
-  int64_t num_embedding_params() const override { return args_.num_embedding_params(); }
-  double flops_per_token(int64_t seq) const override { return args_.flops_per_token(seq); }
   std::string describe() const override;
   Tensor aux_loss() const override;
   std::vector<std::vector<int64_t>> routed_counts() const override;
   void update_router_bias(const std::vector<std::vector<double>>& global_counts) override;
-  const Args& args() const { return args_; }
-  bool activation_checkpoint = false;
-  Backbone* model;
   nn::Linear* lm_head = nullptr;  // absent when tied
 
  private:
-  Args args_;
   Tensor cos_, sin_;  // RoPE tables [S, head_dim/2] for the last seq_len seen
 };
 
