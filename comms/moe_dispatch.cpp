@@ -22,6 +22,13 @@ Tensor all_to_all_v_op(const Tensor& x, const std::vector<int64_t>& send_rows, c
       })[0];
 }
 
+namespace {
+// Index tensors on the data's device: meta data plans with meta indices.
+Tensor index_tensor(const std::vector<int64_t>& v, bool meta) {
+  return meta ? empty({(int64_t)v.size()}, DType::I64, Device::Meta) : from_vector<int64_t>(v, {(int64_t)v.size()});
+}
+}  // namespace
+
 Dispatched dispatch(const Tensor& hidden, const Tensor& topk_idx, const Tensor& topk_weight, int64_t E,
                     const PG& group) {
   TITAN_CHECK(hidden.dim() == 2 && topk_idx.dim() == 2 && topk_weight.shape() == topk_idx.shape() &&
@@ -37,7 +44,14 @@ Dispatched dispatch(const Tensor& hidden, const Tensor& topk_idx, const Tensor& 
   h->num_experts = E;
   h->local_experts = E / P;
   // sort this rank's (token, k) pairs by expert (stable: token order within an expert)
-  std::vector<int64_t> flat = topk_idx.is_meta() ? std::vector<int64_t>(T * k, 0) : topk_idx.to_vector<int64_t>();
+  // Meta tensors (planning, simulation) have no routing: assume a balanced one,
+  // pair i of the T*k (token, choice) pairs to expert i mod E.
+  const bool meta = hidden.is_meta() || topk_idx.is_meta();
+  std::vector<int64_t> flat(T * k);
+  if (meta)
+    for (int64_t i = 0; i < T * k; ++i) flat[i] = i % E;
+  else
+    flat = topk_idx.to_vector<int64_t>();
   std::vector<int64_t> counts(E, 0), order(T * k), token(T * k);
   for (auto e : flat) {
     TITAN_CHECK(e >= 0 && e < E, "dispatch: expert index ", e, " outside [0, ", E, ")");
@@ -52,8 +66,8 @@ Dispatched dispatch(const Tensor& hidden, const Tensor& topk_idx, const Tensor& 
       token[pos] = i / k;
     }
   }
-  h->token_of_row = from_vector<int64_t>(token, {T * k});
-  Tensor order_t = from_vector<int64_t>(order, {T * k});
+  h->token_of_row = index_tensor(token, meta);
+  Tensor order_t = index_tensor(order, meta);
   h->weight_of_row = index_select(topk_weight.reshape({-1}), 0, order_t).reshape({T * k, 1});
   Tensor rows = index_select(hidden, 0, h->token_of_row);  // [T*k, H], grouped by expert
   Dispatched d;
@@ -68,9 +82,15 @@ Dispatched dispatch(const Tensor& hidden, const Tensor& topk_idx, const Tensor& 
   h->send_rows.assign(P, 0);
   for (int64_t e = 0; e < E; ++e) h->send_rows[e / El] += counts[e];
   // per-expert counts: rank r receives, from every source, the counts of its El experts
-  Tensor cnt_send = from_vector<int64_t>(counts, {E});
+  Tensor cnt_send = index_tensor(counts, meta || group->is_fake());
   Tensor cnt_recv = group->all_to_all(cnt_send);  // [P * El]: source-major
-  std::vector<int64_t> c = cnt_recv.to_vector<int64_t>();
+  std::vector<int64_t> c(P * El);
+  if (meta || group->is_fake()) {  // balanced: every source sends what this rank sends to its own experts
+    for (int64_t s = 0; s < P; ++s)
+      for (int64_t j = 0; j < El; ++j) c[s * El + j] = counts[group->rank() * El + j];
+  } else {
+    c = cnt_recv.to_vector<int64_t>();
+  }
   h->recv_rows.assign(P, 0);
   d.tokens_per_local_expert.assign(El, 0);
   for (int64_t s = 0; s < P; ++s)
@@ -93,8 +113,8 @@ Dispatched dispatch(const Tensor& hidden, const Tensor& topk_idx, const Tensor& 
         gather_from[dest[src_row]] = src_row;
         ++src_row;
       }
-  h->regroup = from_vector<int64_t>(gather_from, {R});  // grouped row g reads received row regroup[g]
-  h->ungroup = from_vector<int64_t>(dest, {R});         // received row r sits at grouped row ungroup[r]
+  h->regroup = index_tensor(gather_from, meta);  // grouped row g reads received row regroup[g]
+  h->ungroup = index_tensor(dest, meta);         // received row r sits at grouped row ungroup[r]
   d.expert_input = index_select(recv, 0, h->regroup);
   return d;
 }

@@ -97,6 +97,7 @@ struct Work::State {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
+  int64_t trace_id = -1;  // record_comm_start id (simulation input)
   CommRecord rec;
   std::function<void()> finish;  // runs on the waiting thread after completion
 };
@@ -122,14 +123,17 @@ void Work::wait() {
     state_->finish = nullptr;
   }
   state_->rec.exposed_s += now() - t0;
+  record_comm_wait(state_->trace_id);
   if (CommLog::get().enabled) CommLog::get().add(state_->rec);
   state_.reset();
 }
 
 namespace {
 // Runs `body` on the communication thread; returns its Work.
-Work submit(const std::string& kind, const std::string& group, int64_t bytes, std::function<void()> body) {
+Work submit(const std::string& kind, const std::string& group, int64_t bytes, std::function<void()> body,
+           int64_t trace_id = -1) {
   auto st = std::make_shared<Work::State>();
+  st->trace_id = trace_id;
   st->rec = {kind, group, bytes, 0, 0};
   CommThread::get().enqueue([st, body = std::move(body)] {
     const double t0 = now();
@@ -142,8 +146,9 @@ Work submit(const std::string& kind, const std::string& group, int64_t bytes, st
   return Work(st);
 }
 
-Work done_work(const std::string& kind, const std::string& group, int64_t bytes) {
+Work done_work(const std::string& kind, const std::string& group, int64_t bytes, int64_t trace_id) {
   auto st = std::make_shared<Work::State>();
+  st->trace_id = trace_id;
   st->rec = {kind, group, bytes, 0, 0};
   st->done = true;
   return Work(st);
@@ -271,16 +276,16 @@ std::pair<Tensor, Work> ProcessGroup::all_reduce_async(const Tensor& x, ReduceOp
   Tensor in = x.contiguous();
   Tensor out = empty(x.shape(), x.dtype(), x.device());
   const int64_t bytes = x.nbytes();
-  record_cost("all_reduce", 0, 2.0 * bytes);
+  const int64_t tid = record_comm_start("all_reduce", name_, size_, (double)bytes);
   if (x.is_meta() || fake_ || size_ == 1) {
     if (!x.is_meta()) copy_(out, in);
-    return {out, done_work("all_reduce", name_, bytes)};
+    return {out, done_work("all_reduce", name_, bytes, tid)};
   }
   MPI_Comm c = comm_;
   Work w = submit("all_reduce", name_, bytes, [=]() {
     check_mpi(MPI_Allreduce(in.raw_data(), out.raw_data(), (int)in.numel(), mpi_type(in.dtype()), mpi_op(op), c),
               "all_reduce");
-  });
+  }, tid);
   return {out, w};
 }
 
@@ -314,8 +319,8 @@ std::pair<Tensor, Work> ProcessGroup::all_gather_async(const Tensor& x, int64_t 
   os[dim] = total;
   Tensor out = empty(os, x.dtype(), x.device());
   const int64_t bytes = x.nbytes();
-  record_cost("all_gather", 0, (double)bytes + (double)out.nbytes());
-  if (x.is_meta() || fake_) return {out, done_work("all_gather", name_, bytes)};
+  const int64_t tid = record_comm_start("all_gather", name_, size_, (double)out.nbytes());
+  if (x.is_meta() || fake_) return {out, done_work("all_gather", name_, bytes, tid)};
   const int64_t row = numel(Shape(x.shape().begin() + 1, x.shape().end()));  // elements per row of dim 0
   std::vector<int> counts(size_), displs(size_);
   int64_t at = 0;
@@ -330,7 +335,7 @@ std::pair<Tensor, Work> ProcessGroup::all_gather_async(const Tensor& x, int64_t 
     check_mpi(MPI_Allgatherv(in.raw_data(), (int)in.numel(), mpi_type(in.dtype()), out.raw_data(), counts.data(),
                              displs.data(), mpi_type(in.dtype()), c),
               "all_gather");
-  });
+  }, tid);
   return {out, w};
 }
 
@@ -354,8 +359,8 @@ std::pair<Tensor, Work> ProcessGroup::reduce_scatter_async(const Tensor& x, int6
   os[dim] = sizes[rank_];
   Tensor out = empty(os, x.dtype(), x.device());
   const int64_t bytes = x.nbytes();
-  record_cost("reduce_scatter", 0, (double)bytes + (double)out.nbytes());
-  if (x.is_meta() || fake_) return {out, done_work("reduce_scatter", name_, bytes)};
+  const int64_t tid = record_comm_start("reduce_scatter", name_, size_, (double)bytes);
+  if (x.is_meta() || fake_) return {out, done_work("reduce_scatter", name_, bytes, tid)};
   const int64_t row = x.numel() / std::max<int64_t>(1, x.size(dim));
   std::vector<int> counts(size_);
   for (int r = 0; r < size_; ++r) counts[r] = (int)(sizes[r] * row);
@@ -366,7 +371,7 @@ std::pair<Tensor, Work> ProcessGroup::reduce_scatter_async(const Tensor& x, int6
     check_mpi(MPI_Reduce_scatter(in.raw_data(), out.raw_data(), counts.data(), mpi_type(in.dtype()), MPI_SUM, c),
               "reduce_scatter");
     if (scale != 1.0) mul_(out, scale);
-  });
+  }, tid);
   return {out, w};
 }
 
@@ -420,12 +425,16 @@ Tensor ProcessGroup::all_to_all_v(const Tensor& x, const std::vector<int64_t>& s
   Shape os = x.shape();
   os[0] = rtotal;
   Tensor out = empty(os, x.dtype(), x.device());
-  record_cost("all_to_all", 0, (double)x.nbytes() + (double)out.nbytes());
+  const int64_t tid = record_comm_start("all_to_all", name_, size_, (double)x.nbytes());
   if (recv_rows) *recv_rows = rr;
-  if (x.is_meta() || fake_) return out;
+  if (x.is_meta() || fake_) {
+    record_comm_wait(tid);
+    return out;
+  }
   Tensor in = x.contiguous();
   if (size_ == 1) {
     copy_(out, in);
+    record_comm_wait(tid);
     return out;
   }
   std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
@@ -443,7 +452,7 @@ Tensor ProcessGroup::all_to_all_v(const Tensor& x, const std::vector<int64_t>& s
     check_mpi(MPI_Alltoallv(in.raw_data(), sc.data(), sd.data(), mpi_type(in.dtype()), out.raw_data(), rc.data(),
                             rd.data(), mpi_type(in.dtype()), c),
               "all_to_all_v");
-  }).wait();
+  }, tid).wait();
   return out;
 }
 

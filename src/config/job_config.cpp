@@ -96,6 +96,15 @@ std::vector<Field> fields(JobConfig& c) {
       {"profiling.profile_step", &c.profiling.profile_step, {}},
       {"simulation.enabled", &c.simulation.enabled, {}},
       {"simulation.world_size", &c.simulation.world_size, {}},
+      {"simulation.system", &c.simulation.system, {}},
+      {"simulation.chip", &c.simulation.chip, {}},
+      {"simulation.ranks_per_chip", &c.simulation.ranks_per_chip, {}},
+      {"simulation.num_systems", &c.simulation.num_systems, {}},
+      {"simulation.mode", &c.simulation.mode, {"eager", "compiled"}},
+      {"simulation.param_dtype", &c.simulation.param_dtype, {"bfloat16", "float32"}},
+      {"simulation.reduce_dtype", &c.simulation.reduce_dtype, {"bfloat16", "float32"}},
+      {"simulation.trace_file", &c.simulation.trace_file, {}},
+      {"simulation.trace_chips", &c.simulation.trace_chips, {}},
       {"debug.seed", &c.debug.seed, {}},
       {"debug.dump_grads_at_step", &c.debug.dump_grads_at_step, {}},
       {"debug.fail_on_rank", &c.debug.fail_on_rank, {}},
@@ -287,6 +296,12 @@ void validate(const JobConfig& c) {
   TITAN_CHECK(c.lr_scheduler.warmup_steps >= 0, "config error: lr_scheduler.warmup_steps must be >= 0");
   TITAN_CHECK(c.lr_scheduler.decay_ratio >= 0 && c.lr_scheduler.decay_ratio <= 1,
               "config error: lr_scheduler.decay_ratio must be in [0, 1], got ", c.lr_scheduler.decay_ratio);
+  TITAN_CHECK(c.simulation.world_size >= 1 && c.simulation.ranks_per_chip >= 1 && c.simulation.num_systems >= 1 &&
+                  c.simulation.trace_chips >= 1,
+              "config error: simulation.world_size, ranks_per_chip, num_systems and trace_chips must be >= 1");
+  TITAN_CHECK(!c.simulation.enabled || !c.simulation.system.empty(),
+              "config error: simulation.enabled needs simulation.system (a file in device/specs/systems, e.g. "
+              "trn2-instance, or a path to a .yaml)");
   TITAN_CHECK(c.checkpoint.interval > 0 && c.checkpoint.keep_latest_k >= 0,
               "config error: checkpoint.interval must be > 0 and checkpoint.keep_latest_k >= 0");
   TITAN_CHECK(c.validation.freq > 0, "config error: validation.freq must be > 0");

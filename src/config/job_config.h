@@ -119,9 +119,19 @@ struct JobConfig {
   } profiling;
 
   // Planning on meta tensors (the simulator's front half): no data, no memory
-  struct Simulation {
-    bool enabled = false;
+  struct Simulation {  // the simulated UltraServer (device/specs, src/train/simulate.h)
+    bool enabled = false;    // run one step on meta tensors as world_size ranks and price it; no real training
     int64_t world_size = 1;  // fake ranks of the simulated job
+    std::string system = "";  // device/specs/systems/<name>.yaml or a path; set without `enabled`, real runs
+                              // print the simulated figures of their own world next to the measured ones
+    std::string chip = "";    // overrides the system's chip (device/specs/chips/<name>.yaml or a path)
+    int64_t ranks_per_chip = 1;  // Trainium LNC=2: 8 NeuronCores / 2 = 4 ranks per chip
+    int64_t num_systems = 1;     // systems joined by the system's scale_out network
+    std::string mode = "eager";  // eager (every op a kernel) | compiled (elementwise chains fused)
+    std::string param_dtype = "bfloat16";  // gathered params, activations and their collectives (mixed precision)
+    std::string reduce_dtype = "float32";  // gradient reduce-scatter / all-reduce
+    std::string trace_file = "";  // Chrome-trace JSON of the simulated step (relative to job.dump_folder)
+    int64_t trace_chips = 2;      // chips drawn in the trace (SPMD: every chip runs the same timeline)
   } simulation;
 
   struct Debug {

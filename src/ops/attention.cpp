@@ -17,6 +17,15 @@ struct AttnDims {
   int64_t B, S, Hq, Hkv, D, group;
 };
 
+// Query-key pairs a kernel visits (causal: the lower triangle; a window cuts
+// it further). FLOPs count these pairs, as a causal flash kernel does the work.
+inline double visible_pairs(int64_t S, const AttentionOptions& o) {
+  if (!o.causal && o.window <= 0) return (double)S * S;
+  const double w = o.window > 0 ? (double)std::min<int64_t>(o.window, S) : (double)S;
+  if (!o.causal) return (double)S * S;  // windowed non-causal: not used by the models
+  return w * (w + 1) / 2 + (double)(S - (int64_t)w) * w;  // rows i < w see i+1 keys, later rows see w
+}
+
 // row[lo..hi] = exp(row[lo..hi] - m); returns their sum. float: Eigen's vectorized exp.
 template <typename T>
 inline T exp_shift(T* row, int64_t lo, int64_t hi, T m) {
@@ -45,7 +54,7 @@ std::pair<Tensor, Tensor> sdpa_forward(const Tensor& q, const Tensor& k, const T
                                        const AttentionOptions& o, const AttnDims& d, double scale) {
   Tensor out = empty(q.shape(), q.dtype(), q.device());
   Tensor lse = empty({d.B, d.Hq, d.S}, q.dtype(), q.device());
-  const double ss = (double)d.S * d.S;
+  const double ss = visible_pairs(d.S, o);
   record_cost("sdpa", d.B * d.Hq * (4.0 * ss * d.D + 5.0 * ss), bytes_of({&q, &k, &v, &out, &lse}));
   if (q.is_meta()) return {out, lse};
   dispatch_float(q.dtype(), "sdpa", [&]<typename T>() {
@@ -95,7 +104,7 @@ std::vector<Tensor> sdpa_backward(const Tensor& dout, const Tensor& q, const Ten
   Tensor dk = zeros(k.shape(), k.dtype(), k.device());
   Tensor dv = zeros(v.shape(), v.dtype(), v.device());
   Tensor dsink = sinks.defined() ? zeros(sinks.shape(), sinks.dtype(), sinks.device()) : Tensor();
-  const double ss = (double)d.S * d.S;
+  const double ss = visible_pairs(d.S, o);
   record_cost("sdpa_backward", d.B * d.Hq * (10.0 * ss * d.D + 6.0 * ss),
               bytes_of({&dout, &q, &k, &v, &out, &lse, &dq, &dk, &dv}));
   if (q.is_meta()) return {dq, dk, dv, dsink};

@@ -17,7 +17,8 @@ std::vector<int64_t> offsets_of(const std::vector<int64_t>& counts) {
 Tensor grouped_linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const std::vector<int64_t>& counts) {
   const int64_t R = x.size(0), K = x.size(1), N = w.size(2);
   Tensor y = empty({R, N}, x.dtype(), x.device());
-  record_cost("grouped_linear", 2.0 * R * K * N + (b.defined() ? (double)R * N : 0.0), bytes_of({&x, &w, &b, &y}));
+  record_cost("grouped_linear", 2.0 * R * K * N + (b.defined() ? (double)R * N : 0.0), bytes_of({&x, &w, &b, &y}),
+              GemmShape{w.size(0), R / std::max<int64_t>(1, w.size(0)), N, K});
   if (x.is_meta() || R == 0) return y;
   auto off = offsets_of(counts);
   dispatch_float(x.dtype(), "grouped_linear", [&]<typename T>() {
@@ -47,7 +48,8 @@ std::vector<Tensor> grouped_linear_backward(const Tensor& dy, const Tensor& x, c
   Tensor dx = empty({R, K}, x.dtype(), x.device());
   Tensor dw = zeros({E, K, N}, x.dtype(), x.device());
   Tensor db = has_b ? zeros({E, N}, x.dtype(), x.device()) : Tensor();
-  record_cost("grouped_linear_backward", 4.0 * R * K * N, bytes_of({&dy, &x, &w, &dx, &dw}));
+  record_cost("grouped_linear_backward", 4.0 * R * K * N, bytes_of({&dy, &x, &w, &dx, &dw}),
+              GemmShape{2 * E, R / std::max<int64_t>(1, E), N, K});
   if (x.is_meta()) return {dx, dw, db};
   auto off = offsets_of(counts);
   Tensor g = dy.contiguous();

@@ -79,7 +79,7 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b) {
   os.push_back(N);
   Tensor out = empty(os, a.dtype(), dev);
   const int64_t nb = numel(batch);
-  record_cost("matmul", 2.0 * (double)nb * M * N * K, bytes_of({&a, &b, &out}));
+  record_cost("matmul", 2.0 * (double)nb * M * N * K, bytes_of({&a, &b, &out}), GemmShape{nb, M, N, K});
   if (dev == Device::Meta || out.numel() == 0) return out;
   BlasMat A = blas_mat(a), B = blas_mat(b);
   auto oa = batch_offsets(A.t, batch), ob = batch_offsets(B.t, batch);
@@ -127,7 +127,7 @@ Tensor linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias) {
   const int64_t N = x2.size(0), in = x2.size(1), out_f = w.size(0);
   Tensor y = empty({N, out_f}, x2.dtype(), x2.device());
   record_cost("linear", 2.0 * N * in * out_f + (bias.defined() ? (double)N * out_f : 0.0),
-              bytes_of({&x2, &w, &bias, &y}));
+              bytes_of({&x2, &w, &bias, &y}), GemmShape{1, N, out_f, in});
   if (x2.is_meta() || y.numel() == 0) return y;
   BlasMat W = blas_mat(w);
   dispatch_float(x2.dtype(), "linear", [&]<typename T>() {
@@ -154,7 +154,7 @@ std::vector<Tensor> linear_backward(const Tensor& g, const Tensor& x2, const Ten
   if (need_x) dx = empty({N, in}, g.dtype(), g.device());
   if (need_w) dw = empty({out_f, in}, g.dtype(), g.device());
   record_cost("linear_backward", (need_x ? 2.0 * N * in * out_f : 0) + (need_w ? 2.0 * N * in * out_f : 0),
-              bytes_of({&g, &x2, &w, &dx, &dw}));
+              bytes_of({&g, &x2, &w, &dx, &dw}), GemmShape{(int64_t)need_x + (int64_t)need_w, N, in, out_f});
   if (has_bias) db = sum(g, {0}, false);
   if (g.is_meta()) return {dx, dw, db};
   Tensor gc = g.contiguous();

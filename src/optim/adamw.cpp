@@ -4,6 +4,7 @@
 
 #include "src/autograd/grad_mode.h"
 #include "src/ops/ops.h"
+#include "src/tensor/cost.h"
 
 namespace titan {
 
@@ -25,7 +26,10 @@ void AdamW::step(double lr) {
   const float b1 = (float)opt_.beta1, b2 = (float)opt_.beta2, eps = (float)opt_.eps;
   for (auto& s : slots_) {
     Tensor g = s.param->grad();
-    if (!g.defined() || s.param->is_meta()) continue;
+    if (!g.defined()) continue;
+    // ~12 FLOPs per element; reads p, g, m, v and writes p, m, v
+    record_cost("adamw", 12.0 * (double)s.param->numel(), 7.0 * (double)s.param->nbytes());
+    if (s.param->is_meta()) continue;
     TITAN_CHECK(s.param->dtype() == DType::F32 && s.param->is_contiguous(), "AdamW: parameter ", s.name,
                 " must be a contiguous float32 tensor");
     Tensor gc = g.contiguous();

@@ -6,6 +6,8 @@ namespace titan {
 
 namespace {
 thread_local CostScope* t_scope = nullptr;
+thread_local CostTrace* t_trace = nullptr;
+thread_local int64_t t_next_comm = 0;
 thread_local int t_timed = 0;              // timed scopes alive on this thread
 thread_local const char* t_last_op = nullptr;
 thread_local double t_last_time = 0;
@@ -49,7 +51,18 @@ void CostScope::flush_time() {
   t_last_time = t;
 }
 
-void record_cost(const char* op, double flops, double bytes) {
+CostTrace::CostTrace() : parent_(t_trace) { t_trace = this; }
+CostTrace::~CostTrace() { t_trace = parent_; }
+
+void record_cost(const char* op, double flops, double bytes, const GemmShape& gemm) {
+  if (t_trace) {
+    CostEvent e;
+    e.op = op;
+    e.flops = flops;
+    e.bytes = bytes;
+    e.gemm = gemm;
+    t_trace->events_.push_back(std::move(e));
+  }
   if (!t_scope) return;
   if (t_timed) {
     t_scope->flush_time();
@@ -64,6 +77,33 @@ void record_cost(const char* op, double flops, double bytes) {
     c.flops += flops;
     c.bytes += bytes;
   }
+}
+
+int64_t record_comm_start(const char* kind, const std::string& group, int group_size, double bytes) {
+  if (t_scope) {  // collectives count their bytes (no FLOPs) in the scopes, as before
+    CostTrace* saved = t_trace;
+    t_trace = nullptr;
+    record_cost(kind, 0, bytes);
+    t_trace = saved;
+  }
+  if (!t_trace) return -1;
+  CostEvent e;
+  e.kind = CostEvent::Kind::CommStart;
+  e.op = kind;
+  e.bytes = bytes;
+  e.comm_id = t_next_comm++;
+  e.group = group;
+  e.group_size = group_size;
+  t_trace->events_.push_back(e);
+  return e.comm_id;
+}
+
+void record_comm_wait(int64_t id) {
+  if (!t_trace || id < 0) return;
+  CostEvent e;
+  e.kind = CostEvent::Kind::CommWait;
+  e.comm_id = id;
+  t_trace->events_.push_back(std::move(e));
 }
 
 }  // namespace titan

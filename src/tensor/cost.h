@@ -16,8 +16,15 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace titan {
+
+// The [M, K] x [K, N] problem of a matmul-like kernel (batch GEMMs of one call).
+// The simulator prices GEMMs with a shape-dependent efficiency.
+struct GemmShape {
+  int64_t batch = 0, m = 0, n = 0, k = 0;  // batch 0: not a GEMM
+};
 
 struct OpCost {
   int64_t calls = 0;
@@ -41,14 +48,54 @@ class CostScope {
   void flush_time();
 
  private:
-  friend void record_cost(const char*, double, double);
+  friend void record_cost(const char*, double, double, const GemmShape&);
   CostScope* parent_;
   bool timed_;
   OpCost total_;
   std::map<std::string, OpCost> by_op_;
 };
 
-// Called by every op kernel (cheap when no scope is active).
-void record_cost(const char* op, double flops, double bytes);
+
+// One thing a thread did, in program order: a kernel, or the start / the
+// wait of a collective. The simulator schedules these on a compute stream and
+// one communication stream per process group.
+struct CostEvent {
+  enum class Kind { Compute, CommStart, CommWait };
+  Kind kind = Kind::Compute;
+  const char* op = "";  // op or collective name (static strings)
+  double flops = 0, bytes = 0;
+  GemmShape gemm;        // Compute: GEMM dims when the op is one
+  int64_t comm_id = -1;  // CommStart / CommWait: pairs them
+  std::string group;     // CommStart: process-group name
+  int group_size = 1;    // CommStart: ranks in the group
+};
+
+// RAII: while alive, every record on this thread is appended to events()
+// (the simulator's input). Traces nest: the innermost one receives.
+class CostTrace {
+ public:
+  CostTrace();
+  ~CostTrace();
+  CostTrace(const CostTrace&) = delete;
+  CostTrace& operator=(const CostTrace&) = delete;
+  const std::vector<CostEvent>& events() const { return events_; }
+  std::vector<CostEvent> take() { return std::move(events_); }
+
+ private:
+  friend void record_cost(const char*, double, double, const GemmShape&);
+  friend int64_t record_comm_start(const char*, const std::string&, int, double);
+  friend void record_comm_wait(int64_t);
+  CostTrace* parent_;
+  std::vector<CostEvent> events_;
+};
+
+// Called by every op kernel (cheap when no scope or trace is active).
+void record_cost(const char* op, double flops, double bytes, const GemmShape& gemm = {});
+// Called by the communication layer. `bytes` is the collective's size as the
+// cost model takes it: all_gather: the gathered output; reduce_scatter and
+// all_reduce: the full input; all_to_all: what this rank sends. Returns an id
+// for record_comm_wait (-1 when nothing records).
+int64_t record_comm_start(const char* kind, const std::string& group, int group_size, double bytes);
+void record_comm_wait(int64_t id);
 
 }  // namespace titan

@@ -1,6 +1,7 @@
 #include "src/train/plan.h"
 
 #include <cstdio>
+#include <memory>
 
 #include "comms/device_mesh.h"
 #include "models/causal_lm.h"
@@ -10,7 +11,7 @@
 
 namespace titan {
 
-StepPlan plan_step(const JobConfig& cfg, int world) {
+StepPlan plan_step(const JobConfig& cfg, int world, bool with_events) {
   StepPlan plan;
   plan.world = world;
   auto& mt = MemoryTracker::get(Device::Meta);
@@ -22,6 +23,9 @@ StepPlan plan_step(const JobConfig& cfg, int world) {
                             par.tensor_parallel_degree},
                            /*fake=*/true, /*rank=*/0, world);
     plan.layout = mesh.describe();
+    plan.dp_degree = mesh.degrees.dp_replicate * mesh.degrees.dp_shard;
+    plan.tp_degree = mesh.degrees.tp;
+    plan.ep_degree = cfg.parallelism.expert_parallel_degree;
     DeviceScope meta(Device::Meta);
     auto model = build_model(cfg.model);
     model->set_activation_checkpoint(cfg.activation_checkpoint.mode == "full");
@@ -35,6 +39,9 @@ StepPlan plan_step(const JobConfig& cfg, int world) {
     const int64_t B = cfg.training.local_batch_size, S = cfg.training.seq_len;
     plan.tokens_per_rank = B * S;
     plan.model_flops_per_token = model->flops_per_token(S);
+    plan.num_params = model->expected_num_params();
+    std::unique_ptr<CostTrace> trace;
+    if (with_events) trace = std::make_unique<CostTrace>();
     CostScope cs;
     Tensor tokens = empty({B, S}, DType::I64);
     Tensor logits = model->forward(tokens);
@@ -45,6 +52,7 @@ StepPlan plan_step(const JobConfig& cfg, int world) {
     plan.flops = cs.flops();
     plan.bytes = cs.bytes();
     plan.by_op = cs.by_op();
+    if (trace) plan.events = trace->take();
     MemoryStats m = mt.stats();
     for (int i = 0; i < kNumMemoryCategories; ++i) {
       m.current[i] -= before.current[i];

@@ -6,6 +6,7 @@
 #pragma once
 #include <map>
 #include <string>
+#include <vector>
 
 #include "src/config/job_config.h"
 #include "src/tensor/cost.h"
@@ -21,9 +22,12 @@ struct StepPlan {
   std::map<std::string, OpCost> by_op;
   double model_flops_per_token = 0;
   int64_t tokens_per_rank = 0;
+  int64_t dp_degree = 1, tp_degree = 1, ep_degree = 1;
+  int64_t num_params = 0;              // the full model's
+  std::vector<CostEvent> events;       // rank 0's kernels and collectives in program order (with_events)
 };
 
-StepPlan plan_step(const JobConfig& cfg, int world);
+StepPlan plan_step(const JobConfig& cfg, int world, bool with_events = false);
 std::string describe_plan(const StepPlan& p);
 
 }  // namespace titan

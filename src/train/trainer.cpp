@@ -15,6 +15,7 @@
 #include "src/tensor/cost.h"
 #include "src/train/eval.h"
 #include "src/train/plan.h"
+#include "src/train/simulate.h"
 #include "src/train/metrics.h"
 
 namespace fs = std::filesystem;
@@ -50,11 +51,28 @@ TrainResult train(const JobConfig& cfg) {
   TrainResult result;
   const double t_start = process_seconds();
   if (cfg.simulation.enabled) {  // one process plays simulation.world_size ranks on meta tensors
-    TITAN_CHECK(cfg.simulation.world_size >= 1, "config error: simulation.world_size must be >= 1");
-    StepPlan plan = plan_step(cfg, (int)cfg.simulation.world_size);
-    log_info(describe_plan(plan));
-    log_info("planned in " + fmt("%.2f", process_seconds() - t_start) + " s, peak RSS " +
+    const int world = (int)cfg.simulation.world_size;
+    log_info("simulation: one training step of " + cfg.model.name + " " + cfg.model.flavor + " as " +
+             std::to_string(world) + " ranks on meta tensors, priced on " + cfg.simulation.system);
+    SimResult sim = simulate_step(cfg, world);
+    // the step line as TorchTitan prints it, from the simulated step (every step is the same)
+    const double tps_rank = sim.tokens_per_s / (sim.world / std::max<int64_t>(1, cfg.parallelism.tensor_parallel_degree));
+    log_info("step:  1  memory: " + fmt("%5.2f", sim.memory.total() / sim.ranks_per_chip / (double)(1 << 30)) +
+             "GiB(" + fmt("%.2f", 100.0 * sim.memory.total() / sim.hbm_bytes) + "%)  tps: " + with_commas(tps_rank) +
+             "  tflops: " + fmt("%.2f", sim.tflops_per_chip / sim.ranks_per_chip) + "  mfu: " +
+             fmt("%.2f", 100.0 * sim.mfu) + "%  (simulated " + sim.chip + ", per rank as TorchTitan logs it)");
+    for (const auto& l : describe_simulation(sim)) log_info(l);
+    if (!cfg.simulation.trace_file.empty()) {
+      fs::create_directories(cfg.job.dump_folder);
+      const std::string path = cfg.job.dump_folder + "/" + cfg.simulation.trace_file;
+      write_chrome_trace(sim, path, (int)cfg.simulation.trace_chips);
+      log_info("simulated timeline (Chrome trace, open in https://ui.perfetto.dev): " + path);
+    }
+    log_info("simulated in " + fmt("%.2f", process_seconds() - t_start) + " s, peak RSS " +
              fmt("%.2f", (double)max_rss_bytes() / (1 << 30)) + " GiB");
+    result.sim_tokens_per_s = sim.tokens_per_s;
+    result.sim_mfu = sim.mfu;
+    result.sim_oom = sim.oom;
     return result;
   }
   if (!comms::initialized()) comms::init(nullptr, nullptr);

@@ -1,0 +1,203 @@
+#include "device/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+namespace titan::device {
+
+ExecMode parse_exec_mode(const std::string& s) {
+  if (s == "eager") return ExecMode::Eager;
+  if (s == "compiled") return ExecMode::Compiled;
+  throw std::runtime_error("simulation.mode: unknown '" + s + "' (eager | compiled)");
+}
+
+Collective parse_collective(const std::string& s) {
+  if (s == "all_gather") return Collective::AllGather;
+  if (s == "reduce_scatter") return Collective::ReduceScatter;
+  if (s == "all_reduce") return Collective::AllReduce;
+  if (s == "all_to_all") return Collective::AllToAll;
+  throw std::runtime_error("cost model: unknown collective '" + s + "'");
+}
+
+const char* collective_name(Collective c) {
+  switch (c) {
+    case Collective::AllGather: return "all_gather";
+    case Collective::ReduceScatter: return "reduce_scatter";
+    case Collective::AllReduce: return "all_reduce";
+    case Collective::AllToAll: return "all_to_all";
+  }
+  return "?";
+}
+
+namespace {
+double pad(long long x, int t) { return (double)((x + t - 1) / t * t); }
+bool pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
+}  // namespace
+
+KernelTime kernel_time(const ChipSpec& c, int rpc, const Kernel& k, ExecMode mode) {
+  KernelTime t;
+  const double peak = c.peak_tflops * 1e12 / rpc;
+  const double hbm = c.hbm_tbps * 1e12 * c.memory_efficiency / rpc;
+  if (k.kind == KernelKind::Gemm && k.m > 0 && k.n > 0 && k.k > 0) {
+    const double b = (double)std::max(1LL, k.batch);
+    const double real = 2.0 * b * (double)k.m * (double)k.n * (double)k.k;
+    const double padded = 2.0 * b * pad(k.m, c.gemm_tile[0]) * pad(k.n, c.gemm_tile[1]) * pad(k.k, c.gemm_tile[2]);
+    const double eff = gemm_efficiency(c, real / b / 1e9);
+    t.efficiency = eff * real / padded;
+    t.compute_s = padded / (peak * eff);
+  } else if (k.kind == KernelKind::Attention) {
+    t.efficiency = c.attention_efficiency;
+    t.compute_s = k.flops / (peak * c.attention_efficiency);
+  } else {
+    t.compute_s = k.flops / (c.vector_tflops * 1e12 / rpc);
+  }
+  t.memory_s = k.bytes / hbm;
+  t.overhead_s = (mode == ExecMode::Eager ? c.eager_launch_us : c.compiled_launch_us) * 1e-6;
+  t.seconds = std::max(t.compute_s, t.memory_s) + t.overhead_s;
+  return t;
+}
+
+int GroupSpan::size() const {
+  int n = ranks_on_chip * systems;
+  for (int u : units) n *= u;
+  return n;
+}
+
+GroupSpan group_span(const SystemSpec& sys, int rpc, const std::vector<int>& ranks) {
+  GroupSpan g;
+  const size_t L = sys.levels.size();
+  std::vector<std::set<int>> coords(L);
+  std::vector<std::set<int>> tx(L), ty(L);
+  std::set<int> systems;
+  std::map<int, int> per_chip;
+  for (int r : ranks) {
+    const int chip = r / rpc;
+    ++per_chip[chip];
+    systems.insert(chip / sys.chips);
+    int c = chip % sys.chips;
+    for (size_t l = 0; l < L; ++l) {
+      const int u = sys.levels[l].units;
+      const int at = c % u;
+      coords[l].insert(at);
+      if (sys.levels[l].topology == Topology::Torus2D) {
+        tx[l].insert(at % sys.levels[l].shape[0]);
+        ty[l].insert(at / sys.levels[l].shape[0]);
+      }
+      c /= u;
+    }
+  }
+  g.ranks_on_chip = 1;
+  for (auto& [chip, n] : per_chip) g.ranks_on_chip = std::max(g.ranks_on_chip, n);
+  g.systems = (int)systems.size();
+  for (size_t l = 0; l < L; ++l) {
+    g.units.push_back((int)coords[l].size());
+    g.torus_extent.push_back(sys.levels[l].topology == Topology::Torus2D
+                                 ? std::vector<int>{(int)tx[l].size(), (int)ty[l].size()}
+                                 : std::vector<int>{});
+  }
+  return g;
+}
+
+namespace {
+struct Hop {  // one level of the hierarchy as a group sees it
+  std::string name;
+  Topology topo;
+  int n;             // units spanned
+  double bw;         // bytes/s per chip usable by this group at this level
+  double latency;    // s per step
+  double link_bw;    // bytes/s per link (bisection)
+  int cut_links;     // links crossing the bisection of the spanned part (0: switch)
+  int steps_ring;    // latency steps of a ring-style pass
+};
+
+std::vector<Hop> hops(const ChipSpec& c, const SystemSpec& sys, const GroupSpan& g) {
+  std::vector<Hop> h;
+  // on one chip: copies through HBM (read + write)
+  h.push_back({"chip", Topology::Chip, g.ranks_on_chip, c.hbm_tbps * 1e12 * c.memory_efficiency / 2, 1e-6, 0, 0,
+               g.ranks_on_chip - 1});
+  auto level = [&](const NetworkLevel& l, int n, const std::vector<int>& ext) {
+    Hop x{l.name, l.topology, n, 0, l.latency_us * 1e-6, l.bandwidth_gbps * 1e9 * l.efficiency / l.links_per_chip, 0,
+          n - 1};
+    int usable = l.links_per_chip;
+    if (l.topology == Topology::Torus2D) {
+      usable = 0;
+      x.steps_ring = 0;
+      for (int d = 0; d < 2; ++d) {
+        const int e = ext.empty() ? 1 : ext[d];
+        if (e >= 3 && e == l.shape[d]) usable += 2;       // a full ring with its wraparound: both neighbours
+        else if (e >= 2) usable += 1;                     // a line: one link each way
+        x.steps_ring += e - 1;
+      }
+      usable = std::max(1, std::min(usable, l.links_per_chip));
+      const int ex = ext.empty() ? 1 : ext[0], ey = ext.empty() ? 1 : ext[1];
+      const int longer = std::max(ex, ey), other = longer == ex ? ey : ex;
+      x.cut_links = (longer >= 3 && longer == (longer == ex ? l.shape[0] : l.shape[1]) ? 2 : 1) * other;
+    } else if (l.topology == Topology::Ring) {
+      usable = (n >= 3 && n == l.units) ? l.links_per_chip : std::max(1, l.links_per_chip / 2);
+      x.cut_links = (n >= 3 && n == l.units) ? 2 : 1;
+    }
+    x.bw = x.link_bw * usable;
+    h.push_back(x);
+  };
+  for (size_t i = 0; i < sys.levels.size(); ++i) level(sys.levels[i], g.units[i], g.torus_extent[i]);
+  if (g.systems > 1) {
+    if (!sys.has_scale_out)
+      throw std::runtime_error("system " + sys.name + " (" + sys.file +
+                               ") has no scale_out network, but a group spans " + std::to_string(g.systems) +
+                               " systems");
+    level(sys.scale_out, g.systems, {});
+  }
+  return h;
+}
+}  // namespace
+
+CollectiveTime collective_time(const ChipSpec& c, const SystemSpec& sys, int rpc, Collective kind, double bytes,
+                               const GroupSpan& g) {
+  CollectiveTime out;
+  if (g.size() <= 1 || bytes <= 0) {
+    out.algorithm = "local";
+    return out;
+  }
+  const std::vector<Hop> h = hops(c, sys, g);
+  const double n_total = (double)g.size();
+  double seconds = 0, inner = 1;
+  for (const Hop& x : h) {
+    if (x.n <= 1) continue;
+    std::string alg;
+    double t = 0;
+    if (kind == Collective::AllToAll) {
+      // bytes leaving this rank's unit of the level below, staying inside this level
+      const double per_rank = bytes * inner * (x.n - 1) / n_total;
+      const double per_chip = per_rank * rpc;
+      double tb = per_chip / x.bw;
+      alg = "direct";
+      if (x.cut_links > 0) {
+        const double chips = x.n;
+        const double bis = (chips * per_chip / 4) / (x.cut_links * x.link_bw);
+        if (bis > tb) {
+          tb = bis;
+          alg = "bisection-bound";
+        }
+      }
+      t = tb + (x.n - 1) * x.latency;
+    } else {
+      const double per_rank = (x.n - 1) * bytes / (inner * x.n);
+      const double tb = per_rank * rpc / x.bw;
+      const bool rd = pow2(x.n) && (x.topo == Topology::Switch || x.topo == Topology::Chip);
+      const int steps = rd ? (int)std::lround(std::log2(x.n)) : x.steps_ring;
+      alg = rd ? "halving-doubling" : (x.topo == Topology::Torus2D ? "torus-rings" : "ring");
+      t = tb + steps * x.latency;
+      if (kind == Collective::AllReduce) t *= 2;  // reduce-scatter + all-gather
+    }
+    seconds += t;
+    out.algorithm += (out.algorithm.empty() ? "" : " + ") + x.name + ":" + alg;
+    inner *= x.n;
+  }
+  out.seconds = seconds;
+  return out;
+}
+
+}  // namespace titan::device

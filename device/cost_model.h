@@ -1,0 +1,78 @@
+// device/cost_model.h — what a kernel and a collective cost on simulated
+// hardware (device/hardware.h). Pure functions of the specs; the scheduler
+// that strings them into a training step is src/train/simulate.
+//
+// Kernels (roofline): a rank owns 1/ranks_per_chip of its chip (cores, HBM
+// bandwidth). time = max(compute, memory) + launch overhead, with
+//   GEMM:      2*b*pad(m)*pad(n)*pad(k) / (peak * gemm_efficiency(GFLOP of the call))
+//   attention: flops / (peak * attention_efficiency)   (fused flash kernel)
+//   other:     flops / vector_tflops
+//   memory:    bytes / (hbm * memory_efficiency)
+// and the overhead of the execution mode (eager: every op is a kernel;
+// compiled: the scheduler fuses elementwise chains first).
+//
+// Collectives (alpha-beta, hierarchical): a group's ranks span n_0 ranks on
+// one chip, n_1.. units of each interconnect level, n_s systems. Innermost
+// level first, all-gather / reduce-scatter of a buffer of S bytes moves
+//   (n_i - 1) * S / (n_0 * ... * n_i)     bytes per rank at level i
+// (the slow outer levels carry the smallest chunks); every rank of a chip
+// runs the same collective at once, so a chip's links carry ranks_per_chip
+// times that. Per level: ring (n-1 steps) or recursive halving/doubling
+// (log2 n steps, power-of-two groups on switches / on chip), bidirectional
+// rings along each spanned torus dimension (usable links = the dims spanned).
+// All-reduce = reduce-scatter + all-gather. All-to-all: bytes leaving each
+// level's unit, priced by injection bandwidth, and on a torus or ring also by
+// its bisection: (chips * D / 4) / (cut links * link bandwidth).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "device/hardware.h"
+
+namespace titan::device {
+
+enum class ExecMode { Eager, Compiled };
+ExecMode parse_exec_mode(const std::string& s);  // "eager" | "compiled"
+
+enum class KernelKind { Gemm, Attention, Other };
+
+struct Kernel {
+  KernelKind kind = KernelKind::Other;
+  double flops = 0, bytes = 0;
+  long long batch = 1, m = 0, n = 0, k = 0;  // GEMM shape
+};
+
+struct KernelTime {
+  double seconds = 0, compute_s = 0, memory_s = 0, overhead_s = 0;
+  double efficiency = 1;  // GEMM: the table's value times tile utilisation
+};
+
+KernelTime kernel_time(const ChipSpec& chip, int ranks_per_chip, const Kernel& k, ExecMode mode);
+
+enum class Collective { AllGather, ReduceScatter, AllReduce, AllToAll };
+Collective parse_collective(const std::string& s);
+const char* collective_name(Collective c);
+
+// Where a process group's members sit.
+struct GroupSpan {
+  int ranks_on_chip = 1;          // members sharing one chip
+  std::vector<int> units;         // per system level (innermost first): units spanned
+  std::vector<std::vector<int>> torus_extent;  // per level: spanned [x, y] extents (torus levels)
+  int systems = 1;                // systems spanned (scale-out)
+  int size() const;
+};
+
+// Members -> span; ranks map to chips as documented in hardware.h.
+GroupSpan group_span(const SystemSpec& sys, int ranks_per_chip, const std::vector<int>& ranks);
+
+struct CollectiveTime {
+  double seconds = 0;
+  std::string algorithm;  // per level, e.g. "chip:rd + neuronlink:torus-rings"
+};
+
+// `bytes`: all_gather: the gathered output; reduce_scatter, all_reduce: the
+// full input; all_to_all: what each rank sends (spread evenly over the group).
+CollectiveTime collective_time(const ChipSpec& chip, const SystemSpec& sys, int ranks_per_chip, Collective kind,
+                               double bytes, const GroupSpan& span);
+
+}  // namespace titan::device

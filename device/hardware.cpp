@@ -1,0 +1,224 @@
+#include "device/hardware.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <stdexcept>
+
+#ifndef TITAN_DEVICE_SPECS_DIR
+#define TITAN_DEVICE_SPECS_DIR "device/specs"
+#endif
+
+namespace titan::device {
+namespace fs = std::filesystem;
+
+const char* topology_name(Topology t) {
+  switch (t) {
+    case Topology::Chip: return "chip";
+    case Topology::Ring: return "ring";
+    case Topology::Torus2D: return "torus2d";
+    case Topology::Switch: return "switch";
+  }
+  return "?";
+}
+
+std::string specs_dir() {
+  if (const char* e = std::getenv("TITAN_DEVICE_SPECS")) return e;
+  return TITAN_DEVICE_SPECS_DIR;
+}
+
+namespace {
+[[noreturn]] void fail(const std::string& file, const std::string& msg) {
+  throw std::runtime_error("hardware spec " + file + ": " + msg);
+}
+
+std::vector<std::string> stems(const std::string& sub) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path(specs_dir()) / sub, ec))
+    if (e.path().extension() == ".yaml") out.push_back(e.path().stem().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+std::string resolve(const std::string& name, const std::string& sub, const char* what) {
+  if (name.size() > 5 && name.substr(name.size() - 5) == ".yaml") {
+    if (!fs::exists(name)) throw std::runtime_error(std::string("unknown ") + what + " file '" + name + "' (not found)");
+    return name;
+  }
+  fs::path p = fs::path(specs_dir()) / sub / (name + ".yaml");
+  if (!fs::exists(p))
+    throw std::runtime_error(std::string("unknown ") + what + " '" + name + "'; known " + what + "s: " +
+                             join(stems(sub)) + " (files in " + (fs::path(specs_dir()) / sub).string() + ")");
+  return p.string();
+}
+
+YAML::Node load_yaml(const std::string& file) {
+  try {
+    return YAML::LoadFile(file);
+  } catch (const YAML::Exception& e) {
+    fail(file, std::string("cannot parse: ") + e.what());
+  }
+}
+
+// A required positive (or >= 0 with allow_zero) number.
+double number(const YAML::Node& n, const std::string& key, const std::string& file, bool allow_zero = false) {
+  if (!n[key]) fail(file, "missing key '" + key + "'");
+  double v = 0;
+  try {
+    v = n[key].as<double>();
+  } catch (const YAML::Exception&) {
+    fail(file, "key '" + key + "' must be a number, got '" + n[key].as<std::string>("?") + "'");
+  }
+  if (!std::isfinite(v) || v < 0 || (!allow_zero && v == 0))
+    fail(file, "key '" + key + "' must be " + (allow_zero ? ">= 0" : "> 0") + ", got " + n[key].as<std::string>());
+  return v;
+}
+
+void check_keys(const YAML::Node& n, const std::vector<std::string>& allowed, const std::string& file,
+                const std::string& where) {
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const std::string k = it->first.as<std::string>();
+    if (std::find(allowed.begin(), allowed.end(), k) == allowed.end())
+      fail(file, "unknown key '" + k + "'" + where + "; allowed: " + join(allowed));
+  }
+}
+
+NetworkLevel parse_level(const YAML::Node& n, const std::string& file, const std::string& where) {
+  if (!n.IsMap()) fail(file, where + " must be a map");
+  check_keys(n, {"name", "topology", "units", "shape", "bandwidth_gbps", "links_per_chip", "latency_us", "efficiency"},
+             file, " in " + where);
+  NetworkLevel l;
+  l.name = n["name"] ? n["name"].as<std::string>() : where;
+  if (!n["topology"]) fail(file, "missing key '" + where + ".topology' (ring | torus2d | switch)");
+  const std::string t = n["topology"].as<std::string>();
+  if (t == "ring") l.topology = Topology::Ring;
+  else if (t == "torus2d") l.topology = Topology::Torus2D;
+  else if (t == "switch") l.topology = Topology::Switch;
+  else fail(file, where + ".topology: unknown '" + t + "' (ring | torus2d | switch)");
+  if (l.topology == Topology::Torus2D) {
+    if (!n["shape"] || !n["shape"].IsSequence() || n["shape"].size() != 2)
+      fail(file, where + ".shape: a torus2d level needs shape: [x, y]");
+    l.shape = {n["shape"][0].as<int>(), n["shape"][1].as<int>()};
+    if (l.shape[0] < 1 || l.shape[1] < 1) fail(file, where + ".shape must be positive");
+    l.units = l.shape[0] * l.shape[1];
+  } else {
+    l.units = (int)number(n, "units", file);
+  }
+  l.bandwidth_gbps = number(n, "bandwidth_gbps", file);
+  l.links_per_chip = n["links_per_chip"] ? (int)number(n, "links_per_chip", file)
+                                         : (l.topology == Topology::Torus2D ? 4 : l.topology == Topology::Ring ? 2 : 1);
+  l.latency_us = number(n, "latency_us", file, true);
+  l.efficiency = number(n, "efficiency", file);
+  if (l.efficiency > 1) fail(file, where + ".efficiency must be <= 1, got " + std::to_string(l.efficiency));
+  return l;
+}
+}  // namespace
+
+std::vector<std::string> known_chips() { return stems("chips"); }
+std::vector<std::string> known_systems() { return stems("systems"); }
+
+ChipSpec load_chip(const std::string& name_or_path) {
+  const std::string file = resolve(name_or_path, "chips", "chip");
+  YAML::Node n = load_yaml(file);
+  if (!n.IsMap()) fail(file, "expected a map of chip figures");
+  check_keys(n,
+             {"name", "cores", "peak_tflops", "headline_tflops", "mfu_peak_tflops", "vector_tflops", "hbm_gib",
+              "hbm_tbps", "memory_efficiency", "attention_efficiency", "eager_launch_us", "compiled_launch_us",
+              "gemm_tile", "gemm_efficiency"},
+             file, "");
+  ChipSpec c;
+  c.file = file;
+  c.name = n["name"] ? n["name"].as<std::string>() : fs::path(file).stem().string();
+  c.cores = (int)number(n, "cores", file);
+  c.peak_tflops = number(n, "peak_tflops", file);
+  c.headline_tflops = n["headline_tflops"] ? number(n, "headline_tflops", file) : c.peak_tflops;
+  c.mfu_peak_tflops = n["mfu_peak_tflops"] ? number(n, "mfu_peak_tflops", file) : c.peak_tflops;
+  c.vector_tflops = number(n, "vector_tflops", file);
+  c.hbm_gib = number(n, "hbm_gib", file);
+  c.hbm_tbps = number(n, "hbm_tbps", file);
+  c.memory_efficiency = number(n, "memory_efficiency", file);
+  c.attention_efficiency = number(n, "attention_efficiency", file);
+  c.eager_launch_us = number(n, "eager_launch_us", file, true);
+  c.compiled_launch_us = number(n, "compiled_launch_us", file, true);
+  for (const char* k : {"memory_efficiency", "attention_efficiency"})
+    if (n[k].as<double>() > 1) fail(file, std::string("key '") + k + "' must be <= 1");
+  if (!n["gemm_tile"] || !n["gemm_tile"].IsSequence() || n["gemm_tile"].size() != 3)
+    fail(file, "missing key 'gemm_tile' ([m, n, k] padding multiples)");
+  for (const auto& v : n["gemm_tile"]) {
+    const int t = v.as<int>();
+    if (t < 1) fail(file, "gemm_tile entries must be >= 1");
+    c.gemm_tile.push_back(t);
+  }
+  if (!n["gemm_efficiency"] || !n["gemm_efficiency"].IsSequence() || n["gemm_efficiency"].size() < 1)
+    fail(file, "missing key 'gemm_efficiency' (list of [GFLOP per call, fraction of peak])");
+  for (const auto& p : n["gemm_efficiency"]) {
+    if (!p.IsSequence() || p.size() != 2) fail(file, "gemm_efficiency entries must be [gflop, efficiency]");
+    EfficiencyPoint e{p[0].as<double>(), p[1].as<double>()};
+    if (!(e.gflop > 0) || !(e.efficiency > 0) || e.efficiency > 1)
+      fail(file, "gemm_efficiency entry [" + p[0].as<std::string>() + ", " + p[1].as<std::string>() +
+                     "]: need gflop > 0 and 0 < efficiency <= 1");
+    if (!c.gemm_efficiency.empty() && e.gflop <= c.gemm_efficiency.back().gflop)
+      fail(file, "gemm_efficiency must be sorted by increasing gflop");
+    c.gemm_efficiency.push_back(e);
+  }
+  return c;
+}
+
+SystemSpec load_system(const std::string& name_or_path) {
+  const std::string file = resolve(name_or_path, "systems", "system");
+  YAML::Node n = load_yaml(file);
+  if (!n.IsMap()) fail(file, "expected a map");
+  check_keys(n, {"name", "chip", "chips", "levels", "scale_out"}, file, "");
+  SystemSpec s;
+  s.file = file;
+  s.name = n["name"] ? n["name"].as<std::string>() : fs::path(file).stem().string();
+  if (!n["chip"]) fail(file, "missing key 'chip'");
+  s.chip_name = n["chip"].as<std::string>();
+  s.chips = (int)number(n, "chips", file);
+  if (!n["levels"] || !n["levels"].IsSequence() || n["levels"].size() == 0)
+    fail(file, "missing key 'levels' (the interconnect, innermost first)");
+  int prod = 1;
+  for (size_t i = 0; i < n["levels"].size(); ++i) {
+    s.levels.push_back(parse_level(n["levels"][i], file, "levels[" + std::to_string(i) + "]"));
+    prod *= s.levels.back().units;
+  }
+  if (prod != s.chips) {
+    std::ostringstream o;
+    o << "the levels' units multiply to " << prod << " chips but 'chips' is " << s.chips;
+    fail(file, o.str());
+  }
+  if (n["scale_out"]) {
+    s.has_scale_out = true;
+    YAML::Node so = n["scale_out"];
+    if (!so["units"]) so["units"] = 1;  // the number of systems is the job's
+    if (!so["topology"]) so["topology"] = "switch";
+    s.scale_out = parse_level(so, file, "scale_out");
+  }
+  return s;
+}
+
+double gemm_efficiency(const ChipSpec& c, double gflop) {
+  const auto& t = c.gemm_efficiency;
+  if (gflop <= t.front().gflop) return t.front().efficiency;
+  if (gflop >= t.back().gflop) return t.back().efficiency;
+  for (size_t i = 1; i < t.size(); ++i)
+    if (gflop <= t[i].gflop) {
+      const double a = std::log10(t[i - 1].gflop), b = std::log10(t[i].gflop), x = std::log10(gflop);
+      const double w = (x - a) / (b - a);
+      return t[i - 1].efficiency + w * (t[i].efficiency - t[i - 1].efficiency);
+    }
+  return t.back().efficiency;
+}
+
+}  // namespace titan::device

@@ -1,0 +1,75 @@
+// device/hardware.h — simulated hardware as data: chips and the systems that
+// join them. Specs live in YAML under device/specs/{chips,systems}/, every
+// figure with its source in a comment; this file only loads and checks them.
+//
+// Rank -> chip mapping (documented order): ranks fill chips in order,
+// `ranks_per_chip` consecutive ranks per chip (Trainium LNC=2: 8 NeuronCores
+// / 2 = 4 logical-core ranks per chip); chips are numbered system-major, then
+// level by level from the outermost level inward, so chip c of a system sits
+// at position c % units(level 0) in the innermost level (e.g. its (x, y) in
+// the 4x4 torus), c / units(level 0) % units(level 1) in the next, and so on.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace titan::device {
+
+// Efficiency of a GEMM as a function of its size: (GFLOP per call, fraction
+// of peak), interpolated linearly in log10(GFLOP), clamped at the ends.
+struct EfficiencyPoint {
+  double gflop = 0, efficiency = 0;
+};
+
+struct ChipSpec {
+  std::string name, file;
+  int cores = 1;                   // compute cores (NeuronCores, SMs are not modelled separately)
+  double peak_tflops = 0;          // dense bf16 tensor-engine peak the kernels are priced against
+  double headline_tflops = 0;      // vendor's headline dense bf16 figure (reported, not priced)
+  double mfu_peak_tflops = 0;      // MFU denominator (TorchTitan / vendor convention)
+  double vector_tflops = 0;        // non-GEMM arithmetic throughput (elementwise, reductions)
+  double hbm_gib = 0;              // memory capacity
+  double hbm_tbps = 0;             // memory bandwidth, TB/s
+  double memory_efficiency = 0;    // achievable fraction of hbm_tbps for streaming kernels
+  double attention_efficiency = 0; // fraction of peak a fused (flash) attention kernel reaches
+  double eager_launch_us = 0;      // per-kernel overhead in eager mode (dispatch + launch)
+  double compiled_launch_us = 0;   // per-kernel overhead of a compiled graph
+  std::vector<int> gemm_tile;      // [m, n, k]: dims are padded up to these multiples
+  std::vector<EfficiencyPoint> gemm_efficiency;
+};
+
+enum class Topology { Chip, Ring, Torus2D, Switch };
+const char* topology_name(Topology t);
+
+// One level of a system's interconnect: `units` units of the level below.
+struct NetworkLevel {
+  std::string name;
+  Topology topology = Topology::Switch;
+  int units = 1;                  // torus: shape[0] * shape[1]
+  std::vector<int> shape;         // torus: [x, y]
+  double bandwidth_gbps = 0;      // GB/s per chip into this level, one direction, all its links
+  int links_per_chip = 1;         // links the per-chip bandwidth is spread over (torus: 4)
+  double latency_us = 0;          // per step (hop + software)
+  double efficiency = 0;          // achievable fraction of bandwidth_gbps
+};
+
+struct SystemSpec {
+  std::string name, file, chip_name;
+  int chips = 0;                      // per system
+  std::vector<NetworkLevel> levels;   // innermost first; product of units == chips
+  bool has_scale_out = false;
+  NetworkLevel scale_out;             // between systems (EFA / InfiniBand), per chip
+};
+
+// Directory of device/specs (TITAN_DEVICE_SPECS overrides the built-in path).
+std::string specs_dir();
+std::vector<std::string> known_chips();
+std::vector<std::string> known_systems();
+// By name (file stem under specs/chips or specs/systems) or by path to a .yaml.
+// Errors name the file and key; an unknown name lists the known ones.
+ChipSpec load_chip(const std::string& name_or_path);
+SystemSpec load_system(const std::string& name_or_path);
+
+// A chip spec's GEMM efficiency at `gflop` per call (interpolated).
+double gemm_efficiency(const ChipSpec& c, double gflop);
+
+}  // namespace titan::device

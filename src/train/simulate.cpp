@@ -1,0 +1,363 @@
+#include "src/train/simulate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "src/tensor/error.h"
+#include "src/train/metrics.h"
+
+namespace titan {
+
+namespace {
+using namespace titan::device;
+
+std::string f(const char* fmt, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, fmt, v);
+  return b;
+}
+
+// Members of rank 0's group `name` (mesh order: dp_replicate x dp_shard x tp, tp innermost).
+std::vector<int> group_members(const std::string& name, int size, const StepPlan& p, int world) {
+  const int T = (int)p.tp_degree;
+  int stride = 1;
+  if (name == "tp" || name == "world" || name.rfind("tp_kv", 0) == 0) stride = 1;
+  else if (name == "dp_shard" || name == "dp" || name == "ep") stride = T;
+  else if (name == "dp_replicate") stride = world / std::max(1, size);
+  else if (name == "dp_shard_mod_ep") stride = T * (int)p.ep_degree;
+  else stride = std::max(1, world / std::max(1, size));
+  std::vector<int> m(size);
+  for (int i = 0; i < size; ++i) m[i] = i * stride;
+  return m;
+}
+
+bool is_dp_group(const std::string& g) {
+  return g == "dp_shard" || g == "dp" || g == "dp_replicate" || g == "dp_shard_mod_ep" || g == "world";
+}
+
+KernelKind kind_of(const CostEvent& e) {
+  if (e.gemm.batch > 0) return KernelKind::Gemm;
+  if (std::string(e.op).rfind("sdpa", 0) == 0) return KernelKind::Attention;
+  return KernelKind::Other;
+}
+
+// Eager mode prices each titan op as the kernels PyTorch's eager aten
+// decomposition launches for it (TorchTitan's modules, bf16 activations with
+// float32 upcasts in norms, RoPE and the loss): kernels launched and memory
+// traffic relative to titan's single fused kernel. Ops not listed: 1 and 1.
+struct EagerDecomposition {
+  const char* op;
+  int kernels;
+  double traffic;
+};
+constexpr EagerDecomposition kEager[] = {
+    {"rms_norm", 7, 8.0},             // float(), pow, mean, add eps, rsqrt, mul, type_as, mul weight
+    {"rms_norm_backward", 10, 8.0},   // autograd of the above (float32 intermediates)
+    {"layer_norm", 2, 2.0},           // native_layer_norm + cast
+    {"layer_norm_backward", 3, 2.0},
+    {"rope", 4, 5.0},                 // float(), view_as_complex * freqs, view_as_real, type_as
+    {"rope_backward", 4, 5.0},
+    {"cross_entropy", 3, 3.0},        // float(), log_softmax, nll_loss
+    {"cross_entropy_backward", 3, 3.0},
+    {"sdpa_backward", 2, 1.2},        // flash backward + the dO*O row-sum preprocessing kernel
+    {"embedding_backward", 2, 1.0},   // zeros + index_add
+    {"softmax", 2, 2.0},
+    {"softmax_backward", 2, 2.0},
+};
+
+const EagerDecomposition* eager_decomposition(const char* op) {
+  for (const auto& d : kEager)
+    if (std::string(d.op) == op) return &d;
+  return nullptr;
+}
+
+std::string class_of(const CostEvent& e) {
+  switch (kind_of(e)) {
+    case KernelKind::Gemm: return "gemm";
+    case KernelKind::Attention: return "attention";
+    default: return std::string(e.op) == "adamw" ? "optimizer" : "elementwise";
+  }
+}
+}  // namespace
+
+SimResult simulate_step(const JobConfig& cfg, int world) {
+  const double t0 = process_seconds();
+  StepPlan plan = plan_step(cfg, world, /*with_events=*/true);
+  SimResult r = simulate_plan(cfg, plan);
+  r.plan_seconds = process_seconds() - t0;
+  return r;
+}
+
+SimResult simulate_plan(const JobConfig& cfg, const StepPlan& plan) {
+  const auto& sc = cfg.simulation;
+  SimResult r;
+  SystemSpec sys;
+  ChipSpec chip;
+  try {
+    sys = load_system(sc.system);
+    chip = load_chip(sc.chip.empty() ? sys.chip_name : sc.chip);
+  } catch (const std::exception& e) {
+    fail("simulation: ", e.what());
+  }
+  const int world = plan.world, rpc = (int)sc.ranks_per_chip;
+  TITAN_CHECK(world % rpc == 0, "simulation: world size ", world, " is not divisible by ranks_per_chip ", rpc,
+              " (each chip holds ranks_per_chip ranks)");
+  r.world = world;
+  r.ranks_per_chip = rpc;
+  r.chips = world / rpc;
+  r.systems = (r.chips + sys.chips - 1) / sys.chips;
+  const int64_t capacity = (int64_t)sys.chips * sc.num_systems;
+  TITAN_CHECK(r.chips <= capacity, "simulation: ", world, " ranks at ", rpc, " ranks per chip need ", r.chips,
+              " chips, but system '", sys.name, "' holds ", sys.chips, " chips x num_systems ", sc.num_systems, " = ",
+              capacity, "; raise simulation.num_systems to ", r.systems,
+              sys.has_scale_out ? "" : " (this system has no scale_out network: pick a larger system)",
+              ", raise ranks_per_chip, or lower the world size");
+  TITAN_CHECK(r.systems == 1 || sys.has_scale_out, "simulation: ", r.chips, " chips span ", r.systems,
+              " systems of '", sys.name, "', which defines no scale_out network (", sys.file, ")");
+  r.chip = chip.name;
+  r.system = sys.name + (r.systems > 1 ? " x" + std::to_string(r.systems) : "");
+  r.mode = sc.mode;
+  r.layout = plan.layout;
+  const ExecMode mode = parse_exec_mode(sc.mode);
+  const double act_scale = sc.param_dtype == "bfloat16" ? 0.5 : 1.0;  // the meta run is float32
+  const double red_scale = sc.reduce_dtype == "bfloat16" ? 0.5 : 1.0;
+
+  // ---- schedule ----
+  double tc = 0;  // compute stream clock
+  std::map<std::string, double> stream_free;
+  struct Pending { double end; std::string kind; int64_t span; };
+  std::map<int64_t, Pending> inflight;
+  std::map<std::string, std::string> algo_of;
+  struct Fused { double flops = 0, bytes = 0; int n = 0; std::string name; } fused;
+  auto emit_kernel = [&](const std::string& name, const std::string& cls, const Kernel& k) {
+    KernelTime kt = kernel_time(chip, rpc, k, mode);
+    r.spans.push_back({"compute", name, "compute", tc, kt.seconds, k.flops, k.bytes, -1});
+    tc += kt.seconds;
+    r.compute_s += kt.seconds;
+    r.compute_by_class[cls] += kt.seconds - kt.overhead_s;
+    r.compute_by_class["launch overhead"] += kt.overhead_s;
+    ++r.kernels;
+  };
+  auto flush_fused = [&]() {
+    if (fused.n == 0) return;
+    Kernel k;
+    k.flops = fused.flops;
+    k.bytes = fused.bytes;
+    emit_kernel(fused.n == 1 ? fused.name : "fused(" + fused.name + " +" + std::to_string(fused.n - 1) + ")",
+                "elementwise", k);
+    fused = Fused();
+  };
+  for (const CostEvent& e : plan.events) {
+    if (e.kind == CostEvent::Kind::Compute) {
+      Kernel k;
+      k.kind = kind_of(e);
+      k.flops = e.flops;
+      k.bytes = e.bytes * (std::string(e.op) == "adamw" ? 1.0 : act_scale);
+      k.batch = e.gemm.batch;
+      k.m = e.gemm.m;
+      k.n = e.gemm.n;
+      k.k = e.gemm.k;
+      if (e.flops == 0 && e.bytes == 0) continue;
+      if (mode == ExecMode::Compiled && k.kind == KernelKind::Other && std::string(e.op) != "adamw") {
+        // a fused chain reads its inputs and writes its output once: its
+        // traffic is that of its largest member, its arithmetic the sum
+        fused.flops += k.flops;
+        fused.bytes = std::max(fused.bytes, k.bytes);
+        if (fused.n++ == 0) fused.name = e.op;
+        continue;
+      }
+      flush_fused();
+      const EagerDecomposition* d = mode == ExecMode::Eager ? eager_decomposition(e.op) : nullptr;
+      if (d) {  // the eager kernels share the op's arithmetic and (multiplied) traffic
+        Kernel part = k;
+        part.flops = k.flops / d->kernels;
+        part.bytes = k.bytes * d->traffic / d->kernels;
+        for (int i = 0; i < d->kernels; ++i) emit_kernel(e.op, class_of(e), part);
+      } else {
+        emit_kernel(e.op, class_of(e), k);
+      }
+    } else if (e.kind == CostEvent::Kind::CommStart) {
+      flush_fused();
+      const Collective kind = parse_collective(e.op);
+      const double scale =
+          (kind == Collective::ReduceScatter || kind == Collective::AllReduce) && is_dp_group(e.group) ? red_scale
+                                                                                                        : act_scale;
+      const GroupSpan span = group_span(sys, rpc, group_members(e.group, e.group_size, plan, world));
+      CollectiveTime ct = collective_time(chip, sys, rpc, kind, e.bytes * scale, span);
+      const std::string stream = "comm:" + e.group;
+      const double start = std::max(tc, stream_free[stream]);
+      stream_free[stream] = start + ct.seconds;
+      r.comm_busy_by_group[e.group] += ct.seconds;
+      algo_of[std::string(e.op) + " over " + e.group + " (" + std::to_string(e.group_size) + " ranks)"] = ct.algorithm;
+      int64_t idx = -1;
+      if (ct.seconds > 0) {
+        idx = (int64_t)r.spans.size();
+        r.spans.push_back({stream, e.op, "comm", start, ct.seconds, 0, e.bytes * scale, -1});
+      }
+      inflight[e.comm_id] = {start + ct.seconds, e.op, idx};
+    } else {  // CommWait
+      flush_fused();
+      auto it = inflight.find(e.comm_id);
+      if (it == inflight.end()) continue;
+      if (it->second.end > tc) {
+        const double wait = it->second.end - tc;
+        if (it->second.span >= 0) r.spans[it->second.span].flow_to = (int64_t)r.spans.size();
+        r.spans.push_back({"compute", "wait " + it->second.kind, "idle", tc, wait, 0, 0, -1});
+        r.exposed_comm_s += wait;
+        r.exposed_by_kind[it->second.kind] += wait;
+        tc = it->second.end;
+      }
+      inflight.erase(it);
+    }
+  }
+  flush_fused();
+  r.step_s = tc;
+  for (auto& [s, t] : stream_free) r.step_s = std::max(r.step_s, t);
+  for (auto& [k, v] : algo_of) r.algorithms += (r.algorithms.empty() ? "" : "; ") + k + ": " + v;
+
+  // ---- throughput ----
+  r.tokens_per_step = (double)plan.tokens_per_rank * (double)plan.dp_degree;
+  r.tokens_per_s = r.step_s > 0 ? r.tokens_per_step / r.step_s : 0;
+  r.tokens_per_s_per_chip = r.tokens_per_s / r.chips;
+  r.model_flops_per_token = plan.model_flops_per_token;
+  r.tflops_per_chip = r.tokens_per_s * plan.model_flops_per_token / r.chips / 1e12;
+  r.mfu = r.tflops_per_chip / chip.mfu_peak_tflops;
+  r.hardware_flops_per_rank = plan.flops;
+  r.hfu = r.step_s > 0 ? plan.flops * rpc / r.step_s / 1e12 / chip.mfu_peak_tflops : 0;
+
+  // ---- memory per chip ----
+  const auto& m = plan.memory;
+  auto pk = [&](MemoryCategory c) { return (double)m.peak[(int)c] * rpc; };
+  r.memory.params = pk(MemoryCategory::Parameters);
+  r.memory.grads = pk(MemoryCategory::Gradients);
+  r.memory.optimizer = pk(MemoryCategory::OptimizerState);
+  r.memory.activations = pk(MemoryCategory::Activations) * act_scale;
+  r.memory.communication = pk(MemoryCategory::Communication) * act_scale;
+  r.memory.other = pk(MemoryCategory::Other);
+  r.hbm_bytes = chip.hbm_gib * (double)(1LL << 30);
+  r.oom = r.memory.total() > r.hbm_bytes;
+  if (r.oom) {
+    std::ostringstream a;
+    const double over = r.memory.total() - r.hbm_bytes;
+    a << "over by " << f("%.1f", over / (1 << 30)) << " GiB; ";
+    if (cfg.activation_checkpoint.mode != "full" && r.memory.activations > over)
+      a << "activation_checkpoint.mode full would cut the " << f("%.1f", r.memory.activations / (1 << 30))
+        << " GiB of activations; ";
+    const double states = r.memory.params + r.memory.grads + r.memory.optimizer;
+    if (plan.dp_degree > 0)
+      a << "parameters + gradients + optimizer state (" << f("%.1f", states / (1 << 30))
+        << " GiB) shrink with more data_parallel_shard ranks (more chips); ";
+    a << "a smaller training.local_batch_size or seq_len shrinks activations; or a chip with more HBM";
+    r.oom_advice = a.str();
+  }
+  return r;
+}
+
+std::vector<std::string> describe_simulation(const SimResult& r) {
+  std::vector<std::string> out;
+  auto gib = [](double b) { return f("%.2f", b / (1 << 30)); };
+  out.push_back("simulated " + std::to_string(r.chips) + " x " + r.chip + " (" + r.system + "), " +
+                std::to_string(r.world) + " ranks at " + std::to_string(r.ranks_per_chip) + " per chip, " + r.layout +
+                ", " + r.mode + " mode");
+  out.push_back("sim step: " + f("%.3f", r.step_s) + " s  tps: " + f("%.0f", r.tokens_per_s) + " (" +
+                f("%.1f", r.tokens_per_s_per_chip) + " per chip)  tflops: " + f("%.1f", r.tflops_per_chip) +
+                " per chip  mfu: " + f("%.2f", 100 * r.mfu) + "%  (hardware FLOPs incl. recompute: " +
+                f("%.2f", 100 * r.hfu) + "%)");
+  std::string cb = "sim time: compute " + f("%.3f", r.compute_s) + " s (";
+  bool first = true;
+  for (auto& [k, v] : r.compute_by_class) {
+    cb += (first ? "" : ", ") + k + " " + f("%.3f", v);
+    first = false;
+  }
+  cb += "), " + std::to_string(r.kernels) + " kernels; exposed communication " + f("%.3f", r.exposed_comm_s) + " s";
+  if (!r.exposed_by_kind.empty()) {
+    cb += " (";
+    first = true;
+    for (auto& [k, v] : r.exposed_by_kind) {
+      cb += (first ? "" : ", ") + k + " " + f("%.3f", v);
+      first = false;
+    }
+    cb += ")";
+  }
+  out.push_back(cb);
+  std::string cm = "sim communication busy per stream:";
+  for (auto& [g, v] : r.comm_busy_by_group) cm += " " + g + " " + f("%.3f", v) + " s";
+  out.push_back(cm);
+  out.push_back("sim collectives: " + r.algorithms);
+  out.push_back("sim memory per chip: " + gib(r.memory.total()) + " / " + gib(r.hbm_bytes) + " GiB (parameters " +
+                gib(r.memory.params) + ", gradients " + gib(r.memory.grads) + ", optimizer " +
+                gib(r.memory.optimizer) + ", activations " + gib(r.memory.activations) + ", communication " +
+                gib(r.memory.communication) + ", other " + gib(r.memory.other) + ")");
+  if (r.oom) out.push_back("sim OUT OF MEMORY on " + r.chip + ": " + r.oom_advice);
+  return out;
+}
+
+void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips) {
+  std::ofstream o(path);
+  TITAN_CHECK(o.good(), "simulation.trace_file: cannot write '", path, "'");
+  n_chips = std::max(1, std::min(n_chips, r.chips));
+  // stream -> tid
+  std::map<std::string, int> tid;
+  tid["compute"] = 0;
+  for (const auto& s : r.spans)
+    if (!tid.count(s.stream)) tid[s.stream] = (int)tid.size() * 100;
+  auto esc = [](const std::string& s) {
+    std::string e;
+    for (char c : s) {
+      if (c == '"' || c == '\\') e += '\\';
+      e += c;
+    }
+    return e;
+  };
+  o << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"chip\":\"" << esc(r.chip) << "\",\"system\":\"" << esc(r.system)
+    << "\",\"mode\":\"" << r.mode << "\",\"step_s\":" << r.step_s << "},\"traceEvents\":[\n";
+  bool first = true;
+  auto sep = [&]() {
+    if (!first) o << ",\n";
+    first = false;
+  };
+  int64_t flow = 0;
+  for (int c = 0; c < n_chips; ++c) {
+    sep();
+    o << "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" << c << ",\"args\":{\"name\":\"chip " << c << " ("
+      << esc(r.chip) << ")\"}}";
+    for (int k = 0; k < r.ranks_per_chip; ++k) {
+      sep();
+      o << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << c << ",\"tid\":" << k << ",\"args\":{\"name\":\"rank "
+        << c * r.ranks_per_chip + k << " compute\"}}";
+    }
+    for (auto& [s, t] : tid)
+      if (s != "compute") {
+        sep();
+        o << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << c << ",\"tid\":" << t << ",\"args\":{\"name\":\""
+          << esc(s) << "\"}}";
+      }
+    for (int k = 0; k < (c == 0 ? r.ranks_per_chip : 1); ++k)  // chip 0: every rank; others: their first rank
+      for (size_t i = 0; i < r.spans.size(); ++i) {
+        const SimSpan& s = r.spans[i];
+        if (k > 0 && s.stream != "compute") continue;
+        const int t = s.stream == "compute" ? k : tid[s.stream];
+        sep();
+        o << "{\"ph\":\"X\",\"pid\":" << c << ",\"tid\":" << t << ",\"name\":\"" << esc(s.name) << "\",\"cat\":\""
+          << s.category << "\",\"ts\":" << f("%.3f", s.start * 1e6) << ",\"dur\":" << f("%.3f", s.dur * 1e6)
+          << ",\"args\":{\"flops\":" << s.flops << ",\"bytes\":" << s.bytes << "}}";
+        if (s.flow_to >= 0 && k == 0) {
+          const SimSpan& w = r.spans[s.flow_to];
+          sep();
+          o << "{\"ph\":\"s\",\"id\":" << flow << ",\"pid\":" << c << ",\"tid\":" << t << ",\"name\":\"waits\",\"cat\":\"dep\",\"ts\":"
+            << f("%.3f", (s.start + s.dur) * 1e6 - 0.001) << "}";
+          sep();
+          o << "{\"ph\":\"f\",\"bp\":\"e\",\"id\":" << flow << ",\"pid\":" << c << ",\"tid\":0,\"name\":\"waits\",\"cat\":\"dep\",\"ts\":"
+            << f("%.3f", (w.start + w.dur) * 1e6) << "}";
+          ++flow;
+        }
+      }
+  }
+  o << "\n]}\n";
+  TITAN_CHECK(o.good(), "simulation.trace_file: write to '", path, "' failed");
+}
+
+}  // namespace titan

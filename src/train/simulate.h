@@ -1,0 +1,73 @@
+// src/train/simulate.h — the simulated UltraServer: one training step of a
+// job, run on meta tensors as `world` ranks in one process (plan.h), priced
+// on a chip and system (device/cost_model.h) and scheduled on streams:
+//
+//   compute stream   every kernel in program order (eager: one per op;
+//                    compiled: runs of elementwise ops fused into one kernel)
+//   comm:<group>     one stream per process group; a collective starts when
+//                    the program issues it and its group's stream is free
+//   waits            the compute stream stalls until the collective it waits
+//                    for has finished: exposed communication
+//
+// The dependencies are the real program's: FSDP prefetches (all-gather
+// issued a block ahead), reduce-scatters left in flight during backward, TP
+// and MoE dispatch/combine waited on at once. SPMD: every rank runs the same
+// timeline (MoE routing assumed balanced), so rank 0's is the step's.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "device/cost_model.h"
+#include "src/config/job_config.h"
+#include "src/train/plan.h"
+
+namespace titan {
+
+struct SimSpan {  // one slice of the timeline (seconds from the step's start)
+  std::string stream, name, category;  // category: compute | comm | idle
+  double start = 0, dur = 0;
+  double flops = 0, bytes = 0;
+  int64_t flow_to = -1;  // comm -> index of the idle span that waited for it
+};
+
+struct SimMemory {  // bytes per chip
+  double params = 0, grads = 0, optimizer = 0, activations = 0, communication = 0, other = 0;
+  double total() const { return params + grads + optimizer + activations + communication + other; }
+};
+
+struct SimResult {
+  std::string chip, system, mode, layout, algorithms;
+  int world = 1, ranks_per_chip = 1, chips = 1, systems = 1;
+  double step_s = 0;               // simulated step time
+  double compute_s = 0;            // busy time of the compute stream
+  double exposed_comm_s = 0;       // compute stream waiting for collectives
+  std::map<std::string, double> exposed_by_kind, comm_busy_by_group;
+  std::map<std::string, double> compute_by_class;  // gemm / attention / elementwise / optimizer / launch overhead
+  int64_t kernels = 0;
+  double tokens_per_step = 0, tokens_per_s = 0, tokens_per_s_per_chip = 0;
+  double model_flops_per_token = 0, tflops_per_chip = 0, mfu = 0, hfu = 0;
+  double hardware_flops_per_rank = 0;
+  SimMemory memory;  // per chip
+  double hbm_bytes = 0;
+  bool oom = false;
+  std::string oom_advice;
+  std::vector<SimSpan> spans;  // rank 0's timeline
+  double plan_seconds = 0;
+};
+
+// Runs the meta step of `cfg` as `world` ranks and simulates it on
+// cfg.simulation's system. Errors (unknown chip/system, a world the system
+// cannot hold, ranks_per_chip that do not divide the world) name the numbers.
+SimResult simulate_step(const JobConfig& cfg, int world);
+// Prices an already planned step (events recorded) — simulate_step's second half.
+SimResult simulate_plan(const JobConfig& cfg, const StepPlan& plan);
+
+// The report lines (TorchTitan-style) of a simulated step.
+std::vector<std::string> describe_simulation(const SimResult& r);
+// Chrome-trace JSON (Perfetto): a process per chip (the first n_chips), a
+// thread per stream (compute per rank on the chip, each collective group),
+// flow arrows from a collective to the stall it ends, idle slices for stalls.
+void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips);
+
+}  // namespace titan
