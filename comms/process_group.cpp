@@ -475,8 +475,9 @@ Tensor ProcessGroup::recv(const Shape& shape, DType dtype, int src, int tag) {
   return out;
 }
 
-std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key, const std::string& name) {
-  if (fake_) return fake(0, 1, name);
+std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key, const std::string& name, int fake_rank,
+                                                   int fake_size) {
+  if (fake_) return fake(fake_rank, fake_size, name);
   MPI_Comm c = comm_, out = nullptr;
   submit("comm_split", name_, 0, [&, c]() { check_mpi(MPI_Comm_split(c, color, key, &out), "comm_split"); }).wait();
   auto pg = std::make_shared<ProcessGroup>(out, name);

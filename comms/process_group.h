@@ -100,7 +100,10 @@ class ProcessGroup {
   Tensor recv(const Shape& shape, DType dtype, int src, int tag = 0);
   void barrier();
   // Sub-groups: ranks with the same color, ordered by key (collective over this group).
-  std::shared_ptr<ProcessGroup> split(int color, int key, const std::string& name);
+  // A fake group cannot count the ranks of a color: the caller says this
+  // rank's place and the sub-group's size (ignored by real groups).
+  std::shared_ptr<ProcessGroup> split(int color, int key, const std::string& name, int fake_rank = 0,
+                                      int fake_size = 1);
 
   std::pair<Tensor, Work> all_reduce_async(const Tensor& x, ReduceOp op = ReduceOp::Sum);
   std::pair<Tensor, Work> all_gather_async(const Tensor& x, int64_t dim = 0, const std::vector<int64_t>& sizes = {});

@@ -95,7 +95,8 @@ std::function<void()> apply_tp(qwen3::Qwen3& model, comms::DeviceMesh& mesh, std
     TITAN_CHECK(tp % a.n_kv_heads == 0, "tensor parallel: tensor_parallel_degree (", tp,
                 ") must be a multiple of n_kv_heads (", a.n_kv_heads, ") when it exceeds it");
     kv_head = r / (tp / a.n_kv_heads);
-    kv_group = mesh.tp->split((int)kv_head, r, "tp_kv" + std::to_string(kv_head));
+    kv_group = mesh.tp->split((int)kv_head, r, "tp_kv" + std::to_string(kv_head), (int)(r % (tp / a.n_kv_heads)),
+                              (int)(tp / a.n_kv_heads));
   } else {
     kv_rows = by_heads(a.n_kv_heads, a.head_dim, tp, "n_kv_heads");
   }
@@ -256,8 +257,9 @@ ParallelModel parallelize(CausalLM& model, comms::DeviceMesh& mesh, const Parall
     const int64_t ep = opt.expert_parallel, S = mesh.dp_shard->size(), sr = mesh.dp_shard->rank();
     TITAN_CHECK(S % ep == 0, "parallelism: expert_parallel_degree ", ep,
                 " must divide the data-parallel shard degree ", S, " (ep borrows its ranks from dp_shard)");
-    comms::PG ep_group = mesh.dp_shard->split((int)(sr / ep), (int)(sr % ep), "ep");
-    comms::PG expert_dp = mesh.dp_shard->split((int)(sr % ep), (int)(sr / ep), "dp_shard_mod_ep");
+    comms::PG ep_group = mesh.dp_shard->split((int)(sr / ep), (int)(sr % ep), "ep", (int)(sr % ep), (int)ep);
+    comms::PG expert_dp =
+        mesh.dp_shard->split((int)(sr % ep), (int)(sr / ep), "dp_shard_mod_ep", (int)(sr / ep), (int)(S / ep));
     apply_ep(*oss, ep_group, pm.specs);
     // expert weights: sharded over the ranks holding the same experts; their gradient gathered
     // every ep rank's tokens already, so the dp average is 1/ep of the group average

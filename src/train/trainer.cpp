@@ -93,6 +93,14 @@ TrainResult train(const JobConfig& cfg) {
   mesh.world_pg->barrier();
   if (cfg.job.print_args) log_info("effective config:\n" + cfg_text);
   log_info("parallelism: " + mesh.describe() + (dp > 1 || mesh.degrees.tp > 1 ? "" : " (single rank)"));
+  // ---- simulated figures of this very job on the configured system (each rank mapped to a chip)
+  std::string sim_suffix;
+  if (!cfg.simulation.system.empty()) {
+    SimResult sim = simulate_step(cfg, mesh.world);
+    for (const auto& l : describe_simulation(sim)) log_info(l);
+    const double tps_rank = sim.tokens_per_s / (sim.world / std::max<int64_t>(1, mesh.degrees.tp));
+    sim_suffix = "  sim[" + sim.chip + "]: tps " + with_commas(tps_rank) + " mfu " + fmt("%.2f", 100.0 * sim.mfu) + "%";
+  }
 
   // ---- data, model
   const int64_t B = cfg.training.local_batch_size, S = cfg.training.seq_len;
@@ -317,6 +325,7 @@ TrainResult train(const JobConfig& cfg) {
       if (mesh.world > 1)
         line += "  comm: " + fmt("%.0f", 100.0 * comm_exposed / dt) + "% exposed (" +
                 fmt("%.0f", 100.0 * comm_busy / dt) + "% busy)";
+      line += sim_suffix;
       log_info(line);
       if (jsonl)
         jsonl->write("{\"step\": " + std::to_string(step) + ", \"loss\": " + fmt("%.8f", sm.loss) +
