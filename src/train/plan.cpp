@@ -11,10 +11,11 @@
 
 namespace titan {
 
-StepPlan plan_step(const JobConfig& cfg, int world, bool with_events) {
+StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device device) {
+  TITAN_CHECK(device == Device::Meta || world == 1, "plan_step: a real (cpu) step plays one rank, not ", world);
   StepPlan plan;
   plan.world = world;
-  auto& mt = MemoryTracker::get(Device::Meta);
+  auto& mt = MemoryTracker::get(device);
   const MemoryStats before = mt.stats();
   mt.reset_peak();
   {
@@ -26,7 +27,7 @@ StepPlan plan_step(const JobConfig& cfg, int world, bool with_events) {
     plan.dp_degree = mesh.degrees.dp_replicate * mesh.degrees.dp_shard;
     plan.tp_degree = mesh.degrees.tp;
     plan.ep_degree = cfg.parallelism.expert_parallel_degree;
-    DeviceScope meta(Device::Meta);
+    DeviceScope on(device);
     auto model = build_model(cfg.model);
     model->set_activation_checkpoint(cfg.activation_checkpoint.mode == "full");
     parallel::ParallelModel pm = parallel::parallelize(
@@ -43,9 +44,9 @@ StepPlan plan_step(const JobConfig& cfg, int world, bool with_events) {
     std::unique_ptr<CostTrace> trace;
     if (with_events) trace = std::make_unique<CostTrace>();
     CostScope cs;
-    Tensor tokens = empty({B, S}, DType::I64);
+    Tensor tokens = zeros({B, S}, DType::I64);
     Tensor logits = model->forward(tokens);
-    Tensor loss = cross_entropy(logits.reshape({-1, model->vocab_size()}), empty({B * S}, DType::I64));
+    Tensor loss = cross_entropy(logits.reshape({-1, model->vocab_size()}), zeros({B * S}, DType::I64));
     logits = Tensor();
     loss.backward();
     opt.step(cfg.optimizer.lr);

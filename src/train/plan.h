@@ -27,7 +27,9 @@ struct StepPlan {
   std::vector<CostEvent> events;       // rank 0's kernels and collectives in program order (with_events)
 };
 
-StepPlan plan_step(const JobConfig& cfg, int world, bool with_events = false);
+// device Meta (planning) or, for world 1, CPU: the same step really computed
+// (tests hold the meta counts and memory to the real ones).
+StepPlan plan_step(const JobConfig& cfg, int world, bool with_events = false, Device device = Device::Meta);
 std::string describe_plan(const StepPlan& p);
 
 }  // namespace titan

@@ -188,8 +188,9 @@ SimResult simulate_plan(const JobConfig& cfg, const StepPlan& plan) {
       const GroupSpan span = group_span(sys, rpc, group_members(e.group, e.group_size, plan, world));
       CollectiveTime ct = collective_time(chip, sys, rpc, kind, e.bytes * scale, span);
       const std::string stream = "comm:" + e.group;
-      const double start = std::max(tc, stream_free[stream]);
-      stream_free[stream] = start + ct.seconds;
+      // a free collective (group of one) neither queues nor occupies its stream
+      const double start = ct.seconds > 0 ? std::max(tc, stream_free[stream]) : tc;
+      if (ct.seconds > 0) stream_free[stream] = start + ct.seconds;
       r.comm_busy_by_group[e.group] += ct.seconds;
       algo_of[std::string(e.op) + " over " + e.group + " (" + std::to_string(e.group_size) + " ranks)"] = ct.algorithm;
       int64_t idx = -1;

@@ -1,0 +1,367 @@
+// The simulated UltraServer: cost formulas against hand-computed cases, spec
+// files and their errors, meta runs against real ones, the published runs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "device/cost_model.h"
+#include "src/config/job_config.h"
+#include "src/tensor/error.h"
+#include "src/train/plan.h"
+#include "src/train/simulate.h"
+
+using namespace titan;
+using namespace titan::device;
+namespace fs = std::filesystem;
+
+namespace {
+ChipSpec test_chip() {
+  ChipSpec c;
+  c.name = "test";
+  c.cores = 1;
+  c.peak_tflops = c.mfu_peak_tflops = 100;
+  c.vector_tflops = 10;
+  c.hbm_gib = 10;
+  c.hbm_tbps = 2;
+  c.memory_efficiency = 0.5;
+  c.attention_efficiency = 0.5;
+  c.eager_launch_us = 10;
+  c.compiled_launch_us = 1;
+  c.gemm_tile = {128, 128, 128};
+  c.gemm_efficiency = {{1, 0.5}, {100, 0.9}};
+  return c;
+}
+
+SystemSpec one_level(Topology t, int units, double gbps, int links, double latency_us, std::vector<int> shape = {}) {
+  SystemSpec s;
+  s.name = "test-system";
+  s.chips = units;
+  NetworkLevel l;
+  l.name = "net";
+  l.topology = t;
+  l.units = units;
+  l.shape = shape;
+  l.bandwidth_gbps = gbps;
+  l.links_per_chip = links;
+  l.latency_us = latency_us;
+  l.efficiency = 1.0;
+  s.levels.push_back(l);
+  return s;
+}
+
+std::vector<int> iota(int n, int stride = 1) {
+  std::vector<int> v(n);
+  for (int i = 0; i < n; ++i) v[i] = i * stride;
+  return v;
+}
+
+JobConfig config(const std::string& rel, const std::vector<std::string>& overrides = {}) {
+  JobConfig c = load_job_config_file(std::string(TITAN_SOURCE_DIR) + "/" + rel, overrides);
+  c.job.print_args = false;
+  return c;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+// ---- kernels: roofline ------------------------------------------------------------
+TEST(CostModel, RooflineGemmIsComputeBoundWithTableEfficiency) {
+  ChipSpec c = test_chip();
+  Kernel k;
+  k.kind = KernelKind::Gemm;
+  k.batch = 1;
+  k.m = k.n = k.k = 4096;  // 137 GFLOP: the table's top efficiency 0.9
+  k.flops = 2.0 * 4096 * 4096 * 4096;
+  k.bytes = 3.0 * 4096 * 4096 * 2;
+  KernelTime t = kernel_time(c, 1, k, ExecMode::Compiled);
+  EXPECT_NEAR(t.compute_s, k.flops / (100e12 * 0.9), 1e-12);
+  EXPECT_NEAR(t.memory_s, k.bytes / (2e12 * 0.5), 1e-12);
+  EXPECT_NEAR(t.seconds, t.compute_s + 1e-6, 1e-12);
+  // two ranks per chip: half the chip each
+  EXPECT_NEAR(kernel_time(c, 2, k, ExecMode::Compiled).compute_s, 2 * t.compute_s, 1e-12);
+  // tile padding: m = 1 costs a whole 128-row tile
+  k.m = 1;
+  k.flops = 2.0 * 4096 * 4096;
+  KernelTime t1 = kernel_time(c, 1, k, ExecMode::Eager);
+  const double eff = 0.5;  // 0.034 GFLOP: below the table, clamped to its first point
+  EXPECT_NEAR(t1.compute_s, 2.0 * 128 * 4096 * 4096 / (100e12 * eff), 1e-12);
+  EXPECT_NEAR(t1.overhead_s, 10e-6, 1e-15);
+}
+
+TEST(CostModel, RooflineElementwiseIsMemoryBound) {
+  ChipSpec c = test_chip();
+  Kernel k;
+  k.flops = 1e6;
+  k.bytes = 1e9;
+  KernelTime t = kernel_time(c, 1, k, ExecMode::Eager);
+  EXPECT_NEAR(t.memory_s, 1e9 / 1e12, 1e-15);  // 2 TB/s at 50%
+  EXPECT_NEAR(t.compute_s, 1e6 / 10e12, 1e-15);
+  EXPECT_NEAR(t.seconds, 1e-3 + 10e-6, 1e-12);
+}
+
+TEST(CostModel, GemmEfficiencyInterpolatesInLogGflop) {
+  ChipSpec c = test_chip();
+  EXPECT_DOUBLE_EQ(gemm_efficiency(c, 0.01), 0.5);
+  EXPECT_DOUBLE_EQ(gemm_efficiency(c, 1000), 0.9);
+  EXPECT_NEAR(gemm_efficiency(c, 10), 0.7, 1e-12);  // halfway in log10 between 1 and 100
+}
+
+// ---- collectives ------------------------------------------------------------------
+TEST(CostModel, RingAllReduceHandComputed) {
+  ChipSpec c = test_chip();
+  // 8 chips on a ring, 200 GB/s per chip over 2 links, 5 us per step
+  SystemSpec s = one_level(Topology::Ring, 8, 200, 2, 5);
+  GroupSpan g = group_span(s, 1, iota(8));
+  ASSERT_EQ(g.size(), 8);
+  const double S = 1e9;
+  CollectiveTime t = collective_time(c, s, 1, Collective::AllReduce, S, g);
+  // reduce-scatter + all-gather: 2 * ((n-1)/n * S / B + (n-1) * alpha)
+  EXPECT_NEAR(t.seconds, 2 * (7.0 / 8 * S / 200e9 + 7 * 5e-6), 1e-12);
+  EXPECT_NE(t.algorithm.find("ring"), std::string::npos);
+  CollectiveTime ag = collective_time(c, s, 1, Collective::AllGather, S, g);
+  EXPECT_NEAR(ag.seconds, 7.0 / 8 * S / 200e9 + 7 * 5e-6, 1e-12);
+}
+
+TEST(CostModel, SwitchUsesHalvingDoublingForPowersOfTwo) {
+  ChipSpec c = test_chip();
+  SystemSpec s = one_level(Topology::Switch, 8, 100, 1, 5);
+  CollectiveTime t = collective_time(c, s, 1, Collective::ReduceScatter, 1e9, group_span(s, 1, iota(8)));
+  EXPECT_NEAR(t.seconds, 7.0 / 8 * 1e9 / 100e9 + 3 * 5e-6, 1e-12);  // log2(8) steps
+  EXPECT_NE(t.algorithm.find("halving-doubling"), std::string::npos);
+}
+
+TEST(CostModel, TorusAllToAllIsBisectionBound) {
+  ChipSpec c = test_chip();
+  // 4x4 torus, 1024 GB/s per chip over 4 links: bisection = 2 * 4 links of 256 GB/s each way
+  SystemSpec s = one_level(Topology::Torus2D, 16, 1024, 4, 0, {4, 4});
+  GroupSpan g = group_span(s, 1, iota(16));
+  const double S = 1.6e9;             // sent per rank
+  const double D = S * 15.0 / 16.0;   // leaving the chip
+  CollectiveTime t = collective_time(c, s, 1, Collective::AllToAll, S, g);
+  const double bisection = (16 * D / 4) / (8 * 256e9);
+  EXPECT_GT(bisection, D / 1024e9);  // the injection bound is the looser one
+  EXPECT_NEAR(t.seconds, bisection, 1e-12);
+  EXPECT_NE(t.algorithm.find("bisection-bound"), std::string::npos);
+  // torus all-gather uses all 4 links: rings along x and y
+  CollectiveTime ag = collective_time(c, s, 1, Collective::AllGather, S, g);
+  EXPECT_NEAR(ag.seconds, 15.0 / 16 * S / 1024e9, 1e-12);
+  // a group along one row of the torus (4 chips, x) gets only that ring's 2 links
+  GroupSpan row = group_span(s, 1, iota(4));
+  EXPECT_EQ(row.torus_extent[0], (std::vector<int>{4, 1}));
+  EXPECT_NEAR(collective_time(c, s, 1, Collective::AllGather, S, row).seconds, 3.0 / 4 * S / 512e9, 1e-12);
+}
+
+TEST(CostModel, HierarchicalAllGatherSendsSmallChunksOverTheSlowLevel) {
+  ChipSpec c = test_chip();
+  SystemSpec s = one_level(Topology::Switch, 4, 400, 1, 0);
+  s.has_scale_out = true;
+  s.scale_out = s.levels[0];
+  s.scale_out.name = "scale-out";
+  s.scale_out.units = 1;
+  s.scale_out.bandwidth_gbps = 50;
+  // 2 ranks per chip, 2 systems: 16 ranks = 2 (chip) x 4 (switch) x 2 (systems)
+  GroupSpan g = group_span(s, 2, iota(16));
+  EXPECT_EQ(g.ranks_on_chip, 2);
+  EXPECT_EQ(g.units[0], 4);
+  EXPECT_EQ(g.systems, 2);
+  const double S = 1.6e9;
+  const double chip_bw = 2e12 * 0.5 / 2;  // copies through HBM: read + write
+  const double expect = (1.0 / 2) * S / chip_bw * 2            // chip: (2-1)/2 S, both ranks of the chip
+                        + (3.0 / 8) * S * 2 / 400e9             // switch: (4-1) S / (2*4)
+                        + (1.0 / 16) * S * 2 / 50e9             // scale-out: (2-1) S / 16
+                        + 1e-6;                                 // on-chip step latency
+  CollectiveTime t = collective_time(c, s, 2, Collective::AllGather, S, g);
+  EXPECT_NEAR(t.seconds, expect, 1e-9);
+}
+
+// ---- spec files --------------------------------------------------------------------
+TEST(HardwareSpecs, ShippedSpecsLoad) {
+  for (const auto& n : known_chips()) EXPECT_NO_THROW(load_chip(n)) << n;
+  for (const auto& n : known_systems()) {
+    SystemSpec s = load_system(n);
+    EXPECT_NO_THROW(load_chip(s.chip_name)) << n;
+  }
+  ChipSpec t2 = load_chip("trainium2");
+  EXPECT_EQ(t2.cores, 8);
+  EXPECT_DOUBLE_EQ(t2.mfu_peak_tflops, 632);
+  EXPECT_DOUBLE_EQ(t2.headline_tflops, 667);
+  EXPECT_DOUBLE_EQ(t2.hbm_gib, 96);
+  SystemSpec us = load_system("trn2-ultraserver");
+  EXPECT_EQ(us.chips, 64);
+  ASSERT_EQ(us.levels.size(), 2u);
+  EXPECT_EQ(us.levels[0].topology, Topology::Torus2D);
+  EXPECT_DOUBLE_EQ(us.levels[1].bandwidth_gbps, 256);
+}
+
+TEST(HardwareSpecs, ErrorsNameTheFileAndKey) {
+  const fs::path dir = fs::temp_directory_path() / "titan_specs_test";
+  fs::create_directories(dir);
+  const std::string good = std::string(TITAN_SOURCE_DIR) + "/device/specs/chips/trainium2.yaml";
+  std::string text;
+  {
+    std::ifstream in(good);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto write = [&](const std::string& name, const std::string& t) {
+    const std::string p = (dir / name).string();
+    std::ofstream(p) << t;
+    return p;
+  };
+  std::string missing = text;
+  missing.erase(missing.find("hbm_tbps:"), missing.find('\n', missing.find("hbm_tbps:")) - missing.find("hbm_tbps:"));
+  const std::string p1 = write("missing.yaml", missing);
+  std::string e = error_of([&] { load_chip(p1); });
+  EXPECT_NE(e.find("missing.yaml"), std::string::npos) << e;
+  EXPECT_NE(e.find("'hbm_tbps'"), std::string::npos) << e;
+  std::string neg = text;
+  neg.replace(neg.find("hbm_gib: 96"), 11, "hbm_gib: -96");
+  const std::string p2 = write("negative.yaml", neg);
+  e = error_of([&] { load_chip(p2); });
+  EXPECT_NE(e.find("negative.yaml"), std::string::npos) << e;
+  EXPECT_NE(e.find("'hbm_gib' must be > 0"), std::string::npos) << e;
+  e = error_of([&] { load_chip("trainium9"); });
+  EXPECT_NE(e.find("unknown chip 'trainium9'"), std::string::npos) << e;
+  EXPECT_NE(e.find("trainium2"), std::string::npos) << e;  // lists the known ones
+  EXPECT_NE(e.find("h100-sxm"), std::string::npos) << e;
+  e = error_of([&] { load_system("trn4-ultraserver"); });
+  EXPECT_NE(e.find("known systems"), std::string::npos) << e;
+  EXPECT_NE(e.find("trn2-ultraserver"), std::string::npos) << e;
+  fs::remove_all(dir);
+}
+
+TEST(Simulation, BadLayoutsAreRefusedWithTheNumbers) {
+  JobConfig c = config("configs/qwen3_32b.yaml");
+  c.simulation.world_size = 128;  // 32 chips at 4 per chip: a 16-chip instance cannot hold them
+  c.parallelism.data_parallel_shard_degree = -1;
+  std::string e = error_of([&] { simulate_step(c, 128); });
+  EXPECT_NE(e.find("need 32 chips"), std::string::npos) << e;
+  EXPECT_NE(e.find("holds 16 chips"), std::string::npos) << e;
+  EXPECT_NE(e.find("num_systems to 2"), std::string::npos) << e;
+  e = error_of([&] { simulate_step(c, 62); });
+  EXPECT_NE(e.find("not divisible by ranks_per_chip 4"), std::string::npos) << e;
+  c.simulation.system = "nope";
+  e = error_of([&] { simulate_step(c, 64); });
+  EXPECT_NE(e.find("unknown system 'nope'"), std::string::npos) << e;
+  // a layout that does not fit the ranks
+  JobConfig d = config("configs/qwen3_32b.yaml", {"parallelism.tensor_parallel_degree", "3"});
+  e = error_of([&] { simulate_step(d, 64); });
+  EXPECT_NE(e.find("world size 64"), std::string::npos) << e;
+}
+
+// ---- meta runs against real ones ---------------------------------------------------
+TEST(Simulation, MetaCountsEqualTheRealModel) {
+  JobConfig c = config("configs/qwen3_debug.yaml", {"training.local_batch_size", "2", "training.seq_len", "64"});
+  StepPlan meta = plan_step(c, 1, /*with_events=*/true, Device::Meta);
+  StepPlan real = plan_step(c, 1, /*with_events=*/true, Device::CPU);
+  EXPECT_EQ(meta.num_params, real.num_params);
+  EXPECT_DOUBLE_EQ(meta.flops, real.flops);
+  EXPECT_DOUBLE_EQ(meta.bytes, real.bytes);
+  ASSERT_EQ(meta.events.size(), real.events.size());
+  for (size_t i = 0; i < meta.events.size(); ++i) {
+    EXPECT_STREQ(meta.events[i].op, real.events[i].op) << i;
+    EXPECT_EQ(meta.events[i].gemm.m, real.events[i].gemm.m) << i;
+  }
+  // the memory model: parameters, gradients and optimizer state exactly, activations to 5%
+  for (auto cat : {MemoryCategory::Parameters, MemoryCategory::Gradients, MemoryCategory::OptimizerState})
+    EXPECT_EQ(meta.memory.peak[(int)cat], real.memory.peak[(int)cat]) << (int)cat;
+  const double am = (double)meta.memory.peak[(int)MemoryCategory::Activations];
+  const double ar = (double)real.memory.peak[(int)MemoryCategory::Activations];
+  EXPECT_GT(ar, 0);
+  EXPECT_NEAR(am, ar, 0.05 * ar);
+  EXPECT_NEAR((double)meta.memory.total_peak, (double)real.memory.total_peak, 0.05 * (double)real.memory.total_peak);
+}
+
+TEST(Simulation, Qwen3_32BParameterCountIsThePublishedOne) {
+  JobConfig c = config("configs/qwen3_32b.yaml");
+  StepPlan p = plan_step(c, 64);
+  EXPECT_EQ(p.num_params, 32762123264LL);
+}
+
+// ---- the published runs --------------------------------------------------------------
+// SemiAnalysis: Qwen3-32B, TorchTitan, 16 Trainium2 chips (64 LNC=2 ranks), seq 4096:
+// 11,099 tokens/s (23.89% MFU) eager, 14,156 tokens/s (30.47%) compiled. Bar: +-10%.
+TEST(Simulation, ReproducesTheTrainium2Qwen3_32BRun) {
+  JobConfig c = config("configs/qwen3_32b.yaml");
+  SimResult eager = simulate_step(c, 64);
+  EXPECT_EQ(eager.chips, 16);
+  EXPECT_FALSE(eager.oom);
+  EXPECT_NEAR(eager.tokens_per_s, 11099, 0.10 * 11099);
+  EXPECT_NEAR(eager.mfu, 0.2389, 0.10 * 0.2389);
+  c.simulation.mode = "compiled";
+  SimResult comp = simulate_step(c, 64);
+  EXPECT_NEAR(comp.tokens_per_s, 14156, 0.10 * 14156);
+  EXPECT_NEAR(comp.mfu, 0.3047, 0.10 * 0.3047);
+  EXPECT_LT(comp.kernels, eager.kernels);  // fusion
+}
+
+// TorchTitan docs/performance.md (64 A100 80GB, FSDP): Llama 3 70B full AC 331 WPS; Llama 2 13B
+// no AC, batch 2, seq 4096: 2162 WPS. Same cost model, A100 figures from public specs. Bar: +-20%.
+TEST(Simulation, ReproducesPublishedA100Runs) {
+  SimResult l3 = simulate_step(config("configs/validation/llama3_70b_a100x64.yaml"), 64);
+  EXPECT_NEAR(l3.tokens_per_s_per_chip, 331, 0.2 * 331);
+  SimResult l2 = simulate_step(config("configs/validation/llama2_13b_a100x64.yaml"), 64);
+  EXPECT_NEAR(l2.tokens_per_s_per_chip, 2162, 0.2 * 2162);
+  EXPECT_EQ(l2.systems, 8);  // 8 HGX nodes joined by InfiniBand
+}
+
+TEST(Simulation, OutOfMemoryIsReportedWithTheBreakdown) {
+  JobConfig c = config("configs/qwen3_32b.yaml", {"activation_checkpoint.mode", "none", "training.local_batch_size",
+                                                  "2"});
+  SimResult r = simulate_step(c, 64);
+  EXPECT_TRUE(r.oom);
+  EXPECT_GT(r.memory.total(), r.hbm_bytes);
+  EXPECT_NE(r.oom_advice.find("activation_checkpoint.mode full"), std::string::npos) << r.oom_advice;
+  bool reported = false;
+  for (const auto& l : describe_simulation(r)) reported |= l.find("OUT OF MEMORY") != std::string::npos;
+  EXPECT_TRUE(reported);
+}
+
+TEST(Simulation, ExpertParallelMoEStepRunsOnMeta) {
+  JobConfig c = config("configs/simulation/gpt_oss_120b_trn3x144.yaml");
+  SimResult r = simulate_step(c, 576);
+  EXPECT_EQ(r.chips, 144);
+  EXPECT_FALSE(r.oom);
+  EXPECT_GT(r.comm_busy_by_group.count("ep"), 0u);     // dispatch / combine all-to-alls
+  EXPECT_GT(r.exposed_by_kind.count("all_to_all"), 0u);  // waited on in the critical path
+  EXPECT_GT(r.mfu, 0.05);
+  EXPECT_LT(r.mfu, 0.8);
+}
+
+TEST(Simulation, ChromeTraceIsValidJsonWithTheExpectedTracks) {
+  JobConfig c = config("configs/qwen3_32b.yaml", {"model.n_layers", "4"});
+  SimResult r = simulate_step(c, 64);
+  const std::string path = (fs::temp_directory_path() / "titan_sim_trace.json").string();
+  write_chrome_trace(r, path, 2);
+  std::ifstream in(path);
+  nlohmann::json j = nlohmann::json::parse(in);  // throws on invalid JSON
+  std::set<std::string> procs, threads;
+  int flows = 0, idle = 0, comm = 0;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "process_name") procs.insert(e["args"]["name"].get<std::string>());
+    if (e["ph"] == "M" && e["name"] == "thread_name") threads.insert(e["args"]["name"].get<std::string>());
+    if (e["ph"] == "s") ++flows;
+    if (e["ph"] == "X" && e["cat"] == "idle" && e["tid"] == 0) ++idle;
+    if (e["ph"] == "X" && e["cat"] == "comm") ++comm;
+  }
+  EXPECT_EQ(procs.size(), 2u);
+  EXPECT_TRUE(procs.count("chip 0 (trainium2)"));
+  EXPECT_TRUE(threads.count("rank 0 compute"));
+  EXPECT_TRUE(threads.count("rank 3 compute"));
+  EXPECT_TRUE(threads.count("comm:dp_shard"));
+  EXPECT_GT(comm, 0);
+  EXPECT_GT(idle, 0);
+  EXPECT_EQ(flows, idle);  // every stall has its arrow from the collective it waited for
+  fs::remove(path);
+}
