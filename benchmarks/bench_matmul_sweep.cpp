@@ -9,7 +9,7 @@
 //   /usr/bin/python3 scripts/plot_matmul_sweep.py out.csv sweep.png
 //
 // CPU timings: best of a few repetitions (fewer for big calls); shapes above
-// --max-gflop (default 50) are simulated only (a 500-GFLOP call takes
+// --max-gflop (default 20) are simulated only (a 500-GFLOP call takes
 // seconds here). The CPU's MFU is against device/specs/chips/cpu-epyc-zen4-2c.
 #include <chrono>
 #include <cstdio>
@@ -39,7 +39,7 @@ std::vector<std::string> split(const std::string& s) {
 
 int main(int argc, char** argv) {
   std::string csv, chips_arg = "trainium3,trainium2,gb300,b200,h100-sxm";
-  double max_gflop = 50;
+  double max_gflop = 20;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--csv" && i + 1 < argc) csv = argv[++i];

@@ -114,6 +114,7 @@ void Work::then(std::function<void()> f) {
 void Work::wait() {
   if (!state_) return;
   const double t0 = now();
+  record_comm_wait(state_->trace_id);  // the wait begins (measured timelines: the stall follows)
   {
     std::unique_lock<std::mutex> lk(state_->mu);
     state_->cv.wait(lk, [&] { return state_->done; });
@@ -123,7 +124,6 @@ void Work::wait() {
     state_->finish = nullptr;
   }
   state_->rec.exposed_s += now() - t0;
-  record_comm_wait(state_->trace_id);
   if (CommLog::get().enabled) CommLog::get().add(state_->rec);
   state_.reset();
 }

@@ -365,3 +365,26 @@ TEST(Simulation, ChromeTraceIsValidJsonWithTheExpectedTracks) {
   EXPECT_EQ(flows, idle);  // every stall has its arrow from the collective it waited for
   fs::remove(path);
 }
+
+TEST(Simulation, MeasuredTimelineOfARealStepUsesTheSameFormat) {
+  JobConfig c = config("configs/qwen3_debug.yaml", {"training.local_batch_size", "1", "training.seq_len", "32"});
+  CostTrace trace(/*timed=*/true);
+  plan_step(c, 1, /*with_events=*/false, Device::CPU);  // a real step on this CPU
+  const double end = trace.elapsed();
+  std::vector<CostEvent> ev = trace.take();
+  ASSERT_GT(ev.size(), 10u);
+  for (size_t i = 1; i < ev.size(); ++i) EXPECT_GE(ev[i].t, ev[i - 1].t);
+  SimResult r = measured_timeline(ev, end, "this CPU");
+  double sum = 0;
+  for (const auto& s : r.spans) sum += s.dur;
+  EXPECT_NEAR(sum, end - ev.front().t, 1e-9);  // the ops tile the step
+  const std::string path = (fs::temp_directory_path() / "titan_measured_trace.json").string();
+  write_chrome_trace(r, path, 1);
+  std::ifstream in(path);
+  nlohmann::json j = nlohmann::json::parse(in);
+  int linear = 0;
+  for (const auto& e : j["traceEvents"])
+    if (e["ph"] == "X" && e["name"] == "linear") ++linear;
+  EXPECT_GT(linear, 0);
+  fs::remove(path);
+}

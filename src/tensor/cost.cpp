@@ -51,7 +51,8 @@ void CostScope::flush_time() {
   t_last_time = t;
 }
 
-CostTrace::CostTrace() : parent_(t_trace) { t_trace = this; }
+CostTrace::CostTrace(bool timed) : parent_(t_trace), timed_(timed), t0_(timed ? now() : 0) { t_trace = this; }
+double CostTrace::elapsed() const { return timed_ ? now() - t0_ : 0; }
 CostTrace::~CostTrace() { t_trace = parent_; }
 
 void record_cost(const char* op, double flops, double bytes, const GemmShape& gemm) {
@@ -61,6 +62,7 @@ void record_cost(const char* op, double flops, double bytes, const GemmShape& ge
     e.flops = flops;
     e.bytes = bytes;
     e.gemm = gemm;
+    e.t = t_trace->elapsed();
     t_trace->events_.push_back(std::move(e));
   }
   if (!t_scope) return;
@@ -94,6 +96,7 @@ int64_t record_comm_start(const char* kind, const std::string& group, int group_
   e.comm_id = t_next_comm++;
   e.group = group;
   e.group_size = group_size;
+  e.t = t_trace->elapsed();
   t_trace->events_.push_back(e);
   return e.comm_id;
 }
@@ -103,6 +106,7 @@ void record_comm_wait(int64_t id) {
   CostEvent e;
   e.kind = CostEvent::Kind::CommWait;
   e.comm_id = id;
+  e.t = t_trace->elapsed();
   t_trace->events_.push_back(std::move(e));
 }
 

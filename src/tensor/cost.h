@@ -68,17 +68,19 @@ struct CostEvent {
   int64_t comm_id = -1;  // CommStart / CommWait: pairs them
   std::string group;     // CommStart: process-group name
   int group_size = 1;    // CommStart: ranks in the group
+  double t = 0;          // timed traces: seconds since the trace began, at the record
 };
 
 // RAII: while alive, every record on this thread is appended to events()
 // (the simulator's input). Traces nest: the innermost one receives.
 class CostTrace {
  public:
-  CostTrace();
+  explicit CostTrace(bool timed = false);  // timed: stamp every event (measured timelines)
   ~CostTrace();
   CostTrace(const CostTrace&) = delete;
   CostTrace& operator=(const CostTrace&) = delete;
   const std::vector<CostEvent>& events() const { return events_; }
+  double elapsed() const;  // timed: seconds since the trace began
   std::vector<CostEvent> take() { return std::move(events_); }
 
  private:
@@ -86,6 +88,8 @@ class CostTrace {
   friend int64_t record_comm_start(const char*, const std::string&, int, double);
   friend void record_comm_wait(int64_t);
   CostTrace* parent_;
+  bool timed_;
+  double t0_ = 0;
   std::vector<CostEvent> events_;
 };
 

@@ -296,6 +296,37 @@ std::vector<std::string> describe_simulation(const SimResult& r) {
   return out;
 }
 
+SimResult measured_timeline(const std::vector<CostEvent>& ev, double end, const std::string& label) {
+  SimResult r;
+  r.chip = label;
+  r.system = "measured";
+  r.mode = "measured";
+  std::map<int64_t, size_t> comm_span;  // comm id -> its span
+  for (size_t i = 0; i < ev.size(); ++i) {
+    const CostEvent& e = ev[i];
+    const double next = i + 1 < ev.size() ? ev[i + 1].t : end;
+    const double dur = std::max(0.0, next - e.t);
+    if (e.kind == CostEvent::Kind::Compute) {
+      r.spans.push_back({"compute", e.op, "compute", e.t, dur, e.flops, e.bytes, -1});
+      r.compute_s += dur;
+    } else if (e.kind == CostEvent::Kind::CommStart) {
+      comm_span[e.comm_id] = r.spans.size();
+      r.spans.push_back({"comm:" + e.group, e.op, "comm", e.t, 0, 0, e.bytes, -1});
+    } else {
+      auto it = comm_span.find(e.comm_id);
+      if (it == comm_span.end()) continue;
+      SimSpan& c = r.spans[it->second];
+      c.dur = std::max(0.0, next - c.start);
+      c.flow_to = (int64_t)r.spans.size();
+      r.spans.push_back({"compute", "wait " + c.name, "idle", e.t, dur, 0, 0, -1});
+      r.exposed_comm_s += dur;
+      comm_span.erase(it);
+    }
+  }
+  r.step_s = end;
+  return r;
+}
+
 void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips) {
   std::ofstream o(path);
   TITAN_CHECK(o.good(), "simulation.trace_file: cannot write '", path, "'");

@@ -70,4 +70,10 @@ std::vector<std::string> describe_simulation(const SimResult& r);
 // flow arrows from a collective to the stall it ends, idle slices for stalls.
 void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips);
 
+// The same timeline from a timed CostTrace of a real step on this CPU: each
+// op lasts until the next record, a stall until the op after the wait, a
+// collective from its start to the end of the wait for it. `end`: the trace's
+// elapsed time at the step's end.
+SimResult measured_timeline(const std::vector<CostEvent>& events, double end, const std::string& label);
+
 }  // namespace titan

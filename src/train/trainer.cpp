@@ -52,6 +52,9 @@ TrainResult train(const JobConfig& cfg) {
   const double t_start = process_seconds();
   if (cfg.simulation.enabled) {  // one process plays simulation.world_size ranks on meta tensors
     const int world = (int)cfg.simulation.world_size;
+    if (!comms::initialized()) comms::init(nullptr, nullptr);
+    const bool lead = comms::world_rank() == 0;  // under mpirun every rank may simulate; rank 0 reports
+    set_log_enabled(lead);
     log_info("simulation: one training step of " + cfg.model.name + " " + cfg.model.flavor + " as " +
              std::to_string(world) + " ranks on meta tensors, priced on " + cfg.simulation.system);
     SimResult sim = simulate_step(cfg, world);
@@ -62,7 +65,7 @@ TrainResult train(const JobConfig& cfg) {
              "  tflops: " + fmt("%.2f", sim.tflops_per_chip / sim.ranks_per_chip) + "  mfu: " +
              fmt("%.2f", 100.0 * sim.mfu) + "%  (simulated " + sim.chip + ", per rank as TorchTitan logs it)");
     for (const auto& l : describe_simulation(sim)) log_info(l);
-    if (!cfg.simulation.trace_file.empty()) {
+    if (!cfg.simulation.trace_file.empty() && lead) {
       fs::create_directories(cfg.job.dump_folder);
       const std::string path = cfg.job.dump_folder + "/" + cfg.simulation.trace_file;
       write_chrome_trace(sim, path, (int)cfg.simulation.trace_chips);
@@ -221,7 +224,11 @@ TrainResult train(const JobConfig& cfg) {
   for (int64_t step = start + 1; step <= cfg.training.steps; ++step) {
     const bool profile = cfg.profiling.enable_profiling && step == cfg.profiling.profile_step;
     std::unique_ptr<CostScope> cs;
-    if (profile) cs = std::make_unique<CostScope>(/*timed=*/true);
+    std::unique_ptr<CostTrace> trace;
+    if (profile) {
+      cs = std::make_unique<CostScope>(/*timed=*/true);
+      trace = std::make_unique<CostTrace>(/*timed=*/true);
+    }
     const double t_step = wall_seconds();
     if (step == 2 && cfg.debug.fail_on_rank == mesh.rank)
       fail("debug.fail_on_rank: rank ", mesh.rank, " fails on purpose at step 2");
@@ -287,7 +294,15 @@ TrainResult train(const JobConfig& cfg) {
       expert_load.clear();
     }
     for (auto* p : plist) p->zero_grad();
-    if (profile) print_profile(*cs, wall_seconds() - t_step);
+    if (profile) {
+      print_profile(*cs, wall_seconds() - t_step);
+      const double end = trace->elapsed();
+      const std::string path =
+          cfg.job.dump_folder + "/profile_trace_rank" + std::to_string(mesh.rank) + ".json";
+      write_chrome_trace(measured_timeline(trace->take(), end, "this CPU, rank " + std::to_string(mesh.rank)), path, 1);
+      log_info("measured timeline of step " + std::to_string(step) + " (Chrome trace): " + path);
+      trace.reset();
+    }
     result.losses.push_back(loss_acc);
     tokens_since_log += accum * B * S;
     if (first) {

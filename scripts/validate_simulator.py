@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Validation of the simulated UltraServer against published training runs (docs/simulator.md).
+
+Runs titan-train's simulation for each published measurement and prints simulated vs published
+tokens/s and MFU with the relative error and the bar it must meet. Exit status 1 if any misses.
+
+    ./scripts/validate_simulator.py [--build build]
+"""
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# (name, config, overrides, published tokens/s, per, published MFU (or None), bar, source)
+CASES = [
+    ("Qwen3-32B, 16 Trn2, eager", "configs/qwen3_32b.yaml", [], 11099, "total", 0.2389, 0.10,
+     "SemiAnalysis, TorchTitan on Trainium2 (background article)"),
+    ("Qwen3-32B, 16 Trn2, compiled", "configs/qwen3_32b.yaml", ["--simulation.mode", "compiled"], 14156, "total",
+     0.3047, 0.10, "SemiAnalysis, TorchTitan on Trainium2 (background article)"),
+    ("Llama 3 70B, 64 A100, FSDP, full AC", "configs/validation/llama3_70b_a100x64.yaml", [], 331, "chip", 0.517,
+     0.20, "TorchTitan docs/performance.md (2024), Llama 3 table"),
+    ("Llama 2 13B, 64 A100, FSDP, no AC", "configs/validation/llama2_13b_a100x64.yaml", [], 2162, "chip", 0.611,
+     0.20, "TorchTitan docs/performance.md (2024), Llama 2 table"),
+]
+
+LINE = re.compile(r"sim step: ([0-9.]+) s\s+tps: ([0-9.]+) \(([0-9.]+) per chip\).*mfu: ([0-9.]+)%")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=str(ROOT / "build"))
+    args = ap.parse_args()
+    exe = Path(args.build) / "titan-train"
+    if not exe.exists():
+        sys.exit(f"{exe} not found: build first (cmake --build build)")
+    print(f"{'measurement':38s} {'published':>10s} {'simulated':>10s} {'err':>7s} {'MFU pub':>8s} {'MFU sim':>8s}"
+          f" {'err':>7s}  bar")
+    ok = True
+    for name, cfg, over, tps, per, mfu, bar, src in CASES:
+        out = subprocess.run([str(exe), "--config", cfg, "--job.print_args", "false", *over], cwd=ROOT,
+                             capture_output=True, text=True)
+        m = LINE.search(out.stdout + out.stderr)
+        if out.returncode != 0 or not m:
+            print(f"{name}: simulation failed\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+            ok = False
+            continue
+        sim_tps = float(m.group(2)) if per == "total" else float(m.group(3))
+        sim_mfu = float(m.group(4)) / 100
+        e1 = sim_tps / tps - 1
+        e2 = sim_mfu / mfu - 1
+        good = abs(e1) <= bar and abs(e2) <= bar
+        ok &= good
+        print(f"{name:38s} {tps:10,.0f} {sim_tps:10,.0f} {100 * e1:+6.1f}% {100 * mfu:7.2f}% {100 * sim_mfu:7.2f}%"
+              f" {100 * e2:+6.1f}%  +-{100 * bar:.0f}% {'ok' if good else 'MISSED'}  [{src}]")
+    print("all within their bars" if ok else "some measurements missed their bars")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
