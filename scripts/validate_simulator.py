@@ -24,6 +24,8 @@ CASES = [
      0.20, "TorchTitan docs/performance.md (2024), Llama 3 table"),
     ("Llama 2 13B, 64 A100, FSDP, no AC", "configs/validation/llama2_13b_a100x64.yaml", [], 2162, "chip", 0.611,
      0.20, "TorchTitan docs/performance.md (2024), Llama 2 table"),
+    ("Llama 3.1 405B, 128 H100, FSDP16 x TP8", "configs/validation/llama31_405b_h100x128.yaml", [], 109, "chip",
+     0.290, 0.20, "TorchTitan docs/performance.md (2024), Llama 3.1 table"),
 ]
 
 LINE = re.compile(r"sim step: ([0-9.]+) s\s+tps: ([0-9.]+) \(([0-9.]+) per chip\).*mfu: ([0-9.]+)%")

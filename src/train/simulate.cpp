@@ -105,6 +105,8 @@ SimResult simulate_plan(const JobConfig& cfg, const StepPlan& plan) {
   const int world = plan.world, rpc = (int)sc.ranks_per_chip;
   TITAN_CHECK(world % rpc == 0, "simulation: world size ", world, " is not divisible by ranks_per_chip ", rpc,
               " (each chip holds ranks_per_chip ranks)");
+  TITAN_CHECK(rpc <= chip.cores, "simulation: ranks_per_chip ", rpc, " exceeds the ", chip.cores, " cores of a ",
+              chip.name, " (", chip.file, "); Trainium's LNC=2 gives cores / 2 ranks per chip");
   r.world = world;
   r.ranks_per_chip = rpc;
   r.chips = world / rpc;
