@@ -301,12 +301,16 @@ TEST(Simulation, ReproducesTheTrainium2Qwen3_32BRun) {
   SimResult eager = simulate_step(c, 64);
   EXPECT_EQ(eager.chips, 16);
   EXPECT_FALSE(eager.oom);
+  EXPECT_EQ(eager.tokens_per_step, 16 * 4096);  // FSDP 16 x TP 4, local batch 1
   EXPECT_NEAR(eager.tokens_per_s, 11099, 0.10 * 11099);
   EXPECT_NEAR(eager.mfu, 0.2389, 0.10 * 0.2389);
+  // the step times the article's first-step ratios imply: 184.6 s / ~31x and 255.7 s / ~55x
+  EXPECT_NEAR(eager.step_s, 65536.0 / 11099, 0.10 * 65536.0 / 11099);
   c.simulation.mode = "compiled";
   SimResult comp = simulate_step(c, 64);
   EXPECT_NEAR(comp.tokens_per_s, 14156, 0.10 * 14156);
   EXPECT_NEAR(comp.mfu, 0.3047, 0.10 * 0.3047);
+  EXPECT_NEAR(comp.step_s, 65536.0 / 14156, 0.10 * 65536.0 / 14156);
   EXPECT_LT(comp.kernels, eager.kernels);  // fusion
 }
 

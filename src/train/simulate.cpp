@@ -81,28 +81,16 @@ std::string class_of(const CostEvent& e) {
     default: return std::string(e.op) == "adamw" ? "optimizer" : "elementwise";
   }
 }
-}  // namespace
-
-SimResult simulate_step(const JobConfig& cfg, int world) {
-  const double t0 = process_seconds();
-  StepPlan plan = plan_step(cfg, world, /*with_events=*/true);
-  SimResult r = simulate_plan(cfg, plan);
-  r.plan_seconds = process_seconds() - t0;
-  return r;
-}
-
-SimResult simulate_plan(const JobConfig& cfg, const StepPlan& plan) {
+// Loads the target hardware and checks that `world` ranks fit on it (before any planning).
+void load_target(const JobConfig& cfg, int world, SystemSpec& sys, ChipSpec& chip, SimResult& r) {
   const auto& sc = cfg.simulation;
-  SimResult r;
-  SystemSpec sys;
-  ChipSpec chip;
   try {
     sys = load_system(sc.system);
     chip = load_chip(sc.chip.empty() ? sys.chip_name : sc.chip);
   } catch (const std::exception& e) {
     fail("simulation: ", e.what());
   }
-  const int world = plan.world, rpc = (int)sc.ranks_per_chip;
+  const int rpc = (int)sc.ranks_per_chip;
   TITAN_CHECK(world % rpc == 0, "simulation: world size ", world, " is not divisible by ranks_per_chip ", rpc,
               " (each chip holds ranks_per_chip ranks)");
   TITAN_CHECK(rpc <= chip.cores, "simulation: ranks_per_chip ", rpc, " exceeds the ", chip.cores, " cores of a ",
@@ -119,6 +107,30 @@ SimResult simulate_plan(const JobConfig& cfg, const StepPlan& plan) {
               ", raise ranks_per_chip, or lower the world size");
   TITAN_CHECK(r.systems == 1 || sys.has_scale_out, "simulation: ", r.chips, " chips span ", r.systems,
               " systems of '", sys.name, "', which defines no scale_out network (", sys.file, ")");
+}
+}  // namespace
+
+SimResult simulate_step(const JobConfig& cfg, int world) {
+  {  // refuse a world the hardware cannot hold before planning anything
+    SystemSpec sys;
+    ChipSpec chip;
+    SimResult r;
+    load_target(cfg, world, sys, chip, r);
+  }
+  const double t0 = process_seconds();
+  StepPlan plan = plan_step(cfg, world, /*with_events=*/true);
+  SimResult r = simulate_plan(cfg, plan);
+  r.plan_seconds = process_seconds() - t0;
+  return r;
+}
+
+SimResult simulate_plan(const JobConfig& cfg, const StepPlan& plan) {
+  const auto& sc = cfg.simulation;
+  SimResult r;
+  SystemSpec sys;
+  ChipSpec chip;
+  const int world = plan.world, rpc = (int)sc.ranks_per_chip;
+  load_target(cfg, world, sys, chip, r);
   r.chip = chip.name;
   r.system = sys.name + (r.systems > 1 ? " x" + std::to_string(r.systems) : "");
   r.mode = sc.mode;
