@@ -382,7 +382,9 @@ TEST(Export, MismatchedOrTruncatedFilesAreClearErrors) {
 #include "src/train/plan.h"
 
 TEST(Plan, Qwen3_32BOn64RanksRunsOnMetaTensors) {
-  JobConfig c = load_job_config_file(std::string(TITAN_SOURCE_DIR) + "/configs/qwen3_32b.yaml");
+  JobConfig c = load_job_config_file(std::string(TITAN_SOURCE_DIR) + "/configs/qwen3_32b.yaml",
+                                     {"parallelism.tensor_parallel_degree", "1", "parallelism.data_parallel_shard_degree",
+                                      "-1"});
   c.job.print_args = false;
   StepPlan p = plan_step(c, 64);  // FSDP over 64 fake ranks, seq 4096, activation checkpointing
   const double params = 32762123264.0;

@@ -54,7 +54,7 @@ struct EagerDecomposition {
   double traffic;
 };
 constexpr EagerDecomposition kEager[] = {
-    {"rms_norm", 7, 8.0},             // float(), pow, mean, add eps, rsqrt, mul, type_as, mul weight
+    {"rms_norm", 8, 8.0},             // float(), pow, mean, add eps, rsqrt, mul, type_as, mul weight
     {"rms_norm_backward", 10, 8.0},   // autograd of the above (float32 intermediates)
     {"layer_norm", 2, 2.0},           // native_layer_norm + cast
     {"layer_norm_backward", 3, 2.0},
