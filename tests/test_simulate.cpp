@@ -302,6 +302,7 @@ TEST(Simulation, ReproducesTheTrainium2Qwen3_32BRun) {
   EXPECT_EQ(eager.chips, 16);
   EXPECT_FALSE(eager.oom);
   EXPECT_EQ(eager.tokens_per_step, 16 * 4096);  // FSDP 16 x TP 4, local batch 1
+  EXPECT_DOUBLE_EQ(eager.tokens_per_s_per_rank, eager.tokens_per_s / 64);  // TorchTitan's per-device tps
   EXPECT_NEAR(eager.tokens_per_s, 11099, 0.10 * 11099);
   EXPECT_NEAR(eager.mfu, 0.2389, 0.10 * 0.2389);
   // the step times the article's first-step ratios imply: 184.6 s / ~31x and 255.7 s / ~55x

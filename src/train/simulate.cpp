@@ -237,6 +237,7 @@ SimResult simulate_plan(const JobConfig& cfg, const StepPlan& plan) {
   r.tokens_per_step = (double)plan.tokens_per_rank * (double)plan.dp_degree;
   r.tokens_per_s = r.step_s > 0 ? r.tokens_per_step / r.step_s : 0;
   r.tokens_per_s_per_chip = r.tokens_per_s / r.chips;
+  r.tokens_per_s_per_rank = r.tokens_per_s / r.world;
   r.model_flops_per_token = plan.model_flops_per_token;
   r.tflops_per_chip = r.tokens_per_s * plan.model_flops_per_token / r.chips / 1e12;
   r.mfu = r.tflops_per_chip / chip.mfu_peak_tflops;

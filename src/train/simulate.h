@@ -46,6 +46,7 @@ struct SimResult {
   std::map<std::string, double> compute_by_class;  // gemm / attention / elementwise / optimizer / launch overhead
   int64_t kernels = 0;
   double tokens_per_step = 0, tokens_per_s = 0, tokens_per_s_per_chip = 0;
+  double tokens_per_s_per_rank = 0;  // TorchTitan's logged tps: total / world (tp ranks share their tokens)
   double model_flops_per_token = 0, tflops_per_chip = 0, mfu = 0, hfu = 0;
   double hardware_flops_per_rank = 0;
   SimMemory memory;  // per chip

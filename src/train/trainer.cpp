@@ -59,9 +59,8 @@ TrainResult train(const JobConfig& cfg) {
              std::to_string(world) + " ranks on meta tensors, priced on " + cfg.simulation.system);
     SimResult sim = simulate_step(cfg, world);
     // the step line as TorchTitan prints it, from the simulated step (every step is the same)
-    const double tps_rank = sim.tokens_per_s / (sim.world / std::max<int64_t>(1, cfg.parallelism.tensor_parallel_degree));
     log_info("step:  1  memory: " + fmt("%5.2f", sim.memory.total() / sim.ranks_per_chip / (double)(1 << 30)) +
-             "GiB(" + fmt("%.2f", 100.0 * sim.memory.total() / sim.hbm_bytes) + "%)  tps: " + with_commas(tps_rank) +
+             "GiB(" + fmt("%.2f", 100.0 * sim.memory.total() / sim.hbm_bytes) + "%)  tps: " + with_commas(sim.tokens_per_s_per_rank) +
              "  tflops: " + fmt("%.2f", sim.tflops_per_chip / sim.ranks_per_chip) + "  mfu: " +
              fmt("%.2f", 100.0 * sim.mfu) + "%  (simulated " + sim.chip + ", per rank as TorchTitan logs it)");
     for (const auto& l : describe_simulation(sim)) log_info(l);
@@ -101,8 +100,7 @@ TrainResult train(const JobConfig& cfg) {
   if (!cfg.simulation.system.empty()) {
     SimResult sim = simulate_step(cfg, mesh.world);
     for (const auto& l : describe_simulation(sim)) log_info(l);
-    const double tps_rank = sim.tokens_per_s / (sim.world / std::max<int64_t>(1, mesh.degrees.tp));
-    sim_suffix = "  sim[" + sim.chip + "]: tps " + with_commas(tps_rank) + " mfu " + fmt("%.2f", 100.0 * sim.mfu) + "%";
+    sim_suffix = "  sim[" + sim.chip + "]: tps " + with_commas(sim.tokens_per_s_per_rank) + " mfu " + fmt("%.2f", 100.0 * sim.mfu) + "%";
   }
 
   // ---- data, model
