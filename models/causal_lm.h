@@ -17,7 +17,8 @@ class CausalLM : public nn::Module {
   virtual void init_weights(uint64_t seed) = 0;
   virtual std::string hf_config_json() const = 0;
   virtual std::vector<nn::Module*> blocks() = 0;     // decoder layers, in order
-  virtual void set_activation_checkpoint(bool on) = 0;
+  // Checkpoint every `every`-th block (0: none, 1: all; N: blocks N-1, 2N-1, ... 0-based, as TorchTitan).
+  virtual void set_activation_checkpoint(int64_t every) = 0;
   virtual int64_t vocab_size() const = 0;
   virtual int64_t expected_num_params() const = 0;
   virtual int64_t num_embedding_params() const = 0;
@@ -44,14 +45,14 @@ class DecoderLM : public CausalLM {
   std::vector<nn::Module*> blocks() override {
     return std::vector<nn::Module*>(model->layers->layers.begin(), model->layers->layers.end());
   }
-  void set_activation_checkpoint(bool on) override { activation_checkpoint = on; }
+  void set_activation_checkpoint(int64_t every) override { activation_checkpoint = every; }
   int64_t vocab_size() const override { return args_.vocab_size; }
   int64_t expected_num_params() const override { return args_.num_params(); }
   int64_t num_embedding_params() const override { return args_.num_embedding_params(); }
   double flops_per_token(int64_t seq) const override { return args_.flops_per_token(seq); }
   const ArgsT& args() const { return args_; }
   BackboneT* model = nullptr;
-  bool activation_checkpoint = false;
+  int64_t activation_checkpoint = 0;  // every how many blocks (0: none)
 
  protected:
   ArgsT args_;

@@ -22,6 +22,8 @@ CASES = [
      0.3047, 0.10, "SemiAnalysis, TorchTitan on Trainium2 (background article)"),
     ("Llama 3 70B, 64 A100, FSDP, full AC", "configs/validation/llama3_70b_a100x64.yaml", [], 331, "chip", 0.517,
      0.20, "TorchTitan docs/performance.md (2024), Llama 3 table"),
+    ("Llama 3 8B, 64 A100, FSDP, AC every 2nd", "configs/validation/llama3_8b_a100x64.yaml", [], 2904, "chip",
+     0.568, 0.20, "TorchTitan docs/performance.md (2024), Llama 3 table, selective layer"),
     ("Llama 2 13B, 64 A100, FSDP, no AC", "configs/validation/llama2_13b_a100x64.yaml", [], 2162, "chip", 0.611,
      0.20, "TorchTitan docs/performance.md (2024), Llama 2 table"),
     ("Llama 3.1 405B, 128 H100, FSDP16 x TP8", "configs/validation/llama31_405b_h100x128.yaml", [], 109, "chip",

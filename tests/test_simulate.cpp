@@ -287,6 +287,25 @@ TEST(Simulation, MetaCountsEqualTheRealModel) {
   EXPECT_NEAR((double)meta.memory.total_peak, (double)real.memory.total_peak, 0.05 * (double)real.memory.total_peak);
 }
 
+TEST(Simulation, SelectiveCheckpointingSitsBetweenNoneAndFull) {
+  auto run = [](const std::string& mode, const std::string& opt) {
+    JobConfig c = config("configs/qwen3_32b.yaml", {"model.n_layers", "8", "activation_checkpoint.mode", mode,
+                                                    "activation_checkpoint.selective_ac_option", opt});
+    return plan_step(c, 64);
+  };
+  StepPlan none = run("none", "2"), sel = run("selective", "2"), full = run("full", "2");
+  auto act = [](const StepPlan& p) { return p.memory.peak[(int)MemoryCategory::Activations]; };
+  EXPECT_LT(act(full), act(sel));
+  EXPECT_LT(act(sel), act(none));
+  EXPECT_LT(none.flops, sel.flops);  // half the blocks recompute their forward
+  EXPECT_LT(sel.flops, full.flops);
+  EXPECT_NEAR(sel.flops - none.flops, (full.flops - none.flops) / 2, 0.01 * (full.flops - none.flops));
+  std::string e = error_of([&] { run("selective", "op"); });
+  EXPECT_NE(e.find("op-level selective checkpointing is not implemented"), std::string::npos) << e;
+  e = error_of([&] { run("selective", "0"); });
+  EXPECT_NE(e.find("positive integer"), std::string::npos) << e;
+}
+
 TEST(Simulation, Qwen3_32BParameterCountIsThePublishedOne) {
   JobConfig c = config("configs/qwen3_32b.yaml");
   StepPlan p = plan_step(c, 64);
@@ -321,6 +340,9 @@ TEST(Simulation, ReproducesTheTrainium2Qwen3_32BRun) {
 TEST(Simulation, ReproducesPublishedGpuRuns) {
   SimResult l3 = simulate_step(config("configs/validation/llama3_70b_a100x64.yaml"), 64);
   EXPECT_NEAR(l3.tokens_per_s_per_chip, 331, 0.2 * 331);
+  // Llama 3 8B, selective layer checkpointing (every 2nd block): 2904 WPS
+  SimResult l8 = simulate_step(config("configs/validation/llama3_8b_a100x64.yaml"), 64);
+  EXPECT_NEAR(l8.tokens_per_s_per_chip, 2904, 0.2 * 2904);
   SimResult l2 = simulate_step(config("configs/validation/llama2_13b_a100x64.yaml"), 64);
   EXPECT_NEAR(l2.tokens_per_s_per_chip, 2162, 0.2 * 2162);
   EXPECT_EQ(l2.systems, 8);  // 8 HGX nodes joined by InfiniBand

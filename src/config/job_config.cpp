@@ -81,7 +81,8 @@ std::vector<Field> fields(JobConfig& c) {
       {"parallelism.expert_parallel_degree", &c.parallelism.expert_parallel_degree, {}},
       {"parallelism.fsdp_reshard_after_forward", &c.parallelism.fsdp_reshard_after_forward, {}},
       {"parallelism.enable_sequence_parallel", &c.parallelism.enable_sequence_parallel, {}},
-      {"activation_checkpoint.mode", &c.activation_checkpoint.mode, {"none", "full"}},
+      {"activation_checkpoint.mode", &c.activation_checkpoint.mode, {"none", "full", "selective"}},
+      {"activation_checkpoint.selective_ac_option", &c.activation_checkpoint.selective_ac_option, {}},
       {"checkpoint.enable", &c.checkpoint.enable, {}},
       {"checkpoint.folder", &c.checkpoint.folder, {}},
       {"checkpoint.interval", &c.checkpoint.interval, {}},
@@ -265,6 +266,7 @@ void apply_override(JobConfig& c, const std::string& key, const std::string& val
 }
 
 void validate(const JobConfig& c) {
+  (void)c.activation_checkpoint.every();  // a bad selective_ac_option is a config error up front
   auto pos = [](int64_t v, const char* k) { TITAN_CHECK(v > 0, "config error: ", k, " must be > 0, got ", v); };
   pos(c.model.dim, "model.dim");
   pos(c.model.n_layers, "model.n_layers");
@@ -381,6 +383,25 @@ std::string dump_job_config(const JobConfig& cc) {
     os << "\n";
   }
   return os.str();
+}
+
+int64_t JobConfig::ActivationCheckpoint::every() const {
+  if (mode == "none") return 0;
+  if (mode == "full") return 1;
+  int64_t n = 0;
+  try {
+    size_t used = 0;
+    n = std::stoll(selective_ac_option, &used);
+    if (used != selective_ac_option.size()) n = 0;
+  } catch (const std::exception&) {
+    n = 0;
+  }
+  TITAN_CHECK(n >= 1, "config error: activation_checkpoint.selective_ac_option must be a positive integer N (checkpoint "
+              "every Nth block), got '", selective_ac_option, "'",
+              selective_ac_option == "op" ? " (TorchTitan's op-level selective checkpointing is not implemented: use "
+                                            "an integer, or mode full)"
+                                          : "");
+  return n;
 }
 
 }  // namespace titan

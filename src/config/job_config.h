@@ -94,7 +94,11 @@ struct JobConfig {
   } parallelism;
 
   struct ActivationCheckpoint {
-    std::string mode = "none";  // none | full
+    std::string mode = "none";  // none | full | selective (TorchTitan's layer-selective: every Nth block)
+    std::string selective_ac_option = "2";  // selective: N, checkpoint blocks N, 2N, ... (1-based), as TorchTitan
+
+    // Checkpoint every how many blocks: 0 none, 1 all, N every Nth.
+    int64_t every() const;
   } activation_checkpoint;
 
   struct Checkpoint {

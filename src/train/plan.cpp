@@ -29,7 +29,7 @@ StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device dev
     plan.ep_degree = cfg.parallelism.expert_parallel_degree;
     DeviceScope on(device);
     auto model = build_model(cfg.model);
-    model->set_activation_checkpoint(cfg.activation_checkpoint.mode == "full");
+    model->set_activation_checkpoint(cfg.activation_checkpoint.every());
     parallel::ParallelModel pm = parallel::parallelize(
         *model, mesh,
         {cfg.parallelism.fsdp_reshard_after_forward, cfg.parallelism.enable_sequence_parallel,

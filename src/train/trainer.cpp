@@ -128,7 +128,7 @@ TrainResult train(const JobConfig& cfg) {
   model_ptr = build_model(cfg.model);
   CausalLM& model = *model_ptr;
   model.init_weights((uint64_t)cfg.debug.seed);  // identical on every rank: shards are cut from it
-  model.set_activation_checkpoint(cfg.activation_checkpoint.mode == "full");
+  model.set_activation_checkpoint(cfg.activation_checkpoint.every());
   const int64_t vocab = model.vocab_size();
   const double flops_per_token = model.flops_per_token(S);
   log_info("model parameters: " + with_commas((double)n_params) + " total, " +
