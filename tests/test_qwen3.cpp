@@ -213,15 +213,21 @@ TEST(GptOss, LoadBalancingAuxLossAndBias) {
   EXPECT_EQ(m.routed_counts()[0][3], 8);
 }
 
-TEST(Qwen3Moe, OneExpertEqualsTheDenseModelAndCountsMatch) {
+// A tiny Qwen3: dim 32, 4 heads (2 KV) of 8, MLP 48, vocab 64.
+JobConfig::Model tiny_model(int64_t n_layers) {
   JobConfig::Model m;
   m.dim = 32;
-  m.n_layers = 2;
+  m.n_layers = n_layers;
   m.n_heads = 4;
   m.n_kv_heads = 2;
   m.head_dim = 8;
   m.hidden_dim = 48;
   m.vocab_size = 64;
+  return m;
+}
+
+TEST(Qwen3Moe, OneExpertEqualsTheDenseModelAndCountsMatch) {
+  JobConfig::Model m = tiny_model(2);
   qwen3::Qwen3 dense(qwen3::Args::from_job(m));
   dense.init_weights(5);
   m.moe_enabled = true;
@@ -269,14 +275,7 @@ TEST(Qwen3Moe, OneExpertEqualsTheDenseModelAndCountsMatch) {
 // Activation checkpointing every block, every second block (TorchTitan's
 // selective_ac_option "2") and none: the same loss and bit-identical gradients.
 TEST(Qwen3, SelectiveLayerCheckpointingKeepsGradientsBitIdentical) {
-  JobConfig::Model m;
-  m.dim = 32;
-  m.n_layers = 4;
-  m.n_heads = 4;
-  m.n_kv_heads = 2;
-  m.head_dim = 8;
-  m.hidden_dim = 48;
-  m.vocab_size = 64;
+  JobConfig::Model m = tiny_model(4);
   Tensor tok = from_vector<int64_t>({1, 5, 7, 2, 9, 3, 4, 8, 0, 63}, {2, 5});
   Tensor tgt = from_vector<int64_t>({5, 7, 2, 9, 3, 4, 8, 0, 63, 1}, {10});
   std::vector<std::vector<float>> grads[3];
