@@ -135,7 +135,7 @@ ChipSpec load_chip(const std::string& name_or_path) {
   check_keys(n,
              {"name", "cores", "peak_tflops", "headline_tflops", "mfu_peak_tflops", "vector_tflops", "hbm_gib",
               "hbm_tbps", "memory_efficiency", "attention_efficiency", "eager_launch_us", "compiled_launch_us",
-              "gemm_tile", "gemm_efficiency"},
+              "comm_interference", "gemm_tile", "gemm_efficiency"},
              file, "");
   ChipSpec c;
   c.file = file;
@@ -151,6 +151,8 @@ ChipSpec load_chip(const std::string& name_or_path) {
   c.attention_efficiency = number(n, "attention_efficiency", file);
   c.eager_launch_us = number(n, "eager_launch_us", file, true);
   c.compiled_launch_us = number(n, "compiled_launch_us", file, true);
+  c.comm_interference = n["comm_interference"] ? number(n, "comm_interference", file, true) : 0.0;
+  if (c.comm_interference >= 1) fail(file, "key 'comm_interference' must be < 1");
   for (const char* k : {"memory_efficiency", "attention_efficiency"})
     if (n[k].as<double>() > 1) fail(file, std::string("key '") + k + "' must be <= 1");
   if (!n["gemm_tile"] || !n["gemm_tile"].IsSequence() || n["gemm_tile"].size() != 3)

@@ -33,6 +33,8 @@ struct ChipSpec {
   double attention_efficiency = 0; // fraction of peak a fused (flash) attention kernel reaches
   double eager_launch_us = 0;      // per-kernel overhead in eager mode (dispatch + launch)
   double compiled_launch_us = 0;   // per-kernel overhead of a compiled graph
+  double comm_interference = 0;    // fraction of a kernel's speed lost while a collective runs on the chip
+                                   // (GPUs: NCCL kernels take SMs and HBM bandwidth; optional, default 0)
   std::vector<int> gemm_tile;      // [m, n, k]: dims are padded up to these multiples
   std::vector<EfficiencyPoint> gemm_efficiency;
 };

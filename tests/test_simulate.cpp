@@ -425,3 +425,30 @@ TEST(Simulation, MeasuredTimelineOfARealStepUsesTheSameFormat) {
   EXPECT_GT(linear, 0);
   fs::remove(path);
 }
+
+TEST(Simulation, CollectivesSlowTheKernelsTheyOverlapByTheChipsInterference) {
+  const fs::path dir = fs::temp_directory_path() / "titan_interference";
+  fs::create_directories(dir);
+  std::string text;
+  {
+    std::ifstream in(std::string(TITAN_SOURCE_DIR) + "/device/specs/chips/a100-sxm.yaml");
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t at = text.find("comm_interference: 0.1");
+  ASSERT_NE(at, std::string::npos);
+  auto variant = [&](const std::string& value) {
+    std::string t = text;
+    t.replace(at, std::string("comm_interference: 0.1").size(), "comm_interference: " + value);
+    const std::string p = (dir / ("a100_" + value + ".yaml")).string();
+    std::ofstream(p) << t;
+    JobConfig c = config("configs/validation/llama3_70b_a100x64.yaml", {"model.n_layers", "4", "simulation.chip", p});
+    return simulate_step(c, 64);
+  };
+  SimResult none = variant("0"), half = variant("0.5");
+  EXPECT_EQ(none.compute_by_class.count("comm interference"), 0u);
+  ASSERT_GT(half.compute_by_class.count("comm interference"), 0u);
+  EXPECT_GT(half.compute_by_class.at("comm interference"), 0);
+  EXPECT_NEAR(half.compute_s - none.compute_s, half.compute_by_class.at("comm interference"), 1e-9);
+  EXPECT_GT(half.step_s, none.step_s);
+  fs::remove_all(dir);
+}

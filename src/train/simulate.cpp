@@ -147,12 +147,20 @@ SimResult simulate_plan(const JobConfig& cfg, const StepPlan& plan) {
   std::map<std::string, std::string> algo_of;
   struct Fused { double flops = 0, bytes = 0; int n = 0; std::string name; } fused;
   auto emit_kernel = [&](const std::string& name, const std::string& cls, const Kernel& k) {
-    KernelTime kt = kernel_time(chip, rpc, k, mode);
-    r.spans.push_back({"compute", name, "compute", tc, kt.seconds, k.flops, k.bytes, -1});
-    tc += kt.seconds;
-    r.compute_s += kt.seconds;
+    const KernelTime kt = kernel_time(chip, rpc, k, mode);
+    double extra = 0;  // the part of the kernel that overlaps a collective runs slower (chip.comm_interference)
+    if (chip.comm_interference > 0) {
+      double busy_until = tc;
+      for (auto& [s, t] : stream_free) busy_until = std::max(busy_until, t);
+      const double overlap = std::min(kt.seconds - kt.overhead_s, busy_until - tc);
+      if (overlap > 0) extra = overlap * chip.comm_interference / (1 - chip.comm_interference);
+    }
+    r.spans.push_back({"compute", name, "compute", tc, kt.seconds + extra, k.flops, k.bytes, -1});
+    tc += kt.seconds + extra;
+    r.compute_s += kt.seconds + extra;
     r.compute_by_class[cls] += kt.seconds - kt.overhead_s;
     r.compute_by_class["launch overhead"] += kt.overhead_s;
+    if (extra > 0) r.compute_by_class["comm interference"] += extra;
     ++r.kernels;
   };
   auto flush_fused = [&]() {
