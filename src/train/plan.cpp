@@ -1,6 +1,5 @@
 #include "src/train/plan.h"
 
-#include <cstdio>
 #include <memory>
 
 #include "comms/device_mesh.h"
@@ -64,27 +63,6 @@ StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device dev
     plan.memory = m;
   }
   return plan;
-}
-
-std::string describe_plan(const StepPlan& p) {
-  auto gib = [](int64_t b) {
-    char s[32];
-    std::snprintf(s, sizeof s, "%.2f", (double)b / (1 << 30));
-    return std::string(s);
-  };
-  const auto& m = p.memory;
-  char line[512];
-  std::snprintf(line, sizeof line,
-                "simulated step on meta tensors, %s: per rank %s GiB parameters, %s GiB gradients, %s GiB optimizer "
-                "state, %s GiB activations (peak), %s GiB communication buffers (peak); peak total %s GiB; %.4g FLOPs "
-                "per rank per step (%.2fx the model FLOPs of its %lld tokens)",
-                p.layout.c_str(), gib(m.peak[(int)MemoryCategory::Parameters]).c_str(),
-                gib(m.peak[(int)MemoryCategory::Gradients]).c_str(),
-                gib(m.peak[(int)MemoryCategory::OptimizerState]).c_str(),
-                gib(m.peak[(int)MemoryCategory::Activations]).c_str(),
-                gib(m.peak[(int)MemoryCategory::Communication]).c_str(), gib(m.total_peak).c_str(), p.flops,
-                p.flops / (p.model_flops_per_token * (double)p.tokens_per_rank), (long long)p.tokens_per_rank);
-  return line;
 }
 
 }  // namespace titan

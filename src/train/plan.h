@@ -2,7 +2,7 @@
 // group of the simulated world size, in one process: what each rank would
 // hold (memory by category, peak) and compute (FLOPs and bytes per op),
 // without allocating or computing anything. The simulated UltraServer
-// (issue 6) will price these records on a chip and topology.
+// (simulate.h) prices these records on a chip and topology.
 #pragma once
 #include <map>
 #include <string>
@@ -30,6 +30,5 @@ struct StepPlan {
 // device Meta (planning) or, for world 1, CPU: the same step really computed
 // (tests hold the meta counts and memory to the real ones).
 StepPlan plan_step(const JobConfig& cfg, int world, bool with_events = false, Device device = Device::Meta);
-std::string describe_plan(const StepPlan& p);
 
 }  // namespace titan

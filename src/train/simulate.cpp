@@ -23,12 +23,11 @@ std::string f(const char* fmt, double v) {
 // Members of rank 0's group `name` (mesh order: dp_replicate x dp_shard x tp, tp innermost).
 std::vector<int> group_members(const std::string& name, int size, const StepPlan& p, int world) {
   const int T = (int)p.tp_degree;
-  int stride = 1;
-  if (name == "tp" || name == "world" || name.rfind("tp_kv", 0) == 0) stride = 1;
-  else if (name == "dp_shard" || name == "dp" || name == "ep") stride = T;
-  else if (name == "dp_replicate") stride = world / std::max(1, size);
+  int stride = 1;  // tp, tp_kv*, world: consecutive ranks
+  if (name == "dp_shard" || name == "dp" || name == "ep") stride = T;
   else if (name == "dp_shard_mod_ep") stride = T * (int)p.ep_degree;
-  else stride = std::max(1, world / std::max(1, size));
+  else if (name != "tp" && name != "world" && name.rfind("tp_kv", 0) != 0)
+    stride = world / std::max(1, size);  // dp_replicate (and any other group): spread evenly
   std::vector<int> m(size);
   for (int i = 0; i < size; ++i) m[i] = i * stride;
   return m;
@@ -111,26 +110,13 @@ void load_target(const JobConfig& cfg, int world, SystemSpec& sys, ChipSpec& chi
 }  // namespace
 
 SimResult simulate_step(const JobConfig& cfg, int world) {
-  {  // refuse a world the hardware cannot hold before planning anything
-    SystemSpec sys;
-    ChipSpec chip;
-    SimResult r;
-    load_target(cfg, world, sys, chip, r);
-  }
-  const double t0 = process_seconds();
-  StepPlan plan = plan_step(cfg, world, /*with_events=*/true);
-  SimResult r = simulate_plan(cfg, plan);
-  r.plan_seconds = process_seconds() - t0;
-  return r;
-}
-
-SimResult simulate_plan(const JobConfig& cfg, const StepPlan& plan) {
   const auto& sc = cfg.simulation;
   SimResult r;
   SystemSpec sys;
   ChipSpec chip;
-  const int world = plan.world, rpc = (int)sc.ranks_per_chip;
-  load_target(cfg, world, sys, chip, r);
+  load_target(cfg, world, sys, chip, r);  // refuse a world the hardware cannot hold before planning anything
+  const StepPlan plan = plan_step(cfg, world, /*with_events=*/true);
+  const int rpc = (int)sc.ranks_per_chip;
   r.chip = chip.name;
   r.system = sys.name + (r.systems > 1 ? " x" + std::to_string(r.systems) : "");
   r.mode = sc.mode;

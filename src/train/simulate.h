@@ -54,15 +54,12 @@ struct SimResult {
   bool oom = false;
   std::string oom_advice;
   std::vector<SimSpan> spans;  // rank 0's timeline
-  double plan_seconds = 0;
 };
 
 // Runs the meta step of `cfg` as `world` ranks and simulates it on
 // cfg.simulation's system. Errors (unknown chip/system, a world the system
 // cannot hold, ranks_per_chip that do not divide the world) name the numbers.
 SimResult simulate_step(const JobConfig& cfg, int world);
-// Prices an already planned step (events recorded) — simulate_step's second half.
-SimResult simulate_plan(const JobConfig& cfg, const StepPlan& plan);
 
 // The report lines (TorchTitan-style) of a simulated step.
 std::vector<std::string> describe_simulation(const SimResult& r);

@@ -72,9 +72,6 @@ TrainResult train(const JobConfig& cfg) {
     }
     log_info("simulated in " + fmt("%.2f", process_seconds() - t_start) + " s, peak RSS " +
              fmt("%.2f", (double)max_rss_bytes() / (1 << 30)) + " GiB");
-    result.sim_tokens_per_s = sim.tokens_per_s;
-    result.sim_mfu = sim.mfu;
-    result.sim_oom = sim.oom;
     return result;
   }
   if (!comms::initialized()) comms::init(nullptr, nullptr);

@@ -10,8 +10,6 @@ struct TrainResult {
   std::vector<double> losses;  // per step run by this invocation
   std::vector<std::pair<int64_t, double>> val_losses;
   int64_t first_step = 1;
-  double sim_tokens_per_s = 0, sim_mfu = 0;  // simulation.enabled: the simulated step
-  bool sim_oom = false;
 };
 
 // Runs the job described by `cfg` (resuming from its checkpoint folder when
