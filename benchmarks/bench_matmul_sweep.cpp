@@ -11,6 +11,7 @@
 // CPU timings: best of a few repetitions (fewer for big calls); shapes above
 // --max-gflop (default 20) are simulated only (a 500-GFLOP call takes
 // seconds here). The CPU's MFU is against device/specs/chips/cpu-epyc-zen4-2c.
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -20,6 +21,7 @@
 
 #include "device/cost_model.h"
 #include "src/autograd/grad_mode.h"
+#include "src/config/version.h"
 #include "src/ops/ops.h"
 
 using namespace titan;
@@ -40,16 +42,16 @@ std::vector<std::string> split(const std::string& s) {
 int main(int argc, char** argv) {
   std::string csv, chips_arg = "trainium3,trainium2,gb300,b200,h100-sxm";
   double max_gflop = 20;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--csv" && i + 1 < argc) csv = argv[++i];
-    else if (a == "--max-gflop" && i + 1 < argc) max_gflop = std::stod(argv[++i]);
-    else if (a == "--chips" && i + 1 < argc) chips_arg = argv[++i];
-    else {
-      std::fprintf(stderr, "titan-bench: unknown argument '%s' (--csv FILE, --max-gflop G, --chips a,b,c)\n", a.c_str());
-      return 2;
-    }
-  }
+  CLI::App app{"titan-bench: the matmul sweep. `linear` on open-weight projection shapes at M = 1, 128, 2048: "
+               "measured GFLOP/s and MFU on this CPU next to the simulated MFU on other chips",
+               "titan-bench"};
+  app.set_version_flag("--version", version_string("titan-bench"));
+  app.add_option("--csv", csv, "also write the table as CSV (plot: scripts/plot_matmul_sweep.py)");
+  app.add_option("--max-gflop", max_gflop, "measure calls up to this many GFLOP on the CPU (larger: simulated only)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--chips", chips_arg, "simulated chips, comma-separated (device/specs/chips)");
+  CLI11_PARSE(app, argc, argv);
+  const double t_start = now();
   struct Proj {
     const char* model;
     const char* name;
@@ -87,6 +89,12 @@ int main(int argc, char** argv) {
   for (auto& c : chips) std::printf(" %10.10s", (c.name + " MFU").c_str());
   std::printf("\n");
   NoGradGuard ng;
+  const size_t n_rows = 3 * projs.size();
+  size_t row = 0;
+  double measured_gflop_total = 0, measured_gflop_done = 0;  // the ETA is paced by the FLOPs still to measure
+  for (int64_t M : {1, 128, 2048})
+    for (const auto& p : projs)
+      if (2.0 * M * p.in * p.out / 1e9 <= max_gflop) measured_gflop_total += 2.0 * M * p.in * p.out / 1e9;
   for (int64_t M : {1, 128, 2048})
     for (const auto& p : projs) {
       const double gflop = 2.0 * M * p.in * p.out / 1e9;
@@ -104,6 +112,7 @@ int main(int argc, char** argv) {
           if (r > 0) best = std::min(best, t);
         }
         gfs = gflop / best;
+        measured_gflop_done += gflop;
       }
       std::printf("%-14s %-15s %5lld %6lld %7lld %9.3f", p.model, p.name, (long long)M, (long long)p.in,
                   (long long)p.out, gflop);
@@ -130,7 +139,10 @@ int main(int argc, char** argv) {
         std::printf(" %9.1f%%", 100 * mfu);
         if (out.is_open()) out << "," << mfu;
       }
-      std::printf("\n");
+      const double spent = now() - t_start;
+      const double left = measured_gflop_done > 0
+                              ? spent / measured_gflop_done * (measured_gflop_total - measured_gflop_done) : 0.0;
+      std::printf("   [%zu/%zu, %.0f s, ETA %.0f s]\n", ++row, n_rows, spent, left);
       if (out.is_open()) out << "\n";
       std::fflush(stdout);
     }

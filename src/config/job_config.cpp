@@ -4,11 +4,13 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <variant>
 
+#include "src/config/version.h"
 #include "src/tensor/error.h"
 
 namespace titan {
@@ -320,11 +322,61 @@ JobConfig load_job_config_file(const std::string& path, const std::vector<std::s
   return c;
 }
 
+namespace {
+// Folders searched for a bare config name, in order.
+std::vector<std::string> config_roots() {
+  std::vector<std::string> roots{"configs"};
+#ifdef TITAN_SOURCE_CONFIGS
+  roots.push_back(TITAN_SOURCE_CONFIGS);
+#endif
+#ifdef TITAN_INSTALL_CONFIGS
+  roots.push_back(TITAN_INSTALL_CONFIGS);
+#endif
+  return roots;
+}
+}  // namespace
+
+std::string resolve_config_path(const std::string& name) {
+  namespace fs = std::filesystem;
+  if (fs::is_regular_file(name)) return name;
+  TITAN_CHECK(!fs::exists(name), "config error: --config ", name, " is not a regular file");
+  const bool has_ext = name.size() > 5 && (name.ends_with(".yaml") || name.ends_with(".yml"));
+  const std::vector<std::string> wanted = has_ext ? std::vector<std::string>{name}
+                                                  : std::vector<std::string>{name + ".yaml", name + ".yml", name};
+  std::vector<std::string> known;
+  for (const auto& root : config_roots()) {
+    std::error_code ec;
+    if (!fs::is_directory(root, ec)) continue;
+    for (const auto& w : wanted)  // configs/NAME, configs/sub/NAME as given
+      if (fs::is_regular_file(fs::path(root) / w)) return (fs::path(root) / w).string();
+    std::vector<std::string> hits;  // configs/**/NAME by file name
+    for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+      if (!it->is_regular_file()) continue;
+      const std::string file = it->path().filename().string();
+      known.push_back(fs::relative(it->path(), root).string());
+      for (const auto& w : wanted)
+        if (file == fs::path(w).filename().string() && w.find('/') == std::string::npos) hits.push_back(it->path().string());
+    }
+    std::sort(hits.begin(), hits.end());
+    TITAN_CHECK(hits.size() <= 1, "config error: --config ", name, " is ambiguous in ", root, ": ", join(hits),
+                "; give the path");
+    if (hits.size() == 1) return hits[0];
+  }
+  std::sort(known.begin(), known.end());
+  known.erase(std::unique(known.begin(), known.end()), known.end());
+  std::vector<std::string> stems;
+  for (const auto& k : known) stems.push_back(fs::path(k).stem().string());
+  fail("config error: --config ", name, ": no such file, and no config of that name under ", join(config_roots()),
+       suggestion(fs::path(name).stem().string(), stems), "; known configs: ", join(known));
+}
+
 JobConfig load_job_config(int argc, const char* const* argv) {
-  CLI::App app{"titan-train: LLM training in C++ (TorchTitan's config sections)"};
+  CLI::App app{"titan-train: LLM training in C++ (TorchTitan's config sections)", "titan-train"};
+  app.set_version_flag("--version", version_string("titan-train"));
   std::string config_path;
-  app.add_option("--config,--job.config_file", config_path, "YAML job config")
-      ->check(CLI::ExistingFile)
+  app.add_option("--config,--job.config_file", config_path,
+                 "YAML job config: a path, or a name looked up under configs/ (e.g. qwen3_32b)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   JobConfig defaults;
   std::vector<std::pair<std::string, std::string>> given;
@@ -340,6 +392,9 @@ JobConfig load_job_config(int argc, const char* const* argv) {
   } catch (const CLI::CallForHelp& e) {
     std::printf("%s", app.help().c_str());
     std::exit(0);
+  } catch (const CLI::CallForVersion& e) {
+    std::printf("%s\n", e.what());
+    std::exit(0);
   } catch (const CLI::ParseError& e) {
     fail("command line error: ", e.what(), " (run with --help for every flag)");
   }
@@ -351,7 +406,7 @@ JobConfig load_job_config(int argc, const char* const* argv) {
       ov.push_back(values[f.key]);
     }
   }
-  return load_job_config_file(config_path, ov);
+  return load_job_config_file(config_path.empty() ? config_path : resolve_config_path(config_path), ov);
 }
 
 std::string dump_job_config(const JobConfig& cc) {

@@ -150,6 +150,10 @@ struct JobConfig {
 // argv may contain `--config PATH` (used when path is empty).
 JobConfig load_job_config(int argc, const char* const* argv);
 JobConfig load_job_config_file(const std::string& path, const std::vector<std::string>& overrides = {});
+// `--config NAME`: NAME itself when it is a file, else NAME[.yaml] under
+// ./configs, the source tree's configs/ and the installed share/titan/configs
+// (sub-folders searched by file name); an error lists the known configs.
+std::string resolve_config_path(const std::string& name);
 // The effective config as YAML text (printed at start, saved in the job folder).
 std::string dump_job_config(const JobConfig& c);
 

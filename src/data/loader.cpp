@@ -1,5 +1,7 @@
 #include "src/data/loader.h"
 
+#include <algorithm>
+
 namespace titan {
 
 DataLoader::DataLoader(const std::string& path, int64_t batch, int64_t seq, int64_t dp_rank, int64_t dp_size)
@@ -11,6 +13,14 @@ DataLoader::DataLoader(const std::string& path, int64_t batch, int64_t seq, int6
   n_ = s[0];
   if (file_->has_attr("vocab_size")) vocab_ = file_->attr_int("vocab_size");
   tokenizer_ = file_->has_attr("tokenizer") ? file_->attr_string("tokenizer") : "unknown";
+  if (file_->has_attr("separator_id")) separator_ = file_->attr_int("separator_id");
+  if (file_->has("doc_starts")) {
+    doc_starts_ = file_->read_i64("doc_starts");
+    for (size_t i = 0; i < doc_starts_.size(); ++i)
+      TITAN_CHECK(doc_starts_[i] >= 0 && doc_starts_[i] < n_ && (i == 0 || doc_starts_[i] > doc_starts_[i - 1]),
+                  "data: /doc_starts in '", path, "' is not increasing within the ", n_, " tokens (entry ", i, " = ",
+                  doc_starts_[i], "): file damaged?");
+  }
   TITAN_CHECK(n_ >= world_ * B_ * S_ + 1, "data: '", path, "' holds ", n_, " tokens; one step needs ",
               world_ * B_ * S_ + 1, " (", world_, " ranks x batch ", B_, " x seq ", S_, " + 1)");
 }
@@ -20,6 +30,13 @@ void DataLoader::set_state(int64_t position, int64_t epoch) {
               " tokens): checkpoint from another dataset?");
   pos_ = position;
   epoch_ = epoch;
+}
+
+std::vector<int64_t> DataLoader::document_starts(int64_t begin, int64_t end) const {
+  std::vector<int64_t> out;
+  auto it = std::lower_bound(doc_starts_.begin(), doc_starts_.end(), begin);
+  for (; it != doc_starts_.end() && *it < end; ++it) out.push_back(*it - begin);
+  return out;
 }
 
 int64_t DataLoader::steps_left() const { return (n_ - 1 - pos_) / (world_ * B_ * S_); }
@@ -44,9 +61,11 @@ Batch DataLoader::next() {
 }
 
 void write_token_file(const std::string& path, const std::vector<uint32_t>& tokens, const std::string& tokenizer,
-                      int64_t vocab_size) {
+                      int64_t vocab_size, const std::vector<int64_t>& doc_starts, int64_t separator_id) {
   h5::File f(path, h5::File::Create);
   f.write_u32("tokens", tokens);
+  f.write_i64("doc_starts", doc_starts);
+  f.set_attr("separator_id", separator_id);
   f.set_attr("tokenizer", tokenizer);
   f.set_attr("vocab_size", vocab_size);
 }

@@ -5,6 +5,10 @@
 // p + r*B*S (llm.c layout: inputs = first B*S as [B, S], targets = the same
 // shifted by one). p advances by dp_size*B*S and wraps to 0 (next epoch)
 // when the next step would run past the end. State = (position, epoch).
+// Files from titan-tokenize also hold /doc_starts (the first token of each
+// document; documents are separated by the tokenizer's end-of-text id,
+// attribute separator_id, -1 for none); the loader checks them and hands out
+// the document starts inside a window of tokens.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -34,16 +38,21 @@ class DataLoader {
   void reset() { set_state(0, 0); }
   // Batches left before the end of the file in this epoch (for a full pass).
   int64_t steps_left() const;
+  // Documents in the file (1 when it has no /doc_starts) and the starts in [begin, end), as offsets from begin.
+  int64_t num_documents() const { return doc_starts_.empty() ? 1 : (int64_t)doc_starts_.size(); }
+  std::vector<int64_t> document_starts(int64_t begin, int64_t end) const;
+  int64_t separator_id() const { return separator_; }
 
  private:
   std::unique_ptr<h5::File> file_;
   std::string path_, tokenizer_;
-  int64_t vocab_ = -1;
+  int64_t vocab_ = -1, separator_ = -1;
+  std::vector<int64_t> doc_starts_;
   int64_t B_, S_, rank_, world_, n_ = 0, pos_ = 0, epoch_ = 0;
 };
 
-// Writes `tokens` to an HDF5 token file (/tokens, uint32) plus attributes.
+// Writes `tokens` to an HDF5 token file (/tokens, uint32; /doc_starts, int64) plus attributes.
 void write_token_file(const std::string& path, const std::vector<uint32_t>& tokens, const std::string& tokenizer,
-                      int64_t vocab_size);
+                      int64_t vocab_size, const std::vector<int64_t>& doc_starts = {0}, int64_t separator_id = -1);
 
 }  // namespace titan

@@ -1,12 +1,20 @@
 // src/data/tokenizer.h — text -> token ids.
 //
 // ByteTokenizer: one token per byte (vocab 256), the default.
-// BpeTokenizer: Hugging Face `tokenizer.json` byte-level BPE (GPT-2 / Qwen
-// family): the normalizer (NFC / NFKC, as Qwen's) is applied with ICU, the
-// pre-tokenizer's Split regex is run with PCRE2 (Unicode properties,
-// lookahead: the pattern from the file is used as written),
-// bytes are mapped to GPT-2's printable unicode alphabet, then merges are
-// applied by rank; added (special) tokens are matched first.
+// BpeTokenizer: Hugging Face `tokenizer.json` byte-level BPE (GPT-2 / Qwen /
+// Llama-3 family), encoding a document as HF's `tokenizers` does:
+//   1. added (special) tokens are split off first (non-normalized ones on the
+//      raw text, normalized ones after the normalizer);
+//   2. the normalizer (NFC / NFKC, as Qwen's) is applied with ICU;
+//   3. the pre-tokenizer's Split regex runs with PCRE2 (JIT; the pattern from
+//      the file as written, Unicode properties and lookahead);
+//   4. each piece is mapped to GPT-2's byte alphabet and merged by rank (the
+//      lowest-ranked adjacent pair first, leftmost on ties), with a per-thread
+//      cache of pieces already merged.
+// A document is always encoded whole (never split at lines): HF merges runs of
+// newlines ("\n\n" is one token). Long documents are pre-tokenized in
+// parallel chunks whose piece boundaries are re-synchronized at the cuts, so
+// the ids are those of the sequential run.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -19,10 +27,15 @@ namespace titan {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
+  // One document, whole (no special tokens added around it).
   virtual std::vector<uint32_t> encode(const std::string& text) const = 0;
   virtual std::string decode(const std::vector<uint32_t>& ids) const = 0;
   virtual int64_t vocab_size() const = 0;
   virtual std::string name() const = 0;
+  // The id of `token` when it is one token of the vocabulary (added tokens included), else -1.
+  virtual int64_t token_id(const std::string& token) const = 0;
+  // The end-of-text token that separates documents ("" when the vocabulary has none).
+  virtual std::string end_of_text() const = 0;
 };
 
 class ByteTokenizer : public Tokenizer {
@@ -31,6 +44,8 @@ class ByteTokenizer : public Tokenizer {
   std::string decode(const std::vector<uint32_t>& ids) const override;
   int64_t vocab_size() const override { return 256; }
   std::string name() const override { return "byte"; }
+  int64_t token_id(const std::string& token) const override;
+  std::string end_of_text() const override { return ""; }  // every id is a byte: no room for a separator
 };
 
 class BpeTokenizer : public Tokenizer {
@@ -41,14 +56,44 @@ class BpeTokenizer : public Tokenizer {
   std::string decode(const std::vector<uint32_t>& ids) const override;
   int64_t vocab_size() const override { return vocab_size_; }
   std::string name() const override { return "bpe:" + path_; }
+  int64_t token_id(const std::string& token) const override;
+  std::string end_of_text() const override;
+
+  struct Workspace;  // per-thread regex match data and merge cache
 
  private:
-  void bpe(const std::string& word, std::vector<uint32_t>& out) const;
+  struct AddedToken {
+    std::string content;
+    uint32_t id;
+    bool normalized;
+  };
+  struct Piece {  // [begin, end) of a pre-tokenized piece
+    size_t begin, end;
+  };
+  // Splits `text` on added tokens (normalized or raw ones), appending plain runs through `plain`.
+  template <class F>
+  void split_added(const std::string& text, bool normalized, std::vector<uint32_t>& out, F&& plain) const;
+  void encode_normalized_segment(const std::string& seg, std::vector<uint32_t>& out) const;
+  void encode_plain(const std::string& s, std::vector<uint32_t>& out) const;
+  // Pieces of s starting at `from`, stopping before the first piece that starts at or after `stop`.
+  void pieces(const std::string& s, size_t from, size_t stop, Workspace& ws, std::vector<Piece>& out) const;
+  void bpe(const char* word, size_t n, Workspace& ws, std::vector<uint32_t>& out) const;
+
   std::string path_;
+  uint64_t serial_;  // identifies this tokenizer's entries in the per-thread caches
   std::unordered_map<std::string, uint32_t> vocab_;
   std::vector<std::string> id_to_token_;
-  std::unordered_map<std::string, int> merge_rank_;  // "a b" -> rank
-  std::vector<std::pair<std::string, uint32_t>> added_;  // special tokens, longest first
+  std::vector<bool> is_added_;
+  struct Merge {
+    int rank;
+    uint32_t id;
+  };
+  std::unordered_map<uint64_t, Merge> merges_;  // (left id << 32 | right id) -> rank, merged id
+  uint32_t byte_id_[256];                       // the vocabulary id of each byte's GPT-2 character
+  bool ignore_merges_ = false;                  // HF: a piece found whole in the vocabulary skips merging
+  bool add_prefix_space_ = false;
+  std::vector<AddedToken> added_;  // longest first
+  bool added_first_byte_[256] = {};
   std::string byte_to_unicode_[256];
   std::unordered_map<std::string, uint8_t> unicode_to_byte_;
   struct Regex;

@@ -5,19 +5,13 @@
 #include <cstdio>
 #include <string>
 
+#include "src/log/log.h"
+
 namespace titan {
 
-double wall_seconds();  // monotonic
-double process_seconds();  // since process start (first call to this file's clock)
-std::string now_hms();
-std::string with_commas(double v);  // 12,345
 int64_t physical_memory_bytes();
 int64_t max_rss_bytes();
 
-// "[titan] 05:12:01 - " prefix, like TorchTitan's logger; only rank 0 prints
-// (set_log_enabled(false) on the others).
-void log_info(const std::string& msg);
-void set_log_enabled(bool on);
 
 struct StepMetrics {
   int64_t step;
@@ -39,18 +33,5 @@ class JsonlWriter {
   std::FILE* f_ = nullptr;
 };
 
-// A terminal progress bar on stderr: "label [#####     ] 45% 1.2 MB/s"
-class ProgressBar {
- public:
-  ProgressBar(std::string label, int64_t total);
-  void update(int64_t done);
-  void finish();
-
- private:
-  std::string label_;
-  int64_t total_;
-  double t0_;
-  int last_pct_ = -1;
-};
 
 }  // namespace titan

@@ -336,7 +336,7 @@ SimResult measured_timeline(const std::vector<CostEvent>& ev, double end, const 
   return r;
 }
 
-void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips) {
+void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips, int first_chip) {
   std::ofstream o(path);
   TITAN_CHECK(o.good(), "simulation.trace_file: cannot write '", path, "'");
   n_chips = std::max(1, std::min(n_chips, r.chips));
@@ -361,10 +361,11 @@ void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips
     first = false;
   };
   int64_t flow = 0;
-  for (int c = 0; c < n_chips; ++c) {
+  for (int cc = 0; cc < n_chips; ++cc) {
+    const int c = first_chip + cc;  // pid: distinct per chip, so per-rank files merge without collisions
     sep();
-    o << "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" << c << ",\"args\":{\"name\":\"chip " << c << " ("
-      << esc(r.chip) << ")\"}}";
+    o << "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" << c << ",\"args\":{\"name\":\""
+      << (r.system == "measured" ? "rank " : "chip ") << c << " (" << esc(r.chip) << ")\"}}";
     for (int k = 0; k < r.ranks_per_chip; ++k) {
       sep();
       o << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << c << ",\"tid\":" << k << ",\"args\":{\"name\":\"rank "
@@ -376,7 +377,7 @@ void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips
         o << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << c << ",\"tid\":" << t << ",\"args\":{\"name\":\""
           << esc(s) << "\"}}";
       }
-    for (int k = 0; k < (c == 0 ? r.ranks_per_chip : 1); ++k)  // chip 0: every rank; others: their first rank
+    for (int k = 0; k < (cc == 0 ? r.ranks_per_chip : 1); ++k)  // chip 0: every rank; others: their first rank
       for (size_t i = 0; i < r.spans.size(); ++i) {
         const SimSpan& s = r.spans[i];
         if (k > 0 && s.stream != "compute") continue;

@@ -66,7 +66,9 @@ std::vector<std::string> describe_simulation(const SimResult& r);
 // Chrome-trace JSON (Perfetto): a process per chip (the first n_chips), a
 // thread per stream (compute per rank on the chip, each collective group),
 // flow arrows from a collective to the stall it ends, idle slices for stalls.
-void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips);
+// Chips are numbered (pid, rank names) from `first_chip`: a measured trace of
+// rank R passes R, so the per-rank files of one job merge without collisions.
+void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips, int first_chip = 0);
 
 // The same timeline from a timed CostTrace of a real step on this CPU: each
 // op lasts until the next record, a stall until the op after the wait, a

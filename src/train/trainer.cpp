@@ -53,8 +53,14 @@ TrainResult train(const JobConfig& cfg) {
   if (cfg.simulation.enabled) {  // one process plays simulation.world_size ranks on meta tensors
     const int world = (int)cfg.simulation.world_size;
     if (!comms::initialized()) comms::init(nullptr, nullptr);
-    const bool lead = comms::world_rank() == 0;  // under mpirun every rank may simulate; rank 0 reports
+    const bool lead = comms::world_rank() == 0;
     set_log_enabled(lead);
+    if (comms::world_size() > 1) {  // the simulated world comes from the config, not from mpirun
+      log_info("simulation: launched on " + std::to_string(comms::world_size()) +
+               " processes (mpirun -np); a simulated job runs once, on rank 0, and plays simulation.world_size = " +
+               std::to_string(world) + " ranks itself: the other processes exit now (-np does not change the result)");
+      if (!lead) return result;
+    }
     log_info("simulation: one training step of " + cfg.model.name + " " + cfg.model.flavor + " as " +
              std::to_string(world) + " ranks on meta tensors, priced on " + cfg.simulation.system);
     SimResult sim = simulate_step(cfg, world);
@@ -94,7 +100,7 @@ TrainResult train(const JobConfig& cfg) {
   log_info("parallelism: " + mesh.describe() + (dp > 1 || mesh.degrees.tp > 1 ? "" : " (single rank)"));
   // ---- simulated figures of this very job on the configured system (each rank mapped to a chip)
   std::string sim_suffix;
-  if (!cfg.simulation.system.empty()) {
+  if (!cfg.simulation.system.empty() && mesh.rank == 0) {  // rank 0 prices the job once; only rank 0 logs
     SimResult sim = simulate_step(cfg, mesh.world);
     for (const auto& l : describe_simulation(sim)) log_info(l);
     sim_suffix = "  sim[" + sim.chip + "]: tps " + with_commas(sim.tokens_per_s_per_rank) + " mfu " + fmt("%.2f", 100.0 * sim.mfu) + "%";
@@ -294,7 +300,7 @@ TrainResult train(const JobConfig& cfg) {
       const double end = trace->elapsed();
       const std::string path =
           cfg.job.dump_folder + "/profile_trace_rank" + std::to_string(mesh.rank) + ".json";
-      write_chrome_trace(measured_timeline(trace->take(), end, "this CPU, rank " + std::to_string(mesh.rank)), path, 1);
+      write_chrome_trace(measured_timeline(trace->take(), end, "this CPU"), path, 1, mesh.rank);
       log_info("measured timeline of step " + std::to_string(step) + " (Chrome trace): " + path);
       trace.reset();
     }
