@@ -333,6 +333,7 @@ TEST(Export, HfNamedFileLoadsAndEvaluates) {
   c.training.steps = 4;
   c.validation.enabled = false;
   c.checkpoint.export_at_end = true;
+  c.checkpoint.export_format = "both";
   train(c);
   const std::string w = c.job.dump_folder + "/export/model.h5";
   h5::File f(w, h5::File::Read);

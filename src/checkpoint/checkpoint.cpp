@@ -7,6 +7,10 @@
 #include <set>
 
 #include "src/checkpoint/h5.h"
+#include "src/checkpoint/safetensors.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 namespace fs = std::filesystem;
 
@@ -128,7 +132,59 @@ void export_hf(const std::string& path, const std::vector<Region>& params, const
   });
 }
 
-void load_hf(const std::string& path, const std::vector<Region>& params, MPI_Comm comm) {
+namespace {
+// A folder holding an HDF5 export reads as its model.h5.
+std::string h5_path(const std::string& path) {
+  if (fs::is_directory(path)) {
+    TITAN_CHECK(fs::exists(fs::path(path) / "model.h5"), "checkpoint: folder '", path,
+                "' holds no model.safetensors, model.safetensors.index.json or model.h5");
+    return (fs::path(path) / "model.h5").string();
+  }
+  return path;
+}
+}  // namespace
+
+std::string with_torch_dtype(const std::string& hf_config_json, const std::string& dtype) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(hf_config_json);
+  j["torch_dtype"] = dtype;
+  return j.dump(2);
+}
+
+std::vector<std::string> export_hf_folder(const std::string& folder, const std::vector<Region>& params,
+                                          const std::string& hf_config_json, const ExportOptions& opt, MPI_Comm comm) {
+  TITAN_CHECK(opt.format == "hdf5" || opt.format == "safetensors" || opt.format == "both",
+              "checkpoint.export_format must be hdf5, safetensors or both, got '", opt.format, "'");
+  TITAN_CHECK(opt.dtype == "float32" || opt.dtype == "bfloat16" || (opt.dtype == "float16" && opt.format == "safetensors"),
+              "checkpoint.export_dtype '", opt.dtype, "' with export_format '", opt.format,
+              "': float32 and bfloat16 go to any format, float16 to safetensors only");
+  const std::string cfg = with_torch_dtype(hf_config_json, opt.dtype);
+  std::vector<std::string> written;
+  if (rank_of(comm) == 0) {
+    fs::create_directories(folder);
+    const std::string p = folder + "/config.json";
+    {
+      std::ofstream o(p + ".tmp");
+      o << cfg << "\n";
+      o.flush();
+      TITAN_CHECK(o.good(), "checkpoint: cannot write '", p, ".tmp'");
+    }
+    fs::rename(p + ".tmp", p);
+  }
+  written.push_back("config.json");
+  if (opt.format != "hdf5") {
+    auto files = save_safetensors(folder, params, safetensors_dtype(opt.dtype), opt.max_shard_bytes, comm);
+    written.insert(written.end(), files.begin(), files.end());
+  }
+  if (opt.format != "safetensors") {
+    export_hf(folder + "/model.h5", params, cfg, opt.dtype == "bfloat16" ? DType::BF16 : DType::F32, comm);
+    written.push_back("model.h5");
+  }
+  return written;
+}
+
+void load_hf(const std::string& path_in, const std::vector<Region>& params, MPI_Comm comm) {
+  if (is_safetensors(path_in)) return load_safetensors(path_in, params, comm);
+  const std::string path = h5_path(path_in);
   h5::File f(path, h5::File::Read, comm);
   std::set<std::string> expected;
   for (auto& r : params) {
@@ -140,7 +196,17 @@ void load_hf(const std::string& path, const std::vector<Region>& params, MPI_Com
                 "' that this model does not have (different architecture or tie_word_embeddings?)");
 }
 
-std::string read_hf_config(const std::string& path) {
+std::string read_hf_config(const std::string& path_in) {
+  if (is_safetensors(path_in)) {  // HF's layout: config.json beside the weights
+    const fs::path dir = fs::is_directory(path_in) ? fs::path(path_in) : fs::path(path_in).parent_path();
+    const fs::path cfg = dir / "config.json";
+    std::ifstream in(cfg);
+    TITAN_CHECK(in.good(), "checkpoint: safetensors weights '", path_in, "' need their config.json beside them (",
+                cfg.string(), " not found)");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return text;
+  }
+  const std::string path = h5_path(path_in);
   h5::File f(path, h5::File::Read);
   TITAN_CHECK(f.has_attr("config"), "checkpoint: '", path,
               "' has no root 'config' attribute (HF config.json content expected)");

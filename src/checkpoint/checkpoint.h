@@ -54,9 +54,24 @@ void prune_checkpoints(const std::string& folder, int64_t keep_latest_k);
 
 void export_hf(const std::string& path, const std::vector<Region>& params, const std::string& hf_config_json,
                DType stored = DType::F32, MPI_Comm comm = nullptr);
+// A Hugging Face model folder: config.json (torch_dtype = what was written)
+// and the weights as safetensors (src/checkpoint/safetensors.h), HDF5
+// (model.h5, config as its root attribute) or both. Returns the files written.
+struct ExportOptions {
+  std::string format = "safetensors";  // hdf5 | safetensors | both
+  std::string dtype = "float32";       // float32 | bfloat16 | float16 (safetensors only)
+  int64_t max_shard_bytes = 5000LL * 1000 * 1000;  // safetensors shards (transformers' default 5 GB)
+};
+std::vector<std::string> export_hf_folder(const std::string& folder, const std::vector<Region>& params,
+                                          const std::string& hf_config_json, const ExportOptions& opt,
+                                          MPI_Comm comm = nullptr);
+// The HF config with torch_dtype set.
+std::string with_torch_dtype(const std::string& hf_config_json, const std::string& dtype);
 // Loads HF-named weights (strict: missing, unexpected or mis-shaped tensors
-// are errors naming the tensor).
+// are errors naming the tensor). `path`: an HDF5 export, a .safetensors file,
+// a model.safetensors.index.json, or a folder holding any of them.
 void load_hf(const std::string& path, const std::vector<Region>& params, MPI_Comm comm = nullptr);
+// The HF config.json text: the HDF5 root attribute, or config.json beside safetensors.
 std::string read_hf_config(const std::string& path);
 
 }  // namespace titan

@@ -91,7 +91,9 @@ std::vector<Field> fields(JobConfig& c) {
       {"checkpoint.keep_latest_k", &c.checkpoint.keep_latest_k, {}},
       {"checkpoint.initial_load_path", &c.checkpoint.initial_load_path, {}},
       {"checkpoint.export_at_end", &c.checkpoint.export_at_end, {}},
-      {"checkpoint.export_dtype", &c.checkpoint.export_dtype, {"float32", "bfloat16"}},
+      {"checkpoint.export_dtype", &c.checkpoint.export_dtype, {"float32", "bfloat16", "float16"}},
+      {"checkpoint.export_format", &c.checkpoint.export_format, {"safetensors", "hdf5", "both"}},
+      {"checkpoint.export_max_shard_mb", &c.checkpoint.export_max_shard_mb, {}},
       {"metrics.log_freq", &c.metrics.log_freq, {}},
       {"metrics.save_jsonl", &c.metrics.save_jsonl, {}},
       {"metrics.peak_tflops", &c.metrics.peak_tflops, {}},
@@ -309,6 +311,11 @@ void validate(const JobConfig& c) {
   TITAN_CHECK(c.checkpoint.interval > 0 && c.checkpoint.keep_latest_k >= 0,
               "config error: checkpoint.interval must be > 0 and checkpoint.keep_latest_k >= 0");
   TITAN_CHECK(c.validation.freq > 0, "config error: validation.freq must be > 0");
+  TITAN_CHECK(c.checkpoint.export_max_shard_mb > 0, "config error: checkpoint.export_max_shard_mb must be > 0, got ",
+              c.checkpoint.export_max_shard_mb);
+  TITAN_CHECK(c.checkpoint.export_dtype != "float16" || c.checkpoint.export_format == "safetensors",
+              "config error: checkpoint.export_dtype float16 is written to safetensors only (export_format: ",
+              c.checkpoint.export_format, "); HDF5 exports take float32 or bfloat16");
   TITAN_CHECK(c.metrics.peak_tflops > 0, "config error: metrics.peak_tflops must be > 0");
 }
 }  // namespace

@@ -106,9 +106,11 @@ struct JobConfig {
     std::string folder = "checkpoint";  // inside job.dump_folder
     int64_t interval = 100;
     int64_t keep_latest_k = 2;
-    std::string initial_load_path = "";  // HF-named HDF5 weights to start from
-    bool export_at_end = false;          // write <dump>/export/model.h5 (HF names)
-    std::string export_dtype = "float32";  // float32 | bfloat16
+    std::string initial_load_path = "";  // HF-named weights to start from: .safetensors, an index, model.h5, a folder
+    bool export_at_end = false;          // write <dump>/export/: config.json + HF-named weights
+    std::string export_dtype = "float32";  // float32 | bfloat16 | float16 (safetensors only)
+    std::string export_format = "safetensors";  // safetensors (model.safetensors) | hdf5 (model.h5) | both
+    int64_t export_max_shard_mb = 5000;  // safetensors above this are sharded (+ model.safetensors.index.json)
   } checkpoint;
 
   struct Metrics {

@@ -1,7 +1,8 @@
-// titan-eval --checkpoint W.h5 --tokens T.h5 --seq-len S --batch-size B [--json] [--dump-grads G.h5]
+// titan-eval --checkpoint W --tokens T.h5 --seq-len S --batch-size B [--json] [--dump-grads G.h5]
+//   W: an HF export folder, model.safetensors, model.safetensors.index.json (with config.json beside it)
+//      or an HDF5 export (config as its root attribute); F32, BF16 or F16 weights
 //            [--dp-shard N --dp-replicate N --tp N]   (under mpirun: any layout)
-// Builds the model from the checkpoint's `config` attribute alone (HF
-// config.json content) and prints the mean next-token cross-entropy over
+// Builds the model from the checkpoint's HF config.json alone and prints the mean next-token cross-entropy over
 // every full batch of the token file (batches dealt round-robin to the
 // data-parallel ranks; the mean is over all of them).
 #include <CLI/CLI.hpp>
@@ -15,17 +16,23 @@
 #include "src/autograd/grad_mode.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/data/loader.h"
+#include "src/config/version.h"
 #include "src/train/metrics.h"
 
 using namespace titan;
 
 int main(int argc, char** argv) {
   comms::init(&argc, &argv);
-  CLI::App app{"titan-eval: mean next-token cross-entropy of HF-named HDF5 weights over a token file"};
+  CLI::App app{"titan-eval: mean next-token cross-entropy of HF-named weights (safetensors or HDF5) over a token file",
+               "titan-eval"};
+  app.set_version_flag("--version", version_string("titan-eval"));
   std::string ckpt, tokens, dump;
   int64_t seq = 0, batch = 0, dp_shard = -1, dp_rep = 1, tp = 1, ep = 1, max_batches = -1;
   bool json = false;
-  app.add_option("--checkpoint", ckpt, "HF-named HDF5 weights with a `config` attribute")->required();
+  app.add_option("--checkpoint", ckpt,
+                 "HF weights: an export folder, a .safetensors file or index (config.json beside it), or an HDF5 "
+                 "export")
+      ->required();
   app.add_option("--tokens", tokens, "HDF5 token file (/tokens, uint32)")->required();
   app.add_option("--seq-len", seq, "sequence length")->required();
   app.add_option("--batch-size", batch, "batch size")->required();
@@ -50,6 +57,7 @@ int main(int argc, char** argv) {
       TITAN_CHECK(probe.steps_left() > 0, "titan-eval: ", tokens, " holds no full batch");
     }
     comms::DeviceMesh mesh({dp_rep, dp_shard, tp});
+    set_log_enabled(mesh.rank == 0 && !json);  // progress on rank 0; --json keeps stdout to the one JSON line
     MPI_Comm comm = mesh.world > 1 ? comms::world_comm() : nullptr;
     const std::string cfg = read_hf_config(ckpt);
     auto model_ptr = build_model_from_hf(cfg);
@@ -75,6 +83,7 @@ int main(int argc, char** argv) {
     }
     const int64_t rounds = (steps + dp - 1) / dp;
     double total = 0;
+    Progress progress("evaluating", rounds, "batches");
     for (int64_t k = 0; k < rounds; ++k) {
       const bool real = k < (int64_t)mine.size();
       const Batch& b = real ? mine[k] : first;
@@ -90,7 +99,9 @@ int main(int argc, char** argv) {
         Tensor logits = model.forward(b.inputs);
         total += w * (double)cross_entropy(logits.reshape({-1, vocab}), b.targets.reshape({-1})).item<float>();
       }
+      progress.add();
     }
+    progress.finish();
     // tp ranks of one dp index computed the same batches: sum over dp only
     total = mesh.dp->all_reduce(from_vector<double>({total}, {1})).to_vector<double>()[0];
     const double loss = total / (double)steps;

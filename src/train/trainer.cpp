@@ -381,12 +381,19 @@ TrainResult train(const JobConfig& cfg) {
     }
   }
   if (cfg.checkpoint.export_at_end) {
-    if (mesh.rank == 0) fs::create_directories(cfg.job.dump_folder + "/export");
+    const std::string folder = cfg.job.dump_folder + "/export";
+    if (mesh.rank == 0) fs::create_directories(folder);
     mesh.world_pg->barrier();
-    const std::string path = cfg.job.dump_folder + "/export/model.h5";
-    export_hf(path, regions, model.hf_config_json(),
-              cfg.checkpoint.export_dtype == "bfloat16" ? DType::BF16 : DType::F32, comm);
-    log_info("exported HF-named weights to " + path + " (" + cfg.checkpoint.export_dtype + ")");
+    ExportOptions eo;
+    eo.format = cfg.checkpoint.export_format;
+    eo.dtype = cfg.checkpoint.export_dtype;
+    eo.max_shard_bytes = cfg.checkpoint.export_max_shard_mb * 1000 * 1000;
+    const double t_ex = wall_seconds();
+    const auto files = export_hf_folder(folder, regions, model.hf_config_json(), eo, comm);
+    std::string list;
+    for (const auto& f : files) list += (list.empty() ? "" : ", ") + f;
+    log_info("exported the model for Hugging Face to " + folder + " (" + cfg.checkpoint.export_dtype + "; " + list +
+             "; " + fmt("%.2f", wall_seconds() - t_ex) + " s)");
   }
   {
     fold_peak();

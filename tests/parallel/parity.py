@@ -21,12 +21,15 @@ import time
 import h5py
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts"))
+import safetensors_ref  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_WAIT_POLICY="PASSIVE")
 GLOBAL_BATCH = 8
 COMMON = ["--config", "configs/qwen3_debug.yaml", "--training.steps", "10", "--training.seq_len", "128",
           "--job.print_args", "false", "--validation.enabled", "false", "--checkpoint.export_at_end", "false",
-          "--metrics.log_freq", "1", "--debug.dump_grads_at_step", "1", "--lr_scheduler.warmup_steps", "2",
+          "--checkpoint.export_format", "both", "--metrics.log_freq", "1", "--debug.dump_grads_at_step", "1", "--lr_scheduler.warmup_steps", "2",
           "--optimizer.lr", "5e-4"]
 
 
@@ -114,6 +117,13 @@ def main():
         gw = compare_grads(os.path.join(ref, "grads_step_1.h5"), os.path.join(out, "grads_step_1.h5"))
         # the HF-named export written from this layout holds the same weights
         ww = compare_grads(os.path.join(ref, "export", "model.h5"), os.path.join(out, "export", "model.h5"), 1e-4)
+        # ... and its safetensors, each rank writing its own blocks (dim-0 FSDP / dim-1 TP shards), the same bytes
+        sw = safetensors_ref.read(os.path.join(out, "export"))
+        with h5py.File(os.path.join(out, "export", "model.h5"), "r") as h:
+            assert sorted(sw) == sorted(h.keys()), "safetensors and HDF5 exports hold different tensors"
+            for k in sw:
+                if not np.array_equal(sw[k], h[k][...]):
+                    sys.exit(f"{k}: model.safetensors differs from model.h5 under {' '.join(layout)}")
         print(f"{a.name}: {a.np} ranks ({' '.join(layout)}): max loss rel err {lw:.2e}, "
               f"max grad rel err {gw:.2e}, exported weights rel err {ww:.2e} ({secs:.1f} s)")
         return
@@ -142,12 +152,16 @@ def main():
                 "--max-batches", "10"]
         one, _ = run([evalbin] + args)
         l1 = json.loads(one.stdout.strip().splitlines()[-1])["loss"]
-        for layout in (["--dp-shard", "4"], ["--dp-shard", "2", "--tp", "2"], ["--tp", "4"]):
-            many, _ = run(mpirun(4) + [evalbin] + args + layout)
+        for layout in (["--dp-shard", "4"], ["--dp-shard", "2", "--tp", "2"], ["--tp", "4"], ["--tp", "2", "st"]):
+            a_ = list(args)
+            if layout[-1] == "st":  # the export folder: each rank reads its blocks of model.safetensors
+                layout = ["--dp-shard", "2", "--tp", "2"]
+                a_[1] = os.path.join(ref, "export")
+            many, _ = run(mpirun(4) + [evalbin] + a_ + layout)
             l4 = json.loads(many.stdout.strip().splitlines()[-1])["loss"]
             if abs(l4 - l1) / l1 > 1e-6:
                 sys.exit(f"titan-eval {' '.join(layout)}: {l4} vs single rank {l1}")
-            print(f"titan-eval 4 ranks {' '.join(layout)}: {l4:.8f} = single rank {l1:.8f}")
+            print(f"titan-eval 4 ranks {' '.join(layout)} ({os.path.basename(a_[1])}): {l4:.8f} = single rank {l1:.8f}")
         # gpt-oss (built from the export's config attribute alone), experts over 2 ranks
         w = os.path.join(work, "ref_oss", "export", "model.h5")
         args[1] = w
