@@ -20,7 +20,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_WAIT_POLICY="PASSIVE")
-QUIET = ["--job.print_args", "false", "--validation.enabled", "false", "--checkpoint.enable", "false",
+QUIET = ["--job.dump_folder", "outputs/bench_moe", "--job.print_args", "false", "--validation.enabled", "false", "--checkpoint.enable", "false",
          "--metrics.log_freq", "1", "--metrics.save_jsonl", "false"]
 
 

@@ -19,7 +19,7 @@ import subprocess
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_WAIT_POLICY="PASSIVE")
 TRAIN = os.path.join(ROOT, "build", "titan-train")
-QUIET = ["--job.print_args", "false", "--validation.enabled", "false", "--checkpoint.enable", "false",
+QUIET = ["--job.dump_folder", "outputs/bench_parallel", "--job.print_args", "false", "--validation.enabled", "false", "--checkpoint.enable", "false",
          "--checkpoint.export_at_end", "false", "--metrics.log_freq", "1", "--metrics.save_jsonl", "false"]
 
 

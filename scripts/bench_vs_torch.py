@@ -84,7 +84,7 @@ print(json.dumps({"tps": B * S * len(steady) / sum(steady), "peak_rss_gib": reso
 def run_titan(args):
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OMP_WAIT_POLICY="PASSIVE")
     out = subprocess.run([os.path.join(ROOT, "build", "titan-train"), "--config", "configs/qwen3_bench.yaml",
-                          "--training.steps", str(args.steps)], cwd=ROOT, env=env, capture_output=True, text=True)
+                          "--training.steps", str(args.steps), "--job.dump_folder", "outputs/bench_vs_torch"], cwd=ROOT, env=env, capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit("titan-train failed:\n" + out.stdout + out.stderr)
     tps = [float(m.replace(",", "")) for m in re.findall(r"step: +(\d+) .*tps: ([\d,]+)", out.stdout) for m in [m[1]]]

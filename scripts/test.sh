@@ -14,6 +14,9 @@ if [ -z "${SKIP_SETUP:-}" ]; then ./scripts/setup.sh; fi
 echo "[test] release build"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$JOBS"
+# install the tools where mpirun finds them (default prefix /usr/local: titan-train on PATH)
+SUDO=""; if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+$SUDO cmake --install build >/dev/null
 (cd build && ctest --output-on-failure -j 1 --timeout 1200)
 
 if [ -z "${SKIP_ASAN:-}" ]; then

@@ -4,7 +4,9 @@
 Runs titan-train's simulation for each published measurement and prints simulated vs published
 tokens/s and MFU with the relative error and the bar it must meet. Exit status 1 if any misses.
 
-    ./scripts/validate_simulator.py [--build build]
+    ./scripts/validate_simulator.py [--build build] [--out outputs/validate_simulator]
+
+Each run writes under its own folder of --out (never into a user's job folder).
 """
 import argparse
 import re
@@ -36,6 +38,8 @@ LINE = re.compile(r"sim step: ([0-9.]+) s\s+tps: ([0-9.]+) \(([0-9.]+) per chip\
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=str(ROOT / "build"))
+    ap.add_argument("--out", default=str(ROOT / "outputs" / "validate_simulator"),
+                    help="folder for the runs' configs and traces")
     args = ap.parse_args()
     exe = Path(args.build) / "titan-train"
     if not exe.exists():
@@ -43,8 +47,10 @@ def main():
     print(f"{'measurement':38s} {'published':>10s} {'simulated':>10s} {'err':>7s} {'MFU pub':>8s} {'MFU sim':>8s}"
           f" {'err':>7s}  bar")
     ok = True
-    for name, cfg, over, tps, per, mfu, bar, src in CASES:
-        out = subprocess.run([str(exe), "--config", cfg, "--job.print_args", "false", *over], cwd=ROOT,
+    for i, (name, cfg, over, tps, per, mfu, bar, src) in enumerate(CASES):
+        dump = Path(args.out) / f"{i:02d}_{Path(cfg).stem}{'_' + over[-1] if over else ''}"
+        out = subprocess.run([str(exe), "--config", cfg, "--job.print_args", "false", *over,
+                              "--job.dump_folder", str(dump)], cwd=ROOT,
                              capture_output=True, text=True)
         m = LINE.search(out.stdout + out.stderr)
         if out.returncode != 0 or not m:

@@ -5,6 +5,7 @@
 
 #include "comms/moe_dispatch.h"
 #include "models/moe_balance.h"
+#include "models/hf_init.h"
 #include "src/autograd/grad_mode.h"
 
 namespace titan::gpt_oss {
@@ -176,17 +177,6 @@ void GptOss::update_router_bias(const std::vector<std::vector<double>>& counts) 
     moe::update_bias(model->layers->layers[i]->mlp->expert_bias, counts[i], args_.bias_update_rate);
 }
 
-void GptOss::init_weights(uint64_t seed) {
-  Generator g(seed);
-  NoGradGuard ng;
-  for (auto& [name, p] : named_parameters()) {
-    if (p->is_meta()) continue;
-    const bool is_norm = name.find("norm") != std::string::npos;
-    const bool is_bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
-    if (is_bias) fill_(*p, 0.0);
-    else if (is_norm) fill_(*p, 1.0);
-    else copy_(*p, randn(p->shape(), g, p->dtype(), 0.02));  // linears, embeddings, experts, sinks
-  }
-}
+void GptOss::init_weights(uint64_t seed) { hf_init_weights(named_parameters(), seed); }
 
 }  // namespace titan::gpt_oss

@@ -4,6 +4,7 @@
 
 #include "models/moe_balance.h"
 #include "models/qwen3/moe.h"
+#include "models/hf_init.h"
 #include "src/autograd/grad_mode.h"
 
 namespace titan::qwen3 {
@@ -147,17 +148,6 @@ void Qwen3::update_router_bias(const std::vector<std::vector<double>>& counts) {
     if (l->moe && i < counts.size()) moe::update_bias(l->moe->expert_bias, counts[i++], args_.moe_bias_update_rate);
 }
 
-void Qwen3::init_weights(uint64_t seed) {
-  Generator g(seed);
-  NoGradGuard ng;
-  for (auto& [name, p] : named_parameters()) {
-    const bool is_norm = name.find("norm") != std::string::npos;
-    const bool is_bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
-    if (p->is_meta()) continue;
-    if (is_bias) fill_(*p, 0.0);
-    else if (is_norm) fill_(*p, 1.0);
-    else copy_(*p, randn(p->shape(), g, p->dtype(), 0.02));
-  }
-}
+void Qwen3::init_weights(uint64_t seed) { hf_init_weights(named_parameters(), seed); }
 
 }  // namespace titan::qwen3

@@ -8,6 +8,7 @@
 
 #include "src/checkpoint/h5.h"
 #include "src/checkpoint/safetensors.h"
+#include "src/log/log.h"
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -53,6 +54,12 @@ void read_block(const h5::File& f, const std::string& key, const Region& r, cons
   if (!dst.is_meta()) f.read_region(key, r.offset, dst);
 }
 
+int64_t local_bytes(const std::vector<Region>& params) {
+  int64_t n = 0;
+  for (auto& r : params) n += r.local->numel() * 4;
+  return std::max<int64_t>(n, 1);
+}
+
 Tensor* moment(AdamW* opt, const std::string& name, bool second) {
   for (auto& s : opt->slots())
     if (s.name == name) return second ? &s.exp_avg_sq : &s.exp_avg;
@@ -62,8 +69,12 @@ Tensor* moment(AdamW* opt, const std::string& name, bool second) {
 
 void save_checkpoint(const std::string& path, const std::vector<Region>& params, AdamW* opt, const TrainState& st,
                      MPI_Comm comm) {
+  Progress progress("saving checkpoint " + path, local_bytes(params) * (opt ? 3 : 1));
   write_atomic(path, comm, [&](h5::File& f) {
-    for (auto& r : params) f.write_region("model/" + r.name, r.full_shape, r.offset, *r.local, r.writer);
+    for (auto& r : params) {
+      f.write_region("model/" + r.name, r.full_shape, r.offset, *r.local, r.writer);
+      progress.add(r.local->numel() * 4);
+    }
     if (opt) {
       for (auto& r : params) {
         Tensor* m = moment(opt, r.name, false);
@@ -71,6 +82,7 @@ void save_checkpoint(const std::string& path, const std::vector<Region>& params,
         if (!m) continue;
         f.write_region("optim/exp_avg/" + r.name, r.full_shape, r.offset, *m, r.writer);
         f.write_region("optim/exp_avg_sq/" + r.name, r.full_shape, r.offset, *v, r.writer);
+        progress.add(r.local->numel() * 8);
       }
       f.set_attr("optim_step", opt->step_count());
     }
@@ -80,17 +92,23 @@ void save_checkpoint(const std::string& path, const std::vector<Region>& params,
     f.set_attr("rng", st.rng);
     f.set_attr("config", st.config);
   });
+  progress.finish();
 }
 
 TrainState load_checkpoint(const std::string& path, const std::vector<Region>& params, AdamW* opt, MPI_Comm comm) {
   h5::File f(path, h5::File::Read, comm);
-  for (auto& r : params) read_block(f, "model/" + r.name, r, *r.local);
+  Progress progress("loading checkpoint " + path, local_bytes(params) * (opt ? 3 : 1));
+  for (auto& r : params) {
+    read_block(f, "model/" + r.name, r, *r.local);
+    progress.add(r.local->numel() * 4);
+  }
   if (opt) {
     for (auto& r : params) {
       Tensor* m = moment(opt, r.name, false);
       if (!m) continue;
       read_block(f, "optim/exp_avg/" + r.name, r, *m);
       read_block(f, "optim/exp_avg_sq/" + r.name, r, *moment(opt, r.name, true));
+      progress.add(r.local->numel() * 8);
     }
     opt->set_step_count(f.attr_int("optim_step"));
   }
@@ -100,6 +118,7 @@ TrainState load_checkpoint(const std::string& path, const std::vector<Region>& p
   st.data_epoch = f.attr_int("data_epoch");
   st.rng = f.attr_string("rng");
   st.config = f.attr_string("config");
+  progress.finish();
   return st;
 }
 
@@ -126,10 +145,15 @@ void prune_checkpoints(const std::string& folder, int64_t keep) {
 
 void export_hf(const std::string& path, const std::vector<Region>& params, const std::string& cfg, DType stored,
                MPI_Comm comm) {
+  Progress progress("writing " + path, local_bytes(params));
   write_atomic(path, comm, [&](h5::File& f) {
-    for (auto& r : params) f.write_region(r.name, r.full_shape, r.offset, *r.local, r.writer, stored);
+    for (auto& r : params) {
+      f.write_region(r.name, r.full_shape, r.offset, *r.local, r.writer, stored);
+      progress.add(r.local->numel() * 4);
+    }
     f.set_attr("config", cfg);
   });
+  progress.finish();
 }
 
 namespace {
@@ -187,10 +211,13 @@ void load_hf(const std::string& path_in, const std::vector<Region>& params, MPI_
   const std::string path = h5_path(path_in);
   h5::File f(path, h5::File::Read, comm);
   std::set<std::string> expected;
+  Progress progress("loading " + path, local_bytes(params));
   for (auto& r : params) {
     expected.insert(r.name);
     read_block(f, r.name, r, *r.local);
+    progress.add(r.local->numel() * 4);
   }
+  progress.finish();
   for (auto& d : f.datasets())
     TITAN_CHECK(expected.count(d), "checkpoint: '", path, "' has tensor '", d,
                 "' that this model does not have (different architecture or tie_word_embeddings?)");

@@ -80,7 +80,10 @@ void Progress::print(bool final_line) {
   const double t = elapsed();
   const double rate = (double)done_ / std::max(t, 1e-9);
   const int pct = (int)(100.0 * (double)done_ / (double)total_);
-  std::string rate_s = unit_ == "B" ? fmt("%.1f MB/s", rate / 1e6) : fmt("%.1f ", rate) + unit_ + "/s";
+  std::string rate_s = unit_ == "B"     ? fmt("%.1f MB/s", rate / 1e6)
+                       : rate >= 1e6  ? fmt("%.1fM ", rate / 1e6) + unit_ + "/s"
+                       : rate >= 1e4  ? fmt("%.1fk ", rate / 1e3) + unit_ + "/s"
+                                      : fmt("%.1f ", rate) + unit_ + "/s";
   std::string line = label_;
   if (tty_) {
     const int width = 24, fill = std::min(width, pct * width / 100);
@@ -104,7 +107,7 @@ void Progress::update(int64_t done) {
   done_ = std::min(done, total_);
   if (!g_log || finished_) return;
   const double t = elapsed();
-  if (t < quiet_s_) return;
+  if (t < quiet_s_ || done_ == total_) return;  // the closing line is finish()'s
   const int pct = (int)(100.0 * (double)done_ / (double)total_);
   if (tty_ ? (pct != last_pct_ || t - last_print_ > 0.5) : (pct / 10 != last_pct_ / 10 || t - last_print_ >= 5.0))
     print(false);
