@@ -24,11 +24,18 @@ const encode = (s) => tok.encode(s, { add_special_tokens: false });
 if (args.bench) {
   const docs = fs.readFileSync(args.bench, "utf8").split("\n").filter((l) => l.trim()).map((l) => JSON.parse(l).text);
   const bytes = docs.reduce((n, d) => n + Buffer.byteLength(d), 0);
+  const eot = encode("<|endoftext|>")[0];
   const t0 = process.hrtime.bigint();
-  let n = 0;
-  for (const d of docs) n += encode(d).length;
+  const all = [];
+  for (const d of docs) {
+    if (all.length) all.push(eot);
+    for (const id of encode(d)) all.push(id);
+  }
   const s = Number(process.hrtime.bigint() - t0) / 1e9;
-  console.log(JSON.stringify({ bytes, tokens: n, seconds: s, mb_per_s: bytes / 1e6 / s }));
+  const buf = Buffer.alloc(all.length * 4);
+  all.forEach((v, i) => buf.writeUInt32LE(v, i * 4));
+  console.log(JSON.stringify({ bytes, tokens: all.length, seconds: s, mb_per_s: bytes / 1e6 / s,
+                               sha256_u32le: createHash("sha256").update(buf).digest("hex") }));
   process.exit(0);
 }
 

@@ -8,6 +8,7 @@
 - an unknown config name lists the known ones.
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -60,6 +61,26 @@ def main():
             check(len(re.findall(r"sim step: ", out)) == 1, "the simulation is reported once, not once per process")
             check("simulation: launched on 2 processes" in out and "-np does not change the result" in out,
                   "the log says what -np means for a simulated job")
+    # per-rank profile traces merge without collisions: distinct pids and process names
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    if not os.path.exists(os.path.join(root, "data/kjv_train.h5")):
+        subprocess.run([os.path.join(root, "scripts/prepare_data.sh"), a.build], check=True, cwd=root)
+    with tempfile.TemporaryDirectory() as d:
+        p = subprocess.run(["mpirun", "--oversubscribe", "-np", "2", os.path.join(a.build, "titan-train"), "--config",
+                            "qwen3_debug", "--model.n_layers", "1", "--training.steps", "2", "--training.seq_len", "64",
+                            "--validation.enabled", "false", "--checkpoint.enable", "false", "--job.print_args",
+                            "false", "--profiling.enable_profiling", "true", "--profiling.profile_step", "2",
+                            "--job.dump_folder", d], capture_output=True, text=True, cwd=root, env=ENV, timeout=300)
+        pids = {}
+        for r in (0, 1):
+            f = os.path.join(d, f"profile_trace_rank{r}.json")
+            if os.path.exists(f):
+                ev = json.load(open(f))["traceEvents"]
+                names = {e["args"]["name"] for e in ev if e.get("name") == "process_name"}
+                pids[r] = ({e["pid"] for e in ev if "pid" in e}, names)
+        check(p.returncode == 0 and pids.get(0, (None,))[0] == {0} and pids.get(1, (None,))[0] == {1} and
+              any(n.startswith("rank 1 ") for n in pids[1][1]),
+              f"per-rank profile traces: rank r uses pid r and names itself 'rank r' ({pids})")
     print(f"{len(fails)} failures")
     return 1 if fails else 0
 
