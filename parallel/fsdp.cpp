@@ -1,5 +1,7 @@
 #include "parallel/fsdp.h"
 
+#include "src/log/log.h"
+
 #include "src/autograd/function.h"
 #include "src/ops/ops.h"
 
@@ -28,7 +30,11 @@ FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool resha
     units_.push_back(std::move(unit));
   }
   // assign every parameter to the innermost unit that owns it (a layer before the root)
+  int64_t total = 0;
+  for (const ShardSpec& s : specs) total += s.slot->numel();
+  Progress progress("sharding parameters (FSDP)", std::max<int64_t>(total, 1), "parameters");
   for (ShardSpec& s : specs) {
+    progress.add(s.slot->numel());
     size_t owner = 0;
     for (size_t ui = 1; ui < modules.size(); ++ui)
       for (auto& [nm, p] : modules[ui]->named_parameters())
@@ -55,6 +61,7 @@ FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool resha
     s.writer = s.writer && mesh.replicate_rank == 0;
     u.params.push_back(std::move(p));
   }
+  progress.finish();
   // free the full tensors: modules point at nothing until a forward binds them
   for (auto& u : units_)
     for (auto& p : u->params) *p.slot = Tensor();

@@ -1,5 +1,7 @@
 #include "src/optim/adamw.h"
 
+#include "src/log/log.h"
+
 #include <cmath>
 
 #include "src/autograd/grad_mode.h"
@@ -10,11 +12,16 @@ namespace titan {
 
 AdamW::AdamW(std::vector<std::pair<std::string, Tensor*>> params, AdamWOptions opt) : opt_(opt) {
   MemoryCategoryScope cat(MemoryCategory::OptimizerState);
+  int64_t total = 0;
+  for (auto& [n, p] : params) total += p->numel();
+  Progress progress("allocating AdamW state", std::max<int64_t>(total, 1), "parameters");
   for (auto& [n, p] : params) {
+    progress.add(p->numel());
     if (!p->requires_grad()) continue;
     slots_.push_back({n, p, zeros(p->shape(), p->dtype(), p->device()), zeros(p->shape(), p->dtype(), p->device()),
                       p->dim() >= 2});
   }
+  progress.finish();
 }
 
 void AdamW::step(double lr) {
