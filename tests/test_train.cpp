@@ -14,6 +14,7 @@
 #include "src/checkpoint/h5.h"
 #include "src/data/loader.h"
 #include "src/data/tokenizer.h"
+#include "src/log/log.h"
 #include "src/train/trainer.h"
 
 using namespace titan;
@@ -231,6 +232,45 @@ TEST(Data, LoaderLayoutShardingAndResume) {
   EXPECT_NE(e.find("holds 1000 tokens"), std::string::npos) << e;
   e = error_of([&] { DataLoader(d + "/missing.h5", 1, 1); });
   EXPECT_NE(e.find("missing.h5"), std::string::npos) << e;
+}
+
+TEST(Data, DocumentStartsAreCheckedAndHandedOutByWindow) {
+  std::string d = tmpdir("docs");
+  std::vector<uint32_t> t(100, 7);
+  write_token_file(d + "/t.h5", t, "test", 64, {0, 10, 35, 80}, /*separator_id=*/3);
+  DataLoader l(d + "/t.h5", 1, 8);
+  EXPECT_EQ(l.num_documents(), 4);
+  EXPECT_EQ(l.separator_id(), 3);
+  EXPECT_EQ(l.document_starts(5, 40), (std::vector<int64_t>{5, 30}));  // offsets from the window's start
+  EXPECT_EQ(l.document_starts(36, 80), (std::vector<int64_t>{}));
+  write_token_file(d + "/bad.h5", t, "test", 64, {0, 50, 40});
+  std::string e = error_of([&] { DataLoader(d + "/bad.h5", 1, 8); });
+  EXPECT_NE(e.find("/doc_starts in '" + d + "/bad.h5' is not increasing"), std::string::npos) << e;
+}
+
+// Progress: silent while young; then rate and ETA; plain lines when stdout is not a terminal (as here).
+TEST(Log, ProgressPrintsRateAndEtaAsPlainLines) {
+  testing::internal::CaptureStdout();
+  {
+    Progress quiet("quick work", 100, "items");  // finishes within its 2 s of silence
+    quiet.update(100);
+    quiet.finish();
+  }
+  EXPECT_EQ(testing::internal::GetCapturedStdout(), "");
+  testing::internal::CaptureStdout();
+  Progress p("long work", 1000, "items", /*quiet_s=*/0.0);
+  p.update(250);
+  p.update(260);  // same 10% band: no new plain line
+  p.update(500);
+  p.finish();
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("long work 25%  250/1,000 items"), std::string::npos) << out;
+  EXPECT_NE(out.find("ETA "), std::string::npos) << out;
+  EXPECT_NE(out.find("items/s"), std::string::npos) << out;
+  EXPECT_EQ(out.find("260/1,000"), std::string::npos) << out;
+  EXPECT_NE(out.find("long work 100%  1,000/1,000 items"), std::string::npos) << out;
+  EXPECT_NE(out.find("done in 0:00"), std::string::npos) << out;
+  EXPECT_EQ(out.find('\r'), std::string::npos) << "no carriage returns in a pipe";
 }
 
 // ---- schedules -------------------------------------------------------------------
