@@ -3,9 +3,13 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
+#include <sstream>
 #include <filesystem>
 #include <set>
 
+#include "src/checkpoint/blocks.h"
 #include "src/checkpoint/h5.h"
 #include "src/checkpoint/safetensors.h"
 #include "src/log/log.h"
@@ -67,8 +71,84 @@ Tensor* moment(AdamW* opt, const std::string& name, bool second) {
 }
 }  // namespace
 
+namespace {
+// The checksums of every dataset of a checkpoint, summed over the ranks' blocks (writers only: each element once).
+std::string checksum_attr(const std::vector<Region>& params, AdamW* opt, MPI_Comm comm) {
+  std::vector<std::string> names;
+  std::vector<uint64_t> sums;
+  auto add = [&](const std::string& name, const Region& r, const Tensor& t) {
+    names.push_back(name);
+    const Tensor c = t.contiguous();
+    sums.push_back(r.writer && !c.is_meta() ? block_checksum(r.full_shape, r.offset, c.shape(), c.data<float>()) : 0);
+  };
+  for (auto& r : params) add("model/" + r.name, r, *r.local);
+  if (opt)
+    for (auto& r : params) {
+      Tensor* m = moment(opt, r.name, false);
+      if (!m) continue;
+      add("optim/exp_avg/" + r.name, r, *m);
+      add("optim/exp_avg_sq/" + r.name, r, *moment(opt, r.name, true));
+    }
+  if (comm) MPI_Allreduce(MPI_IN_PLACE, sums.data(), (int)sums.size(), MPI_UINT64_T, MPI_SUM, comm);
+  std::ostringstream o;
+  for (size_t i = 0; i < names.size(); ++i) o << names[i] << ' ' << std::hex << sums[i] << std::dec << '\n';
+  return o.str();
+}
+}  // namespace
+
+std::string verify_checkpoint(const std::string& path, MPI_Comm comm, bool* legacy) {
+  if (legacy) *legacy = false;
+  int me = 0, world = 1;
+  if (comm) {
+    MPI_Comm_rank(comm, &me);
+    MPI_Comm_size(comm, &world);
+  }
+  std::string why;  // this rank's first finding
+  try {
+    h5::File f(path, h5::File::Read);  // serial: each rank reads its share of the datasets on its own
+    for (const char* a : {"step", "data_position", "data_epoch", "rng", "config"})
+      TITAN_CHECK(f.has_attr(a), "attribute '", a, "' is missing");
+    std::string list;
+    if (f.has_attr("checksums")) {
+      list = f.attr_string("checksums");
+    } else {  // written by a titan before checksums: its values can still be checked for finiteness
+      if (legacy) *legacy = true;
+      for (const auto& d : f.datasets()) list += d + " -\n";
+    }
+    std::istringstream in(list);
+    std::string name, hex;
+    int64_t i = 0;
+    while (in >> name >> hex) {
+      if (i++ % world != me) continue;
+      TITAN_CHECK(f.has(name), "tensor '", name, "' is missing");
+      const Tensor t = f.read_f32(name);
+      const float* p = t.data<float>();
+      for (int64_t k = 0; k < t.numel(); ++k)
+        TITAN_CHECK(std::isfinite(p[k]), "tensor '", name, "' holds a non-finite value (", p[k], ") at element ", k);
+      if (hex == "-") continue;
+      const uint64_t want = std::stoull(hex, nullptr, 16);
+      const uint64_t got = block_checksum(t.shape(), Shape(t.dim(), 0), t.shape(), p);
+      TITAN_CHECK(got == want, "tensor '", name, "' fails its checksum (stored ", hex, ", computed ", std::hex, got,
+                  std::dec, "): the file was altered after it was written");
+    }
+    TITAN_CHECK(i > 0, "its checksum list is empty");
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  if (!comm) return why;
+  int bad = why.empty() ? INT_MAX : me;  // every rank agrees on the lowest rank's finding
+  MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MIN, comm);
+  if (bad == INT_MAX) return "";
+  int n = (int)why.size();
+  MPI_Bcast(&n, 1, MPI_INT, bad, comm);
+  why.resize(n);
+  MPI_Bcast(why.data(), n, MPI_CHAR, bad, comm);
+  return why;
+}
+
 void save_checkpoint(const std::string& path, const std::vector<Region>& params, AdamW* opt, const TrainState& st,
                      MPI_Comm comm) {
+  const std::string sums = checksum_attr(params, opt, comm);
   Progress progress("saving checkpoint " + path, local_bytes(params) * (opt ? 3 : 1));
   write_atomic(path, comm, [&](h5::File& f) {
     for (auto& r : params) {
@@ -91,6 +171,7 @@ void save_checkpoint(const std::string& path, const std::vector<Region>& params,
     f.set_attr("data_epoch", st.data_epoch);
     f.set_attr("rng", st.rng);
     f.set_attr("config", st.config);
+    f.set_attr("checksums", sums);
   });
   progress.finish();
 }

@@ -6,8 +6,8 @@
 // saved under one layout loads under any other.
 // Training state (`step-N.h5`): /model/<name>, /optim/exp_avg/<name>,
 // /optim/exp_avg_sq/<name>, root attributes step, optim_step, data_position,
-// data_epoch, rng, config. Written to a temp file then renamed (atomic); the
-// last keep_latest_k are kept.
+// data_epoch, rng, config, checksums. Written to a temp file then renamed
+// (atomic); the last keep_latest_k are kept.
 // Export: one dataset per tensor at the root named exactly as the Hugging
 // Face state-dict key, HF shapes, float32 or bfloat16, and a root string
 // attribute `config` with the HF config.json content.
@@ -48,6 +48,14 @@ void save_checkpoint(const std::string& path, const std::vector<Region>& params,
 // Loads into existing tensors; every name and logical shape must match (errors name the tensor).
 TrainState load_checkpoint(const std::string& path, const std::vector<Region>& params, AdamW* opt,
                            MPI_Comm comm = nullptr);
+// Checks a checkpoint before it is trusted: every tensor present, finite and
+// equal to the checksum stored when it was written (root attribute
+// `checksums`: per dataset, the sum over elements of a mix of index and value
+// bits, so any layout's blocks add up to it). The datasets are split over the
+// ranks of comm, each reading its share with serial HDF5; all ranks return the
+// same verdict: "" when good, else what failed, naming the tensor. A file
+// from before checksums (*legacy = true) is checked for finiteness only.
+std::string verify_checkpoint(const std::string& path, MPI_Comm comm = nullptr, bool* legacy = nullptr);
 // step-N.h5 files in `folder`, sorted by N; and pruning to the latest k.
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& folder);
 void prune_checkpoints(const std::string& folder, int64_t keep_latest_k);

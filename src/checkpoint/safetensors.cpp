@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "src/checkpoint/blocks.h"
 #include "src/log/log.h"
 #include "src/tensor/error.h"
 
@@ -87,35 +88,6 @@ int rank_of(MPI_Comm comm) {
 }
 void barrier(MPI_Comm comm) {
   if (comm) MPI_Barrier(comm);
-}
-
-// Calls f(file_element, local_element, count) for each contiguous run of a block `local` at `off` in `full`.
-template <class F>
-void for_each_run(const Shape& full, const Shape& off, const Shape& local, F&& f) {
-  const int nd = (int)full.size();
-  if (nd == 0) {
-    f(0, 0, 1);
-    return;
-  }
-  int j = nd - 1;  // dims after j are whole in the block
-  while (j > 0 && local[j] == full[j]) --j;
-  std::vector<int64_t> stride(nd, 1);
-  for (int d = nd - 2; d >= 0; --d) stride[d] = stride[d + 1] * full[d + 1];
-  int64_t run = 1;
-  for (int d = j; d < nd; ++d) run *= local[d];
-  int64_t outer = 1;
-  for (int d = 0; d < j; ++d) outer *= local[d];
-  if (run == 0 || outer == 0) return;
-  std::vector<int64_t> idx(j, 0);
-  for (int64_t k = 0; k < outer; ++k) {
-    int64_t fo = off[j] * stride[j];
-    for (int d = 0; d < j; ++d) fo += (off[d] + idx[d]) * stride[d];
-    f(fo, k * run, run);
-    for (int d = j - 1; d >= 0; --d) {
-      if (++idx[d] < local[d]) break;
-      idx[d] = 0;
-    }
-  }
 }
 
 void pwrite_all(int fd, const void* buf, size_t n, off_t at, const std::string& path) {

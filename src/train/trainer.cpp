@@ -181,16 +181,41 @@ TrainResult train(const JobConfig& cfg) {
   const std::string ckpt_dir = cfg.job.dump_folder + "/" + cfg.checkpoint.folder;
   int64_t start = 0;
   if (cfg.checkpoint.enable) {
+    if (mesh.rank == 0 && fs::is_directory(ckpt_dir))  // partial writes of a job that died mid-save
+      for (auto& e : fs::directory_iterator(ckpt_dir))
+        if (e.path().extension() == ".tmp") {
+          log_info("removing " + e.path().string() + " (an unfinished checkpoint write of an earlier run)");
+          fs::remove(e.path());
+        }
+    mesh.world_pg->barrier();
+    // resume from the newest checkpoint that verifies; say which ones were skipped and why
     auto ck = list_checkpoints(ckpt_dir);
-    if (!ck.empty()) {
-      TrainState st = load_checkpoint(ck.back().second, regions, &opt, comm);
+    std::vector<std::string> skipped;
+    for (auto it = ck.rbegin(); it != ck.rend(); ++it) {
+      bool legacy = false;
+      const std::string why = verify_checkpoint(it->second, comm, &legacy);
+      if (!why.empty()) {
+        log_info("WARNING skipping checkpoint " + it->second + ": " + why);
+        skipped.push_back(it->second + ": " + why);
+        continue;
+      }
+      TrainState st = load_checkpoint(it->second, regions, &opt, comm);
       start = st.step;
       loader.set_state(st.data_position, st.data_epoch);
       rng.set_state(st.rng);
-      log_info("resumed from " + ck.back().second + " at step " + std::to_string(start));
+      log_info("resumed from " + it->second + " at step " + std::to_string(start) +
+               (legacy ? " (written before checksums: values checked finite only" : " (checksums verified") +
+               (skipped.empty() ? "" : "; " + std::to_string(skipped.size()) + " newer checkpoint(s) skipped") + ")");
       if (start >= cfg.training.steps)
         log_info("that checkpoint already reached training.steps = " + std::to_string(cfg.training.steps) +
                  ": nothing left to train (raise training.steps, or remove " + ckpt_dir + " to start over)");
+      break;
+    }
+    if (!ck.empty() && skipped.size() == ck.size()) {
+      std::string list;
+      for (auto& s : skipped) list += "\n  " + s;
+      fail("checkpoint: none of the ", ck.size(), " checkpoints in ", ckpt_dir, " verifies; refusing to train "
+           "from scratch over them (move them away to start over):", list);
     }
   }
   result.first_step = start + 1;
@@ -374,6 +399,10 @@ TrainResult train(const JobConfig& cfg) {
       TrainState st{step, loader.position(), loader.epoch(), rng.state(), cfg_text};
       const std::string path = ckpt_dir + "/step-" + std::to_string(step) + ".h5";
       save_checkpoint(path, regions, &opt, st, comm);
+      // read back before older ones are pruned: keep_latest_k never deletes the last verified checkpoint
+      const std::string why = verify_checkpoint(path, comm);
+      TITAN_CHECK(why.empty(), "checkpoint: ", path, " does not read back as written (", why,
+                  "); older checkpoints kept. Check the disk.");
       if (mesh.rank == 0) prune_checkpoints(ckpt_dir, cfg.checkpoint.keep_latest_k);
       log_info("saved checkpoint " + path + " (" + fmt("%.2f", wall_seconds() - t_ck) + " s)");
       t_log += wall_seconds() - t_ck;

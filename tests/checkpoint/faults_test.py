@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Checkpoints that were damaged after they were written are never trusted.
+
+- the checksums titan stores equal an independent computation here (numpy), dataset by dataset;
+- a flipped bit in the newest checkpoint: resume skips it (naming the file and tensor) and continues from the
+  previous one, with the losses of the uninterrupted run bit for bit; also under mpirun (2-way FSDP);
+- a truncated newest checkpoint: skipped the same way;
+- a non-finite value (with a matching checksum): refused, naming the tensor;
+- every checkpoint damaged: the job refuses to start from scratch over them.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_WAIT_POLICY="PASSIVE")
+fails = []
+M64 = (1 << 64) - 1
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        fails.append(what)
+
+
+def checksum(a):
+    """sum over elements of splitmix64(index * golden + bits + c), mod 2^64 (src/checkpoint/blocks.h)"""
+    bits = np.ascontiguousarray(a, dtype=np.float32).reshape(-1).view(np.uint32).astype(np.uint64)
+    idx = np.arange(bits.size, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = idx * np.uint64(0x9E3779B97F4A7C15) + bits + np.uint64(0x632BE59BD9B4E019)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return int(sum(int(x) for x in np.split(z, [z.size // 2])[0].tolist()) +
+               sum(int(x) for x in np.split(z, [z.size // 2])[1].tolist())) & M64
+
+
+def losses(folder):
+    out = {}
+    for line in open(os.path.join(folder, "metrics.jsonl")):
+        r = json.loads(line)
+        if "loss" in r:
+            out[r["step"]] = r["loss"]  # the last row of a step wins
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    a = ap.parse_args()
+    work = os.path.join(a.build, "faults_test")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    if not os.path.exists(os.path.join(ROOT, "data/kjv_train.h5")):
+        subprocess.run([os.path.join(ROOT, "scripts/prepare_data.sh"), a.build], check=True, cwd=ROOT)
+    train = os.path.join(a.build, "titan-train")
+    common = ["--config", "configs/qwen3_debug.yaml", "--training.seq_len", "64", "--training.local_batch_size", "2",
+              "--model.n_layers", "1", "--job.print_args", "false", "--validation.enabled", "false",
+              "--metrics.log_freq", "1", "--checkpoint.enable", "true", "--checkpoint.interval", "2",
+              "--checkpoint.keep_latest_k", "10", "--checkpoint.export_at_end", "false",
+              "--lr_scheduler.warmup_steps", "2"]
+
+    def run(folder, steps, np_=1, ok=True, extra=()):
+        cmd = [train] + common + ["--job.dump_folder", folder, "--training.steps", str(steps), *extra]
+        if np_ > 1:
+            cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-x", "OMP_NUM_THREADS=1", "-np", str(np_)] + cmd
+        p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=600)
+        if ok and p.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stdout[-3000:]}{p.stderr[-3000:]}")
+        return p
+
+    def flip_bit(path, dataset, element=3, bit=27):
+        with h5py.File(path, "r") as f:
+            off = f[dataset].id.get_offset()
+        with open(path, "r+b") as fh:
+            fh.seek(off + 4 * element + bit // 8)
+            b = fh.read(1)[0]
+            fh.seek(off + 4 * element + bit // 8)
+            fh.write(bytes([b ^ (1 << (bit % 8))]))
+
+    ref = os.path.join(work, "ref")
+    run(ref, 8)
+    want = losses(ref)
+    ck6 = os.path.join(ref, "checkpoint", "step-6.h5")
+    with h5py.File(ck6, "r") as f:
+        stored = dict(line.split() for line in f.attrs["checksums"].strip().splitlines())
+        same = all(checksum(f[k][...]) == int(v, 16) for k, v in stored.items())
+    check(same and len(stored) > 10, f"the {len(stored)} stored checksums equal numpy's computation of the formula")
+
+    refs = {1: want}
+    run(os.path.join(work, "ref2"), 8, 2)
+    refs[2] = losses(os.path.join(work, "ref2"))
+    for np_ in (1, 2):
+        d = os.path.join(work, f"flip{np_}")
+        run(d, 6, np_)
+        flip_bit(os.path.join(d, "checkpoint", "step-6.h5"), "model/model.norm.weight")
+        p = run(d, 8, np_)
+        got = losses(d)
+        check("skipping checkpoint" in p.stdout and "step-6.h5: tensor 'model/model.norm.weight' fails its checksum"
+              in p.stdout and "resumed from" in p.stdout and "step-4.h5 at step 4" in p.stdout,
+              f"{np_} rank(s): a flipped bit in step-6.h5 is named and skipped; resumed from step 4")
+        check(all(got[s] == refs[np_][s] for s in range(5, 9)), f"{np_} rank(s): steps 5-8 equal the uninterrupted run's "
+              "losses bit for bit")
+    d = os.path.join(work, "trunc")
+    run(d, 6)
+    p6 = os.path.join(d, "checkpoint", "step-6.h5")
+    os.truncate(p6, os.path.getsize(p6) // 2)
+    p = run(d, 8)
+    check("skipping checkpoint" in p.stdout and "step-4.h5 at step 4" in p.stdout and
+          all(losses(d)[s] == want[s] for s in range(5, 9)), "a truncated newest checkpoint: skipped, resumed from 4")
+    d = os.path.join(work, "nan")
+    run(d, 4)
+    p4 = os.path.join(d, "checkpoint", "step-4.h5")
+    name = "optim/exp_avg_sq/model.layers.0.mlp.up_proj.weight"
+    with h5py.File(p4, "r+") as f:
+        x = f[name][...]
+        x.reshape(-1)[5] = np.nan
+        f[name][...] = x
+        lines = [f"{k} {checksum(x) if k == name else int(v, 16):x}" for k, v in
+                 (l.split() for l in f.attrs["checksums"].strip().splitlines())]
+        f.attrs["checksums"] = "\n".join(lines) + "\n"
+    p = run(d, 6)
+    check(f"tensor '{name}' holds a non-finite value" in p.stdout and "step-2.h5 at step 2" in p.stdout,
+          "a non-finite value with a matching checksum is refused, naming the tensor")
+    d = os.path.join(work, "legacy")  # written before checksums: resumed, values checked finite
+    run(d, 4)
+    with h5py.File(os.path.join(d, "checkpoint", "step-4.h5"), "r+") as f:
+        del f.attrs["checksums"]
+    p = run(d, 6)
+    check("step-4.h5 at step 4 (written before checksums: values checked finite only" in p.stdout,
+          "a checkpoint from before checksums resumes, checked for finiteness")
+    d = os.path.join(work, "allbad")
+    run(d, 4)
+    for s in (2, 4):
+        flip_bit(os.path.join(d, "checkpoint", f"step-{s}.h5"), "model/model.norm.weight")
+    before = {f: os.path.getmtime(os.path.join(d, "checkpoint", f)) for f in os.listdir(os.path.join(d, "checkpoint"))}
+    p = run(d, 6, ok=False)
+    after = {f: os.path.getmtime(os.path.join(d, "checkpoint", f)) for f in os.listdir(os.path.join(d, "checkpoint"))}
+    check(p.returncode != 0 and "none of the 2 checkpoints" in p.stderr and before == after,
+          "every checkpoint damaged: refused, nothing overwritten")
+    print(f"{len(fails)} failures")
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
