@@ -91,6 +91,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"checkpoint.keep_latest_k", &c.checkpoint.keep_latest_k, {}},
       {"checkpoint.initial_load_path", &c.checkpoint.initial_load_path, {}},
       {"checkpoint.export_at_end", &c.checkpoint.export_at_end, {}},
+      {"checkpoint.resume_with_changed_config", &c.checkpoint.resume_with_changed_config, {}},
       {"checkpoint.export_dtype", &c.checkpoint.export_dtype, {"float32", "bfloat16", "float16"}},
       {"checkpoint.export_format", &c.checkpoint.export_format, {"safetensors", "hdf5", "both"}},
       {"checkpoint.export_max_shard_mb", &c.checkpoint.export_max_shard_mb, {}},
@@ -414,6 +415,43 @@ JobConfig load_job_config(int argc, const char* const* argv) {
     }
   }
   return load_job_config_file(config_path.empty() ? config_path : resolve_config_path(config_path), ov);
+}
+
+std::vector<std::string> config_changes(const std::string& old_yaml, const std::string& new_yaml,
+                                        const std::vector<std::string>& sections) {
+  auto flat = [](const std::string& text) {
+    std::map<std::string, std::string> m;
+    YAML::Node root = YAML::Load(text);
+    if (!root.IsMap()) return m;
+    for (auto sec = root.begin(); sec != root.end(); ++sec)
+      if (sec->second.IsMap())
+        for (auto kv = sec->second.begin(); kv != sec->second.end(); ++kv)
+          m[sec->first.as<std::string>() + "." + kv->first.as<std::string>()] =
+              kv->second.IsScalar() ? kv->second.as<std::string>() : "?";
+    return m;
+  };
+  const auto a = flat(old_yaml), b = flat(new_yaml);
+  std::vector<std::string> out;
+  std::vector<std::string> keys;
+  for (auto& [k, v] : a) keys.push_back(k);
+  for (auto& [k, v] : b)
+    if (!a.count(k)) keys.push_back(k);
+  for (const auto& k : keys) {
+    const std::string sec = k.substr(0, k.find('.'));
+    if (std::find(sections.begin(), sections.end(), sec) == sections.end()) continue;
+    auto ia = a.find(k), ib = b.find(k);
+    const std::string va = ia == a.end() ? "(absent)" : ia->second, vb = ib == b.end() ? "(absent)" : ib->second;
+    if (va == vb) continue;
+    // numbers printed differently but equal (1e-3 vs 0.001) are no change
+    try {
+      size_t pa = 0, pb = 0;
+      const double da = std::stod(va, &pa), db = std::stod(vb, &pb);
+      if (pa == va.size() && pb == vb.size() && da == db) continue;
+    } catch (...) {
+    }
+    out.push_back(k + ": " + va + " -> " + vb);
+  }
+  return out;
 }
 
 std::string dump_job_config(const JobConfig& cc) {

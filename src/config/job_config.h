@@ -107,6 +107,7 @@ struct JobConfig {
     int64_t interval = 100;
     int64_t keep_latest_k = 2;
     std::string initial_load_path = "";  // HF-named weights to start from: .safetensors, an index, model.h5, a folder
+    bool resume_with_changed_config = false;  // resume although model.* / optimizer.* differ from the checkpoint's
     bool export_at_end = false;          // write <dump>/export/: config.json + HF-named weights
     std::string export_dtype = "float32";  // float32 | bfloat16 | float16 (safetensors only)
     std::string export_format = "safetensors";  // safetensors (model.safetensors) | hdf5 (model.h5) | both
@@ -156,6 +157,10 @@ JobConfig load_job_config_file(const std::string& path, const std::vector<std::s
 // ./configs, the source tree's configs/ and the installed share/titan/configs
 // (sub-folders searched by file name); an error lists the known configs.
 std::string resolve_config_path(const std::string& name);
+// "section.key: old -> new" for every key of `sections` whose value differs
+// between two dump_job_config texts (numbers compared as numbers).
+std::vector<std::string> config_changes(const std::string& old_yaml, const std::string& new_yaml,
+                                        const std::vector<std::string>& sections);
 // The effective config as YAML text (printed at start, saved in the job folder).
 std::string dump_job_config(const JobConfig& c);
 

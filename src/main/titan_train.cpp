@@ -44,7 +44,11 @@ int main(int argc, char** argv) {
   titan::comms::init(&argc, &argv);
   try {
     titan::JobConfig cfg = titan::load_job_config(argc, argv);
-    titan::train(cfg);
+    const titan::TrainResult r = titan::train(cfg);
+    if (r.stopped_by_signal != 0) {  // preempted: the checkpoint is written; the exit status says terminated
+      titan::comms::finalize();
+      return 128 + r.stopped_by_signal;
+    }
   } catch (const std::exception& e) {
     // one rank failing ends the whole job promptly (MPI_Abort), never a hang
     if (titan::comms::world_size() > 1) titan::comms::abort_job(e.what());

@@ -1,6 +1,7 @@
 #include "src/train/trainer.h"
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -14,6 +15,8 @@
 #include "src/optim/adamw.h"
 #include "src/tensor/cost.h"
 #include "src/train/eval.h"
+#include "src/train/job_lock.h"
+#include "src/train/preemption.h"
 #include "src/train/plan.h"
 #include "src/train/simulate.h"
 #include "src/train/metrics.h"
@@ -91,6 +94,8 @@ TrainResult train(const JobConfig& cfg) {
 
   // ---- job folder and config
   const std::string cfg_text = dump_job_config(cfg);
+  std::unique_ptr<JobLock> lock;  // one job per folder, held until train() returns or the process ends
+  if (mesh.rank == 0) lock = std::make_unique<JobLock>(cfg.job.dump_folder);
   if (mesh.rank == 0) {
     fs::create_directories(cfg.job.dump_folder);
     std::ofstream(cfg.job.dump_folder + "/config.yaml") << cfg_text;
@@ -200,6 +205,16 @@ TrainResult train(const JobConfig& cfg) {
         continue;
       }
       TrainState st = load_checkpoint(it->second, regions, &opt, comm);
+      const auto changed = config_changes(st.config, cfg_text, {"model", "optimizer"});
+      if (!changed.empty()) {
+        std::string list;
+        for (auto& c : changed) list += "\n  " + c;
+        TITAN_CHECK(cfg.checkpoint.resume_with_changed_config, "checkpoint: ", it->second,
+                    " was written with a different model/optimizer config:", list,
+                    "\nresuming would silently change the run; set checkpoint.resume_with_changed_config: true to "
+                    "resume anyway, or use another job.dump_folder");
+        log_info("WARNING resuming with a changed config (checkpoint.resume_with_changed_config):" + list);
+      }
       start = st.step;
       loader.set_state(st.data_position, st.data_epoch);
       rng.set_state(st.rng);
@@ -247,6 +262,7 @@ TrainResult train(const JobConfig& cfg) {
   std::vector<std::vector<double>> expert_load;  // per MoE layer, per expert: routed (token, k) pairs this step
   double load_min = 0, load_mean = 0, load_max = 0;
   int64_t load_steps = 0;
+  PreemptionGuard preempt;  // SIGTERM / SIGINT: finish the step, checkpoint, return
   for (int64_t step = start + 1; step <= cfg.training.steps; ++step) {
     const bool profile = cfg.profiling.enable_profiling && step == cfg.profiling.profile_step;
     std::unique_ptr<CostScope> cs;
@@ -392,7 +408,12 @@ TrainResult train(const JobConfig& cfg) {
       t_log += wall_seconds() - t_val;  // keep validation out of the throughput figure
       comms::CommLog::get().clear();
     }
-    if (cfg.checkpoint.enable && (step % cfg.checkpoint.interval == 0 || step == cfg.training.steps)) {
+    // preemption: a signal on any rank stops every rank after this step (one flag, all-reduced)
+    int signal = preempt.signal();
+    if (mesh.world > 1)
+      signal = (int)mesh.world_pg->all_reduce(from_vector<double>({(double)signal}, {1}), comms::ReduceOp::Max)
+                   .to_vector<double>()[0];
+    if (signal != 0 || (cfg.checkpoint.enable && (step % cfg.checkpoint.interval == 0 || step == cfg.training.steps))) {
       const double t_ck = wall_seconds();
       if (mesh.rank == 0) fs::create_directories(ckpt_dir);
       mesh.world_pg->barrier();
@@ -407,6 +428,13 @@ TrainResult train(const JobConfig& cfg) {
       log_info("saved checkpoint " + path + " (" + fmt("%.2f", wall_seconds() - t_ck) + " s)");
       t_log += wall_seconds() - t_ck;
       comms::CommLog::get().clear();
+    }
+    if (signal != 0) {
+      log_info("stopped by signal " + std::to_string(signal) + " (" + strsignal(signal) + ") after step " +
+               std::to_string(step) + ": checkpoint written; run the same command again to resume" +
+               (cfg.checkpoint.enable ? "" : " (with --checkpoint.enable true)"));
+      result.stopped_by_signal = signal;
+      return result;
     }
   }
   if (cfg.checkpoint.export_at_end) {

@@ -10,6 +10,7 @@ struct TrainResult {
   std::vector<double> losses;  // per step run by this invocation
   std::vector<std::pair<int64_t, double>> val_losses;
   int64_t first_step = 1;
+  int stopped_by_signal = 0;  // SIGTERM / SIGINT: the loop checkpointed and returned early
 };
 
 // Runs the job described by `cfg` (resuming from its checkpoint folder when

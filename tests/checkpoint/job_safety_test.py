@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Jobs that cannot lose or mix up each other's work.
+
+- preemption: SIGTERM during training finishes the step, writes a checkpoint at it and exits 143 with a
+  message; rerunning the same command resumes there and the losses equal the uninterrupted run's bit for bit;
+  under mpirun a signal to one rank stops every rank at the same step; a second signal exits at once;
+- a job lock: a second job on a folder in use is refused within seconds, naming the holder's host and pid;
+- resuming with a changed model/optimizer config is refused listing the changed keys (optimizer.lr), unless
+  checkpoint.resume_with_changed_config allows it.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_WAIT_POLICY="PASSIVE",
+           OMP_NUM_THREADS="1")
+fails = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        fails.append(what)
+
+
+def losses(folder):
+    out = {}
+    for line in open(os.path.join(folder, "metrics.jsonl")):
+        r = json.loads(line)
+        if "loss" in r:
+            out[r["step"]] = r["loss"]
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    a = ap.parse_args()
+    work = os.path.join(a.build, "job_safety_test")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    if not os.path.exists(os.path.join(ROOT, "data/kjv_train.h5")):
+        subprocess.run([os.path.join(ROOT, "scripts/prepare_data.sh"), a.build], check=True, cwd=ROOT)
+    train = os.path.join(a.build, "titan-train")
+    common = ["--config", "configs/qwen3_debug.yaml", "--training.seq_len", "128", "--training.local_batch_size", "2",
+              "--model.n_layers", "2", "--job.print_args", "false", "--validation.enabled", "false",
+              "--metrics.log_freq", "1", "--checkpoint.enable", "true", "--checkpoint.interval", "1000",
+              "--checkpoint.export_at_end", "false", "--lr_scheduler.warmup_steps", "2", "--training.steps", "14"]
+    mpi = ["mpirun", "--oversubscribe", "--bind-to", "none", "-x", "OMP_NUM_THREADS=1", "-np", "2"]
+
+    def start(folder, np_=1, extra=()):
+        cmd = [train] + common + ["--job.dump_folder", folder, *extra]
+        return subprocess.Popen(mpi + cmd if np_ > 1 else cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    def wait_for_step(p, n):
+        seen = []
+        for line in p.stdout:
+            seen.append(line)
+            if f"step:  {n} " in line or f"step: {n} " in line:
+                return seen
+        return seen
+
+    def run(folder, np_=1, extra=()):
+        p = start(folder, np_, extra)
+        out, err = p.communicate(timeout=600)
+        return p.returncode, out, err
+
+    refs = {}
+    for np_ in (1, 2):
+        d = os.path.join(work, f"ref{np_}")
+        rc, out, err = run(d, np_)
+        assert rc == 0, out + err
+        refs[np_] = losses(d)
+
+    for np_ in (1, 2):
+        d = os.path.join(work, f"term{np_}")
+        p = start(d, np_)
+        wait_for_step(p, 3)
+        if np_ == 1:
+            p.send_signal(signal.SIGTERM)
+        else:  # one rank only: the ranks agree through the all-reduced flag
+            ranks = subprocess.run(["pgrep", "-f", f"titan-train .*{d}"], capture_output=True, text=True).stdout.split()
+            ranks = [r for r in ranks if int(r) != p.pid]
+            os.kill(int(ranks[-1]), signal.SIGTERM)
+        t0 = time.time()
+        out, err = p.communicate(timeout=120)
+        cks = sorted(os.listdir(os.path.join(d, "checkpoint")))
+        stopped = [l for l in out.splitlines() if "stopped by signal 15" in l]
+        check(p.returncode in (143, 15, -15) or (np_ > 1 and p.returncode != 0 and stopped),
+              f"{np_} rank(s): SIGTERM exits as terminated (rc {p.returncode}) within {time.time() - t0:.1f} s")
+        check(len(cks) == 1 and stopped and f"after step {cks[0][5:-3]}:" in stopped[0],
+              f"{np_} rank(s): a checkpoint at the step it stopped after ({cks}) and the message")
+        rc, out, err = run(d, np_)
+        got = losses(d)
+        step = int(cks[0][5:-3])
+        check(rc == 0 and f"at step {step}" in out and all(got[s] == refs[np_][s] for s in range(step + 1, 15)),
+              f"{np_} rank(s): the rerun resumes at step {step}; steps {step + 1}-14 equal the uninterrupted run's")
+
+    d = os.path.join(work, "twice")
+    p = start(d, extra=["--training.seq_len", "512", "--training.local_batch_size", "8"])  # ~1 s steps
+    wait_for_step(p, 2)
+    p.send_signal(signal.SIGTERM)
+    time.sleep(0.05)  # two signals at once would merge into one
+    p.send_signal(signal.SIGTERM)
+    out, _ = p.communicate(timeout=60)
+    ck = os.path.join(d, "checkpoint")
+    check(p.returncode in (143, -15) and "stopped by signal" not in out and
+          (not os.path.exists(ck) or not os.listdir(ck)),
+          f"a second signal exits at once, without finishing the step (rc {p.returncode})")
+
+    d = os.path.join(work, "locked")
+    first = start(d)
+    wait_for_step(first, 1)
+    t0 = time.time()
+    rc, out, err = run(d)
+    check(rc != 0 and "is in use by another titan job" in err and f"pid {first.pid}" in err and time.time() - t0 < 30,
+          f"a second job on a folder in use is refused in {time.time() - t0:.1f} s, naming the holder: "
+          + err.strip().splitlines()[-1][:160])
+    first.send_signal(signal.SIGTERM)
+    first.communicate(timeout=120)
+    rc, out, err = run(d, extra=["--optimizer.lr", "1e-3"])
+    check(rc != 0 and "optimizer.lr: 0.002 -> 0.001" in err, "resume with a changed lr is refused, listing optimizer.lr")
+    rc, out, err = run(d, extra=["--optimizer.lr", "1e-3", "--checkpoint.resume_with_changed_config", "true"])
+    check(rc == 0 and "resuming with a changed config" in out, "... and allowed by checkpoint.resume_with_changed_config")
+    print(f"{len(fails)} failures")
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
