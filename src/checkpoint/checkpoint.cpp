@@ -1,6 +1,11 @@
 #include "src/checkpoint/checkpoint.h"
 
+#include <fcntl.h>
 #include <mpi.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <climits>
@@ -34,17 +39,41 @@ int rank_of(MPI_Comm comm) {
   return r;
 }
 
+void fsync_path(const std::string& path, bool dir) {
+  const int fd = ::open(path.c_str(), dir ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  TITAN_CHECK(fd >= 0, "checkpoint: cannot open '", path, "' to sync it: ", std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  TITAN_CHECK(rc == 0, "checkpoint: fsync of '", path, "' failed: ", std::strerror(err));
+}
+
+// Writes to path.tmp, closes it (checked: a full disk fails here, naming the file), syncs it to disk, renames
+// it over path and syncs the folder: a crash at any point leaves the old file or the new one, never half of one.
 void write_atomic(const std::string& path, MPI_Comm comm, const std::function<void(h5::File&)>& body) {
   const std::string tmp = path + ".tmp";
-  {
+  std::string err;
+  try {
     h5::File f(tmp, h5::File::Create, comm);
     body(f);
+    f.close();
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  if (!err.empty()) {
+    if (rank_of(comm) == 0) {
+      std::error_code ec;
+      fs::remove(tmp, ec);  // never leave a partial file behind
+    }
+    fail("checkpoint: writing '", path, "' failed: ", err, "; the previous files are untouched");
   }
   if (comm) MPI_Barrier(comm);
   if (rank_of(comm) == 0) {
+    fsync_path(tmp, false);
     std::error_code ec;
     fs::rename(tmp, path, ec);
     TITAN_CHECK(!ec, "checkpoint: cannot rename '", tmp, "' to '", path, "': ", ec.message());
+    fsync_path(fs::path(path).parent_path().empty() ? "." : fs::path(path).parent_path().string(), true);
   }
   if (comm) MPI_Barrier(comm);
 }

@@ -62,6 +62,13 @@ File::~File() {
   if (id_ >= 0) H5Fclose(id_);
 }
 
+void File::close() {
+  if (id_ < 0) return;
+  const herr_t rc = H5Fclose(id_);  // flushes: a full disk shows here
+  id_ = -1;
+  TITAN_CHECK(rc >= 0, "hdf5: closing '", path_, "' failed (disk full or I/O error?)");
+}
+
 bool File::has(const std::string& name) const {
   // check each path component (H5Lexists needs the parents to exist)
   size_t pos = 0;

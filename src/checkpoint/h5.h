@@ -26,6 +26,7 @@ class File {
   File(const File&) = delete;
   File& operator=(const File&) = delete;
   const std::string& path() const { return path_; }
+  void close();  // flush and close, throwing on failure (the destructor cannot report one)
   int64_t id() const { return id_; }
 
   bool has(const std::string& name) const;  // dataset or group, "a/b/c"

@@ -1,6 +1,11 @@
 #include "src/data/loader.h"
 
+#include <mpi.h>
+
 #include <algorithm>
+#include <climits>
+
+#include "src/log/log.h"
 
 namespace titan {
 
@@ -39,6 +44,37 @@ std::vector<int64_t> DataLoader::document_starts(int64_t begin, int64_t end) con
   return out;
 }
 
+void DataLoader::check_ids(int64_t vocab, MPI_Comm comm) const {
+  int me = 0, world = 1;
+  if (comm) {
+    MPI_Comm_rank(comm, &me);
+    MPI_Comm_size(comm, &world);
+  }
+  const int64_t per = (n_ + world - 1) / world, lo = std::min(n_, me * per), hi = std::min(n_, lo + per);
+  constexpr int64_t kChunk = 1 << 22;
+  std::vector<uint32_t> buf;
+  int64_t bad = INT64_MAX;
+  Progress progress("checking token ids of " + path_, std::max<int64_t>(hi - lo, 1), "tokens");
+  for (int64_t at = lo; at < hi && bad == INT64_MAX; at += kChunk) {
+    const int64_t n = std::min(kChunk, hi - at);
+    buf.resize((size_t)n);
+    file_->read_u32("tokens", at, n, buf.data());
+    for (int64_t i = 0; i < n; ++i)
+      if ((int64_t)buf[(size_t)i] >= vocab) {
+        bad = at + i;
+        break;
+      }
+    progress.update(at + n - lo);
+  }
+  progress.finish();
+  if (comm) MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT64_T, MPI_MIN, comm);
+  if (bad == INT64_MAX) return;
+  uint32_t id = 0;
+  file_->read_u32("tokens", bad, 1, &id);
+  fail("data: token id ", id, " at offset ", bad, " of '", path_, "' is outside the model's vocabulary (",
+       "model.vocab_size = ", vocab, "); the file was tokenized for another vocabulary (tokenizer ", tokenizer_, ")");
+}
+
 int64_t DataLoader::steps_left() const { return (n_ - 1 - pos_) / (world_ * B_ * S_); }
 
 Batch DataLoader::next() {
@@ -68,6 +104,7 @@ void write_token_file(const std::string& path, const std::vector<uint32_t>& toke
   f.set_attr("separator_id", separator_id);
   f.set_attr("tokenizer", tokenizer);
   f.set_attr("vocab_size", vocab_size);
+  f.close();  // checked: a full disk is an error naming the file
 }
 
 }  // namespace titan

@@ -17,6 +17,8 @@
 #include "src/checkpoint/h5.h"
 #include "src/tensor/tensor.h"
 
+typedef struct ompi_communicator_t* MPI_Comm;
+
 namespace titan {
 
 struct Batch {
@@ -42,6 +44,9 @@ class DataLoader {
   int64_t num_documents() const { return doc_starts_.empty() ? 1 : (int64_t)doc_starts_.size(); }
   std::vector<int64_t> document_starts(int64_t begin, int64_t end) const;
   int64_t separator_id() const { return separator_; }
+  // Every token id < vocab, checked before training starts (streamed, with progress on big files; the ranks
+  // of comm split the file and agree); the error names the file, the offset and the id.
+  void check_ids(int64_t vocab, MPI_Comm comm = nullptr) const;
 
  private:
   std::unique_ptr<h5::File> file_;

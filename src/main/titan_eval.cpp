@@ -6,6 +6,7 @@
 // every full batch of the token file (batches dealt round-robin to the
 // data-parallel ranks; the mean is over all of them).
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 
@@ -22,6 +23,7 @@
 using namespace titan;
 
 int main(int argc, char** argv) {
+  std::signal(SIGXFSZ, SIG_IGN);  // a file-size limit makes writes fail (EFBIG, reported), not kill the job
   comms::init(&argc, &argv);
   CLI::App app{"titan-eval: mean next-token cross-entropy of HF-named weights (safetensors or HDF5) over a token file",
                "titan-eval"};
@@ -68,6 +70,7 @@ int main(int argc, char** argv) {
     parallel::ParallelModel pm = parallel::parallelize(model, mesh, popt);
     load_hf(ckpt, pm.regions(), comm);
     DataLoader loader(tokens, batch, seq);
+    loader.check_ids(vocab, comm);
     const int64_t steps = max_batches > 0 ? std::min(max_batches, loader.steps_left()) : loader.steps_left();
     const int64_t dp = mesh.dp_size(), me = mesh.dp_rank();
     const bool grads = !dump.empty();

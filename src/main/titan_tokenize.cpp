@@ -10,6 +10,7 @@
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <iostream>
 
 #include "src/config/version.h"
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
                  "token between documents: 'default' (the tokenizer's end-of-text, e.g. <|endoftext|>; none for "
                  "byte-level), 'none', or a token of the vocabulary");
   CLI11_PARSE(app, argc, argv);
+  std::signal(SIGXFSZ, SIG_IGN);  // a file-size limit makes writes fail (EFBIG, reported), not kill the job
   try {
     TITAN_CHECK(val_fraction == 0.0 || !val_output.empty(), "titan-tokenize: --val-fraction needs --val-output");
     TITAN_CHECK(val_output.empty() || val_fraction > 0.0, "titan-tokenize: --val-output needs --val-fraction > 0");

@@ -1,6 +1,7 @@
 // titan-train --config NAME|PATH [--section.key value ...]
 // Under mpirun the ranks form the device mesh of the parallelism.* degrees.
 // Without --config it prints its usage (it never starts a default job).
+#include <csignal>
 #include <cstring>
 #include <iostream>
 
@@ -32,6 +33,7 @@ bool has_arg(int argc, char** argv, const char* a) {
 
 int main(int argc, char** argv) {
   titan::process_seconds();  // start the clock for "time to first step"
+  std::signal(SIGXFSZ, SIG_IGN);  // a file-size limit makes writes fail (EFBIG, reported), not kill the job
   if (has_arg(argc, argv, "--version")) {
     std::cout << titan::version_string("titan-train") << std::endl;
     return 0;

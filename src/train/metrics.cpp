@@ -1,9 +1,14 @@
 #include "src/train/metrics.h"
 
+#include "src/tensor/error.h"
+
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <fstream>
 #include <ctime>
 #include <iostream>
 #include <sstream>
@@ -28,15 +33,51 @@ std::string format_step_line(const StepMetrics& m) {
   return buf;
 }
 
-JsonlWriter::JsonlWriter(const std::string& path) { f_ = std::fopen(path.c_str(), "a"); }
+JsonlWriter::JsonlWriter(const std::string& path) : path_(path) {
+  f_ = std::fopen(path.c_str(), "a");
+  TITAN_CHECK(f_ != nullptr, "metrics: cannot open '", path, "' for appending: ", std::strerror(errno));
+}
 JsonlWriter::~JsonlWriter() {
   if (f_) std::fclose(f_);
 }
 void JsonlWriter::write(const std::string& line) {
   if (!f_) return;
-  std::fputs(line.c_str(), f_);
-  std::fputc('\n', f_);
-  std::fflush(f_);
+  errno = 0;
+  const bool ok = std::fputs(line.c_str(), f_) >= 0 && std::fputc('\n', f_) != EOF && std::fflush(f_) == 0;
+  TITAN_CHECK(ok, "metrics: writing '", path_, "' failed: ", std::strerror(errno ? errno : EIO),
+              " (disk full?); stopping rather than losing the record");
+}
+
+void truncate_metrics_after(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in.good()) return;
+  std::string kept, line;
+  int64_t dropped = 0;
+  while (std::getline(in, line)) {
+    const size_t at = line.find("\"step\": ");
+    const int64_t s = at == std::string::npos ? 0 : std::atoll(line.c_str() + at + 8);
+    if (s > step) ++dropped;
+    else kept += line + "\n";
+  }
+  in.close();
+  if (dropped == 0) return;
+  write_file_checked(path, kept);
+}
+
+void write_file_checked(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  TITAN_CHECK(f != nullptr, "cannot create '", tmp, "': ", std::strerror(errno));
+  errno = 0;
+  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
+  const int err = errno ? errno : EIO;
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok) {
+    std::remove(tmp.c_str());
+    fail("writing '", path, "' failed: ", std::strerror(err), " (disk full?)");
+  }
+  TITAN_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '", tmp, "' to '", path, "': ",
+              std::strerror(errno));
 }
 
 }  // namespace titan

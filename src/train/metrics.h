@@ -1,4 +1,5 @@
 // src/train/metrics.h — TorchTitan-style step logging, JSONL, timing.
+// Every write is checked: a full disk is an error naming the file, never an empty file.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -30,8 +31,14 @@ class JsonlWriter {
   bool open() const { return f_ != nullptr; }
 
  private:
+  std::string path_;
   std::FILE* f_ = nullptr;
 };
+
+// Writes `text` to `path` through path.tmp + fsync + rename; a failed write (ENOSPC, EIO) throws naming the file.
+void write_file_checked(const std::string& path, const std::string& text);
+// A resumed job drops the rows of metrics.jsonl after the step it resumed from (they are about to be redone).
+void truncate_metrics_after(const std::string& path, int64_t step);
 
 
 }  // namespace titan

@@ -98,7 +98,7 @@ TrainResult train(const JobConfig& cfg) {
   if (mesh.rank == 0) lock = std::make_unique<JobLock>(cfg.job.dump_folder);
   if (mesh.rank == 0) {
     fs::create_directories(cfg.job.dump_folder);
-    std::ofstream(cfg.job.dump_folder + "/config.yaml") << cfg_text;
+    write_file_checked(cfg.job.dump_folder + "/config.yaml", cfg_text);
   }
   mesh.world_pg->barrier();
   if (cfg.job.print_args) log_info("effective config:\n" + cfg_text);
@@ -180,6 +180,8 @@ TrainResult train(const JobConfig& cfg) {
            " tokens, tokenizer " + loader.tokenizer() + "), batch " + std::to_string(B) + " x seq " +
            std::to_string(S) + " per rank, gradient accumulation " + std::to_string(accum) + ", global batch " +
            std::to_string(global_batch * S) + " tokens");
+  loader.check_ids(cfg.model.vocab_size, comm);  // a bad id is found now, not when a batch reaches it
+  if (val) val->check_ids(cfg.model.vocab_size, comm);
   Generator rng((uint64_t)cfg.debug.seed + 1);
 
   // ---- resume
@@ -236,6 +238,8 @@ TrainResult train(const JobConfig& cfg) {
   result.first_step = start + 1;
 
   std::unique_ptr<JsonlWriter> jsonl;
+  if (cfg.metrics.save_jsonl && mesh.rank == 0 && start > 0)  // resumed: rows past the checkpoint are redone
+    truncate_metrics_after(cfg.job.dump_folder + "/metrics.jsonl", start);
   if (cfg.metrics.save_jsonl && mesh.rank == 0)
     jsonl = std::make_unique<JsonlWriter>(cfg.job.dump_folder + "/metrics.jsonl");
   const double peak_flops = cfg.metrics.peak_tflops * 1e12;

@@ -6,7 +6,11 @@
   previous one, with the losses of the uninterrupted run bit for bit; also under mpirun (2-way FSDP);
 - a truncated newest checkpoint: skipped the same way;
 - a non-finite value (with a matching checksum): refused, naming the tensor;
-- every checkpoint damaged: the job refuses to start from scratch over them.
+- every checkpoint damaged: the job refuses to start from scratch over them;
+- a full disk (a small tmpfs): the checkpoint write fails naming the file, no partial file is left, the older
+  checkpoint stays intact and resumable; config.yaml likewise; a resume leaves no duplicate rows in
+  metrics.jsonl; a stale .tmp from a killed write is removed at start;
+- token ids outside the model's vocabulary: refused before step 1, naming the file and the offset.
 """
 import argparse
 import json
@@ -146,6 +150,60 @@ def main():
     after = {f: os.path.getmtime(os.path.join(d, "checkpoint", f)) for f in os.listdir(os.path.join(d, "checkpoint"))}
     check(p.returncode != 0 and "none of the 2 checkpoints" in p.stderr and before == after,
           "every checkpoint damaged: refused, nothing overwritten")
+    rows = [json.loads(l)["step"] for l in open(os.path.join(work, "flip1", "metrics.jsonl")) if '"loss"' in l]
+    check(rows == list(range(1, 9)), f"metrics.jsonl after a resume: each step once ({rows})")
+
+    # a full disk: a small tmpfs (ENOSPC), mounted for the test (root, as CI runs)
+    fs_dir = os.path.join(work, "fullfs")
+    os.makedirs(fs_dir)
+    src = os.path.join(work, "full_src")
+    run(src, 4)
+    need = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(src) for f in fs)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={need + (6 << 20)}", "tmpfs", fs_dir],
+                             capture_output=True, text=True)
+    check(mounted.returncode == 0, "a small tmpfs mounts for the full-disk test: " + mounted.stderr.strip())
+    if mounted.returncode == 0:
+        try:
+            d = os.path.join(fs_dir, "job")
+            shutil.copytree(src, d)
+            open(os.path.join(d, "checkpoint", "step-6.h5.tmp"), "w").write("partial write of a killed job")
+            p = run(d, 8, ok=False)
+            cks = sorted(os.listdir(os.path.join(d, "checkpoint")))
+            check("removing" in p.stdout and "step-6.h5.tmp" in p.stdout, "a stale .tmp from a killed write is "
+                  "removed at start")
+            check(p.returncode != 0 and "step-6.h5" in p.stderr and "failed" in p.stderr and
+                  cks == ["step-2.h5", "step-4.h5"], "disk full during a checkpoint: error naming the file, no partial "
+                  "file left: " + p.stderr.strip().splitlines()[-1][:200])
+            shutil.rmtree(os.path.join(work, "full_after"), ignore_errors=True)
+            shutil.copytree(d, os.path.join(work, "full_after"))
+            p = run(os.path.join(work, "full_after"), 8)
+            check("step-4.h5 at step 4 (checksums verified" in p.stdout, "the older checkpoint is intact and resumes")
+            shutil.rmtree(d)
+            with open(os.path.join(fs_dir, "filler"), "wb") as f:  # fill the disk to the last byte
+                try:
+                    while True:
+                        f.write(b"\0" * 65536)
+                        f.flush()
+                except OSError:
+                    pass
+            p = run(os.path.join(fs_dir, "cfg"), 2, ok=False)
+            check(p.returncode != 0 and "config.yaml" in p.stderr and "No space left" in p.stderr,
+                  "disk full writing config.yaml: an error naming it, not an empty file")
+        finally:
+            subprocess.run(["umount", fs_dir])
+
+    # token ids the model cannot embed
+    bad = os.path.join(work, "oov.h5")
+    with h5py.File(os.path.join(ROOT, "data", "kjv_train.h5"), "r") as f:
+        t = f["tokens"][:200000].astype(np.uint32)
+    t[123456] = 300
+    with h5py.File(bad, "w") as f:
+        f["tokens"] = t
+        f.attrs["vocab_size"] = 256
+        f.attrs["tokenizer"] = "test"
+    p = run(os.path.join(work, "oov"), 2, ok=False, extra=["--training.dataset_path", bad])
+    check(p.returncode != 0 and "token id 300 at offset 123456 of '" + bad in p.stderr and "step:" not in p.stdout,
+          "an out-of-vocabulary id is refused before step 1, naming file and offset")
     print(f"{len(fails)} failures")
     return 1 if fails else 0
 
