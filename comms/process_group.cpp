@@ -135,9 +135,15 @@ Work submit(const std::string& kind, const std::string& group, int64_t bytes, st
   auto st = std::make_shared<Work::State>();
   st->trace_id = trace_id;
   st->rec = {kind, group, bytes, 0, 0};
-  CommThread::get().enqueue([st, body = std::move(body)] {
+  CommThread::get().enqueue([st, body = std::move(body), kind, group] {
     const double t0 = now();
-    body();
+    try {  // the communication thread runs MPI only; anything thrown there ends the job with its message
+      body();
+    } catch (const std::exception& e) {
+      abort_job("communication thread, " + kind + " on group '" + group + "': " + e.what());
+    } catch (...) {
+      abort_job("communication thread, " + kind + " on group '" + group + "': unknown exception");
+    }
     std::lock_guard<std::mutex> lk(st->mu);
     st->rec.busy_s = now() - t0;
     st->done = true;
@@ -160,11 +166,20 @@ void init(int* argc, char*** argv) {
   if (g_init) return;
   int already = 0;
   MPI_Initialized(&already);
+  if (already) {  // someone else initialized MPI: it must still allow both threads
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    TITAN_CHECK(provided == MPI_THREAD_MULTIPLE, "comms: MPI was initialized with thread level ", provided,
+                "; titan needs MPI_THREAD_MULTIPLE");
+  }
   if (!already) {
     int provided = 0;
     MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
-    TITAN_CHECK(provided >= MPI_THREAD_SERIALIZED, "comms: MPI provides thread level ", provided,
-                "; titan needs at least MPI_THREAD_SERIALIZED");
+    // MPI runs on two threads: collectives on the communication thread, and communicator set-up, parallel
+    // HDF5 and checkpoint agreement on the caller's (never on a communicator with work in flight).
+    TITAN_CHECK(provided == MPI_THREAD_MULTIPLE, "comms: this MPI provides thread level ", provided,
+                " (MPI_THREAD_MULTIPLE = ", MPI_THREAD_MULTIPLE, " needed: titan calls MPI from its communication "
+                "thread and its main thread); use an Open MPI built with MPI_THREAD_MULTIPLE support");
     g_we_initialized = true;
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -286,13 +301,19 @@ std::pair<Tensor, Work> ProcessGroup::all_reduce_async(const Tensor& x, ReduceOp
     check_mpi(MPI_Allreduce(in.raw_data(), out.raw_data(), (int)in.numel(), mpi_type(in.dtype()), mpi_op(op), c),
               "all_reduce");
   }, tid);
+  if (op == ReduceOp::Avg) {  // MPI sums; the mean is taken on the waiting thread (async and blocking alike)
+    const double scale = 1.0 / size_;
+    w.then([out, scale] {
+      NoGradGuard g;
+      mul_(out, scale);
+    });
+  }
   return {out, w};
 }
 
 Tensor ProcessGroup::all_reduce(const Tensor& x, ReduceOp op) {
   auto [out, w] = all_reduce_async(x, op);
   w.wait();
-  if (op == ReduceOp::Avg && !out.is_meta()) mul_(out, 1.0 / size_);
   return out;
 }
 
@@ -370,8 +391,12 @@ std::pair<Tensor, Work> ProcessGroup::reduce_scatter_async(const Tensor& x, int6
   Work w = submit("reduce_scatter", name_, bytes, [=]() {
     check_mpi(MPI_Reduce_scatter(in.raw_data(), out.raw_data(), counts.data(), mpi_type(in.dtype()), MPI_SUM, c),
               "reduce_scatter");
-    if (scale != 1.0) mul_(out, scale);
   }, tid);
+  if (scale != 1.0)  // the mean on the waiting thread: the communication thread runs MPI only
+    w.then([out, scale] {
+      NoGradGuard g;
+      mul_(out, scale);
+    });
   return {out, w};
 }
 

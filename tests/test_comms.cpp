@@ -39,6 +39,14 @@ TEST(Comms, AllReduce) {
   auto s = pg->all_reduce(x, ReduceOp::Sum).to_vector<double>();
   auto a = pg->all_reduce(x, ReduceOp::Avg).to_vector<double>();
   auto m = pg->all_reduce(x, ReduceOp::Max).to_vector<double>();
+  // async and blocking mean the same: the async mean is a mean, not a sum
+  auto [aa, wa] = pg->all_reduce_async(x, ReduceOp::Avg);
+  wa.wait();
+  EXPECT_EQ(aa.to_vector<double>(), a);
+  Tensor y = of_rank(r, {2 * n, 3});
+  auto [rs, wr] = pg->reduce_scatter_async(y, 0, ReduceOp::Avg);
+  wr.wait();
+  EXPECT_EQ(rs.to_vector<double>(), pg->reduce_scatter(y, 0, ReduceOp::Avg).to_vector<double>());
   for (int i = 0; i < 6; ++i) {
     double sum = 0;
     for (int q = 0; q < n; ++q) sum += 100.0 * q + i;
