@@ -1,5 +1,7 @@
 #include "comms/process_group.h"
 
+#include "comms/watchdog.h"
+
 #include <mpi.h>
 
 #include <chrono>
@@ -128,17 +130,31 @@ void Work::wait() {
   state_.reset();
 }
 
+struct GroupAccess {  // what submit() reads of a group
+  static int64_t next_seq(ProcessGroup& g) { return ++g.seq_; }
+  static int64_t seq(const ProcessGroup& g) { return g.seq_; }
+  static uint64_t id(const ProcessGroup& g) { return g.id_; }
+  static std::shared_ptr<const std::vector<int>> members(const ProcessGroup& g) { return g.world_ranks_; }
+};
+
 namespace {
-// Runs `body` on the communication thread; returns its Work.
-Work submit(const std::string& kind, const std::string& group, int64_t bytes, std::function<void()> body,
-           int64_t trace_id = -1) {
+// Runs `body` on the communication thread; returns its Work. The watchdog sees it from start to end.
+Work submit(const std::string& kind, ProcessGroup& pg, int64_t bytes, std::function<void()> body,
+           int64_t trace_id = -1, bool collective = true) {
   auto st = std::make_shared<Work::State>();
   st->trace_id = trace_id;
+  const std::string group = pg.name();
   st->rec = {kind, group, bytes, 0, 0};
-  CommThread::get().enqueue([st, body = std::move(body), kind, group] {
+  // collectives are numbered in program order, the same on every member (point-to-point ops are not)
+  const int64_t seq = collective ? GroupAccess::next_seq(pg) : GroupAccess::seq(pg);
+  const uint64_t gid = GroupAccess::id(pg);
+  auto members = GroupAccess::members(pg);
+  CommThread::get().enqueue([st, body = std::move(body), kind, group, seq, gid, members] {
     const double t0 = now();
+    op_begin({kind.c_str(), &group, gid, seq, members.get()});
     try {  // the communication thread runs MPI only; anything thrown there ends the job with its message
       body();
+      op_end();
     } catch (const std::exception& e) {
       abort_job("communication thread, " + kind + " on group '" + group + "': " + e.what());
     } catch (...) {
@@ -184,10 +200,13 @@ void init(int* argc, char*** argv) {
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   g_init = true;
+  watchdog_start(MPI_COMM_WORLD);
+  set_collective_timeout(300, "comm.init_timeout_seconds");  // until the job sets its own
 }
 
 void finalize() {
   if (!g_init) return;
+  watchdog_stop();
   CommThread::get().stop();
   int fin = 0;
   MPI_Finalized(&fin);
@@ -243,6 +262,20 @@ ProcessGroup::ProcessGroup(MPI_Comm comm, std::string name) : name_(std::move(na
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  MPI_Group mine, world;
+  MPI_Comm_group(comm_, &mine);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  std::vector<int> local(size_), global(size_);
+  for (int r = 0; r < size_; ++r) local[r] = r;
+  MPI_Group_translate_ranks(mine, size_, local.data(), world, global.data());
+  MPI_Group_free(&mine);
+  MPI_Group_free(&world);
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the name and the world ranks
+  auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  for (char ch : name_) mix((uint8_t)ch);
+  for (int g : global) mix((uint64_t)g + 1);
+  id_ = h;
+  world_ranks_ = std::make_shared<const std::vector<int>>(std::move(global));
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::fake(int rank, int size, std::string name) {
@@ -260,7 +293,7 @@ ProcessGroup::~ProcessGroup() {
     MPI_Finalized(&fin);
     if (!fin) {
       MPI_Comm c = comm_;
-      Work w = submit("comm_free", name_, 0, [c]() mutable { MPI_Comm_free(&c); });
+      Work w = submit("comm_free", *this, 0, [c]() mutable { MPI_Comm_free(&c); });
       w.wait();
     }
   }
@@ -297,7 +330,7 @@ std::pair<Tensor, Work> ProcessGroup::all_reduce_async(const Tensor& x, ReduceOp
     return {out, done_work("all_reduce", name_, bytes, tid)};
   }
   MPI_Comm c = comm_;
-  Work w = submit("all_reduce", name_, bytes, [=]() {
+  Work w = submit("all_reduce", *this, bytes, [=]() {
     check_mpi(MPI_Allreduce(in.raw_data(), out.raw_data(), (int)in.numel(), mpi_type(in.dtype()), mpi_op(op), c),
               "all_reduce");
   }, tid);
@@ -352,7 +385,7 @@ std::pair<Tensor, Work> ProcessGroup::all_gather_async(const Tensor& x, int64_t 
   }
   Tensor in = x.contiguous();
   MPI_Comm c = comm_;
-  Work w = submit("all_gather", name_, bytes, [=]() {
+  Work w = submit("all_gather", *this, bytes, [=]() {
     check_mpi(MPI_Allgatherv(in.raw_data(), (int)in.numel(), mpi_type(in.dtype()), out.raw_data(), counts.data(),
                              displs.data(), mpi_type(in.dtype()), c),
               "all_gather");
@@ -388,7 +421,7 @@ std::pair<Tensor, Work> ProcessGroup::reduce_scatter_async(const Tensor& x, int6
   Tensor in = chunks_contiguous(x, dim, sizes);
   MPI_Comm c = comm_;
   const double scale = op == ReduceOp::Avg ? 1.0 / size_ : 1.0;
-  Work w = submit("reduce_scatter", name_, bytes, [=]() {
+  Work w = submit("reduce_scatter", *this, bytes, [=]() {
     check_mpi(MPI_Reduce_scatter(in.raw_data(), out.raw_data(), counts.data(), mpi_type(in.dtype()), MPI_SUM, c),
               "reduce_scatter");
   }, tid);
@@ -412,7 +445,7 @@ Tensor ProcessGroup::broadcast(const Tensor& x, int root) {
   Tensor out = x.clone().detach();
   if (x.is_meta() || fake_ || size_ == 1) return out;
   MPI_Comm c = comm_;
-  submit("broadcast", name_, x.nbytes(), [=]() {
+  submit("broadcast", *this, x.nbytes(), [=]() {
     check_mpi(MPI_Bcast(out.raw_data(), (int)out.numel(), mpi_type(out.dtype()), root, c), "broadcast");
   }).wait();
   return out;
@@ -441,7 +474,7 @@ Tensor ProcessGroup::all_to_all_v(const Tensor& x, const std::vector<int64_t>& s
   } else {
     MPI_Comm c = comm_;
     std::vector<int64_t> sr = send_rows;
-    submit("all_to_all_counts", name_, 8 * size_, [&, c]() {
+    submit("all_to_all_counts", *this, 8 * size_, [&, c]() {
       check_mpi(MPI_Alltoall(sr.data(), 1, MPI_INT64_T, rr.data(), 1, MPI_INT64_T, c), "all_to_all_v counts");
     }).wait();
   }
@@ -473,7 +506,7 @@ Tensor ProcessGroup::all_to_all_v(const Tensor& x, const std::vector<int64_t>& s
     b += rc[r];
   }
   MPI_Comm c = comm_;
-  submit("all_to_all_v", name_, x.nbytes(), [=]() {
+  submit("all_to_all_v", *this, x.nbytes(), [=]() {
     check_mpi(MPI_Alltoallv(in.raw_data(), sc.data(), sd.data(), mpi_type(in.dtype()), out.raw_data(), rc.data(),
                             rd.data(), mpi_type(in.dtype()), c),
               "all_to_all_v");
@@ -485,18 +518,18 @@ void ProcessGroup::send(const Tensor& x, int dst, int tag) {
   if (x.is_meta() || fake_) return;
   Tensor in = x.contiguous();
   MPI_Comm c = comm_;
-  submit("send", name_, x.nbytes(), [=]() {
+  submit("send", *this, x.nbytes(), [=]() {
     check_mpi(MPI_Send(in.raw_data(), (int)in.numel(), mpi_type(in.dtype()), dst, tag, c), "send");
-  }).wait();
+  }, -1, /*collective=*/false).wait();
 }
 
 Tensor ProcessGroup::recv(const Shape& shape, DType dtype, int src, int tag) {
   Tensor out = empty(shape, dtype, fake_ ? Device::Meta : default_device());
   if (out.is_meta()) return out;
   MPI_Comm c = comm_;
-  submit("recv", name_, 0, [=]() {
+  submit("recv", *this, 0, [=]() {
     check_mpi(MPI_Recv(out.raw_data(), (int)out.numel(), mpi_type(dtype), src, tag, c, MPI_STATUS_IGNORE), "recv");
-  }).wait();
+  }, -1, /*collective=*/false).wait();
   return out;
 }
 
@@ -504,7 +537,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key, const std:
                                                    int fake_size) {
   if (fake_) return fake(fake_rank, fake_size, name);
   MPI_Comm c = comm_, out = nullptr;
-  submit("comm_split", name_, 0, [&, c]() { check_mpi(MPI_Comm_split(c, color, key, &out), "comm_split"); }).wait();
+  submit("comm_split", *this, 0, [&, c]() { check_mpi(MPI_Comm_split(c, color, key, &out), "comm_split"); }).wait();
   auto pg = std::make_shared<ProcessGroup>(out, name);
   MPI_Comm_free(&out);
   return pg;
@@ -513,7 +546,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key, const std:
 void ProcessGroup::barrier() {
   if (fake_ || size_ == 1) return;
   MPI_Comm c = comm_;
-  submit("barrier", name_, 0, [=]() { check_mpi(MPI_Barrier(c), "barrier"); }).wait();
+  submit("barrier", *this, 0, [=]() { check_mpi(MPI_Barrier(c), "barrier"); }).wait();
 }
 
 }  // namespace titan::comms

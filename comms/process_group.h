@@ -32,6 +32,9 @@ bool initialized();
 int world_rank();
 int world_size();
 MPI_Comm world_comm();  // MPI_COMM_WORLD (for parallel HDF5)
+// Collectives that run longer than `seconds` abort the job naming themselves and the ranks that have not
+// arrived (comms/watchdog.h); `key` is the config key the message names. init() sets 300 s.
+void set_collective_timeout(double seconds, const std::string& key);
 // Ends the whole job promptly (MPI_Abort) after printing the message with the rank.
 [[noreturn]] void abort_job(const std::string& message, int code = 1);
 
@@ -80,6 +83,8 @@ class ProcessGroup {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // The group's members as world ranks, in group-rank order (fake groups: empty).
+  const std::vector<int>& world_ranks() const { return *world_ranks_; }
   const std::string& name() const { return name_; }
   bool is_fake() const { return fake_; }
 
@@ -113,8 +118,12 @@ class ProcessGroup {
  private:
   ProcessGroup() = default;
   std::vector<int64_t> even_sizes(int64_t n, const char* op) const;
+  friend struct GroupAccess;
   MPI_Comm comm_ = nullptr;
   int rank_ = 0, size_ = 1;
+  std::shared_ptr<const std::vector<int>> world_ranks_ = std::make_shared<const std::vector<int>>();
+  uint64_t id_ = 0;   // the same on every member: a hash of the name and the world ranks
+  int64_t seq_ = 0;   // collectives issued on this group (program order: the same on every member)
   std::string name_;
   bool fake_ = false;
 };

@@ -92,6 +92,8 @@ std::vector<Field> fields(JobConfig& c) {
       {"checkpoint.initial_load_path", &c.checkpoint.initial_load_path, {}},
       {"checkpoint.export_at_end", &c.checkpoint.export_at_end, {}},
       {"checkpoint.resume_with_changed_config", &c.checkpoint.resume_with_changed_config, {}},
+      {"comm.init_timeout_seconds", &c.comm.init_timeout_seconds, {}},
+      {"comm.train_timeout_seconds", &c.comm.train_timeout_seconds, {}},
       {"checkpoint.export_dtype", &c.checkpoint.export_dtype, {"float32", "bfloat16", "float16"}},
       {"checkpoint.export_format", &c.checkpoint.export_format, {"safetensors", "hdf5", "both"}},
       {"checkpoint.export_max_shard_mb", &c.checkpoint.export_max_shard_mb, {}},
@@ -312,6 +314,8 @@ void validate(const JobConfig& c) {
   TITAN_CHECK(c.checkpoint.interval > 0 && c.checkpoint.keep_latest_k >= 0,
               "config error: checkpoint.interval must be > 0 and checkpoint.keep_latest_k >= 0");
   TITAN_CHECK(c.validation.freq > 0, "config error: validation.freq must be > 0");
+  TITAN_CHECK(c.comm.init_timeout_seconds > 0 && c.comm.train_timeout_seconds > 0,
+              "config error: comm.init_timeout_seconds and comm.train_timeout_seconds must be > 0");
   TITAN_CHECK(c.checkpoint.export_max_shard_mb > 0, "config error: checkpoint.export_max_shard_mb must be > 0, got ",
               c.checkpoint.export_max_shard_mb);
   TITAN_CHECK(c.checkpoint.export_dtype != "float16" || c.checkpoint.export_format == "safetensors",

@@ -93,6 +93,11 @@ struct JobConfig {
     bool enable_sequence_parallel = true;    // with tp > 1: norms and residual stream sharded along the sequence
   } parallelism;
 
+  struct Comm {  // TorchTitan's comm section: the collective watchdog (comms/watchdog.h)
+    double init_timeout_seconds = 300;   // until the first step completes
+    double train_timeout_seconds = 100;  // afterwards; a collective running longer aborts the job
+  } comm;
+
   struct ActivationCheckpoint {
     std::string mode = "none";  // none | full | selective (TorchTitan's layer-selective: every Nth block)
     std::string selective_ac_option = "2";  // selective: N, checkpoint blocks N, 2N, ... (1-based), as TorchTitan

@@ -89,6 +89,7 @@ TrainResult train(const JobConfig& cfg) {
   comms::DeviceMesh mesh({par.data_parallel_replicate_degree, par.data_parallel_shard_degree,
                           par.tensor_parallel_degree});
   set_log_enabled(mesh.rank == 0);
+  comms::set_collective_timeout(cfg.comm.init_timeout_seconds, "comm.init_timeout_seconds");
   const int64_t dp = mesh.dp_size();
   MPI_Comm comm = mesh.world > 1 ? comms::world_comm() : nullptr;
 
@@ -412,6 +413,8 @@ TrainResult train(const JobConfig& cfg) {
       t_log += wall_seconds() - t_val;  // keep validation out of the throughput figure
       comms::CommLog::get().clear();
     }
+    if (step == start + 1)  // the first step is done: from now on a stuck collective is a hang
+      comms::set_collective_timeout(cfg.comm.train_timeout_seconds, "comm.train_timeout_seconds");
     // preemption: a signal on any rank stops every rank after this step (one flag, all-reduced)
     int signal = preempt.signal();
     if (mesh.world > 1)

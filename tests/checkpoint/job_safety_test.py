@@ -6,7 +6,10 @@
   under mpirun a signal to one rank stops every rank at the same step; a second signal exits at once;
 - a job lock: a second job on a folder in use is refused within seconds, naming the holder's host and pid;
 - resuming with a changed model/optimizer config is refused listing the changed keys (optimizer.lr), unless
-  checkpoint.resume_with_changed_config allows it.
+  checkpoint.resume_with_changed_config allows it;
+- the collective watchdog: SIGSTOP one rank of a 2-rank job with comm.train_timeout_seconds 3 -> the job ends
+  within seconds with a message naming the collective, its group, its sequence number and the rank that has
+  not arrived.
 """
 import argparse
 import json
@@ -129,6 +132,28 @@ def main():
     check(rc != 0 and "optimizer.lr: 0.002 -> 0.001" in err, "resume with a changed lr is refused, listing optimizer.lr")
     rc, out, err = run(d, extra=["--optimizer.lr", "1e-3", "--checkpoint.resume_with_changed_config", "true"])
     check(rc == 0 and "resuming with a changed config" in out, "... and allowed by checkpoint.resume_with_changed_config")
+    d = os.path.join(work, "hung")
+    p = start(d, 2, extra=["--training.steps", "100000", "--checkpoint.enable", "false",
+                           "--comm.train_timeout_seconds", "3"])
+    wait_for_step(p, 3)
+    ranks = [r for r in subprocess.run(["pgrep", "-f", f"titan-train .*{d}"], capture_output=True,
+                                       text=True).stdout.split() if int(r) != p.pid]
+    os.kill(int(ranks[-1]), signal.SIGSTOP)
+    t0 = time.time()
+    try:
+        out, err = p.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        for r in ranks:
+            os.kill(int(r), signal.SIGKILL)
+        p.kill()
+        out, err = p.communicate()
+    line = next((l for l in err.splitlines() if "collective watchdog" in l), "")
+    import re
+    check(p.returncode not in (0, None) and time.time() - t0 < 60 and
+          re.search(r"collective watchdog: [a-z_]+ #\d+ on group '[a-z_]+' has not completed after 3\.\d s "
+                    r"\(comm.train_timeout_seconds = 3\); group ranks \[0,1\]; not arrived or unresponsive: rank 1 \("
+                    r"(entered|finished) .*(no heartbeat for [0-9.]+ s: stopped, hung or dead|not arrived)\)", line),
+          f"a hung rank: the job ends in {time.time() - t0:.1f} s with the watchdog's message: {line[:220]}")
     print(f"{len(fails)} failures")
     return 1 if fails else 0
 

@@ -1,0 +1,178 @@
+#include "comms/watchdog.h"
+
+#include <fcntl.h>
+#include <mpi.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "comms/process_group.h"
+
+namespace titan::comms {
+
+namespace {
+struct Slot {  // one world rank's last collective
+  std::atomic<uint64_t> group_id;
+  std::atomic<int64_t> seq;
+  std::atomic<int64_t> start_ns;  // 0: none yet
+  std::atomic<int32_t> busy;
+  std::atomic<int64_t> alive_ns;  // the rank's watchdog thread beats every 200 ms; a stopped process goes stale
+  char kind[20];
+  char group[32];
+};
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+struct Watchdog {
+  Slot* board = nullptr;
+  int rank = 0, world = 1;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  std::thread th;
+  double timeout_s = 0;
+  std::string key;
+  // the running collective of this rank (copies: the pointers in OpMark live only during the op)
+  bool busy = false;
+  std::string kind, group;
+  uint64_t group_id = 0;
+  int64_t seq = 0, start_ns = 0;
+  std::vector<int> members;
+
+  void loop() {
+    std::unique_lock<std::mutex> lk(mu);
+    while (!stop) {
+      cv.wait_for(lk, std::chrono::milliseconds(200));
+      if (board) board[rank].alive_ns.store(now_ns());
+      if (stop || !busy || timeout_s <= 0) continue;
+      const double waited = (double)(now_ns() - start_ns) / 1e9;
+      if (waited < timeout_s) continue;
+      std::string missing;
+      for (int m : members) {
+        if (m == rank) continue;
+        std::string what;
+        if (!board || m >= world) {
+          what = "unknown";
+        } else {
+          Slot& s = board[m];
+          const int64_t t = s.start_ns.load(), alive = s.alive_ns.load();
+          const double silent = alive == 0 ? 0.0 : (double)(now_ns() - alive) / 1e9;
+          const bool arrived = t != 0 && s.group_id.load() == group_id && s.seq.load() >= seq;
+          if (t == 0) {
+            what = "no collective recorded (another host, or none yet)";
+          } else if (arrived && silent < 1.0) {
+            continue;  // there and alive
+          } else {
+            char state[96], buf[256];
+            if (silent >= 1.0) std::snprintf(state, sizeof state, "no heartbeat for %.1f s: stopped, hung or dead", silent);
+            else std::snprintf(state, sizeof state, "alive, not arrived");
+            std::snprintf(buf, sizeof buf, "%s %s #%lld on '%s' %.1f s ago; %s", s.busy.load() ? "entered" : "finished",
+                          s.kind, (long long)s.seq.load(), s.group, (double)(now_ns() - t) / 1e9, state);
+            what = buf;
+          }
+        }
+        missing += (missing.empty() ? "" : "; ") + std::string("rank ") + std::to_string(m) + " (" + what + ")";
+      }
+      char head[256];
+      std::snprintf(head, sizeof head, "collective watchdog: %s #%lld on group '%s' has not completed after %.1f s (%s = %g)",
+                    kind.c_str(), (long long)seq, group.c_str(), waited, key.c_str(), timeout_s);
+      std::string ranks;
+      for (int m : members) ranks += (ranks.empty() ? "" : ",") + std::to_string(m);
+      const std::string msg = std::string(head) + "; group ranks [" + ranks + "]; not arrived or unresponsive: " +
+                              (missing.empty() ? "none (all arrived and alive: the transfer itself is stuck)" : missing);
+      lk.unlock();
+      abort_job(msg, 3);
+    }
+  }
+};
+
+Watchdog* g_wd = nullptr;
+}  // namespace
+
+void watchdog_start(MPI_Comm world) {
+  if (g_wd) return;
+  g_wd = new Watchdog();
+  MPI_Comm_rank(world, &g_wd->rank);
+  MPI_Comm_size(world, &g_wd->world);
+  if (g_wd->world > 1) {
+    char name[64] = {0};
+    if (g_wd->rank == 0)
+      std::snprintf(name, sizeof name, "/titan-watchdog-%d-%lld", (int)getpid(), (long long)now_ns());
+    MPI_Bcast(name, sizeof name, MPI_CHAR, 0, world);
+    const size_t bytes = sizeof(Slot) * (size_t)g_wd->world;
+    const int fd = shm_open(name, O_CREAT | O_RDWR, 0600);
+    if (fd >= 0 && ftruncate(fd, (off_t)bytes) == 0) {
+      void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (p != MAP_FAILED) g_wd->board = (Slot*)p;
+    }
+    if (fd >= 0) close(fd);
+    MPI_Barrier(world);  // every rank of the node has it mapped: the name can go
+    if (g_wd->rank == 0) shm_unlink(name);
+  }
+  g_wd->th = std::thread([] { g_wd->loop(); });
+}
+
+void watchdog_stop() {
+  if (!g_wd) return;
+  {
+    std::lock_guard<std::mutex> lk(g_wd->mu);
+    g_wd->stop = true;
+  }
+  g_wd->cv.notify_all();
+  if (g_wd->th.joinable()) g_wd->th.join();
+  // the board stays mapped until exit (other ranks may still read it)
+  delete g_wd;
+  g_wd = nullptr;
+}
+
+void set_collective_timeout(double seconds, const std::string& key) {
+  if (!g_wd) return;
+  std::lock_guard<std::mutex> lk(g_wd->mu);
+  g_wd->timeout_s = seconds;
+  g_wd->key = key;
+}
+
+void op_begin(const OpMark& op) {
+  if (!g_wd) return;
+  const int64_t t = now_ns();
+  {
+    std::lock_guard<std::mutex> lk(g_wd->mu);
+    g_wd->busy = true;
+    g_wd->kind = op.kind;
+    g_wd->group = *op.group;
+    g_wd->group_id = op.group_id;
+    g_wd->seq = op.seq;
+    g_wd->start_ns = t;
+    g_wd->members = *op.members;
+  }
+  if (g_wd->board) {
+    Slot& s = g_wd->board[g_wd->rank];
+    std::snprintf(s.kind, sizeof s.kind, "%s", op.kind);
+    std::snprintf(s.group, sizeof s.group, "%s", op.group->c_str());
+    s.group_id.store(op.group_id);
+    s.busy.store(1);
+    s.start_ns.store(t);
+    s.seq.store(op.seq);  // last: a reader that sees the seq sees the rest
+  }
+}
+
+void op_end() {
+  if (!g_wd) return;
+  {
+    std::lock_guard<std::mutex> lk(g_wd->mu);
+    g_wd->busy = false;
+  }
+  if (g_wd->board) g_wd->board[g_wd->rank].busy.store(0);
+}
+
+}  // namespace titan::comms

@@ -1,0 +1,38 @@
+// comms/watchdog.h — the collective watchdog.
+//
+// The communication thread marks each collective it runs (kind, group, the
+// group's sequence number, start time) on an arrival board: a small shared
+// memory segment with one slot per world rank, mapped by every rank of the
+// node. A watchdog thread aborts the whole job when the running collective
+// exceeds the timeout (comm.init_timeout_seconds until training starts, then
+// comm.train_timeout_seconds), naming the collective, its group, its sequence
+// number and the ranks of the group that have not arrived at it (with what
+// each was last doing). Ranks on other hosts have no slot here: they are
+// reported as unknown.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+typedef struct ompi_communicator_t* MPI_Comm;
+
+namespace titan::comms {
+
+struct OpMark {
+  const char* kind;
+  const std::string* group;
+  uint64_t group_id;
+  int64_t seq;
+  const std::vector<int>* members;  // world ranks of the group
+};
+
+// Collective over world (agrees on the board's name); starts the watchdog thread.
+void watchdog_start(MPI_Comm world);
+void watchdog_stop();
+// seconds <= 0: off. `key` is the config key named in the message.
+void set_collective_timeout(double seconds, const std::string& key);
+// The communication thread, around each MPI call.
+void op_begin(const OpMark& op);
+void op_end();
+
+}  // namespace titan::comms
