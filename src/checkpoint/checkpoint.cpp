@@ -125,7 +125,35 @@ std::string checksum_attr(const std::vector<Region>& params, AdamW* opt, MPI_Com
 }
 }  // namespace
 
-std::string verify_checkpoint(const std::string& path, MPI_Comm comm, bool* legacy) {
+std::string agree_on_failure(const std::string& mine, MPI_Comm comm) {
+  if (!comm) return mine;
+  int me = 0;
+  MPI_Comm_rank(comm, &me);
+  int bad = mine.empty() ? INT_MAX : me;  // every rank takes the lowest failing rank's finding
+  MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MIN, comm);
+  if (bad == INT_MAX) return "";
+  std::string why = mine;
+  int n = (int)why.size();
+  MPI_Bcast(&n, 1, MPI_INT, bad, comm);
+  why.resize(n);
+  MPI_Bcast(why.data(), n, MPI_CHAR, bad, comm);
+  return why;
+}
+
+void check_values(const std::string& name, const float* p, const Shape& shape, const std::string& hex) {
+  const int64_t n = numel(shape);
+  for (int64_t k = 0; k < n; ++k)
+    TITAN_CHECK(std::isfinite(p[k]), "tensor '", name, "' holds a non-finite value (", p[k], ") at element ", k);
+  if (hex.empty() || hex == "-") return;
+  const uint64_t want = std::stoull(hex, nullptr, 16);
+  const uint64_t got = block_checksum(shape, Shape(shape.size(), 0), shape, p);
+  TITAN_CHECK(got == want, "tensor '", name, "' fails its checksum (stored ", hex, ", computed ", std::hex, got,
+              std::dec, "): the file was altered after it was written");
+}
+
+namespace {
+// Checks an HDF5 file titan wrote: the tensors of its `checksums` attribute, split over the ranks.
+std::string verify_h5(const std::string& path, MPI_Comm comm, bool training_state, bool* legacy) {
   if (legacy) *legacy = false;
   int me = 0, world = 1;
   if (comm) {
@@ -135,8 +163,9 @@ std::string verify_checkpoint(const std::string& path, MPI_Comm comm, bool* lega
   std::string why;  // this rank's first finding
   try {
     h5::File f(path, h5::File::Read);  // serial: each rank reads its share of the datasets on its own
-    for (const char* a : {"step", "data_position", "data_epoch", "rng", "config"})
-      TITAN_CHECK(f.has_attr(a), "attribute '", a, "' is missing");
+    if (training_state)
+      for (const char* a : {"step", "data_position", "data_epoch", "rng", "config"})
+        TITAN_CHECK(f.has_attr(a), "attribute '", a, "' is missing");
     std::string list;
     if (f.has_attr("checksums")) {
       list = f.attr_string("checksums");
@@ -151,28 +180,30 @@ std::string verify_checkpoint(const std::string& path, MPI_Comm comm, bool* lega
       if (i++ % world != me) continue;
       TITAN_CHECK(f.has(name), "tensor '", name, "' is missing");
       const Tensor t = f.read_f32(name);
-      const float* p = t.data<float>();
-      for (int64_t k = 0; k < t.numel(); ++k)
-        TITAN_CHECK(std::isfinite(p[k]), "tensor '", name, "' holds a non-finite value (", p[k], ") at element ", k);
-      if (hex == "-") continue;
-      const uint64_t want = std::stoull(hex, nullptr, 16);
-      const uint64_t got = block_checksum(t.shape(), Shape(t.dim(), 0), t.shape(), p);
-      TITAN_CHECK(got == want, "tensor '", name, "' fails its checksum (stored ", hex, ", computed ", std::hex, got,
-                  std::dec, "): the file was altered after it was written");
+      check_values(name, t.data<float>(), t.shape(), hex);
     }
-    TITAN_CHECK(i > 0, "its checksum list is empty");
+    TITAN_CHECK(i > 0, "it holds no tensors");
   } catch (const std::exception& e) {
     why = e.what();
   }
-  if (!comm) return why;
-  int bad = why.empty() ? INT_MAX : me;  // every rank agrees on the lowest rank's finding
-  MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MIN, comm);
-  if (bad == INT_MAX) return "";
-  int n = (int)why.size();
-  MPI_Bcast(&n, 1, MPI_INT, bad, comm);
-  why.resize(n);
-  MPI_Bcast(why.data(), n, MPI_CHAR, bad, comm);
-  return why;
+  return agree_on_failure(why, comm);
+}
+
+// The checksum of a block as stored: bf16 values are summed as the float32 they read back as.
+uint64_t stored_checksum(const Region& r, DType stored) {
+  if (!r.writer || r.local->is_meta()) return 0;
+  Tensor c = r.local->contiguous();
+  if (stored == DType::BF16) {
+    c = c.clone();
+    float* p = c.data<float>();
+    for (int64_t i = 0; i < c.numel(); ++i) p[i] = round_to_bf16(p[i]);
+  }
+  return block_checksum(r.full_shape, r.offset, c.shape(), c.data<float>());
+}
+}  // namespace
+
+std::string verify_checkpoint(const std::string& path, MPI_Comm comm, bool* legacy) {
+  return verify_h5(path, comm, /*training_state=*/true, legacy);
 }
 
 void save_checkpoint(const std::string& path, const std::vector<Region>& params, AdamW* opt, const TrainState& st,
@@ -255,6 +286,11 @@ void prune_checkpoints(const std::string& folder, int64_t keep) {
 
 void export_hf(const std::string& path, const std::vector<Region>& params, const std::string& cfg, DType stored,
                MPI_Comm comm) {
+  std::vector<uint64_t> sums;
+  for (auto& r : params) sums.push_back(stored_checksum(r, stored));
+  if (comm) MPI_Allreduce(MPI_IN_PLACE, sums.data(), (int)sums.size(), MPI_UINT64_T, MPI_SUM, comm);
+  std::ostringstream lines;
+  for (size_t i = 0; i < params.size(); ++i) lines << params[i].name << ' ' << std::hex << sums[i] << std::dec << '\n';
   Progress progress("writing " + path, local_bytes(params));
   write_atomic(path, comm, [&](h5::File& f) {
     for (auto& r : params) {
@@ -262,6 +298,7 @@ void export_hf(const std::string& path, const std::vector<Region>& params, const
       progress.add(r.local->numel() * 4);
     }
     f.set_attr("config", cfg);
+    f.set_attr("checksums", lines.str());
   });
   progress.finish();
 }
@@ -319,6 +356,8 @@ std::vector<std::string> export_hf_folder(const std::string& folder, const std::
 void load_hf(const std::string& path_in, const std::vector<Region>& params, MPI_Comm comm) {
   if (is_safetensors(path_in)) return load_safetensors(path_in, params, comm);
   const std::string path = h5_path(path_in);
+  const std::string why = verify_h5(path, comm, /*training_state=*/false, nullptr);
+  TITAN_CHECK(why.empty(), "checkpoint: '", path, "' cannot be trusted: ", why);
   h5::File f(path, h5::File::Read, comm);
   std::set<std::string> expected;
   Progress progress("loading " + path, local_bytes(params));

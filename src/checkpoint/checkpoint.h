@@ -56,6 +56,10 @@ TrainState load_checkpoint(const std::string& path, const std::vector<Region>& p
 // same verdict: "" when good, else what failed, naming the tensor. A file
 // from before checksums (*legacy = true) is checked for finiteness only.
 std::string verify_checkpoint(const std::string& path, MPI_Comm comm = nullptr, bool* legacy = nullptr);
+// What the ranks of comm agree on: "" when every rank's finding is "", else the lowest failing rank's.
+std::string agree_on_failure(const std::string& mine, MPI_Comm comm);
+// Throws naming `name` when p holds a non-finite value or (hex given, not "-") misses its checksum.
+void check_values(const std::string& name, const float* p, const Shape& shape, const std::string& hex);
 // step-N.h5 files in `folder`, sorted by N; and pruning to the latest k.
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& folder);
 void prune_checkpoints(const std::string& folder, int64_t keep_latest_k);

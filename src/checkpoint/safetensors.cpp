@@ -136,6 +136,7 @@ struct Stored {
   std::string file, dtype;
   Shape shape;
   uint64_t begin = 0;  // absolute offset of its bytes in the file
+  std::string checksum;  // titan's (hex), "" for files written elsewhere
 };
 
 void parse_file(const std::string& file, std::map<std::string, Stored>& out) {
@@ -158,6 +159,14 @@ void parse_file(const std::string& file, std::map<std::string, Stored>& out) {
   }
   TITAN_CHECK(h.is_object(), "safetensors: the header of '", file, "' is not a JSON object");
   const uint64_t data = 8 + n;
+  nlohmann::json sums = nlohmann::json::object();
+  if (h.contains("__metadata__") && h["__metadata__"].is_object() && h["__metadata__"].contains("titan_checksums")) {
+    try {
+      sums = nlohmann::json::parse(h["__metadata__"]["titan_checksums"].get<std::string>());
+    } catch (const std::exception& e) {
+      fail("safetensors: the titan_checksums metadata of '", file, "' is damaged: ", e.what());
+    }
+  }
   for (auto& [name, t] : h.items()) {
     if (name == "__metadata__") continue;
     TITAN_CHECK(t.is_object() && t.contains("dtype") && t.contains("shape") && t.contains("data_offsets"),
@@ -178,6 +187,7 @@ void parse_file(const std::string& file, std::map<std::string, Stored>& out) {
                 "' has data_offsets [", b, ", ", e, "] for ", want, " bytes of ", shape_str(s.shape), " ", s.dtype,
                 " in a file of ", size, " bytes: damaged or truncated");
     s.begin = data + b;
+    if (sums.contains(name)) s.checksum = sums[name].get<std::string>();
     TITAN_CHECK(!out.count(name), "safetensors: tensor '", name, "' appears twice (in '", out[name].file, "' and '",
                 file, "')");
     out[name] = s;
@@ -254,11 +264,33 @@ std::vector<std::string> save_safetensors(const std::string& folder, const std::
     std::snprintf(buf, sizeof buf, "model-%05d-of-%05d.safetensors", s + 1, n_shards);
     names.push_back(n_shards == 1 ? "model.safetensors" : buf);
   }
+  // checksums of the values as stored (what each tensor reads back as), summed over the ranks' blocks
+  std::vector<uint64_t> sums;
+  for (const auto& e : entries) {
+    uint64_t h = 0;
+    if (e.r->writer && !e.r->local->is_meta()) {
+      Tensor c = e.r->local->contiguous().clone();
+      float* p = c.data<float>();
+      for (int64_t i = 0; i < c.numel(); ++i)
+        p[i] = dtype == SafetensorsDType::F32 ? p[i] : dtype == SafetensorsDType::BF16 ? bf16_to_f32(f32_to_bf16(p[i]))
+                                                                                      : f16_to_f32(f32_to_f16(p[i]));
+      h = block_checksum(e.r->full_shape, e.r->offset, c.shape(), p);
+    }
+    sums.push_back(h);
+  }
+  if (comm) MPI_Allreduce(MPI_IN_PLACE, sums.data(), (int)sums.size(), MPI_UINT64_T, MPI_SUM, comm);
   std::vector<uint64_t> data_start(n_shards);
   std::vector<std::string> headers(n_shards);
   for (int s = 0; s < n_shards; ++s) {
     ojson h;
-    h["__metadata__"] = {{"format", "pt"}};
+    ojson cs = ojson::object();  // titan's checksums ride in the metadata, which HF loaders pass over
+    for (size_t i = 0; i < entries.size(); ++i)
+      if (entries[i].shard == s) {
+        char hex[24];
+        std::snprintf(hex, sizeof hex, "%llx", (unsigned long long)sums[i]);
+        cs[entries[i].r->name] = hex;
+      }
+    h["__metadata__"] = {{"format", "pt"}, {"titan_checksums", cs.dump()}};
     for (const auto& e : entries)
       if (e.shard == s) {
         ojson t;
@@ -351,6 +383,41 @@ std::vector<std::string> save_safetensors(const std::string& folder, const std::
 void load_safetensors(const std::string& path, const std::vector<Region>& params, MPI_Comm comm) {
   std::map<std::string, Stored> stored;
   for (const auto& f : st_files(path)) parse_file(f, stored);
+  {  // every tensor read whole once (split over the ranks): finite, and equal to titan's checksum when it has one
+    int me = 0, world = 1;
+    if (comm) {
+      MPI_Comm_rank(comm, &me);
+      MPI_Comm_size(comm, &world);
+    }
+    std::string why;
+    try {
+      int64_t i = 0;
+      std::vector<char> raw;
+      std::vector<float> vals;
+      for (const auto& [name, s] : stored) {
+        if (i++ % world != me) continue;
+        const size_t es = s.dtype == "F32" ? 4 : 2;
+        int64_t n = 1;
+        for (auto d : s.shape) n *= d;
+        raw.resize((size_t)n * es);
+        vals.resize((size_t)n);
+        Fd f(s.file, O_RDONLY, "open");
+        pread_all(f.fd, raw.data(), raw.size(), (off_t)s.begin, s.file);
+        const auto* h = (const uint16_t*)raw.data();
+        for (int64_t k = 0; k < n; ++k)
+          vals[(size_t)k] = es == 4 ? ((const float*)raw.data())[k] : s.dtype == "BF16" ? bf16_to_f32(h[k]) : f16_to_f32(h[k]);
+        try {
+          check_values(name, vals.data(), s.shape, s.checksum);
+        } catch (const std::exception& e) {
+          fail(s.file, ": ", e.what());
+        }
+      }
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    why = agree_on_failure(why, comm);
+    TITAN_CHECK(why.empty(), "safetensors: '", path, "' cannot be trusted: ", why);
+  }
   std::set<std::string> expected;
   std::map<std::string, int> fds;
   int64_t total = 0;

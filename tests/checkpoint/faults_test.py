@@ -22,29 +22,18 @@ import sys
 import h5py
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from titan_checksum import checksum  # noqa: E402
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_WAIT_POLICY="PASSIVE")
 fails = []
-M64 = (1 << 64) - 1
 
 
 def check(cond, what):
     print(("ok   " if cond else "FAIL ") + what)
     if not cond:
         fails.append(what)
-
-
-def checksum(a):
-    """sum over elements of splitmix64(index * golden + bits + c), mod 2^64 (src/checkpoint/blocks.h)"""
-    bits = np.ascontiguousarray(a, dtype=np.float32).reshape(-1).view(np.uint32).astype(np.uint64)
-    idx = np.arange(bits.size, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        z = idx * np.uint64(0x9E3779B97F4A7C15) + bits + np.uint64(0x632BE59BD9B4E019)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-    return int(sum(int(x) for x in np.split(z, [z.size // 2])[0].tolist()) +
-               sum(int(x) for x in np.split(z, [z.size // 2])[1].tolist())) & M64
 
 
 def losses(folder):

@@ -7,7 +7,9 @@ Out: titan-train's export (export_format both) -> model.safetensors holds exactl
      round-to-nearest-even values numpy computes.
 In:  files written by the reference (F32, BF16, F16, sharded) evaluate in titan-eval to the loss of the same
      values from HDF5 / F32, bit for bit; checkpoint.initial_load_path takes a safetensors folder.
-Bad: a truncated file, a missing tensor, a missing config.json are errors naming them.
+Bad: a truncated file, a missing tensor, a missing config.json are errors naming them; a flipped bit in an
+     export (safetensors or HDF5) fails its checksum, naming the file and the tensor (titan's checksums ride in
+     the safetensors metadata and the HDF5 attributes; checked here against numpy's computation).
 """
 import argparse
 import json
@@ -23,6 +25,9 @@ import numpy as np
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import safetensors_ref as st  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from titan_checksum import checksum  # noqa: E402
 
 fails = []
 
@@ -134,6 +139,32 @@ def main():
     p = run([evaluate, "--checkpoint", t, "--tokens", "data/kjv_val.h5", "--seq-len", "64", "--batch-size", "4"], ok=False)
     check(p.returncode != 0 and "model.safetensors" in p.stderr and "truncated" in p.stderr,
           "a truncated file is an error naming it: " + p.stderr.strip().splitlines()[-1][:150])
+    with open(os.path.join(exp, "model.safetensors"), "rb") as fh:
+        header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
+    meta = json.loads(header["__metadata__"]["titan_checksums"])
+    check(all(int(meta[k], 16) == checksum(ref[k]) for k in ref) and
+          all(int(v, 16) == checksum(ref[k]) for k, v in
+              (l.split() for l in h5.attrs["checksums"].strip().splitlines())),
+          "the checksums in the safetensors metadata and the HDF5 attribute equal numpy's computation")
+    for name, fname in (("safetensors", "model.safetensors"), ("hdf5", "model.h5")):
+        f = os.path.join(work, "flip_" + name)
+        shutil.copytree(exp, f)
+        if name == "hdf5":
+            off = h5py.File(os.path.join(f, fname), "r")["model.norm.weight"].id.get_offset()
+            shutil.move(os.path.join(f, "model.safetensors"), os.path.join(f, "moved.bin"))
+        else:
+            hdr = int.from_bytes(open(os.path.join(f, fname), "rb").read(8), "little")
+            begin = json.loads(open(os.path.join(f, fname), "rb").read(8 + hdr)[8:])["model.norm.weight"]["data_offsets"][0]
+            off = 8 + hdr + begin
+        with open(os.path.join(f, fname), "r+b") as fh:
+            fh.seek(off + 4 * 7 + 3)
+            b = fh.read(1)[0]
+            fh.seek(off + 4 * 7 + 3)
+            fh.write(bytes([b ^ 0x10]))
+        p = run([evaluate, "--checkpoint", f, "--tokens", "data/kjv_val.h5", "--seq-len", "64", "--batch-size", "4"],
+                ok=False)
+        check(p.returncode != 0 and fname in p.stderr and "'model.norm.weight' fails its checksum" in p.stderr,
+              f"a flipped bit in the {name} export: error naming the file and tensor")
     m = os.path.join(work, "missing")
     os.makedirs(m)
     shutil.copy(os.path.join(exp, "config.json"), m)
