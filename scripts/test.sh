@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command: sets up dependencies, builds (release), runs the whole
-# ctest suite, then builds the unit tests with ASan+UBSan and runs them.
+# The test command: sets up dependencies, builds (release) and installs, runs
+# the whole ctest suite, then runs the unit tests and every mpirun test under
+# ASan+UBSan and the comms tests under ThreadSanitizer.
 #   ./scripts/test.sh            # everything (what .ci/run calls)
 #   SKIP_SETUP=1 SKIP_ASAN=1 ./scripts/test.sh   # quick local loop
 set -euo pipefail
@@ -20,10 +21,24 @@ $SUDO cmake --install build >/dev/null
 (cd build && ctest --output-on-failure -j 1 --timeout 1200)
 
 if [ -z "${SKIP_ASAN:-}" ]; then
-  echo "[test] ASan+UBSan build of the unit tests"
+  echo "[test] ASan+UBSan build: the unit tests, then every mpirun test (label mpi)"
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTITAN_SANITIZE=ON >/dev/null
-  cmake --build build-asan -j "$JOBS" --target titan_unit_tests
+  # what the unit tests and the mpirun tests run (the single-process suites stay in the release run above)
+  cmake --build build-asan -j "$JOBS" --target titan_unit_tests titan-train titan-eval titan-tokenize \
+    titan_comms_tests
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ./build-asan/titan_unit_tests --gtest_brief=1
+  # Open MPI's own allocations are not freed at exit: leak checking stays on for the unit tests above only
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j 1 -L mpi --timeout 1200)
+
+  echo "[test] ThreadSanitizer build: the comms tests (the main thread and the communication thread)"
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTITAN_TSAN=ON >/dev/null
+  cmake --build build-tsan -j "$JOBS" --target titan_comms_tests
+  for np in 2 3 4; do
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to none -np "$np" \
+      -x OMP_NUM_THREADS=1 -x TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/sanitizers/tsan.supp" \
+      ./build-tsan/titan_comms_tests --gtest_brief=1
+  done
 fi
 echo "[test] all passed"

@@ -366,7 +366,12 @@ std::vector<std::string> save_safetensors(const std::string& folder, const std::
       for (const auto& e : entries) wm[e.r->name] = names[e.shard];
       idx["weight_map"] = wm;
       const std::string ip = folder + "/model.safetensors.index.json";
-      std::ofstream(ip + ".tmp") << idx.dump(2) << "\n";
+      {
+        std::ofstream o(ip + ".tmp");
+        o << idx.dump(2) << "\n";
+        o.flush();
+        TITAN_CHECK(o.good(), "safetensors: writing '", ip, ".tmp' failed (disk full?)");
+      }
       fs::rename(ip + ".tmp", ip);
     } else {
       std::error_code ec;

@@ -399,7 +399,8 @@ void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips
       }
   }
   o << "\n]}\n";
-  TITAN_CHECK(o.good(), "simulation.trace_file: write to '", path, "' failed");
+  o.flush();  // a full disk shows at the flush, not at the last <<
+  TITAN_CHECK(o.good(), "trace: writing '", path, "' failed (disk full?)");
 }
 
 }  // namespace titan
