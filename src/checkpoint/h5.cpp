@@ -175,24 +175,22 @@ void File::write_region(const std::string& name, const Shape& full_shape, const 
               "' to '", path_, "' failed (disk full?)");
 }
 
-void File::write_u32(const std::string& name, const std::vector<uint32_t>& v) {
+void File::write_1d(const std::string& name, const void* data, int64_t n, int64_t file_type, int64_t mem_type) {
   ensure_groups(name);
-  hsize_t n = v.size();
-  Handle sp{H5Screate_simple(1, &n, nullptr), H5Sclose};
-  Handle d{H5Dcreate2(id_, name.c_str(), H5T_STD_U32LE, sp.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose};
+  hsize_t len = (hsize_t)n;
+  Handle sp{H5Screate_simple(1, &len, nullptr), H5Sclose};
+  Handle d{H5Dcreate2(id_, name.c_str(), (hid_t)file_type, sp.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose};
   TITAN_CHECK(d.id >= 0, "hdf5: cannot create dataset '", name, "' in '", path_, "'");
-  TITAN_CHECK(H5Dwrite(d.id, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) >= 0, "hdf5: writing '",
-              name, "' to '", path_, "' failed");
+  TITAN_CHECK(H5Dwrite(d.id, (hid_t)mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0, "hdf5: writing '", name,
+              "' to '", path_, "' failed");
+}
+
+void File::write_u32(const std::string& name, const std::vector<uint32_t>& v) {
+  write_1d(name, v.data(), (int64_t)v.size(), H5T_STD_U32LE, H5T_NATIVE_UINT32);
 }
 
 void File::write_i64(const std::string& name, const std::vector<int64_t>& v) {
-  ensure_groups(name);
-  hsize_t n = v.size();
-  Handle sp{H5Screate_simple(1, &n, nullptr), H5Sclose};
-  Handle d{H5Dcreate2(id_, name.c_str(), H5T_STD_I64LE, sp.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose};
-  TITAN_CHECK(d.id >= 0, "hdf5: cannot create dataset '", name, "' in '", path_, "'");
-  TITAN_CHECK(H5Dwrite(d.id, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) >= 0, "hdf5: writing '",
-              name, "' to '", path_, "' failed");
+  write_1d(name, v.data(), (int64_t)v.size(), H5T_STD_I64LE, H5T_NATIVE_INT64);
 }
 
 std::vector<int64_t> File::read_i64(const std::string& name) const {

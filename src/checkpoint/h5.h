@@ -62,6 +62,8 @@ class File {
 
  private:
   void ensure_groups(const std::string& name);
+  // A 1-D dataset of n elements: `file_type` on disk, `mem_type` in memory (HDF5 type ids).
+  void write_1d(const std::string& name, const void* data, int64_t n, int64_t file_type, int64_t mem_type);
   std::string path_;
   int64_t id_ = -1;
   bool parallel_ = false;

@@ -25,35 +25,21 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from titan_checksum import checksum  # noqa: E402
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_WAIT_POLICY="PASSIVE")
-fails = []
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from testlib import ENV, ROOT, Checks, ensure_data, losses, workdir  # noqa: E402,F401
+check = Checks()
 
 
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        fails.append(what)
 
 
-def losses(folder):
-    out = {}
-    for line in open(os.path.join(folder, "metrics.jsonl")):
-        r = json.loads(line)
-        if "loss" in r:
-            out[r["step"]] = r["loss"]  # the last row of a step wins
-    return out
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
     a = ap.parse_args()
-    work = os.path.join(a.build, "faults_test")
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
-    if not os.path.exists(os.path.join(ROOT, "data/kjv_train.h5")):
-        subprocess.run([os.path.join(ROOT, "scripts/prepare_data.sh"), a.build], check=True, cwd=ROOT)
+    work = workdir(a.build, "faults_test")
+    ensure_data(a.build)
     train = os.path.join(a.build, "titan-train")
     common = ["--config", "configs/qwen3_debug.yaml", "--training.seq_len", "64", "--training.local_batch_size", "2",
               "--model.n_layers", "1", "--job.print_args", "false", "--validation.enabled", "false",
@@ -193,8 +179,7 @@ def main():
     p = run(os.path.join(work, "oov"), 2, ok=False, extra=["--training.dataset_path", bad])
     check(p.returncode != 0 and "token id 300 at offset 123456 of '" + bad in p.stderr and "step:" not in p.stdout,
           "an out-of-vocabulary id is refused before step 1, naming file and offset")
-    print(f"{len(fails)} failures")
-    return 1 if fails else 0
+    return check.exit_status()
 
 
 if __name__ == "__main__":

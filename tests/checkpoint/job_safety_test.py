@@ -20,36 +20,22 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_WAIT_POLICY="PASSIVE",
-           OMP_NUM_THREADS="1")
-fails = []
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from testlib import ENV, ROOT, Checks, ensure_data, losses, workdir  # noqa: E402,F401
+ENV = dict(ENV, OMP_NUM_THREADS="1")
+check = Checks()
 
 
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        fails.append(what)
 
 
-def losses(folder):
-    out = {}
-    for line in open(os.path.join(folder, "metrics.jsonl")):
-        r = json.loads(line)
-        if "loss" in r:
-            out[r["step"]] = r["loss"]
-    return out
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
     a = ap.parse_args()
-    work = os.path.join(a.build, "job_safety_test")
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
-    if not os.path.exists(os.path.join(ROOT, "data/kjv_train.h5")):
-        subprocess.run([os.path.join(ROOT, "scripts/prepare_data.sh"), a.build], check=True, cwd=ROOT)
+    work = workdir(a.build, "job_safety_test")
+    ensure_data(a.build)
     train = os.path.join(a.build, "titan-train")
     common = ["--config", "configs/qwen3_debug.yaml", "--training.seq_len", "128", "--training.local_batch_size", "2",
               "--model.n_layers", "2", "--job.print_args", "false", "--validation.enabled", "false",
@@ -154,8 +140,7 @@ def main():
                     r"\(comm.train_timeout_seconds = 3\); group ranks \[0,1\]; not arrived or unresponsive: rank 1 \("
                     r"(entered|finished) .*(no heartbeat for [0-9.]+ s: stopped, hung or dead|not arrived)\)", line),
           f"a hung rank: the job ends in {time.time() - t0:.1f} s with the watchdog's message: {line[:220]}")
-    print(f"{len(fails)} failures")
-    return 1 if fails else 0
+    return check.exit_status()
 
 
 if __name__ == "__main__":

@@ -22,31 +22,25 @@ import sys
 import h5py
 import numpy as np
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from testlib import ENV, ROOT, Checks, ensure_data, losses, workdir  # noqa: E402,F401
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import safetensors_ref as st  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from titan_checksum import checksum  # noqa: E402
 
-fails = []
+check = Checks()
 
 
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        fails.append(what)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
     a = ap.parse_args()
-    work = os.path.join(a.build, "safetensors_test")
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
-    if not os.path.exists(os.path.join(ROOT, "data/kjv_train.h5")):
-        subprocess.run([os.path.join(ROOT, "scripts/prepare_data.sh"), a.build], check=True, cwd=ROOT)
+    work = workdir(a.build, "safetensors_test")
+    ensure_data(a.build)
     train, evaluate = os.path.join(a.build, "titan-train"), os.path.join(a.build, "titan-eval")
     common = ["--config", "configs/qwen3_debug.yaml", "--training.steps", "3", "--training.seq_len", "64",
               "--training.local_batch_size", "2", "--job.print_args", "false", "--validation.enabled", "false",
@@ -174,8 +168,7 @@ def main():
     os.remove(os.path.join(m, "config.json"))
     p = run([evaluate, "--checkpoint", m, "--tokens", "data/kjv_val.h5", "--seq-len", "64", "--batch-size", "4"], ok=False)
     check(p.returncode != 0 and "config.json" in p.stderr, "weights without config.json: the error says so")
-    print(f"{len(fails)} failures")
-    return 1 if fails else 0
+    return check.exit_status()
 
 
 if __name__ == "__main__":

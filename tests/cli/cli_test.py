@@ -16,15 +16,14 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from testlib import ENV, ROOT, Checks, ensure_data, losses, workdir  # noqa: E402,F401
+
 TOOLS = ["titan-train", "titan-eval", "titan-tokenize", "titan-bench", "titan-bench-linear"]
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
-fails = []
+ENV = dict(ENV, OMP_NUM_THREADS="1")
+check = Checks()
 
 
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        fails.append(what)
 
 
 def main():
@@ -62,15 +61,13 @@ def main():
             check("simulation: launched on 2 processes" in out and "-np does not change the result" in out,
                   "the log says what -np means for a simulated job")
     # per-rank profile traces merge without collisions: distinct pids and process names
-    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-    if not os.path.exists(os.path.join(root, "data/kjv_train.h5")):
-        subprocess.run([os.path.join(root, "scripts/prepare_data.sh"), a.build], check=True, cwd=root)
+    ensure_data(a.build)
     with tempfile.TemporaryDirectory() as d:
         p = subprocess.run(["mpirun", "--oversubscribe", "-np", "2", os.path.join(a.build, "titan-train"), "--config",
                             "qwen3_debug", "--model.n_layers", "1", "--training.steps", "2", "--training.seq_len", "64",
                             "--validation.enabled", "false", "--checkpoint.enable", "false", "--job.print_args",
                             "false", "--profiling.enable_profiling", "true", "--profiling.profile_step", "2",
-                            "--job.dump_folder", d], capture_output=True, text=True, cwd=root, env=ENV, timeout=300)
+                            "--job.dump_folder", d], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
         pids = {}
         for r in (0, 1):
             f = os.path.join(d, f"profile_trace_rank{r}.json")
@@ -81,8 +78,7 @@ def main():
         check(p.returncode == 0 and pids.get(0, (None,))[0] == {0} and pids.get(1, (None,))[0] == {1} and
               any(n.startswith("rank 1 ") for n in pids[1][1]),
               f"per-rank profile traces: rank r uses pid r and names itself 'rank r' ({pids})")
-    print(f"{len(fails)} failures")
-    return 1 if fails else 0
+    return check.exit_status()
 
 
 if __name__ == "__main__":

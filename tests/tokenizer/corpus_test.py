@@ -20,7 +20,8 @@ import sys
 import h5py
 import numpy as np
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from testlib import ENV, ROOT, Checks, ensure_data, losses, workdir  # noqa: E402,F401
 
 
 def main():
@@ -28,15 +29,13 @@ def main():
     ap.add_argument("--build", required=True)
     a = ap.parse_args()
     tool = os.path.join(a.build, "titan-tokenize")
-    work = os.path.join(a.build, "tokenizer_test")
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
+    work = workdir(a.build, "tokenizer_test")
     tok = os.path.join(work, "tokenizer.json")
     with open(tok, "wb") as f:
         subprocess.run(["xz", "-dc", os.path.join(ROOT, "tests/golden/qwen3_tokenizer.json.xz")], stdout=f, check=True)
     golden = json.load(open(os.path.join(ROOT, "tests/golden/qwen3_tokenizer_ids.json")))
     eot = golden["eot_id"]
-    fails = []
+    check = Checks()
 
     def run(args, threads=2, ok=True):
         env = dict(os.environ, OMP_NUM_THREADS=str(threads))
@@ -49,15 +48,9 @@ def main():
         f = h5py.File(path, "r")
         return f["tokens"][:].astype("<u4"), f["doc_starts"][:], int(f.attrs["separator_id"])
 
-    def check(cond, what):
-        print(("ok   " if cond else "FAIL ") + what)
-        if not cond:
-            fails.append(what)
-
     # 1. a real text as one document
     kjv = os.path.join(ROOT, "data", "kjv.txt")
-    if not os.path.exists(kjv):
-        subprocess.run([os.path.join(ROOT, "scripts/prepare_data.sh"), a.build], check=True, cwd=ROOT)
+    ensure_data(a.build)
     c = golden["corpus"]
     check(os.path.getsize(kjv) == c["bytes"],
           f"data/kjv.txt has the reference's {c['bytes']} bytes (else the corpus changed: regenerate the goldens)")
@@ -140,8 +133,7 @@ def main():
           "a missing text field names the field and the keys present")
     p = run(["--input", os.path.join(work, "nope.txt"), "--output", os.path.join(work, "x.h5")], ok=False)
     check(p.returncode != 0, "a missing input is an error")
-    print(f"{len(fails)} failures")
-    return 1 if fails else 0
+    return check.exit_status()
 
 
 if __name__ == "__main__":
