@@ -83,7 +83,6 @@ MPI_Datatype mpi_type(DType t) {
 
 MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
 
-const char* op_name(ReduceOp op) { return op == ReduceOp::Sum ? "sum" : op == ReduceOp::Avg ? "avg" : "max"; }
 
 void check_mpi(int rc, const char* what) {
   if (rc != MPI_SUCCESS) {

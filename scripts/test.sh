@@ -37,7 +37,8 @@ if [ -z "${SKIP_ASAN:-}" ]; then
   cmake --build build-tsan -j "$JOBS" --target titan_comms_tests
   for np in 2 3 4; do
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to none -np "$np" \
-      -x OMP_NUM_THREADS=1 -x TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/sanitizers/tsan.supp" \
+      -x OMP_NUM_THREADS=1 -x OMPI_MCA_mca_base_component_disable_dlclose=1 \
+      -x TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/sanitizers/tsan.supp" \
       ./build-tsan/titan_comms_tests --gtest_brief=1
   done
 fi
