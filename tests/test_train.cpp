@@ -137,6 +137,26 @@ TEST(Config, ErrorsNameKeyFileLineAndAllowedValues) {
             std::string::npos) << e;
 }
 
+TEST(Config, ChangesBetweenConfigsForResume) {
+  JobConfig a, b;
+  b.optimizer.lr = 1e-3;
+  b.training.steps = 999;  // not a model/optimizer key: resuming for longer is fine
+  const std::string ta = dump_job_config(a), tb = dump_job_config(b);
+  auto ch = config_changes(ta, tb, {"model", "optimizer"});
+  ASSERT_EQ(ch.size(), 1u);
+  EXPECT_NE(ch[0].find("optimizer.lr: "), std::string::npos) << ch[0];
+  EXPECT_TRUE(config_changes(ta, ta, {"model", "optimizer"}).empty());
+  // a config written before a key existed ran with its default: no change unless the new value differs
+  std::string old = ta;
+  const size_t at = old.find("  qk_norm:");
+  ASSERT_NE(at, std::string::npos);
+  old.erase(at, old.find('\n', at) - at + 1);
+  EXPECT_TRUE(config_changes(old, ta, {"model"}).empty());
+  JobConfig c;
+  c.model.qk_norm = !a.model.qk_norm;
+  EXPECT_EQ(config_changes(old, dump_job_config(c), {"model"}).size(), 1u);
+}
+
 // ---- tokenizers ----------------------------------------------------------------
 TEST(Tokenizer, ByteRoundTrip) {
   ByteTokenizer t;

@@ -434,7 +434,7 @@ std::vector<std::string> config_changes(const std::string& old_yaml, const std::
               kv->second.IsScalar() ? kv->second.as<std::string>() : "?";
     return m;
   };
-  const auto a = flat(old_yaml), b = flat(new_yaml);
+  const auto a = flat(old_yaml), b = flat(new_yaml), d = flat(dump_job_config(JobConfig{}));
   std::vector<std::string> out;
   std::vector<std::string> keys;
   for (auto& [k, v] : a) keys.push_back(k);
@@ -444,7 +444,12 @@ std::vector<std::string> config_changes(const std::string& old_yaml, const std::
     const std::string sec = k.substr(0, k.find('.'));
     if (std::find(sections.begin(), sections.end(), sec) == sections.end()) continue;
     auto ia = a.find(k), ib = b.find(k);
-    const std::string va = ia == a.end() ? "(absent)" : ia->second, vb = ib == b.end() ? "(absent)" : ib->second;
+    std::string va = ia == a.end() ? "(absent)" : ia->second;
+    const std::string vb = ib == b.end() ? "(absent)" : ib->second;
+    if (ia == a.end()) {  // a key newer than the old config: it ran with the default then
+      auto id = d.find(k);
+      if (id != d.end()) va = id->second;
+    }
     if (va == vb) continue;
     // numbers printed differently but equal (1e-3 vs 0.001) are no change
     try {

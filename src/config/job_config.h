@@ -163,7 +163,8 @@ JobConfig load_job_config_file(const std::string& path, const std::vector<std::s
 // (sub-folders searched by file name); an error lists the known configs.
 std::string resolve_config_path(const std::string& name);
 // "section.key: old -> new" for every key of `sections` whose value differs
-// between two dump_job_config texts (numbers compared as numbers).
+// between two dump_job_config texts (numbers compared as numbers; a key the
+// old text lacks, written by an older titan, counts as its default).
 std::vector<std::string> config_changes(const std::string& old_yaml, const std::string& new_yaml,
                                         const std::vector<std::string>& sections);
 // The effective config as YAML text (printed at start, saved in the job folder).
