@@ -101,14 +101,34 @@ Tensor* moment(AdamW* opt, const std::string& name, bool second) {
 }  // namespace
 
 namespace {
-// The checksums of every dataset of a checkpoint, summed over the ranks' blocks (writers only: each element once).
+// The checksum of a rank's block of `t` (laid out as region r) as stored: bf16 values are summed as the float32
+// they read back as; non-writers add nothing, so the sum over ranks counts each element once.
+uint64_t stored_checksum(const Region& r, const Tensor& t, DType stored) {
+  if (!r.writer || t.is_meta()) return 0;
+  Tensor c = t.contiguous();
+  if (stored == DType::BF16) {
+    c = c.clone();
+    float* p = c.data<float>();
+    for (int64_t i = 0; i < c.numel(); ++i) p[i] = round_to_bf16(p[i]);
+  }
+  return block_checksum(r.full_shape, r.offset, c.shape(), c.data<float>());
+}
+
+// The `checksums` attribute: "dataset hex" lines, each sum all-reduced over the ranks' blocks.
+std::string checksum_lines(const std::vector<std::string>& names, std::vector<uint64_t> sums, MPI_Comm comm) {
+  if (comm) MPI_Allreduce(MPI_IN_PLACE, sums.data(), (int)sums.size(), MPI_UINT64_T, MPI_SUM, comm);
+  std::ostringstream o;
+  for (size_t i = 0; i < names.size(); ++i) o << names[i] << ' ' << std::hex << sums[i] << std::dec << '\n';
+  return o.str();
+}
+
+// The checksums of every dataset of a checkpoint.
 std::string checksum_attr(const std::vector<Region>& params, AdamW* opt, MPI_Comm comm) {
   std::vector<std::string> names;
   std::vector<uint64_t> sums;
   auto add = [&](const std::string& name, const Region& r, const Tensor& t) {
     names.push_back(name);
-    const Tensor c = t.contiguous();
-    sums.push_back(r.writer && !c.is_meta() ? block_checksum(r.full_shape, r.offset, c.shape(), c.data<float>()) : 0);
+    sums.push_back(stored_checksum(r, t, DType::F32));
   };
   for (auto& r : params) add("model/" + r.name, r, *r.local);
   if (opt)
@@ -118,10 +138,7 @@ std::string checksum_attr(const std::vector<Region>& params, AdamW* opt, MPI_Com
       add("optim/exp_avg/" + r.name, r, *m);
       add("optim/exp_avg_sq/" + r.name, r, *moment(opt, r.name, true));
     }
-  if (comm) MPI_Allreduce(MPI_IN_PLACE, sums.data(), (int)sums.size(), MPI_UINT64_T, MPI_SUM, comm);
-  std::ostringstream o;
-  for (size_t i = 0; i < names.size(); ++i) o << names[i] << ' ' << std::hex << sums[i] << std::dec << '\n';
-  return o.str();
+  return checksum_lines(names, sums, comm);
 }
 }  // namespace
 
@@ -189,17 +206,6 @@ std::string verify_h5(const std::string& path, MPI_Comm comm, bool training_stat
   return agree_on_failure(why, comm);
 }
 
-// The checksum of a block as stored: bf16 values are summed as the float32 they read back as.
-uint64_t stored_checksum(const Region& r, DType stored) {
-  if (!r.writer || r.local->is_meta()) return 0;
-  Tensor c = r.local->contiguous();
-  if (stored == DType::BF16) {
-    c = c.clone();
-    float* p = c.data<float>();
-    for (int64_t i = 0; i < c.numel(); ++i) p[i] = round_to_bf16(p[i]);
-  }
-  return block_checksum(r.full_shape, r.offset, c.shape(), c.data<float>());
-}
 }  // namespace
 
 std::string verify_checkpoint(const std::string& path, MPI_Comm comm, bool* legacy) {
@@ -286,11 +292,13 @@ void prune_checkpoints(const std::string& folder, int64_t keep) {
 
 void export_hf(const std::string& path, const std::vector<Region>& params, const std::string& cfg, DType stored,
                MPI_Comm comm) {
+  std::vector<std::string> names;
   std::vector<uint64_t> sums;
-  for (auto& r : params) sums.push_back(stored_checksum(r, stored));
-  if (comm) MPI_Allreduce(MPI_IN_PLACE, sums.data(), (int)sums.size(), MPI_UINT64_T, MPI_SUM, comm);
-  std::ostringstream lines;
-  for (size_t i = 0; i < params.size(); ++i) lines << params[i].name << ' ' << std::hex << sums[i] << std::dec << '\n';
+  for (auto& r : params) {
+    names.push_back(r.name);
+    sums.push_back(stored_checksum(r, *r.local, stored));
+  }
+  const std::string lines = checksum_lines(names, sums, comm);
   Progress progress("writing " + path, local_bytes(params));
   write_atomic(path, comm, [&](h5::File& f) {
     for (auto& r : params) {
@@ -298,7 +306,7 @@ void export_hf(const std::string& path, const std::vector<Region>& params, const
       progress.add(r.local->numel() * 4);
     }
     f.set_attr("config", cfg);
-    f.set_attr("checksums", lines.str());
+    f.set_attr("checksums", lines);
   });
   progress.finish();
 }

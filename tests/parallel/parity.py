@@ -24,8 +24,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts"))
 import safetensors_ref  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_WAIT_POLICY="PASSIVE")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from testlib import ENV, ROOT, ensure_data, losses  # noqa: E402
 GLOBAL_BATCH = 8
 COMMON = ["--config", "configs/qwen3_debug.yaml", "--training.steps", "10", "--training.seq_len", "128",
           "--job.print_args", "false", "--validation.enabled", "false", "--checkpoint.export_at_end", "false",
@@ -45,16 +45,6 @@ def run(cmd, timeout=600, expect_ok=True):
         print(p.stdout[-4000:], p.stderr[-4000:])
         sys.exit(f"FAILED ({p.returncode}): {' '.join(cmd)}")
     return p, time.time() - t0
-
-
-def losses(folder):
-    out = {}
-    with open(os.path.join(folder, "metrics.jsonl")) as f:
-        for line in f:
-            r = json.loads(line)
-            if "loss" in r:
-                out[r["step"]] = r["loss"]
-    return out
 
 
 def compare_losses(ref, got, steps, tol=1e-5):
@@ -94,8 +84,7 @@ def main():
     train = os.path.join(build, "titan-train")
     work = os.path.join(build, "parity")
     ref = os.path.join(work, a.name if a.case == "ref" and a.name else a.ref)
-    if not os.path.exists(os.path.join(ROOT, "data/kjv_train.h5")):
-        run([os.path.join(ROOT, "scripts/prepare_data.sh"), build])
+    ensure_data(build)
 
     if a.case == "ref":
         shutil.rmtree(ref, ignore_errors=True)
