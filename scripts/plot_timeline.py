@@ -24,7 +24,7 @@ def color(ev):
     n = ev["name"]
     if n.startswith("linear") or n.startswith("matmul") or n.startswith("grouped"):
         return "#2ca02c"
-    if n.startswith("sdpa"):
+    if n.startswith("flex_attention") or n.startswith("flex_score_mod"):
         return "#ff7f0e"
     return "#bcbd22"
 

@@ -262,15 +262,15 @@ TEST(Attention, GqaCausalWindowSinks) {
       gradcheck([&](const std::vector<Tensor>& t) { return scaled_dot_product_attention(t[0], t[1], t[2], Tensor(), o); },
                 {q, k, v});
   }
-  // meta: shape and FLOPs (QK^T and PV GEMMs plus softmax work) over the visible
-  // (causal: lower-triangle) query-key pairs, the work a causal flash kernel does
+  // meta: shape and FLOPs (QK^T and PV GEMMs plus softmax work) over the
+  // query-key pairs of the visible tiles (S = 5: one 128-tile), the kernel's work
   AttentionOptions o;
-  const double pairs = S * (S + 1) / 2.0;
+  const double pairs = S * S;
   expect_meta([&](const std::vector<Tensor>& t) { return scaled_dot_product_attention(t[0], t[1], t[2], t[3], o); },
               {q, k, v, sinks}, q.shape(), DType::F64, B * Hq * (4.0 * pairs * D + 5.0 * pairs));
   AttentionOptions w;
-  w.window = 2;  // rows 0, 1 see 1, 2 keys; later rows see 2
-  const double wpairs = 1 + 2.0 * (S - 1);
+  w.window = 2;
+  const double wpairs = S * S;
   expect_meta([&](const std::vector<Tensor>& t) { return scaled_dot_product_attention(t[0], t[1], t[2], t[3], w); },
               {q, k, v, sinks}, q.shape(), DType::F64, B * Hq * (4.0 * wpairs * D + 5.0 * wpairs));
   EXPECT_THROW(scaled_dot_product_attention(q, rand_t({B, S, 3, D}, 5), rand_t({B, S, 3, D}, 6), Tensor(), o), Error);

@@ -110,8 +110,8 @@ struct AttentionOptions {
 };
 // q [B, S, Hq, D], k/v [B, S, Hkv, D] (Hq % Hkv == 0), sinks [Hq] or undefined
 // (a per-head logit joining each softmax denominator, then dropped).
-// -> [B, S, Hq, D]. Softmax statistics are saved; scores are recomputed in
-// backward (no [S, S] tensor is kept).
+// -> [B, S, Hq, D]. A client of flex_attention (src/ops/flex_attention.h):
+// flash-tiled, O(S·D) memory, masked tiles skipped.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks,
                                     const AttentionOptions& opt);
 

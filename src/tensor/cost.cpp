@@ -55,13 +55,14 @@ CostTrace::CostTrace(bool timed) : parent_(t_trace), timed_(timed), t0_(timed ? 
 double CostTrace::elapsed() const { return timed_ ? now() - t0_ : 0; }
 CostTrace::~CostTrace() { t_trace = parent_; }
 
-void record_cost(const char* op, double flops, double bytes, const GemmShape& gemm) {
+void record_cost(const char* op, double flops, double bytes, const GemmShape& gemm, KernelClass cls) {
   if (t_trace) {
     CostEvent e;
     e.op = op;
     e.flops = flops;
     e.bytes = bytes;
     e.gemm = gemm;
+    e.cls = cls;
     e.t = t_trace->elapsed();
     t_trace->events_.push_back(std::move(e));
   }

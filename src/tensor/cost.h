@@ -26,6 +26,15 @@ struct GemmShape {
   int64_t batch = 0, m = 0, n = 0, k = 0;  // batch 0: not a GEMM
 };
 
+// The kind of kernel a record describes, declared by the op (the simulator
+// prices each kind by its own model; GEMMs are those with a GemmShape).
+enum class KernelClass : uint8_t {
+  Elementwise,  // bandwidth-bound; fusable in compiled mode
+  Attention,    // a fused (flash) attention kernel
+  EagerOnly,    // traffic only an eager framework pays (e.g. a score_mod run as its own kernels over
+                // materialized scores); its arithmetic is already in the fused kernel's record
+};
+
 struct OpCost {
   int64_t calls = 0;
   double flops = 0;
@@ -48,7 +57,7 @@ class CostScope {
   void flush_time();
 
  private:
-  friend void record_cost(const char*, double, double, const GemmShape&);
+  friend void record_cost(const char*, double, double, const GemmShape&, KernelClass);
   CostScope* parent_;
   bool timed_;
   OpCost total_;
@@ -65,6 +74,7 @@ struct CostEvent {
   const char* op = "";  // op or collective name (static strings)
   double flops = 0, bytes = 0;
   GemmShape gemm;        // Compute: GEMM dims when the op is one
+  KernelClass cls = KernelClass::Elementwise;  // Compute: when not a GEMM
   int64_t comm_id = -1;  // CommStart / CommWait: pairs them
   std::string group;     // CommStart: process-group name
   int group_size = 1;    // CommStart: ranks in the group
@@ -84,7 +94,7 @@ class CostTrace {
   std::vector<CostEvent> take() { return std::move(events_); }
 
  private:
-  friend void record_cost(const char*, double, double, const GemmShape&);
+  friend void record_cost(const char*, double, double, const GemmShape&, KernelClass);
   friend int64_t record_comm_start(const char*, const std::string&, int, double);
   friend void record_comm_wait(int64_t);
   CostTrace* parent_;
@@ -94,7 +104,11 @@ class CostTrace {
 };
 
 // Called by every op kernel (cheap when no scope or trace is active).
-void record_cost(const char* op, double flops, double bytes, const GemmShape& gemm = {});
+void record_cost(const char* op, double flops, double bytes, const GemmShape& gemm = {},
+                 KernelClass cls = KernelClass::Elementwise);
+inline void record_cost(const char* op, double flops, double bytes, KernelClass cls) {
+  record_cost(op, flops, bytes, GemmShape{}, cls);
+}
 // Called by the communication layer. `bytes` is the collective's size as the
 // cost model takes it: all_gather: the gathered output; reduce_scatter and
 // all_reduce: the full input; all_to_all: what this rank sends. Returns an id

@@ -39,7 +39,7 @@ bool is_dp_group(const std::string& g) {
 
 KernelKind kind_of(const CostEvent& e) {
   if (e.gemm.batch > 0) return KernelKind::Gemm;
-  if (std::string(e.op).rfind("sdpa", 0) == 0) return KernelKind::Attention;
+  if (e.cls == KernelClass::Attention) return KernelKind::Attention;
   return KernelKind::Other;
 }
 
@@ -61,7 +61,7 @@ constexpr EagerDecomposition kEager[] = {
     {"rope_backward", 4, 5.0},
     {"cross_entropy", 3, 3.0},        // float(), log_softmax, nll_loss
     {"cross_entropy_backward", 3, 3.0},
-    {"sdpa_backward", 2, 1.2},        // flash backward + the dO*O row-sum preprocessing kernel
+    {"flex_attention_backward", 2, 1.2},  // flash backward + the dO*O row-sum preprocessing kernel
     {"embedding_backward", 2, 1.0},   // zeros + index_add
     {"softmax", 2, 2.0},
     {"softmax_backward", 2, 2.0},
@@ -169,6 +169,8 @@ SimResult simulate_step(const JobConfig& cfg, int world) {
       k.n = e.gemm.n;
       k.k = e.gemm.k;
       if (e.flops == 0 && e.bytes == 0) continue;
+      // a compiled step fuses it into the attention kernel (whose record holds its arithmetic)
+      if (e.cls == KernelClass::EagerOnly && mode == ExecMode::Compiled) continue;
       if (mode == ExecMode::Compiled && k.kind == KernelKind::Other && std::string(e.op) != "adamw") {
         // a fused chain reads its inputs and writes its output once: its
         // traffic is that of its largest member, its arithmetic the sum

@@ -1,0 +1,100 @@
+#include "src/nn/attention_variants.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "src/tensor/error.h"
+
+namespace titan::nn {
+
+void AttentionVariant::validate(int64_t seq_len) const {
+  TITAN_CHECK(mask == "causal" || mask == "block_causal" || mask == "sliding_window" || mask == "prefix_lm",
+              "config error: model.attn_mask_type '", mask, "' is not one of causal, block_causal, sliding_window, prefix_lm");
+  TITAN_CHECK(bias == "none" || bias == "alibi" || bias == "relative", "config error: model.attn_bias '", bias,
+              "' is not one of none, alibi, relative");
+  TITAN_CHECK(softcap >= 0 && std::isfinite(softcap), "config error: model.attn_logit_softcap must be >= 0 (0 = off), got ",
+              softcap);
+  TITAN_CHECK(relative_max_distance >= 1, "config error: model.attn_relative_max_distance must be >= 1, got ",
+              relative_max_distance);
+  TITAN_CHECK(bias == "relative" || relative_max_distance == AttentionVariant().relative_max_distance,
+              "config error: model.attn_relative_max_distance (", relative_max_distance,
+              ") applies only with model.attn_bias: relative (it is '", bias, "')");
+  if (mask == "prefix_lm") {
+    TITAN_CHECK(prefix_len > 0, "config error: model.attn_mask_type prefix_lm needs model.attn_prefix_len > 0 (the "
+                                "tokens at the start of each sequence that every query sees)");
+    TITAN_CHECK(seq_len <= 0 || prefix_len < seq_len, "config error: model.attn_prefix_len (", prefix_len,
+                ") must be shorter than training.seq_len (", seq_len, ")");
+  } else {
+    TITAN_CHECK(prefix_len == 0, "config error: model.attn_prefix_len (", prefix_len,
+                ") applies only with model.attn_mask_type: prefix_lm (it is '", mask, "')");
+  }
+}
+
+std::string AttentionVariant::describe() const {
+  std::ostringstream o;
+  o << mask;
+  if (mask == "prefix_lm") o << " " << prefix_len;
+  if (bias != "none") o << ", " << bias << (bias == "relative" ? " " + std::to_string(relative_max_distance) : "");
+  if (softcap > 0) o << ", softcap " << softcap;
+  return o.str();
+}
+
+MaskMod layer_mask(const AttentionVariant& v, int64_t window, const Tensor& doc_ids) {
+  MaskMod base;
+  if (window > 0) base = sliding_window_mask(window);
+  else if (v.mask == "prefix_lm") base = prefix_lm_mask(v.prefix_len);
+  else base = causal_mask();  // causal, and block_causal's causal part
+  TITAN_CHECK(v.mask != "sliding_window" || window > 0,
+              "attention: attn_mask_type sliding_window needs model.sliding_window > 0");
+  if (v.mask != "block_causal") return base;
+  TITAN_CHECK(doc_ids.defined(), "attention: model.attn_mask_type block_causal needs the document ids of the batch "
+                                 "(the data loader's /doc_starts); none were passed to the model's forward");
+  return and_masks(document_causal_mask(doc_ids), base);
+}
+
+ScoreMod softcap_mod(double cap) {
+  TITAN_CHECK(cap > 0, "softcap_mod: cap must be > 0, got ", cap);
+  return ScoreMod("softcap", {}, [cap](auto s, const auto&, ScoreIndex) { return cap * flex::tanh(s / cap); }, 4);
+}
+
+ScoreMod alibi_mod(const Tensor& slopes) {
+  return ScoreMod("alibi", {slopes},
+                  [](auto s, const auto& c, ScoreIndex i) { return s + c(0, i.h) * double(i.kv - i.q); }, 2);
+}
+
+ScoreMod relative_bias_mod(const Tensor& table, int64_t R) {
+  TITAN_CHECK(table.dim() == 2 && table.size(1) == 2 * R - 1, "relative_bias_mod: table must be [H, ", 2 * R - 1,
+              "] for max distance ", R, ", got ", shape_str(table.shape()));
+  return ScoreMod("relative_bias", {table}, [R](auto s, const auto& c, ScoreIndex i) {
+    return s + c(0, i.h, std::clamp<int64_t>(i.q - i.kv, -(R - 1), R - 1) + R - 1);
+  }, 1);
+}
+
+ScoreMod layer_score_mod(const AttentionVariant& v, const Tensor& bias_param) {
+  const double cap = v.softcap;
+  const int64_t R = v.relative_max_distance;
+  if (v.bias == "none") return cap > 0 ? softcap_mod(cap) : ScoreMod();
+  TITAN_CHECK(bias_param.defined(), "attention: attn_bias ", v.bias, " without its slopes/table tensor");
+  if (cap <= 0) return v.bias == "alibi" ? alibi_mod(bias_param) : relative_bias_mod(bias_param, R);
+  if (v.bias == "alibi")
+    return ScoreMod("alibi+softcap", {bias_param}, [cap](auto s, const auto& c, ScoreIndex i) {
+      return cap * flex::tanh((s + c(0, i.h) * double(i.kv - i.q)) / cap);
+    }, 6);
+  return ScoreMod("relative_bias+softcap", {bias_param}, [cap, R](auto s, const auto& c, ScoreIndex i) {
+    return cap * flex::tanh((s + c(0, i.h, std::clamp<int64_t>(i.q - i.kv, -(R - 1), R - 1) + R - 1)) / cap);
+  }, 5);
+}
+
+Tensor alibi_slopes(int64_t n) {
+  TITAN_CHECK(n > 0, "alibi_slopes: need at least one head, got ", n);
+  const int64_t cp = (int64_t)1 << (int64_t)std::floor(std::log2((double)n));
+  std::vector<float> s;
+  const double base = std::pow(2.0, -8.0 / (double)cp);
+  for (int64_t p = 1; p <= cp; ++p) s.push_back((float)std::pow(base, (double)p));
+  const double extra = std::pow(2.0, -4.0 / (double)cp);
+  for (int64_t p = 1; (int64_t)s.size() < n; p += 2) s.push_back((float)std::pow(extra, (double)p));
+  return from_vector<float>(s, {n});
+}
+
+}  // namespace titan::nn

@@ -1,0 +1,45 @@
+// src/nn/attention_variants.h — the attention variants a model config selects
+// (model.attn_mask_type, attn_logit_softcap, attn_bias), built from flex
+// attention's score_mod / mask_mod. Each is a few lines; a new variant is a
+// new function here (or a lambda at the call site).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "src/ops/flex_attention.h"
+
+namespace titan::nn {
+
+struct AttentionVariant {
+  std::string mask = "causal";  // causal | block_causal | sliding_window | prefix_lm (full-attention layers)
+  int64_t prefix_len = 0;       // prefix_lm: tokens at the start of each sequence every query sees
+  double softcap = 0;           // > 0: scores become softcap * tanh(score / softcap) (Gemma-2), after the bias
+  std::string bias = "none";    // none | alibi | relative
+  int64_t relative_max_distance = 128;  // relative: distances clipped to [-(R-1), R-1]; table [H, 2R-1]
+  bool operator==(const AttentionVariant&) const = default;
+  bool is_default() const { return *this == AttentionVariant(); }
+  // Checks the values (names the key); `seq_len` > 0 also checks prefix_len against it.
+  void validate(int64_t seq_len = 0) const;
+  std::string describe() const;  // e.g. "block_causal, alibi, softcap 50"
+};
+
+// The mask of one layer: `window` > 0 makes it a sliding layer (within the
+// document under block_causal); otherwise the variant's mask. doc_ids int64
+// [B, S] (block_causal) is the document index of every token.
+MaskMod layer_mask(const AttentionVariant& v, int64_t window, const Tensor& doc_ids);
+
+// The score_mod: bias (ALiBi slopes [H] or relative table [H, 2R-1], the
+// layer's local heads), then the softcap. Undefined when neither is on.
+ScoreMod layer_score_mod(const AttentionVariant& v, const Tensor& bias_param);
+
+// ALiBi slopes of n heads (Press et al.; HF's build_alibi_tensor): a geometric
+// sequence from 2^(-8/n') for the largest power of two n' <= n, interleaved
+// with the next power's odd terms for the rest. [n] float32.
+Tensor alibi_slopes(int64_t n_heads);
+
+// Score mods, usable on their own
+ScoreMod softcap_mod(double cap);
+ScoreMod alibi_mod(const Tensor& slopes);                                     // s + slope[h] * (kv - q)
+ScoreMod relative_bias_mod(const Tensor& table, int64_t max_distance);        // s + table[h, clip(q - kv) + R - 1]
+
+}  // namespace titan::nn

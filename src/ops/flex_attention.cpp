@@ -1,0 +1,546 @@
+// Flex attention: masks, block masks, and the flash-tiled forward and
+// backward kernels (FlashAttention-2's loop order on the CPU: BLAS tile
+// GEMMs, online softmax, log-sum-exp saved, scores recomputed in backward).
+#include "src/ops/flex_attention.h"
+
+#include <Eigen/Core>
+#include <atomic>
+#include <cmath>
+#include <exception>
+#include <limits>
+
+#include "src/ops/common.h"
+
+namespace titan {
+using namespace detail;
+
+// ---- masks ---------------------------------------------------------------------------
+void MaskMod::fill(uint8_t* keep, int64_t ld, int64_t nq, int64_t nk, int64_t b, int64_t h, int64_t q0,
+                   int64_t k0) const {
+  if (!tile_) {
+    for (int64_t i = 0; i < nq; ++i) std::fill(keep + i * ld, keep + i * ld + nk, (uint8_t)1);
+    return;
+  }
+  tile_(keep, ld, nq, nk, b, h, q0, k0);
+}
+
+bool MaskMod::operator()(int64_t b, int64_t h, int64_t q, int64_t kv) const {
+  uint8_t k = 1;
+  fill(&k, 1, 1, 1, b, h, q, kv);
+  return k != 0;
+}
+
+BlockKind MaskMod::classify(int64_t b, int64_t h, int64_t q0, int64_t q1, int64_t k0, int64_t k1) const {
+  if (!tile_) return BlockKind::Full;
+  if (classify_) return classify_(b, h, q0, q1, k0, k1);
+  std::vector<uint8_t> keep((size_t)((q1 - q0) * (k1 - k0)));
+  fill(keep.data(), k1 - k0, q1 - q0, k1 - k0, b, h, q0, k0);
+  size_t n = 0;
+  for (uint8_t x : keep) n += x;
+  return n == 0 ? BlockKind::Empty : n == keep.size() ? BlockKind::Full : BlockKind::Partial;
+}
+
+MaskMod causal_mask() {
+  return MaskMod("causal", [](int64_t, int64_t, int64_t q, int64_t kv) { return kv <= q; }, false, false)
+      .with_classifier([](int64_t, int64_t, int64_t q0, int64_t q1, int64_t k0, int64_t k1) {
+        if (k0 > q1 - 1) return BlockKind::Empty;
+        return k1 - 1 <= q0 ? BlockKind::Full : BlockKind::Partial;
+      });
+}
+
+MaskMod sliding_window_mask(int64_t w) {
+  TITAN_CHECK(w > 0, "sliding_window_mask: window must be > 0, got ", w);
+  return MaskMod("sliding_window(" + std::to_string(w) + ")",
+                 [w](int64_t, int64_t, int64_t q, int64_t kv) { return kv <= q && q - kv < w; }, false, false)
+      .with_classifier([w](int64_t, int64_t, int64_t q0, int64_t q1, int64_t k0, int64_t k1) {
+        // visible iff 0 <= q - kv < w; over the tile q - kv spans [q0 - (k1-1), (q1-1) - k0]
+        const int64_t lo = q0 - (k1 - 1), hi = (q1 - 1) - k0;
+        if (hi < 0 || lo >= w) return BlockKind::Empty;
+        return lo >= 0 && hi < w ? BlockKind::Full : BlockKind::Partial;
+      });
+}
+
+MaskMod prefix_lm_mask(int64_t prefix) {
+  TITAN_CHECK(prefix >= 0, "prefix_lm_mask: prefix length must be >= 0, got ", prefix);
+  return MaskMod("prefix_lm(" + std::to_string(prefix) + ")",
+                 [prefix](int64_t, int64_t, int64_t q, int64_t kv) { return kv <= q || kv < prefix; }, false, false)
+      .with_classifier([prefix](int64_t, int64_t, int64_t q0, int64_t q1, int64_t k0, int64_t k1) {
+        if (k1 - 1 <= q0 || k1 <= prefix) return BlockKind::Full;  // all causal-visible, or all in the prefix
+        if (k0 > q1 - 1 && k0 >= prefix) return BlockKind::Empty;
+        return BlockKind::Partial;
+      });
+}
+
+MaskMod document_causal_mask(const Tensor& doc_ids) {
+  TITAN_CHECK(doc_ids.dim() == 2, "document_causal_mask: doc_ids must be [B, S], got ", shape_str(doc_ids.shape()));
+  if (doc_ids.is_meta()) {  // no data to plan with: price the causal upper bound
+    MaskMod m = causal_mask();
+    return m;
+  }
+  TITAN_CHECK(doc_ids.dtype() == DType::I64, "document_causal_mask: doc_ids must be int64, got ",
+              dtype_name(doc_ids.dtype()));
+  const int64_t S = doc_ids.size(1);
+  auto ids = std::make_shared<std::vector<int64_t>>(doc_ids.to_vector<int64_t>());
+  for (int64_t b = 0; b < doc_ids.size(0); ++b)
+    for (int64_t i = 1; i < S; ++i)
+      TITAN_CHECK((*ids)[b * S + i] >= (*ids)[b * S + i - 1], "document_causal_mask: doc_ids of batch row ", b,
+                  " decrease at position ", i, " (", (*ids)[b * S + i - 1], " -> ", (*ids)[b * S + i],
+                  "); expected the document index of each token, non-decreasing");
+  const int64_t* d = ids->data();
+  return MaskMod(
+             "document_causal",
+             [ids, d, S](int64_t b, int64_t, int64_t q, int64_t kv) { return kv <= q && d[b * S + q] == d[b * S + kv]; },
+             true, false)
+      .with_classifier([ids, d, S](int64_t b, int64_t, int64_t q0, int64_t q1, int64_t k0, int64_t k1) {
+        if (k0 > q1 - 1) return BlockKind::Empty;
+        const int64_t* r = d + b * S;  // non-decreasing: a tile's documents are [first, last]
+        if (r[k1 - 1] < r[q0] || r[k0] > r[q1 - 1]) return BlockKind::Empty;
+        const bool one_doc = r[q0] == r[q1 - 1] && r[k0] == r[k1 - 1] && r[q0] == r[k0];
+        return one_doc && k1 - 1 <= q0 ? BlockKind::Full : BlockKind::Partial;
+      });
+}
+
+MaskMod and_masks(const MaskMod& a, const MaskMod& b) {
+  if (!a.defined()) return b;
+  if (!b.defined()) return a;
+  MaskMod m;
+  m.name_ = a.name_ + " & " + b.name_;
+  m.per_batch_ = a.per_batch_ || b.per_batch_;
+  m.per_head_ = a.per_head_ || b.per_head_;
+  m.tile_ = [a, b](uint8_t* keep, int64_t ld, int64_t nq, int64_t nk, int64_t bb, int64_t h, int64_t q0, int64_t k0) {
+    a.fill(keep, ld, nq, nk, bb, h, q0, k0);
+    std::vector<uint8_t> other((size_t)(nq * ld));
+    b.fill(other.data(), ld, nq, nk, bb, h, q0, k0);
+    for (int64_t i = 0; i < nq; ++i)
+      for (int64_t j = 0; j < nk; ++j) keep[i * ld + j] &= other[i * ld + j];
+  };
+  if (a.classify_ && b.classify_) {
+    m.classify_ = [a, b](int64_t bb, int64_t h, int64_t q0, int64_t q1, int64_t k0, int64_t k1) {
+      const BlockKind x = a.classify(bb, h, q0, q1, k0, k1);
+      if (x == BlockKind::Empty) return x;
+      const BlockKind y = b.classify(bb, h, q0, q1, k0, k1);
+      if (y == BlockKind::Empty) return y;
+      return x == BlockKind::Full && y == BlockKind::Full ? BlockKind::Full : BlockKind::Partial;
+    };
+  }
+  return m;
+}
+
+BlockMask create_block_mask(const MaskMod& mask, int64_t B, int64_t H, int64_t q_len, int64_t kv_len,
+                            int64_t q_block, int64_t kv_block) {
+  TITAN_CHECK(B > 0 && H > 0 && q_len > 0 && kv_len > 0 && q_block > 0 && kv_block > 0,
+              "create_block_mask: sizes must be positive, got B ", B, ", H ", H, ", q_len ", q_len, ", kv_len ", kv_len,
+              ", blocks ", q_block, "x", kv_block);
+  BlockMask m;
+  m.B = mask.per_batch() ? B : 1;
+  m.H = mask.per_head() ? H : 1;
+  m.q_len = q_len;
+  m.kv_len = kv_len;
+  m.q_block = q_block;
+  m.kv_block = kv_block;
+  const int64_t nq = m.nq(), nk = m.nkv();
+  m.kinds.assign((size_t)(m.B * m.H * nq * nk), BlockKind::Full);
+#pragma omp parallel for schedule(dynamic) collapse(2)
+  for (int64_t bh = 0; bh < m.B * m.H; ++bh)
+    for (int64_t qb = 0; qb < nq; ++qb)
+      for (int64_t kb = 0; kb < nk; ++kb)
+        m.kinds[(size_t)((bh * nq + qb) * nk + kb)] =
+            mask.classify(bh / m.H, bh % m.H, qb * q_block, std::min(q_len, (qb + 1) * q_block), kb * kv_block,
+                          std::min(kv_len, (kb + 1) * kv_block));
+  return m;
+}
+
+double BlockMask::computed_pairs(int64_t b, int64_t h) const {
+  double n = 0;
+  for (int64_t qb = 0; qb < nq(); ++qb)
+    for (int64_t kb = 0; kb < nkv(); ++kb)
+      if (at(b, h, qb, kb) != BlockKind::Empty)
+        n += (double)(std::min(q_len, (qb + 1) * q_block) - qb * q_block) *
+             (double)(std::min(kv_len, (kb + 1) * kv_block) - kb * kv_block);
+  return n;
+}
+
+double BlockMask::density() const {
+  size_t n = 0;
+  for (BlockKind k : kinds) n += k != BlockKind::Empty;
+  return kinds.empty() ? 0.0 : (double)n / (double)kinds.size();
+}
+
+// ---- kernels -------------------------------------------------------------------------
+namespace {
+struct Dims {
+  int64_t B, Sq, Skv, Hq, Hkv, D, group;
+};
+
+// Exceptions cannot cross an OpenMP region: the first one a task throws (a
+// score_mod reading out of range) is kept, the remaining tasks are skipped,
+// and it is rethrown after the region.
+class TaskErrors {
+ public:
+  template <typename F>
+  void run(F&& f) {
+    if (failed_.load(std::memory_order_relaxed)) return;
+    try {
+      f();
+    } catch (...) {
+#pragma omp critical(flex_attention_error)
+      if (!first_) first_ = std::current_exception();
+      failed_ = true;
+    }
+  }
+  void rethrow() const {
+    if (first_) std::rethrow_exception(first_);
+  }
+
+ private:
+  std::atomic<bool> failed_{false};
+  std::exception_ptr first_;
+};
+
+template <typename T>
+using AlignedVec = std::vector<T, Eigen::aligned_allocator<T>>;  // Eigen's vectorized exp: alignment fixes rounding
+
+// row[0..n) = exp(row - m) (masked -inf entries give 0); returns the sum in a fixed order.
+template <typename T>
+T exp_rows(T* row, int64_t n, T m) {
+  if constexpr (std::is_same_v<T, float>) {
+    Eigen::Map<Eigen::ArrayXf> r(row, n);
+    r = (r - m).exp();
+  } else {
+    for (int64_t j = 0; j < n; ++j) row[j] = std::exp(row[j] - m);
+  }
+  T s = 0;  // a plain loop: Eigen's vectorized sum order depends on the address
+  for (int64_t j = 0; j < n; ++j) s += row[j];
+  return s;
+}
+
+template <typename T>
+std::vector<flex::CapturedTensor<T>> captured_views(const std::vector<Tensor>& caps) {
+  std::vector<flex::CapturedTensor<T>> v;
+  for (const Tensor& c : caps) v.push_back({c.data<T>(), c.shape()});
+  return v;
+}
+
+struct Problem {
+  const FlexOptions* opt;
+  const BlockMask* bm;
+  Dims d;
+  double scale;
+  std::vector<Tensor> caps;  // contiguous captured tensors
+};
+
+// -> out [B, Sq, Hq, D], lse [B, Hq, Sq]
+template <typename T>
+void forward_kernel(const Problem& p, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks,
+                    Tensor& out, Tensor& lse) {
+  const Dims& d = p.d;
+  const BlockMask& bm = *p.bm;
+  const ScoreMod& sm = p.opt->score_mod;
+  const MaskMod& mm = p.opt->mask_mod;
+  const T* pq = q.data<T>();
+  const T* pk = k.data<T>();
+  const T* pv = v.data<T>();
+  const T* psink = sinks.defined() ? sinks.data<T>() : nullptr;
+  T* po = out.data<T>();
+  T* pl = lse.data<T>();
+  const auto caps = captured_views<T>(p.caps);
+  const int64_t QB = bm.q_block, KB = bm.kv_block, D = d.D, ldq = d.Hq * D, ldk = d.Hkv * D;
+  const int64_t nqb = bm.nq(), nkb = bm.nkv();
+  const T ninf = -std::numeric_limits<T>::infinity();
+  TaskErrors errors;
+#pragma omp parallel
+  {
+    AlignedVec<T> S((size_t)(QB * KB)), acc((size_t)(QB * D)), m(QB), l(QB);
+    std::vector<uint8_t> keep((size_t)(QB * KB));
+#pragma omp for schedule(dynamic)
+    for (int64_t t = 0; t < d.B * d.Hq * nqb; ++t) errors.run([&] {
+      const int64_t b = t / (d.Hq * nqb), h = t / nqb % d.Hq, qb = t % nqb, g = h / d.group;
+      const int64_t q0 = qb * QB, nq = std::min(QB, d.Sq - q0);
+      const T* qh = pq + (b * d.Sq + q0) * ldq + h * D;
+      for (int64_t i = 0; i < nq; ++i) {
+        m[i] = psink ? psink[h] : ninf;  // the sink starts every row: exp(sink - m) = 1
+        l[i] = psink ? T(1) : T(0);
+      }
+      std::fill(acc.begin(), acc.begin() + nq * D, T(0));
+      for (int64_t kb = 0; kb < nkb; ++kb) {
+        const BlockKind kind = bm.at(b, h, qb, kb);
+        if (kind == BlockKind::Empty) continue;
+        const int64_t k0 = kb * KB, nk = std::min(KB, d.Skv - k0);
+        const T* kg = pk + (b * d.Skv + k0) * ldk + g * D;
+        const T* vg = pv + (b * d.Skv + k0) * ldk + g * D;
+        gemm<T>(false, true, nq, nk, D, T(p.scale), qh, ldq, kg, ldk, T(0), S.data(), KB);  // [nq, nk]
+        const uint8_t* kp = nullptr;
+        if (kind == BlockKind::Partial) {
+          mm.fill(keep.data(), KB, nq, nk, b, h, q0, k0);
+          kp = keep.data();
+        }
+        if (sm.defined()) sm.tile<T>().forward(S.data(), KB, nq, nk, b, h, q0, k0, kp, caps.data());
+        for (int64_t i = 0; i < nq; ++i) {
+          T* row = S.data() + i * KB;
+          if (kp)
+            for (int64_t j = 0; j < nk; ++j)
+              if (!kp[i * KB + j]) row[j] = ninf;
+          T mx = m[i];
+          for (int64_t j = 0; j < nk; ++j) mx = std::max(mx, row[j]);
+          if (mx == ninf) {  // nothing visible in this row yet
+            std::fill(row, row + nk, T(0));
+            continue;
+          }
+          const T alpha = std::exp(m[i] - mx);
+          const T sum = exp_rows(row, nk, mx);
+          if (alpha != T(1)) {
+            T* a = acc.data() + i * D;
+            for (int64_t c = 0; c < D; ++c) a[c] *= alpha;
+          }
+          l[i] = l[i] * alpha + sum;
+          m[i] = mx;
+        }
+        gemm<T>(false, false, nq, D, nk, T(1), S.data(), KB, vg, ldk, T(1), acc.data(), D);  // += P V
+      }
+      T* oh = po + (b * d.Sq + q0) * ldq + h * D;
+      T* lh = pl + (b * d.Hq + h) * d.Sq + q0;
+      for (int64_t i = 0; i < nq; ++i) {
+        const T inv = l[i] > 0 ? T(1) / l[i] : T(0);
+        for (int64_t c = 0; c < D; ++c) oh[i * ldq + c] = acc[i * D + c] * inv;
+        lh[i] = l[i] > 0 ? m[i] + std::log(l[i]) : ninf;
+      }
+    });
+  }
+  errors.rethrow();
+}
+
+// -> dq, dk, dv (written), dsinks [Hq], dcaps (one per captured tensor)
+template <typename T>
+void backward_kernel(const Problem& p, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                     const Tensor& sinks, const Tensor& out, const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv,
+                     Tensor& dsink, std::vector<Tensor>& dcaps) {
+  const Dims& d = p.d;
+  const BlockMask& bm = *p.bm;
+  const ScoreMod& sm = p.opt->score_mod;
+  const MaskMod& mm = p.opt->mask_mod;
+  const T* pq = q.data<T>();
+  const T* pk = k.data<T>();
+  const T* pv = v.data<T>();
+  const T* pO = out.data<T>();
+  const T* pdO = dout.data<T>();
+  const T* pl = lse.data<T>();
+  const T* psink = sinks.defined() ? sinks.data<T>() : nullptr;
+  T* pdq = dq.data<T>();
+  T* pdk = dk.data<T>();
+  T* pdv = dv.data<T>();
+  const auto caps = captured_views<T>(p.caps);
+  const int64_t QB = bm.q_block, KB = bm.kv_block, D = d.D, ldq = d.Hq * D, ldk = d.Hkv * D;
+  const int64_t nqb = bm.nq(), nkb = bm.nkv(), tasks = d.B * d.Hkv;
+  const T ninf = -std::numeric_limits<T>::infinity();
+  // captured-tensor gradients: one buffer per task, summed in task order afterwards
+  std::vector<int64_t> cap_off{0};
+  for (const Tensor& c : p.caps) cap_off.push_back(cap_off.back() + c.numel());
+  std::vector<T> cap_part(sm.defined() ? (size_t)(tasks * cap_off.back()) : 0, T(0));
+  std::vector<T> sink_part(psink ? (size_t)(d.B * d.Hq) : 0, T(0));
+  TaskErrors errors;
+#pragma omp parallel
+  {
+    AlignedVec<T> S((size_t)(QB * KB)), P((size_t)(QB * KB)), dP((size_t)(QB * KB)), dS((size_t)(QB * KB));
+    AlignedVec<T> dKt((size_t)(KB * D)), dVt((size_t)(KB * D)), Di((size_t)(d.group * d.Sq));
+    std::vector<uint8_t> keep((size_t)(QB * KB));
+    std::vector<T*> cap_grad(p.caps.size());
+#pragma omp for schedule(dynamic)
+    for (int64_t t = 0; t < tasks; ++t) errors.run([&] {  // one KV head: its dK/dV and its query heads' dQ: one writer
+      const int64_t b = t / d.Hkv, g = t % d.Hkv;
+      for (size_t c = 0; c < p.caps.size(); ++c) cap_grad[c] = cap_part.data() + t * cap_off.back() + cap_off[c];
+      for (int64_t hh = 0; hh < d.group; ++hh) {  // Di = rowsum(dO * O)
+        const int64_t h = g * d.group + hh;
+        for (int64_t i = 0; i < d.Sq; ++i) {
+          const T* o = pO + (b * d.Sq + i) * ldq + h * D;
+          const T* go = pdO + (b * d.Sq + i) * ldq + h * D;
+          T s = 0;
+          for (int64_t c = 0; c < D; ++c) s += go[c] * o[c];
+          Di[hh * d.Sq + i] = s;
+        }
+        if (psink) {
+          T acc = 0;
+          const T* lh = pl + (b * d.Hq + h) * d.Sq;
+          for (int64_t i = 0; i < d.Sq; ++i) acc -= std::exp(psink[h] - lh[i]) * Di[hh * d.Sq + i];
+          sink_part[b * d.Hq + h] = acc;
+        }
+      }
+      for (int64_t kb = 0; kb < nkb; ++kb) {
+        const int64_t k0 = kb * KB, nk = std::min(KB, d.Skv - k0);
+        const T* kg = pk + (b * d.Skv + k0) * ldk + g * D;
+        const T* vg = pv + (b * d.Skv + k0) * ldk + g * D;
+        std::fill(dKt.begin(), dKt.begin() + nk * D, T(0));
+        std::fill(dVt.begin(), dVt.begin() + nk * D, T(0));
+        for (int64_t hh = 0; hh < d.group; ++hh) {
+          const int64_t h = g * d.group + hh;
+          for (int64_t qb = 0; qb < nqb; ++qb) {
+            const BlockKind kind = bm.at(b, h, qb, kb);
+            if (kind == BlockKind::Empty) continue;
+            const int64_t q0 = qb * QB, nq = std::min(QB, d.Sq - q0);
+            const T* qh = pq + (b * d.Sq + q0) * ldq + h * D;
+            const T* doh = pdO + (b * d.Sq + q0) * ldq + h * D;
+            const T* lh = pl + (b * d.Hq + h) * d.Sq + q0;
+            const T* di = Di.data() + hh * d.Sq + q0;
+            gemm<T>(false, true, nq, nk, D, T(p.scale), qh, ldq, kg, ldk, T(0), S.data(), KB);  // scores
+            gemm<T>(false, true, nq, nk, D, T(1), doh, ldq, vg, ldk, T(0), dP.data(), KB);      // dO V^T
+            const uint8_t* kp = nullptr;
+            if (kind == BlockKind::Partial) {
+              mm.fill(keep.data(), KB, nq, nk, b, h, q0, k0);
+              kp = keep.data();
+            }
+            if (sm.defined()) {
+              sm.tile<T>().backward(S.data(), P.data(), dS.data(), dP.data(), KB, nq, nk, b, h, q0, k0, kp, lh, di,
+                                    caps.data(), cap_grad.data());
+            } else {
+              for (int64_t i = 0; i < nq; ++i) {
+                T* pr = P.data() + i * KB;
+                T* ds = dS.data() + i * KB;
+                const T* sr = S.data() + i * KB;
+                const T* dr = dP.data() + i * KB;
+                if (lh[i] == ninf) {  // a row that saw nothing
+                  std::fill(pr, pr + nk, T(0));
+                  std::fill(ds, ds + nk, T(0));
+                  continue;
+                }
+                std::copy(sr, sr + nk, pr);
+                if (kp)
+                  for (int64_t j = 0; j < nk; ++j)
+                    if (!kp[i * KB + j]) pr[j] = ninf;
+                exp_rows(pr, nk, lh[i]);
+                for (int64_t j = 0; j < nk; ++j) ds[j] = pr[j] * (dr[j] - di[i]);
+              }
+            }
+            gemm<T>(true, false, nk, D, nq, T(1), P.data(), KB, doh, ldq, T(1), dVt.data(), D);  // dV += P^T dO
+            gemm<T>(false, false, nq, D, nk, T(p.scale), dS.data(), KB, kg, ldk, T(1),
+                    pdq + (b * d.Sq + q0) * ldq + h * D, ldq);                                    // dQ += dS K
+            gemm<T>(true, false, nk, D, nq, T(p.scale), dS.data(), KB, qh, ldq, T(1), dKt.data(), D);  // dK += dS^T Q
+          }
+        }
+        for (int64_t j = 0; j < nk; ++j) {
+          std::copy(dKt.begin() + j * D, dKt.begin() + (j + 1) * D, pdk + (b * d.Skv + k0 + j) * ldk + g * D);
+          std::copy(dVt.begin() + j * D, dVt.begin() + (j + 1) * D, pdv + (b * d.Skv + k0 + j) * ldk + g * D);
+        }
+      }
+    });
+  }
+  errors.rethrow();
+  if (psink) {
+    T* ps = dsink.data<T>();
+    for (int64_t b = 0; b < d.B; ++b)
+      for (int64_t h = 0; h < d.Hq; ++h) ps[h] += sink_part[b * d.Hq + h];
+  }
+  for (size_t c = 0; c < p.caps.size(); ++c) {
+    T* g = dcaps[c].data<T>();
+    for (int64_t t = 0; t < tasks; ++t) {
+      const T* part = cap_part.data() + t * cap_off.back() + cap_off[c];
+      for (int64_t e = 0; e < p.caps[c].numel(); ++e) g[e] += part[e];
+    }
+  }
+}
+
+// The work the kernels do: pairs in the visible tiles, summed over (b, h).
+double computed_pairs(const BlockMask& bm, const Dims& d) {
+  double n = 0;
+  for (int64_t b = 0; b < bm.B; ++b)
+    for (int64_t h = 0; h < bm.H; ++h) n += bm.computed_pairs(b, h);
+  return n * (double)(d.B / bm.B) * (double)(d.Hq / bm.H);
+}
+
+// Records (before the kernel runs, so a timed scope charges it to the attention
+// record): the fused kernel's work, score_mod included; with a score_mod, also
+// the score traffic an eager framework adds running it as separate kernels.
+void record_costs(const Problem& p, const std::vector<const Tensor*>& io, bool backward) {
+  const double pairs = computed_pairs(*p.bm, p.d);
+  const double es = (double)dtype_size(io[0]->dtype());
+  double bytes = 0;
+  for (const Tensor* t : io) bytes += t->defined() ? (double)t->nbytes() : 0.0;
+  const ScoreMod& sm = p.opt->score_mod;
+  const double mod_flops = sm.defined() ? sm.flops_per_score() * (backward ? 3 : 1) : 0.0;  // bwd: value + derivatives
+  if (sm.defined())
+    record_cost(backward ? "flex_score_mod_backward" : "flex_score_mod", 0, pairs * es * (backward ? 3 : 2),
+                KernelClass::EagerOnly);
+  if (backward)
+    record_cost("flex_attention_backward", pairs * (10.0 * p.d.D + 6.0 + mod_flops), bytes, KernelClass::Attention);
+  else
+    record_cost("flex_attention", pairs * (4.0 * p.d.D + 5.0 + mod_flops), bytes, KernelClass::Attention);
+}
+}  // namespace
+
+Tensor flex_attention(const Tensor& q, const Tensor& k, const Tensor& v, const FlexOptions& opt) {
+  const char* op = "flex_attention";
+  same_device(op, {&q, &k, &v, &opt.sinks});
+  need_float(op, q);
+  same_dtype(op, q, k);
+  same_dtype(op, q, v);
+  TITAN_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op, ": expected q [B, Sq, Hq, D], k/v [B, Skv, Hkv, D], got ",
+              shape_str(q.shape()), ", ", shape_str(k.shape()), ", ", shape_str(v.shape()));
+  Dims d{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3), 0};
+  TITAN_CHECK(k.shape() == v.shape() && k.size(0) == d.B && k.size(3) == d.D, op, ": k ", shape_str(k.shape()),
+              " and v ", shape_str(v.shape()), " must be [", d.B, ", Skv, Hkv, ", d.D, "] for q ", shape_str(q.shape()));
+  TITAN_CHECK(d.Hkv > 0 && d.Hq % d.Hkv == 0, op, ": query heads ", d.Hq, " must be a multiple of key/value heads ",
+              d.Hkv, " (q ", shape_str(q.shape()), ", k ", shape_str(k.shape()), ")");
+  d.group = d.Hq / d.Hkv;
+  if (opt.sinks.defined()) {
+    same_dtype(op, q, opt.sinks);
+    TITAN_CHECK(opt.sinks.dim() == 1 && opt.sinks.size(0) == d.Hq, op, ": sinks must be [", d.Hq, "], got ",
+                shape_str(opt.sinks.shape()));
+  }
+  for (size_t i = 0; i < opt.score_mod.captures().size(); ++i) {
+    const Tensor& c = opt.score_mod.captures()[i];
+    TITAN_CHECK(c.defined(), op, ": score_mod '", opt.score_mod.name(), "' capture ", i, " is undefined");
+    same_device(op, {&q, &c});
+    TITAN_CHECK(c.dtype() == q.dtype(), op, ": score_mod '", opt.score_mod.name(), "' capture ", i, " is ",
+                dtype_name(c.dtype()), " ", shape_str(c.shape()), "; cast it to q's ", dtype_name(q.dtype()));
+  }
+  BlockMask built;
+  const BlockMask* bm = &opt.block_mask;
+  if (!opt.block_mask.defined()) {
+    built = create_block_mask(opt.mask_mod, d.B, d.Hq, d.Sq, d.Skv);
+    bm = &built;
+  }
+  TITAN_CHECK(bm->q_len == d.Sq && bm->kv_len == d.Skv && (bm->B == 1 || bm->B == d.B) && (bm->H == 1 || bm->H == d.Hq),
+              op, ": block mask is for [B ", bm->B, ", H ", bm->H, ", ", bm->q_len, " x ", bm->kv_len,
+              "], the inputs are [B ", d.B, ", H ", d.Hq, ", ", d.Sq, " x ", d.Skv,
+              "]; build it with create_block_mask for these sizes");
+  Problem p{&opt, bm, d, opt.scale > 0 ? opt.scale : 1.0 / std::sqrt((double)d.D), {}};
+  for (const Tensor& c : opt.score_mod.captures()) p.caps.push_back(c.contiguous());
+
+  Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+  Tensor sc = opt.sinks.defined() ? opt.sinks.contiguous() : Tensor();
+  Tensor out = empty({d.B, d.Sq, d.Hq, d.D}, q.dtype(), q.device());
+  Tensor lse = empty({d.B, d.Hq, d.Sq}, q.dtype(), q.device());
+  record_costs(p, {&qc, &kc, &vc, &out, &lse}, false);
+  if (!q.is_meta()) {
+    dispatch_float(q.dtype(), op, [&]<typename T>() { forward_kernel<T>(p, qc, kc, vc, sc, out, lse); });
+  }
+  std::vector<Tensor> inputs = {qc, kc, vc};
+  if (sc.defined()) inputs.push_back(sc);
+  for (const Tensor& c : opt.score_mod.captures()) inputs.push_back(c);
+  // the backward keeps the options (score_mod and mask callables, captured data) and the block mask
+  auto keep_opt = std::make_shared<FlexOptions>(opt);
+  keep_opt->block_mask = *bm;
+  for (Tensor& c : p.caps) c = saved(c);
+  return record("flex_attention", inputs, out,
+                [qs = saved(qc), ks = saved(kc), vs = saved(vc), sks = saved(sc), os = saved(out), ls = saved(lse),
+                 keep_opt, d, scale = p.scale, caps = p.caps](const std::vector<Tensor>& g) {
+                  Problem bp{keep_opt.get(), &keep_opt->block_mask, d, scale, caps};
+                  Tensor go = g[0].contiguous();
+                  Tensor dq = zeros(qs.shape(), qs.dtype(), qs.device());
+                  Tensor dk = empty(ks.shape(), ks.dtype(), ks.device());
+                  Tensor dv = empty(vs.shape(), vs.dtype(), vs.device());
+                  Tensor dsink = sks.defined() ? zeros(sks.shape(), sks.dtype(), sks.device()) : Tensor();
+                  std::vector<Tensor> dcaps;
+                  for (const Tensor& c : caps) dcaps.push_back(zeros(c.shape(), c.dtype(), c.device()));
+                  record_costs(bp, {&go, &qs, &ks, &vs, &os, &ls, &dq, &dk, &dv}, true);
+                  if (!qs.is_meta()) {
+                    dispatch_float(qs.dtype(), "flex_attention_backward", [&]<typename T>() {
+                      backward_kernel<T>(bp, go, qs, ks, vs, sks, os, ls, dq, dk, dv, dsink, dcaps);
+                    });
+                  }
+                  std::vector<Tensor> r = {dq, dk, dv};
+                  if (sks.defined()) r.push_back(dsink);
+                  for (Tensor& c : dcaps) r.push_back(c);
+                  return r;
+                });
+}
+
+}  // namespace titan

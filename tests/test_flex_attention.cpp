@@ -1,0 +1,292 @@
+// Flex attention: every variant against a dense naive reference (forward) and
+// finite differences in double (q, k, v, sinks and captured tensors), over
+// tile sizes that do and do not divide the sequence; block-mask
+// classification against the predicate; determinism across thread counts;
+// meta FLOPs over the visible tiles; errors.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <functional>
+
+#include "src/nn/attention_variants.h"
+#include "src/ops/flex_attention.h"
+#include "src/tensor/cost.h"
+#include "tests/gradcheck.h"
+
+namespace titan {
+namespace {
+using testing::expect_near_vec;
+using testing::gradcheck;
+using testing::rand_t;
+
+using RefScore = std::function<double(double s, int64_t b, int64_t h, int64_t q, int64_t kv)>;
+
+// Dense attention in double with the score and mask as plain functions: [B, Sq, Hq, D].
+std::vector<double> naive(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks, const RefScore& mod,
+                          const MaskMod& mask) {
+  const int64_t B = q.size(0), Sq = q.size(1), Hq = q.size(2), D = q.size(3), Skv = k.size(1), Hkv = k.size(2);
+  auto qv = q.to_vector<double>(), kv = k.to_vector<double>(), vv = v.to_vector<double>();
+  auto sk = sinks.defined() ? sinks.to_vector<double>() : std::vector<double>();
+  std::vector<double> out(q.numel(), 0);
+  const double scale = 1 / std::sqrt((double)D);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h) {
+      const int64_t g = h / (Hq / Hkv);
+      for (int64_t i = 0; i < Sq; ++i) {
+        std::vector<double> sc(Skv, -INFINITY);
+        double m = sk.empty() ? -INFINITY : sk[h];
+        for (int64_t j = 0; j < Skv; ++j) {
+          if (mask.defined() && !mask(b, h, i, j)) continue;
+          double d = 0;
+          for (int64_t c = 0; c < D; ++c) d += qv[((b * Sq + i) * Hq + h) * D + c] * kv[((b * Skv + j) * Hkv + g) * D + c];
+          sc[j] = mod ? mod(d * scale, b, h, i, j) : d * scale;
+          m = std::max(m, sc[j]);
+        }
+        if (m == -INFINITY) continue;  // sees nothing: 0
+        double z = sk.empty() ? 0 : std::exp(sk[h] - m);
+        for (int64_t j = 0; j < Skv; ++j) z += std::exp(sc[j] - m);
+        for (int64_t j = 0; j < Skv; ++j) {
+          const double p = std::exp(sc[j] - m) / z;
+          for (int64_t c = 0; c < D; ++c) out[((b * Sq + i) * Hq + h) * D + c] += p * vv[((b * Skv + j) * Hkv + g) * D + c];
+        }
+      }
+    }
+  return out;
+}
+
+// One variant: how to build the op's options from (possibly perturbed)
+// captured tensors, and the reference's score function from their values.
+struct Variant {
+  std::string name;
+  std::vector<Tensor> captures;  // float64, trained in the gradcheck
+  bool sinks = false;
+  std::function<MaskMod()> mask;
+  std::function<ScoreMod(const std::vector<Tensor>&)> score;
+  std::function<RefScore(const std::vector<Tensor>&)> ref;
+};
+
+constexpr int64_t B = 2, S = 13, Hq = 4, Hkv = 2, D = 3;
+
+std::vector<int64_t> doc_ids_of(std::vector<int64_t> starts_row0, std::vector<int64_t> starts_row1) {
+  std::vector<int64_t> ids(B * S, 0);
+  for (int r = 0; r < 2; ++r) {
+    auto& st = r == 0 ? starts_row0 : starts_row1;
+    for (int64_t i = 0, d = 0; i < S; ++i) {
+      if (std::find(st.begin(), st.end(), i) != st.end() && i > 0) ++d;
+      ids[r * S + i] = d;
+    }
+  }
+  return ids;
+}
+
+std::vector<Variant> variants() {
+  std::vector<Variant> vs;
+  auto none = [](const std::vector<Tensor>&) { return ScoreMod(); };
+  auto ident = [](const std::vector<Tensor>&) { return RefScore(); };
+  vs.push_back({"noop", {}, false, [] { return MaskMod(); }, none, ident});
+  vs.push_back({"causal", {}, false, [] { return causal_mask(); }, none, ident});
+  vs.push_back({"sliding_window", {}, false, [] { return sliding_window_mask(4); }, none, ident});
+  vs.push_back({"prefix_lm", {}, false, [] { return prefix_lm_mask(5); }, none, ident});
+  static const std::vector<int64_t> docs = doc_ids_of({0, 4, 9}, {0, 1, 7, 12});
+  vs.push_back({"document", {}, false, [] { return document_causal_mask(from_vector<int64_t>(docs, {B, S})); }, none,
+                ident});
+  vs.push_back({"alibi", {rand_t({Hq}, 21, DType::F64, 0.1, 0.9)}, false, [] { return causal_mask(); },
+                [](const std::vector<Tensor>& c) { return nn::alibi_mod(c[0]); },
+                [](const std::vector<Tensor>& c) -> RefScore {
+                  auto sl = c[0].to_vector<double>();
+                  return [sl](double s, int64_t, int64_t h, int64_t q, int64_t kv) { return s + sl[h] * (kv - q); };
+                }});
+  const int64_t R = 4;  // distances clipped to [-3, 3]: the noop mask reaches both ends
+  vs.push_back({"relative", {rand_t({Hq, 2 * R - 1}, 22)}, false, [] { return MaskMod(); },
+                [R](const std::vector<Tensor>& c) { return nn::relative_bias_mod(c[0], R); },
+                [R](const std::vector<Tensor>& c) -> RefScore {
+                  auto t = c[0].to_vector<double>();
+                  return [t, R](double s, int64_t, int64_t h, int64_t q, int64_t kv) {
+                    return s + t[h * (2 * R - 1) + std::clamp<int64_t>(q - kv, -(R - 1), R - 1) + R - 1];
+                  };
+                }});
+  vs.push_back({"softcap", {}, false, [] { return causal_mask(); },
+                [](const std::vector<Tensor>&) { return nn::softcap_mod(0.7); },
+                [](const std::vector<Tensor>&) -> RefScore {
+                  return [](double s, int64_t, int64_t, int64_t, int64_t) { return 0.7 * std::tanh(s / 0.7); };
+                }});
+  vs.push_back({"head_bias", {rand_t({Hq}, 23)}, false, [] { return causal_mask(); },
+                [](const std::vector<Tensor>& c) {
+                  return ScoreMod("head_bias", {c[0]}, [](auto s, const auto& cap, ScoreIndex i) { return s + cap(0, i.h); });
+                },
+                [](const std::vector<Tensor>& c) -> RefScore {
+                  auto hb = c[0].to_vector<double>();
+                  return [hb](double s, int64_t, int64_t h, int64_t, int64_t) { return s + hb[h]; };
+                }});
+  vs.push_back({"sinks", {}, true, [] { return sliding_window_mask(3); }, none, ident});
+  // written only here: a learned per-head gate on a distance decay, squashed,
+  // with a per-batch-row temperature (two captures, products, division, exp)
+  vs.push_back({"user_decay", {rand_t({Hq}, 24, DType::F64, 0.2, 1.0), rand_t({B}, 25, DType::F64, 0.5, 2.0)}, false,
+                [] {
+                  return MaskMod("odd_rows_see_even_keys",
+                                 [](int64_t b, int64_t, int64_t q, int64_t kv) { return kv <= q && ((q + b) % 2 == 0 || kv % 2 == 0); },
+                                 true, false);
+                },
+                [](const std::vector<Tensor>& c) {
+                  return ScoreMod("user_decay", {c[0], c[1]}, [](auto s, const auto& cap, ScoreIndex i) {
+                    auto gate = flex::sigmoid(cap(0, i.h) * 3.0);
+                    return s / cap(1, i.b) - gate * flex::log(1.0 + double(i.q - i.kv));
+                  });
+                },
+                [](const std::vector<Tensor>& c) -> RefScore {
+                  auto g = c[0].to_vector<double>(), t = c[1].to_vector<double>();
+                  return [g, t](double s, int64_t b, int64_t h, int64_t q, int64_t kv) {
+                    return s / t[b] - 1 / (1 + std::exp(-3 * g[h])) * std::log(1.0 + double(q - kv));
+                  };
+                }});
+  return vs;
+}
+
+Tensor run(const Variant& v, const std::vector<Tensor>& t, int64_t qb, int64_t kb) {
+  FlexOptions o;
+  o.mask_mod = v.mask();
+  const size_t nc = v.captures.size();
+  o.score_mod = v.score(std::vector<Tensor>(t.end() - nc, t.end()));
+  if (v.sinks) o.sinks = t[3];
+  o.block_mask = create_block_mask(o.mask_mod, t[0].size(0), t[0].size(2), t[0].size(1), t[1].size(1), qb, kb);
+  return flex_attention(t[0], t[1], t[2], o);
+}
+
+TEST(FlexAttention, VariantsForwardAndGradcheck) {
+  Tensor q = rand_t({B, S, Hq, D}, 1), k = rand_t({B, S, Hkv, D}, 2), v = rand_t({B, S, Hkv, D}, 3);
+  Tensor sinks = rand_t({Hq}, 4);
+  for (const Variant& var : variants()) {
+    std::vector<Tensor> in = {q, k, v};
+    if (var.sinks) in.push_back(sinks);
+    for (const Tensor& c : var.captures) in.push_back(c);
+    const auto ref = naive(q, k, v, var.sinks ? sinks : Tensor(), var.ref(var.captures), var.mask());
+    for (auto [qb, kb] : {std::pair<int64_t, int64_t>{128, 128}, {4, 4}, {5, 3}, {1, 13}}) {
+      SCOPED_TRACE(var.name + " tiles " + std::to_string(qb) + "x" + std::to_string(kb));
+      expect_near_vec(run(var, in, qb, kb).to_vector<double>(), ref, 1e-13);
+    }
+    SCOPED_TRACE(var.name + " gradcheck");
+    gradcheck([&](const std::vector<Tensor>& t) { return run(var, t, 4, 3); }, in);
+  }
+}
+
+TEST(FlexAttention, GqaMqaAndCrossLengths) {
+  // MQA (one KV head) and Sq != Skv (causal is top-left aligned, as PyTorch's)
+  Tensor q = rand_t({1, 7, 4, 5}, 5), k = rand_t({1, 11, 1, 5}, 6), v = rand_t({1, 11, 1, 5}, 7);
+  FlexOptions o;
+  o.mask_mod = causal_mask();
+  o.block_mask = create_block_mask(o.mask_mod, 1, 4, 7, 11, 3, 4);
+  expect_near_vec(flex_attention(q, k, v, o).to_vector<double>(), naive(q, k, v, Tensor(), {}, o.mask_mod), 1e-13);
+  gradcheck([&](const std::vector<Tensor>& t) { return flex_attention(t[0], t[1], t[2], o); }, {q, k, v});
+}
+
+TEST(FlexAttention, RowsThatSeeNothingGiveZero) {
+  Tensor q = rand_t({1, 6, 2, 4}, 8), k = rand_t({1, 6, 2, 4}, 9), v = rand_t({1, 6, 2, 4}, 10);
+  FlexOptions o;  // rows 0..2 see nothing
+  o.mask_mod = MaskMod("late", [](int64_t, int64_t, int64_t q, int64_t kv) { return q >= 3 && kv <= q; }, false, false);
+  o.block_mask = create_block_mask(o.mask_mod, 1, 2, 6, 6, 2, 2);
+  auto y = flex_attention(q, k, v, o).to_vector<double>();
+  expect_near_vec(y, naive(q, k, v, Tensor(), {}, o.mask_mod), 1e-13);
+  for (int i = 0; i < 3 * 2 * 4; ++i) EXPECT_EQ(y[i], 0.0);
+  gradcheck([&](const std::vector<Tensor>& t) { return flex_attention(t[0], t[1], t[2], o); }, {q, k, v});
+}
+
+TEST(FlexAttention, ScaledDotProductAttentionIsAClient) {
+  // the model-facing op equals flex attention with the matching mask, bit for bit
+  Tensor q = rand_t({2, 200, 4, 8}, 11, DType::F32), k = rand_t({2, 200, 2, 8}, 12, DType::F32);
+  Tensor v = rand_t({2, 200, 2, 8}, 13, DType::F32), sinks = rand_t({4}, 14, DType::F32);
+  AttentionOptions a;
+  a.window = 37;
+  FlexOptions f;
+  f.mask_mod = sliding_window_mask(37);
+  f.sinks = sinks;
+  EXPECT_EQ(scaled_dot_product_attention(q, k, v, sinks, a).to_vector<float>(),
+            flex_attention(q, k, v, f).to_vector<float>());
+}
+
+TEST(FlexAttention, BlockMaskClassifiersMatchThePredicate) {
+  // the O(1)-per-tile classifiers of the built-in masks against the predicate on every element
+  static const std::vector<int64_t> docs = doc_ids_of({0, 4, 9}, {0, 1, 7, 12});
+  std::vector<MaskMod> masks = {causal_mask(), sliding_window_mask(1), sliding_window_mask(5), prefix_lm_mask(6),
+                                document_causal_mask(from_vector<int64_t>(docs, {B, S})),
+                                and_masks(document_causal_mask(from_vector<int64_t>(docs, {B, S})), sliding_window_mask(3))};
+  for (const MaskMod& m : masks)
+    for (auto [qb, kb] : {std::pair<int64_t, int64_t>{1, 1}, {2, 3}, {4, 4}, {5, 2}, {13, 13}}) {
+      BlockMask bm = create_block_mask(m, B, Hq, S, S, qb, kb);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t qi = 0; qi < bm.nq(); ++qi)
+          for (int64_t ki = 0; ki < bm.nkv(); ++ki) {
+            int n = 0, tot = 0;
+            for (int64_t i = qi * qb; i < std::min(S, (qi + 1) * qb); ++i)
+              for (int64_t j = ki * kb; j < std::min(S, (ki + 1) * kb); ++j, ++tot) n += m(b, 0, i, j);
+            const BlockKind want = n == 0 ? BlockKind::Empty : n == tot ? BlockKind::Full : BlockKind::Partial;
+            EXPECT_EQ((int)bm.at(b, 0, qi, ki), (int)want) << m.name() << " tiles " << qb << "x" << kb << " b " << b
+                                                           << " tile " << qi << "," << ki;
+          }
+    }
+}
+
+TEST(FlexAttention, DeterministicAcrossThreadCounts) {
+  Tensor q = rand_t({2, 300, 4, 16}, 15, DType::F32), k = rand_t({2, 300, 2, 16}, 16, DType::F32);
+  Tensor v = rand_t({2, 300, 2, 16}, 17, DType::F32), hb = rand_t({4}, 18, DType::F32);
+  auto once = [&](int threads) {
+    const int prev = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    Tensor qq = q.clone().requires_grad_(true), kk = k.clone().requires_grad_(true), vv = v.clone().requires_grad_(true);
+    Tensor bb = hb.clone().requires_grad_(true);
+    FlexOptions o;
+    o.mask_mod = causal_mask();
+    o.score_mod = nn::alibi_mod(bb);
+    Tensor y = flex_attention(qq, kk, vv, o);
+    sum(mul(y, y)).backward();
+    omp_set_num_threads(prev);
+    std::vector<float> all = y.to_vector<float>();
+    for (const Tensor* t : {&qq, &kk, &vv, &bb})
+      for (float x : t->grad().to_vector<float>()) all.push_back(x);
+    return all;
+  };
+  EXPECT_EQ(once(1), once(2));
+  EXPECT_EQ(once(2), once(3));
+}
+
+TEST(FlexAttention, MetaFlopsCountVisibleTiles) {
+  // S = 1024 in 128-tiles: causal computes 36 of 64 tiles; a window of 128 the diagonal and the one before it (15 + 8)
+  const int64_t Sl = 1024, Dh = 64, H = 2;
+  Tensor q = empty({1, Sl, H, Dh}, DType::F32, Device::Meta), k = empty({1, Sl, 1, Dh}, DType::F32, Device::Meta);
+  auto flops = [&](MaskMod m) {
+    CostScope cs;
+    FlexOptions o;
+    o.mask_mod = m;
+    Tensor y = flex_attention(q, k, k, o);
+    EXPECT_TRUE(y.is_meta());
+    EXPECT_EQ(y.shape(), q.shape());
+    return cs.flops();
+  };
+  const double tile = 128.0 * 128.0 * H * (4.0 * Dh + 5.0);
+  EXPECT_DOUBLE_EQ(flops(MaskMod()), 64 * tile);
+  EXPECT_DOUBLE_EQ(flops(causal_mask()), 36 * tile);
+  EXPECT_DOUBLE_EQ(flops(sliding_window_mask(128)), 15 * tile);
+  EXPECT_DOUBLE_EQ(flops(sliding_window_mask(129)), 15 * tile);  // one more key still in the tile before
+  EXPECT_DOUBLE_EQ(flops(sliding_window_mask(130)), 21 * tile);
+  // block_causal on meta document ids prices the causal upper bound
+  EXPECT_DOUBLE_EQ(flops(document_causal_mask(empty({1, Sl}, DType::I64, Device::Meta))), 36 * tile);
+}
+
+TEST(FlexAttention, Errors) {
+  Tensor q = rand_t({1, 4, 2, 3}, 1), k = rand_t({1, 4, 2, 3}, 2);
+  FlexOptions o;
+  o.block_mask = create_block_mask(causal_mask(), 1, 2, 5, 5);
+  EXPECT_THROW(flex_attention(q, k, k, o), Error);  // block mask for other sizes
+  FlexOptions f;
+  f.score_mod = nn::alibi_mod(rand_t({2}, 3, DType::F32));
+  EXPECT_THROW(flex_attention(q, k, k, f), Error);  // capture dtype
+  FlexOptions r;
+  r.score_mod = ScoreMod("oob", {rand_t({2}, 4)}, [](auto s, const auto& c, ScoreIndex i) { return s + c(0, i.q); });
+  EXPECT_THROW(flex_attention(q, k, k, r), std::exception);  // captured index out of range
+  EXPECT_THROW(flex_attention(q, rand_t({1, 4, 3, 3}, 5), rand_t({1, 4, 3, 3}, 5), FlexOptions()), Error);
+  Tensor docs = from_vector<int64_t>({0, 1, 0, 1}, {1, 4});
+  EXPECT_THROW(document_causal_mask(docs), Error);  // decreasing document ids
+}
+
+}  // namespace
+}  // namespace titan
