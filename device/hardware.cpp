@@ -12,6 +12,9 @@
 #ifndef TITAN_DEVICE_SPECS_DIR
 #define TITAN_DEVICE_SPECS_DIR "device/specs"
 #endif
+#ifndef TITAN_INSTALL_SPECS_DIR
+#define TITAN_INSTALL_SPECS_DIR "/usr/local/share/titan/specs"
+#endif
 
 namespace titan::device {
 namespace fs = std::filesystem;
@@ -26,9 +29,13 @@ const char* topology_name(Topology t) {
   return "?";
 }
 
+// $TITAN_DEVICE_SPECS, else the source tree's (a build), else the installed copy
+// (an installed titan-train whose source folder is gone).
 std::string specs_dir() {
   if (const char* e = std::getenv("TITAN_DEVICE_SPECS")) return e;
-  return TITAN_DEVICE_SPECS_DIR;
+  std::error_code ec;
+  if (fs::is_directory(TITAN_DEVICE_SPECS_DIR, ec)) return TITAN_DEVICE_SPECS_DIR;
+  return TITAN_INSTALL_SPECS_DIR;
 }
 
 namespace {

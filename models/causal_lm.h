@@ -13,7 +13,16 @@ namespace titan {
 
 class CausalLM : public nn::Module {
  public:
-  virtual Tensor forward(const Tensor& tokens) = 0;  // int [B, S] -> [B, S, vocab]
+  // tokens int [B, S] -> [B, S, vocab]; doc_ids int64 [B, S]: the document index
+  // of every token (the loader's Batch::doc_ids), read by attn_mask_type block_causal
+  virtual Tensor forward(const Tensor& tokens, const Tensor& doc_ids) = 0;
+  Tensor forward(const Tensor& tokens) { return forward(tokens, Tensor()); }
+  // Mean next-token cross-entropy of logits [B, S, vocab] against targets
+  // [B, S], over the targets the inputs do not already show (prefix_lm: the
+  // prefix's own tokens are ignored, its queries see them).
+  Tensor loss(const Tensor& logits, const Tensor& targets) const;
+  // The targets the loss counts (the rest set to -100, cross_entropy's ignore_index).
+  virtual Tensor loss_targets(const Tensor& targets) const { return targets; }
   virtual void init_weights(uint64_t seed) = 0;
   virtual std::string hf_config_json() const = 0;
   virtual std::vector<nn::Module*> blocks() = 0;     // decoder layers, in order
@@ -34,6 +43,10 @@ class CausalLM : public nn::Module {
   virtual void update_router_bias(const std::vector<std::vector<double>>& global_counts) {}
 };
 
+// targets with [:, :prefix - 1] set to -100: inside a bidirectional prefix
+// the query at i sees token i + 1, its target.
+Tensor ignore_prefix_targets(const Tensor& targets, int64_t prefix);
+
 // The part every decoder model of the zoo shares: its architecture `ArgsT`
 // (to_hf_json, vocab_size, num_params, num_embedding_params, flops_per_token)
 // and its HF "model." backbone `BackboneT` (layers->layers).
@@ -50,6 +63,9 @@ class DecoderLM : public CausalLM {
   int64_t expected_num_params() const override { return args_.num_params(); }
   int64_t num_embedding_params() const override { return args_.num_embedding_params(); }
   double flops_per_token(int64_t seq) const override { return args_.flops_per_token(seq); }
+  Tensor loss_targets(const Tensor& targets) const override {
+    return ignore_prefix_targets(targets, args_.attn.mask == "prefix_lm" ? args_.attn.prefix_len : 0);
+  }
   const ArgsT& args() const { return args_; }
   BackboneT* model = nullptr;
   int64_t activation_checkpoint = 0;  // every how many blocks (0: none)

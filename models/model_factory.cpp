@@ -1,5 +1,6 @@
 #include <nlohmann/json.hpp>
 
+#include "models/attention_config.h"
 #include "models/causal_lm.h"
 #include "models/gpt_oss/model.h"
 #include "models/qwen3/model.h"
@@ -27,7 +28,9 @@ std::unique_ptr<CausalLM> build_model(const JobConfig::Model& m) {
   a.aux_loss_coeff = m.moe_aux_loss_coeff;
   a.bias_update_rate = m.moe_bias_update_rate;
   a.sliding.assign(a.n_layers, false);
-  for (int64_t i = 0; i < a.n_layers; ++i) a.sliding[i] = i % 2 == 0;  // gpt-oss: layer 0 sliding, alternating
+  a.attn = attention_variant_from_job(m);
+  // gpt-oss: layer 0 sliding, alternating; attn_mask_type sliding_window makes every layer sliding
+  for (int64_t i = 0; i < a.n_layers; ++i) a.sliding[i] = i % 2 == 0 || a.attn.mask == "sliding_window";
   a.validate();
   return std::make_unique<gpt_oss::GptOss>(a);
 }
@@ -35,7 +38,9 @@ std::unique_ptr<CausalLM> build_model(const JobConfig::Model& m) {
 std::unique_ptr<CausalLM> build_model_from_hf(const std::string& text) {
   std::string mt = "qwen3";
   try {
-    mt = nlohmann::json::parse(text).value("model_type", std::string("qwen3"));
+    mt = hf_model_family(nlohmann::json::parse(text), "qwen3");
+  } catch (const Error&) {
+    throw;
   } catch (const std::exception& e) {
     fail("model config: the HF config.json content is not valid JSON: ", e.what());
   }

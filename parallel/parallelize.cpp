@@ -49,24 +49,28 @@ ShardSpec* find_spec(std::vector<ShardSpec>& specs, const Tensor* slot) {
   fail("parallelize: parameter not found");
 }
 
-// Keeps this tp rank's chunk of `lin->weight` along `dim` (chunk sizes given).
-void shard_linear(nn::Linear* lin, int64_t dim, const std::vector<int64_t>& sizes, int r,
-                  std::vector<ShardSpec>& specs) {
-  ShardSpec* s = find_spec(specs, &lin->weight);
+// Keeps this tp rank's chunk of the parameter in `slot` along `dim` (chunk sizes given).
+void shard_param(Tensor& slot, int64_t dim, const std::vector<int64_t>& sizes, int r, std::vector<ShardSpec>& specs) {
+  ShardSpec* s = find_spec(specs, &slot);
   int64_t start = 0;
   for (int q = 0; q < r; ++q) start += sizes[q];
   Tensor local;
   {
     MemoryCategoryScope cat(MemoryCategory::Parameters);
     NoGradGuard ng;
-    local = slice(lin->weight, dim, start, start + sizes[r]).clone();  // own storage: the full weight is freed
+    local = slice(slot, dim, start, start + sizes[r]).clone();  // own storage: the full weight is freed
   }
-  const std::string name = lin->weight.name();
-  lin->weight = local.detach();
-  lin->weight.requires_grad_(true);
-  lin->weight.set_name(name);
+  const std::string name = slot.name();
+  slot = local.detach();
+  slot.requires_grad_(true);
+  slot.set_name(name);
   s->offset[dim] += start;
   s->tp_replicated = false;
+}
+
+void shard_linear(nn::Linear* lin, int64_t dim, const std::vector<int64_t>& sizes, int r,
+                  std::vector<ShardSpec>& specs) {
+  shard_param(lin->weight, dim, sizes, r, specs);
 }
 
 std::vector<int64_t> by_heads(int64_t heads, int64_t head_dim, int64_t tp, const char* what) {
@@ -109,6 +113,13 @@ std::function<void()> apply_tp(qwen3::Qwen3& model, comms::DeviceMesh& mesh, std
                             "tensor_parallel_degree: 1)");
     auto* at = layer->self_attn;
     shard_linear(at->q_proj, 0, q_rows, r, specs);  // column parallel: this rank's heads
+    const std::vector<int64_t> heads(tp, a.n_heads / tp);
+    if (at->variant.bias == "relative") {
+      shard_param(at->bias, 0, heads, r, specs);  // the table rows of this rank's heads
+    } else if (at->bias.defined()) {              // ALiBi slopes: a constant, sliced
+      NoGradGuard ng;
+      at->bias = slice(at->bias, 0, r * heads[0], (r + 1) * heads[0]).clone();
+    }
     if (kv_replicated) {
       for (nn::Linear* lin : {at->k_proj, at->v_proj}) {
         ShardSpec* s = find_spec(specs, &lin->weight);

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <functional>
 
+#include "src/checkpoint/h5.h"
 #include "src/nn/attention_variants.h"
 #include "src/ops/flex_attention.h"
 #include "src/tensor/cost.h"
@@ -286,6 +287,101 @@ TEST(FlexAttention, Errors) {
   EXPECT_THROW(flex_attention(q, rand_t({1, 4, 3, 3}, 5), rand_t({1, 4, 3, 3}, 5), FlexOptions()), Error);
   Tensor docs = from_vector<int64_t>({0, 1, 0, 1}, {1, 4});
   EXPECT_THROW(document_causal_mask(docs), Error);  // decreasing document ids
+}
+
+// ---- against the dense float64 PyTorch reference (scripts/flex_attention_reference.py) ----
+// The same variants written with titan's API; the reference writes its own.
+FlexOptions golden_options(const std::string& name, const std::vector<Tensor>& caps, const Tensor& sinks,
+                           const Tensor& docs) {
+  FlexOptions o;
+  o.sinks = sinks;
+  const MaskMod causal = causal_mask();
+  if (name == "noop") {
+  } else if (name == "causal" || name == "alibi" || name == "softcap" || name == "head_bias" || name == "sinks") {
+    o.mask_mod = causal;
+  } else if (name == "sliding_window") {
+    o.mask_mod = sliding_window_mask(8);
+  } else if (name == "prefix_lm") {
+    o.mask_mod = prefix_lm_mask(10);
+  } else if (name == "document") {
+    o.mask_mod = document_causal_mask(docs);
+  } else if (name == "relative") {
+    o.score_mod = nn::relative_bias_mod(caps[0], 8);
+  } else if (name == "user_decay") {
+    o.mask_mod = MaskMod("odd_rows_see_even_keys", [](int64_t b, int64_t, int64_t q, int64_t kv) {
+      return kv <= q && ((q + b) % 2 == 0 || kv % 2 == 0);
+    });
+    o.score_mod = ScoreMod("user_decay", caps, [](auto s, const auto& cap, ScoreIndex i) {
+      return s / cap(1, i.b) - flex::sigmoid(cap(0, i.h) * 3.0) * flex::log(1.0 + double(i.q - i.kv));
+    });
+  } else if (name == "model_combo") {
+    nn::AttentionVariant v;
+    v.mask = "block_causal";
+    v.bias = "alibi";
+    v.softcap = 2.0;
+    o.mask_mod = nn::layer_mask(v, 12, docs);
+    o.score_mod = nn::layer_score_mod(v, caps[0]);
+  } else {
+    ADD_FAILURE() << "unknown golden variant " << name;
+  }
+  if (name == "alibi") o.score_mod = nn::alibi_mod(caps[0]);
+  if (name == "softcap") o.score_mod = nn::softcap_mod(1.5);
+  if (name == "head_bias")
+    o.score_mod = ScoreMod("head_bias", caps, [](auto s, const auto& cap, ScoreIndex i) { return s + cap(0, i.h); });
+  return o;
+}
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  EXPECT_EQ(x.size(), y.size());
+  double m = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
+  return m;
+}
+
+TEST(FlexAttention, MatchesPyTorchFloat64Reference) {
+  h5::File f(std::string(TITAN_SOURCE_DIR) + "/tests/golden/flex_attention.h5", h5::File::Read);
+  auto read = [&](const std::string& n) {
+    Tensor t = empty(f.shape(n), DType::F64);
+    f.read_into(n, t);
+    return t;
+  };
+  Tensor docs = empty(f.shape("doc_ids"), DType::I64);
+  f.read_into("doc_ids", docs);
+  int variants = 0;
+  for (const char* name : {"noop", "causal", "sliding_window", "prefix_lm", "document", "alibi", "relative", "softcap",
+                           "head_bias", "sinks", "user_decay", "model_combo"}) {
+    const std::string g = std::string(name) + "/";
+    ASSERT_TRUE(f.has(g + "out")) << "golden lacks " << name << ": regenerate with scripts/flex_attention_reference.py";
+    ++variants;
+    for (DType dt : {DType::F32, DType::F64}) {
+      for (int64_t tile : {128, 16, 7}) {
+        SCOPED_TRACE(std::string(name) + (dt == DType::F32 ? " float32" : " float64") + " tile " + std::to_string(tile));
+        std::vector<Tensor> leaves = {read(g + "q").to(dt), read(g + "k").to(dt), read(g + "v").to(dt)};
+        Tensor sinks = f.has(g + "sinks") ? read(g + "sinks").to(dt) : Tensor();
+        std::vector<Tensor> caps;
+        for (int i = 0; f.has(g + "cap" + std::to_string(i)); ++i) caps.push_back(read(g + "cap" + std::to_string(i)).to(dt));
+        for (Tensor& t : leaves) t.requires_grad_(true);
+        if (sinks.defined()) sinks.requires_grad_(true);
+        for (Tensor& c : caps) c.requires_grad_(true);
+        FlexOptions o = golden_options(name, caps, sinks, docs);
+        o.block_mask = create_block_mask(o.mask_mod, leaves[0].size(0), leaves[0].size(2), leaves[0].size(1),
+                                         leaves[1].size(1), tile, tile);
+        Tensor out = flex_attention(leaves[0], leaves[1], leaves[2], o);
+        sum(mul(out, read(g + "w").to(dt))).backward();
+        // float32 against float64: the bars of the issue; float64 against float64: rounding only
+        const double to = dt == DType::F32 ? 1e-5 : 1e-12, tg = dt == DType::F32 ? 1e-4 : 1e-11;
+        EXPECT_LE(max_abs_diff(out, read(g + "out")), to);
+        EXPECT_LE(max_abs_diff(leaves[0].grad(), read(g + "dq")), tg);
+        EXPECT_LE(max_abs_diff(leaves[1].grad(), read(g + "dk")), tg);
+        EXPECT_LE(max_abs_diff(leaves[2].grad(), read(g + "dv")), tg);
+        if (sinks.defined()) EXPECT_LE(max_abs_diff(sinks.grad(), read(g + "dsinks")), tg);
+        for (size_t i = 0; i < caps.size(); ++i)
+          EXPECT_LE(max_abs_diff(caps[i].grad(), read(g + "dcap" + std::to_string(i))), tg) << "captured tensor " << i;
+      }
+    }
+  }
+  EXPECT_EQ(variants, 12);
 }
 
 }  // namespace

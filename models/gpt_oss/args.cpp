@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "models/attention_config.h"
 #include "src/tensor/error.h"
 
 namespace titan::gpt_oss {
@@ -15,7 +16,7 @@ Args Args::from_hf_json(const std::string& text) {
   } catch (const std::exception& e) {
     fail("gpt_oss config: not valid JSON: ", e.what());
   }
-  std::string mt = j.value("model_type", std::string("gpt_oss"));
+  std::string mt = hf_model_family(j, "gpt_oss");
   TITAN_CHECK(mt == "gpt_oss", "gpt_oss config: model_type is '", mt, "', expected 'gpt_oss'");
   Args a;  // GptOssConfig defaults
   a.vocab_size = j.value("vocab_size", a.vocab_size);
@@ -52,6 +53,7 @@ Args Args::from_hf_json(const std::string& text) {
   } else {
     for (int64_t i = 0; i < a.n_layers; ++i) a.sliding[i] = (i + 1) % 2 != 0;  // HF default: layer 0 sliding
   }
+  a.attn = attention_from_hf(j);
   a.validate();
   return a;
 }
@@ -88,10 +90,18 @@ std::string Args::to_hf_json() const {
   for (bool s : sliding) lt.push_back(s ? "sliding_attention" : "full_attention");
   j["layer_types"] = lt;
   j["torch_dtype"] = "float32";
+  attention_to_hf(j, attn);
   return j.dump(2);
 }
 
+std::vector<int64_t> Args::layer_windows() const {
+  std::vector<int64_t> w;
+  for (bool s : sliding) w.push_back(s ? sliding_window : 0);
+  return w;
+}
+
 void Args::validate() const {
+  check_attention_layers(attn, layer_windows(), "gpt_oss");
   TITAN_CHECK(dim > 0 && n_layers > 0 && n_heads > 0 && n_kv_heads > 0 && head_dim > 0 && intermediate > 0 &&
                   vocab_size > 0 && num_experts > 0,
               "gpt_oss: every size must be > 0");
@@ -110,7 +120,8 @@ int64_t Args::num_expert_params_per_layer() const {
 
 int64_t Args::num_params() const {
   const int64_t attn = dim * n_heads * head_dim + n_heads * head_dim + 2 * (dim * n_kv_heads * head_dim + n_kv_heads * head_dim) +
-                       n_heads * head_dim * dim + dim + n_heads;  // q, k, v, o (+ biases), sinks
+                       n_heads * head_dim * dim + dim + n_heads +  // q, k, v, o (+ biases), sinks
+                       attention_bias_params(this->attn, n_heads);
   const int64_t router = dim * num_experts + num_experts;
   const int64_t per_layer = attn + router + num_expert_params_per_layer() + 2 * dim;
   return n_layers * per_layer + dim + vocab_size * dim * (tie_embeddings ? 1 : 2);

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "src/nn/attention_variants.h"
+
 namespace titan::gpt_oss {
 
 struct Args {
@@ -12,6 +14,8 @@ struct Args {
   int64_t intermediate = 2880, num_experts = 128, top_k = 4;
   int64_t sliding_window = 128;
   std::vector<bool> sliding;  // per layer
+  nn::AttentionVariant attn;  // mask of full layers, softcap, bias (model.attn_*)
+  std::vector<int64_t> layer_windows() const;  // per layer: sliding_window or 0
   double rope_theta = 150000.0, norm_eps = 1e-5, swiglu_limit = 7.0;
   // YaRN (HF "rope_scaling")
   double yarn_factor = 32.0, beta_fast = 32.0, beta_slow = 1.0;

@@ -10,23 +10,25 @@
 
 namespace titan::gpt_oss {
 
-Attention::Attention(const Args& a, bool sliding) : head_dim(a.head_dim), window(sliding ? a.sliding_window : 0) {
+Attention::Attention(const Args& a, bool sliding)
+    : head_dim(a.head_dim), window(sliding ? a.sliding_window : 0), variant(a.attn) {
   q_proj = &register_module("q_proj", std::make_unique<nn::Linear>(a.dim, a.n_heads * a.head_dim, true));
   k_proj = &register_module("k_proj", std::make_unique<nn::Linear>(a.dim, a.n_kv_heads * a.head_dim, true));
   v_proj = &register_module("v_proj", std::make_unique<nn::Linear>(a.dim, a.n_kv_heads * a.head_dim, true));
   o_proj = &register_module("o_proj", std::make_unique<nn::Linear>(a.n_heads * a.head_dim, a.dim, true));
   register_parameter("sinks", sinks, nn::new_parameter({a.n_heads}));
+  bias = nn::attention_bias_tensor(a.attn, a.n_heads);
+  if (a.attn.bias == "relative") register_parameter("relative_bias", bias, bias);
 }
 
-Tensor Attention::forward(const Tensor& x, const Tensor& cos, const Tensor& sin) const {
+Tensor Attention::forward(const Tensor& x, const nn::AttentionInputs& in) const {
   const int64_t B = x.size(0), S = x.size(1);
   const int64_t hq = q_proj->weight.size(0) / head_dim, hkv = k_proj->weight.size(0) / head_dim;
-  Tensor q = rope(q_proj->forward(x).reshape({B, S, hq, head_dim}), cos, sin);  // [B, S, Hq, D]
-  Tensor k = rope(k_proj->forward(x).reshape({B, S, hkv, head_dim}), cos, sin);
+  Tensor q = rope(q_proj->forward(x).reshape({B, S, hq, head_dim}), in.cos, in.sin);  // [B, S, Hq, D]
+  Tensor k = rope(k_proj->forward(x).reshape({B, S, hkv, head_dim}), in.cos, in.sin);
   Tensor v = v_proj->forward(x).reshape({B, S, hkv, head_dim});
-  AttentionOptions opt;
-  opt.window = window;
-  Tensor o = scaled_dot_product_attention(q, k, v, sinks, opt);  // sinks join each softmax denominator
+  // sinks join each softmax denominator
+  Tensor o = nn::variant_attention(q, k, v, sinks, variant, window, in.doc_ids, bias);
   return o_proj->forward(o.reshape({B, S, hq * head_dim}));
 }
 
@@ -81,8 +83,8 @@ DecoderLayer::DecoderLayer(const Args& a, int64_t layer) {
   mlp = &register_module("mlp", std::make_unique<MoE>(a));
 }
 
-Tensor DecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin) const {
-  Tensor h = add(x, self_attn->post(self_attn->forward(self_attn->pre(input_layernorm->forward(x)), cos, sin)));
+Tensor DecoderLayer::forward(const Tensor& x, const nn::AttentionInputs& in) const {
+  Tensor h = add(x, self_attn->post(self_attn->forward(self_attn->pre(input_layernorm->forward(x)), in)));
   return add(h, mlp->post(mlp->forward(mlp->pre(post_attention_layernorm->forward(h)))));
 }
 
@@ -138,13 +140,14 @@ std::pair<Tensor, Tensor> yarn_rope_tables(const Args& a, int64_t S, Device dev)
   return {c, s};
 }
 
-Tensor GptOss::forward(const Tensor& tokens) {
+Tensor GptOss::forward(const Tensor& tokens, const Tensor& doc_ids) {
   TITAN_CHECK(tokens.dim() == 2, "GptOss::forward: tokens must be [B, S], got ", shape_str(tokens.shape()));
   const int64_t S = tokens.size(1);
   Tensor ids = pre(tokens);
   const Device dev = model->embed_tokens->weight.device();
   if (!cos_.defined() || cos_.size(0) != S || cos_.device() != dev) std::tie(cos_, sin_) = yarn_rope_tables(args_, S, dev);
-  Tensor h = model->layers->run(model->embed_tokens->forward(ids), cos_, sin_, activation_checkpoint);
+  const nn::AttentionInputs in{cos_, sin_, doc_ids};
+  Tensor h = model->layers->run(model->embed_tokens->forward(ids), in, activation_checkpoint);
   h = model->norm->post(model->norm->forward(h));
   Tensor logits = lm_head ? lm_head->post(lm_head->forward(lm_head->pre(h))) : linear(h, model->embed_tokens->weight);
   return post(logits);

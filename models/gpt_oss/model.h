@@ -17,10 +17,12 @@ namespace titan::gpt_oss {
 class Attention : public nn::Module {
  public:
   Attention(const Args& a, bool sliding);
-  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin) const;  // x [B, S, dim]
+  Tensor forward(const Tensor& x, const nn::AttentionInputs& in) const;  // x [B, S, dim]
   nn::Linear *q_proj, *k_proj, *v_proj, *o_proj;
   Tensor sinks;  // [n_heads]
   int64_t head_dim, window;
+  nn::AttentionVariant variant;
+  Tensor bias;  // attn_bias: ALiBi slopes [Hq] (constant) or the parameter relative_bias [Hq, 2R-1]
 };
 
 class Experts : public nn::Module {
@@ -54,7 +56,7 @@ class MoE : public nn::Module {
 class DecoderLayer : public nn::Module {
  public:
   DecoderLayer(const Args& a, int64_t layer);
-  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin) const;
+  Tensor forward(const Tensor& x, const nn::AttentionInputs& in) const;
   nn::Norm *input_layernorm, *post_attention_layernorm;
   Attention* self_attn;
   MoE* mlp;
@@ -73,7 +75,8 @@ class Backbone : public nn::Module {
 class GptOss : public DecoderLM<Args, Backbone> {
  public:
   explicit GptOss(const Args& a);
-  Tensor forward(const Tensor& tokens) override;  // [B, S] -> [B, S, vocab]
+  Tensor forward(const Tensor& tokens, const Tensor& doc_ids) override;  // [B, S] -> [B, S, vocab]
+  using CausalLM::forward;
   void init_weights(uint64_t seed) override;      // HF: normal(0, 0.02), biases 0, norms 1
   std::string describe() const override;
   Tensor aux_loss() const override;

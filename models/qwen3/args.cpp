@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "models/attention_config.h"
 #include "src/tensor/error.h"
 
 namespace titan::qwen3 {
@@ -23,6 +24,8 @@ Args Args::from_job(const JobConfig::Model& m) {
   a.activation = m.activation;
   a.rope_theta = m.rope_theta;
   a.tie_embeddings = m.enable_weight_tying;
+  a.attn = attention_variant_from_job(m);
+  // sliding_window > 0 makes every qwen3 layer a sliding layer (attn_mask_type sliding_window needs it)
   a.layer_window.assign(m.n_layers, m.sliding_window);
   a.moe = m.moe_enabled;
   a.moe_experts = m.moe_num_experts;
@@ -44,7 +47,7 @@ Args Args::from_hf_json(const std::string& text) {
   } catch (const std::exception& e) {
     fail("qwen3 config: the HF config.json content is not valid JSON: ", e.what());
   }
-  std::string mt = j.value("model_type", std::string("qwen3"));
+  std::string mt = hf_model_family(j, "qwen3");
   TITAN_CHECK(mt == "qwen3", "qwen3 config: model_type is '", mt, "', expected 'qwen3'");
   Args a;  // Qwen3Config defaults
   a.vocab_size = j.value("vocab_size", 151936);
@@ -77,6 +80,7 @@ Args Args::from_hf_json(const std::string& text) {
   // titan's ablation knobs (absent from HF: HF Qwen3 always has them on / RMSNorm)
   a.qk_norm = j.value("titan_qk_norm", true);
   a.norm_type = j.value("titan_norm_type", std::string("rmsnorm"));
+  a.attn = attention_from_hf(j);
   if (j.contains("titan_moe")) {
     auto m = j["titan_moe"];
     a.moe = true;
@@ -130,6 +134,7 @@ std::string Args::to_hf_json() const {
   if (moe)
     j["titan_moe"] = {{"num_experts", moe_experts}, {"top_k", moe_top_k}, {"hidden_dim", moe_hidden_dim},
                       {"score_func", moe_score}, {"renormalize", moe_renormalize}, {"shared_expert", moe_shared_expert}};
+  attention_to_hf(j, attn);
   return j.dump(2);
 }
 
@@ -152,6 +157,7 @@ void Args::validate() const {
               "' not supported (softmax, sigmoid)");
   TITAN_CHECK((int64_t)layer_window.size() == n_layers, "qwen3: layer_window has ", layer_window.size(),
               " entries for ", n_layers, " layers");
+  check_attention_layers(attn, layer_window, "qwen3");
 }
 
 int64_t Args::mlp_params(bool active) const {
@@ -170,7 +176,8 @@ int64_t Args::num_params() const {
   const int64_t qk = qk_norm ? (norm_type == "layernorm" ? 4 : 2) * head_dim : 0;
   const int64_t per_layer = dim * n_heads * head_dim * 2 + dim * n_kv_heads * head_dim * 2 + mlp_params(false) +
                             2 * norm + qk;
-  return n_layers * per_layer + norm + vocab_size * dim * (tie_embeddings ? 1 : 2);
+  return n_layers * (per_layer + attention_bias_params(attn, n_heads)) + norm +
+         vocab_size * dim * (tie_embeddings ? 1 : 2);
 }
 
 double Args::flops_per_token(int64_t seq_len) const {

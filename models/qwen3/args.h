@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "src/config/job_config.h"
+#include "src/nn/attention_variants.h"
 
 namespace titan::qwen3 {
 
@@ -17,7 +18,8 @@ struct Args {
   std::string activation = "silu";
   double rope_theta = 1e6;
   bool tie_embeddings = false;
-  std::vector<int64_t> layer_window;  // per layer: 0 = full causal, > 0 = sliding window
+  std::vector<int64_t> layer_window;  // per layer: 0 = full attention (attn.mask), > 0 = sliding window
+  nn::AttentionVariant attn;          // mask of full layers, softcap, bias (model.attn_*)
   int64_t max_position_embeddings = 40960;
   // MoE ablation (titan's, not HF Qwen3's): replaces every layer's MLP
   bool moe = false;

@@ -10,7 +10,7 @@
 namespace titan::qwen3 {
 
 Attention::Attention(const Args& a, int64_t w)
-    : n_heads(a.n_heads), n_kv_heads(a.n_kv_heads), head_dim(a.head_dim), window(w) {
+    : n_heads(a.n_heads), n_kv_heads(a.n_kv_heads), head_dim(a.head_dim), window(w), variant(a.attn) {
   q_proj = &register_module("q_proj", std::make_unique<nn::Linear>(a.dim, a.n_heads * a.head_dim, false));
   k_proj = &register_module("k_proj", std::make_unique<nn::Linear>(a.dim, a.n_kv_heads * a.head_dim, false));
   v_proj = &register_module("v_proj", std::make_unique<nn::Linear>(a.dim, a.n_kv_heads * a.head_dim, false));
@@ -19,9 +19,11 @@ Attention::Attention(const Args& a, int64_t w)
     q_norm = &register_module("q_norm", std::make_unique<nn::Norm>(a.head_dim, a.norm_type, a.norm_eps));
     k_norm = &register_module("k_norm", std::make_unique<nn::Norm>(a.head_dim, a.norm_type, a.norm_eps));
   }
+  bias = nn::attention_bias_tensor(a.attn, a.n_heads);
+  if (a.attn.bias == "relative") register_parameter("relative_bias", bias, bias);
 }
 
-Tensor Attention::forward(const Tensor& x, const Tensor& cos, const Tensor& sin) const {
+Tensor Attention::forward(const Tensor& x, const nn::AttentionInputs& in) const {
   const int64_t B = x.size(0), S = x.size(1);
   // heads from the projection width, so a tensor-parallel shard runs unchanged
   const int64_t hq = q_proj->weight.size(0) / head_dim, hkv = k_proj->weight.size(0) / head_dim;
@@ -32,12 +34,9 @@ Tensor Attention::forward(const Tensor& x, const Tensor& cos, const Tensor& sin)
     q = q_norm->forward(q);
     k = k_norm->forward(k);
   }
-  q = rope(q, cos, sin);
-  k = rope(k, cos, sin);
-  AttentionOptions opt;
-  opt.causal = true;
-  opt.window = window;
-  Tensor o = scaled_dot_product_attention(q, k, v, Tensor(), opt);  // [B, S, Hq, D]
+  q = rope(q, in.cos, in.sin);
+  k = rope(k, in.cos, in.sin);
+  Tensor o = nn::variant_attention(q, k, v, Tensor(), variant, window, in.doc_ids, bias);  // [B, S, Hq, D]
   return o_proj->forward(o.reshape({B, S, hq * head_dim}));
 }
 
@@ -62,9 +61,9 @@ DecoderLayer::DecoderLayer(const Args& a, int64_t layer) {
       &register_module("post_attention_layernorm", std::make_unique<nn::Norm>(a.dim, a.norm_type, a.norm_eps));
 }
 
-Tensor DecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin) const {
+Tensor DecoderLayer::forward(const Tensor& x, const nn::AttentionInputs& in) const {
   Tensor a = self_attn->pre(input_layernorm->forward(x));
-  Tensor h = add(x, self_attn->post(self_attn->forward(a, cos, sin)));
+  Tensor h = add(x, self_attn->post(self_attn->forward(a, in)));
   nn::Module* block = moe ? (nn::Module*)moe : (nn::Module*)mlp;
   Tensor m = block->pre(post_attention_layernorm->forward(h));
   return add(h, block->post(moe ? moe->forward(m) : mlp->forward(m)));
@@ -101,7 +100,7 @@ std::pair<Tensor, Tensor> rope_tables(int64_t S, int64_t D, double theta, Device
   return {c, s};
 }
 
-Tensor Qwen3::forward(const Tensor& tokens) {
+Tensor Qwen3::forward(const Tensor& tokens, const Tensor& doc_ids) {
   TITAN_CHECK(tokens.dim() == 2, "Qwen3::forward: tokens must be [B, S], got ", shape_str(tokens.shape()));
   const int64_t S = tokens.size(1);
   // hooks: this module's around the whole forward (root unit), each layer's
@@ -110,7 +109,8 @@ Tensor Qwen3::forward(const Tensor& tokens) {
   const Device dev = model->embed_tokens->weight.device();
   if (!cos_.defined() || cos_.size(0) != S || cos_.device() != dev)
     std::tie(cos_, sin_) = rope_tables(S, args_.head_dim, args_.rope_theta, dev);
-  Tensor h = model->layers->run(model->embed_tokens->forward(ids), cos_, sin_, activation_checkpoint);  // [B, S, dim]
+  const nn::AttentionInputs in{cos_, sin_, doc_ids};
+  Tensor h = model->layers->run(model->embed_tokens->forward(ids), in, activation_checkpoint);  // [B, S, dim]
   h = model->norm->post(model->norm->forward(h));
   Tensor logits = lm_head ? lm_head->post(lm_head->forward(lm_head->pre(h))) : linear(h, model->embed_tokens->weight);
   return post(logits);  // [B, S, vocab] (or a vocab shard's logits gathered by a post-hook)

@@ -9,6 +9,7 @@
 
 #include "models/causal_lm.h"
 #include "models/qwen3/args.h"
+#include "src/nn/attention_variants.h"
 #include "src/nn/layer_list.h"
 #include "src/nn/layers.h"
 
@@ -17,11 +18,15 @@ namespace titan::qwen3 {
 class Attention : public nn::Module {
  public:
   Attention(const Args& a, int64_t window);
-  // x [B, S, dim], cos/sin [S, head_dim/2] -> [B, S, dim]
-  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin) const;
+  // x [B, S, dim], in.cos/sin [S, head_dim/2] -> [B, S, dim]
+  Tensor forward(const Tensor& x, const nn::AttentionInputs& in) const;
   nn::Linear *q_proj, *k_proj, *v_proj, *o_proj;
   nn::Norm *q_norm = nullptr, *k_norm = nullptr;  // over head_dim, before RoPE
   int64_t n_heads, n_kv_heads, head_dim, window;
+  nn::AttentionVariant variant;
+  // attn_bias: ALiBi slopes [Hq] (a constant) or the parameter relative_bias
+  // [Hq, 2R-1]; a tensor-parallel shard keeps its heads' rows
+  Tensor bias;
 };
 
 class MLP : public nn::Module {  // down(act(gate(x)) * up(x))
@@ -37,7 +42,7 @@ class MoEMLP;
 class DecoderLayer : public nn::Module {
  public:
   DecoderLayer(const Args& a, int64_t layer);
-  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin) const;
+  Tensor forward(const Tensor& x, const nn::AttentionInputs& in) const;
   nn::Norm *input_layernorm, *post_attention_layernorm;
   Attention* self_attn;
   MLP* mlp = nullptr;     // dense
@@ -58,7 +63,8 @@ class Qwen3 : public DecoderLM<Args, Backbone> {
  public:
   explicit Qwen3(const Args& a);
   // tokens int [B, S] -> logits [B, S, vocab]
-  Tensor forward(const Tensor& tokens) override;
+  Tensor forward(const Tensor& tokens, const Tensor& doc_ids) override;
+  using CausalLM::forward;
   // HF init: normal(0, 0.02) for linears and embeddings, norms 1, biases 0; in
   // named_parameters() order from one seeded generator.
   void init_weights(uint64_t seed) override;

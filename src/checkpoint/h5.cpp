@@ -226,6 +226,7 @@ void File::read_region(const std::string& name, const Shape& offset, const Tenso
   Handle msp{H5Screate_simple((int)cnt.size(), cnt.data(), nullptr), H5Sclose};
   herr_t rc;
   if (dst.dtype() == DType::I64) rc = H5Dread(d.id, H5T_NATIVE_INT64, msp.id, fsp.id, H5P_DEFAULT, dst.data<int64_t>());
+  else if (dst.dtype() == DType::F64) rc = H5Dread(d.id, H5T_NATIVE_DOUBLE, msp.id, fsp.id, H5P_DEFAULT, dst.data<double>());
   else rc = H5Dread(d.id, H5T_NATIVE_FLOAT, msp.id, fsp.id, H5P_DEFAULT, dst.data<float>());
   TITAN_CHECK(rc >= 0, "hdf5: reading dataset '", name, "' from '", path_, "' failed (file truncated?)");
 }

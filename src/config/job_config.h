@@ -37,6 +37,12 @@ struct JobConfig {
     double rope_theta = 1000000.0;
     bool enable_weight_tying = false;  // lm_head shares the embedding
     int64_t sliding_window = 0;       // 0 = full causal attention (gpt_oss: the sliding layers' window)
+    // attention variants (flex attention; src/nn/attention_variants.h)
+    std::string attn_mask_type = "causal";  // causal | block_causal | sliding_window | prefix_lm (full layers)
+    int64_t attn_prefix_len = 0;            // prefix_lm: tokens at the start of each sequence every query sees
+    double attn_logit_softcap = 0.0;        // > 0: scores -> cap * tanh(score / cap) (Gemma-2)
+    std::string attn_bias = "none";         // none | alibi | relative (learned per-head relative-position bias)
+    int64_t attn_relative_max_distance = 128;  // relative: distances clipped to +-(R-1)
     // MoE: gpt_oss always; qwen3 when moe_enabled (the ablation: every MLP becomes an MoE block)
     bool moe_enabled = false;
     int64_t moe_num_experts = 8;      // num_local_experts

@@ -85,12 +85,21 @@ Batch DataLoader::next() {
   const int64_t T = B_ * S_;
   std::vector<uint32_t> buf(T + 1);
   file_->read_u32("tokens", pos_ + rank_ * T, T + 1, buf.data());
-  Batch b{empty({B_, S_}, DType::I64, Device::CPU), empty({B_, S_}, DType::I64, Device::CPU)};
+  Batch b{empty({B_, S_}, DType::I64, Device::CPU), empty({B_, S_}, DType::I64, Device::CPU),
+          zeros({B_, S_}, DType::I64, Device::CPU)};
   int64_t* pi = b.inputs.data<int64_t>();
   int64_t* pt = b.targets.data<int64_t>();
   for (int64_t i = 0; i < T; ++i) {
     pi[i] = buf[i];
     pt[i] = buf[i + 1];
+  }
+  int64_t* pd = b.doc_ids.data<int64_t>();
+  for (int64_t r = 0; r < B_; ++r) {
+    const int64_t begin = pos_ + rank_ * T + r * S_;
+    int64_t* row = pd + r * S_;
+    for (int64_t s : document_starts(begin, begin + S_))
+      if (s > 0)
+        for (int64_t i = s; i < S_; ++i) ++row[i];
   }
   pos_ += world_ * T;
   return b;

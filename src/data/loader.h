@@ -24,6 +24,8 @@ namespace titan {
 struct Batch {
   Tensor inputs;   // int64 [B, S]
   Tensor targets;  // int64 [B, S]
+  Tensor doc_ids;  // int64 [B, S]: document index of each input token within its row (0 at the row start,
+                   // +1 at every /doc_starts entry inside it); all 0 for a file without /doc_starts
 };
 
 class DataLoader {

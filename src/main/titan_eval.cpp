@@ -92,15 +92,15 @@ int main(int argc, char** argv) {
       const Batch& b = real ? mine[k] : first;
       const double w = real ? 1.0 : 0.0;
       if (grads) {
-        Tensor logits = model.forward(b.inputs);
-        Tensor loss = cross_entropy(logits.reshape({-1, vocab}), b.targets.reshape({-1}));
+        Tensor logits = model.forward(b.inputs, b.doc_ids);
+        Tensor loss = model.loss(logits, b.targets);
         total += w * (double)loss.item<float>();
         // FSDP averages gradients over the dp ranks: scale so the result is d(mean over all batches)
         mul(loss, w * (double)dp / (double)steps).backward();
       } else {
         NoGradGuard ng;
-        Tensor logits = model.forward(b.inputs);
-        total += w * (double)cross_entropy(logits.reshape({-1, vocab}), b.targets.reshape({-1})).item<float>();
+        Tensor logits = model.forward(b.inputs, b.doc_ids);
+        total += w * (double)model.loss(logits, b.targets).item<float>();
       }
       progress.add();
     }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "src/ops/ops.h"
 #include "src/tensor/error.h"
 
 namespace titan::nn {
@@ -84,6 +85,22 @@ ScoreMod layer_score_mod(const AttentionVariant& v, const Tensor& bias_param) {
   return ScoreMod("relative_bias+softcap", {bias_param}, [cap, R](auto s, const auto& c, ScoreIndex i) {
     return cap * flex::tanh((s + c(0, i.h, std::clamp<int64_t>(i.q - i.kv, -(R - 1), R - 1) + R - 1)) / cap);
   }, 5);
+}
+
+Tensor variant_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks,
+                         const AttentionVariant& variant, int64_t window, const Tensor& doc_ids, const Tensor& bias) {
+  FlexOptions f;
+  f.mask_mod = layer_mask(variant, window, doc_ids);
+  f.score_mod = layer_score_mod(variant, bias.defined() && bias.dtype() != q.dtype() ? bias.to(q.dtype()) : bias);
+  f.sinks = sinks;
+  return flex_attention(q, k, v, f);
+}
+
+Tensor attention_bias_tensor(const AttentionVariant& v, int64_t n_heads) {
+  if (v.bias == "alibi")
+    return default_device() == Device::Meta ? empty({n_heads}, DType::F32) : alibi_slopes(n_heads);
+  if (v.bias == "relative") return zeros({n_heads, 2 * v.relative_max_distance - 1});
+  return Tensor();
 }
 
 Tensor alibi_slopes(int64_t n) {

@@ -10,6 +10,14 @@
 
 namespace titan::nn {
 
+// What every attention layer of one forward reads: the RoPE tables
+// [S, head_dim/2] and the document index of every token, int64 [B, S]
+// (block_causal; undefined when the batch carries none).
+struct AttentionInputs {
+  Tensor cos, sin;
+  Tensor doc_ids;
+};
+
 struct AttentionVariant {
   std::string mask = "causal";  // causal | block_causal | sliding_window | prefix_lm (full-attention layers)
   int64_t prefix_len = 0;       // prefix_lm: tokens at the start of each sequence every query sees
@@ -36,6 +44,18 @@ ScoreMod layer_score_mod(const AttentionVariant& v, const Tensor& bias_param);
 // sequence from 2^(-8/n') for the largest power of two n' <= n, interleaved
 // with the next power's odd terms for the rest. [n] float32.
 Tensor alibi_slopes(int64_t n_heads);
+
+// One layer's attention: q [B, S, Hq, D], k/v [B, S, Hkv, D] -> [B, S, Hq, D]
+// with the layer's mask (window > 0: a sliding layer), the variant's
+// score_mod over `bias` (ALiBi slopes or the relative table of these heads)
+// and optional sinks [Hq].
+Tensor variant_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks,
+                         const AttentionVariant& variant, int64_t window, const Tensor& doc_ids, const Tensor& bias);
+
+// The tensor a layer's attn_bias needs for n_heads heads: ALiBi's slopes
+// (a constant, on the default device), the relative table (zeros; register it
+// as the parameter `relative_bias`), or undefined.
+Tensor attention_bias_tensor(const AttentionVariant& v, int64_t n_heads);
 
 // Score mods, usable on their own
 ScoreMod softcap_mod(double cap);

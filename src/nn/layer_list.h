@@ -21,14 +21,15 @@ class LayerList : public Module {
     layers.push_back(&r);
     return r;
   }
-  // h [B, S, dim] through every block: block->forward(x, cos, sin); block i
+  // h [B, S, dim] through every block: block->forward(x, inputs); block i
   // is checkpointed when checkpoint_every > 0 and (i + 1) % checkpoint_every == 0
   // (1: every block; 2: every second, as TorchTitan's selective_ac_option "2").
-  Tensor run(Tensor h, const Tensor& cos, const Tensor& sin, int64_t checkpoint_every) const {
+  template <typename Inputs>
+  Tensor run(Tensor h, const Inputs& inputs, int64_t checkpoint_every) const {
     for (size_t i = 0; i < layers.size(); ++i) {
       Block* layer = layers[i];
-      auto body = [layer, cos, sin](const std::vector<Tensor>& in) {
-        return std::vector<Tensor>{layer->forward(layer->pre(in[0]), cos, sin)};
+      auto body = [layer, inputs](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{layer->forward(layer->pre(in[0]), inputs)};
       };
       const bool ckpt = checkpoint_every > 0 && (int64_t)(i + 1) % checkpoint_every == 0;
       h = layer->post(ckpt ? autograd::checkpoint(body, {h})[0] : body({h})[0]);

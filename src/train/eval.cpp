@@ -11,8 +11,8 @@ double evaluate_loss(CausalLM& model, DataLoader& loader, int64_t steps) {
   double total = 0;
   for (int64_t i = 0; i < steps; ++i) {
     Batch b = loader.next();
-    Tensor logits = model.forward(b.inputs);
-    total += (double)cross_entropy(logits.reshape({-1, logits.size(-1)}), b.targets.reshape({-1})).item<float>();
+    Tensor logits = model.forward(b.inputs, b.doc_ids);
+    total += (double)model.loss(logits, b.targets).item<float>();
   }
   return total / (double)steps;
 }

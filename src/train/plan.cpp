@@ -44,8 +44,9 @@ StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device dev
     if (with_events) trace = std::make_unique<CostTrace>();
     CostScope cs;
     Tensor tokens = zeros({B, S}, DType::I64);
-    Tensor logits = model->forward(tokens);
-    Tensor loss = cross_entropy(logits.reshape({-1, model->vocab_size()}), zeros({B * S}, DType::I64));
+    // meta document ids: block_causal is priced as causal (its upper bound; the boundaries are data)
+    Tensor logits = model->forward(tokens, zeros({B, S}, DType::I64));
+    Tensor loss = model->loss(logits, zeros({B, S}, DType::I64));
     logits = Tensor();
     loss.backward();
     opt.step(cfg.optimizer.lr);

@@ -282,8 +282,8 @@ TrainResult train(const JobConfig& cfg) {
     double loss_acc = 0;
     for (int64_t m = 0; m < accum; ++m) {
       Batch b = loader.next();
-      Tensor logits = model.forward(b.inputs);  // [B, S, V]
-      Tensor loss = cross_entropy(logits.reshape({-1, vocab}), b.targets.reshape({-1}));
+      Tensor logits = model.forward(b.inputs, b.doc_ids);  // [B, S, V]
+      Tensor loss = model.loss(logits, b.targets);
       loss_acc += (double)loss.item<float>() / (double)accum;
       Tensor aux = model.aux_loss();  // MoE load balancing (not part of the reported loss)
       if (aux.defined()) loss = add(loss, aux);

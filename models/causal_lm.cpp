@@ -1,0 +1,27 @@
+#include "models/causal_lm.h"
+
+#include "src/autograd/grad_mode.h"
+#include "src/ops/ops.h"
+
+namespace titan {
+
+Tensor CausalLM::loss(const Tensor& logits, const Tensor& targets) const {
+  TITAN_CHECK(logits.dim() == 3 && targets.dim() == 2 && logits.size(0) == targets.size(0) &&
+                  logits.size(1) == targets.size(1),
+              "CausalLM::loss: logits must be [B, S, vocab] and targets [B, S], got ", shape_str(logits.shape()),
+              " and ", shape_str(targets.shape()));
+  return cross_entropy(logits.reshape({-1, logits.size(2)}), loss_targets(targets).reshape({-1}));
+}
+
+Tensor ignore_prefix_targets(const Tensor& targets, int64_t prefix) {
+  if (prefix <= 1 || targets.is_meta()) return targets;
+  NoGradGuard ng;
+  Tensor t = targets.contiguous().clone();
+  const int64_t B = t.size(0), S = t.size(1);
+  int64_t* p = t.data<int64_t>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < std::min(prefix - 1, S); ++i) p[b * S + i] = -100;
+  return t;
+}
+
+}  // namespace titan
