@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "comms/device_mesh.h"
+#include "models/attention_config.h"
 #include "models/causal_lm.h"
 #include "src/ops/ops.h"
 #include "parallel/parallelize.h"
@@ -125,6 +126,18 @@ TrainResult train(const JobConfig& cfg) {
   }
   const int64_t n_params = model_ptr->expected_num_params();
   log_info("building " + cfg.model.flavor + " " + model_ptr->describe());
+  {
+    const nn::AttentionVariant attn = attention_variant_from_job(cfg.model);
+    attn.validate(S);
+    if (!attn.is_default()) log_info("attention: " + attn.describe() + " (flex attention)");
+    if (attn.mask == "block_causal")
+      log_info(loader.num_documents() > 1
+                   ? "attention: block_causal over the " + with_commas((double)loader.num_documents()) +
+                         " documents of " + cfg.training.dataset_path + " (/doc_starts)"
+                   : "warning: attn_mask_type block_causal, but " + cfg.training.dataset_path +
+                         " holds one document (no /doc_starts): it equals causal; tokenize with titan-tokenize "
+                         "from a folder or JSONL to keep document boundaries");
+  }
   {  // refuse jobs whose weights + grads + AdamW moments alone exceed this machine's memory: the shards of
      // all ranks add up to 16 bytes per parameter, and each rank first builds the full fp32 model
     const double need = 16.0 * (double)n_params + 4.0 * (double)n_params * (mesh.world - 1);
