@@ -306,6 +306,36 @@ TEST(Simulation, SelectiveCheckpointingSitsBetweenNoneAndFull) {
   EXPECT_NE(e.find("positive integer"), std::string::npos) << e;
 }
 
+// Flex attention priced over its visible tiles; a score_mod costs an eager step
+// its own kernels over the scores, a compiled step nothing but its arithmetic.
+TEST(Simulation, FlexAttentionVariantsArePricedByVisibleTilesAndMode) {
+  auto run = [](std::vector<std::string> kv, const std::string& mode) {
+    std::vector<std::string> base = {"model.n_layers", "4", "simulation.mode", mode};
+    base.insert(base.end(), kv.begin(), kv.end());
+    return simulate_step(config("configs/qwen3_32b.yaml", base), 64);
+  };
+  auto count = [](const SimResult& r, const std::string& op) {
+    int n = 0;
+    for (const auto& s : r.spans) n += s.name == op;
+    return n;
+  };
+  const SimResult causal = run({}, "eager");
+  const SimResult window = run({"model.attn_mask_type", "sliding_window", "model.sliding_window", "256"}, "eager");
+  // seq 4096 in 128-tiles: causal computes 528 tiles, a window of 256 at most 3 per row of tiles (93)
+  EXPECT_NEAR(window.compute_by_class.at("attention") / causal.compute_by_class.at("attention"), 93.0 / 528.0, 0.02);
+  const SimResult alibi_eager = run({"model.attn_bias", "alibi"}, "eager");
+  const SimResult alibi_comp = run({"model.attn_bias", "alibi"}, "compiled");
+  const SimResult plain_comp = run({}, "compiled");
+  EXPECT_EQ(count(causal, "flex_score_mod"), 0);
+  // one per attention forward (recomputes included: the config checkpoints), one per layer's backward
+  EXPECT_EQ(count(alibi_eager, "flex_score_mod"), count(alibi_eager, "flex_attention"));
+  EXPECT_GE(count(alibi_eager, "flex_score_mod"), 4);
+  EXPECT_EQ(count(alibi_eager, "flex_score_mod_backward"), 4);
+  EXPECT_EQ(count(alibi_comp, "flex_score_mod"), 0);
+  EXPECT_GT(alibi_eager.step_s, causal.step_s);
+  EXPECT_NEAR(alibi_comp.step_s, plain_comp.step_s, 0.01 * plain_comp.step_s);  // fused: arithmetic only
+}
+
 TEST(Simulation, Qwen3_32BParameterCountIsThePublishedOne) {
   JobConfig c = config("configs/qwen3_32b.yaml");
   StepPlan p = plan_step(c, 64);

@@ -335,7 +335,7 @@ void backward_kernel(const Problem& p, const Tensor& dout, const Tensor& q, cons
   // captured-tensor gradients: one buffer per task, summed in task order afterwards
   std::vector<int64_t> cap_off{0};
   for (const Tensor& c : p.caps) cap_off.push_back(cap_off.back() + c.numel());
-  std::vector<T> cap_part(sm.defined() ? (size_t)(tasks * cap_off.back()) : 0, T(0));
+  std::vector<double> cap_part(sm.defined() ? (size_t)(tasks * cap_off.back()) : 0, 0.0);
   std::vector<T> sink_part(psink ? (size_t)(d.B * d.Hq) : 0, T(0));
   TaskErrors errors;
 #pragma omp parallel
@@ -343,7 +343,7 @@ void backward_kernel(const Problem& p, const Tensor& dout, const Tensor& q, cons
     AlignedVec<T> S((size_t)(QB * KB)), P((size_t)(QB * KB)), dP((size_t)(QB * KB)), dS((size_t)(QB * KB));
     AlignedVec<T> dKt((size_t)(KB * D)), dVt((size_t)(KB * D)), Di((size_t)(d.group * d.Sq));
     std::vector<uint8_t> keep((size_t)(QB * KB));
-    std::vector<T*> cap_grad(p.caps.size());
+    std::vector<double*> cap_grad(p.caps.size());
 #pragma omp for schedule(dynamic)
     for (int64_t t = 0; t < tasks; ++t) errors.run([&] {  // one KV head: its dK/dV and its query heads' dQ: one writer
       const int64_t b = t / d.Hkv, g = t % d.Hkv;
@@ -429,11 +429,13 @@ void backward_kernel(const Problem& p, const Tensor& dout, const Tensor& q, cons
       for (int64_t h = 0; h < d.Hq; ++h) ps[h] += sink_part[b * d.Hq + h];
   }
   for (size_t c = 0; c < p.caps.size(); ++c) {
-    T* g = dcaps[c].data<T>();
+    std::vector<double> sum((size_t)p.caps[c].numel(), 0.0);
     for (int64_t t = 0; t < tasks; ++t) {
-      const T* part = cap_part.data() + t * cap_off.back() + cap_off[c];
-      for (int64_t e = 0; e < p.caps[c].numel(); ++e) g[e] += part[e];
+      const double* part = cap_part.data() + t * cap_off.back() + cap_off[c];
+      for (int64_t e = 0; e < p.caps[c].numel(); ++e) sum[e] += part[e];
     }
+    T* g = dcaps[c].data<T>();
+    for (int64_t e = 0; e < p.caps[c].numel(); ++e) g[e] = (T)sum[e];
   }
 }
 

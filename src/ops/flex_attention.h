@@ -181,10 +181,11 @@ struct ScoreTile {
   virtual void forward(T* s, int64_t ld, int64_t nq, int64_t nk, int64_t b, int64_t h, int64_t q0, int64_t k0,
                        const uint8_t* keep, const CapturedTensor<T>* caps) const = 0;
   // Backward of softmax(mod(s)) given dP: p_out = softmax probabilities,
-  // ds_out = dL/ds; adds dL/dcaptured to cap_grad[i][flat].
+  // ds_out = dL/ds; adds dL/dcaptured to cap_grad[i][flat] (in double: a
+  // captured element can collect a sum over every score).
   virtual void backward(const T* s, T* p_out, T* ds_out, const T* dp, int64_t ld, int64_t nq, int64_t nk, int64_t b,
                         int64_t h, int64_t q0, int64_t k0, const uint8_t* keep, const T* lse, const T* di,
-                        const CapturedTensor<T>* caps, T* const* cap_grad) const = 0;
+                        const CapturedTensor<T>* caps, double* const* cap_grad) const = 0;
   virtual ~ScoreTile() = default;
 };
 
@@ -336,7 +337,7 @@ struct ScoreTileImpl final : ScoreTile<T> {
   }
   void backward(const T* s, T* p_out, T* ds_out, const T* dp, int64_t ld, int64_t nq, int64_t nk, int64_t b,
                 int64_t h, int64_t q0, int64_t k0, const uint8_t* keep, const T* lse, const T* di,
-                const CapturedTensor<T>* caps, T* const* cap_grad) const override {
+                const CapturedTensor<T>* caps, double* const* cap_grad) const override {
     DualReader<T> cap(caps);
     for (int64_t i = 0; i < nq; ++i) {
       const uint8_t* kr = keep ? keep + i * ld : nullptr;
@@ -358,7 +359,7 @@ struct ScoreTileImpl final : ScoreTile<T> {
         ds_out[e] = g * y.ds;
         for (int r = 0; r < y.n; ++r) {
           const auto& rd = cap.read(r);
-          cap_grad[rd.cap][rd.flat] += g * y.d[r];
+          cap_grad[rd.cap][rd.flat] += (double)(g * y.d[r]);
         }
       }
     }
