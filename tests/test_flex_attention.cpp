@@ -284,6 +284,12 @@ TEST(FlexAttention, Errors) {
   FlexOptions r;
   r.score_mod = ScoreMod("oob", {rand_t({2}, 4)}, [](auto s, const auto& c, ScoreIndex i) { return s + c(0, i.q); });
   EXPECT_THROW(flex_attention(q, k, k, r), std::exception);  // captured index out of range
+  FlexOptions th;  // an exception inside the parallel tiles reaches the caller
+  th.mask_mod = MaskMod("throws", [](int64_t, int64_t, int64_t q, int64_t) -> bool {
+    if (q == 3) throw std::runtime_error("boom");
+    return true;
+  });
+  EXPECT_THROW(flex_attention(q, k, k, th), std::runtime_error);
   EXPECT_THROW(flex_attention(q, rand_t({1, 4, 3, 3}, 5), rand_t({1, 4, 3, 3}, 5), FlexOptions()), Error);
   Tensor docs = from_vector<int64_t>({0, 1, 0, 1}, {1, 4});
   EXPECT_THROW(document_causal_mask(docs), Error);  // decreasing document ids

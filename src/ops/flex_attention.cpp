@@ -14,6 +14,34 @@
 namespace titan {
 using namespace detail;
 
+namespace {
+// Exceptions cannot cross an OpenMP region: the first one a task throws (a
+// score_mod reading out of range) is kept, the remaining tasks are skipped,
+// and it is rethrown after the region.
+class TaskErrors {
+ public:
+  template <typename F>
+  void run(F&& f) {
+    if (failed_.load(std::memory_order_relaxed)) return;
+    try {
+      f();
+    } catch (...) {
+#pragma omp critical(flex_attention_error)
+      if (!first_) first_ = std::current_exception();
+      failed_ = true;
+    }
+  }
+  void rethrow() const {
+    if (first_) std::rethrow_exception(first_);
+  }
+
+ private:
+  std::atomic<bool> failed_{false};
+  std::exception_ptr first_;
+};
+
+}  // namespace
+
 // ---- masks ---------------------------------------------------------------------------
 void MaskMod::fill(uint8_t* keep, int64_t ld, int64_t nq, int64_t nk, int64_t b, int64_t h, int64_t q0,
                    int64_t k0) const {
@@ -140,13 +168,15 @@ BlockMask create_block_mask(const MaskMod& mask, int64_t B, int64_t H, int64_t q
   m.kv_block = kv_block;
   const int64_t nq = m.nq(), nk = m.nkv();
   m.kinds.assign((size_t)(m.B * m.H * nq * nk), BlockKind::Full);
-#pragma omp parallel for schedule(dynamic) collapse(2)
-  for (int64_t bh = 0; bh < m.B * m.H; ++bh)
-    for (int64_t qb = 0; qb < nq; ++qb)
-      for (int64_t kb = 0; kb < nk; ++kb)
-        m.kinds[(size_t)((bh * nq + qb) * nk + kb)] =
-            mask.classify(bh / m.H, bh % m.H, qb * q_block, std::min(q_len, (qb + 1) * q_block), kb * kv_block,
-                          std::min(kv_len, (kb + 1) * kv_block));
+  TaskErrors errors;  // a user predicate may throw
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t t = 0; t < m.B * m.H * nq; ++t) errors.run([&] {
+    const int64_t bh = t / nq, qb = t % nq;
+    for (int64_t kb = 0; kb < nk; ++kb)
+      m.kinds[(size_t)(t * nk + kb)] = mask.classify(bh / m.H, bh % m.H, qb * q_block, std::min(q_len, (qb + 1) * q_block),
+                                                     kb * kv_block, std::min(kv_len, (kb + 1) * kv_block));
+  });
+  errors.rethrow();
   return m;
 }
 
@@ -170,31 +200,6 @@ double BlockMask::density() const {
 namespace {
 struct Dims {
   int64_t B, Sq, Skv, Hq, Hkv, D, group;
-};
-
-// Exceptions cannot cross an OpenMP region: the first one a task throws (a
-// score_mod reading out of range) is kept, the remaining tasks are skipped,
-// and it is rethrown after the region.
-class TaskErrors {
- public:
-  template <typename F>
-  void run(F&& f) {
-    if (failed_.load(std::memory_order_relaxed)) return;
-    try {
-      f();
-    } catch (...) {
-#pragma omp critical(flex_attention_error)
-      if (!first_) first_ = std::current_exception();
-      failed_ = true;
-    }
-  }
-  void rethrow() const {
-    if (first_) std::rethrow_exception(first_);
-  }
-
- private:
-  std::atomic<bool> failed_{false};
-  std::exception_ptr first_;
 };
 
 template <typename T>

@@ -52,7 +52,7 @@ template <typename T>
 struct Dual {
   static constexpr int kSlots = 8;  // captured reads per score
   T v = 0, ds = 0;
-  T d[kSlots] = {};
+  T d[kSlots] = {};  // the first n are meaningful
   int n = 0;  // slots in use
   Dual() = default;
   Dual(double x) : v((T)x) {}  // NOLINT: constants mix freely
