@@ -137,6 +137,43 @@ TEST(Config, ErrorsNameKeyFileLineAndAllowedValues) {
             std::string::npos) << e;
 }
 
+TEST(Config, StrictDuplicatesCliTyposValuesAndWarnings) {
+  std::string d = tmpdir("cfgstrict");
+  // a duplicate key (YAML would silently keep one) and a duplicate section
+  std::string e = error_of([&] { load_job_config_file(write_file(d + "/dup.yaml", "model:\n  dim: 64\n  dim: 128\n")); });
+  EXPECT_NE(e.find("dup.yaml:3: duplicate key 'model.dim' (first at line 2)"), std::string::npos) << e;
+  e = error_of([&] {
+    load_job_config_file(write_file(d + "/dups.yaml", "model:\n  dim: 64\ntraining:\n  steps: 2\nmodel:\n  dim: 32\n"));
+  });
+  EXPECT_NE(e.find("dups.yaml:6: duplicate key 'model.dim' (first at line 2)"), std::string::npos) << e;
+  // a section written twice with different keys merges (titan 0.7 dumped `checkpoint` in two blocks)
+  JobConfig m = load_job_config_file(write_file(d + "/merge.yaml", "model:\n  dim: 64\ntraining:\n  steps: 2\nmodel:\n  n_layers: 3\n"));
+  EXPECT_EQ(m.model.dim, 64);
+  EXPECT_EQ(m.model.n_layers, 3);
+  // command-line typos get YAML's "did you mean" and key list, not CLI11's "arguments were not expected"
+  const char* argv[] = {"titan-train", "--model.dimm", "64"};
+  e = error_of([&] { load_job_config(3, argv); });
+  EXPECT_NE(e.find("unknown flag --model.dimm (did you mean 'dim'?); keys in [model]:"), std::string::npos) << e;
+  const char* argv2[] = {"titan-train", "--trainig.steps=3"};
+  e = error_of([&] { load_job_config(2, argv2); });
+  EXPECT_NE(e.find("unknown flag --trainig.steps (did you mean 'training.steps'?)"), std::string::npos) << e;
+  // physically meaningless values
+  e = error_of([&] { load_job_config_file("", {"model.rope_theta", "0"}); });
+  EXPECT_NE(e.find("model.rope_theta must be > 0"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file("", {"model.norm_eps", "-1e-6"}); });
+  EXPECT_NE(e.find("model.norm_eps must be > 0"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file("", {"training.max_norm", "-1"}); });
+  EXPECT_NE(e.find("training.max_norm must be >= 0"), std::string::npos) << e;
+  // legal but surely a mistake: warned
+  JobConfig c = load_job_config_file("", {"training.steps", "5", "lr_scheduler.warmup_steps", "10", "model.sliding_window",
+                                          "512", "training.seq_len", "256"});
+  auto w = config_warnings(c);
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_NE(w[0].find("warmup_steps (10) exceeds training.steps (5)"), std::string::npos) << w[0];
+  EXPECT_NE(w[1].find("model.sliding_window (512) is not shorter than training.seq_len (256)"), std::string::npos) << w[1];
+  EXPECT_TRUE(config_warnings(JobConfig()).empty());
+}
+
 TEST(Config, ChangesBetweenConfigsForResume) {
   JobConfig a, b;
   b.optimizer.lr = 1e-3;

@@ -243,6 +243,14 @@ void apply_yaml(JobConfig& c, const std::string& path) {
   TITAN_CHECK(root.IsMap(), "config error: ", path, ": the top level must be a mapping of sections");
   auto fs = fields(c);
   auto secs = sections_of(fs);
+  // YAML keeps one of two equal keys silently: a duplicate key is an error naming both lines (a section
+  // written twice merges, as configs dumped by titan 0.7 split `checkpoint` in two)
+  std::map<std::string, int> seen;
+  auto once = [&](const std::string& key, int line) {
+    auto [it, fresh] = seen.emplace(key, line);
+    TITAN_CHECK(fresh, "config error: ", path, ":", line, ": duplicate key '", key, "' (first at line ", it->second,
+                "); YAML would keep one of them silently");
+  };
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string sec = it->first.as<std::string>();
     const int line = it->first.Mark().line + 1;
@@ -256,6 +264,7 @@ void apply_yaml(JobConfig& c, const std::string& path) {
       const std::string k = kv->first.as<std::string>();
       const int kl = kv->first.Mark().line + 1;
       const Field* f = find(fs, sec + "." + k);
+      once(sec + "." + k, kl);
       if (!f)
         fail("config error: ", path, ":", kl, ": unknown key '", sec, ".", k, "'", suggestion(k, keys),
              "; keys in [", sec, "]: ", join(keys));
@@ -266,14 +275,25 @@ void apply_yaml(JobConfig& c, const std::string& path) {
   }
 }
 
+// An unknown --key: the same "did you mean" and key list as a YAML typo.
+[[noreturn]] void unknown_flag(const std::vector<Field>& fs, const std::string& key) {
+  const auto secs = sections_of(fs);
+  const std::string sec = key.substr(0, key.find('.'));
+  if (key.find('.') == std::string::npos || std::find(secs.begin(), secs.end(), sec) == secs.end()) {
+    std::vector<std::string> all;
+    for (const auto& x : fs) all.push_back(x.key);
+    fail("config error: unknown flag --", key, suggestion(key, all), "; flags are --section.key, sections: ",
+         join(secs), " (titan-train --help lists every key)");
+  }
+  const auto keys = keys_in(fs, sec);
+  fail("config error: unknown flag --", key, suggestion(key.substr(sec.size() + 1), keys), "; keys in [", sec,
+       "]: ", join(keys));
+}
+
 void apply_override(JobConfig& c, const std::string& key, const std::string& value) {
   auto fs = fields(c);
   const Field* f = find(fs, key);
-  if (!f) {
-    std::vector<std::string> all;
-    for (const auto& x : fs) all.push_back(x.key);
-    fail("config error: unknown flag --", key, suggestion(key, all));
-  }
+  if (!f) unknown_flag(fs, key);
   assign(*f, value, "--" + key);
 }
 
@@ -303,7 +323,15 @@ void validate(const JobConfig& c) {
   TITAN_CHECK(c.model.head_dim % 2 == 0, "config error: model.head_dim must be even for RoPE, got ",
               c.model.head_dim);
   TITAN_CHECK(c.model.sliding_window >= 0, "config error: model.sliding_window must be >= 0 (0 = off)");
-  TITAN_CHECK(c.model.norm_eps > 0, "config error: model.norm_eps must be > 0");
+  TITAN_CHECK(c.model.norm_eps > 0, "config error: model.norm_eps must be > 0, got ", c.model.norm_eps);
+  TITAN_CHECK(c.model.rope_theta > 0, "config error: model.rope_theta must be > 0 (RoPE's base), got ",
+              c.model.rope_theta);
+  TITAN_CHECK(c.model.rope_scaling_factor > 0, "config error: model.rope_scaling_factor must be > 0, got ",
+              c.model.rope_scaling_factor);
+  TITAN_CHECK(c.model.moe_aux_loss_coeff >= 0 && c.model.moe_bias_update_rate >= 0,
+              "config error: model.moe_aux_loss_coeff and model.moe_bias_update_rate must be >= 0 (0 = off)");
+  TITAN_CHECK(c.training.max_norm >= 0, "config error: training.max_norm must be >= 0 (0 = no clipping), got ",
+              c.training.max_norm);
   TITAN_CHECK(c.optimizer.lr >= 0 && c.optimizer.beta1 >= 0 && c.optimizer.beta1 < 1 && c.optimizer.beta2 >= 0 &&
                   c.optimizer.beta2 < 1 && c.optimizer.eps > 0 && c.optimizer.weight_decay >= 0,
               "config error: optimizer needs lr >= 0, 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0");
@@ -329,6 +357,18 @@ void validate(const JobConfig& c) {
   TITAN_CHECK(c.metrics.peak_tflops > 0, "config error: metrics.peak_tflops must be > 0");
 }
 }  // namespace
+
+std::vector<std::string> config_warnings(const JobConfig& c) {
+  std::vector<std::string> w;
+  if (c.lr_scheduler.warmup_steps > c.training.steps)
+    w.push_back("lr_scheduler.warmup_steps (" + std::to_string(c.lr_scheduler.warmup_steps) +
+                ") exceeds training.steps (" + std::to_string(c.training.steps) +
+                "): the learning rate never reaches optimizer.lr");
+  if (c.model.sliding_window >= c.training.seq_len)
+    w.push_back("model.sliding_window (" + std::to_string(c.model.sliding_window) + ") is not shorter than "
+                "training.seq_len (" + std::to_string(c.training.seq_len) + "): the window hides nothing (a typo?)");
+  return w;
+}
 
 JobConfig load_job_config_file(const std::string& path, const std::vector<std::string>& overrides) {
   JobConfig c;
@@ -396,6 +436,16 @@ JobConfig load_job_config(int argc, const char* const* argv) {
                  "YAML job config: a path, or a name looked up under configs/ (e.g. qwen3_32b)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   JobConfig defaults;
+  {  // typos first, with YAML's "did you mean" instead of CLI11's "arguments were not expected"
+    const auto fs = fields(defaults);
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a.size() < 3 || a.rfind("--", 0) != 0) continue;
+      const std::string key = a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
+      if (key == "config" || key == "job.config_file" || key == "help" || key == "version") continue;
+      if (!find(fs, key)) unknown_flag(fs, key);
+    }
+  }
   std::vector<std::pair<std::string, std::string>> given;
   std::map<std::string, std::string> values;
   for (const auto& f : fields(defaults)) {
@@ -471,14 +521,12 @@ std::vector<std::string> config_changes(const std::string& old_yaml, const std::
 std::string dump_job_config(const JobConfig& cc) {
   JobConfig c = cc;
   std::ostringstream os;
-  std::string cur;
-  for (const auto& f : fields(c)) {
-    std::string sec = f.key.substr(0, f.key.find('.'));
-    if (sec != cur) {
-      os << sec << ":\n";
-      cur = sec;
-    }
-    os << "  " << f.key.substr(sec.size() + 1) << ": ";
+  const auto fs = fields(c);
+  for (const std::string& sec : sections_of(fs)) {  // one block per section, whatever the table's order
+    os << sec << ":\n";
+    for (const auto& f : fs) {
+      if (f.key.rfind(sec + ".", 0) != 0) continue;
+      os << "  " << f.key.substr(sec.size() + 1) << ": ";
     std::visit(
         [&](auto* p) {
           using T = std::remove_pointer_t<decltype(p)>;
@@ -493,8 +541,9 @@ std::string dump_job_config(const JobConfig& cc) {
             os << s;
           } else os << *p;
         },
-        f.ptr);
-    os << "\n";
+          f.ptr);
+      os << "\n";
+    }
   }
   return os.str();
 }

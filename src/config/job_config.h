@@ -167,6 +167,11 @@ JobConfig load_job_config_file(const std::string& path, const std::vector<std::s
 // `--config NAME`: NAME itself when it is a file, else NAME[.yaml] under
 // ./configs, the source tree's configs/ and the installed share/titan/configs
 // (sub-folders searched by file name); an error lists the known configs.
+// Values that are legal but almost surely a mistake, one line each (the job
+// logs them as warnings): warmup longer than training, a sliding window that
+// covers the whole sequence.
+std::vector<std::string> config_warnings(const JobConfig& c);
+
 std::string resolve_config_path(const std::string& name);
 // "section.key: old -> new" for every key of `sections` whose value differs
 // between two dump_job_config texts (numbers compared as numbers; a key the

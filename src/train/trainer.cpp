@@ -54,6 +54,8 @@ void print_profile(CostScope& cs, double seconds) {
 TrainResult train(const JobConfig& cfg) {
   TrainResult result;
   const double t_start = process_seconds();
+  if (!comms::initialized() || comms::world_rank() == 0)
+    for (const std::string& w : config_warnings(cfg)) log_info("warning: " + w);
   if (cfg.simulation.enabled) {  // one process plays simulation.world_size ranks on meta tensors
     const int world = (int)cfg.simulation.world_size;
     if (!comms::initialized()) comms::init(nullptr, nullptr);
