@@ -2,6 +2,9 @@
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <functional>
+
 namespace titan::comms {
 
 MeshDegrees resolve_degrees(MeshDegrees d, int64_t world) {
@@ -28,20 +31,38 @@ DeviceMesh::DeviceMesh(MeshDegrees d, bool fake, int fake_rank, int fake_world) 
   tp_rank = (int)(rank % T);
   shard_rank = (int)((rank / T) % S);
   replicate_rank = (int)(rank / (T * S));
-  auto group = [&](int color, int key, int size, int grank, const std::string& name) -> PG {
-    if (fake) return ProcessGroup::fake(grank, size, name);
+  // Each group: the world ranks of equal color, ordered by key (colors and keys are functions of a world
+  // rank, so a fake mesh lists every group's members without communicating).
+  auto tp_of = [T](int w) { return (int)(w % T); };
+  auto shard_of = [T, S](int w) { return (int)((w / T) % S); };
+  auto repl_of = [T, S](int w) { return (int)(w / (T * S)); };
+  auto group = [&](const std::function<int(int)>& color, const std::function<int(int)>& key,
+                   const std::string& name) -> PG {
+    if (fake) {
+      std::vector<std::pair<int, int>> m;
+      for (int w = 0; w < world; ++w)
+        if (color(w) == color(rank)) m.emplace_back(key(w), w);
+      std::sort(m.begin(), m.end());
+      std::vector<int> members;
+      int me = 0;
+      for (size_t i = 0; i < m.size(); ++i) {
+        if (m[i].second == rank) me = (int)i;
+        members.push_back(m[i].second);
+      }
+      return ProcessGroup::fake(me, std::move(members), name);
+    }
     MPI_Comm c;
-    MPI_Comm_split(MPI_COMM_WORLD, color, key, &c);
+    MPI_Comm_split(MPI_COMM_WORLD, color(rank), key(rank), &c);
     auto pg = std::make_shared<ProcessGroup>(c, name);
     MPI_Comm_free(&c);
     return pg;
   };
-  world_pg = group(0, rank, world, rank, "world");
-  tp = group(replicate_rank * S + shard_rank, tp_rank, (int)T, tp_rank, "tp");
-  dp_shard = group(replicate_rank * T + tp_rank, shard_rank, (int)S, shard_rank, "dp_shard");
-  dp_replicate = group(shard_rank * T + tp_rank, replicate_rank, (int)degrees.dp_replicate, replicate_rank,
-                       "dp_replicate");
-  dp = group(tp_rank, replicate_rank * S + shard_rank, (int)(degrees.dp_replicate * S), (int)dp_rank(), "dp");
+  auto ident = [](int w) { return w; };
+  world_pg = group([](int) { return 0; }, ident, "world");
+  tp = group([&](int w) { return repl_of(w) * (int)S + shard_of(w); }, tp_of, "tp");
+  dp_shard = group([&](int w) { return repl_of(w) * (int)T + tp_of(w); }, shard_of, "dp_shard");
+  dp_replicate = group([&](int w) { return shard_of(w) * (int)T + tp_of(w); }, repl_of, "dp_replicate");
+  dp = group(tp_of, [&](int w) { return repl_of(w) * (int)S + shard_of(w); }, "dp");
 }
 
 std::string DeviceMesh::describe() const {

@@ -269,6 +269,10 @@ ProcessGroup::ProcessGroup(MPI_Comm comm, std::string name) : name_(std::move(na
   MPI_Group_translate_ranks(mine, size_, local.data(), world, global.data());
   MPI_Group_free(&mine);
   MPI_Group_free(&world);
+  set_members(std::move(global));
+}
+
+void ProcessGroup::set_members(std::vector<int> global) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the name and the world ranks
   auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
   for (char ch : name_) mix((uint8_t)ch);
@@ -277,12 +281,15 @@ ProcessGroup::ProcessGroup(MPI_Comm comm, std::string name) : name_(std::move(na
   world_ranks_ = std::make_shared<const std::vector<int>>(std::move(global));
 }
 
-std::shared_ptr<ProcessGroup> ProcessGroup::fake(int rank, int size, std::string name) {
+std::shared_ptr<ProcessGroup> ProcessGroup::fake(int rank, std::vector<int> world_ranks, std::string name) {
+  TITAN_CHECK(!world_ranks.empty() && rank >= 0 && rank < (int)world_ranks.size(), "ProcessGroup::fake: rank ", rank,
+              " outside the ", world_ranks.size(), " members of group '", name, "'");
   std::shared_ptr<ProcessGroup> pg(new ProcessGroup());
   pg->rank_ = rank;
-  pg->size_ = size;
+  pg->size_ = (int)world_ranks.size();
   pg->name_ = std::move(name);
   pg->fake_ = true;
+  pg->set_members(std::move(world_ranks));
   return pg;
 }
 
@@ -323,7 +330,7 @@ std::pair<Tensor, Work> ProcessGroup::all_reduce_async(const Tensor& x, ReduceOp
   Tensor in = x.contiguous();
   Tensor out = empty(x.shape(), x.dtype(), x.device());
   const int64_t bytes = x.nbytes();
-  const int64_t tid = record_comm_start("all_reduce", name_, size_, (double)bytes);
+  const int64_t tid = record_comm_start("all_reduce", ref(), (double)bytes);
   if (x.is_meta() || fake_ || size_ == 1) {
     if (!x.is_meta()) copy_(out, in);
     return {out, done_work("all_reduce", name_, bytes, tid)};
@@ -372,7 +379,7 @@ std::pair<Tensor, Work> ProcessGroup::all_gather_async(const Tensor& x, int64_t 
   os[dim] = total;
   Tensor out = empty(os, x.dtype(), x.device());
   const int64_t bytes = x.nbytes();
-  const int64_t tid = record_comm_start("all_gather", name_, size_, (double)out.nbytes());
+  const int64_t tid = record_comm_start("all_gather", ref(), (double)out.nbytes());
   if (x.is_meta() || fake_) return {out, done_work("all_gather", name_, bytes, tid)};
   const int64_t row = numel(Shape(x.shape().begin() + 1, x.shape().end()));  // elements per row of dim 0
   std::vector<int> counts(size_), displs(size_);
@@ -412,7 +419,7 @@ std::pair<Tensor, Work> ProcessGroup::reduce_scatter_async(const Tensor& x, int6
   os[dim] = sizes[rank_];
   Tensor out = empty(os, x.dtype(), x.device());
   const int64_t bytes = x.nbytes();
-  const int64_t tid = record_comm_start("reduce_scatter", name_, size_, (double)bytes);
+  const int64_t tid = record_comm_start("reduce_scatter", ref(), (double)bytes);
   if (x.is_meta() || fake_) return {out, done_work("reduce_scatter", name_, bytes, tid)};
   const int64_t row = x.numel() / std::max<int64_t>(1, x.size(dim));
   std::vector<int> counts(size_);
@@ -482,7 +489,7 @@ Tensor ProcessGroup::all_to_all_v(const Tensor& x, const std::vector<int64_t>& s
   Shape os = x.shape();
   os[0] = rtotal;
   Tensor out = empty(os, x.dtype(), x.device());
-  const int64_t tid = record_comm_start("all_to_all", name_, size_, (double)x.nbytes());
+  const int64_t tid = record_comm_start("all_to_all", ref(), (double)x.nbytes());
   if (recv_rows) *recv_rows = rr;
   if (x.is_meta() || fake_) {
     record_comm_wait(tid);
@@ -532,9 +539,22 @@ Tensor ProcessGroup::recv(const Shape& shape, DType dtype, int src, int tag) {
   return out;
 }
 
-std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key, const std::string& name, int fake_rank,
-                                                   int fake_size) {
-  if (fake_) return fake(fake_rank, fake_size, name);
+std::shared_ptr<ProcessGroup> ProcessGroup::split(const std::function<int(int)>& color_of,
+                                                   const std::function<int(int)>& key_of, const std::string& name) {
+  const int color = color_of(rank_), key = key_of(rank_);
+  if (fake_) {
+    std::vector<std::pair<int, int>> m;  // (key, group rank) of the members of this color
+    for (int r = 0; r < size_; ++r)
+      if (color_of(r) == color) m.emplace_back(key_of(r), r);
+    std::stable_sort(m.begin(), m.end());
+    std::vector<int> world;
+    int me = 0;
+    for (size_t i = 0; i < m.size(); ++i) {
+      if (m[i].second == rank_) me = (int)i;
+      world.push_back((*world_ranks_)[m[i].second]);
+    }
+    return fake(me, std::move(world), name);
+  }
   MPI_Comm c = comm_, out = nullptr;
   submit("comm_split", *this, 0, [&, c]() { check_mpi(MPI_Comm_split(c, color, key, &out), "comm_split"); }).wait();
   auto pg = std::make_shared<ProcessGroup>(out, name);

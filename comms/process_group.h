@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "src/tensor/cost.h"
 #include "src/tensor/tensor.h"
 
 typedef struct ompi_communicator_t* MPI_Comm;
@@ -76,15 +77,18 @@ class ProcessGroup {
   // Wraps (and owns a duplicate of) `comm`.
   ProcessGroup(MPI_Comm comm, std::string name);
   // A group with no communication: meta tensors only (planning / simulation).
-  static std::shared_ptr<ProcessGroup> fake(int rank, int size, std::string name);
+  // world_ranks: the members in group-rank order (the world a simulation plays).
+  static std::shared_ptr<ProcessGroup> fake(int rank, std::vector<int> world_ranks, std::string name);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  // The group's members as world ranks, in group-rank order (fake groups: empty).
+  // The group's members as world ranks, in group-rank order (fake groups: the simulated world's).
   const std::vector<int>& world_ranks() const { return *world_ranks_; }
+  // What cost traces record of the group (name label, id, world ranks).
+  CommGroupRef ref() const { return {name_, id_, world_ranks_}; }
   const std::string& name() const { return name_; }
   bool is_fake() const { return fake_; }
 
@@ -104,11 +108,11 @@ class ProcessGroup {
   void send(const Tensor& x, int dst, int tag = 0);
   Tensor recv(const Shape& shape, DType dtype, int src, int tag = 0);
   void barrier();
-  // Sub-groups: ranks with the same color, ordered by key (collective over this group).
-  // A fake group cannot count the ranks of a color: the caller says this
-  // rank's place and the sub-group's size (ignored by real groups).
-  std::shared_ptr<ProcessGroup> split(int color, int key, const std::string& name, int fake_rank = 0,
-                                      int fake_size = 1);
+  // Sub-groups: the ranks of equal color_of(group rank), ordered by key_of
+  // (collective over this group). Functions of any member's group rank, so a
+  // fake group computes its sub-group's members without communicating.
+  std::shared_ptr<ProcessGroup> split(const std::function<int(int)>& color_of, const std::function<int(int)>& key_of,
+                                      const std::string& name);
 
   std::pair<Tensor, Work> all_reduce_async(const Tensor& x, ReduceOp op = ReduceOp::Sum);
   std::pair<Tensor, Work> all_gather_async(const Tensor& x, int64_t dim = 0, const std::vector<int64_t>& sizes = {});
@@ -118,6 +122,7 @@ class ProcessGroup {
  private:
   ProcessGroup() = default;
   std::vector<int64_t> even_sizes(int64_t n, const char* op) const;
+  void set_members(std::vector<int> world_ranks);  // world_ranks_ and the id hashed from them and the name
   friend struct GroupAccess;
   MPI_Comm comm_ = nullptr;
   int rank_ = 0, size_ = 1;

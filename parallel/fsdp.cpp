@@ -1,9 +1,9 @@
 #include "parallel/fsdp.h"
 
-#include "src/log/log.h"
-
 #include "src/autograd/function.h"
+#include "src/log/log.h"
 #include "src/ops/ops.h"
+#include "src/tensor/cost.h"
 
 namespace titan::parallel {
 
@@ -152,6 +152,7 @@ void FSDP::bind(Unit& u) {
     *p.slot = autograd::custom_op(
         "FSDPAllGather", {p.shard}, [pp](const V&) { return V{pp->full.detach()}; },
         [this, pp, up](const V& g) {
+          GradientReductionScope grads;  // these collectives carry gradients (reduce_dtype in simulation)
           Tensor gs;
           if (!pp->trivial()) gs = pp->group->reduce_scatter(g[0], 0, ReduceOp::Avg, pp->rows);
           else gs = g[0];

@@ -99,8 +99,9 @@ std::function<void()> apply_tp(qwen3::Qwen3& model, comms::DeviceMesh& mesh, std
     TITAN_CHECK(tp % a.n_kv_heads == 0, "tensor parallel: tensor_parallel_degree (", tp,
                 ") must be a multiple of n_kv_heads (", a.n_kv_heads, ") when it exceeds it");
     kv_head = r / (tp / a.n_kv_heads);
-    kv_group = mesh.tp->split((int)kv_head, r, "tp_kv" + std::to_string(kv_head), (int)(r % (tp / a.n_kv_heads)),
-                              (int)(tp / a.n_kv_heads));
+    const int share = (int)(tp / a.n_kv_heads);  // tp ranks holding each KV head
+    kv_group = mesh.tp->split([share](int t) { return t / share; }, [](int t) { return t; },
+                              "tp_kv" + std::to_string(kv_head));
   } else {
     kv_rows = by_heads(a.n_kv_heads, a.head_dim, tp, "n_kv_heads");
   }
@@ -265,12 +266,13 @@ ParallelModel parallelize(CausalLM& model, comms::DeviceMesh& mesh, const Parall
   FSDP::PlacementFn placement;
   if (opt.expert_parallel > 1) {
     TITAN_CHECK(oss, "parallelism: expert_parallel_degree applies to MoE models (model.name: gpt_oss)");
-    const int64_t ep = opt.expert_parallel, S = mesh.dp_shard->size(), sr = mesh.dp_shard->rank();
+    const int64_t ep = opt.expert_parallel, S = mesh.dp_shard->size();
     TITAN_CHECK(S % ep == 0, "parallelism: expert_parallel_degree ", ep,
                 " must divide the data-parallel shard degree ", S, " (ep borrows its ranks from dp_shard)");
-    comms::PG ep_group = mesh.dp_shard->split((int)(sr / ep), (int)(sr % ep), "ep", (int)(sr % ep), (int)ep);
+    const int e = (int)ep;
+    comms::PG ep_group = mesh.dp_shard->split([e](int s) { return s / e; }, [e](int s) { return s % e; }, "ep");
     comms::PG expert_dp =
-        mesh.dp_shard->split((int)(sr % ep), (int)(sr / ep), "dp_shard_mod_ep", (int)(sr / ep), (int)(S / ep));
+        mesh.dp_shard->split([e](int s) { return s % e; }, [e](int s) { return s / e; }, "dp_shard_mod_ep");
     apply_ep(*oss, ep_group, pm.specs);
     // expert weights: sharded over the ranks holding the same experts; their gradient gathered
     // every ep rank's tokens already, so the dp average is 1/ep of the group average

@@ -155,12 +155,37 @@ TEST(Comms, BroadcastAllToAllSendRecvBarrier) {
 }
 
 TEST(Comms, MetaAndFakeGroupsDoNotCommunicate) {
-  PG fake = ProcessGroup::fake(1, 8, "fake");
+  PG fake = ProcessGroup::fake(1, {0, 1, 2, 3, 4, 5, 6, 7}, "fake");
   Tensor m = empty({4, 16}, DType::F32, Device::Meta);
   EXPECT_EQ(fake->all_gather(m, 0).shape(), (Shape{32, 16}));
   EXPECT_EQ(fake->reduce_scatter(empty({32, 16}, DType::F32, Device::Meta), 0).shape(), (Shape{4, 16}));
   EXPECT_TRUE(fake->all_reduce(m).is_meta());
   EXPECT_EQ(world()->all_gather(m, 1).shape(), (Shape{4, 16 * world()->size()}));
+}
+
+// A simulation plays a world with fake groups: they must know the same members
+// (world ranks, in group order), rank and identity as the real groups.
+TEST(Comms, FakeGroupsKnowTheirMembersAsRealOnesDo) {
+  PG w = world();
+  std::vector<int> all(w->size());
+  for (int r = 0; r < w->size(); ++r) all[r] = r;
+  PG fw = ProcessGroup::fake(w->rank(), all, "world");
+  EXPECT_EQ(fw->world_ranks(), w->world_ranks());
+  auto color = [](int r) { return r % 2; };
+  auto key = [](int r) { return -r; };  // reversed order inside each color
+  PG real = w->split(color, key, "sub"), fake = fw->split(color, key, "sub");
+  EXPECT_EQ(real->world_ranks(), fake->world_ranks());
+  EXPECT_EQ(real->rank(), fake->rank());
+  EXPECT_EQ(real->ref().id, fake->ref().id);
+  MeshDegrees d;
+  d.tp = w->size() % 2 == 0 ? 2 : 1;
+  DeviceMesh rm(d), fm(d, /*fake=*/true, w->rank(), w->size());
+  for (auto [a, b] : {std::pair<PG, PG>{rm.world_pg, fm.world_pg}, {rm.tp, fm.tp}, {rm.dp_shard, fm.dp_shard},
+                      {rm.dp_replicate, fm.dp_replicate}, {rm.dp, fm.dp}}) {
+    EXPECT_EQ(a->world_ranks(), b->world_ranks()) << a->name();
+    EXPECT_EQ(a->rank(), b->rank()) << a->name();
+    EXPECT_EQ(a->ref().id, b->ref().id) << a->name();
+  }
 }
 
 TEST(Comms, CollectivesAreRecorded) {

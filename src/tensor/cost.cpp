@@ -82,7 +82,14 @@ void record_cost(const char* op, double flops, double bytes, const GemmShape& ge
   }
 }
 
-int64_t record_comm_start(const char* kind, const std::string& group, int group_size, double bytes) {
+namespace {
+thread_local bool t_gradients = false;
+}
+GradientReductionScope::GradientReductionScope() : prev_(t_gradients) { t_gradients = true; }
+GradientReductionScope::~GradientReductionScope() { t_gradients = prev_; }
+bool GradientReductionScope::active() { return t_gradients; }
+
+int64_t record_comm_start(const char* kind, const CommGroupRef& group, double bytes) {
   if (t_scope) {  // collectives count their bytes (no FLOPs) in the scopes, as before
     CostTrace* saved = t_trace;
     t_trace = nullptr;
@@ -96,7 +103,7 @@ int64_t record_comm_start(const char* kind, const std::string& group, int group_
   e.bytes = bytes;
   e.comm_id = t_next_comm++;
   e.group = group;
-  e.group_size = group_size;
+  e.gradients = t_gradients;
   e.t = t_trace->elapsed();
   t_trace->events_.push_back(e);
   return e.comm_id;

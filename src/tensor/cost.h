@@ -15,6 +15,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,31 @@ class CostScope {
 };
 
 
+// Who takes part in a collective: the simulator places it on chips from the
+// members' world ranks and gives each group its own stream (by id); the name
+// is a label for logs and trace lanes only.
+struct CommGroupRef {
+  std::string name;
+  uint64_t id = 0;
+  std::shared_ptr<const std::vector<int>> world_ranks;  // in group-rank order
+  int size() const { return world_ranks ? (int)world_ranks->size() : 1; }
+};
+
+// RAII: collectives started on this thread while alive carry gradients (a
+// simulation prices their bytes in simulation.reduce_dtype). FSDP's and HSDP's
+// gradient reductions open one; nothing is inferred from a group's name.
+class GradientReductionScope {
+ public:
+  GradientReductionScope();
+  ~GradientReductionScope();
+  GradientReductionScope(const GradientReductionScope&) = delete;
+  GradientReductionScope& operator=(const GradientReductionScope&) = delete;
+  static bool active();
+
+ private:
+  bool prev_;
+};
+
 // One thing a thread did, in program order: a kernel, or the start / the
 // wait of a collective. The simulator schedules these on a compute stream and
 // one communication stream per process group.
@@ -76,8 +102,8 @@ struct CostEvent {
   GemmShape gemm;        // Compute: GEMM dims when the op is one
   KernelClass cls = KernelClass::Elementwise;  // Compute: when not a GEMM
   int64_t comm_id = -1;  // CommStart / CommWait: pairs them
-  std::string group;     // CommStart: process-group name
-  int group_size = 1;    // CommStart: ranks in the group
+  CommGroupRef group;    // CommStart: the process group
+  bool gradients = false;  // CommStart: issued inside a GradientReductionScope
   double t = 0;          // timed traces: seconds since the trace began, at the record
 };
 
@@ -95,7 +121,7 @@ class CostTrace {
 
  private:
   friend void record_cost(const char*, double, double, const GemmShape&, KernelClass);
-  friend int64_t record_comm_start(const char*, const std::string&, int, double);
+  friend int64_t record_comm_start(const char*, const CommGroupRef&, double);
   friend void record_comm_wait(int64_t);
   CostTrace* parent_;
   bool timed_;
@@ -113,7 +139,7 @@ inline void record_cost(const char* op, double flops, double bytes, KernelClass 
 // cost model takes it: all_gather: the gathered output; reduce_scatter and
 // all_reduce: the full input; all_to_all: what this rank sends. Returns an id
 // for record_comm_wait (-1 when nothing records).
-int64_t record_comm_start(const char* kind, const std::string& group, int group_size, double bytes);
+int64_t record_comm_start(const char* kind, const CommGroupRef& group, double bytes);
 void record_comm_wait(int64_t id);
 
 }  // namespace titan

@@ -20,23 +20,6 @@ std::string f(const char* fmt, double v) {
   return b;
 }
 
-// Members of rank 0's group `name` (mesh order: dp_replicate x dp_shard x tp, tp innermost).
-std::vector<int> group_members(const std::string& name, int size, const StepPlan& p, int world) {
-  const int T = (int)p.tp_degree;
-  int stride = 1;  // tp, tp_kv*, world: consecutive ranks
-  if (name == "dp_shard" || name == "dp" || name == "ep") stride = T;
-  else if (name == "dp_shard_mod_ep") stride = T * (int)p.ep_degree;
-  else if (name != "tp" && name != "world" && name.rfind("tp_kv", 0) != 0)
-    stride = world / std::max(1, size);  // dp_replicate (and any other group): spread evenly
-  std::vector<int> m(size);
-  for (int i = 0; i < size; ++i) m[i] = i * stride;
-  return m;
-}
-
-bool is_dp_group(const std::string& g) {
-  return g == "dp_shard" || g == "dp" || g == "dp_replicate" || g == "dp_shard_mod_ep" || g == "world";
-}
-
 KernelKind kind_of(const CostEvent& e) {
   if (e.gemm.batch > 0) return KernelKind::Gemm;
   if (e.cls == KernelClass::Attention) return KernelKind::Attention;
@@ -128,6 +111,7 @@ SimResult simulate_step(const JobConfig& cfg, int world) {
   // ---- schedule ----
   double tc = 0;  // compute stream clock
   std::map<std::string, double> stream_free;
+  std::map<uint64_t, std::string> stream_of_group;
   struct Pending { double end; std::string kind; int64_t span; };
   std::map<int64_t, Pending> inflight;
   std::map<std::string, std::string> algo_of;
@@ -192,17 +176,23 @@ SimResult simulate_step(const JobConfig& cfg, int world) {
     } else if (e.kind == CostEvent::Kind::CommStart) {
       flush_fused();
       const Collective kind = parse_collective(e.op);
-      const double scale =
-          (kind == Collective::ReduceScatter || kind == Collective::AllReduce) && is_dp_group(e.group) ? red_scale
-                                                                                                        : act_scale;
-      const GroupSpan span = group_span(sys, rpc, group_members(e.group, e.group_size, plan, world));
+      const double scale = e.gradients ? red_scale : act_scale;
+      TITAN_CHECK(e.group.world_ranks && !e.group.world_ranks->empty(), "simulation: collective ", e.op,
+                  " over group '", e.group.name, "' carries no members");
+      const GroupSpan span = group_span(sys, rpc, *e.group.world_ranks);
       CollectiveTime ct = collective_time(chip, sys, rpc, kind, e.bytes * scale, span);
-      const std::string stream = "comm:" + e.group;
+      // one stream per group (by id; the name only labels its lane)
+      auto [sit, fresh] = stream_of_group.emplace(e.group.id, "comm:" + e.group.name);
+      if (fresh)
+        for (const auto& [id, label] : stream_of_group)
+          if (id != e.group.id && label == sit->second) sit->second += "#" + std::to_string(stream_of_group.size());
+      const std::string stream = sit->second;
       // a free collective (group of one) neither queues nor occupies its stream
       const double start = ct.seconds > 0 ? std::max(tc, stream_free[stream]) : tc;
       if (ct.seconds > 0) stream_free[stream] = start + ct.seconds;
-      r.comm_busy_by_group[e.group] += ct.seconds;
-      algo_of[std::string(e.op) + " over " + e.group + " (" + std::to_string(e.group_size) + " ranks)"] = ct.algorithm;
+      r.comm_busy_by_group[e.group.name] += ct.seconds;
+      algo_of[std::string(e.op) + " over " + e.group.name + " (" + std::to_string(e.group.size()) + " ranks)"] =
+          ct.algorithm;
       int64_t idx = -1;
       if (ct.seconds > 0) {
         idx = (int64_t)r.spans.size();
@@ -322,7 +312,7 @@ SimResult measured_timeline(const std::vector<CostEvent>& ev, double end, const 
       r.compute_s += dur;
     } else if (e.kind == CostEvent::Kind::CommStart) {
       comm_span[e.comm_id] = r.spans.size();
-      r.spans.push_back({"comm:" + e.group, e.op, "comm", e.t, 0, 0, e.bytes, -1});
+      r.spans.push_back({"comm:" + e.group.name, e.op, "comm", e.t, 0, 0, e.bytes, -1});
     } else {
       auto it = comm_span.find(e.comm_id);
       if (it == comm_span.end()) continue;

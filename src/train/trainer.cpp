@@ -153,7 +153,6 @@ TrainResult train(const JobConfig& cfg) {
   CausalLM& model = *model_ptr;
   model.init_weights((uint64_t)cfg.debug.seed);  // identical on every rank: shards are cut from it
   model.set_activation_checkpoint(cfg.activation_checkpoint.every());
-  const int64_t vocab = model.vocab_size();
   const double flops_per_token = model.flops_per_token(S);
   log_info("model parameters: " + with_commas((double)n_params) + " total, " +
            with_commas((double)(n_params - model.num_embedding_params())) + " non-embedding; " +
