@@ -330,6 +330,9 @@ void validate(const JobConfig& c) {
               c.model.rope_scaling_factor);
   TITAN_CHECK(c.model.moe_aux_loss_coeff >= 0 && c.model.moe_bias_update_rate >= 0,
               "config error: model.moe_aux_loss_coeff and model.moe_bias_update_rate must be >= 0 (0 = off)");
+  TITAN_CHECK(c.model.attn_mask_type != "prefix_lm" || c.model.attn_prefix_len < c.training.seq_len,
+              "config error: model.attn_prefix_len (", c.model.attn_prefix_len, ") must be shorter than training.seq_len (",
+              c.training.seq_len, ")");
   TITAN_CHECK(c.training.max_norm >= 0, "config error: training.max_norm must be >= 0 (0 = no clipping), got ",
               c.training.max_norm);
   TITAN_CHECK(c.optimizer.lr >= 0 && c.optimizer.beta1 >= 0 && c.optimizer.beta1 < 1 && c.optimizer.beta2 >= 0 &&
