@@ -182,7 +182,7 @@ struct ScoreTile {
                        const uint8_t* keep, const CapturedTensor<T>* caps) const = 0;
   // Backward of softmax(mod(s)) given dP: p_out = softmax probabilities,
   // ds_out = dL/ds; adds dL/dcaptured to cap_grad[i][flat] (in double: a
-  // captured element can collect a sum over every score).
+  // captured element can collect a sum over every score; null: not wanted).
   virtual void backward(const T* s, T* p_out, T* ds_out, const T* dp, int64_t ld, int64_t nq, int64_t nk, int64_t b,
                         int64_t h, int64_t q0, int64_t k0, const uint8_t* keep, const T* lse, const T* di,
                         const CapturedTensor<T>* caps, double* const* cap_grad) const = 0;
@@ -357,10 +357,11 @@ struct ScoreTileImpl final : ScoreTile<T> {
         const T g = p * (dp[e] - di[i]);  // dL / d mod(s)
         p_out[e] = p;
         ds_out[e] = g * y.ds;
-        for (int r = 0; r < y.n; ++r) {
-          const auto& rd = cap.read(r);
-          cap_grad[rd.cap][rd.flat] += (double)(g * y.d[r]);
-        }
+        if (cap_grad)
+          for (int r = 0; r < y.n; ++r) {
+            const auto& rd = cap.read(r);
+            cap_grad[rd.cap][rd.flat] += (double)(g * y.d[r]);
+          }
       }
     }
   }
