@@ -94,12 +94,12 @@ Batch DataLoader::next() {
     pt[i] = buf[i + 1];
   }
   int64_t* pd = b.doc_ids.data<int64_t>();
-  for (int64_t r = 0; r < B_; ++r) {
+  for (int64_t r = 0; r < B_; ++r) {  // +1 at each document start inside the row, then a running sum
     const int64_t begin = pos_ + rank_ * T + r * S_;
     int64_t* row = pd + r * S_;
     for (int64_t s : document_starts(begin, begin + S_))
-      if (s > 0)
-        for (int64_t i = s; i < S_; ++i) ++row[i];
+      if (s > 0) ++row[s];
+    for (int64_t i = 1; i < S_; ++i) row[i] += row[i - 1];
   }
   pos_ += world_ * T;
   return b;

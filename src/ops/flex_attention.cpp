@@ -101,10 +101,7 @@ MaskMod prefix_lm_mask(int64_t prefix) {
 
 MaskMod document_causal_mask(const Tensor& doc_ids) {
   TITAN_CHECK(doc_ids.dim() == 2, "document_causal_mask: doc_ids must be [B, S], got ", shape_str(doc_ids.shape()));
-  if (doc_ids.is_meta()) {  // no data to plan with: price the causal upper bound
-    MaskMod m = causal_mask();
-    return m;
-  }
+  if (doc_ids.is_meta()) return causal_mask();  // no data to plan with: price the causal upper bound
   TITAN_CHECK(doc_ids.dtype() == DType::I64, "document_causal_mask: doc_ids must be int64, got ",
               dtype_name(doc_ids.dtype()));
   const int64_t S = doc_ids.size(1);
