@@ -47,35 +47,9 @@ class CausalLM : public nn::Module {
 // the query at i sees token i + 1, its target.
 Tensor ignore_prefix_targets(const Tensor& targets, int64_t prefix);
 
-// The part every decoder model of the zoo shares: its architecture `ArgsT`
-// (to_hf_json, vocab_size, num_params, num_embedding_params, flops_per_token)
-// and its HF "model." backbone `BackboneT` (layers->layers).
-template <typename ArgsT, typename BackboneT>
-class DecoderLM : public CausalLM {
- public:
-  explicit DecoderLM(const ArgsT& a) : args_(a) {}
-  std::string hf_config_json() const override { return args_.to_hf_json(); }
-  std::vector<nn::Module*> blocks() override {
-    return std::vector<nn::Module*>(model->layers->layers.begin(), model->layers->layers.end());
-  }
-  void set_activation_checkpoint(int64_t every) override { activation_checkpoint = every; }
-  int64_t vocab_size() const override { return args_.vocab_size; }
-  int64_t expected_num_params() const override { return args_.num_params(); }
-  int64_t num_embedding_params() const override { return args_.num_embedding_params(); }
-  double flops_per_token(int64_t seq) const override { return args_.flops_per_token(seq); }
-  Tensor loss_targets(const Tensor& targets) const override {
-    return ignore_prefix_targets(targets, args_.attn.mask == "prefix_lm" ? args_.attn.prefix_len : 0);
-  }
-  const ArgsT& args() const { return args_; }
-  BackboneT* model = nullptr;
-  int64_t activation_checkpoint = 0;  // every how many blocks (0: none)
-
- protected:
-  ArgsT args_;
-};
-
-// Builds a model from the YAML model section (model.name: qwen3 | gpt_oss) or
-// from HF config.json content (model_type qwen3 | gpt_oss).
+// Builds the decoder (models/decoder) from the YAML model section (model.name:
+// qwen3 | qwen3_moe | gpt_oss | llama3) or from HF config.json content
+// (model_type qwen3 | qwen3_moe | gpt_oss | llama | titan_decoder).
 std::unique_ptr<CausalLM> build_model(const JobConfig::Model& m);
 std::unique_ptr<CausalLM> build_model_from_hf(const std::string& hf_config_json);
 

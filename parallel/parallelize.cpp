@@ -3,8 +3,7 @@
 #include <cmath>
 
 #include "comms/functional.h"
-#include "models/gpt_oss/model.h"
-#include "models/qwen3/model.h"
+#include "models/decoder/model.h"
 #include "parallel/fsdp.h"
 #include "src/autograd/grad_mode.h"
 #include "src/ops/ops.h"
@@ -50,7 +49,9 @@ ShardSpec* find_spec(std::vector<ShardSpec>& specs, const Tensor* slot) {
 }
 
 // Keeps this tp rank's chunk of the parameter in `slot` along `dim` (chunk sizes given).
-void shard_param(Tensor& slot, int64_t dim, const std::vector<int64_t>& sizes, int r, std::vector<ShardSpec>& specs) {
+// (`tp`: a tensor-parallel cut, else an expert-parallel one.)
+void shard_param(Tensor& slot, int64_t dim, const std::vector<int64_t>& sizes, int r, std::vector<ShardSpec>& specs,
+                 bool tp = true) {
   ShardSpec* s = find_spec(specs, &slot);
   int64_t start = 0;
   for (int q = 0; q < r; ++q) start += sizes[q];
@@ -65,7 +66,7 @@ void shard_param(Tensor& slot, int64_t dim, const std::vector<int64_t>& sizes, i
   slot.requires_grad_(true);
   slot.set_name(name);
   s->offset[dim] += start;
-  s->tp_replicated = false;
+  if (tp) s->tp_replicated = false;
 }
 
 void shard_linear(nn::Linear* lin, int64_t dim, const std::vector<int64_t>& sizes, int r,
@@ -82,12 +83,20 @@ std::vector<int64_t> by_heads(int64_t heads, int64_t head_dim, int64_t tp, const
 // Tensor parallel, part 1 (before FSDP): cut each rank's slices of the weights.
 // Part 2 (after FSDP, so these hooks run after FSDP has bound the weights)
 // registers the collectives. Returns the part-2 registration.
-std::function<void()> apply_tp(qwen3::Qwen3& model, comms::DeviceMesh& mesh, std::vector<ShardSpec>& specs,
+//   attention: q, k, v column-parallel by heads (biases and sinks with them),
+//     o row-parallel (its bias added on tp rank 0 only);
+//   dense MLP and shared expert: gate, up column-parallel, down row-parallel;
+//   experts: each expert's intermediate size split the same way (gpt-oss's
+//     interleaved gate_up keeps its (gate, up) column pairs together), the
+//     router replicated (its gradient summed over tp);
+//   lm_head: split over the vocabulary, logits gathered.
+std::function<void()> apply_tp(decoder::Decoder& model, comms::DeviceMesh& mesh, std::vector<ShardSpec>& specs,
                                bool sequence_parallel) {
   const int64_t tp = mesh.tp->size();
   const int r = mesh.tp->rank();
   const auto& a = model.args();
   auto q_rows = by_heads(a.n_heads, a.head_dim, tp, "n_heads");
+  const std::vector<int64_t> heads(tp, a.n_heads / tp);
   // KV heads: split when there are at least tp of them; otherwise each rank
   // keeps the one head its query heads use (replicated over the tp/n_kv ranks
   // that share it, whose gradient contributions are summed over that group)
@@ -105,49 +114,78 @@ std::function<void()> apply_tp(qwen3::Qwen3& model, comms::DeviceMesh& mesh, std
   } else {
     kv_rows = by_heads(a.n_kv_heads, a.head_dim, tp, "n_kv_heads");
   }
-  TITAN_CHECK(a.hidden_dim % tp == 0, "tensor parallel: hidden_dim (", a.hidden_dim,
-              ") must be divisible by tensor_parallel_degree (", tp, ")");
-  std::vector<int64_t> ffn(tp, a.hidden_dim / tp);
+  auto split = [tp](int64_t n, const char* what) {
+    TITAN_CHECK(n % tp == 0, "tensor parallel: ", what, " (", n, ") must be divisible by tensor_parallel_degree (", tp,
+                ")");
+    return std::vector<int64_t>(tp, n / tp);
+  };
+  auto times = [](std::vector<int64_t> v, int64_t f) {
+    for (auto& x : v) x *= f;
+    return v;
+  };
+  auto shard_mlp = [&](decoder::MLP* mlp, const std::vector<int64_t>& ffn) {
+    shard_linear(mlp->gate_proj, 0, ffn, r, specs);
+    shard_linear(mlp->up_proj, 0, ffn, r, specs);
+    shard_linear(mlp->down_proj, 1, ffn, r, specs);
+  };
   comms::PG pg = mesh.tp;
-  for (qwen3::DecoderLayer* layer : model.model->layers->layers) {
-    TITAN_CHECK(layer->mlp, "parallelism: tensor parallel with the qwen3 MoE ablation is not supported (set "
-                            "tensor_parallel_degree: 1)");
+  for (decoder::DecoderLayer* layer : model.model->layers->layers) {
     auto* at = layer->self_attn;
-    shard_linear(at->q_proj, 0, q_rows, r, specs);  // column parallel: this rank's heads
-    const std::vector<int64_t> heads(tp, a.n_heads / tp);
+    for (nn::Linear* lin : {at->q_proj}) {  // column parallel: this rank's heads
+      shard_linear(lin, 0, q_rows, r, specs);
+      if (lin->bias.defined()) shard_param(lin->bias, 0, q_rows, r, specs);
+    }
+    if (at->sinks.defined()) shard_param(at->sinks, 0, heads, r, specs);
     if (at->variant.bias == "relative") {
       shard_param(at->bias, 0, heads, r, specs);  // the table rows of this rank's heads
     } else if (at->bias.defined()) {              // ALiBi slopes: a constant, sliced
       NoGradGuard ng;
       at->bias = slice(at->bias, 0, r * heads[0], (r + 1) * heads[0]).clone();
     }
-    if (kv_replicated) {
-      for (nn::Linear* lin : {at->k_proj, at->v_proj}) {
-        ShardSpec* s = find_spec(specs, &lin->weight);
+    for (nn::Linear* lin : {at->k_proj, at->v_proj}) {
+      if (!kv_replicated) {
+        shard_linear(lin, 0, kv_rows, r, specs);
+        if (lin->bias.defined()) shard_param(lin->bias, 0, kv_rows, r, specs);
+        continue;
+      }
+      for (Tensor* t : {&lin->weight, &lin->bias}) {
+        if (!t->defined()) continue;
+        ShardSpec* s = find_spec(specs, t);
         Tensor local;
         {
           MemoryCategoryScope cat(MemoryCategory::Parameters);
           NoGradGuard ng;
-          local = slice(lin->weight, 0, kv_head * a.head_dim, (kv_head + 1) * a.head_dim).clone();
+          local = slice(*t, 0, kv_head * a.head_dim, (kv_head + 1) * a.head_dim).clone();
         }
-        const std::string name = lin->weight.name();
-        lin->weight = local.detach();
-        lin->weight.requires_grad_(true);
-        lin->weight.set_name(name);
+        const std::string name = t->name();
+        *t = local.detach();
+        t->requires_grad_(true);
+        t->set_name(name);
         s->offset[0] += kv_head * a.head_dim;
         s->tp_replicated = false;
         s->writer = s->writer && kv_group->rank() == 0;
         s->grad_norm_weight = 1.0 / (double)kv_group->size();  // each copy counted once in total
       }
-    } else {
-      shard_linear(at->k_proj, 0, kv_rows, r, specs);
-      shard_linear(at->v_proj, 0, kv_rows, r, specs);
     }
     shard_linear(at->o_proj, 1, q_rows, r, specs);  // row parallel
-    auto* mlp = layer->mlp;
-    shard_linear(mlp->gate_proj, 0, ffn, r, specs);
-    shard_linear(mlp->up_proj, 0, ffn, r, specs);
-    shard_linear(mlp->down_proj, 1, ffn, r, specs);
+    at->o_proj->bias_scale = r == 0 ? 1.0 : 0.0;
+    if (layer->mlp) shard_mlp(layer->mlp, split(a.hidden_dim, "hidden_dim"));
+    if (auto* moe = layer->moe) {
+      auto* ex = moe->experts;
+      const auto ffn = split(a.moe_hidden_dim, "moe_hidden_dim");
+      if (ex->fused) {
+        shard_param(ex->gate_up_proj, 2, times(ffn, 2), r, specs);
+        if (ex->gate_up_proj_bias.defined()) shard_param(ex->gate_up_proj_bias, 1, times(ffn, 2), r, specs);
+      } else {
+        for (Tensor* t : {&ex->gate_proj, &ex->up_proj}) shard_param(*t, 2, ffn, r, specs);
+        for (Tensor* t : {&ex->gate_proj_bias, &ex->up_proj_bias})
+          if (t->defined()) shard_param(*t, 1, ffn, r, specs);
+      }
+      shard_param(ex->down_proj, 1, ffn, r, specs);
+      ex->down_bias_scale = r == 0 ? 1.0 : 0.0;
+      moe->aux_loss_scale = r == 0 ? 1.0 : 0.0;  // every tp rank routes alike: count the auxiliary loss once
+      if (moe->shared_expert) shard_mlp(moe->shared_expert, ffn);
+    }
   }
   std::vector<int64_t> vocab;
   if (model.lm_head) {  // vocab-parallel head
@@ -167,14 +205,15 @@ std::function<void()> apply_tp(qwen3::Qwen3& model, comms::DeviceMesh& mesh, std
       return sequence_parallel ? comms::reduce_scatter_op(y, 1, pg) : comms::reduce_from(y, pg);
     };
     // Replicated weights that see only part of the work on each rank get their
-    // gradients summed over tp (identity forward): the per-head q/k norms
-    // always, the block norms under sequence parallel.
+    // gradients summed over tp (identity forward): the per-head q/k norms, the
+    // router (each rank's experts' share of the routing weights' gradient), the
+    // biases added on rank 0 only, and the block norms under sequence parallel.
     auto sum_grads = [](Tensor& w, const comms::PG& g) {
       if (w.defined()) w = comms::copy_to(w, g);
     };
     auto& layers = model.model->layers->layers;
     for (size_t i = 0; i < layers.size(); ++i) {
-      qwen3::DecoderLayer* layer = layers[i];
+      decoder::DecoderLayer* layer = layers[i];
       auto* at = layer->self_attn;
       // runs after FSDP's pre-hook of the layer has bound the weights
       layer->register_forward_pre_hook([=](nn::Module&, const Tensor& x) {
@@ -183,9 +222,16 @@ std::function<void()> apply_tp(qwen3::Qwen3& model, comms::DeviceMesh& mesh, std
             sum_grads(n->weight, pg);
             sum_grads(n->bias, pg);
           }
-        if (kv_replicated) {
-          sum_grads(at->k_proj->weight, kv_group);
-          sum_grads(at->v_proj->weight, kv_group);
+        if (kv_replicated)
+          for (nn::Linear* lin : {at->k_proj, at->v_proj}) {
+            sum_grads(lin->weight, kv_group);
+            sum_grads(lin->bias, kv_group);
+          }
+        sum_grads(at->o_proj->bias, pg);
+        if (layer->moe) {
+          sum_grads(layer->moe->router->weight, pg);
+          sum_grads(layer->moe->router->bias, pg);
+          sum_grads(layer->moe->experts->down_proj_bias, pg);
         }
         if (!sequence_parallel) return x;
         for (nn::Norm* n : {layer->input_layernorm, layer->post_attention_layernorm}) {
@@ -196,8 +242,8 @@ std::function<void()> apply_tp(qwen3::Qwen3& model, comms::DeviceMesh& mesh, std
       });
       at->register_forward_pre_hook(block_in);
       at->register_forward_post_hook(block_out);
-      layer->mlp->register_forward_pre_hook(block_in);
-      layer->mlp->register_forward_post_hook(block_out);
+      layer->ffn()->register_forward_pre_hook(block_in);
+      layer->ffn()->register_forward_post_hook(block_out);
     }
     if (sequence_parallel)
       model.register_forward_pre_hook([&model, pg, sum_grads](nn::Module&, const Tensor& ids) {
@@ -215,31 +261,21 @@ std::function<void()> apply_tp(qwen3::Qwen3& model, comms::DeviceMesh& mesh, std
     }
   };
 }
-// Expert parallel (gpt_oss): rank keeps experts [e*El, (e+1)*El) of every
-// layer, e = its index in the ep group (consecutive dp_shard ranks); the MoE
-// blocks dispatch over that group.
-void apply_ep(gpt_oss::GptOss& model, comms::PG ep_group, std::vector<ShardSpec>& specs) {
+// Expert parallel (every model with MoE layers): rank keeps experts
+// [e*El, (e+1)*El) of every MoE layer, e = its index in the ep group
+// (consecutive dp_shard ranks); the MoE blocks dispatch over that group.
+void apply_ep(decoder::Decoder& model, comms::PG ep_group, std::vector<ShardSpec>& specs) {
   const int64_t ep = ep_group->size(), e = ep_group->rank();
   for (auto* layer : model.model->layers->layers) {
-    auto* ex = layer->mlp->experts;
-    const int64_t E = ex->gate_up_proj.size(0);
+    if (!layer->moe) continue;
+    auto* ex = layer->moe->experts;
+    const int64_t E = ex->down_proj.size(0);
     TITAN_CHECK(E % ep == 0, "expert parallel: ", E, " experts are not divisible by expert_parallel_degree ", ep);
     const int64_t El = E / ep;
-    for (Tensor* t : {&ex->gate_up_proj, &ex->gate_up_proj_bias, &ex->down_proj, &ex->down_proj_bias}) {
-      ShardSpec* s = find_spec(specs, t);
-      Tensor local;
-      {
-        MemoryCategoryScope cat(MemoryCategory::Parameters);
-        NoGradGuard ng;
-        local = slice(*t, 0, e * El, (e + 1) * El).clone();
-      }
-      const std::string name = t->name();
-      *t = local.detach();
-      t->requires_grad_(true);
-      t->set_name(name);
-      s->offset[0] += e * El;
-    }
-    layer->mlp->ep_group = ep_group;
+    for (Tensor* t : {&ex->gate_up_proj, &ex->gate_up_proj_bias, &ex->gate_proj, &ex->gate_proj_bias, &ex->up_proj,
+                      &ex->up_proj_bias, &ex->down_proj, &ex->down_proj_bias})
+      if (t->defined()) shard_param(*t, 0, std::vector<int64_t>(ep, El), (int)e, specs, /*tp=*/false);
+    layer->moe->ep_group = ep_group;
   }
 }
 
@@ -257,15 +293,13 @@ ParallelModel parallelize(CausalLM& model, comms::DeviceMesh& mesh, const Parall
     pm.specs.push_back(s);
   }
   std::function<void()> tp_hooks;
-  auto* qwen = dynamic_cast<qwen3::Qwen3*>(&model);
-  auto* oss = dynamic_cast<gpt_oss::GptOss*>(&model);
-  if (mesh.tp->size() > 1) {
-    TITAN_CHECK(qwen, "parallelism: tensor parallel is implemented for qwen3 (for gpt_oss use expert_parallel_degree)");
-    tp_hooks = apply_tp(*qwen, mesh, pm.specs, opt.sequence_parallel);
-  }
+  auto* dec = dynamic_cast<decoder::Decoder*>(&model);
+  TITAN_CHECK(dec, "parallelize: the plans are written for titan's decoder (models/decoder)");
+  if (mesh.tp->size() > 1) tp_hooks = apply_tp(*dec, mesh, pm.specs, opt.sequence_parallel);
   FSDP::PlacementFn placement;
   if (opt.expert_parallel > 1) {
-    TITAN_CHECK(oss, "parallelism: expert_parallel_degree applies to MoE models (model.name: gpt_oss)");
+    TITAN_CHECK(dec->args().moe, "parallelism: expert_parallel_degree ", opt.expert_parallel,
+                " needs MoE layers, and this model has none (model.moe_enabled: false)");
     const int64_t ep = opt.expert_parallel, S = mesh.dp_shard->size();
     TITAN_CHECK(S % ep == 0, "parallelism: expert_parallel_degree ", ep,
                 " must divide the data-parallel shard degree ", S, " (ep borrows its ranks from dp_shard)");
@@ -273,7 +307,7 @@ ParallelModel parallelize(CausalLM& model, comms::DeviceMesh& mesh, const Parall
     comms::PG ep_group = mesh.dp_shard->split([e](int s) { return s / e; }, [e](int s) { return s % e; }, "ep");
     comms::PG expert_dp =
         mesh.dp_shard->split([e](int s) { return s % e; }, [e](int s) { return s / e; }, "dp_shard_mod_ep");
-    apply_ep(*oss, ep_group, pm.specs);
+    apply_ep(*dec, ep_group, pm.specs);
     // expert weights: sharded over the ranks holding the same experts; their gradient gathered
     // every ep rank's tokens already, so the dp average is 1/ep of the group average
     placement = [&mesh, expert_dp, ep](const ShardSpec& s) {

@@ -10,8 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "models/causal_lm.h"
-#include "models/qwen3/model.h"
+#include "models/decoder/model.h"
 #include "src/autograd/grad_mode.h"
+#include "src/config/model_families.h"
 #include "src/data/loader.h"
 #include "src/ops/ops.h"
 
@@ -20,7 +21,8 @@ namespace {
 
 JobConfig::Model tiny(const std::string& family) {
   JobConfig::Model m;
-  m.name = family == "gpt_oss" ? "gpt_oss" : "qwen3";
+  m.name = family;  // qwen3 | qwen3_moe | gpt_oss, with the family's preset values
+  apply_model_family(m);
   m.dim = 32;
   m.n_layers = 2;
   m.n_heads = 4;
@@ -31,7 +33,6 @@ JobConfig::Model tiny(const std::string& family) {
   m.moe_num_experts = 4;
   m.moe_top_k = 2;
   m.moe_hidden_dim = 16;
-  m.moe_enabled = family == "qwen3_moe";
   if (family == "gpt_oss") m.sliding_window = 4;  // the sliding layers' window (layers 0, 2, ...)
   return m;
 }
@@ -228,8 +229,8 @@ TEST(AttentionVariants, ExportSaysTitanDecoderAndReadsBack) {
     auto j = nlohmann::json::parse(model->hf_config_json());
     EXPECT_EQ(j["model_type"], "titan_decoder");  // HF's classes cannot run it: never claim one of them
     EXPECT_EQ(j["architectures"][0], "TitanDecoderForCausalLM");
-    EXPECT_EQ(j["titan_base_model_type"], family);
-    EXPECT_EQ(j["titan_attention"]["bias"], "alibi");
+    EXPECT_EQ(j["titan_decoder"]["family"], family);
+    EXPECT_EQ(j["titan_decoder"]["attn"]["bias"], "alibi");
     auto back = build_model_from_hf(model->hf_config_json());
     EXPECT_EQ(back->hf_config_json(), model->hf_config_json());
     auto src = model->named_parameters();
@@ -241,7 +242,7 @@ TEST(AttentionVariants, ExportSaysTitanDecoderAndReadsBack) {
     // the default variant keeps HF's identity
     auto plain = nlohmann::json::parse(build_model(tiny(family))->hf_config_json());
     EXPECT_EQ(plain["model_type"], family);
-    EXPECT_FALSE(plain.contains("titan_attention"));
+    EXPECT_FALSE(plain.contains("titan_decoder"));
   }
 }
 

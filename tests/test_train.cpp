@@ -8,8 +8,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "models/qwen3/model.h"
+#include "models/decoder/model.h"
 #include "src/autograd/grad_mode.h"
+#include "src/config/model_families.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/checkpoint/h5.h"
 #include "src/data/loader.h"
@@ -414,6 +415,7 @@ TEST(Train, BadLayoutAndVocabAreRefused) {
   EXPECT_NE(error_of([&] { train(c); }).find("tensor_parallel_degree 2, world size 1"), std::string::npos);
   c = tiny_job(d);
   c.model.name = "gpt_oss";
+  apply_model_family(c.model);
   c.parallelism.expert_parallel_degree = 2;  // one rank: dp_shard 1 cannot lend 2 ranks to ep
   std::string ep_err = error_of([&] { train(c); });
   EXPECT_NE(ep_err.find("expert_parallel_degree 2 must divide the data-parallel shard degree 1"), std::string::npos)
@@ -451,7 +453,7 @@ TEST(Export, HfNamedFileLoadsAndEvaluates) {
     EXPECT_LT(l_tuned, l_fresh - 0.05) << "fresh " << l_fresh << " tuned " << l_tuned;
   }
   // titan-eval prints the loss computed here
-  qwen3::Qwen3 m(qwen3::Args::from_hf_json(f.attr_string("config")));
+  decoder::Decoder m(decoder::Args::from_hf_json(f.attr_string("config")));
   load_hf(w, whole(m.named_parameters()));
   DataLoader dl(d + "/val.h5", 2, 16);
   const int64_t steps = dl.steps_left();
@@ -484,19 +486,19 @@ TEST(Export, HfNamedFileLoadsAndEvaluates) {
 TEST(Export, MismatchedOrTruncatedFilesAreClearErrors) {
   std::string d = tmpdir("badload");
   JobConfig c = tiny_job(d);
-  qwen3::Qwen3 m(qwen3::Args::from_job(c.model));
+  decoder::Decoder m(decoder::Args::from_job(c.model));
   m.init_weights(1);
   auto params = m.named_parameters();
   export_hf(d + "/w.h5", whole(params), m.args().to_hf_json());
   JobConfig c2 = c;
   c2.model.hidden_dim = 96;
-  qwen3::Qwen3 m2(qwen3::Args::from_job(c2.model));
+  decoder::Decoder m2(decoder::Args::from_job(c2.model));
   std::string e = error_of([&] { load_hf(d + "/w.h5", whole(m2.named_parameters())); });
   EXPECT_NE(e.find("model.layers.0.mlp.gate_proj.weight"), std::string::npos) << e;
   EXPECT_NE(e.find("[64, 32]"), std::string::npos) << e;
   JobConfig c3 = c;
   c3.model.enable_weight_tying = true;
-  qwen3::Qwen3 m3(qwen3::Args::from_job(c3.model));
+  decoder::Decoder m3(decoder::Args::from_job(c3.model));
   e = error_of([&] { load_hf(d + "/w.h5", whole(m3.named_parameters())); });
   EXPECT_NE(e.find("lm_head.weight"), std::string::npos) << e;
   // truncate the file

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <variant>
 
+#include "src/config/model_families.h"
 #include "src/config/version.h"
 #include "src/tensor/error.h"
 
@@ -29,7 +30,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"job.dump_folder", &c.job.dump_folder, {}},
       {"job.description", &c.job.description, {}},
       {"job.print_args", &c.job.print_args, {}},
-      {"model.name", &c.model.name, {"qwen3", "gpt_oss"}},
+      {"model.name", &c.model.name, {"qwen3", "qwen3_moe", "gpt_oss", "llama3"}},
       {"model.flavor", &c.model.flavor, {}},
       {"model.dim", &c.model.dim, {}},
       {"model.n_layers", &c.model.n_layers, {}},
@@ -41,10 +42,14 @@ std::vector<Field> fields(JobConfig& c) {
       {"model.qk_norm", &c.model.qk_norm, {}},
       {"model.norm_type", &c.model.norm_type, {"rmsnorm", "layernorm"}},
       {"model.norm_eps", &c.model.norm_eps, {}},
-      {"model.activation", &c.model.activation, {"silu", "gelu"}},
+      {"model.activation", &c.model.activation, {"silu", "gelu", "oai_swiglu"}},
+      {"model.swiglu_limit", &c.model.swiglu_limit, {}},
       {"model.rope_theta", &c.model.rope_theta, {}},
       {"model.enable_weight_tying", &c.model.enable_weight_tying, {}},
       {"model.sliding_window", &c.model.sliding_window, {}},
+      {"model.sliding_window_layers", &c.model.sliding_window_layers, {"all", "alternate"}},
+      {"model.attn_proj_bias", &c.model.attn_proj_bias, {}},
+      {"model.attn_sinks", &c.model.attn_sinks, {}},
       {"model.attn_mask_type", &c.model.attn_mask_type, {"causal", "block_causal", "sliding_window", "prefix_lm"}},
       {"model.attn_prefix_len", &c.model.attn_prefix_len, {}},
       {"model.attn_logit_softcap", &c.model.attn_logit_softcap, {}},
@@ -57,7 +62,18 @@ std::vector<Field> fields(JobConfig& c) {
       {"model.moe_renormalize", &c.model.moe_renormalize, {}},
       {"model.moe_shared_expert", &c.model.moe_shared_expert, {}},
       {"model.moe_top_k", &c.model.moe_top_k, {}},
+      {"model.moe_router_bias", &c.model.moe_router_bias, {}},
+      {"model.moe_expert_bias", &c.model.moe_expert_bias, {}},
+      {"model.moe_every", &c.model.moe_every, {}},
+      {"model.moe_first_dense", &c.model.moe_first_dense, {}},
+      {"model.rope_scaling_type", &c.model.rope_scaling_type, {"none", "yarn", "llama3"}},
       {"model.rope_scaling_factor", &c.model.rope_scaling_factor, {}},
+      {"model.rope_original_max_position_embeddings", &c.model.rope_original_max_position_embeddings, {}},
+      {"model.rope_yarn_beta_fast", &c.model.rope_yarn_beta_fast, {}},
+      {"model.rope_yarn_beta_slow", &c.model.rope_yarn_beta_slow, {}},
+      {"model.rope_yarn_truncate", &c.model.rope_yarn_truncate, {}},
+      {"model.rope_low_freq_factor", &c.model.rope_low_freq_factor, {}},
+      {"model.rope_high_freq_factor", &c.model.rope_high_freq_factor, {}},
       {"model.moe_aux_loss_coeff", &c.model.moe_aux_loss_coeff, {}},
       {"model.moe_bias_update_rate", &c.model.moe_bias_update_rate, {}},
       {"optimizer.name", &c.optimizer.name, {"AdamW"}},
@@ -271,6 +287,7 @@ void apply_yaml(JobConfig& c, const std::string& path) {
       TITAN_CHECK(kv->second.IsScalar(), "config error: ", path, ":", kl, ": ", f->key, " must be ",
                   type_name(f->ptr));
       assign(*f, kv->second.Scalar(), path + ":" + std::to_string(kl));
+      if (sec == "model") c.model.given.insert(k);
     }
   }
 }
@@ -295,6 +312,7 @@ void apply_override(JobConfig& c, const std::string& key, const std::string& val
   const Field* f = find(fs, key);
   if (!f) unknown_flag(fs, key);
   assign(*f, value, "--" + key);
+  if (key.rfind("model.", 0) == 0) c.model.given.insert(key.substr(6));
 }
 
 void validate(const JobConfig& c) {
@@ -313,7 +331,7 @@ void validate(const JobConfig& c) {
   pos(c.metrics.log_freq, "metrics.log_freq");
   TITAN_CHECK(c.model.n_heads % c.model.n_kv_heads == 0, "config error: model.n_heads (", c.model.n_heads,
               ") must be a multiple of model.n_kv_heads (", c.model.n_kv_heads, ")");
-  TITAN_CHECK((c.model.name != "gpt_oss" && !c.model.moe_enabled) || (c.model.moe_top_k >= 1 && c.model.moe_top_k <= c.model.moe_num_experts),
+  TITAN_CHECK(!c.model.moe_enabled || (c.model.moe_top_k >= 1 && c.model.moe_top_k <= c.model.moe_num_experts),
               "config error: model.moe_top_k = ", c.model.moe_top_k, " must be in [1, model.moe_num_experts = ",
               c.model.moe_num_experts, "]");
   TITAN_CHECK(c.parallelism.expert_parallel_degree >= 1 &&
@@ -378,6 +396,8 @@ JobConfig load_job_config_file(const std::string& path, const std::vector<std::s
   if (!path.empty()) apply_yaml(c, path);
   TITAN_CHECK(overrides.size() % 2 == 0, "config error: overrides must come as key value pairs");
   for (size_t i = 0; i < overrides.size(); i += 2) apply_override(c, overrides[i], overrides[i + 1]);
+  apply_model_family(c.model);
+  check_model_keys(c.model);
   validate(c);
   return c;
 }
@@ -529,6 +549,7 @@ std::string dump_job_config(const JobConfig& cc) {
     os << sec << ":\n";
     for (const auto& f : fs) {
       if (f.key.rfind(sec + ".", 0) != 0) continue;
+      if (sec == "model" && !model_key_inapplicable(c.model, f.key.substr(6)).empty()) continue;  // did nothing
       os << "  " << f.key.substr(sec.size() + 1) << ": ";
     std::visit(
         [&](auto* p) {

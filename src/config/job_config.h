@@ -7,6 +7,7 @@
 // and what is allowed.
 #pragma once
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,9 @@ struct JobConfig {
 
   // Architecture: every knob of the Qwen3 family (TorchTitan names).
   struct Model {
-    std::string name = "qwen3";  // qwen3 | gpt_oss
+    // qwen3 | qwen3_moe | gpt_oss | llama3: configurations of one decoder; a key
+    // the YAML/CLI does not give takes the family's value (models/decoder/family.h)
+    std::string name = "qwen3";
     std::string flavor = "custom";
     int64_t dim = 256;               // hidden size
     int64_t n_layers = 4;
@@ -33,27 +36,42 @@ struct JobConfig {
     bool qk_norm = true;              // per-head RMSNorm on q and k before RoPE
     std::string norm_type = "rmsnorm";  // rmsnorm | layernorm
     double norm_eps = 1e-6;
-    std::string activation = "silu";  // silu | gelu (gated MLP either way)
+    std::string activation = "silu";  // silu | gelu | oai_swiglu (gated MLP either way)
+    double swiglu_limit = 0.0;        // > 0: gate clamped above, up clamped to +-limit (gpt-oss: 7)
     double rope_theta = 1000000.0;
     bool enable_weight_tying = false;  // lm_head shares the embedding
-    int64_t sliding_window = 0;       // 0 = full causal attention (gpt_oss: the sliding layers' window)
+    int64_t sliding_window = 0;       // 0 = no sliding layers; > 0: the sliding layers' window
+    std::string sliding_window_layers = "all";  // all | alternate (layers 0, 2, 4, ... as gpt-oss)
+    bool attn_proj_bias = false;      // biases on the q, k, v, o projections
+    bool attn_sinks = false;          // a learned sink logit per head (gpt-oss)
     // attention variants (flex attention; src/nn/attention_variants.h)
     std::string attn_mask_type = "causal";  // causal | block_causal | sliding_window | prefix_lm (full layers)
     int64_t attn_prefix_len = 0;            // prefix_lm: tokens at the start of each sequence every query sees
     double attn_logit_softcap = 0.0;        // > 0: scores -> cap * tanh(score / cap) (Gemma-2)
     std::string attn_bias = "none";         // none | alibi | relative (learned per-head relative-position bias)
     int64_t attn_relative_max_distance = 128;  // relative: distances clipped to +-(R-1)
-    // MoE: gpt_oss always; qwen3 when moe_enabled (the ablation: every MLP becomes an MoE block)
+    // MoE layers (qwen3_moe, gpt_oss; any family with moe_enabled)
     bool moe_enabled = false;
     int64_t moe_num_experts = 8;      // num_local_experts
     int64_t moe_top_k = 2;            // experts per token
-    int64_t moe_hidden_dim = 256;     // qwen3 ablation: each expert's intermediate size
-    std::string moe_score_func = "softmax";  // qwen3 ablation: router score function
-    bool moe_renormalize = true;      // qwen3 ablation: chosen weights renormalized to sum to 1
-    bool moe_shared_expert = false;   // qwen3 ablation: one always-on expert
-    double rope_scaling_factor = 32.0;  // YaRN factor (gpt_oss)
+    int64_t moe_hidden_dim = 256;     // each expert's intermediate size
+    std::string moe_score_func = "softmax";  // router score function: softmax | sigmoid
+    bool moe_renormalize = true;      // chosen weights renormalized to sum to 1 (HF norm_topk_prob)
+    bool moe_shared_expert = false;   // one always-on expert of moe_hidden_dim
+    bool moe_router_bias = false;     // the router has a bias (gpt-oss)
+    bool moe_expert_bias = false;     // the experts' projections have biases (gpt-oss)
+    int64_t moe_every = 1;            // layer i is MoE when (i + 1) % moe_every == 0 (HF decoder_sparse_step)
+    int64_t moe_first_dense = 0;      // the first k layers keep a dense MLP
+    // RoPE scaling (HF rope_scaling)
+    std::string rope_scaling_type = "none";  // none | yarn | llama3
+    double rope_scaling_factor = 1.0;
+    int64_t rope_original_max_position_embeddings = 4096;
+    double rope_yarn_beta_fast = 32.0, rope_yarn_beta_slow = 1.0;
+    bool rope_yarn_truncate = true;
+    double rope_low_freq_factor = 1.0, rope_high_freq_factor = 4.0;  // llama3
     double moe_aux_loss_coeff = 0.0;    // Switch-style load-balancing loss (0 = off)
     double moe_bias_update_rate = 0.0;  // auxiliary-loss-free expert bias update per step (0 = off)
+    std::set<std::string> given;  // the keys (without "model.") the YAML or command line set
   } model;
 
   struct Optimizer {

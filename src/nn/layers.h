@@ -15,9 +15,14 @@ Tensor new_parameter(const Shape& s);
 class Linear : public Module {
  public:
   Linear(int64_t in, int64_t out, bool bias);
-  Tensor forward(const Tensor& x) const { return linear(x, weight, bias); }
+  Tensor forward(const Tensor& x) const {
+    return bias_scale == 1.0 || !bias.defined() ? linear(x, weight, bias) : add(linear(x, weight), mul(bias, bias_scale));
+  }
   Tensor weight;  // [out, in]
   Tensor bias;    // [out] or undefined
+  // 0 on all but one rank of a row-parallel (tensor-parallel) group, whose
+  // partial outputs are summed: the bias is added once (its gradient still flows)
+  double bias_scale = 1.0;
 };
 
 class Embedding : public Module {

@@ -31,7 +31,7 @@ class Module {
   // Forward hooks, as PyTorch's: a pre-hook may replace the input, a
   // post-hook the output. This is how parallel plans (FSDP unshard/reshard,
   // tensor-parallel input/output collectives) attach to a model from outside;
-  // the model only calls pre()/post() around its blocks.
+  // the model runs its children through call().
   using Hook = std::function<Tensor(Module&, const Tensor&)>;
   void register_forward_pre_hook(Hook h) { pre_hooks_.push_back(std::move(h)); }
   void register_forward_post_hook(Hook h) { post_hooks_.push_back(std::move(h)); }
@@ -44,6 +44,12 @@ class Module {
     Tensor z = y;
     for (auto& h : post_hooks_) z = h(*this, z);
     return z;
+  }
+  // The one way a model runs a child: pre-hooks, body(input), post-hooks
+  // (e.g. `attn->call(x, [&](const Tensor& a) { return attn->forward(a, inputs); })`).
+  template <typename Body>
+  Tensor call(const Tensor& x, Body&& body) {
+    return post(body(pre(x)));
   }
 
  protected:

@@ -7,9 +7,7 @@
 
 #include <cmath>
 
-#include "models/gpt_oss/model.h"
-#include "models/qwen3/model.h"
-#include "models/qwen3/moe.h"
+#include "models/decoder/model.h"
 #include "src/autograd/grad_mode.h"
 #include "src/checkpoint/h5.h"
 #include "src/optim/adamw.h"
@@ -98,31 +96,32 @@ void check_against_reference(const std::string& file) {
 }
 }  // namespace
 
-TEST(Qwen3Reference, MatchesPyTorch) { check_against_reference<qwen3::Qwen3, qwen3::Args>("qwen3_tiny.h5"); }
+TEST(Qwen3Reference, MatchesPyTorch) { check_against_reference<decoder::Decoder, decoder::Args>("qwen3_tiny.h5"); }
 TEST(Qwen3Reference, TiedSlidingWindowGeluMatchesPyTorch) {
-  check_against_reference<qwen3::Qwen3, qwen3::Args>("qwen3_tiny_tied_window_gelu.h5");
+  check_against_reference<decoder::Decoder, decoder::Args>("qwen3_tiny_tied_window_gelu.h5");
 }
 // gpt-oss: biases, sinks, sliding/full layers, YaRN RoPE, MoE router + clamped experts (golden from
 // scripts/gpt_oss_reference.py, experts computed densely as HF's training path)
-TEST(GptOssReference, MatchesPyTorch) { check_against_reference<gpt_oss::GptOss, gpt_oss::Args>("gpt_oss_tiny.h5"); }
+TEST(GptOssReference, MatchesPyTorch) { check_against_reference<decoder::Decoder, decoder::Args>("gpt_oss_tiny.h5"); }
 
 TEST(GptOss, CountsAndPublishedSizes) {
-  gpt_oss::Args a = gpt_oss::Args::from_hf_json(R"({"model_type": "gpt_oss", "num_hidden_layers": 24,
+  decoder::Args a = decoder::Args::from_hf_json(R"({"model_type": "gpt_oss", "num_hidden_layers": 24,
       "num_local_experts": 32})");  // gpt-oss-20b; other keys take HF's defaults
   EXPECT_NEAR((double)a.num_params() / 1e9, 20.91, 0.02);
   EXPECT_NEAR((double)a.num_active_params() / 1e9, 3.61, 0.02);  // model card: 20.91B total, 3.61B active
-  EXPECT_TRUE(a.sliding[0]);
-  EXPECT_FALSE(a.sliding[1]);
-  gpt_oss::Args b = gpt_oss::Args::from_hf_json(R"({"model_type": "gpt_oss"})");  // 120b defaults
+  EXPECT_EQ(a.layer_window[0], 128);
+  EXPECT_EQ(a.layer_window[1], 0);
+  decoder::Args b = decoder::Args::from_hf_json(R"({"model_type": "gpt_oss"})");  // 120b defaults
   EXPECT_NEAR((double)b.num_params() / 1e9, 116.83, 0.02);  // model card: 116.83B total, 5.13B active
   EXPECT_NEAR((double)b.num_active_params() / 1e9, 5.13, 0.02);
   DeviceScope meta(Device::Meta);
-  gpt_oss::GptOss m(a);
+  decoder::Decoder m(a);
   EXPECT_EQ(m.num_parameters(), a.num_params());
-  gpt_oss::Args r = gpt_oss::Args::from_hf_json(a.to_hf_json());
+  decoder::Args r = decoder::Args::from_hf_json(a.to_hf_json());
   EXPECT_EQ(r.num_params(), a.num_params());
-  EXPECT_EQ(r.sliding, a.sliding);
-  EXPECT_THROW(gpt_oss::Args::from_hf_json(R"({"model_type": "gpt_oss", "num_experts_per_tok": 200})"), Error);
+  EXPECT_EQ(r.layer_window, a.layer_window);
+  EXPECT_EQ(r.to_hf_json(), a.to_hf_json());
+  EXPECT_THROW(decoder::Args::from_hf_json(R"({"model_type": "gpt_oss", "num_experts_per_tok": 200})"), Error);
 }
 
 TEST(Qwen3, ParameterAndFlopCountsMatchTheModel) {
@@ -131,8 +130,8 @@ TEST(Qwen3, ParameterAndFlopCountsMatchTheModel) {
     for (std::string norm : {"rmsnorm", "layernorm"}) {
       m.enable_weight_tying = tie;
       m.norm_type = norm;
-      qwen3::Args a = qwen3::Args::from_job(m);
-      qwen3::Qwen3 model(a);
+      decoder::Args a = decoder::Args::from_job(m);
+      decoder::Decoder model(a);
       EXPECT_EQ(model.num_parameters(), a.num_params()) << "tie " << tie << " " << norm;
     }
   // Qwen3-32B published shape: 32.8B parameters; meta build allocates nothing
@@ -144,9 +143,9 @@ TEST(Qwen3, ParameterAndFlopCountsMatchTheModel) {
   big.head_dim = 128;
   big.hidden_dim = 25600;
   big.vocab_size = 151936;
-  qwen3::Args a = qwen3::Args::from_job(big);
+  decoder::Args a = decoder::Args::from_job(big);
   DeviceScope meta(Device::Meta);
-  qwen3::Qwen3 model(a);
+  decoder::Decoder model(a);
   EXPECT_EQ(model.num_parameters(), a.num_params());
   EXPECT_NEAR((double)a.num_params() / 1e9, 32.76, 0.01);
   // TorchTitan-style FLOPs/token at seq 4096: 6 * matmul params + 12 * L * H * D * S
@@ -161,29 +160,29 @@ TEST(Qwen3, HfConfigRoundTripAndDefaults) {
   JobConfig::Model m;
   m.sliding_window = 32;
   m.qk_norm = false;
-  qwen3::Args a = qwen3::Args::from_job(m);
-  qwen3::Args b = qwen3::Args::from_hf_json(a.to_hf_json());
+  decoder::Args a = decoder::Args::from_job(m);
+  decoder::Args b = decoder::Args::from_hf_json(a.to_hf_json());
   EXPECT_EQ(b.dim, a.dim);
   EXPECT_EQ(b.layer_window, a.layer_window);
   EXPECT_EQ(b.qk_norm, false);
   EXPECT_EQ(b.n_kv_heads, a.n_kv_heads);
   // absent keys take HF Qwen3Config defaults
-  qwen3::Args d = qwen3::Args::from_hf_json(R"({"model_type": "qwen3", "num_hidden_layers": 2})");
+  decoder::Args d = decoder::Args::from_hf_json(R"({"model_type": "qwen3", "num_hidden_layers": 2})");
   EXPECT_EQ(d.vocab_size, 151936);
   EXPECT_EQ(d.head_dim, 128);
   EXPECT_EQ(d.n_kv_heads, 32);
   EXPECT_DOUBLE_EQ(d.rope_theta, 10000.0);
-  EXPECT_THROW(qwen3::Args::from_hf_json(R"({"model_type": "llama"})"), Error);
-  EXPECT_THROW(qwen3::Args::from_hf_json("{not json"), Error);
+  EXPECT_THROW(decoder::Args::from_hf_json(R"({"model_type": "mistral"})"), Error);
+  EXPECT_THROW(decoder::Args::from_hf_json("{not json"), Error);
 }
 
 TEST(GptOss, LoadBalancingAuxLossAndBias) {
-  gpt_oss::Args a = gpt_oss::Args::from_hf_json(R"({"model_type": "gpt_oss", "vocab_size": 32, "hidden_size": 16,
+  decoder::Args a = decoder::Args::from_hf_json(R"({"model_type": "gpt_oss", "vocab_size": 32, "hidden_size": 16,
       "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
       "head_dim": 8, "num_local_experts": 4, "num_experts_per_tok": 2})");
-  a.aux_loss_coeff = 0.01;
-  a.bias_update_rate = 0.5;
-  gpt_oss::GptOss m(a);
+  a.moe_aux_loss_coeff = 0.01;
+  a.moe_bias_update_rate = 0.5;
+  decoder::Decoder m(a);
   m.init_weights(3);
   Tensor tok = from_vector<int64_t>({1, 5, 7, 2, 9, 3, 4, 8}, {2, 4});
   m.forward(tok);
@@ -191,7 +190,7 @@ TEST(GptOss, LoadBalancingAuxLossAndBias) {
   ASSERT_TRUE(aux.defined());
   EXPECT_GT(aux.item<float>(), 0.0f);
   aux.backward();  // the aux loss alone trains the router
-  Tensor g = m.model->layers->layers[0]->mlp->router->weight.grad();
+  Tensor g = m.model->layers->layers[0]->moe->router->weight.grad();
   ASSERT_TRUE(g.defined());
   double gn = 0;
   for (float v : g.to_vector<float>()) gn += std::abs(v);
@@ -203,11 +202,11 @@ TEST(GptOss, LoadBalancingAuxLossAndBias) {
   EXPECT_EQ(total, 8 * 2);
   // the bias update favours under-loaded experts: expert 3 given no tokens gains, the busiest loses
   m.update_router_bias({{10, 4, 2, 0}});
-  auto b = m.model->layers->layers[0]->mlp->expert_bias.to_vector<float>();
+  auto b = m.model->layers->layers[0]->moe->expert_bias.to_vector<float>();
   EXPECT_FLOAT_EQ(b[3], 0.5f);
   EXPECT_FLOAT_EQ(b[0], -0.5f);
   // a large bias steers the choice (every token picks expert 3), the weights still come from the unbiased logits
-  float* pb = m.model->layers->layers[0]->mlp->expert_bias.data<float>();
+  float* pb = m.model->layers->layers[0]->moe->expert_bias.data<float>();
   pb[3] = 100.0f;
   m.forward(tok);
   EXPECT_EQ(m.routed_counts()[0][3], 8);
@@ -228,13 +227,13 @@ JobConfig::Model tiny_model(int64_t n_layers) {
 
 TEST(Qwen3Moe, OneExpertEqualsTheDenseModelAndCountsMatch) {
   JobConfig::Model m = tiny_model(2);
-  qwen3::Qwen3 dense(qwen3::Args::from_job(m));
+  decoder::Decoder dense(decoder::Args::from_job(m));
   dense.init_weights(5);
   m.moe_enabled = true;
   m.moe_num_experts = 1;
   m.moe_top_k = 1;
   m.moe_hidden_dim = 48;
-  qwen3::Qwen3 moe(qwen3::Args::from_job(m));
+  decoder::Decoder moe(decoder::Args::from_job(m));
   moe.init_weights(9);
   {  // copy the dense weights in: expert 0 = the dense MLP (grouped layout is [in, out])
     NoGradGuard ng;
@@ -259,17 +258,17 @@ TEST(Qwen3Moe, OneExpertEqualsTheDenseModelAndCountsMatch) {
   m.moe_top_k = 2;
   m.moe_score_func = "sigmoid";
   m.moe_shared_expert = true;
-  qwen3::Args args = qwen3::Args::from_job(m);
-  qwen3::Qwen3 big(args);
+  decoder::Args args = decoder::Args::from_job(m);
+  decoder::Decoder big(args);
   EXPECT_EQ(big.num_parameters(), args.num_params());
-  qwen3::Args back = qwen3::Args::from_hf_json(args.to_hf_json());
+  decoder::Args back = decoder::Args::from_hf_json(args.to_hf_json());
   EXPECT_TRUE(back.moe);
   EXPECT_EQ(back.moe_score, "sigmoid");
   EXPECT_EQ(back.num_params(), args.num_params());
   big.init_weights(1);
   Tensor loss = sum(big.forward(tok));
   loss.backward();
-  EXPECT_TRUE(big.model->layers->layers[0]->moe->gate->weight.grad().defined());  // router trained via the weights
+  EXPECT_TRUE(big.model->layers->layers[0]->moe->router->weight.grad().defined());  // router trained via the weights
 }
 
 // Activation checkpointing every block, every second block (TorchTitan's
@@ -282,7 +281,7 @@ TEST(Qwen3, SelectiveLayerCheckpointingKeepsGradientsBitIdentical) {
   float losses[3];
   const int64_t every[3] = {0, 1, 2};
   for (int c = 0; c < 3; ++c) {
-    qwen3::Qwen3 model(qwen3::Args::from_job(m));
+    decoder::Decoder model(decoder::Args::from_job(m));
     model.init_weights(11);
     model.set_activation_checkpoint(every[c]);
     Tensor loss = cross_entropy(model.forward(tok).reshape({-1, 64}), tgt);

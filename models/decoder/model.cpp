@@ -1,0 +1,228 @@
+#include "models/decoder/model.h"
+
+#include <cmath>
+
+#include "comms/moe_dispatch.h"
+#include "models/decoder/rope.h"
+#include "models/hf_init.h"
+#include "models/moe_balance.h"
+#include "src/autograd/grad_mode.h"
+
+namespace titan::decoder {
+
+Tensor gated_activation(const Tensor& gate, const Tensor& up, const std::string& act, double limit) {
+  Tensor g = gate, u = up;
+  if (limit > 0) {
+    g = clamp(g, -INFINITY, limit);
+    u = clamp(u, -limit, limit);
+  }
+  if (act == "oai_swiglu") return mul(add(u, 1.0), mul(g, sigmoid(mul(g, 1.702))));
+  return mul(act == "gelu" ? gelu(g) : silu(g), u);
+}
+
+// ---- attention ----
+
+Attention::Attention(const Args& a, int64_t w) : head_dim(a.head_dim), window(w), variant(a.attn) {
+  const bool b = a.attn_proj_bias;
+  q_proj = &register_module("q_proj", std::make_unique<nn::Linear>(a.dim, a.n_heads * a.head_dim, b));
+  k_proj = &register_module("k_proj", std::make_unique<nn::Linear>(a.dim, a.n_kv_heads * a.head_dim, b));
+  v_proj = &register_module("v_proj", std::make_unique<nn::Linear>(a.dim, a.n_kv_heads * a.head_dim, b));
+  o_proj = &register_module("o_proj", std::make_unique<nn::Linear>(a.n_heads * a.head_dim, a.dim, b));
+  if (a.qk_norm) {
+    q_norm = &register_module("q_norm", std::make_unique<nn::Norm>(a.head_dim, a.norm_type, a.norm_eps));
+    k_norm = &register_module("k_norm", std::make_unique<nn::Norm>(a.head_dim, a.norm_type, a.norm_eps));
+  }
+  if (a.attn_sinks) register_parameter("sinks", sinks, nn::new_parameter({a.n_heads}));
+  bias = nn::attention_bias_tensor(a.attn, a.n_heads);
+  if (a.attn.bias == "relative") register_parameter("relative_bias", bias, bias);
+}
+
+Tensor Attention::forward(const Tensor& x, const nn::AttentionInputs& in) const {
+  const int64_t B = x.size(0), S = x.size(1);
+  // heads from the projection width, so a tensor-parallel shard runs unchanged
+  const int64_t hq = q_proj->weight.size(0) / head_dim, hkv = k_proj->weight.size(0) / head_dim;
+  Tensor q = q_proj->forward(x).reshape({B, S, hq, head_dim});   // [B, S, Hq, D]
+  Tensor k = k_proj->forward(x).reshape({B, S, hkv, head_dim});  // [B, S, Hkv, D]
+  Tensor v = v_proj->forward(x).reshape({B, S, hkv, head_dim});  // [B, S, Hkv, D]
+  if (q_norm) {
+    q = q_norm->forward(q);
+    k = k_norm->forward(k);
+  }
+  q = rope(q, in.cos, in.sin);
+  k = rope(k, in.cos, in.sin);
+  Tensor o = nn::variant_attention(q, k, v, sinks, variant, window, in.doc_ids, bias);  // [B, S, Hq, D]
+  return o_proj->forward(o.reshape({B, S, hq * head_dim}));
+}
+
+// ---- dense MLP ----
+
+MLP::MLP(const Args& a, int64_t hidden) : activation(a.activation), limit(a.swiglu_limit) {
+  gate_proj = &register_module("gate_proj", std::make_unique<nn::Linear>(a.dim, hidden, false));
+  up_proj = &register_module("up_proj", std::make_unique<nn::Linear>(a.dim, hidden, false));
+  down_proj = &register_module("down_proj", std::make_unique<nn::Linear>(hidden, a.dim, false));
+}
+
+Tensor MLP::forward(const Tensor& x) const {
+  return down_proj->forward(gated_activation(gate_proj->forward(x), up_proj->forward(x), activation, limit));
+}
+
+// ---- experts ----
+
+Experts::Experts(const Args& a) : fused(a.fused_experts()), activation(a.activation), limit(a.swiglu_limit) {
+  const int64_t E = a.moe_experts, I = a.moe_hidden_dim, H = a.dim;
+  const bool b = a.moe_expert_bias;
+  if (fused) {
+    register_parameter("gate_up_proj", gate_up_proj, nn::new_parameter({E, H, 2 * I}));
+    if (b) register_parameter("gate_up_proj_bias", gate_up_proj_bias, nn::new_parameter({E, 2 * I}));
+  } else {
+    register_parameter("gate_proj", gate_proj, nn::new_parameter({E, H, I}));
+    if (b) register_parameter("gate_proj_bias", gate_proj_bias, nn::new_parameter({E, I}));
+    register_parameter("up_proj", up_proj, nn::new_parameter({E, H, I}));
+    if (b) register_parameter("up_proj_bias", up_proj_bias, nn::new_parameter({E, I}));
+  }
+  register_parameter("down_proj", down_proj, nn::new_parameter({E, I, H}));
+  if (b) register_parameter("down_proj_bias", down_proj_bias, nn::new_parameter({E, H}));
+}
+
+Tensor Experts::forward(const Tensor& x, const std::vector<int64_t>& counts) const {
+  const int64_t R = x.size(0), I = down_proj.size(1);
+  Tensor gate, up;
+  if (fused) {
+    Tensor gu = grouped_linear(x, gate_up_proj, gate_up_proj_bias, counts).reshape({R, I, 2});  // interleaved
+    gate = gu.slice(2, 0, 1).reshape({R, I});
+    up = gu.slice(2, 1, 2).reshape({R, I});
+  } else {
+    gate = grouped_linear(x, gate_proj, gate_proj_bias, counts);
+    up = grouped_linear(x, up_proj, up_proj_bias, counts);
+  }
+  Tensor h = gated_activation(gate, up, activation, limit);  // [R, I]
+  if (!down_proj_bias.defined() || down_bias_scale == 1.0) return grouped_linear(h, down_proj, down_proj_bias, counts);
+  return grouped_linear(h, down_proj, mul(down_proj_bias, down_bias_scale), counts);
+}
+
+// ---- MoE ----
+
+MoE::MoE(const Args& a)
+    : num_experts(a.moe_experts),
+      top_k(a.moe_top_k),
+      sigmoid_scores(a.moe_score == "sigmoid"),
+      renormalize(a.moe_renormalize),
+      aux_loss_coeff(a.moe_aux_loss_coeff) {
+  router = &register_module(a.fused_experts() ? "router" : "gate",
+                            std::make_unique<nn::Linear>(a.dim, a.moe_experts, a.moe_router_bias));
+  experts = &register_module("experts", std::make_unique<Experts>(a));
+  if (a.moe_shared_expert) shared_expert = &register_module("shared_expert", std::make_unique<MLP>(a, a.moe_hidden_dim));
+  expert_bias = zeros({a.moe_experts});
+}
+
+Tensor MoE::forward(const Tensor& x) const {
+  const int64_t B = x.size(0), S = x.size(1), H = x.size(2);
+  Tensor h = x.reshape({B * S, H});
+  Tensor logits = router->forward(h);  // [T, E]
+  const bool biased = !expert_bias.is_meta() && std::any_of(expert_bias.data<float>(),
+                                                              expert_bias.data<float>() + num_experts,
+                                                              [](float b) { return b != 0.0f; });
+  Tensor scores;  // [T, E]
+  if (sigmoid_scores || !renormalize || biased) scores = sigmoid_scores ? sigmoid(logits) : softmax(logits, -1);
+  Tensor idx;     // [T, k]
+  {
+    NoGradGuard ng;  // the choice (biased when balancing) carries no gradient
+    Tensor choose = scores.defined() ? scores.detach() : logits.detach();
+    if (biased) choose = add(choose, expert_bias);
+    idx = topk(choose, top_k).second;
+  }
+  Tensor w;  // [T, k]
+  if (!sigmoid_scores && renormalize) w = softmax(gather(logits, 1, idx), -1);  // = softmax, top-k, renormalized
+  else {
+    w = gather(scores, 1, idx);
+    if (renormalize) w = div(w, sum(w, {1}, true));
+  }
+  auto d = comms::dispatch(h, idx, w, num_experts, ep_group);
+  last_routed = moe::count_routed(idx, num_experts);
+  last_aux_loss = aux_loss_coeff > 0 ? moe::switch_aux_loss(softmax(logits, -1), last_routed, aux_loss_coeff * aux_loss_scale) : Tensor();
+  Tensor y = comms::combine(experts->forward(d.expert_input, d.tokens_per_local_expert), *d.handle);  // [T, H]
+  if (shared_expert) y = add(y, shared_expert->forward(h));
+  return y.reshape({B, S, H});
+}
+
+// ---- blocks ----
+
+DecoderLayer::DecoderLayer(const Args& a, int64_t layer) {
+  self_attn = &register_module("self_attn", std::make_unique<Attention>(a, a.layer_window[layer]));
+  if (a.is_moe_layer(layer)) moe = &register_module("mlp", std::make_unique<MoE>(a));
+  else mlp = &register_module("mlp", std::make_unique<MLP>(a, a.hidden_dim));
+  input_layernorm = &register_module("input_layernorm", std::make_unique<nn::Norm>(a.dim, a.norm_type, a.norm_eps));
+  post_attention_layernorm =
+      &register_module("post_attention_layernorm", std::make_unique<nn::Norm>(a.dim, a.norm_type, a.norm_eps));
+}
+
+Tensor DecoderLayer::forward(const Tensor& x, const nn::AttentionInputs& in) const {
+  Tensor h = add(x, self_attn->call(input_layernorm->forward(x),
+                                    [&](const Tensor& a) { return self_attn->forward(a, in); }));
+  nn::Module* f = ffn();
+  return add(h, f->call(post_attention_layernorm->forward(h),
+                        [&](const Tensor& m) { return moe ? moe->forward(m) : mlp->forward(m); }));
+}
+
+Backbone::Backbone(const Args& a) {
+  embed_tokens = &register_module("embed_tokens", std::make_unique<nn::Embedding>(a.vocab_size, a.dim));
+  layers = &register_module("layers", std::make_unique<LayerList>());
+  for (int64_t i = 0; i < a.n_layers; ++i) layers->add(std::make_unique<DecoderLayer>(a, i));
+  norm = &register_module("norm", std::make_unique<nn::Norm>(a.dim, a.norm_type, a.norm_eps));
+}
+
+Decoder::Decoder(const Args& a) : args_(a) {
+  a.validate();
+  model = &register_module("model", std::make_unique<Backbone>(a));
+  if (!a.tie_embeddings) lm_head = &register_module("lm_head", std::make_unique<nn::Linear>(a.dim, a.vocab_size, false));
+}
+
+std::vector<nn::Module*> Decoder::blocks() {
+  return std::vector<nn::Module*>(model->layers->layers.begin(), model->layers->layers.end());
+}
+
+Tensor Decoder::loss_targets(const Tensor& targets) const {
+  return ignore_prefix_targets(targets, args_.attn.mask == "prefix_lm" ? args_.attn.prefix_len : 0);
+}
+
+Tensor Decoder::forward(const Tensor& tokens, const Tensor& doc_ids) {
+  TITAN_CHECK(tokens.dim() == 2, "Decoder::forward: tokens must be [B, S], got ", shape_str(tokens.shape()));
+  // hooks: this module's around the whole forward (the root unit), each
+  // layer's pre-hook inside its (checkpointed) block so a recompute re-runs it
+  return call(tokens, [&](const Tensor& ids) {
+    const int64_t S = ids.size(1);
+    const Device dev = model->embed_tokens->weight.device();
+    if (!cos_.defined() || cos_.size(0) != S || cos_.device() != dev)
+      std::tie(cos_, sin_) = rope_tables(S, args_.head_dim, args_.rope_theta, args_.rope, dev);
+    const nn::AttentionInputs in{cos_, sin_, doc_ids};
+    Tensor h = model->layers->run(model->embed_tokens->forward(ids), in, activation_checkpoint);  // [B, S, dim]
+    h = model->norm->call(h, [&](const Tensor& x) { return model->norm->forward(x); });
+    if (!lm_head) return linear(h, model->embed_tokens->weight);  // [B, S, vocab]
+    return lm_head->call(h, [&](const Tensor& x) { return lm_head->forward(x); });  // (a vocab shard's, gathered by a hook)
+  });
+}
+
+Tensor Decoder::aux_loss() const {
+  Tensor total;
+  for (auto* l : model->layers->layers)
+    if (l->moe && l->moe->last_aux_loss.defined())
+      total = total.defined() ? add(total, l->moe->last_aux_loss) : l->moe->last_aux_loss;
+  return total;
+}
+
+std::vector<std::vector<int64_t>> Decoder::routed_counts() const {
+  std::vector<std::vector<int64_t>> out;
+  for (auto* l : model->layers->layers)
+    if (l->moe) out.push_back(l->moe->last_routed);
+  return out;
+}
+
+void Decoder::update_router_bias(const std::vector<std::vector<double>>& counts) {
+  size_t i = 0;
+  for (auto* l : model->layers->layers)
+    if (l->moe && i < counts.size()) moe::update_bias(l->moe->expert_bias, counts[i++], args_.moe_bias_update_rate);
+}
+
+void Decoder::init_weights(uint64_t seed) { hf_init_weights(named_parameters(), seed); }
+
+}  // namespace titan::decoder

@@ -1,0 +1,17 @@
+// models/decoder/rope.h — RoPE cos/sin tables as Hugging Face computes them
+// (float32 inverse frequencies, float32 angles): the default frequencies,
+// YaRN (gpt-oss) and Llama-3.1's scaling.
+#pragma once
+#include <utility>
+
+#include "models/decoder/args.h"
+#include "src/tensor/tensor.h"
+
+namespace titan::decoder {
+
+// [S, head_dim/2] each, already multiplied by the scaling's attention factor
+// (YaRN: 0.1 ln(factor) + 1; otherwise 1).
+std::pair<Tensor, Tensor> rope_tables(int64_t seq_len, int64_t head_dim, double theta, const RopeScaling& scaling,
+                                      Device d);
+
+}  // namespace titan::decoder
