@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "models/hf_layout.h"
 #include "src/config/job_config.h"
 #include "src/nn/module.h"
 
@@ -25,6 +26,8 @@ class CausalLM : public nn::Module {
   virtual Tensor loss_targets(const Tensor& targets) const { return targets; }
   virtual void init_weights(uint64_t seed) = 0;
   virtual std::string hf_config_json() const = 0;
+  // Regions of this model's parameters (or gradients) under the HF class's tensor names (models/hf_layout.h).
+  virtual HfLayout hf_layout(const std::vector<Region>& params) const { return same_layout(params); }
   virtual std::vector<nn::Module*> blocks() = 0;     // decoder layers, in order
   // Checkpoint every `every`-th block (0: none, 1: all; N: blocks N-1, 2N-1, ... 0-based, as TorchTitan).
   virtual void set_activation_checkpoint(int64_t every) = 0;

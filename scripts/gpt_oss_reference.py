@@ -106,7 +106,7 @@ def loss_of(p, cfg, batch):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=50)
     a = ap.parse_args()
     cfg = dict(architectures=["GptOssForCausalLM"], model_type="gpt_oss", vocab_size=64, hidden_size=16,
                intermediate_size=12, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,

@@ -135,7 +135,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--variant", default="base", choices=["base", "tied_window_gelu"])
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=50)
     a = ap.parse_args()
     gen = torch.Generator().manual_seed(1234)
     cfg = make_config(a.variant)

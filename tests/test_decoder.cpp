@@ -9,6 +9,7 @@
 
 #include "models/decoder/model.h"
 #include "src/autograd/grad_mode.h"
+#include "src/checkpoint/checkpoint.h"
 #include "src/checkpoint/h5.h"
 #include "src/optim/adamw.h"
 
@@ -28,20 +29,21 @@ double rel_l2(const std::vector<double>& a, const std::vector<double>& b) {
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
-template <typename ArgsT>
 struct Golden {
   h5::File f;
-  ArgsT args;
+  decoder::Args args;
   Tensor tokens;  // [steps, B, S+1]
   explicit Golden(const std::string& name)
       : f(std::string(TITAN_SOURCE_DIR) + "/tests/golden/" + name, h5::File::Read),
-        args(ArgsT::from_hf_json(f.attr_string("config"))) {
+        args(decoder::Args::from_hf_json(f.attr_string("config"))) {
     tokens = empty(f.shape("inputs/tokens"), DType::I64, Device::CPU);
     f.read_into("inputs/tokens", tokens);
   }
-  template <typename M>
-  void load(M& m) {
-    for (auto& [n, p] : m.named_parameters()) f.read_into(n, *p);
+  // the file holds the HF class's tensors (Qwen3-MoE: per expert): read through the model's HF layout
+  void load(decoder::Decoder& m) {
+    const HfLayout l = m.hf_layout(whole(m.named_parameters()));
+    for (const Region& r : l.regions) f.read_into(r.name, *r.local);
+    l.after_load();
   }
   std::pair<Tensor, Tensor> batch(int64_t s) {
     Tensor b = tokens.slice(0, s, s + 1).squeeze(0);  // [B, S+1]
@@ -50,33 +52,40 @@ struct Golden {
   }
 };
 
-template <typename M>
-Tensor loss_of(M& m, const Tensor& in, const Tensor& tg) {
+Tensor loss_of(decoder::Decoder& m, const Tensor& in, const Tensor& tg) {
   Tensor logits = m.forward(in);
   return cross_entropy(logits.reshape({-1, logits.size(-1)}), tg.reshape({-1}));
 }
 
-template <typename M, typename ArgsT>
+// Loss and every gradient of batch 0; then the loss curve: every step of the
+// reference's AdamW run (clipping, decay on matrices) within 1e-4 relative.
 void check_against_reference(const std::string& file) {
   SCOPED_TRACE(file);
-  Golden<ArgsT> g(file);
-  M model(g.args);
+  Golden g(file);
+  decoder::Decoder model(g.args);
   g.load(model);
   auto [in, tg] = g.batch(0);
   Tensor loss = loss_of(model, in, tg);
   const double ref = g.f.read_f32("ref/loss").template to_vector<double>()[0];
   EXPECT_LE(std::abs(loss.template item<float>() - ref) / ref, 1e-5) << "titan " << loss.template item<float>() << " ref " << ref;
   loss.backward();
-  int checked = 0;
+  std::vector<Tensor> keep;
+  std::vector<Region> grads;
   for (auto& [n, p] : model.named_parameters()) {
     ASSERT_TRUE(p->grad().defined()) << n;
-    const double err = rel_l2(p->grad().template to_vector<double>(), g.f.read_f32("ref/grads/" + n).template to_vector<double>());
-    EXPECT_LE(err, 1e-4) << "gradient of " << n;
-    ++checked;
+    keep.push_back(p->grad());
   }
-  EXPECT_EQ(checked, (int)g.f.datasets("ref/grads").size());
-  // 10 AdamW steps with clipping, decay on matrices only
-  M m2(g.args);
+  {
+    size_t i = 0;
+    for (auto& [n, p] : model.named_parameters()) grads.push_back({n, &keep[i++], p->shape(), Shape(p->dim(), 0), true});
+  }
+  const HfLayout gl = model.hf_layout(grads);
+  for (const Region& r : gl.regions) {
+    const double err = rel_l2(r.local->template to_vector<double>(), g.f.read_f32("ref/grads/" + r.name).template to_vector<double>());
+    EXPECT_LE(err, 1e-4) << "gradient of " << r.name;
+  }
+  EXPECT_EQ(gl.regions.size(), g.f.datasets("ref/grads").size());
+  decoder::Decoder m2(g.args);
   g.load(m2);
   auto params = m2.named_parameters();
   std::vector<Tensor*> pl;
@@ -84,6 +93,7 @@ void check_against_reference(const std::string& file) {
   AdamW opt(params, {g.f.attr_double("lr"), g.f.attr_double("beta1"), g.f.attr_double("beta2"),
                      g.f.attr_double("eps"), g.f.attr_double("weight_decay")});
   auto ref_losses = g.f.read_f32("ref/adamw_losses").template to_vector<double>();
+  double worst = 0;
   for (size_t s = 0; s < ref_losses.size(); ++s) {
     auto [bi, bt] = g.batch((int64_t)s);
     m2.zero_grad();
@@ -91,18 +101,31 @@ void check_against_reference(const std::string& file) {
     l.backward();
     clip_grads(pl, g.f.attr_double("max_norm"), grad_norm(pl));
     opt.step(g.f.attr_double("lr"));
-    EXPECT_LE(std::abs(l.template item<float>() - ref_losses[s]) / ref_losses[s], 1e-4) << "AdamW step " << s + 1;
+    const double d = std::abs(l.template item<float>() - ref_losses[s]) / ref_losses[s];
+    worst = std::max(worst, d);
+    EXPECT_LE(d, 1e-4) << "AdamW step " << s + 1;
   }
+  std::printf("[ %s ] %zu AdamW steps, worst relative loss difference %.2e\n", file.c_str(), ref_losses.size(), worst);
 }
 }  // namespace
 
-TEST(Qwen3Reference, MatchesPyTorch) { check_against_reference<decoder::Decoder, decoder::Args>("qwen3_tiny.h5"); }
+TEST(Qwen3Reference, MatchesPyTorch) { check_against_reference("qwen3_tiny.h5"); }
 TEST(Qwen3Reference, TiedSlidingWindowGeluMatchesPyTorch) {
-  check_against_reference<decoder::Decoder, decoder::Args>("qwen3_tiny_tied_window_gelu.h5");
+  check_against_reference("qwen3_tiny_tied_window_gelu.h5");
 }
 // gpt-oss: biases, sinks, sliding/full layers, YaRN RoPE, MoE router + clamped experts (golden from
 // scripts/gpt_oss_reference.py, experts computed densely as HF's training path)
-TEST(GptOssReference, MatchesPyTorch) { check_against_reference<decoder::Decoder, decoder::Args>("gpt_oss_tiny.h5"); }
+TEST(GptOssReference, MatchesPyTorch) { check_against_reference("gpt_oss_tiny.h5"); }
+
+// scripts/decoder_reference.py: HF's Qwen3-MoE (per-expert tensors, norm_topk_prob, a dense first layer) and
+// Llama-3.1 (llama3 RoPE scaling, projection biases), and three ablations no HF class has; 50 AdamW steps each.
+TEST(DecoderReference, Qwen3MoeMatchesHfDefinition) { check_against_reference("decoder_qwen3_moe.h5"); }
+TEST(DecoderReference, Llama31MatchesHfDefinition) { check_against_reference("decoder_llama31.h5"); }
+TEST(DecoderReference, GptOssWithQkNormAndGelu) { check_against_reference("decoder_gpt_oss_qknorm_gelu.h5"); }
+TEST(DecoderReference, Qwen3WithSinksLayerPatternLayerNorm) { check_against_reference("decoder_qwen3_sinks_pattern.h5"); }
+TEST(DecoderReference, Qwen3MoeSigmoidSharedExpertEverySecondLayer) {
+  check_against_reference("decoder_qwen3_moe_sigmoid_shared.h5");
+}
 
 TEST(GptOss, CountsAndPublishedSizes) {
   decoder::Args a = decoder::Args::from_hf_json(R"({"model_type": "gpt_oss", "num_hidden_layers": 24,

@@ -223,6 +223,11 @@ void Decoder::update_router_bias(const std::vector<std::vector<double>>& counts)
     if (l->moe && i < counts.size()) moe::update_bias(l->moe->expert_bias, counts[i++], args_.moe_bias_update_rate);
 }
 
+HfLayout Decoder::hf_layout(const std::vector<Region>& params) const {
+  // Qwen3-MoE keeps one nn.Linear per expert; titan's decoder exported as itself keeps them stacked
+  return args_.hf_architecture() == "Qwen3MoeForCausalLM" ? per_expert_layout(params) : same_layout(params);
+}
+
 void Decoder::init_weights(uint64_t seed) { hf_init_weights(named_parameters(), seed); }
 
 }  // namespace titan::decoder

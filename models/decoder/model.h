@@ -114,6 +114,7 @@ class Decoder : public CausalLM {
   // biases 0; in named_parameters() order from one seeded generator.
   void init_weights(uint64_t seed) override;
   std::string hf_config_json() const override { return args_.to_hf_json(); }
+  HfLayout hf_layout(const std::vector<Region>& params) const override;
   std::vector<nn::Module*> blocks() override;
   void set_activation_checkpoint(int64_t every) override { activation_checkpoint = every; }
   int64_t vocab_size() const override { return args_.vocab_size; }

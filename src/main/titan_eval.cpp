@@ -68,7 +68,11 @@ int main(int argc, char** argv) {
     parallel::ParallelOptions popt;
     popt.expert_parallel = ep;
     parallel::ParallelModel pm = parallel::parallelize(model, mesh, popt);
-    load_hf(ckpt, pm.regions(), comm);
+    {
+      const HfLayout hl = model.hf_layout(pm.regions());
+      load_hf(ckpt, hl.regions, comm);
+      hl.after_load();
+    }
     DataLoader loader(tokens, batch, seq);
     loader.check_ids(vocab, comm);
     const int64_t steps = max_batches > 0 ? std::min(max_batches, loader.steps_left()) : loader.steps_left();
@@ -110,7 +114,7 @@ int main(int argc, char** argv) {
     const double loss = total / (double)steps;
     if (grads) {
       std::vector<Tensor> keep;
-      export_hf(dump, pm.grad_regions(keep), cfg, DType::F32, comm);
+      export_hf(dump, model.hf_layout(pm.grad_regions(keep)).regions, cfg, DType::F32, comm);
     }
     if (mesh.rank == 0) {
       if (json) std::printf("{\"loss\": %.8f, \"tokens\": %lld}\n", loss, (long long)(steps * batch * seq));

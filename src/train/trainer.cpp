@@ -169,7 +169,9 @@ TrainResult train(const JobConfig& cfg) {
   std::vector<Region> regions = pm.regions();
   std::vector<Tensor*> plist = pm.params();
   if (!cfg.checkpoint.initial_load_path.empty()) {
-    load_hf(cfg.checkpoint.initial_load_path, regions, comm);
+    const HfLayout hl = model.hf_layout(regions);
+    load_hf(cfg.checkpoint.initial_load_path, hl.regions, comm);
+    hl.after_load();
     log_info("loaded initial weights from " + cfg.checkpoint.initial_load_path);
   }
   {
@@ -321,7 +323,7 @@ TrainResult train(const JobConfig& cfg) {
       std::vector<Tensor> keep;
       std::vector<Region> grads = pm.grad_regions(keep);
       const std::string path = cfg.job.dump_folder + "/grads_step_" + std::to_string(step) + ".h5";
-      export_hf(path, grads, model.hf_config_json(), DType::F32, comm);
+      export_hf(path, model.hf_layout(grads).regions, model.hf_config_json(), DType::F32, comm);
       log_info("wrote gradients to " + path);
     }
     const double norm = parallel::global_grad_norm(pm, mesh);
@@ -467,7 +469,7 @@ TrainResult train(const JobConfig& cfg) {
     eo.dtype = cfg.checkpoint.export_dtype;
     eo.max_shard_bytes = cfg.checkpoint.export_max_shard_mb * 1000 * 1000;
     const double t_ex = wall_seconds();
-    const auto files = export_hf_folder(folder, regions, model.hf_config_json(), eo, comm);
+    const auto files = export_hf_folder(folder, model.hf_layout(regions).regions, model.hf_config_json(), eo, comm);
     std::string list;
     for (const auto& f : files) list += (list.empty() ? "" : ", ") + f;
     log_info("exported the model for Hugging Face to " + folder + " (" + cfg.checkpoint.export_dtype + "; " + list +

@@ -1,0 +1,49 @@
+#include "models/hf_layout.h"
+
+#include "src/autograd/grad_mode.h"
+#include "src/ops/ops.h"
+
+namespace titan {
+
+HfLayout same_layout(const std::vector<Region>& params) {
+  HfLayout l;
+  l.regions = params;
+  return l;
+}
+
+HfLayout per_expert_layout(const std::vector<Region>& params) {
+  HfLayout l;
+  for (const Region& r : params) {
+    const std::string& n = r.name;
+    const size_t at = n.find(".mlp.experts.");
+    const std::string proj = at == std::string::npos ? "" : n.substr(at + 13);
+    if (proj != "gate_proj" && proj != "up_proj" && proj != "down_proj") {
+      l.regions.push_back(r);
+      continue;
+    }
+    TITAN_CHECK(r.full_shape.size() == 3, "per_expert_layout: ", n, " is not stacked [E, in, out]");
+    const std::string prefix = n.substr(0, at) + ".mlp.experts.";
+    Tensor* local = r.local;
+    const int64_t n0 = local->size(0);
+    for (int64_t i = 0; i < n0; ++i) {
+      const int64_t e = r.offset[0] + i;
+      Tensor block;  // this expert's [in, out] block, as HF's [out, in]
+      {
+        NoGradGuard ng;
+        block = transpose(local->slice(0, i, i + 1).squeeze(0), 0, 1).contiguous().clone();
+      }
+      l.copies.push_back(block);
+      Tensor* copy = &l.copies.back();
+      l.regions.push_back({prefix + std::to_string(e) + "." + proj + ".weight", copy,
+                           Shape{r.full_shape[2], r.full_shape[1]}, Shape{r.offset[2], r.offset[1]}, r.writer});
+      l.writes.push_back([local, copy, i]() {
+        NoGradGuard ng;
+        Tensor dst = local->slice(0, i, i + 1).squeeze(0);  // a view of the parameter
+        copy_(dst, transpose(*copy, 0, 1));
+      });
+    }
+  }
+  return l;
+}
+
+}  // namespace titan

@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+"""Independent PyTorch reference of titan's decoder family's configurations
+that the per-model references (qwen3_reference.py, gpt_oss_reference.py) do
+not cover: Hugging Face's Qwen3-MoE (norm_topk_prob, dense first layers) and
+Llama-3.1 (llama3 RoPE scaling, projection biases), written from HF's
+definitions; and ablations no HF class has (gpt-oss with QK-norm and GELU,
+Qwen3 with sinks, a per-layer window pattern and LayerNorm, Qwen3-MoE with
+sigmoid scores, a shared expert, a router bias and MoE every second layer),
+from the formulas of the knobs. Functional, float64, experts computed densely.
+
+  /usr/bin/python3 scripts/decoder_reference.py --variant qwen3_moe --out tests/golden/decoder_qwen3_moe.h5
+
+Each golden holds 50 AdamW steps (the loss-curve divergence test). Layout as
+scripts/qwen3_reference.py's; `config` is what titan reads: HF's config.json
+for the HF classes (weights under HF's names, Qwen3-MoE's per expert), the
+titan_decoder block for the ablations (weights under titan's names, experts
+stacked [E, in, out]).
+"""
+import argparse
+import json
+import math
+
+import torch
+
+from golden import make_golden
+
+torch.set_default_dtype(torch.float64)
+
+# ---- the variants: titan's knobs (the reference reads these) -------------------------------
+
+BASE = dict(family="qwen3", vocab_size=64, dim=32, n_layers=3, n_heads=4, n_kv_heads=2, head_dim=16, hidden_dim=48,
+            norm_type="rmsnorm", norm_eps=1e-6, qk_norm=True, attn_proj_bias=False, attn_sinks=False,
+            layer_window=[0, 0, 0], rope_theta=10000.0, rope=dict(type="none"), max_position_embeddings=128,
+            activation="silu", swiglu_limit=0.0, moe=False, moe_experts=4, moe_top_k=2, moe_hidden_dim=24,
+            moe_score="softmax", moe_renormalize=True, moe_shared_expert=False, moe_router_bias=False,
+            moe_expert_bias=False, moe_every=1, moe_first_dense=0, tie_embeddings=False)
+
+VARIANTS = {
+    # HF Qwen3MoeForCausalLM: layer 0 dense (mlp_only_layers [0]), norm_topk_prob
+    "qwen3_moe": dict(family="qwen3_moe", moe=True, moe_first_dense=1, moe_renormalize=True),
+    # HF LlamaForCausalLM, Llama-3.1 RoPE scaling (original context 16 so the test's positions feel it)
+    "llama31": dict(family="llama3", qk_norm=False, attn_proj_bias=True, norm_eps=1e-5, rope_theta=500000.0,
+                    rope=dict(type="llama3", factor=8.0, original_max_position_embeddings=16, low_freq_factor=1.0,
+                              high_freq_factor=4.0)),
+    # ablations (titan_decoder)
+    "gpt_oss_qknorm_gelu": dict(family="gpt_oss", qk_norm=True, activation="gelu", swiglu_limit=7.0,
+                                attn_proj_bias=True, attn_sinks=True, layer_window=[3, 0, 3], norm_eps=1e-5,
+                                rope_theta=150000.0, moe=True, moe_router_bias=True, moe_expert_bias=True,
+                                rope=dict(type="yarn", factor=32.0, original_max_position_embeddings=4096,
+                                          beta_fast=32.0, beta_slow=1.0, truncate=False)),
+    "qwen3_sinks_pattern": dict(attn_sinks=True, layer_window=[0, 3, 0], norm_type="layernorm"),
+    "qwen3_moe_sigmoid_shared": dict(moe=True, moe_score="sigmoid", moe_shared_expert=True, moe_router_bias=True,
+                                     moe_every=2, moe_renormalize=False),
+}
+
+
+def knobs_of(variant):
+    k = dict(BASE)
+    k.update(VARIANTS[variant])
+    return k
+
+
+def is_moe_layer(k, i):
+    return k["moe"] and i >= k["moe_first_dense"] and (i + 1) % k["moe_every"] == 0
+
+
+def hf_config(k):
+    """What titan reads: HF's config.json for the HF classes, else titan_decoder's block."""
+    common = dict(vocab_size=k["vocab_size"], hidden_size=k["dim"], num_hidden_layers=k["n_layers"],
+                  num_attention_heads=k["n_heads"], num_key_value_heads=k["n_kv_heads"], head_dim=k["head_dim"],
+                  hidden_act=k["activation"], max_position_embeddings=k["max_position_embeddings"],
+                  rms_norm_eps=k["norm_eps"], rope_theta=k["rope_theta"], tie_word_embeddings=k["tie_embeddings"],
+                  attention_bias=k["attn_proj_bias"])
+    if k["family"] == "qwen3_moe":
+        return dict(common, architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe",
+                    intermediate_size=k["hidden_dim"], moe_intermediate_size=k["moe_hidden_dim"],
+                    num_experts=k["moe_experts"], num_experts_per_tok=k["moe_top_k"],
+                    norm_topk_prob=k["moe_renormalize"], decoder_sparse_step=k["moe_every"],
+                    mlp_only_layers=list(range(k["moe_first_dense"])), use_sliding_window=False)
+    if k["family"] == "llama3":
+        r = dict(k["rope"], rope_type="llama3")
+        del r["type"]
+        return dict(common, architectures=["LlamaForCausalLM"], model_type="llama", intermediate_size=k["hidden_dim"],
+                    mlp_bias=False, rope_scaling=r)
+    return dict(architectures=["TitanDecoderForCausalLM"], model_type="titan_decoder", titan_decoder=k)
+
+
+# ---- the model -----------------------------------------------------------------------------
+
+def norm(x, p, name, k):
+    w = p[name + ".weight"]
+    if k["norm_type"] == "layernorm":
+        return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, p[name + ".bias"], k["norm_eps"])
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + k["norm_eps"]))
+
+
+def inv_freq(k):
+    """HF's _compute_*_rope_parameters, float32."""
+    D, base, r = k["head_dim"], k["rope_theta"], k["rope"]
+    pos_freqs = base ** (torch.arange(0, D, 2, dtype=torch.int64).to(torch.float32) / D)
+    inv = 1.0 / pos_freqs
+    if r["type"] == "yarn":
+        factor, orig = r["factor"], r["original_max_position_embeddings"]
+
+        def corr(rot):
+            return (D * math.log(orig / (rot * 2 * math.pi))) / (2 * math.log(base))
+
+        low, high = corr(r["beta_fast"]), corr(r["beta_slow"])
+        if r.get("truncate", True):
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, D - 1)
+        if low == high:
+            high += 0.001
+        ramp = ((torch.arange(D // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+        ef = 1 - ramp
+        return (1.0 / (factor * pos_freqs)) * (1 - ef) + (1.0 / pos_freqs) * ef, 0.1 * math.log(factor) + 1.0
+    if r["type"] == "llama3":
+        factor, lo, hi, old = r["factor"], r["low_freq_factor"], r["high_freq_factor"], r["original_max_position_embeddings"]
+        low_wl, high_wl = old / lo, old / hi
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > low_wl, inv / factor, inv)
+        smooth = (old / wavelen - lo) / (hi - lo)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < high_wl) * ~(wavelen > low_wl)
+        return torch.where(medium, smoothed, scaled), 1.0
+    return inv, 1.0
+
+
+def rope_cos_sin(k, seq):
+    inv, att = inv_freq(k)
+    ang = torch.arange(seq, dtype=torch.float32)[:, None] * inv[None, :]
+    return (ang.cos() * att).to(torch.float64), (ang.sin() * att).to(torch.float64)
+
+
+def rotate(x, cos, sin):  # x [..., S, D], cos/sin [S, D/2]: HF's rotate_half convention
+    a, b = torch.chunk(x, 2, dim=-1)
+    return torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
+
+
+def gated(gate, up, k):
+    lim = k["swiglu_limit"]
+    if lim > 0:
+        gate, up = gate.clamp(max=lim), up.clamp(min=-lim, max=lim)
+    if k["activation"] == "oai_swiglu":
+        return (up + 1) * gate * torch.sigmoid(1.702 * gate)
+    a = gate * torch.sigmoid(gate) if k["activation"] == "silu" else 0.5 * gate * (1 + torch.erf(gate / math.sqrt(2)))
+    return a * up
+
+
+def linear(p, name, x, bias):
+    y = x @ p[name + ".weight"].T
+    return y + p[name + ".bias"] if bias else y
+
+
+def dense_mlp(p, pre, x, k):
+    return linear(p, pre + "down_proj", gated(linear(p, pre + "gate_proj", x, False), linear(p, pre + "up_proj", x, False), k), False)
+
+
+def moe(p, pre, x, k):
+    """x [T, dim]: every expert on every token, weighted by the routing weights scattered over the experts."""
+    E, K = k["moe_experts"], k["moe_top_k"]
+    fused = k["family"] == "gpt_oss"
+    logits = linear(p, pre + ("router" if fused else "gate"), x, k["moe_router_bias"])
+    if k["moe_score"] == "sigmoid":
+        scores = torch.sigmoid(logits)
+    else:
+        scores = torch.softmax(logits, dim=-1)
+    tw, ti = torch.topk(scores, K, dim=-1)
+    if k["moe_renormalize"]:
+        tw = tw / tw.sum(-1, keepdim=True)
+    weights = torch.zeros_like(logits).scatter(1, ti, tw)  # [T, E]
+    out = torch.zeros_like(x)
+    if k["family"] == "qwen3_moe":  # HF: one nn.Linear per expert
+        for e in range(E):
+            ep = pre + f"experts.{e}."
+            out = out + weights[:, e:e + 1] * dense_mlp(p, ep, x, k)
+    else:  # titan's stacked layout [E, in, out]
+        b = k["moe_expert_bias"]
+        for e in range(E):
+            if fused:
+                gu = x @ p[pre + "experts.gate_up_proj"][e] + (p[pre + "experts.gate_up_proj_bias"][e] if b else 0)
+                gate, up = gu[:, ::2], gu[:, 1::2]
+            else:
+                gate = x @ p[pre + "experts.gate_proj"][e] + (p[pre + "experts.gate_proj_bias"][e] if b else 0)
+                up = x @ p[pre + "experts.up_proj"][e] + (p[pre + "experts.up_proj_bias"][e] if b else 0)
+            y = gated(gate, up, k) @ p[pre + "experts.down_proj"][e] + (p[pre + "experts.down_proj_bias"][e] if b else 0)
+            out = out + weights[:, e:e + 1] * y
+    if k["moe_shared_expert"]:
+        out = out + dense_mlp(p, pre + "shared_expert.", x, k)
+    return out
+
+
+def forward(p, k, tokens):
+    B, S = tokens.shape
+    H, Hkv, D = k["n_heads"], k["n_kv_heads"], k["head_dim"]
+    cos, sin = rope_cos_sin(k, S)
+    pos = torch.arange(S)
+    hb = k["attn_proj_bias"]
+    h = p["model.embed_tokens.weight"][tokens]
+    for i in range(k["n_layers"]):
+        pre = f"model.layers.{i}."
+        x = norm(h, p, pre + "input_layernorm", k)
+        q = linear(p, pre + "self_attn.q_proj", x, hb).view(B, S, H, D)
+        kk = linear(p, pre + "self_attn.k_proj", x, hb).view(B, S, Hkv, D)
+        v = linear(p, pre + "self_attn.v_proj", x, hb).view(B, S, Hkv, D).transpose(1, 2)
+        if k["qk_norm"]:
+            q, kk = norm(q, p, pre + "self_attn.q_norm", k), norm(kk, p, pre + "self_attn.k_norm", k)
+        q, kk = rotate(q.transpose(1, 2), cos, sin), rotate(kk.transpose(1, 2), cos, sin)
+        kk, v = kk.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)
+        w = (q @ kk.transpose(-1, -2)) * D ** -0.5  # [B, H, S, S]
+        allowed = pos[None, :] <= pos[:, None]
+        if k["layer_window"][i] > 0:
+            allowed &= (pos[:, None] - pos[None, :]) < k["layer_window"][i]
+        w = w.masked_fill(~allowed, float("-inf"))
+        if k["attn_sinks"]:  # a sink logit per head joins every softmax, then is dropped
+            sinks = p[pre + "self_attn.sinks"].reshape(1, H, 1, 1).expand(B, H, S, 1)
+            probs = torch.softmax(torch.cat([w, sinks], dim=-1), dim=-1)[..., :-1]
+        else:
+            probs = torch.softmax(w, dim=-1)
+        a = (probs @ v).transpose(1, 2).reshape(B, S, H * D)
+        h = h + linear(p, pre + "self_attn.o_proj", a, hb)
+        x = norm(h, p, pre + "post_attention_layernorm", k)
+        if is_moe_layer(k, i):
+            h = h + moe(p, pre + "mlp.", x.reshape(B * S, -1), k).view(B, S, -1)
+        else:
+            h = h + dense_mlp(p, pre + "mlp.", x, k)
+    h = norm(h, p, "model.norm", k)
+    return h @ (p["model.embed_tokens.weight"] if k["tie_embeddings"] else p["lm_head.weight"]).T
+
+
+def make_params(k, gen):
+    d, f, V, I, E = k["dim"], k["hidden_dim"], k["vocab_size"], k["moe_hidden_dim"], k["moe_experts"]
+    H, Hkv, D = k["n_heads"], k["n_kv_heads"], k["head_dim"]
+    hb, ln = k["attn_proj_bias"], k["norm_type"] == "layernorm"
+    shapes = {"model.embed_tokens.weight": (V, d)}
+
+    def add_norm(name, n):
+        shapes[name + ".weight"] = (n,)
+        if ln:
+            shapes[name + ".bias"] = (n,)
+
+    def add_mlp(pre, hidden):
+        shapes.update({pre + "gate_proj.weight": (hidden, d), pre + "up_proj.weight": (hidden, d),
+                       pre + "down_proj.weight": (d, hidden)})
+
+    for i in range(k["n_layers"]):
+        pre = f"model.layers.{i}."
+        for n, rows in (("q_proj", H * D), ("k_proj", Hkv * D), ("v_proj", Hkv * D)):
+            shapes[pre + f"self_attn.{n}.weight"] = (rows, d)
+            if hb:
+                shapes[pre + f"self_attn.{n}.bias"] = (rows,)
+        shapes[pre + "self_attn.o_proj.weight"] = (d, H * D)
+        if hb:
+            shapes[pre + "self_attn.o_proj.bias"] = (d,)
+        if k["qk_norm"]:
+            add_norm(pre + "self_attn.q_norm", D)
+            add_norm(pre + "self_attn.k_norm", D)
+        if k["attn_sinks"]:
+            shapes[pre + "self_attn.sinks"] = (H,)
+        if is_moe_layer(k, i):
+            m = pre + "mlp."
+            fused = k["family"] == "gpt_oss"
+            shapes[m + ("router" if fused else "gate") + ".weight"] = (E, d)
+            if k["moe_router_bias"]:
+                shapes[m + ("router" if fused else "gate") + ".bias"] = (E,)
+            if k["family"] == "qwen3_moe":
+                for e in range(E):
+                    add_mlp(m + f"experts.{e}.", I)
+            else:
+                eb = k["moe_expert_bias"]
+                if fused:
+                    shapes[m + "experts.gate_up_proj"] = (E, d, 2 * I)
+                    if eb:
+                        shapes[m + "experts.gate_up_proj_bias"] = (E, 2 * I)
+                else:
+                    for n in ("gate_proj", "up_proj"):
+                        shapes[m + f"experts.{n}"] = (E, d, I)
+                        if eb:
+                            shapes[m + f"experts.{n}_bias"] = (E, I)
+                shapes[m + "experts.down_proj"] = (E, I, d)
+                if eb:
+                    shapes[m + "experts.down_proj_bias"] = (E, d)
+            if k["moe_shared_expert"]:
+                add_mlp(m + "shared_expert.", I)
+        else:
+            add_mlp(pre + "mlp.", f)
+        add_norm(pre + "input_layernorm", d)
+        add_norm(pre + "post_attention_layernorm", d)
+    add_norm("model.norm", d)
+    if not k["tie_embeddings"]:
+        shapes["lm_head.weight"] = (V, d)
+    p = {}
+    for name, shp in shapes.items():
+        if name.endswith("norm.weight"):
+            t = 1.0 + 0.1 * torch.randn(shp, generator=gen)
+        else:
+            t = 0.2 * torch.randn(shp, generator=gen)
+        p[name] = t.to(torch.float32).to(torch.float64)  # exactly representable in float32
+    return p
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--variant", required=True, choices=sorted(VARIANTS))
+    ap.add_argument("--steps", type=int, default=50)
+    a = ap.parse_args()
+    gen = torch.Generator().manual_seed(4321)
+    k = knobs_of(a.variant)
+    p = make_params(k, gen)
+    B, S = 2, 8
+    tokens = torch.randint(0, k["vocab_size"], (a.steps, B, S + 1), generator=gen)
+    hp = dict(lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, max_norm=1.0)
+
+    def loss_of(params, cfg, batch):
+        logits = forward(params, k, batch[:, :-1])
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+
+    make_golden(a.out, hf_config(k), p, tokens, loss_of, hp)
+
+
+if __name__ == "__main__":
+    main()
