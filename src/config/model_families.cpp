@@ -74,8 +74,9 @@ void check_model_keys(const JobConfig::Model& m) {
     TITAN_CHECK(any, "config error: model.moe_every ", m.moe_every, " and model.moe_first_dense ", m.moe_first_dense,
                 " leave none of the ", m.n_layers, " layers MoE");
   }
-  TITAN_CHECK(m.rope_scaling_type == "none" || m.rope_scaling_factor >= 1.0, "config error: model.rope_scaling_factor ",
-              "must be >= 1 for ", m.rope_scaling_type, " scaling, got ", m.rope_scaling_factor);
+  TITAN_CHECK(m.rope_scaling_type == "none" || m.rope_scaling_factor > 1.0, "config error: model.rope_scaling_type ",
+              m.rope_scaling_type, " with model.rope_scaling_factor ", m.rope_scaling_factor,
+              " scales nothing: give a factor > 1 (the context extension, e.g. 8 for Llama-3.1, 32 for gpt-oss)");
   TITAN_CHECK(m.rope_original_max_position_embeddings > 0 && m.rope_yarn_beta_fast > 0 && m.rope_yarn_beta_slow > 0 &&
                   m.rope_low_freq_factor > 0 && m.rope_high_freq_factor > m.rope_low_freq_factor,
               "config error: RoPE scaling needs rope_original_max_position_embeddings > 0, yarn betas > 0 and "

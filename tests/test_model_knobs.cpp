@@ -1,0 +1,211 @@
+// The knob matrix (issue 12): every architecture key of the model section on
+// every member of the decoder family (qwen3, qwen3_moe, gpt_oss, llama3),
+// loaded exactly as a user's YAML/command line is (family presets, then the
+// refusal of keys that cannot act). Each cell either moves the loss away from
+// the same model without the key, or is refused with an error naming the key.
+// The table is printed; a silent knob fails the test.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+
+#include "models/causal_lm.h"
+#include "src/autograd/grad_mode.h"
+#include "src/ops/ops.h"
+
+namespace titan {
+namespace {
+
+using Overrides = std::vector<std::string>;
+
+Overrides tiny(const std::string& family) {
+  return {"model.name", family, "model.dim", "32", "model.n_layers", "2", "model.n_heads", "4", "model.n_kv_heads", "2",
+          "model.head_dim", "8", "model.vocab_size", "50", "training.seq_len", "16"};
+}
+
+constexpr int64_t B = 2, S = 16;
+
+// Loss (+ the MoE auxiliary loss) of a forward after one router-bias update
+// from that forward's own routing, so rate knobs act too. Weights are drawn
+// larger than HF's init (std 0.3; norms 1 +- 0.1; biases and sinks too, which
+// HF starts at 0) so that every knob's effect is well above float32 rounding.
+double loss_of(const JobConfig& c) {
+  auto model = build_model(c.model);
+  model->init_weights(7);
+  {
+    NoGradGuard ng;
+    Generator g(5);
+    for (auto& [n, p] : model->named_parameters())
+      if (n.find("norm.") != std::string::npos && n.ends_with(".weight"))
+        copy_(*p, add(randn(p->shape(), g, p->dtype(), 0.1), 1.0));
+      else
+        copy_(*p, randn(p->shape(), g, p->dtype(), 0.3));
+  }
+  std::vector<int64_t> t(B * S), y(B * S);
+  for (int64_t i = 0; i < B * S; ++i) {
+    t[i] = (i * 7 + 3) % 50;
+    y[i] = (i * 11 + 5) % 50;
+  }
+  const Tensor tok = from_vector<int64_t>(t, {B, S}), tgt = from_vector<int64_t>(y, {B, S});
+  model->forward(tok);
+  std::vector<std::vector<double>> counts;
+  for (auto& layer : model->routed_counts()) counts.emplace_back(layer.begin(), layer.end());
+  model->update_router_bias(counts);
+  Tensor loss = model->loss(model->forward(tok), tgt);
+  Tensor aux = model->aux_loss();
+  return (aux.defined() ? add(loss, aux) : loss).item<float>();
+}
+
+struct Knob {
+  std::string key;   // model.<key>: the knob under test
+  Overrides set;     // the knob's own value(s)
+  Overrides needs;   // what it needs to act on, in both runs (e.g. YaRN for a YaRN key)
+};
+
+TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
+  const std::vector<Knob> knobs = {
+      {"qk_norm", {"model.qk_norm", "flip"}, {}},
+      {"norm_type", {"model.norm_type", "layernorm"}, {}},
+      {"norm_eps", {"model.norm_eps", "0.3"}, {}},
+      {"activation", {"model.activation", "gelu"}, {}},
+      {"swiglu_limit", {"model.swiglu_limit", "0.05"}, {}},
+      {"attn_proj_bias", {"model.attn_proj_bias", "flip"}, {}},
+      {"attn_sinks", {"model.attn_sinks", "flip"}, {}},
+      {"sliding_window", {"model.sliding_window", "3"}, {}},
+      {"sliding_window_layers", {"model.sliding_window_layers", "other"}, {"model.sliding_window", "3"}},
+      {"rope_theta", {"model.rope_theta", "100.0"}, {}},
+      {"rope_scaling_type", {"model.rope_scaling_type", "llama3", "model.rope_scaling_factor", "8.0"}, {}},
+      {"rope_scaling_factor", {"model.rope_scaling_factor", "2.0"},
+       {"model.rope_scaling_type", "yarn", "model.rope_scaling_factor", "4.0"}},
+      {"rope_original_max_position_embeddings", {"model.rope_original_max_position_embeddings", "8"},
+       {"model.rope_scaling_type", "llama3", "model.rope_scaling_factor", "8.0"}},
+      {"rope_yarn_beta_fast", {"model.rope_yarn_beta_fast", "1.5"}, {"model.rope_scaling_type", "yarn", "model.rope_scaling_factor", "4.0"}},
+      {"rope_yarn_beta_slow", {"model.rope_yarn_beta_slow", "0.01"}, {"model.rope_scaling_type", "yarn", "model.rope_scaling_factor", "4.0"}},
+      {"rope_yarn_truncate", {"model.rope_yarn_truncate", "flip"}, {"model.rope_scaling_type", "yarn", "model.rope_scaling_factor", "4.0"}},
+      {"rope_low_freq_factor", {"model.rope_low_freq_factor", "2.0"},
+       {"model.rope_scaling_type", "llama3", "model.rope_scaling_factor", "8.0",
+        "model.rope_original_max_position_embeddings", "16"}},
+      {"rope_high_freq_factor", {"model.rope_high_freq_factor", "8.0"},
+       {"model.rope_scaling_type", "llama3", "model.rope_scaling_factor", "8.0",
+        "model.rope_original_max_position_embeddings", "16"}},
+      {"enable_weight_tying", {"model.enable_weight_tying", "true"}, {}},
+      {"hidden_dim", {"model.hidden_dim", "24"}, {}},
+      {"moe_enabled", {"model.moe_enabled", "flip"}, {}},
+      {"moe_num_experts", {"model.moe_num_experts", "3"}, {}},
+      {"moe_top_k", {"model.moe_top_k", "1"}, {}},
+      {"moe_hidden_dim", {"model.moe_hidden_dim", "8"}, {}},
+      {"moe_score_func", {"model.moe_score_func", "sigmoid"}, {}},
+      {"moe_renormalize", {"model.moe_renormalize", "flip"}, {}},
+      {"moe_shared_expert", {"model.moe_shared_expert", "true"}, {}},
+      {"moe_router_bias", {"model.moe_router_bias", "flip"}, {}},
+      {"moe_expert_bias", {"model.moe_expert_bias", "flip"}, {}},
+      {"moe_every", {"model.moe_every", "2"}, {}},
+      {"moe_first_dense", {"model.moe_first_dense", "1"}, {}},
+      {"moe_aux_loss_coeff", {"model.moe_aux_loss_coeff", "0.5"}, {}},
+      {"moe_bias_update_rate", {"model.moe_bias_update_rate", "5.0"}, {}},
+  };
+  const std::vector<std::string> families = {"qwen3", "qwen3_moe", "gpt_oss", "llama3"};
+  std::map<std::string, std::map<std::string, std::string>> table;
+  int applied = 0, refused = 0;
+  for (const auto& fam : families) {
+    for (const Knob& k : knobs) {
+      SCOPED_TRACE(fam + " + model." + k.key);
+      Overrides base = tiny(fam);
+      base.insert(base.end(), k.needs.begin(), k.needs.end());
+      JobConfig cb;
+      try {
+        cb = load_job_config_file("", base);
+      } catch (const Error& e) {  // the precondition itself is refused for this family
+        table[k.key][fam] = "-";
+        continue;
+      }
+      Overrides with = base;
+      Overrides v = k.set;
+      // "flip" / "other": the opposite of what this family's preset gives
+      if (v[1] == "flip") {
+        const std::string key = v[0].substr(6);
+        const bool now = key == "qk_norm" ? cb.model.qk_norm : key == "attn_proj_bias" ? cb.model.attn_proj_bias
+                         : key == "attn_sinks" ? cb.model.attn_sinks : key == "rope_yarn_truncate" ? cb.model.rope_yarn_truncate
+                         : key == "moe_enabled" ? cb.model.moe_enabled : key == "moe_renormalize" ? cb.model.moe_renormalize
+                         : key == "moe_router_bias" ? cb.model.moe_router_bias : cb.model.moe_expert_bias;
+        v[1] = now ? "false" : "true";
+      } else if (v[1] == "other") {
+        v[1] = cb.model.sliding_window_layers == "all" ? "alternate" : "all";
+      }
+      with.insert(with.end(), v.begin(), v.end());
+      JobConfig cw;
+      try {
+        cw = load_job_config_file("", with);
+        (void)build_model(cw.model);
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("model." + k.key), std::string::npos) << e.what();
+        table[k.key][fam] = "refused";
+        ++refused;
+        continue;
+      }
+      const double l0 = loss_of(cb), l1 = loss_of(cw);
+      EXPECT_GT(std::abs(l1 - l0) / l0, 2e-6) << "model." << k.key << " = " << v[1] << " did nothing: loss " << l1
+                                               << " equals " << l0;
+      table[k.key][fam] = "applied";
+      ++applied;
+    }
+  }
+  std::printf("%-40s", "knob");
+  for (auto& f : families) std::printf("%-11s", f.c_str());
+  std::printf("\n");
+  for (const Knob& k : knobs) {
+    std::printf("model.%-34s", k.key.c_str());
+    for (auto& f : families) std::printf("%-11s", table[k.key][f].c_str());
+    std::printf("\n");
+  }
+  std::printf("%d applied, %d refused\n", applied, refused);
+  EXPECT_EQ(applied, 108);  // 33 knobs x 4 models, less the 12 MoE keys x 2 dense models
+  EXPECT_EQ(refused, 24);
+}
+
+// The presets of the four members, and refusals naming the key.
+TEST(ModelKnobs, FamilyPresetsAndRefusals) {
+  JobConfig oss = load_job_config_file("", tiny("gpt_oss"));
+  EXPECT_TRUE(oss.model.attn_sinks && oss.model.attn_proj_bias && oss.model.moe_enabled && !oss.model.qk_norm);
+  EXPECT_EQ(oss.model.activation, "oai_swiglu");
+  EXPECT_EQ(oss.model.rope_scaling_type, "yarn");
+  EXPECT_EQ(oss.model.rope_scaling_factor, 32.0);
+  JobConfig llama = load_job_config_file("", tiny("llama3"));
+  EXPECT_FALSE(llama.model.qk_norm || llama.model.moe_enabled || llama.model.attn_sinks);
+  EXPECT_EQ(llama.model.rope_theta, 500000.0);
+  // a key the family's preset would set stays as given
+  JobConfig q = load_job_config_file("", [] {
+    Overrides o = tiny("gpt_oss");
+    o.insert(o.end(), {"model.qk_norm", "true"});
+    return o;
+  }());
+  EXPECT_TRUE(q.model.qk_norm);
+  auto err = [](Overrides o) {
+    try {
+      load_job_config_file("", o);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  Overrides o = tiny("qwen3");
+  o.insert(o.end(), {"model.rope_scaling_factor", "8"});  // issue 12: this changed nothing on Qwen3
+  EXPECT_NE(err(o).find("model.rope_scaling_factor does nothing for this model (model.name qwen3): "
+                        "model.rope_scaling_type is none"), std::string::npos) << err(o);
+  o = tiny("llama3");
+  o.insert(o.end(), {"model.moe_top_k", "1"});
+  EXPECT_NE(err(o).find("model.moe_top_k does nothing"), std::string::npos) << err(o);
+  o = tiny("qwen3_moe");
+  o.insert(o.end(), {"model.moe_every", "4"});
+  EXPECT_NE(err(o).find("leave none of the 2 layers MoE"), std::string::npos) << err(o);
+  // the saved config leaves out what did not act, and reads back to the same config
+  JobConfig cq = load_job_config_file("", tiny("qwen3"));
+  const std::string dumped = dump_job_config(cq);
+  EXPECT_EQ(dumped.find("moe_top_k"), std::string::npos);
+  EXPECT_EQ(dumped.find("rope_scaling_factor"), std::string::npos);
+  EXPECT_EQ(dump_job_config(load_job_config_file("", tiny("gpt_oss"))).find("\n  hidden_dim:"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace titan
