@@ -25,8 +25,17 @@ HfLayout per_expert_layout(const std::vector<Region>& params) {
     const std::string prefix = n.substr(0, at) + ".mlp.experts.";
     Tensor* local = r.local;
     const int64_t n0 = local->size(0);
-    for (int64_t i = 0; i < n0; ++i) {
-      const int64_t e = r.offset[0] + i;
+    // every rank lists every expert, in one order (collective writers create the same tensors on all
+    // ranks): the experts held elsewhere (expert parallel) as empty blocks
+    for (int64_t e = 0; e < r.full_shape[0]; ++e) {
+      const std::string hf = prefix + std::to_string(e) + "." + proj + ".weight";
+      const Shape hf_shape{r.full_shape[2], r.full_shape[1]};
+      const int64_t i = e - r.offset[0];
+      if (i < 0 || i >= n0) {
+        l.copies.push_back(empty({0, 0}, local->dtype(), local->device()));
+        l.regions.push_back({hf, &l.copies.back(), hf_shape, Shape{0, 0}, false});
+        continue;
+      }
       Tensor block;  // this expert's [in, out] block, as HF's [out, in]
       {
         NoGradGuard ng;
@@ -34,8 +43,7 @@ HfLayout per_expert_layout(const std::vector<Region>& params) {
       }
       l.copies.push_back(block);
       Tensor* copy = &l.copies.back();
-      l.regions.push_back({prefix + std::to_string(e) + "." + proj + ".weight", copy,
-                           Shape{r.full_shape[2], r.full_shape[1]}, Shape{r.offset[2], r.offset[1]}, r.writer});
+      l.regions.push_back({hf, copy, hf_shape, Shape{r.offset[2], r.offset[1]}, r.writer});
       l.writes.push_back([local, copy, i]() {
         NoGradGuard ng;
         Tensor dst = local->slice(0, i, i + 1).squeeze(0);  // a view of the parameter

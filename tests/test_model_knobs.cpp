@@ -8,10 +8,14 @@
 
 #include <cmath>
 #include <functional>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "models/causal_lm.h"
 #include "src/autograd/grad_mode.h"
+#include "src/checkpoint/checkpoint.h"
 #include "src/ops/ops.h"
 
 namespace titan {
@@ -205,6 +209,72 @@ TEST(ModelKnobs, FamilyPresetsAndRefusals) {
   EXPECT_EQ(dumped.find("moe_top_k"), std::string::npos);
   EXPECT_EQ(dumped.find("rope_scaling_factor"), std::string::npos);
   EXPECT_EQ(dump_job_config(load_job_config_file("", tiny("gpt_oss"))).find("\n  hidden_dim:"), std::string::npos);
+}
+
+// Export -> import per architecture: the HF class that represents the
+// configuration exactly (or titan's decoder for an ablation), its tensor
+// names (Qwen3-MoE: one linear per expert), torch_dtype as written, and the
+// imported model computing the same logits.
+TEST(ModelKnobs, ExportImportRoundTripPerArchitecture) {
+  struct Case {
+    std::string family;
+    Overrides extra;
+    std::string arch, model_type, tensor;  // a tensor name the HF class uses
+  };
+  const std::vector<Case> cases = {
+      {"qwen3", {}, "Qwen3ForCausalLM", "qwen3", "model.layers.0.self_attn.q_norm.weight"},
+      {"qwen3_moe", {"model.moe_first_dense", "1"}, "Qwen3MoeForCausalLM", "qwen3_moe",
+       "model.layers.1.mlp.experts.3.down_proj.weight"},
+      {"gpt_oss", {}, "GptOssForCausalLM", "gpt_oss", "model.layers.0.mlp.experts.gate_up_proj"},
+      {"llama3", {"model.rope_scaling_type", "llama3", "model.rope_scaling_factor", "8.0"}, "LlamaForCausalLM", "llama",
+       "model.layers.0.mlp.gate_proj.weight"},
+      // ablations HF would load silently wrong as its own class: titan's decoder
+      {"gpt_oss", {"model.qk_norm", "true"}, "TitanDecoderForCausalLM", "titan_decoder", "model.layers.0.self_attn.q_norm.weight"},
+      {"qwen3", {"model.norm_type", "layernorm"}, "TitanDecoderForCausalLM", "titan_decoder", "model.norm.bias"},
+      {"qwen3_moe", {"model.moe_shared_expert", "true"}, "TitanDecoderForCausalLM", "titan_decoder",
+       "model.layers.0.mlp.shared_expert.up_proj.weight"},
+  };
+  namespace fs = std::filesystem;
+  int k = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.family + " -> " + c.arch);
+    Overrides o = tiny(c.family);
+    o.insert(o.end(), c.extra.begin(), c.extra.end());
+    JobConfig cfg = load_job_config_file("", o);
+    auto model = build_model(cfg.model);
+    model->init_weights(11);
+    for (const std::string dtype : {"float32", "bfloat16"}) {
+      const std::string dir = (fs::temp_directory_path() / ("titan_rt_" + std::to_string(k++))).string();
+      fs::remove_all(dir);
+      ExportOptions eo;
+      eo.dtype = dtype;
+      export_hf_folder(dir, model->hf_layout(whole(model->named_parameters())).regions, model->hf_config_json(), eo);
+      const std::string text = read_hf_config(dir);
+      auto j = nlohmann::json::parse(text);
+      EXPECT_EQ(j["architectures"][0], c.arch);
+      EXPECT_EQ(j["model_type"], c.model_type);
+      EXPECT_EQ(j["torch_dtype"], dtype);
+      std::ifstream idx(dir + "/model.safetensors");
+      std::string header((std::istreambuf_iterator<char>(idx)), std::istreambuf_iterator<char>());
+      EXPECT_NE(header.find("\"" + c.tensor + "\""), std::string::npos) << c.tensor << " not in the export";
+      auto back = build_model_from_hf(text);
+      EXPECT_EQ(back->hf_config_json(), model->hf_config_json());
+      const HfLayout l = back->hf_layout(whole(back->named_parameters()));
+      load_hf(dir, l.regions);
+      l.after_load();
+      NoGradGuard ng;
+      Tensor tok = from_vector<int64_t>({1, 5, 7, 2, 9, 3, 4, 8}, {2, 4});
+      auto a = model->forward(tok).to_vector<float>(), b = back->forward(tok).to_vector<float>();
+      if (dtype == "float32") {
+        EXPECT_EQ(a, b);
+      } else {
+        double worst = 0;
+        for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (double)std::abs(a[i] - b[i]));
+        EXPECT_LT(worst, 0.05);  // bf16 weights
+      }
+      fs::remove_all(dir);
+    }
+  }
 }
 
 }  // namespace
