@@ -48,18 +48,17 @@ ShardSpec* find_spec(std::vector<ShardSpec>& specs, const Tensor* slot) {
   fail("parallelize: parameter not found");
 }
 
-// Keeps this tp rank's chunk of the parameter in `slot` along `dim` (chunk sizes given).
-// (`tp`: a tensor-parallel cut, else an expert-parallel one.)
-void shard_param(Tensor& slot, int64_t dim, const std::vector<int64_t>& sizes, int r, std::vector<ShardSpec>& specs,
-                 bool tp = true) {
+// The one weight surgery of every plan: keeps rows [start, start + size) of
+// the parameter in `slot` along `dim` (own storage: the full weight is freed)
+// and moves its spec's offset. `tp`: a tensor-parallel cut (the block is no
+// longer the same on every tp rank), else an expert-parallel one.
+void keep_block(Tensor& slot, int64_t dim, int64_t start, int64_t size, std::vector<ShardSpec>& specs, bool tp = true) {
   ShardSpec* s = find_spec(specs, &slot);
-  int64_t start = 0;
-  for (int q = 0; q < r; ++q) start += sizes[q];
   Tensor local;
   {
     MemoryCategoryScope cat(MemoryCategory::Parameters);
     NoGradGuard ng;
-    local = slice(slot, dim, start, start + sizes[r]).clone();  // own storage: the full weight is freed
+    local = slice(slot, dim, start, start + size).clone();
   }
   const std::string name = slot.name();
   slot = local.detach();
@@ -67,6 +66,14 @@ void shard_param(Tensor& slot, int64_t dim, const std::vector<int64_t>& sizes, i
   slot.set_name(name);
   s->offset[dim] += start;
   if (tp) s->tp_replicated = false;
+}
+
+// Rank r's chunk of `sizes` along `dim`.
+void shard_param(Tensor& slot, int64_t dim, const std::vector<int64_t>& sizes, int r, std::vector<ShardSpec>& specs,
+                 bool tp = true) {
+  int64_t start = 0;
+  for (int q = 0; q < r; ++q) start += sizes[q];
+  keep_block(slot, dim, start, sizes[r], specs, tp);
 }
 
 void shard_linear(nn::Linear* lin, int64_t dim, const std::vector<int64_t>& sizes, int r,
@@ -150,19 +157,8 @@ std::function<void()> apply_tp(decoder::Decoder& model, comms::DeviceMesh& mesh,
       }
       for (Tensor* t : {&lin->weight, &lin->bias}) {
         if (!t->defined()) continue;
+        keep_block(*t, 0, kv_head * a.head_dim, a.head_dim, specs);  // the one KV head this rank's queries use
         ShardSpec* s = find_spec(specs, t);
-        Tensor local;
-        {
-          MemoryCategoryScope cat(MemoryCategory::Parameters);
-          NoGradGuard ng;
-          local = slice(*t, 0, kv_head * a.head_dim, (kv_head + 1) * a.head_dim).clone();
-        }
-        const std::string name = t->name();
-        *t = local.detach();
-        t->requires_grad_(true);
-        t->set_name(name);
-        s->offset[0] += kv_head * a.head_dim;
-        s->tp_replicated = false;
         s->writer = s->writer && kv_group->rank() == 0;
         s->grad_norm_weight = 1.0 / (double)kv_group->size();  // each copy counted once in total
       }

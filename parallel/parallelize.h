@@ -1,6 +1,9 @@
-// parallel/parallelize.h — TorchTitan-style parallelize function for Qwen3:
-// tensor parallel (Megatron), then FSDP/HSDP over the data-parallel ranks,
-// applied to a built model from outside (the model only exposes hooks).
+// parallel/parallelize.h — the TorchTitan-style plan of titan's decoder
+// family (every member: qwen3, qwen3_moe, gpt_oss, llama3): tensor parallel
+// (Megatron, + sequence parallel), expert parallel on MoE layers, then
+// FSDP/HSDP over the data-parallel ranks, applied to a built model from
+// outside (the model only exposes hooks). What each block gets follows from
+// what it holds (attention, dense MLP, MoE), not from the model's name.
 #pragma once
 #include <memory>
 #include <vector>
@@ -16,7 +19,7 @@ class FSDP;
 struct ParallelOptions {
   bool reshard_after_forward = true;
   bool sequence_parallel = true;  // with tp > 1: norms and residual stream sharded along the sequence
-  int64_t expert_parallel = 1;    // gpt_oss: experts over ep ranks borrowed from dp_shard
+  int64_t expert_parallel = 1;    // MoE layers: experts over ep ranks borrowed from dp_shard
 };
 
 struct ParallelModel {
@@ -30,9 +33,9 @@ struct ParallelModel {
 };
 
 // The model must hold the full (single-rank) initialized weights on every
-// rank; afterwards each rank keeps only its shards. Qwen3: tensor parallel
-// (+ sequence parallel) then FSDP. gpt_oss: expert parallel then FSDP
-// (expert weights FSDP-sharded over dp_shard / ep, the rest over dp_shard).
+// rank; afterwards each rank keeps only its shards: tensor parallel, expert
+// parallel, then FSDP (expert weights FSDP-sharded over dp_shard / ep, the
+// rest over dp_shard).
 ParallelModel parallelize(CausalLM& model, comms::DeviceMesh& mesh, const ParallelOptions& opt);
 
 // sqrt(sum of squares of every logical gradient element), across all ranks.

@@ -17,6 +17,7 @@
 #include "src/autograd/grad_mode.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/ops/ops.h"
+#include "src/train/train_spec.h"
 
 namespace titan {
 namespace {
@@ -203,6 +204,15 @@ TEST(ModelKnobs, FamilyPresetsAndRefusals) {
   o = tiny("qwen3_moe");
   o.insert(o.end(), {"model.moe_every", "4"});
   EXPECT_NE(err(o).find("leave none of the 2 layers MoE"), std::string::npos) << err(o);
+  // every member has a train spec (builder + plan); others are refused by name
+  EXPECT_EQ(train_spec_names(), (std::vector<std::string>{"qwen3", "qwen3_moe", "gpt_oss", "llama3"}));
+  EXPECT_EQ(train_spec_for_hf(build_model(oss.model)->hf_config_json()).name, "gpt_oss");
+  try {
+    train_spec("mistral");
+    ADD_FAILURE() << "unknown model accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.name 'mistral' has no train spec"), std::string::npos);
+  }
   // the saved config leaves out what did not act, and reads back to the same config
   JobConfig cq = load_job_config_file("", tiny("qwen3"));
   const std::string dumped = dump_job_config(cq);

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "src/train/train_spec.h"
 #include "comms/device_mesh.h"
 #include "models/causal_lm.h"
 #include "src/ops/ops.h"
@@ -62,12 +63,13 @@ int main(int argc, char** argv) {
     set_log_enabled(mesh.rank == 0 && !json);  // progress on rank 0; --json keeps stdout to the one JSON line
     MPI_Comm comm = mesh.world > 1 ? comms::world_comm() : nullptr;
     const std::string cfg = read_hf_config(ckpt);
-    auto model_ptr = build_model_from_hf(cfg);
+    const TrainSpec& spec = train_spec_for_hf(cfg);
+    auto model_ptr = spec.build_from_hf(cfg);
     CausalLM& model = *model_ptr;
     const int64_t vocab = model.vocab_size();
     parallel::ParallelOptions popt;
     popt.expert_parallel = ep;
-    parallel::ParallelModel pm = parallel::parallelize(model, mesh, popt);
+    parallel::ParallelModel pm = spec.parallelize(model, mesh, popt);
     {
       const HfLayout hl = model.hf_layout(pm.regions());
       load_hf(ckpt, hl.regions, comm);

@@ -7,6 +7,7 @@
 #include "parallel/parallelize.h"
 #include "src/ops/ops.h"
 #include "src/optim/adamw.h"
+#include "src/train/train_spec.h"
 
 namespace titan {
 
@@ -27,9 +28,9 @@ StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device dev
     plan.tp_degree = mesh.degrees.tp;
     plan.ep_degree = cfg.parallelism.expert_parallel_degree;
     DeviceScope on(device);
-    auto model = build_model(cfg.model);
+    auto model = train_spec(cfg.model.name).build(cfg.model);
     model->set_activation_checkpoint(cfg.activation_checkpoint.every());
-    parallel::ParallelModel pm = parallel::parallelize(
+    parallel::ParallelModel pm = train_spec(cfg.model.name).parallelize(
         *model, mesh,
         {cfg.parallelism.fsdp_reshard_after_forward, cfg.parallelism.enable_sequence_parallel,
          cfg.parallelism.expert_parallel_degree});

@@ -21,6 +21,7 @@
 #include "src/train/plan.h"
 #include "src/train/simulate.h"
 #include "src/train/metrics.h"
+#include "src/train/train_spec.h"
 
 namespace fs = std::filesystem;
 
@@ -124,7 +125,7 @@ TrainResult train(const JobConfig& cfg) {
   std::unique_ptr<CausalLM> model_ptr;
   {
     DeviceScope meta(Device::Meta);  // shape-only first: the memory check allocates nothing
-    model_ptr = build_model(cfg.model);
+    model_ptr = train_spec(cfg.model.name).build(cfg.model);
   }
   const int64_t n_params = model_ptr->expected_num_params();
   log_info("building " + cfg.model.flavor + " " + model_ptr->describe());
@@ -149,7 +150,7 @@ TrainResult train(const JobConfig& cfg) {
                 " GiB on this machine (all ranks), it has ", fmt("%.1f", have / (1 << 30)),
                 " GiB; pick a smaller flavor (configs/qwen3_debug.yaml)");
   }
-  model_ptr = build_model(cfg.model);
+  model_ptr = train_spec(cfg.model.name).build(cfg.model);
   CausalLM& model = *model_ptr;
   model.init_weights((uint64_t)cfg.debug.seed);  // identical on every rank: shards are cut from it
   model.set_activation_checkpoint(cfg.activation_checkpoint.every());
@@ -158,7 +159,7 @@ TrainResult train(const JobConfig& cfg) {
            with_commas((double)(n_params - model.num_embedding_params())) + " non-embedding; " +
            fmt("%.4g", flops_per_token) + " training FLOPs per token (seq " + std::to_string(S) + ")");
   TITAN_CHECK(model.num_parameters() == n_params, "internal: parameter count mismatch");
-  parallel::ParallelModel pm = parallel::parallelize(
+  parallel::ParallelModel pm = train_spec(cfg.model.name).parallelize(
       model, mesh,
       {cfg.parallelism.fsdp_reshard_after_forward, cfg.parallelism.enable_sequence_parallel,
        cfg.parallelism.expert_parallel_degree});
