@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/causal_lm.h"
+#include "models/decoder/args.h"
 #include "src/autograd/grad_mode.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/ops/ops.h"
@@ -219,6 +220,50 @@ TEST(ModelKnobs, FamilyPresetsAndRefusals) {
   EXPECT_EQ(dumped.find("moe_top_k"), std::string::npos);
   EXPECT_EQ(dumped.find("rope_scaling_factor"), std::string::npos);
   EXPECT_EQ(dump_job_config(load_job_config_file("", tiny("gpt_oss"))).find("\n  hidden_dim:"), std::string::npos);
+}
+
+// What an export must not claim, and what an import must not drop.
+TEST(ModelKnobs, ExportsClaimOnlyWhatHfRuns) {
+  auto cfg_of = [](Overrides extra, const std::string& fam) {
+    Overrides o = tiny(fam);
+    o.insert(o.end(), extra.begin(), extra.end());
+    return nlohmann::json::parse(build_model(load_job_config_file("", o).model)->hf_config_json());
+  };
+  // YaRN: max_position_embeddings = factor x original, so HF versions that derive the factor from it agree
+  auto y = cfg_of({"model.rope_scaling_type", "yarn", "model.rope_scaling_factor", "4.0"}, "qwen3");
+  EXPECT_EQ(y["architectures"][0], "Qwen3ForCausalLM");
+  EXPECT_EQ(y["max_position_embeddings"], 4 * 4096);
+  EXPECT_EQ(y["rope_scaling"]["factor"], 4.0);
+  // routing steered by balancing biases that the export does not carry: not an HF class
+  auto b = cfg_of({"model.moe_bias_update_rate", "0.01"}, "qwen3_moe");
+  EXPECT_EQ(b["model_type"], "titan_decoder");
+  EXPECT_NE(b["titan_not_hf_because"].get<std::string>().find("expert biases"), std::string::npos);
+  // rope_scaling keys titan would drop are refused
+  EXPECT_THROW(decoder::Args::from_hf_json(R"({"model_type": "llama", "num_hidden_layers": 2,
+      "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "attention_factor": 0.5}})"), Error);
+  // a Qwen3-MoE checkpoint with sliding layers is refused up front (not a missing-tensor error later)
+  EXPECT_THROW(decoder::Args::from_hf_json(R"({"model_type": "qwen3_moe", "num_hidden_layers": 2,
+      "use_sliding_window": true, "max_window_layers": 0})"), Error);
+  // titan 0.8's MoE ablation export (stacked experts): read back in titan's layout, re-exported as titan's
+  decoder::Args legacy = decoder::Args::from_hf_json(R"({"model_type": "qwen3", "num_hidden_layers": 2,
+      "hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 50,
+      "titan_moe": {"num_experts": 4, "top_k": 2, "hidden_dim": 16}})");
+  EXPECT_TRUE(legacy.titan_layout);
+  EXPECT_EQ(nlohmann::json::parse(legacy.to_hf_json())["model_type"], "titan_decoder");
+  // keys that could not act in combination are refused
+  auto refused = [](Overrides extra, const std::string& fam, const std::string& key) {
+    Overrides o = tiny(fam);
+    o.insert(o.end(), extra.begin(), extra.end());
+    try {
+      load_job_config_file("", o);
+    } catch (const Error& e) {
+      return std::string(e.what()).find("model." + key + " does nothing") != std::string::npos;
+    }
+    return false;
+  };
+  EXPECT_TRUE(refused({"model.attn_mask_type", "sliding_window", "model.sliding_window", "4",
+                       "model.sliding_window_layers", "alternate"}, "qwen3", "sliding_window_layers"));
+  EXPECT_TRUE(refused({"model.moe_every", "2", "model.moe_first_dense", "1"}, "qwen3_moe", "moe_first_dense"));
 }
 
 // Export -> import per architecture: the HF class that represents the

@@ -1,5 +1,7 @@
 #include "models/decoder/args.h"
 
+#include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "models/attention_config.h"
@@ -61,6 +63,10 @@ Args Args::from_job(const JobConfig::Model& m) {
     a.rope.high_freq_factor = m.rope_high_freq_factor;
   }
   if (m.name == "gpt_oss") a.max_position_embeddings = 131072;
+  // a scaled context is factor x the original one (HF's YaRN derives its factor from this ratio in some versions:
+  // keep the two consistent)
+  if (a.rope.type != "none")
+    a.max_position_embeddings = std::llround(a.rope.factor * (double)a.rope.original_max_position_embeddings);
   a.activation = m.activation;
   a.swiglu_limit = m.swiglu_limit;
   a.moe = m.moe_enabled;
@@ -96,6 +102,16 @@ RopeScaling rope_from_hf(const json& j, int64_t default_original) {
   if (r.type == "default") return RopeScaling{};
   TITAN_CHECK(r.type == "yarn" || r.type == "llama3", "model config: rope_scaling type '", r.type,
               "' is not supported (yarn, llama3)");
+  // keys titan would otherwise drop (attention_factor, mscale, ...) are refused, not ignored
+  for (auto it = rs.begin(); it != rs.end(); ++it) {
+    static const std::vector<std::string> common{"rope_type", "type", "factor", "original_max_position_embeddings"};
+    static const std::vector<std::string> yarn{"beta_fast", "beta_slow", "truncate"};
+    static const std::vector<std::string> llama{"low_freq_factor", "high_freq_factor"};
+    const auto& own = r.type == "yarn" ? yarn : llama;
+    TITAN_CHECK(std::find(common.begin(), common.end(), it.key()) != common.end() ||
+                    std::find(own.begin(), own.end(), it.key()) != own.end(),
+                "model config: rope_scaling key '", it.key(), "' (", r.type, ") is not supported by titan");
+  }
   r.factor = rs.value("factor", 1.0);
   r.original_max_position_embeddings = rs.value("original_max_position_embeddings", default_original);
   r.beta_fast = rs.value("beta_fast", r.beta_fast);
@@ -162,6 +178,9 @@ Args qwen3_from_hf(const json& j, bool moe) {
       for (int64_t i = j.value("max_window_layers", 28); i < a.n_layers; ++i) a.layer_window[i] = sw;
   }
   if (moe) {
+    for (auto w : a.layer_window)
+      TITAN_CHECK(w == 0, "qwen3_moe config: sliding-window layers (use_sliding_window / layer_types) are not "
+                  "supported in a Qwen3-MoE checkpoint");
     a.moe = true;
     a.moe_experts = j.value("num_experts", 128);
     a.moe_top_k = j.value("num_experts_per_tok", 8);
@@ -177,9 +196,10 @@ Args qwen3_from_hf(const json& j, bool moe) {
   // titan 0.8's ablation keys (exports before the titan_decoder block)
   a.qk_norm = j.value("titan_qk_norm", true);
   a.norm_type = j.value("titan_norm_type", std::string("rmsnorm"));
-  if (j.contains("titan_moe")) {
+  if (j.contains("titan_moe")) {  // its experts were written stacked: titan's layout
     const json& m = j["titan_moe"];
     a.moe = true;
+    a.titan_layout = true;
     a.moe_experts = m.value("num_experts", a.moe_experts);
     a.moe_top_k = m.value("top_k", a.moe_top_k);
     a.moe_hidden_dim = m.value("hidden_dim", a.moe_hidden_dim);
@@ -259,6 +279,7 @@ Args Args::from_hf_json(const std::string& text) {
   if (mt == "titan_decoder" && j.contains("titan_decoder")) {
     try {
       a = j["titan_decoder"].get<Args>();
+      a.titan_layout = true;
     } catch (const std::exception& e) {
       fail("model config: the titan_decoder block is malformed: ", e.what());
     }
@@ -269,6 +290,7 @@ Args Args::from_hf_json(const std::string& text) {
     else if (fam == "llama") a = llama_from_hf(j);
     else fail("model config: model_type '", fam, "' is not supported (qwen3, qwen3_moe, gpt_oss, llama, titan_decoder)");
     a.attn = attention_from_hf(j);
+    if (mt == "titan_decoder") a.titan_layout = true;  // titan 0.8's titan_decoder (titan_attention)
   }
   a.validate();
   return a;
@@ -279,6 +301,14 @@ std::string Args::hf_architecture(std::string* why) const {
     if (why) *why = w;
     return std::string();
   };
+  if (titan_layout) {  // the first reason that made it titan's, else the file's own layout
+    Args plain = *this;
+    plain.titan_layout = false;
+    std::string w;
+    return no(plain.hf_architecture(&w).empty() ? w : "read from a titan_decoder config: its tensors are in titan's layout");
+  }
+  if (moe && moe_bias_update_rate > 0)
+    return no("auxiliary-loss-free balancing: the expert biases that steer its routing are not exported yet");
   if (!attn.is_default()) return no("attention variant " + attn.describe() + " (no HF class has it)");
   if (norm_type != "rmsnorm") return no("norm_type " + norm_type);
   bool sliding = false, uniform = true;
@@ -327,7 +357,9 @@ std::string Args::to_hf_json() const {
   j["num_key_value_heads"] = n_kv_heads;
   j["head_dim"] = head_dim;
   j["hidden_act"] = activation == "oai_swiglu" ? "silu" : activation;
-  j["max_position_embeddings"] = max_position_embeddings;
+  // scaled RoPE: factor x original, so every HF version derives the same YaRN factor
+  j["max_position_embeddings"] = rope.type == "none" ? max_position_embeddings
+                                                     : std::llround(rope.factor * rope.original_max_position_embeddings);
   j["rms_norm_eps"] = norm_eps;
   j["rope_theta"] = rope_theta;
   j["rope_scaling"] = rope_to_hf(rope);

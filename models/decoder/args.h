@@ -1,7 +1,7 @@
 // models/decoder/args.h — the architecture of titan's one decoder family.
 //
 // Qwen3, Qwen3-MoE, gpt-oss and Llama-3 are configurations of this one block
-// (models/decoder/family.h holds their presets); every field below applies to
+// (src/config/model_families.h holds their presets); every field below applies to
 // every member. The mapping to Hugging Face's config.json is honest: a
 // configuration one of HF's classes represents exactly is written as that
 // class (Qwen3ForCausalLM, Qwen3MoeForCausalLM, GptOssForCausalLM,
@@ -60,6 +60,9 @@ struct Args {
   int64_t moe_first_dense = 0;        // the first k layers stay dense
   double moe_aux_loss_coeff = 0.0, moe_bias_update_rate = 0.0;  // load balancing (titan's)
   bool tie_embeddings = false;
+  // read from a titan_decoder config.json (or titan 0.8's titan_moe): the file
+  // holds titan's own tensor layout, and an export keeps it (not an HF class)
+  bool titan_layout = false;
 
   bool is_moe_layer(int64_t i) const { return moe && i >= moe_first_dense && (i + 1) % moe_every == 0; }
   bool any_dense_layer() const;

@@ -5,7 +5,7 @@
 // Parameter names are HF's state-dict keys (model.layers.0.self_attn.q_proj.weight,
 // ...); the experts are stored stacked per layer ([E, ...] tensors: gpt-oss's
 // own layout; Qwen3-MoE's per-expert linears are split out at export,
-// models/decoder/hf_layout.h). The model includes nothing from parallel/: plans
+// models/hf_layout.h). The model includes nothing from parallel/: plans
 // are applied from outside through named_parameters(), the blocks and the
 // module hooks, which every child runs through nn::Module::call.
 #pragma once

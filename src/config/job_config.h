@@ -23,7 +23,7 @@ struct JobConfig {
   // Architecture: every knob of the Qwen3 family (TorchTitan names).
   struct Model {
     // qwen3 | qwen3_moe | gpt_oss | llama3: configurations of one decoder; a key
-    // the YAML/CLI does not give takes the family's value (models/decoder/family.h)
+    // the YAML/CLI does not give takes the family's value (src/config/model_families.h)
     std::string name = "qwen3";
     std::string flavor = "custom";
     int64_t dim = 256;               // hidden size

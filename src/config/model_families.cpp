@@ -53,6 +53,11 @@ std::string model_key_inapplicable(const JobConfig::Model& m, const std::string&
   if ((key == "rope_low_freq_factor" || key == "rope_high_freq_factor") && m.rope_scaling_type != "llama3")
     return "model.rope_scaling_type is " + m.rope_scaling_type + ", not llama3";
   if (key == "sliding_window_layers" && m.sliding_window == 0) return "model.sliding_window is 0 (no sliding layers)";
+  if (key == "sliding_window_layers" && m.attn_mask_type == "sliding_window")
+    return "model.attn_mask_type sliding_window windows every layer";
+  if (key == "moe_first_dense" && m.moe_enabled && m.moe_first_dense > 0 && m.moe_first_dense < m.moe_every)
+    return "the first " + std::to_string(m.moe_first_dense) + " layer(s) are dense already with model.moe_every " +
+           std::to_string(m.moe_every);
   if (key == "attn_prefix_len" && m.attn_mask_type != "prefix_lm") return "model.attn_mask_type is not prefix_lm";
   if (key == "attn_relative_max_distance" && m.attn_bias != "relative") return "model.attn_bias is not relative";
   return "";
