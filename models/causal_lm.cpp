@@ -10,7 +10,8 @@ Tensor CausalLM::loss(const Tensor& logits, const Tensor& targets) const {
                   logits.size(1) == targets.size(1),
               "CausalLM::loss: logits must be [B, S, vocab] and targets [B, S], got ", shape_str(logits.shape()),
               " and ", shape_str(targets.shape()));
-  return cross_entropy(logits.reshape({-1, logits.size(2)}), loss_targets(targets).reshape({-1}));
+  Tensor l2 = logits.reshape({-1, logits.size(2)}), t1 = loss_targets(targets).reshape({-1});
+  return sharded_loss ? sharded_loss(l2, t1) : cross_entropy(l2, t1);
 }
 
 Tensor ignore_prefix_targets(const Tensor& targets, int64_t prefix) {

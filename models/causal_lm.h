@@ -2,6 +2,7 @@
 // need from any model of the zoo: tokens -> logits, HF names and config,
 // the decoder blocks (FSDP units), counts for logging and MFU.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,9 @@ class CausalLM : public nn::Module {
   // [B, S], over the targets the inputs do not already show (prefix_lm: the
   // prefix's own tokens are ignored, its queries see them).
   Tensor loss(const Tensor& logits, const Tensor& targets) const;
+  // Set by a plan whose logits leave the model split over the vocabulary
+  // (loss parallel): cross-entropy of logits [N, V_local] against targets [N].
+  std::function<Tensor(const Tensor& logits, const Tensor& targets)> sharded_loss;
   // The targets the loss counts (the rest set to -100, cross_entropy's ignore_index).
   virtual Tensor loss_targets(const Tensor& targets) const { return targets; }
   virtual void init_weights(uint64_t seed) = 0;

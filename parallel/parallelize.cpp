@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "comms/functional.h"
+#include "comms/vocab_parallel.h"
 #include "models/decoder/model.h"
 #include "parallel/fsdp.h"
 #include "src/autograd/grad_mode.h"
@@ -96,9 +97,13 @@ std::vector<int64_t> by_heads(int64_t heads, int64_t head_dim, int64_t tp, const
 //   experts: each expert's intermediate size split the same way (gpt-oss's
 //     interleaved gate_up keeps its (gate, up) column pairs together), the
 //     router replicated (its gradient summed over tp);
-//   lm_head: split over the vocabulary, logits gathered.
+//   embedding and lm_head (or the tied embedding as head): split over the
+//     vocabulary (Megatron's vocab-parallel embedding: each rank looks up the
+//     ids it owns, the rows summed over tp); the logits stay split into the
+//     loss (loss parallel: max and sum-exp all-reduced), or are gathered
+//     into a plain cross-entropy when loss_parallel is off.
 std::function<void()> apply_tp(decoder::Decoder& model, comms::DeviceMesh& mesh, std::vector<ShardSpec>& specs,
-                               bool sequence_parallel) {
+                               bool sequence_parallel, bool loss_parallel) {
   const int64_t tp = mesh.tp->size();
   const int r = mesh.tp->rank();
   const auto& a = model.args();
@@ -183,13 +188,24 @@ std::function<void()> apply_tp(decoder::Decoder& model, comms::DeviceMesh& mesh,
       if (moe->shared_expert) shard_mlp(moe->shared_expert, ffn);
     }
   }
-  std::vector<int64_t> vocab;
-  if (model.lm_head) {  // vocab-parallel head
-    vocab = comms::chunk_sizes(a.vocab_size, tp);
-    shard_linear(model.lm_head, 0, vocab, r, specs);
-  }
+  const std::vector<int64_t> vocab = comms::chunk_sizes(a.vocab_size, tp);
+  int64_t vocab_start = 0;
+  for (int q = 0; q < r; ++q) vocab_start += vocab[q];
+  shard_param(model.model->embed_tokens->weight, 0, vocab, r, specs);
+  model.model->embed_tokens->lookup = [pg = mesh.tp, vocab_start](const Tensor& w, const Tensor& ids) {
+    return comms::vocab_parallel_embedding(w, ids, vocab_start, pg);
+  };
+  if (model.lm_head) shard_linear(model.lm_head, 0, vocab, r, specs);
+  if (loss_parallel)
+    model.sharded_loss = [pg = mesh.tp, vocab_start](const Tensor& logits, const Tensor& targets) {
+      return comms::vocab_parallel_cross_entropy(logits, targets, vocab_start, pg);
+    };
+  else  // logits gathered over the vocab: B*S*V*(tp-1)/tp floats received per rank, [B, S, V] on every rank
+    model.sharded_loss = [pg = mesh.tp, vocab](const Tensor& logits, const Tensor& targets) {
+      return cross_entropy(comms::gather_from(logits, -1, pg, vocab), targets);
+    };
 
-  return [&model, pg, kv_group, kv_replicated, vocab, sequence_parallel]() {
+  return [&model, pg, kv_group, kv_replicated, sequence_parallel]() {
     // Block inputs: replicated x -> copy_to (bwd all-reduce); with sequence
     // parallel the residual stream is split along the sequence and gathered
     // here (bwd reduce-scatter). Block outputs: all-reduce, or reduce-scatter
@@ -247,14 +263,10 @@ std::function<void()> apply_tp(decoder::Decoder& model, comms::DeviceMesh& mesh,
         sum_grads(model.model->norm->bias, pg);
         return ids;
       });
-    if (model.lm_head) {  // logits gathered over the vocab (cost: B*S*V*(tp-1)/tp floats received per rank)
-      model.lm_head->register_forward_pre_hook(block_in);
-      model.lm_head->register_forward_post_hook(
-          [pg, vocab](nn::Module&, const Tensor& y) { return comms::gather_from(y, -1, pg, vocab); });
-    } else if (sequence_parallel) {  // tied head runs replicated: gather the final hidden states' sequence
-      model.model->norm->register_forward_post_hook(
-          [pg](nn::Module&, const Tensor& y) { return comms::gather_from(y, 1, pg); });
-    }
+    // the head's input: the whole hidden state on every rank, each rank's
+    // (vocab shard's) gradient summed back
+    if (model.lm_head) model.lm_head->register_forward_pre_hook(block_in);
+    else model.model->norm->register_forward_post_hook(block_in);
   };
 }
 // Expert parallel (every model with MoE layers): rank keeps experts
@@ -291,7 +303,7 @@ ParallelModel parallelize(CausalLM& model, comms::DeviceMesh& mesh, const Parall
   std::function<void()> tp_hooks;
   auto* dec = dynamic_cast<decoder::Decoder*>(&model);
   TITAN_CHECK(dec, "parallelize: the plans are written for titan's decoder (models/decoder)");
-  if (mesh.tp->size() > 1) tp_hooks = apply_tp(*dec, mesh, pm.specs, opt.sequence_parallel);
+  if (mesh.tp->size() > 1) tp_hooks = apply_tp(*dec, mesh, pm.specs, opt.sequence_parallel, opt.loss_parallel);
   FSDP::PlacementFn placement;
   if (opt.expert_parallel > 1) {
     TITAN_CHECK(dec->args().moe, "parallelism: expert_parallel_degree ", opt.expert_parallel,

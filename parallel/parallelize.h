@@ -20,6 +20,7 @@ struct ParallelOptions {
   bool reshard_after_forward = true;
   bool sequence_parallel = true;  // with tp > 1: norms and residual stream sharded along the sequence
   int64_t expert_parallel = 1;    // MoE layers: experts over ep ranks borrowed from dp_shard
+  bool loss_parallel = true;      // with tp > 1: logits stay split over the vocabulary into the loss
 };
 
 struct ParallelModel {

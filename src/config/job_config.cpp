@@ -104,6 +104,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"parallelism.expert_parallel_degree", &c.parallelism.expert_parallel_degree, {}},
       {"parallelism.fsdp_reshard_after_forward", &c.parallelism.fsdp_reshard_after_forward, {}},
       {"parallelism.enable_sequence_parallel", &c.parallelism.enable_sequence_parallel, {}},
+      {"parallelism.disable_loss_parallel", &c.parallelism.disable_loss_parallel, {}},
       {"activation_checkpoint.mode", &c.activation_checkpoint.mode, {"none", "full", "selective"}},
       {"activation_checkpoint.selective_ac_option", &c.activation_checkpoint.selective_ac_option, {}},
       {"checkpoint.enable", &c.checkpoint.enable, {}},

@@ -115,6 +115,7 @@ struct JobConfig {
     int64_t expert_parallel_degree = 1;  // gpt_oss: experts spread over ep ranks borrowed from dp_shard
     bool fsdp_reshard_after_forward = true;  // free gathered weights after a block's forward, re-gather in backward
     bool enable_sequence_parallel = true;    // with tp > 1: norms and residual stream sharded along the sequence
+    bool disable_loss_parallel = false;      // with tp > 1: false = logits stay split over the vocabulary
   } parallelism;
 
   struct Comm {  // TorchTitan's comm section: the collective watchdog (comms/watchdog.h)

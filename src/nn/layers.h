@@ -1,5 +1,6 @@
 // src/nn/layers.h — the basic parameterized layers shared by the model zoo.
 #pragma once
+#include <functional>
 #include <string>
 
 #include "src/nn/module.h"
@@ -28,8 +29,10 @@ class Linear : public Module {
 class Embedding : public Module {
  public:
   Embedding(int64_t vocab, int64_t dim);
-  Tensor forward(const Tensor& ids) const { return embedding(weight, ids); }
-  Tensor weight;  // [vocab, dim]
+  Tensor forward(const Tensor& ids) const { return lookup ? lookup(weight, ids) : embedding(weight, ids); }
+  Tensor weight;  // [vocab, dim] (a vocab-parallel plan: this rank's rows)
+  // set by a parallel plan (e.g. the vocab-parallel lookup); default: embedding(weight, ids)
+  std::function<Tensor(const Tensor& weight, const Tensor& ids)> lookup;
 };
 
 // RMSNorm (weight) or LayerNorm (weight, bias) over the last dim.

@@ -33,7 +33,7 @@ StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device dev
     parallel::ParallelModel pm = train_spec(cfg.model.name).parallelize(
         *model, mesh,
         {cfg.parallelism.fsdp_reshard_after_forward, cfg.parallelism.enable_sequence_parallel,
-         cfg.parallelism.expert_parallel_degree});
+         cfg.parallelism.expert_parallel_degree, !cfg.parallelism.disable_loss_parallel});
     AdamW opt(pm.named_params(), {cfg.optimizer.lr, cfg.optimizer.beta1, cfg.optimizer.beta2, cfg.optimizer.eps,
                                   cfg.optimizer.weight_decay});
     mt.reset_peak();  // building the full model before sharding is setup, not the step's footprint

@@ -162,7 +162,7 @@ TrainResult train(const JobConfig& cfg) {
   parallel::ParallelModel pm = train_spec(cfg.model.name).parallelize(
       model, mesh,
       {cfg.parallelism.fsdp_reshard_after_forward, cfg.parallelism.enable_sequence_parallel,
-       cfg.parallelism.expert_parallel_degree});
+       cfg.parallelism.expert_parallel_degree, !cfg.parallelism.disable_loss_parallel});
   TITAN_CHECK(mesh.degrees.tp == 1 || !cfg.parallelism.enable_sequence_parallel || S % mesh.degrees.tp == 0,
               "config error: training.seq_len ", S, " must be divisible by tensor_parallel_degree ", mesh.degrees.tp,
               " with sequence parallel (or set parallelism.enable_sequence_parallel: false)");
