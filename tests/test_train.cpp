@@ -531,4 +531,20 @@ TEST(Plan, Qwen3_32BOn64RanksRunsOnMetaTensors) {
   EXPECT_GT(r2, 0.95);
   EXPECT_LT(r2, 1.15);
   EXPECT_GT(q.memory.peak[(int)MemoryCategory::Activations], 2 * p.memory.peak[(int)MemoryCategory::Activations]);
+  // gradient accumulation is in the planned step: k micro-batches (k x the work and tokens), one optimizer
+  // step, the same peak; a global batch the trainer would refuse is refused here too
+  c.training.global_batch_size = 3 * c.training.local_batch_size * q.dp_degree;
+  StepPlan a = plan_step(c, 64);
+  EXPECT_EQ(a.accumulation, 3);
+  EXPECT_EQ(a.tokens_per_rank, 3 * q.tokens_per_rank);
+  EXPECT_NEAR(a.flops / q.flops, 3.0, 0.05);
+  EXPECT_NEAR((double)a.memory.peak[(int)MemoryCategory::Activations],
+              (double)q.memory.peak[(int)MemoryCategory::Activations], 1024.0);  // a scalar loss or two
+  c.training.global_batch_size += 1;
+  try {
+    plan_step(c, 64);
+    ADD_FAILURE() << "an invalid global batch was planned";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("training.global_batch_size"), std::string::npos) << e.what();
+  }
 }

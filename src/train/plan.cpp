@@ -11,6 +11,15 @@
 
 namespace titan {
 
+int64_t gradient_accumulation_steps(const JobConfig& cfg, int64_t dp) {
+  const int64_t B = cfg.training.local_batch_size;
+  const int64_t global_batch = cfg.training.global_batch_size < 0 ? B * dp : cfg.training.global_batch_size;
+  TITAN_CHECK(global_batch > 0 && global_batch % (B * dp) == 0, "config error: training.global_batch_size ",
+              global_batch, " must be a multiple of local_batch_size x data-parallel ranks = ", B, " x ", dp, " = ",
+              B * dp);
+  return global_batch / (B * dp);
+}
+
 StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device device) {
   TITAN_CHECK(device == Device::Meta || world == 1, "plan_step: a real (cpu) step plays one rank, not ", world);
   StepPlan plan;
@@ -38,7 +47,8 @@ StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device dev
                                   cfg.optimizer.weight_decay});
     mt.reset_peak();  // building the full model before sharding is setup, not the step's footprint
     const int64_t B = cfg.training.local_batch_size, S = cfg.training.seq_len;
-    plan.tokens_per_rank = B * S;
+    plan.accumulation = gradient_accumulation_steps(cfg, plan.dp_degree);
+    plan.tokens_per_rank = plan.accumulation * B * S;
     plan.model_flops_per_token = model->flops_per_token(S);
     plan.num_params = model->expected_num_params();
     std::unique_ptr<CostTrace> trace;
@@ -46,10 +56,14 @@ StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device dev
     CostScope cs;
     Tensor tokens = zeros({B, S}, DType::I64);
     // meta document ids: block_causal is priced as causal (its upper bound; the boundaries are data)
-    Tensor logits = model->forward(tokens, zeros({B, S}, DType::I64));
-    Tensor loss = model->loss(logits, zeros({B, S}, DType::I64));
-    logits = Tensor();
-    loss.backward();
+    for (int64_t m = 0; m < plan.accumulation; ++m) {
+      Tensor logits = model->forward(tokens, zeros({B, S}, DType::I64));
+      Tensor loss = model->loss(logits, zeros({B, S}, DType::I64));
+      logits = Tensor();
+      Tensor aux = model->aux_loss();
+      if (aux.defined()) loss = add(loss, aux);
+      (plan.accumulation == 1 ? loss : mul(loss, 1.0 / (double)plan.accumulation)).backward();
+    }
     opt.step(cfg.optimizer.lr);
     plan.flops = cs.flops();
     plan.bytes = cs.bytes();

@@ -21,12 +21,20 @@ struct StepPlan {
   double flops = 0, bytes = 0;  // rank 0, one optimizer step
   std::map<std::string, OpCost> by_op;
   double model_flops_per_token = 0;
-  int64_t tokens_per_rank = 0;
+  int64_t tokens_per_rank = 0;        // per optimizer step: micro-batches x batch x seq
+  int64_t accumulation = 1;            // micro-batches per optimizer step
   int64_t dp_degree = 1, tp_degree = 1, ep_degree = 1;
   int64_t num_params = 0;              // the full model's
   std::vector<CostEvent> events;       // rank 0's kernels and collectives in program order (with_events)
 };
 
+// The micro-batches of one optimizer step: training.global_batch_size over
+// local_batch_size x data-parallel ranks (-1: one); a global batch that is not
+// a multiple is refused — by the trainer and the planner alike.
+int64_t gradient_accumulation_steps(const JobConfig& cfg, int64_t dp);
+
+// The step runs accumulation micro-batches (forward, loss + MoE auxiliary
+// loss, backward each), then the optimizer.
 // device Meta (planning) or, for world 1, CPU: the same step really computed
 // (tests hold the meta counts and memory to the real ones).
 StepPlan plan_step(const JobConfig& cfg, int world, bool with_events = false, Device device = Device::Meta);

@@ -187,10 +187,8 @@ TrainResult train(const JobConfig& cfg) {
                      cfg.optimizer.weight_decay});
   LRSchedule sched{cfg.lr_scheduler.schedule, cfg.lr_scheduler.decay_type, cfg.lr_scheduler.warmup_steps,
                    cfg.training.steps, cfg.lr_scheduler.decay_ratio, cfg.lr_scheduler.min_lr_factor};
-  const int64_t global_batch = cfg.training.global_batch_size < 0 ? B * dp : cfg.training.global_batch_size;
-  TITAN_CHECK(global_batch % (B * dp) == 0, "config error: training.global_batch_size ", global_batch,
-              " must be a multiple of local_batch_size x data-parallel ranks = ", B * dp);
-  const int64_t accum = global_batch / (B * dp);
+  const int64_t accum = gradient_accumulation_steps(cfg, dp);
+  const int64_t global_batch = accum * B * dp;
   std::unique_ptr<DataLoader> val;
   if (cfg.validation.enabled)
     val = std::make_unique<DataLoader>(cfg.validation.dataset_path, B, S, mesh.dp_rank(), dp);
