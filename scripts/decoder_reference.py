@@ -22,7 +22,7 @@ import math
 
 import torch
 
-from golden import make_golden
+from golden import make_golden, random_params
 
 torch.set_default_dtype(torch.float64)
 
@@ -289,14 +289,7 @@ def make_params(k, gen):
     add_norm("model.norm", d)
     if not k["tie_embeddings"]:
         shapes["lm_head.weight"] = (V, d)
-    p = {}
-    for name, shp in shapes.items():
-        if name.endswith("norm.weight"):
-            t = 1.0 + 0.1 * torch.randn(shp, generator=gen)
-        else:
-            t = 0.2 * torch.randn(shp, generator=gen)
-        p[name] = t.to(torch.float32).to(torch.float64)  # exactly representable in float32
-    return p
+    return random_params(shapes, gen)
 
 
 def main():

@@ -8,6 +8,18 @@ import numpy as np
 import torch
 
 
+def random_params(shapes, gen):
+    """Float32-exact float64 weights in shape order: norm weights 1 + 0.1 N(0, 1), the rest 0.2 N(0, 1)."""
+    p = {}
+    for name, shp in shapes.items():
+        if name.endswith("norm.weight"):
+            t = 1.0 + 0.1 * torch.randn(shp, generator=gen)
+        else:
+            t = 0.2 * torch.randn(shp, generator=gen)
+        p[name] = t.to(torch.float32).to(torch.float64)  # exactly representable in float32
+    return p
+
+
 def make_golden(out, cfg, params, tokens, loss_of, hp):
     """loss/grads of batch 0, then len(tokens) AdamW steps (decay on matrices only, clip by global norm)."""
     leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}

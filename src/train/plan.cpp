@@ -20,6 +20,15 @@ int64_t gradient_accumulation_steps(const JobConfig& cfg, int64_t dp) {
   return global_batch / (B * dp);
 }
 
+Tensor micro_batch_backward(CausalLM& model, const Tensor& inputs, const Tensor& doc_ids, const Tensor& targets,
+                            int64_t accum) {
+  Tensor loss = model.loss(model.forward(inputs, doc_ids), targets);  // the logits are freed with the graph
+  Tensor aux = model.aux_loss();  // MoE load balancing (not part of the reported loss)
+  Tensor total = aux.defined() ? add(loss, aux) : loss;
+  (accum == 1 ? total : mul(total, 1.0 / (double)accum)).backward();
+  return loss;
+}
+
 StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device device) {
   TITAN_CHECK(device == Device::Meta || world == 1, "plan_step: a real (cpu) step plays one rank, not ", world);
   StepPlan plan;
@@ -56,14 +65,8 @@ StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device dev
     CostScope cs;
     Tensor tokens = zeros({B, S}, DType::I64);
     // meta document ids: block_causal is priced as causal (its upper bound; the boundaries are data)
-    for (int64_t m = 0; m < plan.accumulation; ++m) {
-      Tensor logits = model->forward(tokens, zeros({B, S}, DType::I64));
-      Tensor loss = model->loss(logits, zeros({B, S}, DType::I64));
-      logits = Tensor();
-      Tensor aux = model->aux_loss();
-      if (aux.defined()) loss = add(loss, aux);
-      (plan.accumulation == 1 ? loss : mul(loss, 1.0 / (double)plan.accumulation)).backward();
-    }
+    for (int64_t m = 0; m < plan.accumulation; ++m)
+      micro_batch_backward(*model, tokens, zeros({B, S}, DType::I64), zeros({B, S}, DType::I64), plan.accumulation);
     opt.step(cfg.optimizer.lr);
     plan.flops = cs.flops();
     plan.bytes = cs.bytes();

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "models/causal_lm.h"
 #include "src/config/job_config.h"
 #include "src/tensor/cost.h"
 #include "src/tensor/memory.h"
@@ -32,6 +33,12 @@ struct StepPlan {
 // local_batch_size x data-parallel ranks (-1: one); a global batch that is not
 // a multiple is refused — by the trainer and the planner alike.
 int64_t gradient_accumulation_steps(const JobConfig& cfg, int64_t dp);
+
+// One micro-batch of the step, as the trainer and the planner both run it:
+// forward, the loss plus the MoE auxiliary loss, backward of that sum / accum.
+// Returns the loss without the auxiliary term (what the step line reports).
+Tensor micro_batch_backward(CausalLM& model, const Tensor& inputs, const Tensor& doc_ids, const Tensor& targets,
+                            int64_t accum);
 
 // The step runs accumulation micro-batches (forward, loss + MoE auxiliary
 // loss, backward each), then the optimizer.

@@ -297,12 +297,7 @@ TrainResult train(const JobConfig& cfg) {
     double loss_acc = 0;
     for (int64_t m = 0; m < accum; ++m) {
       Batch b = loader.next();
-      Tensor logits = model.forward(b.inputs, b.doc_ids);  // [B, S, V]
-      Tensor loss = model.loss(logits, b.targets);
-      loss_acc += (double)loss.item<float>() / (double)accum;
-      Tensor aux = model.aux_loss();  // MoE load balancing (not part of the reported loss)
-      if (aux.defined()) loss = add(loss, aux);
-      (accum == 1 ? loss : mul(loss, 1.0 / (double)accum)).backward();
+      loss_acc += (double)micro_batch_backward(model, b.inputs, b.doc_ids, b.targets, accum).item<float>() / (double)accum;
       // tokens per expert, summed over the data-parallel ranks (identical on every rank): one all-reduce
       auto routed = model.routed_counts();
       if (!routed.empty()) {
