@@ -1,5 +1,8 @@
 #include "parallel/fsdp.h"
 
+#include <cstring>
+#include <map>
+
 #include "src/autograd/function.h"
 #include "src/log/log.h"
 #include "src/ops/ops.h"
@@ -10,13 +13,64 @@ namespace titan::parallel {
 using comms::ReduceOp;
 using V = std::vector<Tensor>;
 
+namespace {
+// dst[dst_at : dst_at + n] = src[src_at : src_at + n] in elements of contiguous tensors. No cost record of
+// its own: FSDP2 runs a unit's copy-in / copy-out as one kernel (foreach copy, chunk_cat), so the callers
+// record one per bucket.
+void copy_elems(const Tensor& dst, int64_t dst_at, const Tensor& src, int64_t src_at, int64_t n) {
+  if (n == 0 || dst.is_meta()) return;
+  TITAN_CHECK(dst.is_contiguous() && src.is_contiguous() && dst.dtype() == src.dtype(),
+              "FSDP: internal: flat copies need contiguous tensors of one dtype");
+  const size_t es = dtype_size(dst.dtype());
+  std::memcpy(static_cast<char*>(dst.raw_data()) + dst_at * es, static_cast<const char*>(src.raw_data()) + src_at * es,
+              (size_t)n * es);
+}
+}  // namespace
+
+struct FSDP::Param {
+  std::string name;
+  Tensor* slot = nullptr;  // the module's member, rebound to the gathered tensor each forward
+  Tensor shard;            // [rows[r], ...] this rank's rows: the optimizer's leaf
+  Tensor full;             // [rows summed, ...] gathered (storage freed when resharded)
+  Shape full_shape;
+  std::vector<int64_t> rows;  // dim-0 rows per group rank (torch.chunk sizes)
+  int64_t row_elems = 1;      // elements per dim-0 row
+  int64_t offset = 0;         // where this parameter starts in a rank's segment of the bucket (elements)
+  double grad_scale = 1.0;
+  Bucket* bucket = nullptr;
+};
+
+// The parameters of one unit sharded over one group: one flat all-gather, one flat reduce-scatter.
+struct FSDP::Bucket {
+  comms::PG group;
+  DType dtype = DType::F32;
+  std::vector<Param*> params;
+  int64_t seg = 0;            // elements per rank: each parameter padded to ceil(rows / n) rows
+  bool sharded = false;       // group of more than one rank
+  bool replicated = false;    // HSDP: an all-reduce over dp_replicate follows
+  Tensor gathered;            // [n * seg] the prefetched all-gather's output
+  comms::Work gather_work;
+  Tensor grad_flat;           // [n * seg] the gradients of this backward, rank after rank
+  int arrived = 0;            // parameters whose gradient is in grad_flat
+  bool direct() const { return !sharded && !replicated; }  // nothing to communicate
+};
+
 struct FSDP::Unit {
   std::string name;
   bool root = false;
-  std::vector<Param> params;
+  bool reshard = false;  // frees its gathered weights after forward
+  std::vector<std::unique_ptr<Param>> params;
+  std::vector<std::unique_ptr<Bucket>> buckets;
   bool gathered = false;
-  int released = 0;
   bool prefetched = false;
+  size_t released = 0;  // parameters whose gradient arrived in this backward
+};
+
+struct FSDP::Reduction {
+  Bucket* bucket = nullptr;
+  bool all_reduce_stage = false;  // HSDP: the reduce-scatter is done, the replica all-reduce runs
+  Tensor out;                     // [seg] this rank's reduced shard
+  comms::Work work;
 };
 
 FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool reshard_after_forward,
@@ -27,12 +81,15 @@ FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool resha
     auto unit = std::make_unique<Unit>();
     unit->root = ui == 0;
     unit->name = ui == 0 ? "root" : "layer " + std::to_string(ui - 1);
+    // TorchTitan's policy: the last block is not resharded (its backward comes first), nor the root
+    unit->reshard = reshard_after_forward && ui > 0 && ui + 1 < modules.size();
     units_.push_back(std::move(unit));
   }
   // assign every parameter to the innermost unit that owns it (a layer before the root)
   int64_t total = 0;
   for (const ShardSpec& s : specs) total += s.slot->numel();
   Progress progress("sharding parameters (FSDP)", std::max<int64_t>(total, 1), "parameters");
+  const bool replicated = mesh.dp_replicate->size() > 1;
   for (ShardSpec& s : specs) {
     progress.add(s.slot->numel());
     size_t owner = 0;
@@ -40,36 +97,53 @@ FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool resha
       for (auto& [nm, p] : modules[ui]->named_parameters())
         if (p == s.slot) owner = ui;
     Unit& u = *units_[owner];
-    Param p;
-    p.name = s.name;
-    p.slot = s.slot;
-    Placement pl = placement(s);
-    p.group = pl.group;
-    p.grad_scale = pl.grad_scale;
-    const int64_t n = p.group->size(), r = p.group->rank();
+    const Placement pl = placement(s);
     const Tensor& local = *s.slot;  // after tensor / expert parallel: this rank's block
-    p.rows = comms::chunk_sizes(local.size(0), n);
+    TITAN_CHECK(local.dim() >= 1, "FSDP: parameter ", s.name, " is a scalar; shard parameters of rank >= 1");
+    Bucket* b = nullptr;
+    for (auto& x : u.buckets)
+      if (x->group == pl.group && x->dtype == local.dtype()) b = x.get();
+    if (!b) {
+      u.buckets.push_back(std::make_unique<Bucket>());
+      b = u.buckets.back().get();
+      b->group = pl.group;
+      b->dtype = local.dtype();
+      b->sharded = pl.group->size() > 1;
+      b->replicated = replicated;
+    }
+    auto p = std::make_unique<Param>();
+    p->name = s.name;
+    p->slot = s.slot;
+    p->grad_scale = pl.grad_scale;
+    p->full_shape = local.shape();
+    const int64_t n = pl.group->size(), r = pl.group->rank();
+    p->rows = comms::chunk_sizes(local.size(0), n);
+    p->row_elems = local.size(0) > 0 ? local.numel() / local.size(0) : 0;
+    p->offset = b->seg;
+    b->seg += p->rows[0] * p->row_elems;  // rows[0] = ceil(rows / n): the padded extent on every rank
     int64_t start = 0;
-    for (int64_t q = 0; q < r; ++q) start += p.rows[q];
+    for (int64_t q = 0; q < r; ++q) start += p->rows[q];
     {
       MemoryCategoryScope cat(MemoryCategory::Parameters);
-      p.shard = slice(local, 0, start, start + p.rows[r]).clone().detach();  // own storage: the full tensor is freed
+      p->shard = slice(local, 0, start, start + p->rows[r]).clone().detach();  // own storage: the full one is freed
     }
-    p.shard.requires_grad_(true);
-    p.shard.set_name(s.name);
+    p->shard.requires_grad_(true);
+    p->shard.set_name(s.name);
     s.offset[0] += start;
     s.writer = s.writer && mesh.replicate_rank == 0;
+    p->bucket = b;
+    b->params.push_back(p.get());
     u.params.push_back(std::move(p));
   }
   progress.finish();
   // free the full tensors: modules point at nothing until a forward binds them
   for (auto& u : units_)
-    for (auto& p : u->params) *p.slot = Tensor();
-  // specs now point at the shards (stable: units are heap objects)
+    for (auto& p : u->params) *p->slot = Tensor();
+  // specs now point at the shards (stable: parameters are heap objects)
   for (auto& u : units_)
     for (auto& p : u->params)
       for (ShardSpec& s : specs)
-        if (s.name == p.name) s.slot = &p.shard;
+        if (s.name == p->name) s.slot = &p->shard;
 
   // hooks
   Unit* root = units_[0].get();
@@ -89,15 +163,16 @@ FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool resha
     Unit* next = ui + 1 < units_.size() ? units_[ui + 1].get() : nullptr;
     Unit* prev = ui > 1 ? units_[ui - 1].get() : nullptr;
     modules[ui]->register_forward_pre_hook([this, u, next](nn::Module&, const Tensor& x) {
-      unshard(*u);
+      unshard(*u);  // a no-op when recomputed in backward (activation checkpointing): gathered already
       bind(*u);
       if (next && !forward_done_) prefetch(*next);
       return x;
     });
     modules[ui]->register_forward_post_hook([this, u, prev](nn::Module&, const Tensor& y) {
-      if (!reshard_) return y;
-      release(*u);
-      if (!autograd::grad_enabled()) return y;  // evaluation: nothing to re-gather
+      if (forward_done_) return y;  // a recompute inside backward: the unit stays gathered for its backward
+      if (u->reshard) release(*u);
+      if (!autograd::grad_enabled()) return y;  // evaluation: no backward to prepare
+      // entering this unit's backward: gather it again (when resharded) and prefetch the previous unit
       return autograd::custom_op(
           "FSDPPreBackward", {y}, [](const V& in) { return V{in[0]}; },
           [this, u, prev](const V& g) {
@@ -111,34 +186,53 @@ FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool resha
 
 FSDP::~FSDP() {
   for (auto& u : units_)
-    for (auto& p : u->params) p.work.wait();
+    for (auto& b : u->buckets) b->gather_work.wait();
+  for (auto& r : in_flight_) r->work.wait();
 }
 
 void FSDP::prefetch(Unit& u) {
   if (u.gathered || u.prefetched) return;
+  NoGradGuard ng;
   MemoryCategoryScope cat(MemoryCategory::Communication);
-  for (auto& p : u.params)
-    if (!p.trivial()) std::tie(p.pending, p.work) = p.group->all_gather_async(p.shard.detach(), 0, p.rows);
+  for (auto& bp : u.buckets) {
+    Bucket& b = *bp;
+    if (!b.sharded) continue;
+    // copy-in: this rank's shards, each padded to the bucket's per-parameter extent
+    Tensor flat = zeros({b.seg}, b.dtype);  // [seg]
+    for (Param* p : b.params) copy_elems(flat, p->offset, p->shard, 0, p->rows[b.group->rank()] * p->row_elems);
+    record_cost("fsdp_copy_in", 0, 2.0 * (double)flat.nbytes());
+    std::tie(b.gathered, b.gather_work) = b.group->all_gather_async(flat, 0);  // [n * seg]
+  }
   u.prefetched = true;
 }
 
 void FSDP::unshard(Unit& u) {
   if (u.gathered) return;
-  prefetch(u);  // no-op when already issued
-  for (auto& p : u.params) {
-    if (p.trivial()) {  // nothing to gather: the shard is the whole tensor (no copy, never freed)
-      p.full = p.shard.detach();
+  prefetch(u);  // a no-op when already issued
+  NoGradGuard ng;
+  for (auto& bp : u.buckets) {
+    Bucket& b = *bp;
+    if (!b.sharded) {  // nothing to gather: the shard is the whole tensor (no copy, never freed)
+      for (Param* p : b.params) p->full = p->shard.detach();
       continue;
     }
-    p.work.wait();
-    if (p.full.defined() && !p.full.impl()->storage->resident()) {
-      // saved activations alias the old buffer: refill it in place
-      p.full.impl()->storage->materialize();
-      copy_(p.full, p.pending);
-    } else {
-      p.full = p.pending;
+    b.gather_work.wait();
+    // copy-out: rank q's rows of each parameter sit at q * seg + offset
+    for (Param* p : b.params) {
+      if (!p->full.defined()) {
+        MemoryCategoryScope cat(MemoryCategory::Communication);
+        p->full = empty(p->full_shape, b.dtype);
+      } else {
+        p->full.impl()->storage->materialize();  // resharded: saved activations alias this buffer, refill it
+      }
+      int64_t start = 0;
+      for (size_t q = 0; q < p->rows.size(); ++q) {
+        copy_elems(p->full, start * p->row_elems, b.gathered, (int64_t)q * b.seg + p->offset, p->rows[q] * p->row_elems);
+        start += p->rows[q];
+      }
     }
-    p.pending = Tensor();
+    record_cost("fsdp_copy_out", 0, 2.0 * (double)b.gathered.nbytes());
+    b.gathered = Tensor();
   }
   u.prefetched = false;
   u.gathered = true;
@@ -146,31 +240,131 @@ void FSDP::unshard(Unit& u) {
 }
 
 void FSDP::bind(Unit& u) {
-  for (auto& p : u.params) {
-    Param* pp = &p;
+  for (auto& pp : u.params) {
+    Param* p = pp.get();
     Unit* up = &u;
-    *p.slot = autograd::custom_op(
-        "FSDPAllGather", {p.shard}, [pp](const V&) { return V{pp->full.detach()}; },
-        [this, pp, up](const V& g) {
-          GradientReductionScope grads;  // these collectives carry gradients (reduce_dtype in simulation)
-          Tensor gs;
-          if (!pp->trivial()) gs = pp->group->reduce_scatter(g[0], 0, ReduceOp::Avg, pp->rows);
-          else gs = g[0];
-          if (mesh_.dp_replicate->size() > 1) gs = mesh_.dp_replicate->all_reduce(gs, ReduceOp::Avg);
-          if (pp->grad_scale != 1.0) gs = mul(gs, pp->grad_scale);
-          // reshard after backward: this parameter's gathered copy is no longer needed
-          if (!pp->trivial()) pp->full.impl()->storage->release();
-          if (++up->released == (int)up->params.size()) up->gathered = false;
-          return V{gs};
-        })[0];
-    p.slot->set_name(p.name);
+    *p->slot = autograd::custom_op(
+        "FSDPAllGather", {p->shard}, [p](const V&) { return V{p->full.detach()}; },
+        [this, p, up](const V& g) { return V{gradient_arrived(*up, *p->bucket, *p, g[0])}; })[0];
+    p->slot->set_name(p->name);
   }
 }
 
 void FSDP::release(Unit& u) {
-  for (auto& p : u.params)
-    if (!p.trivial()) p.full.impl()->storage->release();  // a trivial "gathered" tensor is the shard itself
+  for (auto& b : u.buckets)
+    if (b->sharded)  // an unsharded "gathered" tensor is the shard itself
+      for (Param* p : b->params) p->full.impl()->storage->release();
   u.gathered = false;
+}
+
+// The backward of FSDPAllGather: the parameter's full gradient [rows, ...] goes into its bucket's flat
+// buffer; the bucket's last gradient issues the reduction. Returns the gradient for the shard leaf when
+// nothing is communicated, else none (wait_gradients adds the reduced shard).
+Tensor FSDP::gradient_arrived(Unit& u, Bucket& b, Param& p, const Tensor& g) {
+  NoGradGuard ng;
+  Tensor direct;
+  if (b.direct()) {
+    direct = p.grad_scale != 1.0 ? mul(g, p.grad_scale) : g;
+  } else {
+    const int64_t n = b.group->size();
+    if (!b.grad_flat.defined()) {
+      MemoryCategoryScope cat(MemoryCategory::Communication);
+      b.grad_flat = zeros({n * b.seg}, b.dtype);  // padding rows stay zero
+    }
+    int64_t start = 0;
+    for (int64_t q = 0; q < n; ++q) {
+      const int64_t rows = p.rows[q], at = q * b.seg + p.offset;
+      if (rows > 0 && g.is_contiguous()) {
+        copy_elems(b.grad_flat, at, g, start * p.row_elems, rows * p.row_elems);
+      } else if (rows > 0) {  // a strided gradient (e.g. a transposed GEMM output): copied as a view
+        CostRecordPause pause;  // the bucket's copy-in is recorded once, when it is issued
+        Shape s = p.full_shape;
+        s[0] = rows;
+        copy_(reshape(slice(b.grad_flat, 0, at, at + rows * p.row_elems), s), slice(g, 0, start, start + rows));
+      }
+      start += rows;
+    }
+    if (++b.arrived == (int)b.params.size()) issue_reduction(b);
+  }
+  // reshard after backward: this parameter's gathered copy is no longer needed
+  if (b.sharded) p.full.impl()->storage->release();
+  if (++u.released == u.params.size()) u.gathered = false;
+  return direct;
+}
+
+void FSDP::issue_reduction(Bucket& b) {
+  record_cost("fsdp_grad_copy_in", 0, 2.0 * (double)b.grad_flat.nbytes());  // FSDP2: one chunk_cat per bucket
+  while ((int)in_flight_.size() >= kMaxReductionsInFlight) advance_oldest();
+  GradientReductionScope grads;  // these collectives carry gradients (reduce_dtype in simulation)
+  MemoryCategoryScope cat(MemoryCategory::Communication);
+  auto r = std::make_unique<Reduction>();
+  r->bucket = &b;
+  if (b.sharded) {
+    std::tie(r->out, r->work) = b.group->reduce_scatter_async(b.grad_flat, 0, ReduceOp::Avg);  // [seg]
+  } else {  // replicas only (DDP): all-reduce the flat gradients
+    r->all_reduce_stage = true;
+    std::tie(r->out, r->work) = mesh_.dp_replicate->all_reduce_async(b.grad_flat, ReduceOp::Avg);
+  }
+  b.grad_flat = Tensor();  // the collective holds its input until it is done
+  b.arrived = 0;
+  in_flight_.push_back(std::move(r));
+}
+
+// Waits for the oldest reduction: a waited reduce-scatter of an HSDP bucket goes on to its replica
+// all-reduce (queued last); anything else is finished.
+void FSDP::advance_oldest() {
+  std::unique_ptr<Reduction> r = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  r->work.wait();
+  if (!r->all_reduce_stage && r->bucket->replicated) {
+    GradientReductionScope grads;
+    MemoryCategoryScope cat(MemoryCategory::Communication);
+    r->all_reduce_stage = true;
+    std::tie(r->out, r->work) = mesh_.dp_replicate->all_reduce_async(r->out, ReduceOp::Avg);
+    in_flight_.push_back(std::move(r));
+    return;
+  }
+  finish(*r);
+}
+
+// Each parameter's rows of the reduced shard become its .grad (views of the shard, no copy, as FSDP2's
+// reduce-scatter output), or are added into the .grad of an earlier micro-batch.
+void FSDP::finish(Reduction& r) {
+  NoGradGuard ng;
+  Bucket& b = *r.bucket;
+  const int64_t rank = b.group->rank();
+  bool uniform = true;  // one gradient factor for the bucket: scale the shard at once
+  for (Param* p : b.params) uniform = uniform && p->grad_scale == b.params[0]->grad_scale;
+  if (uniform && b.params[0]->grad_scale != 1.0) mul_(r.out, b.params[0]->grad_scale);
+  bool viewed = false;
+  for (Param* p : b.params) {
+    const int64_t n = p->rows[rank] * p->row_elems;
+    Tensor g = reshape(slice(r.out, 0, p->offset, p->offset + n), p->shard.shape());
+    if (!uniform && p->grad_scale != 1.0) g = mul(g, p->grad_scale);
+    Tensor cur = p->shard.grad();
+    if (cur.defined()) {
+      add_(cur, g);
+    } else {
+      p->shard.set_grad(g);
+      viewed = true;
+    }
+  }
+  if (viewed) r.out.impl()->storage->set_category(MemoryCategory::Gradients);
+}
+
+void FSDP::wait_gradients() {
+  // buckets some of whose parameters took no part in this backward: reduce what arrived (the same
+  // parameters on every rank: the model's structure decides), last unit first as backward runs
+  for (auto it = units_.rbegin(); it != units_.rend(); ++it)
+    for (auto& b : (*it)->buckets)
+      if (b->arrived > 0) issue_reduction(*b);
+  while (!in_flight_.empty()) advance_oldest();
+  // reshard after backward, also a unit some of whose parameters got no gradient
+  for (auto& u : units_)
+    if (u->released > 0) {
+      release(*u);
+      u->released = 0;
+    }
 }
 
 }  // namespace titan::parallel

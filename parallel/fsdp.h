@@ -1,18 +1,31 @@
-// parallel/fsdp.h — ZeRO-3 over the dp_shard group (HSDP: plus all-reduce
-// over dp_replicate). Each parameter is sharded along dim 0 in torch.chunk
-// sizes; its shard is the leaf the optimizer updates.
+// parallel/fsdp.h — FSDP2-style fully sharded data parallel over the dp_shard
+// group (HSDP: plus an all-reduce over dp_replicate). Each parameter is
+// sharded along dim 0 in torch.chunk sizes; its shard is the leaf the
+// optimizer updates.
 //
-// Per unit (each decoder layer; the root = embedding, final norm, lm_head):
-//  - forward pre-hook: wait for the prefetched all-gather (or gather now),
-//    bind each module parameter to an FSDPAllGather op of its shard, and
-//    prefetch the next unit's all-gather (non-blocking: it overlaps this
-//    unit's compute);
-//  - forward post-hook (reshard_after_forward): free the gathered storage
-//    and wrap the output in an identity op whose backward re-gathers it (and
-//    prefetches the previous unit) before the unit's backward runs;
-//  - FSDPAllGather backward: reduce-scatter (average) the full gradient into
-//    the shard's gradient, all-reduce it over replicas, free the storage.
+// Units as in FSDP2 / TorchTitan: each transformer block is one unit, the root
+// unit holds the rest (embedding, final norm, lm_head). A unit's parameters
+// are grouped into buckets by the process group they are sharded over (expert
+// weights under EP use their own group); per bucket and step:
+//  - forward: ONE flat all-gather of the unit's shards (each shard padded to
+//    ceil(rows / n) rows, so every rank sends the same count), issued one unit
+//    ahead (prefetch) and copied out into the parameters when the unit runs;
+//  - reshard after forward (parallelism.fsdp_reshard_after_forward, TorchTitan's
+//    default policy): every block but the last frees its gathered weights after
+//    its forward and gathers them again, one unit ahead, in backward; the root
+//    and the last block stay gathered (their backward comes first);
+//  - backward: each parameter's full gradient is copied into the bucket's flat
+//    buffer as it arrives; when the last one has arrived, ONE flat
+//    reduce-scatter (mean over dp_shard) is issued asynchronously. At most
+//    kMaxReductionsInFlight reductions are outstanding: issuing one more first
+//    waits for the oldest, so the reduce-scatter of block i runs during the
+//    backward of block i-1. HSDP: a waited reduce-scatter's shard goes on to an
+//    asynchronous all-reduce (mean over dp_replicate) in the same queue.
+//  - wait_gradients() (called by the step before it reads gradients) waits
+//    for everything still in flight and adds each reduced shard into its
+//    parameter's .grad (accumulating over micro-batches).
 #pragma once
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -32,34 +45,38 @@ class FSDP {
     double grad_scale = 1.0;
   };
   using PlacementFn = std::function<Placement(const ShardSpec&)>;
+  static constexpr int kMaxReductionsInFlight = 2;
+
   // units[0] is the root; its pre-hook must be the first to run in forward.
   FSDP(std::vector<nn::Module*> units, comms::DeviceMesh& mesh, bool reshard_after_forward,
        std::vector<ShardSpec>& specs, PlacementFn placement = nullptr);
   ~FSDP();
 
-  struct Param {
-    std::string name;
-    Tensor* slot;   // the module's member, rebound to the gathered tensor each forward
-    Tensor shard;   // local rows: the optimizer's leaf
-    Tensor full;    // gathered buffer (storage freed when resharded)
-    std::vector<int64_t> rows;
-    comms::PG group;
-    double grad_scale = 1.0;
-    Tensor pending;  // prefetched all-gather result
-    comms::Work work;
-    bool trivial() const { return group->size() == 1; }
-  };
+  // Completes the gradient reductions of the backward(s) run so far: a bucket
+  // some of whose parameters got no gradient is reduced now (zeros for those),
+  // then every reduction in flight is waited for and its shard added into the
+  // parameters' .grad. The step calls this once before it reads gradients.
+  void wait_gradients();
+
+  struct Param;
+  struct Bucket;
   struct Unit;
+  struct Reduction;
 
  private:
-  void unshard(Unit& u);
   void prefetch(Unit& u);
+  void unshard(Unit& u);
   void bind(Unit& u);
   void release(Unit& u);
+  Tensor gradient_arrived(Unit& u, Bucket& b, Param& p, const Tensor& g);
+  void issue_reduction(Bucket& b);
+  void advance_oldest();
+  void finish(Reduction& r);
   std::vector<std::unique_ptr<Unit>> units_;
+  std::deque<std::unique_ptr<Reduction>> in_flight_;
   comms::DeviceMesh& mesh_;
   bool reshard_;
-  bool forward_done_ = false;
+  bool forward_done_ = false;  // the root's forward has returned: hooks now run in backward (recompute)
 };
 
 }  // namespace titan::parallel

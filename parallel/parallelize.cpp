@@ -8,6 +8,7 @@
 #include "parallel/fsdp.h"
 #include "src/autograd/grad_mode.h"
 #include "src/ops/ops.h"
+#include "src/tensor/cost.h"
 
 namespace titan::parallel {
 
@@ -334,16 +335,25 @@ ParallelModel parallelize(CausalLM& model, comms::DeviceMesh& mesh, const Parall
 }
 
 double global_grad_norm(const ParallelModel& pm, comms::DeviceMesh& mesh) {
-  double local = 0;
+  double local = 0, flops = 0, bytes = 0;
   for (auto& s : pm.specs) {
     if (s.tp_replicated && mesh.tp_rank != 0) continue;  // counted on tp rank 0
     Tensor g = s.slot->grad();
     if (!g.defined()) continue;
+    flops += 2.0 * (double)g.numel();
+    bytes += (double)g.nbytes();
+    if (g.is_meta()) continue;  // planning: the value is data
     auto v = g.contiguous();
     const float* x = v.data<float>();
     double acc = 0;
     for (int64_t i = 0; i < v.numel(); ++i) acc += (double)x[i] * x[i];
     local += acc * s.grad_norm_weight;
+  }
+  record_cost("grad_norm", flops, bytes);  // one kernel over every gradient (torch's foreach norm), real and planned
+  if (mesh.world_pg->size() == 1) return std::sqrt(local);
+  if (default_device() == Device::Meta) {  // planning: the all-reduce is priced
+    mesh.world_pg->all_reduce(empty({1}, DType::F64));
+    return 0.0;
   }
   Tensor t = from_vector<double>({local}, {1});
   double total = mesh.world_pg->all_reduce(t).to_vector<double>()[0] / (double)mesh.degrees.dp_replicate;

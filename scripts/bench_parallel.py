@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Issue 4's measurements, in one run (ratios, not absolute times, matter:
-this machine has slow spells).
+"""Issue 4's and issue 10's measurements, in one run (ratios, not absolute
+times, matter: this machine has slow spells).
 
   /usr/bin/python3 scripts/bench_parallel.py [--steps 8]
 
@@ -9,7 +9,13 @@ this machine has slow spells).
 2. Throughput of 2 ranks x 1 thread (FSDP) vs 1 rank x 2 threads on the
    benchmark model, and the share of step time spent waiting on
    communication (exposed) next to the time the transfers took (busy):
-   with prefetch, exposed is well below busy.
+   with prefetch, exposed is well below busy. Measured back to back, --repeats
+   times (alternating), each pair's ratio printed.
+3. Collectives per step, as the profiler prints them (FSDP over 2 ranks,
+   benchmark model): per FSDP unit one all-gather in forward, one more in
+   backward when it was resharded, one reduce-scatter.
+4. Peak activation memory under TP 2 and TP 4 with loss parallel (logits split
+   over the vocabulary) against the logits gathered, at a 32k vocabulary.
 """
 import argparse
 import os
@@ -54,6 +60,7 @@ def steady(out, skip=2):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args()
     debug = ["--config", "configs/qwen3_debug.yaml", "--training.steps", "3", "--training.seq_len", "128"]
     print("1. FSDP memory per rank (debug model, MiB): parameters + gradients + AdamW state")
@@ -66,14 +73,38 @@ def main():
               f"  = 1/{base / tot:.2f} of one rank (ideal 1/{n})")
     bench = ["--config", "configs/qwen3_bench.yaml", "--training.steps", str(a.steps)]
     print("\n2. throughput, benchmark model (dim 512, 8 layers, seq 512, global batch 4)")
-    one = steady(launch(1, 2, bench))
-    two = steady(launch(2, 1, bench + ["--training.local_batch_size", "2"]))
-    total_two = two[0] * 2
-    print(f"   1 rank x 2 threads: {one[0]:8.0f} tokens/s")
-    print(f"   2 ranks x 1 thread: {total_two:8.0f} tokens/s (FSDP; {two[0]:.0f} per rank)")
-    print(f"   ratio (2x1 / 1x2): {total_two / one[0]:.2f}")
-    print(f"   2 ranks: communication busy {two[2]:.0f}% of step time, exposed (waited for) {two[1]:.0f}%")
+    ratios = []
+    for i in range(a.repeats):
+        one = steady(launch(1, 2, bench))
+        two = steady(launch(2, 1, bench + ["--training.local_batch_size", "2"]))
+        total_two = two[0] * 2
+        ratios.append(total_two / one[0])
+        print(f"   run {i + 1}: 1 rank x 2 threads {one[0]:8.0f} tokens/s, 2 ranks x 1 thread {total_two:8.0f} tokens/s "
+              f"(FSDP) -> ratio {ratios[-1]:.3f}; 2 ranks: communication busy {two[2]:.0f}% of step time, exposed "
+              f"(waited for) {two[1]:.0f}%")
+    ratios.sort()
+    print(f"   ratio (2x1 / 1x2): median {ratios[len(ratios) // 2]:.3f} (min {ratios[0]:.3f}, max {ratios[-1]:.3f})")
 
+    print("\n3. collectives per step (FSDP over 2 ranks, benchmark model, profiled step 3)")
+    out = launch(2, 1, bench + ["--training.local_batch_size", "2", "--training.steps", "3",
+                                "--profiling.enable_profiling", "true", "--profiling.profile_step", "3"])
+    for line in out.splitlines():
+        if "collectives per step" in line or re.search(r"- +(all_gather|reduce_scatter|all_reduce) +x", line):
+            print("   " + line.split(" - ", 1)[1])
+
+    print("\n4. peak activation memory on rank 0 (MiB), vocab 32768, debug model, batch 4 x seq 256")
+    lp = ["--config", "configs/qwen3_debug.yaml", "--training.steps", "2", "--model.vocab_size", "32768",
+          "--training.local_batch_size", "4"]
+    for tp in (1, 2, 4):
+        row = []
+        for gathered in (("false",) if tp == 1 else ("true", "false")):
+            out = launch(tp, 1, lp + ["--parallelism.tensor_parallel_degree", str(tp),
+                                      "--parallelism.disable_loss_parallel", gathered])
+            row.append(float(re.search(r"activations ([\d.]+)", out).group(1)))
+        if tp == 1:
+            print(f"   TP 1: {row[0]:8.1f}")
+        else:
+            print(f"   TP {tp}: logits gathered {row[0]:8.1f} -> loss parallel {row[1]:8.1f} ({row[0] / row[1]:.2f}x less)")
 
 if __name__ == "__main__":
     main()

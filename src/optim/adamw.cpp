@@ -2,6 +2,7 @@
 
 #include "src/log/log.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "src/autograd/grad_mode.h"
@@ -74,12 +75,21 @@ double grad_norm(const std::vector<Tensor*>& params) {
 }
 
 void clip_grads(const std::vector<Tensor*>& params, double max_norm, double norm) {
-  const double coef = max_norm / (norm + 1e-6);
-  if (coef >= 1.0) return;  // torch clamps the coefficient to 1 (a no-op multiply)
-  for (auto* p : params) {
-    Tensor g = p->grad();
-    if (g.defined()) mul_(g, coef);
+  // torch clamps the coefficient to 1 and multiplies regardless (x 1.0 is exact): the step's work does not
+  // depend on the norm, so the planned step (which cannot know it) is the step that runs
+  const double coef = std::min(1.0, max_norm / (norm + 1e-6));
+  double elems = 0, bytes = 0;
+  {
+    CostRecordPause one_kernel;  // torch's foreach multiply: one kernel over every gradient, recorded below
+    for (auto* p : params) {
+      Tensor g = p->grad();
+      if (!g.defined()) continue;
+      mul_(g, coef);
+      elems += (double)g.numel();
+      bytes += 2.0 * (double)g.nbytes();
+    }
   }
+  record_cost("clip_grads", elems, bytes);
 }
 
 double LRSchedule::factor(int64_t t) const {

@@ -11,6 +11,7 @@ thread_local int64_t t_next_comm = 0;
 thread_local int t_timed = 0;              // timed scopes alive on this thread
 thread_local const char* t_last_op = nullptr;
 thread_local double t_last_time = 0;
+thread_local int t_paused = 0;             // CostRecordPause scopes alive on this thread
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -55,7 +56,11 @@ CostTrace::CostTrace(bool timed) : parent_(t_trace), timed_(timed), t0_(timed ? 
 double CostTrace::elapsed() const { return timed_ ? now() - t0_ : 0; }
 CostTrace::~CostTrace() { t_trace = parent_; }
 
+CostRecordPause::CostRecordPause() { ++t_paused; }
+CostRecordPause::~CostRecordPause() { --t_paused; }
+
 void record_cost(const char* op, double flops, double bytes, const GemmShape& gemm, KernelClass cls) {
+  if (t_paused) return;
   if (t_trace) {
     CostEvent e;
     e.op = op;

@@ -129,6 +129,17 @@ class CostTrace {
   std::vector<CostEvent> events_;
 };
 
+// RAII: ops run while alive record nothing on this thread — for a composite whose
+// kernel structure differs from its parts' (FSDP's flat copy-in / copy-out is one
+// kernel per unit in FSDP2), which then records itself once.
+class CostRecordPause {
+ public:
+  CostRecordPause();
+  ~CostRecordPause();
+  CostRecordPause(const CostRecordPause&) = delete;
+  CostRecordPause& operator=(const CostRecordPause&) = delete;
+};
+
 // Called by every op kernel (cheap when no scope or trace is active).
 void record_cost(const char* op, double flops, double bytes, const GemmShape& gemm = {},
                  KernelClass cls = KernelClass::Elementwise);

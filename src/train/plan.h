@@ -12,6 +12,7 @@
 #include "src/config/job_config.h"
 #include "src/tensor/cost.h"
 #include "src/tensor/memory.h"
+#include "src/train/train_step.h"
 
 namespace titan {
 
@@ -29,19 +30,9 @@ struct StepPlan {
   std::vector<CostEvent> events;       // rank 0's kernels and collectives in program order (with_events)
 };
 
-// The micro-batches of one optimizer step: training.global_batch_size over
-// local_batch_size x data-parallel ranks (-1: one); a global batch that is not
-// a multiple is refused — by the trainer and the planner alike.
-int64_t gradient_accumulation_steps(const JobConfig& cfg, int64_t dp);
-
-// One micro-batch of the step, as the trainer and the planner both run it:
-// forward, the loss plus the MoE auxiliary loss, backward of that sum / accum.
-// Returns the loss without the auxiliary term (what the step line reports).
-Tensor micro_batch_backward(CausalLM& model, const Tensor& inputs, const Tensor& doc_ids, const Tensor& targets,
-                            int64_t accum);
-
-// The step runs accumulation micro-batches (forward, loss + MoE auxiliary
-// loss, backward each), then the optimizer.
+// The step is train_step (train_step.h) on a job from build_job: the
+// micro-batches, FSDP's reductions, the loss / expert-load / grad-norm
+// all-reduces, clipping and the optimizer, as titan-train runs them.
 // device Meta (planning) or, for world 1, CPU: the same step really computed
 // (tests hold the meta counts and memory to the real ones).
 StepPlan plan_step(const JobConfig& cfg, int world, bool with_events = false, Device device = Device::Meta);

@@ -99,6 +99,8 @@ SimResult simulate_step(const JobConfig& cfg, int world) {
   ChipSpec chip;
   load_target(cfg, world, sys, chip, r);  // refuse a world the hardware cannot hold before planning anything
   const StepPlan plan = plan_step(cfg, world, /*with_events=*/true);
+  for (const CostEvent& e : plan.events)
+    if (e.kind == CostEvent::Kind::CommStart) r.collectives.push_back(e);
   const int rpc = (int)sc.ranks_per_chip;
   r.chip = chip.name;
   r.system = sys.name + (r.systems > 1 ? " x" + std::to_string(r.systems) : "");

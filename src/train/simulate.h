@@ -54,6 +54,7 @@ struct SimResult {
   bool oom = false;
   std::string oom_advice;
   std::vector<SimSpan> spans;  // rank 0's timeline
+  std::vector<CostEvent> collectives;  // rank 0's collective starts of the planned step, in issue order
 };
 
 // Runs the meta step of `cfg` as `world` ranks and simulates it on

@@ -15,6 +15,7 @@
 #include "src/data/loader.h"
 #include "src/optim/adamw.h"
 #include "src/tensor/cost.h"
+#include "src/train/collectives.h"
 #include "src/train/eval.h"
 #include "src/train/job_lock.h"
 #include "src/train/preemption.h"
@@ -22,6 +23,7 @@
 #include "src/train/simulate.h"
 #include "src/train/metrics.h"
 #include "src/train/train_spec.h"
+#include "src/train/train_step.h"
 
 namespace fs = std::filesystem;
 
@@ -77,6 +79,11 @@ TrainResult train(const JobConfig& cfg) {
              "  tflops: " + fmt("%.2f", sim.tflops_per_chip / sim.ranks_per_chip) + "  mfu: " +
              fmt("%.2f", 100.0 * sim.mfu) + "%  (simulated " + sim.chip + ", per rank as TorchTitan logs it)");
     for (const auto& l : describe_simulation(sim)) log_info(l);
+    if (cfg.profiling.enable_profiling && lead) {  // the planned step's collectives, as a profiled real step lists them
+      for (const auto& l : describe_collectives(sim.collectives, 0)) log_info(l);
+      fs::create_directories(cfg.job.dump_folder);
+      write_collectives(sim.collectives, cfg.job.dump_folder + "/collectives_rank0.tsv");
+    }
     if (!cfg.simulation.trace_file.empty() && lead) {
       fs::create_directories(cfg.job.dump_folder);
       const std::string path = cfg.job.dump_folder + "/" + cfg.simulation.trace_file;
@@ -150,19 +157,15 @@ TrainResult train(const JobConfig& cfg) {
                 " GiB on this machine (all ranks), it has ", fmt("%.1f", have / (1 << 30)),
                 " GiB; pick a smaller flavor (configs/qwen3_debug.yaml)");
   }
-  model_ptr = train_spec(cfg.model.name).build(cfg.model);
-  CausalLM& model = *model_ptr;
-  model.init_weights((uint64_t)cfg.debug.seed);  // identical on every rank: shards are cut from it
-  model.set_activation_checkpoint(cfg.activation_checkpoint.every());
+  TrainJob job = build_job(cfg, mesh, [&](CausalLM& full) {
+    TITAN_CHECK(full.num_parameters() == n_params, "internal: parameter count mismatch");
+  });
+  CausalLM& model = *job.model;
+  parallel::ParallelModel& pm = job.pm;
   const double flops_per_token = model.flops_per_token(S);
   log_info("model parameters: " + with_commas((double)n_params) + " total, " +
            with_commas((double)(n_params - model.num_embedding_params())) + " non-embedding; " +
            fmt("%.4g", flops_per_token) + " training FLOPs per token (seq " + std::to_string(S) + ")");
-  TITAN_CHECK(model.num_parameters() == n_params, "internal: parameter count mismatch");
-  parallel::ParallelModel pm = train_spec(cfg.model.name).parallelize(
-      model, mesh,
-      {cfg.parallelism.fsdp_reshard_after_forward, cfg.parallelism.enable_sequence_parallel,
-       cfg.parallelism.expert_parallel_degree, !cfg.parallelism.disable_loss_parallel});
   TITAN_CHECK(mesh.degrees.tp == 1 || !cfg.parallelism.enable_sequence_parallel || S % mesh.degrees.tp == 0,
               "config error: training.seq_len ", S, " must be divisible by tensor_parallel_degree ", mesh.degrees.tp,
               " with sequence parallel (or set parallelism.enable_sequence_parallel: false)");
@@ -183,11 +186,10 @@ TrainResult train(const JobConfig& cfg) {
   }
 
   // ---- optimizer, schedule
-  AdamW opt(params, {cfg.optimizer.lr, cfg.optimizer.beta1, cfg.optimizer.beta2, cfg.optimizer.eps,
-                     cfg.optimizer.weight_decay});
+  AdamW& opt = *job.opt;
   LRSchedule sched{cfg.lr_scheduler.schedule, cfg.lr_scheduler.decay_type, cfg.lr_scheduler.warmup_steps,
                    cfg.training.steps, cfg.lr_scheduler.decay_ratio, cfg.lr_scheduler.min_lr_factor};
-  const int64_t accum = gradient_accumulation_steps(cfg, dp);
+  const int64_t accum = job.accumulation;
   const int64_t global_batch = accum * B * dp;
   std::unique_ptr<DataLoader> val;
   if (cfg.validation.enabled)
@@ -279,7 +281,6 @@ TrainResult train(const JobConfig& cfg) {
   double t_log = wall_seconds();
   int64_t tokens_since_log = 0;
   bool first = true;
-  std::vector<std::vector<double>> expert_load;  // per MoE layer, per expert: routed (token, k) pairs this step
   double load_min = 0, load_mean = 0, load_max = 0;
   int64_t load_steps = 0;
   PreemptionGuard preempt;  // SIGTERM / SIGINT: finish the step, checkpoint, return
@@ -294,69 +295,49 @@ TrainResult train(const JobConfig& cfg) {
     const double t_step = wall_seconds();
     if (step == 2 && cfg.debug.fail_on_rank == mesh.rank)
       fail("debug.fail_on_rank: rank ", mesh.rank, " fails on purpose at step 2");
-    double loss_acc = 0;
-    for (int64_t m = 0; m < accum; ++m) {
-      Batch b = loader.next();
-      loss_acc += (double)micro_batch_backward(model, b.inputs, b.doc_ids, b.targets, accum).item<float>() / (double)accum;
-      // tokens per expert, summed over the data-parallel ranks (identical on every rank): one all-reduce
-      auto routed = model.routed_counts();
-      if (!routed.empty()) {
-        std::vector<double> flat;
-        for (auto& layer : routed) flat.insert(flat.end(), layer.begin(), layer.end());
-        flat = mesh.dp->all_reduce(from_vector<double>(flat, {(int64_t)flat.size()})).to_vector<double>();
-        expert_load.resize(routed.size());
-        size_t at = 0;
-        for (size_t l = 0; l < routed.size(); ++l) {
-          expert_load[l].resize(routed[l].size(), 0.0);
-          for (size_t e = 0; e < routed[l].size(); ++e) expert_load[l][e] += flat[at++];
-        }
-      }
-    }
-    loss_acc = dp_mean(loss_acc);  // global mean over tokens: every rank sees the same value
-    if (cfg.debug.dump_grads_at_step == step) {
+    const double lr = cfg.optimizer.lr * sched.factor(step);
+    auto dump_grads = [&] {
+      if (cfg.debug.dump_grads_at_step != step) return;
       std::vector<Tensor> keep;
       std::vector<Region> grads = pm.grad_regions(keep);
       const std::string path = cfg.job.dump_folder + "/grads_step_" + std::to_string(step) + ".h5";
       export_hf(path, model.hf_layout(grads).regions, model.hf_config_json(), DType::F32, comm);
       log_info("wrote gradients to " + path);
-    }
-    const double norm = parallel::global_grad_norm(pm, mesh);
-    if (!std::isfinite(loss_acc) || !std::isfinite(norm)) {  // same decision on every rank: no hang
+    };
+    const StepResult sr = train_step(job, [&] { return loader.next(); }, lr, dump_grads);
+    const double loss_acc = sr.loss, norm = sr.grad_norm;
+    if (!sr.finite) {  // the same decision on every rank: no hang
       std::string msg = "step " + std::to_string(step) + ": non-finite " +
                         (std::isfinite(loss_acc) ? "gradient norm (" + fmt("%g", norm) + ")"
                                                  : "loss (" + fmt("%g", loss_acc) + ")");
       if (cfg.training.on_nonfinite == "abort")
         fail(msg, "; stopping (set training.on_nonfinite: skip to skip such steps, or lower optimizer.lr)");
-      log_info("WARNING " + msg + "; skipping the optimizer step (training.on_nonfinite: skip)");
-      for (auto* p : plist) p->zero_grad();
+      log_info("WARNING " + msg + "; skipped the optimizer step (training.on_nonfinite: skip)");
       continue;
     }
-    if (cfg.training.max_norm > 0) clip_grads(plist, cfg.training.max_norm, norm);
-    const double lr = cfg.optimizer.lr * sched.factor(step);
-    opt.step(lr);
-    if (!expert_load.empty()) {
-      model.update_router_bias(expert_load);
-      for (auto& layer : expert_load) {  // min / mean / max over experts, averaged over layers
+    if (!sr.expert_load.empty()) {
+      for (auto& layer : sr.expert_load) {  // min / mean / max over experts, averaged over layers
         double mn = 1e300, mx = 0, mean = 0;
         for (double c : layer) {
           mn = std::min(mn, c);
           mx = std::max(mx, c);
           mean += c / (double)layer.size();
         }
-        load_min += mn / (double)expert_load.size();
-        load_mean += mean / (double)expert_load.size();
-        load_max += mx / (double)expert_load.size();
+        load_min += mn / (double)sr.expert_load.size();
+        load_mean += mean / (double)sr.expert_load.size();
+        load_max += mx / (double)sr.expert_load.size();
       }
       ++load_steps;
-      expert_load.clear();
     }
-    for (auto* p : plist) p->zero_grad();
     if (profile) {
       print_profile(*cs, wall_seconds() - t_step);
       const double end = trace->elapsed();
+      std::vector<CostEvent> events = trace->take();
+      for (const auto& l : describe_collectives(events, mesh.rank)) log_info(l);
+      write_collectives(events, cfg.job.dump_folder + "/collectives_rank" + std::to_string(mesh.rank) + ".tsv");
       const std::string path =
           cfg.job.dump_folder + "/profile_trace_rank" + std::to_string(mesh.rank) + ".json";
-      write_chrome_trace(measured_timeline(trace->take(), end, "this CPU"), path, 1, mesh.rank);
+      write_chrome_trace(measured_timeline(events, end, "this CPU"), path, 1, mesh.rank);
       log_info("measured timeline of step " + std::to_string(step) + " (Chrome trace): " + path);
       trace.reset();
     }

@@ -9,6 +9,11 @@
   parity.py --build BUILD --case eval             titan-eval under mpirun (FSDP x TP) prints the single-rank loss
   parity.py --build BUILD --case abort            a rank that throws ends the job promptly
   parity.py --build BUILD --case bad-degrees      degrees that do not fit the world are refused clearly
+  parity.py --build BUILD --case collectives      FSDP's collectives per unit from real 2- and 4-rank runs; the
+                                                  reduce-scatter of block i in flight during block i-1's backward;
+                                                  the planned step's collectives equal the real run's (4 ranks)
+  parity.py --build BUILD --case accum            global batch 16 from local 4 on 2 ranks (2 micro-batches)
+                                                  equals one rank at batch 16
 """
 import argparse
 import json
@@ -71,6 +76,34 @@ def compare_grads(ref_path, got_path, tol=1e-5):
     return worst
 
 
+def read_collectives(path):
+    """(kind, group, world ranks, bytes, gradients) per collective, in issue order (collectives_rankN.tsv)."""
+    with open(path) as f:
+        rows = [l.rstrip("\n").split("\t") for l in f][1:]
+    return [(k, g, r, int(b), int(gr)) for k, g, r, b, gr in rows]
+
+
+def count(rows, kind, group):
+    return sum(1 for r in rows if r[0] == kind and r[1] == group)
+
+
+def check_rs_overlap(trace_path):
+    """In the measured Chrome trace of rank 0: every reduce-scatter but the last is issued before the next
+    one (i.e. before the previous block's backward ends) and is waited for only after it: block i's
+    reduce-scatter is in flight during block i-1's backward, with that backward's kernels in between."""
+    with open(trace_path) as f:
+        ev = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    rs = sorted((e for e in ev if e["name"] == "reduce_scatter"), key=lambda e: e["ts"])
+    compute = sorted(e["ts"] for e in ev if e.get("cat") == "compute")
+    assert len(rs) >= 3, f"{len(rs)} reduce-scatters in the trace"
+    for a, b in zip(rs, rs[1:]):
+        kernels = sum(1 for t in compute if a["ts"] < t < b["ts"])
+        if not (a["ts"] < b["ts"] <= a["ts"] + a["dur"] and kernels > 0):
+            sys.exit(f"reduce-scatter at {a['ts']:.0f} us (until {a['ts'] + a['dur']:.0f}) is not in flight during "
+                     f"the next block's backward (next issued at {b['ts']:.0f} us, {kernels} kernels between)")
+    return len(rs)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
@@ -115,6 +148,79 @@ def main():
                     sys.exit(f"{k}: model.safetensors differs from model.h5 under {' '.join(layout)}")
         print(f"{a.name}: {a.np} ranks ({' '.join(layout)}): max loss rel err {lw:.2e}, "
               f"max grad rel err {gw:.2e}, exported weights rel err {ww:.2e} ({secs:.1f} s)")
+        return
+
+    if a.case == "collectives":
+        L = 4  # configs/qwen3_debug.yaml: 4 blocks, so 5 FSDP units with the root
+        prof = ["--training.steps", "2", "--profiling.enable_profiling", "true", "--profiling.profile_step", "2",
+                "--debug.dump_grads_at_step", "-1"]
+        want = {  # (kind, group) -> per step, for FSDP units (blocks + root) and the step's two scalar all-reduces
+            "fsdp2": (2, ["--parallelism.data_parallel_shard_degree", "2"],
+                      {("all_gather", "dp_shard"): 2 * L, ("reduce_scatter", "dp_shard"): L + 1,
+                       ("all_reduce", "dp"): 1, ("all_reduce", "world"): 1}),
+            "hsdp2x2": (4, ["--parallelism.data_parallel_replicate_degree", "2",
+                            "--parallelism.data_parallel_shard_degree", "2"],
+                        {("all_gather", "dp_shard"): 2 * L, ("reduce_scatter", "dp_shard"): L + 1,
+                         ("all_reduce", "dp_replicate"): L + 1, ("all_reduce", "dp"): 1, ("all_reduce", "world"): 1}),
+            "fsdp4_keep": (4, ["--parallelism.data_parallel_shard_degree", "4",
+                               "--parallelism.fsdp_reshard_after_forward", "false"],
+                           {("all_gather", "dp_shard"): L + 1, ("reduce_scatter", "dp_shard"): L + 1,
+                            ("all_reduce", "dp"): 1, ("all_reduce", "world"): 1}),
+        }
+        for name, (np_, layout, expect) in want.items():
+            out = os.path.join(work, "coll_" + name)
+            shutil.rmtree(out, ignore_errors=True)
+            p, _ = run(mpirun(np_) + [train] + COMMON + prof + layout +
+                       ["--job.dump_folder", out, "--training.local_batch_size", "2"])
+            rows = read_collectives(os.path.join(out, "collectives_rank0.tsv"))
+            got = {}
+            for r in rows:
+                got[(r[0], r[1])] = got.get((r[0], r[1]), 0) + 1
+            if got != expect:
+                sys.exit(f"{name}: collectives per step {sorted(got.items())}, expected {sorted(expect.items())}")
+            # one flat reduce-scatter per unit: the sizes of the units, the same on every rank
+            print(f"{name}: {np_} ranks, per step " + ", ".join(f"{k} on {g} x{n}" for (k, g), n in sorted(got.items())))
+            if name == "fsdp2":
+                n = check_rs_overlap(os.path.join(out, "profile_trace_rank0.json"))
+                print(f"fsdp2: each of the {n} reduce-scatters but the last is in flight during the next unit's backward")
+        # the planned step = the real step: kind, group, world ranks, bytes, in issue order (4 ranks, FSDP 2 x
+        # TP 2 with two micro-batches)
+        layout = ["--parallelism.data_parallel_shard_degree", "2", "--parallelism.tensor_parallel_degree", "2",
+                  "--training.local_batch_size", "2", "--training.global_batch_size", "8"]
+        out = os.path.join(work, "coll_real")
+        shutil.rmtree(out, ignore_errors=True)
+        run(mpirun(4) + [train] + COMMON + prof + layout + ["--job.dump_folder", out])
+        sim = os.path.join(work, "coll_sim")
+        shutil.rmtree(sim, ignore_errors=True)
+        p, _ = run([train] + COMMON + prof + layout + ["--job.dump_folder", sim, "--simulation.enabled", "true",
+                                                       "--simulation.world_size", "4",
+                                                       "--simulation.system", "trn2-instance"])
+        real = read_collectives(os.path.join(out, "collectives_rank0.tsv"))
+        planned = read_collectives(os.path.join(sim, "collectives_rank0.tsv"))
+        if real != planned:
+            for i, (x, y) in enumerate(zip(real, planned)):
+                if x != y:
+                    sys.exit(f"collective {i}: real {x} vs planned {y} ({len(real)} real, {len(planned)} planned)")
+            sys.exit(f"{len(real)} real collectives vs {len(planned)} planned")
+        print(f"FSDP 2 x TP 2, 2 micro-batches: the planned step's {len(planned)} collectives equal the real run's "
+              f"(kind, group, world ranks, bytes, order)")
+        return
+
+    if a.case == "accum":
+        short = ["--training.steps", "3", "--debug.dump_grads_at_step", "1"]
+        one = os.path.join(work, "accum_ref")
+        two = os.path.join(work, "accum_2x4")
+        shutil.rmtree(one, ignore_errors=True)
+        shutil.rmtree(two, ignore_errors=True)
+        run([train] + COMMON + short + ["--job.dump_folder", one, "--training.local_batch_size", "16"])
+        p, _ = run(mpirun(2) + [train] + COMMON + short +
+                   ["--job.dump_folder", two, "--parallelism.data_parallel_shard_degree", "2",
+                    "--training.local_batch_size", "4", "--training.global_batch_size", "16"])
+        assert "gradient accumulation 2" in p.stdout, p.stdout[-2000:]
+        lw = compare_losses(losses(one), losses(two), range(1, 4))
+        gw = compare_grads(os.path.join(one, "grads_step_1.h5"), os.path.join(two, "grads_step_1.h5"))
+        print(f"global batch 16 = 2 ranks x local 4 x 2 micro-batches vs one rank at 16: max loss rel err {lw:.2e}, "
+              f"max grad rel err {gw:.2e}")
         return
 
     if a.case == "resume":

@@ -1,0 +1,105 @@
+#include "src/train/train_step.h"
+
+#include <cmath>
+
+#include "parallel/fsdp.h"
+#include "src/ops/ops.h"
+#include "src/train/train_spec.h"
+
+namespace titan {
+
+parallel::ParallelOptions parallel_options(const JobConfig& cfg) {
+  const auto& p = cfg.parallelism;
+  return {p.fsdp_reshard_after_forward, p.enable_sequence_parallel, p.expert_parallel_degree,
+          !p.disable_loss_parallel};
+}
+
+int64_t gradient_accumulation_steps(const JobConfig& cfg, int64_t dp) {
+  const int64_t B = cfg.training.local_batch_size;
+  const int64_t global_batch = cfg.training.global_batch_size < 0 ? B * dp : cfg.training.global_batch_size;
+  TITAN_CHECK(global_batch > 0 && global_batch % (B * dp) == 0, "config error: training.global_batch_size ",
+              global_batch, " must be a multiple of local_batch_size x data-parallel ranks = ", B, " x ", dp, " = ",
+              B * dp);
+  return global_batch / (B * dp);
+}
+
+TrainJob build_job(const JobConfig& cfg, comms::DeviceMesh& mesh,
+                   const std::function<void(CausalLM&)>& before_parallelize) {
+  TrainJob job;
+  job.mesh = &mesh;
+  job.accumulation = gradient_accumulation_steps(cfg, mesh.dp_size());  // refused before anything is built
+  job.max_norm = cfg.training.max_norm;
+  const TrainSpec& spec = train_spec(cfg.model.name);
+  job.model = spec.build(cfg.model);
+  if (default_device() != Device::Meta) job.model->init_weights((uint64_t)cfg.debug.seed);  // shards are cut from it
+  job.model->set_activation_checkpoint(cfg.activation_checkpoint.every());
+  if (before_parallelize) before_parallelize(*job.model);
+  job.pm = spec.parallelize(*job.model, mesh, parallel_options(cfg));
+  job.opt = std::make_unique<AdamW>(job.pm.named_params(),
+                                    AdamWOptions{cfg.optimizer.lr, cfg.optimizer.beta1, cfg.optimizer.beta2,
+                                                 cfg.optimizer.eps, cfg.optimizer.weight_decay});
+  return job;
+}
+
+Tensor micro_batch_backward(CausalLM& model, const Tensor& inputs, const Tensor& doc_ids, const Tensor& targets,
+                            int64_t accum) {
+  Tensor loss = model.loss(model.forward(inputs, doc_ids), targets);  // the logits are freed with the graph
+  Tensor aux = model.aux_loss();  // MoE load balancing (not part of the reported loss)
+  Tensor total = aux.defined() ? add(loss, aux) : loss;
+  (accum == 1 ? total : mul(total, 1.0 / (double)accum)).backward();
+  return loss;
+}
+
+namespace {
+// All-reduce of host values over `pg` (meta: priced, values unchanged).
+std::vector<double> all_reduce_values(comms::ProcessGroup& pg, const std::vector<double>& v, comms::ReduceOp op) {
+  if (pg.size() == 1) return v;
+  if (default_device() == Device::Meta) {
+    pg.all_reduce(empty({(int64_t)v.size()}, DType::F64), op);
+    return v;
+  }
+  return pg.all_reduce(from_vector<double>(v, {(int64_t)v.size()}), op).to_vector<double>();
+}
+}  // namespace
+
+StepResult train_step(TrainJob& job, const std::function<Batch()>& next_batch, double lr,
+                      const std::function<void()>& before_norm) {
+  comms::DeviceMesh& mesh = *job.mesh;
+  const bool meta = default_device() == Device::Meta;
+  StepResult r;
+  double loss = 0;
+  for (int64_t m = 0; m < job.accumulation; ++m) {
+    Batch b = next_batch();
+    Tensor l = micro_batch_backward(*job.model, b.inputs, b.doc_ids, b.targets, job.accumulation);
+    // as FSDP2 at the end of each backward: wait for the reductions still in flight (the last unit's)
+    job.pm.fsdp->wait_gradients();
+    if (!meta) loss += (double)l.item<float>() / (double)job.accumulation;
+    // tokens per expert, summed over the data-parallel ranks (identical on every rank): one all-reduce
+    auto routed = job.model->routed_counts();
+    if (!routed.empty()) {
+      std::vector<double> flat;
+      for (auto& layer : routed) flat.insert(flat.end(), layer.begin(), layer.end());
+      flat = all_reduce_values(*mesh.dp, flat, comms::ReduceOp::Sum);
+      r.expert_load.resize(routed.size());
+      size_t at = 0;
+      for (size_t i = 0; i < routed.size(); ++i) {
+        r.expert_load[i].resize(routed[i].size(), 0.0);
+        for (size_t e = 0; e < routed[i].size(); ++e) r.expert_load[i][e] += flat[at++];
+      }
+    }
+  }
+  r.loss = all_reduce_values(*mesh.dp, {loss}, comms::ReduceOp::Avg)[0];  // every rank sees the global mean
+  if (before_norm) before_norm();
+  r.grad_norm = parallel::global_grad_norm(job.pm, mesh);
+  r.finite = std::isfinite(r.loss) && std::isfinite(r.grad_norm);  // the same decision on every rank: no hang
+  std::vector<Tensor*> params = job.pm.params();
+  if (r.finite) {
+    if (job.max_norm > 0) clip_grads(params, job.max_norm, r.grad_norm);
+    job.opt->step(lr);
+    if (!r.expert_load.empty() && !meta) job.model->update_router_bias(r.expert_load);
+  }
+  for (auto* p : params) p->zero_grad();
+  return r;
+}
+
+}  // namespace titan

@@ -1,0 +1,66 @@
+// src/train/train_step.h — the training job, built by one function and
+// stepped by one function, for titan-train and the meta planner alike: the
+// simulated step is by construction the step that runs (the same micro-batches,
+// MoE auxiliary loss, FSDP reductions, loss and expert-load all-reduces,
+// gradient-norm all-reduce, clipping and optimizer).
+#pragma once
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "comms/device_mesh.h"
+#include "models/causal_lm.h"
+#include "parallel/parallelize.h"
+#include "src/config/job_config.h"
+#include "src/data/loader.h"
+#include "src/optim/adamw.h"
+
+namespace titan {
+
+// What the parallelism.* keys ask of the plan.
+parallel::ParallelOptions parallel_options(const JobConfig& cfg);
+
+// The micro-batches of one optimizer step: training.global_batch_size over
+// local_batch_size x data-parallel ranks (-1: one); a global batch that is not
+// a multiple is refused — by the trainer and the planner alike.
+int64_t gradient_accumulation_steps(const JobConfig& cfg, int64_t dp);
+
+struct TrainJob {
+  comms::DeviceMesh* mesh = nullptr;
+  std::unique_ptr<CausalLM> model;
+  parallel::ParallelModel pm;
+  std::unique_ptr<AdamW> opt;
+  int64_t accumulation = 1;  // micro-batches per optimizer step
+  double max_norm = 0;       // training.max_norm (<= 0: no clipping)
+};
+
+// Builds the job on the DeviceScope's device: the model of cfg.model (real
+// tensors: initialised from debug.seed, identical on every rank), activation
+// checkpointing, then `before_parallelize` (e.g. loading weights), the
+// parallel plan on `mesh`, AdamW on the shards, the accumulation steps.
+TrainJob build_job(const JobConfig& cfg, comms::DeviceMesh& mesh,
+                   const std::function<void(CausalLM&)>& before_parallelize = nullptr);
+
+// One micro-batch of the step: forward, the loss plus the MoE auxiliary loss,
+// backward of that sum / accum. Returns the loss without the auxiliary term
+// (what the step line reports).
+Tensor micro_batch_backward(CausalLM& model, const Tensor& inputs, const Tensor& doc_ids, const Tensor& targets,
+                            int64_t accum);
+
+struct StepResult {
+  double loss = 0;       // mean over the micro-batches and data-parallel ranks (meta: 0)
+  double grad_norm = 0;  // before clipping (meta: 0)
+  bool finite = true;    // loss and norm finite; otherwise the optimizer step was skipped
+  std::vector<std::vector<double>> expert_load;  // per MoE layer, per expert: tokens routed this step (all ranks)
+};
+
+// One optimizer step: job.accumulation micro-batches from next_batch (each
+// backward issues its FSDP reduce-scatters asynchronously and, as FSDP2, waits
+// for the last ones when it ends), the tokens-per-expert all-reduce per
+// micro-batch, then the loss all-reduce, `before_norm` (e.g. a gradient dump), the gradient-norm
+// all-reduce, clipping, AdamW at `lr`, the router-bias update, zeroed grads.
+// A non-finite loss or norm skips the optimizer (finite = false).
+StepResult train_step(TrainJob& job, const std::function<Batch()>& next_batch, double lr,
+                      const std::function<void()>& before_norm = nullptr);
+
+}  // namespace titan
