@@ -51,7 +51,8 @@ struct FSDP::Bucket {
   Tensor gathered;            // [n * seg] the prefetched all-gather's output
   comms::Work gather_work;
   Tensor grad_flat;           // [n * seg] the gradients of this backward, rank after rank
-  int arrived = 0;            // parameters whose gradient is in grad_flat
+  bool holds_earlier = false; // grad_flat already holds unsynced micro-batches' gradients: add to it
+  int arrived = 0;            // parameters whose gradient arrived in this backward
   bool direct() const { return !sharded && !replicated; }  // nothing to communicate
 };
 
@@ -274,17 +275,23 @@ Tensor FSDP::gradient_arrived(Unit& u, Bucket& b, Param& p, const Tensor& g) {
     int64_t start = 0;
     for (int64_t q = 0; q < n; ++q) {
       const int64_t rows = p.rows[q], at = q * b.seg + p.offset;
-      if (rows > 0 && g.is_contiguous()) {
+      if (rows > 0 && g.is_contiguous() && !b.holds_earlier) {
         copy_elems(b.grad_flat, at, g, start * p.row_elems, rows * p.row_elems);
-      } else if (rows > 0) {  // a strided gradient (e.g. a transposed GEMM output): copied as a view
-        CostRecordPause pause;  // the bucket's copy-in is recorded once, when it is issued
+      } else if (rows > 0) {  // a strided gradient (e.g. a transposed GEMM output), or accumulation
+        CostRecordPause pause;  // the bucket's copy-in is recorded once, below
         Shape s = p.full_shape;
         s[0] = rows;
-        copy_(reshape(slice(b.grad_flat, 0, at, at + rows * p.row_elems), s), slice(g, 0, start, start + rows));
+        Tensor dst = reshape(slice(b.grad_flat, 0, at, at + rows * p.row_elems), s);
+        if (b.holds_earlier) add_(dst, slice(g, 0, start, start + rows));
+        else copy_(dst, slice(g, 0, start, start + rows));
       }
       start += rows;
     }
-    if (++b.arrived == (int)b.params.size()) issue_reduction(b);
+    if (++b.arrived == (int)b.params.size()) {
+      // FSDP2: one chunk_cat per bucket (accumulating: one add more)
+      record_cost("fsdp_grad_copy_in", 0, (b.holds_earlier ? 3.0 : 2.0) * (double)b.grad_flat.nbytes());
+      if (sync_) issue_reduction(b);
+    }
   }
   // reshard after backward: this parameter's gathered copy is no longer needed
   if (b.sharded) p.full.impl()->storage->release();
@@ -293,7 +300,6 @@ Tensor FSDP::gradient_arrived(Unit& u, Bucket& b, Param& p, const Tensor& g) {
 }
 
 void FSDP::issue_reduction(Bucket& b) {
-  record_cost("fsdp_grad_copy_in", 0, 2.0 * (double)b.grad_flat.nbytes());  // FSDP2: one chunk_cat per bucket
   while ((int)in_flight_.size() >= kMaxReductionsInFlight) advance_oldest();
   GradientReductionScope grads;  // these collectives carry gradients (reduce_dtype in simulation)
   MemoryCategoryScope cat(MemoryCategory::Communication);
@@ -306,6 +312,7 @@ void FSDP::issue_reduction(Bucket& b) {
     std::tie(r->out, r->work) = mesh_.dp_replicate->all_reduce_async(b.grad_flat, ReduceOp::Avg);
   }
   b.grad_flat = Tensor();  // the collective holds its input until it is done
+  b.holds_earlier = false;
   b.arrived = 0;
   in_flight_.push_back(std::move(r));
 }
@@ -356,8 +363,18 @@ void FSDP::wait_gradients() {
   // buckets some of whose parameters took no part in this backward: reduce what arrived (the same
   // parameters on every rank: the model's structure decides), last unit first as backward runs
   for (auto it = units_.rbegin(); it != units_.rend(); ++it)
-    for (auto& b : (*it)->buckets)
-      if (b->arrived > 0) issue_reduction(*b);
+    for (auto& b : (*it)->buckets) {
+      if (b->arrived == 0) continue;
+      if (b->arrived < (int)b->params.size())
+        record_cost("fsdp_grad_copy_in", 0, (b->holds_earlier ? 3.0 : 2.0) * (double)b->grad_flat.nbytes());
+      if (sync_) {
+        issue_reduction(*b);
+      } else {  // kept for the next backward: unsharded gradients, charged as such
+        b->grad_flat.impl()->storage->set_category(MemoryCategory::Gradients);
+        b->holds_earlier = true;
+        b->arrived = 0;
+      }
+    }
   while (!in_flight_.empty()) advance_oldest();
   // reshard after backward, also a unit some of whose parameters got no gradient
   for (auto& u : units_)

@@ -21,9 +21,11 @@
 //    waits for the oldest, so the reduce-scatter of block i runs during the
 //    backward of block i-1. HSDP: a waited reduce-scatter's shard goes on to an
 //    asynchronous all-reduce (mean over dp_replicate) in the same queue.
-//  - wait_gradients() (called by the step before it reads gradients) waits
-//    for everything still in flight and adds each reduced shard into its
-//    parameter's .grad (accumulating over micro-batches).
+//  - wait_gradients() (called by the step at the end of each backward, as
+//    FSDP2) waits for everything still in flight; each reduced shard becomes
+//    (a view) or is added into its parameters' .grad (accumulating over
+//    micro-batches), or, with set_requires_gradient_sync(false), the unsharded
+//    gradients are kept and added up until a synced backward reduces them once.
 #pragma once
 #include <deque>
 #include <memory>
@@ -58,6 +60,11 @@ class FSDP {
   // parameters' .grad. The step calls this once before it reads gradients.
   void wait_gradients();
 
+  // Gradient accumulation: with sync off, each unit's gradients are added up unsharded over the
+  // backwards that follow, and reduced (one flat reduce-scatter per unit) by the first backward run
+  // with sync on again (FSDP2's set_requires_gradient_sync). Default on: every backward reduces.
+  void set_requires_gradient_sync(bool sync) { sync_ = sync; }
+
   struct Param;
   struct Bucket;
   struct Unit;
@@ -77,6 +84,7 @@ class FSDP {
   comms::DeviceMesh& mesh_;
   bool reshard_;
   bool forward_done_ = false;  // the root's forward has returned: hooks now run in backward (recompute)
+  bool sync_ = true;
 };
 
 }  // namespace titan::parallel

@@ -387,6 +387,44 @@ TEST(Simulation, ReproducesPublishedGpuRuns) {
   EXPECT_FALSE(l405.oom);
 }
 
+// Gradient accumulation is in the simulated step: k micro-batches, each backward reducing its FSDP units
+// (FSDP2's default), or, with parallelism.fsdp_reduce_every_microbatch false, one reduction per step of the
+// gradients added up unsharded (less communication, the unsharded gradients' memory).
+TEST(Simulation, AccumulationPricesKMicroBatchesAndTheReductions) {
+  auto rs = [](const StepPlan& p) {
+    int n = 0;
+    for (const auto& e : p.events) n += e.kind == CostEvent::Kind::CommStart && std::string(e.op) == "reduce_scatter";
+    return n;
+  };
+  const std::vector<std::string> base = {"parallelism.data_parallel_shard_degree", "2", "training.local_batch_size",
+                                         "2", "training.seq_len", "64"};
+  auto with = [&](std::vector<std::string> o) {
+    o.insert(o.begin(), base.begin(), base.end());
+    return config("configs/qwen3_debug.yaml", o);
+  };
+  const StepPlan one = plan_step(with({}), 2, true);
+  const StepPlan every = plan_step(with({"training.global_batch_size", "12"}), 2, true);
+  const StepPlan once = plan_step(with({"training.global_batch_size", "12", "parallelism.fsdp_reduce_every_microbatch",
+                                        "false"}), 2, true);
+  EXPECT_EQ(one.accumulation, 1);
+  EXPECT_EQ(every.accumulation, 3);
+  EXPECT_EQ(rs(one), 5);  // 4 blocks + the root: one flat reduce-scatter per unit
+  EXPECT_EQ(rs(every), 3 * rs(one));
+  EXPECT_EQ(rs(once), rs(one));
+  EXPECT_NEAR(every.flops / one.flops, 3.0, 0.1);
+  EXPECT_NEAR(once.flops / one.flops, 3.0, 0.1);
+  // one reduction holds the unsharded gradients across micro-batches: more gradient memory
+  EXPECT_GT(once.memory.peak[(int)MemoryCategory::Gradients], every.memory.peak[(int)MemoryCategory::Gradients]);
+  // and the simulated step communicates less
+  JobConfig a = with({"training.global_batch_size", "12", "simulation.system", "trn2-instance"});
+  JobConfig b = a;
+  b.parallelism.fsdp_reduce_every_microbatch = false;
+  double busy_a = 0, busy_b = 0;
+  for (auto& [g, t] : simulate_step(a, 2).comm_busy_by_group) busy_a += t;
+  for (auto& [g, t] : simulate_step(b, 2).comm_busy_by_group) busy_b += t;
+  EXPECT_LT(busy_b, busy_a);
+}
+
 TEST(Simulation, OutOfMemoryIsReportedWithTheBreakdown) {
   JobConfig c = config("configs/qwen3_32b.yaml", {"activation_checkpoint.mode", "none", "training.local_batch_size",
                                                   "2"});

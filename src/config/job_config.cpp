@@ -105,6 +105,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"parallelism.fsdp_reshard_after_forward", &c.parallelism.fsdp_reshard_after_forward, {}},
       {"parallelism.enable_sequence_parallel", &c.parallelism.enable_sequence_parallel, {}},
       {"parallelism.disable_loss_parallel", &c.parallelism.disable_loss_parallel, {}},
+      {"parallelism.fsdp_reduce_every_microbatch", &c.parallelism.fsdp_reduce_every_microbatch, {}},
       {"activation_checkpoint.mode", &c.activation_checkpoint.mode, {"none", "full", "selective"}},
       {"activation_checkpoint.selective_ac_option", &c.activation_checkpoint.selective_ac_option, {}},
       {"checkpoint.enable", &c.checkpoint.enable, {}},
@@ -386,6 +387,9 @@ std::vector<std::string> config_warnings(const JobConfig& c) {
     w.push_back("lr_scheduler.warmup_steps (" + std::to_string(c.lr_scheduler.warmup_steps) +
                 ") exceeds training.steps (" + std::to_string(c.training.steps) +
                 "): the learning rate never reaches optimizer.lr");
+  if (!c.parallelism.fsdp_reduce_every_microbatch && c.training.global_batch_size < 0)
+    w.push_back("parallelism.fsdp_reduce_every_microbatch is false, but there is no gradient accumulation "
+                "(training.global_batch_size -1: one micro-batch per step): every step reduces once either way");
   if (c.model.sliding_window >= c.training.seq_len)
     w.push_back("model.sliding_window (" + std::to_string(c.model.sliding_window) + ") is not shorter than "
                 "training.seq_len (" + std::to_string(c.training.seq_len) + "): the window hides nothing (a typo?)");

@@ -116,6 +116,10 @@ struct JobConfig {
     bool fsdp_reshard_after_forward = true;  // free gathered weights after a block's forward, re-gather in backward
     bool enable_sequence_parallel = true;    // with tp > 1: norms and residual stream sharded along the sequence
     bool disable_loss_parallel = false;      // with tp > 1: false = logits stay split over the vocabulary
+    // gradient accumulation under FSDP/HSDP: true = reduce every micro-batch's gradients (FSDP2's default);
+    // false = accumulate them unsharded and reduce once per step (less communication, the memory of the
+    // unsharded gradients)
+    bool fsdp_reduce_every_microbatch = true;
   } parallelism;
 
   struct Comm {  // TorchTitan's comm section: the collective watchdog (comms/watchdog.h)

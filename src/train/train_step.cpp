@@ -29,6 +29,7 @@ TrainJob build_job(const JobConfig& cfg, comms::DeviceMesh& mesh,
   job.mesh = &mesh;
   job.accumulation = gradient_accumulation_steps(cfg, mesh.dp_size());  // refused before anything is built
   job.max_norm = cfg.training.max_norm;
+  job.reduce_every_microbatch = cfg.parallelism.fsdp_reduce_every_microbatch;
   const TrainSpec& spec = train_spec(cfg.model.name);
   job.model = spec.build(cfg.model);
   if (default_device() != Device::Meta) job.model->init_weights((uint64_t)cfg.debug.seed);  // shards are cut from it
@@ -70,6 +71,7 @@ StepResult train_step(TrainJob& job, const std::function<Batch()>& next_batch, d
   double loss = 0;
   for (int64_t m = 0; m < job.accumulation; ++m) {
     Batch b = next_batch();
+    job.pm.fsdp->set_requires_gradient_sync(job.reduce_every_microbatch || m + 1 == job.accumulation);
     Tensor l = micro_batch_backward(*job.model, b.inputs, b.doc_ids, b.targets, job.accumulation);
     // as FSDP2 at the end of each backward: wait for the reductions still in flight (the last unit's)
     job.pm.fsdp->wait_gradients();

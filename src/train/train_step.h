@@ -32,6 +32,7 @@ struct TrainJob {
   std::unique_ptr<AdamW> opt;
   int64_t accumulation = 1;  // micro-batches per optimizer step
   double max_norm = 0;       // training.max_norm (<= 0: no clipping)
+  bool reduce_every_microbatch = true;  // parallelism.fsdp_reduce_every_microbatch
 };
 
 // Builds the job on the DeviceScope's device: the model of cfg.model (real
@@ -56,7 +57,8 @@ struct StepResult {
 
 // One optimizer step: job.accumulation micro-batches from next_batch (each
 // backward issues its FSDP reduce-scatters asynchronously and, as FSDP2, waits
-// for the last ones when it ends), the tokens-per-expert all-reduce per
+// for the last ones when it ends; with fsdp_reduce_every_microbatch false
+// only the last micro-batch's backward reduces, the sum of all), the tokens-per-expert all-reduce per
 // micro-batch, then the loss all-reduce, `before_norm` (e.g. a gradient dump), the gradient-norm
 // all-reduce, clipping, AdamW at `lr`, the router-bias update, zeroed grads.
 // A non-finite loss or norm skips the optimizer (finite = false).

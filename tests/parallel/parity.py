@@ -221,6 +221,17 @@ def main():
         gw = compare_grads(os.path.join(one, "grads_step_1.h5"), os.path.join(two, "grads_step_1.h5"))
         print(f"global batch 16 = 2 ranks x local 4 x 2 micro-batches vs one rank at 16: max loss rel err {lw:.2e}, "
               f"max grad rel err {gw:.2e}")
+        # gradients added up unsharded, one reduce-scatter per unit per step: the same numbers
+        once = os.path.join(work, "accum_2x4_once")
+        shutil.rmtree(once, ignore_errors=True)
+        run(mpirun(2) + [train] + COMMON + short +
+            ["--job.dump_folder", once, "--parallelism.data_parallel_shard_degree", "2",
+             "--training.local_batch_size", "4", "--training.global_batch_size", "16",
+             "--parallelism.fsdp_reduce_every_microbatch", "false"])
+        lw = compare_losses(losses(one), losses(once), range(1, 4))
+        gw = compare_grads(os.path.join(one, "grads_step_1.h5"), os.path.join(once, "grads_step_1.h5"))
+        print(f"same, one reduction per step (fsdp_reduce_every_microbatch false): max loss rel err {lw:.2e}, "
+              f"max grad rel err {gw:.2e}")
         return
 
     if a.case == "resume":
