@@ -84,6 +84,25 @@ MPI_Datatype mpi_type(DType t) {
 MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
 
 
+void check_mpi(int rc, const char* what);
+
+// Completes a nonblocking MPI operation from the communication thread without
+// burning a core: test in a tight loop for the first ~50 us (short messages),
+// then sleep 20 us between tests. A blocking MPI collective busy-polls until its
+// slowest member arrives; while a reduce-scatter is in flight for a whole
+// block's backward, that polling would take the core the compute needs (two
+// ranks on two cores), so the FSDP collectives complete through this instead.
+void complete(MPI_Request& req, const char* what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int done = 0;
+  for (;;) {
+    check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
+    if (done) return;
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::microseconds(50))
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
 void check_mpi(int rc, const char* what) {
   if (rc != MPI_SUCCESS) {
     char msg[MPI_MAX_ERROR_STRING];
@@ -337,8 +356,11 @@ std::pair<Tensor, Work> ProcessGroup::all_reduce_async(const Tensor& x, ReduceOp
   }
   MPI_Comm c = comm_;
   Work w = submit("all_reduce", *this, bytes, [=]() {
-    check_mpi(MPI_Allreduce(in.raw_data(), out.raw_data(), (int)in.numel(), mpi_type(in.dtype()), mpi_op(op), c),
+    MPI_Request req;
+    check_mpi(MPI_Iallreduce(in.raw_data(), out.raw_data(), (int)in.numel(), mpi_type(in.dtype()), mpi_op(op), c,
+                             &req),
               "all_reduce");
+    complete(req, "all_reduce");
   }, tid);
   if (op == ReduceOp::Avg) {  // MPI sums; the mean is taken on the waiting thread (async and blocking alike)
     const double scale = 1.0 / size_;
@@ -392,9 +414,11 @@ std::pair<Tensor, Work> ProcessGroup::all_gather_async(const Tensor& x, int64_t 
   Tensor in = x.contiguous();
   MPI_Comm c = comm_;
   Work w = submit("all_gather", *this, bytes, [=]() {
-    check_mpi(MPI_Allgatherv(in.raw_data(), (int)in.numel(), mpi_type(in.dtype()), out.raw_data(), counts.data(),
-                             displs.data(), mpi_type(in.dtype()), c),
+    MPI_Request req;
+    check_mpi(MPI_Iallgatherv(in.raw_data(), (int)in.numel(), mpi_type(in.dtype()), out.raw_data(), counts.data(),
+                              displs.data(), mpi_type(in.dtype()), c, &req),
               "all_gather");
+    complete(req, "all_gather");
   }, tid);
   return {out, w};
 }
@@ -428,8 +452,11 @@ std::pair<Tensor, Work> ProcessGroup::reduce_scatter_async(const Tensor& x, int6
   MPI_Comm c = comm_;
   const double scale = op == ReduceOp::Avg ? 1.0 / size_ : 1.0;
   Work w = submit("reduce_scatter", *this, bytes, [=]() {
-    check_mpi(MPI_Reduce_scatter(in.raw_data(), out.raw_data(), counts.data(), mpi_type(in.dtype()), MPI_SUM, c),
+    MPI_Request req;
+    check_mpi(MPI_Ireduce_scatter(in.raw_data(), out.raw_data(), counts.data(), mpi_type(in.dtype()), MPI_SUM, c,
+                                  &req),
               "reduce_scatter");
+    complete(req, "reduce_scatter");
   }, tid);
   if (scale != 1.0)  // the mean on the waiting thread: the communication thread runs MPI only
     w.then([out, scale] {
