@@ -334,6 +334,10 @@ ParallelModel parallelize(CausalLM& model, comms::DeviceMesh& mesh, const Parall
   return pm;
 }
 
+void ParallelModel::wait_gradients() const {
+  if (fsdp) fsdp->wait_gradients();
+}
+
 double global_grad_norm(const ParallelModel& pm, comms::DeviceMesh& mesh) {
   double local = 0, flops = 0, bytes = 0;
   for (auto& s : pm.specs) {

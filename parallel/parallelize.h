@@ -31,6 +31,8 @@ struct ParallelModel {
   std::vector<Region> regions() const;
   // The gradients' blocks (zeros for a parameter without one); `keep` owns them.
   std::vector<Region> grad_regions(std::vector<Tensor>& keep) const;
+  // After a backward: FSDP's gradient reductions still in flight are waited for and land in .grad.
+  void wait_gradients() const;
 };
 
 // The model must hold the full (single-rank) initialized weights on every

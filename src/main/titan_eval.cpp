@@ -103,6 +103,7 @@ int main(int argc, char** argv) {
         total += w * (double)loss.item<float>();
         // FSDP averages gradients over the dp ranks: scale so the result is d(mean over all batches)
         mul(loss, w * (double)dp / (double)steps).backward();
+        pm.wait_gradients();  // FSDP's reduce-scatters of this backward land in .grad
       } else {
         NoGradGuard ng;
         Tensor logits = model.forward(b.inputs, b.doc_ids);

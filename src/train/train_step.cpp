@@ -74,7 +74,7 @@ StepResult train_step(TrainJob& job, const std::function<Batch()>& next_batch, d
     job.pm.fsdp->set_requires_gradient_sync(job.reduce_every_microbatch || m + 1 == job.accumulation);
     Tensor l = micro_batch_backward(*job.model, b.inputs, b.doc_ids, b.targets, job.accumulation);
     // as FSDP2 at the end of each backward: wait for the reductions still in flight (the last unit's)
-    job.pm.fsdp->wait_gradients();
+    job.pm.wait_gradients();
     if (!meta) loss += (double)l.item<float>() / (double)job.accumulation;
     // tokens per expert, summed over the data-parallel ranks (identical on every rank): one all-reduce
     auto routed = job.model->routed_counts();

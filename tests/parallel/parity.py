@@ -268,6 +268,12 @@ def main():
             if abs(l4 - l1) / l1 > 1e-6:
                 sys.exit(f"titan-eval {' '.join(layout)}: {l4} vs single rank {l1}")
             print(f"titan-eval 4 ranks {' '.join(layout)} ({os.path.basename(a_[1])}): {l4:.8f} = single rank {l1:.8f}")
+        # gradients of the evaluation loss under FSDP (the flat reduce-scatters waited for after each backward)
+        g1, g2 = os.path.join(work, "eval_grads_1.h5"), os.path.join(work, "eval_grads_fsdp2.h5")
+        run([evalbin] + args + ["--dump-grads", g1])
+        run(mpirun(2) + [evalbin] + args + ["--dump-grads", g2, "--dp-shard", "2"])
+        gw = compare_grads(g1, g2)
+        print(f"titan-eval --dump-grads, FSDP over 2 ranks = single rank: max grad rel err {gw:.2e}")
         # gpt-oss (built from the export's config attribute alone), experts over 2 ranks
         w = os.path.join(work, "ref_oss", "export", "model.h5")
         args[1] = w
