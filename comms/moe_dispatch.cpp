@@ -1,5 +1,8 @@
 #include "comms/moe_dispatch.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "src/autograd/function.h"
 #include "src/autograd/grad_mode.h"
 #include "src/ops/ops.h"
@@ -13,12 +16,12 @@ Tensor all_to_all_v_op(const Tensor& x, const std::vector<int64_t>& send_rows, c
       "AllToAllV", {x},
       [=](const V& in) {
         std::vector<int64_t> got;
-        Tensor out = group->all_to_all_v(in[0], send_rows, &got);
+        Tensor out = group->all_to_all_v(in[0], send_rows, &got, recv_rows);
         return V{out};
       },
       [=](const V& g) {
         std::vector<int64_t> got;
-        return V{group->all_to_all_v(g[0], recv_rows, &got)};
+        return V{group->all_to_all_v(g[0], recv_rows, &got, send_rows)};
       })[0];
 }
 
@@ -28,6 +31,58 @@ Tensor index_tensor(const std::vector<int64_t>& v, bool meta) {
   return meta ? empty({(int64_t)v.size()}, DType::I64, Device::Meta) : from_vector<int64_t>(v, {(int64_t)v.size()});
 }
 }  // namespace
+
+namespace {
+thread_local const std::vector<double>* t_meta_routing = nullptr;
+}
+
+MetaRoutingScope::MetaRoutingScope(std::vector<double> weights) {
+  for (double w : weights)
+    TITAN_CHECK(std::isfinite(w) && w >= 0, "MetaRoutingScope: expert weights must be finite and >= 0");
+  t_meta_routing = new std::vector<double>(std::move(weights));
+}
+MetaRoutingScope::~MetaRoutingScope() {
+  delete t_meta_routing;
+  t_meta_routing = nullptr;
+}
+
+std::vector<int64_t> meta_routed_counts(int64_t pairs, int64_t E, int64_t P) {
+  std::vector<int64_t> counts(E, 0);
+  const std::vector<double>* w = t_meta_routing;
+  if (!w || w->empty()) {  // balanced: pair i to expert i mod E
+    for (int64_t e = 0; e < E; ++e) counts[e] = pairs / E + (e < pairs % E ? 1 : 0);
+    return counts;
+  }
+  TITAN_CHECK((int64_t)w->size() == E, "simulation: the MoE routing lists ", w->size(), " experts, the model has ", E,
+              " (simulation.moe_routing_histogram must give one count per expert)");
+  double total = 0;
+  for (double x : *w) total += x;
+  TITAN_CHECK(total > 0, "simulation: the MoE routing weights sum to 0");
+  // largest remainders: the counts sum to `pairs`
+  std::vector<double> exact(E);
+  int64_t given = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    exact[e] = (double)pairs * (*w)[e] / total;
+    counts[e] = (int64_t)std::floor(exact[e]);
+    given += counts[e];
+  }
+  std::vector<int64_t> by_rest(E);
+  for (int64_t e = 0; e < E; ++e) by_rest[e] = e;
+  std::stable_sort(by_rest.begin(), by_rest.end(), [&](int64_t a, int64_t b) {
+    return exact[a] - std::floor(exact[a]) > exact[b] - std::floor(exact[b]);
+  });
+  for (int64_t i = 0; given < pairs; ++i, ++given) ++counts[by_rest[i % E]];
+  // the busiest rank's block of experts first: the planned rank is group rank 0
+  const int64_t El = E / P;
+  int64_t busiest = 0, most = -1;
+  for (int64_t r = 0; r < P; ++r) {
+    int64_t load = 0;
+    for (int64_t j = 0; j < El; ++j) load += counts[r * El + j];
+    if (load > most) most = load, busiest = r;
+  }
+  std::rotate(counts.begin(), counts.begin() + busiest * El, counts.end());
+  return counts;
+}
 
 Dispatched dispatch(const Tensor& hidden, const Tensor& topk_idx, const Tensor& topk_weight, int64_t E,
                     const PG& group) {
@@ -48,9 +103,12 @@ Dispatched dispatch(const Tensor& hidden, const Tensor& topk_idx, const Tensor& 
   // pair i of the T*k (token, choice) pairs to expert i mod E.
   const bool meta = hidden.is_meta() || topk_idx.is_meta();
   std::vector<int64_t> flat(T * k);
-  if (meta)
-    for (int64_t i = 0; i < T * k; ++i) flat[i] = i % E;
-  else
+  if (meta) {  // pairs in expert order, as many per expert as the meta routing gives (balanced: i mod E)
+    const std::vector<int64_t> mc = meta_routed_counts(T * k, E, P);
+    int64_t i = 0;
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t n = 0; n < mc[e]; ++n) flat[i++] = e;
+  } else
     flat = topk_idx.to_vector<int64_t>();
   std::vector<int64_t> counts(E, 0), order(T * k), token(T * k);
   for (auto e : flat) {
@@ -85,7 +143,7 @@ Dispatched dispatch(const Tensor& hidden, const Tensor& topk_idx, const Tensor& 
   Tensor cnt_send = index_tensor(counts, meta || group->is_fake());
   Tensor cnt_recv = group->all_to_all(cnt_send);  // [P * El]: source-major
   std::vector<int64_t> c(P * El);
-  if (meta || group->is_fake()) {  // balanced: every source sends what this rank sends to its own experts
+  if (meta || group->is_fake()) {  // SPMD: every source routes as this rank does, so sends it what it sends itself
     for (int64_t s = 0; s < P; ++s)
       for (int64_t j = 0; j < El; ++j) c[s * El + j] = counts[group->rank() * El + j];
   } else {

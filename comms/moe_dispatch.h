@@ -32,6 +32,23 @@ struct DispatchHandle {
   Tensor ungroup;               // its inverse
 };
 
+// Routing of meta (planned) dispatches, which have no router outputs: while a
+// MetaRoutingScope is alive on this thread, every (token, k) pair is routed by
+// `weights` (one per expert, any scale; empty = balanced, pair i to expert
+// i mod E), in proportion, and the experts are renumbered so that the
+// planned rank (group rank 0) holds the busiest rank's block: a planned step
+// is priced at the rank the real step waits for. The counts every source sends
+// follow the same weights.
+class MetaRoutingScope {
+ public:
+  explicit MetaRoutingScope(std::vector<double> weights);
+  ~MetaRoutingScope();
+  MetaRoutingScope(const MetaRoutingScope&) = delete;
+  MetaRoutingScope& operator=(const MetaRoutingScope&) = delete;
+};
+// (token, k) pairs per expert of a meta dispatch of `pairs` pairs over E experts on P ranks (see above).
+std::vector<int64_t> meta_routed_counts(int64_t pairs, int64_t E, int64_t P);
+
 struct Dispatched {
   Tensor expert_input;                          // [R, H]
   std::vector<int64_t> tokens_per_local_expert;  // sums to R

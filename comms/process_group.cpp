@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -491,7 +492,7 @@ Tensor ProcessGroup::all_to_all(const Tensor& x) {
 }
 
 Tensor ProcessGroup::all_to_all_v(const Tensor& x, const std::vector<int64_t>& send_rows,
-                                  std::vector<int64_t>* recv_rows) {
+                                  std::vector<int64_t>* recv_rows, const std::vector<int64_t>& planned_recv) {
   NoGradGuard ng;
   TITAN_CHECK((int)send_rows.size() == size_, "all_to_all_v: send_rows must have ", size_, " entries (group '",
               name_, "')");
@@ -500,8 +501,10 @@ Tensor ProcessGroup::all_to_all_v(const Tensor& x, const std::vector<int64_t>& s
   TITAN_CHECK(total == x.size(0), "all_to_all_v: send_rows sum to ", total, " but x has ", x.size(0), " rows");
   const int64_t row = x.size(0) ? x.numel() / x.size(0) : numel(Shape(x.shape().begin() + 1, x.shape().end()));
   std::vector<int64_t> rr(size_);
-  if (x.is_meta() || fake_) {  // planning: assume a balanced exchange
-    rr = send_rows;
+  if (x.is_meta() || fake_) {  // planning: what the caller expects to receive, else a balanced exchange
+    TITAN_CHECK(planned_recv.empty() || (int)planned_recv.size() == size_, "all_to_all_v: planned_recv must have ",
+                size_, " entries (group '", name_, "')");
+    rr = planned_recv.empty() ? send_rows : planned_recv;
   } else if (size_ == 1) {
     rr = send_rows;
   } else {
@@ -516,7 +519,8 @@ Tensor ProcessGroup::all_to_all_v(const Tensor& x, const std::vector<int64_t>& s
   Shape os = x.shape();
   os[0] = rtotal;
   Tensor out = empty(os, x.dtype(), x.device());
-  const int64_t tid = record_comm_start("all_to_all", ref(), (double)x.nbytes());
+  // priced by the larger of what this rank sends and receives (under uneven routing the busiest rank receives more)
+  const int64_t tid = record_comm_start("all_to_all", ref(), (double)std::max(x.nbytes(), out.nbytes()));
   if (recv_rows) *recv_rows = rr;
   if (x.is_meta() || fake_) {
     record_comm_wait(tid);

@@ -104,7 +104,10 @@ class ProcessGroup {
   Tensor all_to_all(const Tensor& x);  // dim 0 split in size() equal chunks
   // Rows along dim 0: send_rows[r] rows to rank r (in rank order); returns the
   // received rows (in source-rank order) and fills recv_rows.
-  Tensor all_to_all_v(const Tensor& x, const std::vector<int64_t>& send_rows, std::vector<int64_t>* recv_rows);
+  // Planning (meta tensors or a fake group): planned_recv = the rows expected from each rank (empty: what
+  // this rank sends, a balanced exchange); a real exchange learns the counts from the peers.
+  Tensor all_to_all_v(const Tensor& x, const std::vector<int64_t>& send_rows, std::vector<int64_t>* recv_rows,
+                      const std::vector<int64_t>& planned_recv = {});
   void send(const Tensor& x, int dst, int tag = 0);
   Tensor recv(const Shape& shape, DType dtype, int src, int tag = 0);
   void barrier();

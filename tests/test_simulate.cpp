@@ -425,6 +425,52 @@ TEST(Simulation, AccumulationPricesKMicroBatchesAndTheReductions) {
   EXPECT_LT(busy_b, busy_a);
 }
 
+// Uneven MoE routing in simulation: the meta step routes by a Zipf skew or a real run's tokens-per-expert
+// histogram and is priced at the busiest rank (the dispatch / combine all-to-alls and its grouped GEMMs).
+TEST(Simulation, SkewedRoutingRaisesTheMoETimeMonotonically) {
+  const std::string cfg = "configs/simulation/gpt_oss_20b_trn2.yaml";
+  double last_step = 0, last_a2a = 0, balanced_gemm = 0;
+  for (const char* skew : {"0", "0.25", "0.5", "1", "2"}) {
+    SimResult r = simulate_step(config(cfg, {"simulation.moe_routing_skew", skew}), 64);
+    double gemm = r.compute_by_class.count("gemm") ? r.compute_by_class.at("gemm") : 0.0;
+    const double a2a = r.exposed_by_kind.count("all_to_all") ? r.exposed_by_kind.at("all_to_all") : 0.0;
+    if (std::string(skew) == "0") balanced_gemm = gemm;
+    EXPECT_GT(r.step_s, last_step) << "skew " << skew;
+    EXPECT_GT(a2a, last_a2a) << "skew " << skew;
+    EXPECT_GE(gemm, balanced_gemm) << "skew " << skew;
+    last_step = r.step_s;
+    last_a2a = a2a;
+  }
+  // a histogram with the Zipf shares is the same routing; expert order does not matter, the busiest rank does
+  std::string hist, reversed;
+  const int64_t E = config(cfg).model.moe_num_experts;
+  std::vector<std::string> items;
+  for (int64_t e = 0; e < E; ++e) items.push_back(std::to_string(1e6 / (double)(e + 1)));
+  for (int64_t e = 0; e < E; ++e) hist += (e ? "," : "") + items[e];
+  for (int64_t e = E - 1; e >= 0; --e) reversed += (e != E - 1 ? "," : "") + items[e];
+  const double zipf = simulate_step(config(cfg, {"simulation.moe_routing_skew", "1"}), 64).step_s;
+  EXPECT_NEAR(simulate_step(config(cfg, {"simulation.moe_routing_histogram", hist}), 64).step_s, zipf, 1e-3 * zipf);
+  EXPECT_NEAR(simulate_step(config(cfg, {"simulation.moe_routing_histogram", reversed}), 64).step_s, zipf,
+              1e-3 * zipf);
+  // refused: a histogram of the wrong length, both keys, a dense model, nothing simulated
+  EXPECT_NE(error_of([&] { simulate_step(config(cfg, {"simulation.moe_routing_histogram", "1,2,3"}), 64); })
+                .find("simulation.moe_routing_histogram gives 3 counts"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { config(cfg, {"simulation.moe_routing_histogram", "1,x"}); }).find("'x'"), std::string::npos)
+      << "parsed at load";
+  EXPECT_NE(error_of([&] {
+              config(cfg, {"simulation.moe_routing_skew", "1", "simulation.moe_routing_histogram", hist});
+            }).find("both set"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { config("configs/qwen3_32b.yaml", {"simulation.moe_routing_skew", "1"}); })
+                .find("needs MoE layers"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              config("configs/gpt_oss_debug.yaml", {"simulation.moe_routing_skew", "1"});
+            }).find("nothing is simulated"),
+            std::string::npos);
+}
+
 TEST(Simulation, OutOfMemoryIsReportedWithTheBreakdown) {
   JobConfig c = config("configs/qwen3_32b.yaml", {"activation_checkpoint.mode", "none", "training.local_batch_size",
                                                   "2"});

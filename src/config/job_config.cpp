@@ -1,5 +1,8 @@
 #include "src/config/job_config.h"
 
+#include <cmath>
+#include <cstdlib>
+
 #include <yaml-cpp/yaml.h>
 
 #include <CLI/CLI.hpp>
@@ -136,6 +139,8 @@ std::vector<Field> fields(JobConfig& c) {
       {"simulation.reduce_dtype", &c.simulation.reduce_dtype, {"bfloat16", "float32"}},
       {"simulation.trace_file", &c.simulation.trace_file, {}},
       {"simulation.trace_chips", &c.simulation.trace_chips, {}},
+      {"simulation.moe_routing_skew", &c.simulation.moe_routing_skew, {}},
+      {"simulation.moe_routing_histogram", &c.simulation.moe_routing_histogram, {}},
       {"debug.seed", &c.debug.seed, {}},
       {"debug.dump_grads_at_step", &c.debug.dump_grads_at_step, {}},
       {"debug.fail_on_rank", &c.debug.fail_on_rank, {}},
@@ -364,6 +369,20 @@ void validate(const JobConfig& c) {
   TITAN_CHECK(c.simulation.world_size >= 1 && c.simulation.ranks_per_chip >= 1 && c.simulation.num_systems >= 1 &&
                   c.simulation.trace_chips >= 1,
               "config error: simulation.world_size, ranks_per_chip, num_systems and trace_chips must be >= 1");
+  {
+    const bool routing = c.simulation.moe_routing_skew != 0 || !c.simulation.moe_routing_histogram.empty();
+    TITAN_CHECK(c.simulation.moe_routing_skew >= 0 && std::isfinite(c.simulation.moe_routing_skew),
+                "config error: simulation.moe_routing_skew must be >= 0 (0: balanced), got ",
+                c.simulation.moe_routing_skew);
+    TITAN_CHECK(c.simulation.moe_routing_skew == 0 || c.simulation.moe_routing_histogram.empty(),
+                "config error: simulation.moe_routing_skew and simulation.moe_routing_histogram both set: give one");
+    TITAN_CHECK(!routing || !c.simulation.system.empty(),
+                "config error: simulation.moe_routing_* shapes the simulated step only, and nothing is simulated "
+                "(set simulation.system, or drop the key)");
+    TITAN_CHECK(!routing || c.model.moe_enabled,
+                "config error: simulation.moe_routing_* needs MoE layers (model.moe_enabled: true)");
+    if (!c.simulation.moe_routing_histogram.empty()) parse_routing_histogram(c.simulation.moe_routing_histogram);
+  }
   TITAN_CHECK(!c.simulation.enabled || !c.simulation.system.empty(),
               "config error: simulation.enabled needs simulation.system (a file in device/specs/systems, e.g. "
               "trn2-instance, or a path to a .yaml)");
@@ -380,6 +399,22 @@ void validate(const JobConfig& c) {
   TITAN_CHECK(c.metrics.peak_tflops > 0, "config error: metrics.peak_tflops must be > 0");
 }
 }  // namespace
+
+std::vector<double> parse_routing_histogram(const std::string& text) {
+  std::vector<double> w;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    while (end && *end == ' ') ++end;
+    TITAN_CHECK(end != item.c_str() && end && *end == '\0' && std::isfinite(v) && v >= 0,
+                "config error: simulation.moe_routing_histogram: '", item,
+                "' is not a token count (expected comma-separated counts, one per expert)");
+    w.push_back(v);
+  }
+  return w;
+}
 
 std::vector<std::string> config_warnings(const JobConfig& c) {
   std::vector<std::string> w;

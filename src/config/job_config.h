@@ -173,6 +173,10 @@ struct JobConfig {
     std::string reduce_dtype = "float32";  // gradient reduce-scatter / all-reduce
     std::string trace_file = "";  // Chrome-trace JSON of the simulated step (relative to job.dump_folder)
     int64_t trace_chips = 2;      // chips drawn in the trace (SPMD: every chip runs the same timeline)
+    // MoE routing of the meta step (which has no router outputs), priced at the busiest rank:
+    double moe_routing_skew = 0;  // 0: balanced; s > 0: Zipf, expert e gets a share proportional to 1/(e+1)^s
+    std::string moe_routing_histogram = "";  // tokens per expert, comma-separated (the end-of-run "expert load"
+                                             // line of a real run); exclusive with moe_routing_skew
   } simulation;
 
   struct Debug {
@@ -181,6 +185,9 @@ struct JobConfig {
     int64_t fail_on_rank = -1;       // fault injection for tests: this rank throws at step 2
   } debug;
 };
+
+// simulation.moe_routing_histogram as numbers (errors name the key and the item).
+std::vector<double> parse_routing_histogram(const std::string& text);
 
 // Loads `path` (YAML), then applies `--section.key value` overrides from
 // argv. Throws titan::Error with file:line / flag and the allowed values.

@@ -148,7 +148,8 @@ inline void record_cost(const char* op, double flops, double bytes, KernelClass 
 }
 // Called by the communication layer. `bytes` is the collective's size as the
 // cost model takes it: all_gather: the gathered output; reduce_scatter and
-// all_reduce: the full input; all_to_all: what this rank sends. Returns an id
+// all_reduce: the full input; all_to_all: the larger of what this rank sends
+// and receives. Returns an id
 // for record_comm_wait (-1 when nothing records).
 int64_t record_comm_start(const char* kind, const CommGroupRef& group, double bytes);
 void record_comm_wait(int64_t id);

@@ -1,8 +1,12 @@
 #include "src/train/plan.h"
 
+#include <cmath>
+#include <cstdlib>
 #include <memory>
+#include <sstream>
 
 #include "comms/device_mesh.h"
+#include "comms/moe_dispatch.h"
 #include "models/causal_lm.h"
 #include "parallel/parallelize.h"
 #include "src/ops/ops.h"
@@ -10,6 +14,22 @@
 #include "src/train/train_spec.h"
 
 namespace titan {
+
+namespace {
+// The expert weights of the meta step's routing (empty: balanced), from simulation.moe_routing_*.
+std::vector<double> meta_routing_weights(const JobConfig& cfg) {
+  const auto& sc = cfg.simulation;
+  std::vector<double> w;
+  if (sc.moe_routing_skew > 0)
+    for (int64_t e = 0; e < cfg.model.moe_num_experts; ++e) w.push_back(std::pow((double)(e + 1), -sc.moe_routing_skew));
+  if (!sc.moe_routing_histogram.empty()) {
+    w = parse_routing_histogram(sc.moe_routing_histogram);
+    TITAN_CHECK((int64_t)w.size() == cfg.model.moe_num_experts, "config error: simulation.moe_routing_histogram gives ",
+                w.size(), " counts, model.moe_num_experts is ", cfg.model.moe_num_experts);
+  }
+  return w;
+}
+}  // namespace
 
 StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device device) {
   TITAN_CHECK(device == Device::Meta || world == 1, "plan_step: a real (cpu) step plays one rank, not ", world);
@@ -40,6 +60,7 @@ StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device dev
     CostScope cs;
     // meta document ids: block_causal is priced as causal (its upper bound; the boundaries are data)
     auto batch = [&] { return Batch{zeros({B, S}, DType::I64), zeros({B, S}, DType::I64), zeros({B, S}, DType::I64)}; };
+    comms::MetaRoutingScope routing(meta_routing_weights(cfg));  // uneven MoE routing: the busiest rank's step
     train_step(job, batch, cfg.optimizer.lr);
     plan.flops = cs.flops();
     plan.bytes = cs.bytes();

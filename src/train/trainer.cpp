@@ -282,6 +282,7 @@ TrainResult train(const JobConfig& cfg) {
   int64_t tokens_since_log = 0;
   bool first = true;
   double load_min = 0, load_mean = 0, load_max = 0;
+  std::vector<double> expert_total;  // tokens per expert over the run, summed over MoE layers and ranks
   int64_t load_steps = 0;
   PreemptionGuard preempt;  // SIGTERM / SIGINT: finish the step, checkpoint, return
   for (int64_t step = start + 1; step <= cfg.training.steps; ++step) {
@@ -316,6 +317,9 @@ TrainResult train(const JobConfig& cfg) {
       continue;
     }
     if (!sr.expert_load.empty()) {
+      expert_total.resize(sr.expert_load[0].size(), 0.0);
+      for (auto& layer : sr.expert_load)
+        for (size_t e = 0; e < layer.size() && e < expert_total.size(); ++e) expert_total[e] += layer[e];
       for (auto& layer : sr.expert_load) {  // min / mean / max over experts, averaged over layers
         double mn = 1e300, mx = 0, mean = 0;
         for (double c : layer) {
@@ -458,6 +462,12 @@ TrainResult train(const JobConfig& cfg) {
              mib(MemoryCategory::Gradients) + ", optimizer " + mib(MemoryCategory::OptimizerState) +
              ", activations " + mib(MemoryCategory::Activations) + ", communication " +
              mib(MemoryCategory::Communication) + "; peak of all tracked tensors " + fmt("%.1f", (double)ms.total_peak / (1 << 20)) + " MiB");
+  }
+  if (!expert_total.empty()) {  // what a simulation of this model's routing takes (simulation.moe_routing_histogram)
+    std::string hist;
+    for (double c : expert_total) hist += (hist.empty() ? "" : ",") + fmt("%.0f", c);
+    log_info("expert load (routed tokens per expert over this run, all MoE layers; for "
+             "simulation.moe_routing_histogram): " + hist);
   }
   log_info("training done: peak RSS " + fmt("%.2f", (double)max_rss_bytes() / (1 << 30)) + " GiB (rank 0)");
   return result;
