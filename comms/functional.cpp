@@ -1,5 +1,6 @@
 #include "comms/functional.h"
 
+#include "src/autograd/checkpoint.h"
 #include "src/autograd/function.h"
 #include "src/ops/ops.h"
 
@@ -45,7 +46,11 @@ Tensor reduce_scatter_op(const Tensor& x, int64_t dim, const PG& pg, const std::
   dim = wrap_dim(dim, x.dim(), "reduce_scatter_op");
   auto s = sizes_or_even(sizes, x.size(dim), pg);
   return custom_op(
-      "ReduceScatter", {x}, [=](const V& in) { return V{pg->reduce_scatter(in[0], dim, ReduceOp::Sum, s)}; },
+      "ReduceScatter", {x},
+      [=](const V& in) {  // in TorchTitan's op-level save list: kept, not re-run, by a selective recompute
+        return V{autograd::sac_forward(autograd::SacOp::ReduceScatter,
+                                       [&] { return pg->reduce_scatter(in[0], dim, ReduceOp::Sum, s); })};
+      },
       [=](const V& g) { return V{pg->all_gather(g[0], dim, s)}; })[0];
 }
 

@@ -34,7 +34,9 @@ class CausalLM : public nn::Module {
   virtual HfLayout hf_layout(const std::vector<Region>& params) const { return same_layout(params); }
   virtual std::vector<nn::Module*> blocks() = 0;     // decoder layers, in order
   // Checkpoint every `every`-th block (0: none, 1: all; N: blocks N-1, 2N-1, ... 0-based, as TorchTitan).
-  virtual void set_activation_checkpoint(int64_t every) = 0;
+  // Checkpoint every `every`-th block (0: none); save_ops: TorchTitan's op-level selective policy in each
+  // checkpointed block (autograd::SavePolicy::TorchTitanOps) instead of recomputing all of it.
+  virtual void set_activation_checkpoint(int64_t every, bool save_ops = false) = 0;
   virtual int64_t vocab_size() const = 0;
   virtual int64_t expected_num_params() const = 0;
   virtual int64_t num_embedding_params() const = 0;

@@ -295,24 +295,26 @@ TEST(Qwen3Moe, OneExpertEqualsTheDenseModelAndCountsMatch) {
 }
 
 // Activation checkpointing every block, every second block (TorchTitan's
-// selective_ac_option "2") and none: the same loss and bit-identical gradients.
+// selective_ac_option "2"), op-level (selective_ac_option "op": matmul outputs
+// but every second one, attention outputs kept) and none: the same loss and
+// bit-identical gradients.
 TEST(Qwen3, SelectiveLayerCheckpointingKeepsGradientsBitIdentical) {
   JobConfig::Model m = tiny_model(4);
   Tensor tok = from_vector<int64_t>({1, 5, 7, 2, 9, 3, 4, 8, 0, 63}, {2, 5});
   Tensor tgt = from_vector<int64_t>({5, 7, 2, 9, 3, 4, 8, 0, 63, 1}, {10});
-  std::vector<std::vector<float>> grads[3];
-  float losses[3];
-  const int64_t every[3] = {0, 1, 2};
-  for (int c = 0; c < 3; ++c) {
+  std::vector<std::vector<float>> grads[4];
+  float losses[4];
+  const int64_t every[4] = {0, 1, 2, 1};
+  for (int c = 0; c < 4; ++c) {
     decoder::Decoder model(decoder::Args::from_job(m));
     model.init_weights(11);
-    model.set_activation_checkpoint(every[c]);
+    model.set_activation_checkpoint(every[c], /*save_ops=*/c == 3);
     Tensor loss = cross_entropy(model.forward(tok).reshape({-1, 64}), tgt);
     losses[c] = loss.item<float>();
     loss.backward();
     for (auto& [n, p] : model.named_parameters()) grads[c].push_back(p->grad().to_vector<float>());
   }
-  for (int c = 1; c < 3; ++c) {
+  for (int c = 1; c < 4; ++c) {
     EXPECT_EQ(losses[c], losses[0]);
     ASSERT_EQ(grads[c].size(), grads[0].size());
     for (size_t i = 0; i < grads[0].size(); ++i) EXPECT_EQ(grads[c][i], grads[0][i]) << "every " << every[c] << " #" << i;

@@ -195,7 +195,8 @@ Tensor Decoder::forward(const Tensor& tokens, const Tensor& doc_ids) {
     if (!cos_.defined() || cos_.size(0) != S || cos_.device() != dev)
       std::tie(cos_, sin_) = rope_tables(S, args_.head_dim, args_.rope_theta, args_.rope, dev);
     const nn::AttentionInputs in{cos_, sin_, doc_ids};
-    Tensor h = model->layers->run(model->embed_tokens->forward(ids), in, activation_checkpoint);  // [B, S, dim]
+    Tensor h = model->layers->run(model->embed_tokens->forward(ids), in, activation_checkpoint,
+                                  checkpoint_save_ops ? autograd::SavePolicy::TorchTitanOps : autograd::SavePolicy::None);  // [B, S, dim]
     h = model->norm->call(h, [&](const Tensor& x) { return model->norm->forward(x); });
     if (!lm_head) return linear(h, model->embed_tokens->weight);  // [B, S, vocab]
     return lm_head->call(h, [&](const Tensor& x) { return lm_head->forward(x); });  // (a vocab shard's, gathered by a hook)

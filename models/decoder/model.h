@@ -116,7 +116,10 @@ class Decoder : public CausalLM {
   std::string hf_config_json() const override { return args_.to_hf_json(); }
   HfLayout hf_layout(const std::vector<Region>& params) const override;
   std::vector<nn::Module*> blocks() override;
-  void set_activation_checkpoint(int64_t every) override { activation_checkpoint = every; }
+  void set_activation_checkpoint(int64_t every, bool save_ops = false) override {
+    activation_checkpoint = every;
+    checkpoint_save_ops = save_ops;
+  }
   int64_t vocab_size() const override { return args_.vocab_size; }
   int64_t expected_num_params() const override { return args_.num_params(); }
   int64_t num_embedding_params() const override { return args_.num_embedding_params(); }
@@ -131,6 +134,7 @@ class Decoder : public CausalLM {
   Backbone* model = nullptr;
   nn::Linear* lm_head = nullptr;  // absent when tied
   int64_t activation_checkpoint = 0;  // every how many blocks (0: none)
+  bool checkpoint_save_ops = false;   // op-level selective checkpointing in those blocks
 
  private:
   Args args_;

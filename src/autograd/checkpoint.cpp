@@ -13,13 +13,60 @@ Tensor anchor() {
   a.requires_grad_(true);
   return a;
 }
+
+// The save-list outputs of one TorchTitanOps block, in call order, and where a run of it is.
+struct SacCache {
+  std::vector<std::vector<Tensor>> kept;  // per save-list call: its outputs if the policy keeps them, else empty
+  bool recompute = false;
+  size_t at = 0;        // save-list calls seen in this run
+  int64_t matmuls = 0;  // matmuls seen in this run
+};
+thread_local SacCache* t_sac = nullptr;
+
+struct SacRun {  // RAII: this thread's save-list calls go to `c` (nests: restores the outer block's)
+  SacCache* prev;
+  explicit SacRun(SacCache* c, bool recompute) : prev(t_sac) {
+    t_sac = c;
+    if (c) {
+      c->recompute = recompute;
+      c->at = 0;
+      c->matmuls = 0;
+    }
+  }
+  ~SacRun() { t_sac = prev; }
+};
 }  // namespace
 
-std::vector<Tensor> checkpoint(const BlockFn& fn, const std::vector<Tensor>& inputs) {
+std::vector<Tensor> sac_forward(SacOp op, const std::function<std::vector<Tensor>()>& kernel) {
+  SacCache* c = t_sac;
+  if (!c) return kernel();
+  // TorchTitan's policy: keep every save-list output except every second matmul's
+  const bool keep = op != SacOp::Matmul || (++c->matmuls % 2 == 1);
+  const size_t i = c->at++;
+  if (!c->recompute) {
+    std::vector<Tensor> out = kernel();
+    std::vector<Tensor> k;
+    if (keep)
+      for (const Tensor& t : out) k.push_back(t.detach());
+    c->kept.push_back(std::move(k));
+    return out;
+  }
+  TITAN_CHECK(i < c->kept.size(), "checkpoint (op-level selective): the recompute called more save-list ops than the "
+              "first run (", c->kept.size(), "); the block must be deterministic");
+  if (!keep) return kernel();
+  std::vector<Tensor> out;
+  for (const Tensor& t : c->kept[i]) out.push_back(t.detach());  // a fresh alias: the op records its node on it
+  c->kept[i].clear();
+  return out;
+}
+
+std::vector<Tensor> checkpoint(const BlockFn& fn, const std::vector<Tensor>& inputs, SavePolicy policy) {
   if (!grad_enabled()) return fn(inputs);
+  std::shared_ptr<SacCache> sac = policy == SavePolicy::TorchTitanOps ? std::make_shared<SacCache>() : nullptr;
   std::vector<Tensor> outs;
   {
     NoGradGuard ng;
+    SacRun run(sac.get(), /*recompute=*/false);
     outs = fn(inputs);
   }
   std::vector<bool> needs;
@@ -34,7 +81,7 @@ std::vector<Tensor> checkpoint(const BlockFn& fn, const std::vector<Tensor>& inp
     for (const auto& in : inputs)
       if (o.impl() == in.impl()) o = o.detach();
   return record("checkpoint", node_inputs, std::move(outs),
-                [fn, keep, needs](const std::vector<Tensor>& grads) {
+                [fn, keep, needs, sac](const std::vector<Tensor>& grads) {
                   std::vector<Tensor> xs;
                   for (size_t i = 0; i < keep.size(); ++i) {
                     Tensor x = keep[i].detach();
@@ -44,8 +91,10 @@ std::vector<Tensor> checkpoint(const BlockFn& fn, const std::vector<Tensor>& inp
                   std::vector<Tensor> outs2;
                   {
                     EnableGradGuard eg;
+                    SacRun run(sac.get(), /*recompute=*/true);
                     outs2 = fn(xs);
                   }
+                  if (sac) sac->kept.clear();  // the kept outputs now live in the recomputed graph only
                   TITAN_CHECK(outs2.size() == grads.size(), "checkpoint: recompute returned ", outs2.size(),
                               " outputs, the first run ", grads.size(), " (the block must be deterministic)");
                   std::vector<Tensor> roots, gs;

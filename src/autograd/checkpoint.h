@@ -16,7 +16,27 @@
 namespace titan::autograd {
 
 using BlockFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
-std::vector<Tensor> checkpoint(const BlockFn& fn, const std::vector<Tensor>& inputs);
+
+// What a checkpointed block keeps from its first run.
+//  - None: nothing but its inputs; the recompute runs every kernel again.
+//  - TorchTitanOps: TorchTitan's op-level selective checkpointing (selective_ac_option "op"): the outputs
+//    of the ops of its save list — matmuls except every second one, attention, tensor-parallel
+//    reduce-scatters — are kept from the first run; the recompute takes them instead of running those
+//    kernels (or collectives) and recomputes the rest. The kept outputs are exactly what the recompute
+//    would produce, so gradients stay bit-identical.
+enum class SavePolicy { None, TorchTitanOps };
+std::vector<Tensor> checkpoint(const BlockFn& fn, const std::vector<Tensor>& inputs,
+                               SavePolicy policy = SavePolicy::None);
+
+// The ops of the save list run their forward kernel through this (outside a TorchTitanOps block it just
+// runs `kernel`). In a block's first run it keeps the outputs the policy saves; in its recompute it
+// returns them (fresh aliases) without running `kernel`. The op records its graph node on the result as
+// usual, so gradients reach its inputs.
+enum class SacOp { Matmul, Attention, ReduceScatter };
+std::vector<Tensor> sac_forward(SacOp op, const std::function<std::vector<Tensor>()>& kernel);
+inline Tensor sac_forward(SacOp op, const std::function<Tensor()>& kernel) {
+  return sac_forward(op, [&] { return std::vector<Tensor>{kernel()}; })[0];
+}
 
 // Module backward hook: returns `inputs` passed through an identity op whose
 // backward calls `done` once the gradients w.r.t. these inputs are complete,

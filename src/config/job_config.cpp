@@ -615,6 +615,7 @@ std::string dump_job_config(const JobConfig& cc) {
 int64_t JobConfig::ActivationCheckpoint::every() const {
   if (mode == "none") return 0;
   if (mode == "full") return 1;
+  if (op_level()) return 1;  // every block, keeping the save list's outputs
   int64_t n = 0;
   try {
     size_t used = 0;
@@ -624,10 +625,7 @@ int64_t JobConfig::ActivationCheckpoint::every() const {
     n = 0;
   }
   TITAN_CHECK(n >= 1, "config error: activation_checkpoint.selective_ac_option must be a positive integer N (checkpoint "
-              "every Nth block), got '", selective_ac_option, "'",
-              selective_ac_option == "op" ? " (TorchTitan's op-level selective checkpointing is not implemented: use "
-                                            "an integer, or mode full)"
-                                          : "");
+              "every Nth block) or 'op' (op-level), got '", selective_ac_option, "'");
   return n;
 }
 

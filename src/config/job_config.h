@@ -128,11 +128,14 @@ struct JobConfig {
   } comm;
 
   struct ActivationCheckpoint {
-    std::string mode = "none";  // none | full | selective (TorchTitan's layer-selective: every Nth block)
-    std::string selective_ac_option = "2";  // selective: N, checkpoint blocks N, 2N, ... (1-based), as TorchTitan
+    std::string mode = "none";  // none | full | selective (TorchTitan's: every Nth block, or op-level)
+    // selective: N = checkpoint blocks N, 2N, ... (1-based); "op" = every block with TorchTitan's op-level
+    // policy (keep matmul outputs except every second one, attention and TP reduce-scatter outputs)
+    std::string selective_ac_option = "2";
 
     // Checkpoint every how many blocks: 0 none, 1 all, N every Nth.
     int64_t every() const;
+    bool op_level() const { return mode == "selective" && selective_ac_option == "op"; }
   } activation_checkpoint;
 
   struct Checkpoint {

@@ -23,16 +23,17 @@ class LayerList : public Module {
   }
   // h [B, S, dim] through every block: block->forward(x, inputs); block i
   // is checkpointed when checkpoint_every > 0 and (i + 1) % checkpoint_every == 0
-  // (1: every block; 2: every second, as TorchTitan's selective_ac_option "2").
+  // (1: every block; 2: every second, as TorchTitan's selective_ac_option "2"), keeping what `policy` saves.
   template <typename Inputs>
-  Tensor run(Tensor h, const Inputs& inputs, int64_t checkpoint_every) const {
+  Tensor run(Tensor h, const Inputs& inputs, int64_t checkpoint_every,
+             autograd::SavePolicy policy = autograd::SavePolicy::None) const {
     for (size_t i = 0; i < layers.size(); ++i) {
       Block* layer = layers[i];
       auto body = [layer, inputs](const std::vector<Tensor>& in) {
         return std::vector<Tensor>{layer->forward(layer->pre(in[0]), inputs)};
       };
       const bool ckpt = checkpoint_every > 0 && (int64_t)(i + 1) % checkpoint_every == 0;
-      h = layer->post(ckpt ? autograd::checkpoint(body, {h})[0] : body({h})[0]);
+      h = layer->post(ckpt ? autograd::checkpoint(body, {h}, policy)[0] : body({h})[0]);
     }
     return h;
   }

@@ -9,6 +9,7 @@
 #include <exception>
 #include <limits>
 
+#include "src/autograd/checkpoint.h"
 #include "src/ops/common.h"
 
 namespace titan {
@@ -566,12 +567,16 @@ Tensor flex_attention(const Tensor& q, const Tensor& k, const Tensor& v, const F
 
   Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   Tensor sc = opt.sinks.defined() ? opt.sinks.contiguous() : Tensor();
-  Tensor out = empty({d.B, d.Sq, d.Hq, d.D}, q.dtype(), q.device());
-  Tensor lse = empty({d.B, d.Hq, d.Sq}, q.dtype(), q.device());
-  record_costs(p, {&qc, &kc, &vc, &out, &lse}, false);
-  if (!q.is_meta()) {
-    dispatch_float(q.dtype(), op, [&]<typename T>() { forward_kernel<T>(p, qc, kc, vc, sc, out, lse); });
-  }
+  auto fwd = autograd::sac_forward(autograd::SacOp::Attention, [&] {
+    Tensor out = empty({d.B, d.Sq, d.Hq, d.D}, q.dtype(), q.device());
+    Tensor lse = empty({d.B, d.Hq, d.Sq}, q.dtype(), q.device());
+    record_costs(p, {&qc, &kc, &vc, &out, &lse}, false);
+    if (!q.is_meta()) {
+      dispatch_float(q.dtype(), op, [&]<typename T>() { forward_kernel<T>(p, qc, kc, vc, sc, out, lse); });
+    }
+    return std::vector<Tensor>{out, lse};
+  });
+  Tensor out = fwd[0], lse = fwd[1];
   std::vector<Tensor> inputs = {qc, kc, vc};
   if (sc.defined()) inputs.push_back(sc);
   for (const Tensor& c : opt.score_mod.captures()) inputs.push_back(c);

@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include "src/autograd/checkpoint.h"
 #include "src/ops/common.h"
 
 namespace titan {
@@ -103,7 +104,7 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  Tensor out = matmul_forward(a, b);
+  Tensor out = autograd::sac_forward(autograd::SacOp::Matmul, [&] { return matmul_forward(a, b); });
   bool ga = a.requires_grad(), gb = b.requires_grad();
   return record("matmul", {a, b}, out, [sa = saved(a), sb = saved(b), ga, gb](const std::vector<Tensor>& g) {
     Tensor da, db;
@@ -187,7 +188,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
     NoGradGuard ng;  // the reshape is folded into this op's own backward
     x2 = reshape(x, {-1, x.size(-1)}).contiguous();
   }
-  Tensor y2 = linear_forward(x2, w, bias);
+  Tensor y2 = autograd::sac_forward(autograd::SacOp::Matmul, [&] { return linear_forward(x2, w, bias); });
   Shape os = x.shape();
   os.back() = w.size(0);
   Tensor y;

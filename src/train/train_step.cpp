@@ -33,7 +33,7 @@ TrainJob build_job(const JobConfig& cfg, comms::DeviceMesh& mesh,
   const TrainSpec& spec = train_spec(cfg.model.name);
   job.model = spec.build(cfg.model);
   if (default_device() != Device::Meta) job.model->init_weights((uint64_t)cfg.debug.seed);  // shards are cut from it
-  job.model->set_activation_checkpoint(cfg.activation_checkpoint.every());
+  job.model->set_activation_checkpoint(cfg.activation_checkpoint.every(), cfg.activation_checkpoint.op_level());
   if (before_parallelize) before_parallelize(*job.model);
   job.pm = spec.parallelize(*job.model, mesh, parallel_options(cfg));
   job.opt = std::make_unique<AdamW>(job.pm.named_params(),
