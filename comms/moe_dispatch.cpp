@@ -36,15 +36,12 @@ namespace {
 thread_local const std::vector<double>* t_meta_routing = nullptr;
 }
 
-MetaRoutingScope::MetaRoutingScope(std::vector<double> weights) {
-  for (double w : weights)
+MetaRoutingScope::MetaRoutingScope(std::vector<double> weights) : weights_(std::move(weights)), prev_(t_meta_routing) {
+  for (double w : weights_)
     TITAN_CHECK(std::isfinite(w) && w >= 0, "MetaRoutingScope: expert weights must be finite and >= 0");
-  t_meta_routing = new std::vector<double>(std::move(weights));
+  t_meta_routing = &weights_;
 }
-MetaRoutingScope::~MetaRoutingScope() {
-  delete t_meta_routing;
-  t_meta_routing = nullptr;
-}
+MetaRoutingScope::~MetaRoutingScope() { t_meta_routing = prev_; }
 
 std::vector<int64_t> meta_routed_counts(int64_t pairs, int64_t E, int64_t P) {
   std::vector<int64_t> counts(E, 0);

@@ -45,6 +45,10 @@ class MetaRoutingScope {
   ~MetaRoutingScope();
   MetaRoutingScope(const MetaRoutingScope&) = delete;
   MetaRoutingScope& operator=(const MetaRoutingScope&) = delete;
+
+ private:
+  std::vector<double> weights_;
+  const std::vector<double>* prev_;  // scopes nest: the outer one's weights come back
 };
 // (token, k) pairs per expert of a meta dispatch of `pairs` pairs over E experts on P ranks (see above).
 std::vector<int64_t> meta_routed_counts(int64_t pairs, int64_t E, int64_t P);

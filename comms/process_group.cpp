@@ -84,8 +84,14 @@ MPI_Datatype mpi_type(DType t) {
 
 MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
 
-
-void check_mpi(int rc, const char* what);
+void check_mpi(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    abort_job(std::string("MPI error in ") + what + ": " + std::string(msg, len));
+  }
+}
 
 // Completes a nonblocking MPI operation from the communication thread without
 // burning a core: test in a tight loop for the first ~50 us (short messages),
@@ -101,15 +107,6 @@ void complete(MPI_Request& req, const char* what) {
     if (done) return;
     if (std::chrono::steady_clock::now() - t0 > std::chrono::microseconds(50))
       std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
-}
-
-void check_mpi(int rc, const char* what) {
-  if (rc != MPI_SUCCESS) {
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, msg, &len);
-    abort_job(std::string("MPI error in ") + what + ": " + std::string(msg, len));
   }
 }
 }  // namespace

@@ -1,7 +1,6 @@
 #include "parallel/fsdp.h"
 
 #include <cstring>
-#include <map>
 
 #include "src/autograd/function.h"
 #include "src/log/log.h"

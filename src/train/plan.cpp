@@ -1,9 +1,7 @@
 #include "src/train/plan.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <memory>
-#include <sstream>
 
 #include "comms/device_mesh.h"
 #include "comms/moe_dispatch.h"
