@@ -118,6 +118,7 @@ struct Work::State {
   int64_t trace_id = -1;  // record_comm_start id (simulation input)
   CommRecord rec;
   std::function<void()> finish;  // runs on the waiting thread after completion
+  std::function<bool()> test;    // point-to-point: polled by the waiting thread until true (done stays false)
 };
 
 void Work::then(std::function<void()> f) {
@@ -133,7 +134,17 @@ void Work::wait() {
   if (!state_) return;
   const double t0 = now();
   record_comm_wait(state_->trace_id);  // the wait begins (measured timelines: the stall follows)
-  {
+  if (state_->test) {
+    std::string key;
+    const double limit = collective_timeout(&key);
+    int spins = 0;
+    while (!state_->test()) {
+      if (++spins > 50) std::this_thread::sleep_for(std::chrono::microseconds(20));
+      if (limit > 0 && now() - t0 > limit)
+        abort_job("point-to-point " + state_->rec.kind + " on group '" + state_->rec.group + "' did not complete in " +
+                  std::to_string((int)limit) + " s (" + key + "): its peer stage never arrived");
+    }
+  } else {
     std::unique_lock<std::mutex> lk(state_->mu);
     state_->cv.wait(lk, [&] { return state_->done; });
   }
@@ -565,6 +576,44 @@ Tensor ProcessGroup::recv(const Shape& shape, DType dtype, int src, int tag) {
     check_mpi(MPI_Recv(out.raw_data(), (int)out.numel(), mpi_type(dtype), src, tag, c, MPI_STATUS_IGNORE), "recv");
   }, -1, /*collective=*/false).wait();
   return out;
+}
+
+namespace {
+// A point-to-point Work: the request is tested by the waiting thread (Work::wait polls `test`).
+Work p2p_work(const char* kind, const std::string& group, int64_t bytes, int64_t trace_id,
+              std::shared_ptr<MPI_Request> req, Tensor keep) {
+  auto st = std::make_shared<Work::State>();
+  st->trace_id = trace_id;
+  st->rec = {kind, group, bytes, 0, 0};
+  st->test = [req, keep, kind]() {
+    int done = 0;
+    check_mpi(MPI_Test(req.get(), &done, MPI_STATUS_IGNORE), kind);
+    return done != 0;
+  };
+  return Work(st);
+}
+}  // namespace
+
+Work ProcessGroup::isend(const Tensor& x, int dst, int tag) {
+  TITAN_CHECK(dst >= 0 && dst < size_ && dst != rank_, "isend: destination ", dst, " is not another rank of group '",
+              name_, "' (", size_, " ranks)");
+  const int64_t tid = record_p2p_start("send", ref(), (double)x.nbytes(), (*world_ranks_)[dst], tag);
+  if (x.is_meta() || fake_) return done_work("send", name_, x.nbytes(), tid);
+  Tensor in = x.contiguous();
+  auto req = std::make_shared<MPI_Request>();
+  check_mpi(MPI_Isend(in.raw_data(), (int)in.numel(), mpi_type(in.dtype()), dst, tag, comm_, req.get()), "isend");
+  return p2p_work("send", name_, x.nbytes(), tid, req, in);  // `in` lives until the send completes
+}
+
+std::pair<Tensor, Work> ProcessGroup::irecv(const Shape& shape, DType dtype, int src, int tag) {
+  TITAN_CHECK(src >= 0 && src < size_ && src != rank_, "irecv: source ", src, " is not another rank of group '", name_,
+              "' (", size_, " ranks)");
+  Tensor out = empty(shape, dtype, fake_ ? Device::Meta : default_device());
+  const int64_t tid = record_p2p_start("recv", ref(), (double)out.nbytes(), (*world_ranks_)[src], tag);
+  if (out.is_meta()) return {out, done_work("recv", name_, 0, tid)};
+  auto req = std::make_shared<MPI_Request>();
+  check_mpi(MPI_Irecv(out.raw_data(), (int)out.numel(), mpi_type(dtype), src, tag, comm_, req.get()), "irecv");
+  return {out, p2p_work("recv", name_, out.nbytes(), tid, req, out)};
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::split(const std::function<int(int)>& color_of,

@@ -110,6 +110,13 @@ class ProcessGroup {
                       const std::vector<int64_t>& planned_recv = {});
   void send(const Tensor& x, int dst, int tag = 0);
   Tensor recv(const Shape& shape, DType dtype, int src, int tag = 0);
+  // Nonblocking point-to-point (pipeline stages), posted and completed on the calling thread, not the
+  // communication thread: a transfer waiting for its peer never holds up the collectives queued
+  // behind it. wait() polls (sleeping between tests) and aborts the job naming the peer and tag after
+  // the collective timeout. Use a group that runs no collectives (DeviceMesh::pp_p2p). Planned
+  // (meta / fake): recorded with the peer's world rank and the tag, so a simulation pairs them.
+  Work isend(const Tensor& x, int dst, int tag);
+  std::pair<Tensor, Work> irecv(const Shape& shape, DType dtype, int src, int tag);
   void barrier();
   // Sub-groups: the ranks of equal color_of(group rank), ordered by key_of
   // (collective over this group). Functions of any member's group rank, so a

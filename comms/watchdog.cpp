@@ -142,6 +142,13 @@ void set_collective_timeout(double seconds, const std::string& key) {
   g_wd->key = key;
 }
 
+double collective_timeout(std::string* key) {
+  if (!g_wd) return 0;
+  std::lock_guard<std::mutex> lk(g_wd->mu);
+  if (key) *key = g_wd->key;
+  return g_wd->timeout_s;
+}
+
 void op_begin(const OpMark& op) {
   if (!g_wd) return;
   const int64_t t = now_ns();

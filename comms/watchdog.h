@@ -31,6 +31,9 @@ void watchdog_start(MPI_Comm world);
 void watchdog_stop();
 // seconds <= 0: off. `key` is the config key named in the message.
 void set_collective_timeout(double seconds, const std::string& key);
+// The timeout in force and its config key (<= 0: none): a wait outside the communication thread
+// (pipeline point-to-point) applies it itself.
+double collective_timeout(std::string* key = nullptr);
 // The communication thread, around each MPI call.
 void op_begin(const OpMark& op);
 void op_end();

@@ -13,12 +13,25 @@
 
 namespace titan {
 
+// A contiguous part of a model run on its own (a pipeline stage): blocks
+// [begin, end), the embedding when `first`, the final norm and head when `last`.
+struct ModelChunk {
+  int64_t begin = 0, end = -1;  // end -1: through the last block
+  bool first = true, last = true;
+  int64_t seq_len = 0;  // the full sequence length when x arrives sequence-sharded (0: x's own)
+  bool whole() const { return first && last && begin == 0 && end == -1; }
+};
+
 class CausalLM : public nn::Module {
  public:
   // tokens int [B, S] -> [B, S, vocab]; doc_ids int64 [B, S]: the document index
   // of every token (the loader's Batch::doc_ids), read by attn_mask_type block_causal
   virtual Tensor forward(const Tensor& tokens, const Tensor& doc_ids) = 0;
   Tensor forward(const Tensor& tokens) { return forward(tokens, Tensor()); }
+  // A chunk's forward: x is tokens int [B, S] when chunk.first, else the hidden state entering block
+  // chunk.begin; returns the logits when chunk.last, else the hidden state leaving block chunk.end - 1.
+  // forward(tokens, doc_ids) is the whole model's chunk.
+  virtual Tensor forward_chunk(const Tensor& x, const Tensor& doc_ids, const ModelChunk& chunk) = 0;
   // Mean next-token cross-entropy of logits [B, S, vocab] against targets
   // [B, S], over the targets the inputs do not already show (prefix_lm: the
   // prefix's own tokens are ignored, its queries see them).
@@ -38,6 +51,7 @@ class CausalLM : public nn::Module {
   // checkpointed block (autograd::SavePolicy::TorchTitanOps) instead of recomputing all of it.
   virtual void set_activation_checkpoint(int64_t every, bool save_ops = false) = 0;
   virtual int64_t vocab_size() const = 0;
+  virtual int64_t hidden_size() const = 0;  // the residual stream's width (what pipeline stages pass on)
   virtual int64_t expected_num_params() const = 0;
   virtual int64_t num_embedding_params() const = 0;
   virtual double flops_per_token(int64_t seq) const = 0;
@@ -47,8 +61,11 @@ class CausalLM : public nn::Module {
   // last forward (undefined when off), the (token, expert) pairs each layer
   // routed to each expert in the last forward, and the auxiliary-loss-free
   // bias update from globally summed counts.
-  virtual Tensor aux_loss() const { return Tensor(); }
-  virtual std::vector<std::vector<int64_t>> routed_counts() const { return {}; }
+  // The chunk versions count the MoE layers of the chunk's blocks (routed_counts: zeros for the others).
+  virtual Tensor aux_loss(const ModelChunk& chunk) const { return Tensor(); }
+  virtual std::vector<std::vector<int64_t>> routed_counts(const ModelChunk& chunk) const { return {}; }
+  Tensor aux_loss() const { return aux_loss(ModelChunk{}); }
+  std::vector<std::vector<int64_t>> routed_counts() const { return routed_counts(ModelChunk{}); }
   virtual void update_router_bias(const std::vector<std::vector<double>>& global_counts) {}
 };
 

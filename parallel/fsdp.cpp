@@ -87,10 +87,11 @@ FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool resha
   }
   // assign every parameter to the innermost unit that owns it (a layer before the root)
   int64_t total = 0;
-  for (const ShardSpec& s : specs) total += s.slot->numel();
+  for (const ShardSpec& s : specs) total += s.owned ? s.slot->numel() : 0;
   Progress progress("sharding parameters (FSDP)", std::max<int64_t>(total, 1), "parameters");
   const bool replicated = mesh.dp_replicate->size() > 1;
   for (ShardSpec& s : specs) {
+    if (!s.owned) continue;  // another pipeline stage's
     progress.add(s.slot->numel());
     size_t owner = 0;
     for (size_t ui = 1; ui < modules.size(); ++ui)
@@ -289,7 +290,13 @@ Tensor FSDP::gradient_arrived(Unit& u, Bucket& b, Param& p, const Tensor& g) {
     if (++b.arrived == (int)b.params.size()) {
       // FSDP2: one chunk_cat per bucket (accumulating: one add more)
       record_cost("fsdp_grad_copy_in", 0, (b.holds_earlier ? 3.0 : 2.0) * (double)b.grad_flat.nbytes());
-      if (sync_) issue_reduction(b);
+      if (sync_) {
+        issue_reduction(b);
+      } else {  // kept for a later backward (pipeline micro-batches run several per step): added up unsharded
+        b.grad_flat.impl()->storage->set_category(MemoryCategory::Gradients);
+        b.holds_earlier = true;
+        b.arrived = 0;
+      }
     }
   }
   // reshard after backward: this parameter's gathered copy is no longer needed
@@ -363,8 +370,9 @@ void FSDP::wait_gradients() {
   // parameters on every rank: the model's structure decides), last unit first as backward runs
   for (auto it = units_.rbegin(); it != units_.rend(); ++it)
     for (auto& b : (*it)->buckets) {
-      if (b->arrived == 0) continue;
-      if (b->arrived < (int)b->params.size())
+      // nothing arrived: skip, unless gradients added up over earlier backwards still wait for their reduction
+      if (b->arrived == 0 && !(sync_ && b->holds_earlier)) continue;
+      if (b->arrived > 0 && b->arrived < (int)b->params.size())
         record_cost("fsdp_grad_copy_in", 0, (b->holds_earlier ? 3.0 : 2.0) * (double)b->grad_flat.nbytes());
       if (sync_) {
         issue_reduction(*b);

@@ -89,6 +89,52 @@ std::vector<int64_t> by_heads(int64_t heads, int64_t head_dim, int64_t tp, const
   return std::vector<int64_t>(tp, heads / tp * head_dim);
 }
 
+// What this rank holds of the model under pipeline parallel (everything without it).
+struct Ownership {
+  std::vector<bool> layer;
+  bool embed = true, head = true;  // head: the final norm and lm_head
+};
+
+Ownership ownership(decoder::Decoder& model, const std::vector<ModelChunk>& chunks) {
+  const int64_t L = (int64_t)model.model->layers->layers.size();
+  Ownership o;
+  o.layer.assign((size_t)L, chunks.empty());
+  if (chunks.empty()) return o;
+  o.embed = o.head = false;
+  for (const ModelChunk& c : chunks) {
+    for (int64_t i = c.begin; i < (c.end < 0 ? L : c.end); ++i) o.layer[(size_t)i] = true;
+    o.embed = o.embed || c.first;
+    o.head = o.head || c.last;
+  }
+  return o;
+}
+
+// Pipeline parallel: the parameters of the other stages' blocks (and the embedding / head when another
+// stage holds them) become empty blocks [0, ...]: freed, not sharded, not trained, written by nobody.
+void drop_unowned(decoder::Decoder& model, const Ownership& o, std::vector<ShardSpec>& specs) {
+  std::vector<nn::Module*> gone;
+  auto& layers = model.model->layers->layers;
+  for (size_t i = 0; i < layers.size(); ++i)
+    if (!o.layer[i]) gone.push_back(layers[i]);
+  if (!o.embed) gone.push_back(model.model->embed_tokens);
+  if (!o.head) {
+    gone.push_back(model.model->norm);
+    if (model.lm_head) gone.push_back(model.lm_head);
+  }
+  for (nn::Module* m : gone)
+    for (auto& [n, slot] : m->named_parameters()) {
+      ShardSpec* s = find_spec(specs, slot);
+      Shape empty_block = slot->shape();
+      empty_block[0] = 0;
+      const std::string name = slot->name();
+      *slot = zeros(empty_block, slot->dtype());
+      slot->requires_grad_(true);  // a trainable name (AdamW keeps its empty moments: checkpoints list them all)
+      slot->set_name(name);
+      s->owned = false;
+      s->writer = false;
+    }
+}
+
 // Tensor parallel, part 1 (before FSDP): cut each rank's slices of the weights.
 // Part 2 (after FSDP, so these hooks run after FSDP has bound the weights)
 // registers the collectives. Returns the part-2 registration.
@@ -104,7 +150,7 @@ std::vector<int64_t> by_heads(int64_t heads, int64_t head_dim, int64_t tp, const
 //     loss (loss parallel: max and sum-exp all-reduced), or are gathered
 //     into a plain cross-entropy when loss_parallel is off.
 std::function<void()> apply_tp(decoder::Decoder& model, comms::DeviceMesh& mesh, std::vector<ShardSpec>& specs,
-                               bool sequence_parallel, bool loss_parallel) {
+                               bool sequence_parallel, bool loss_parallel, const Ownership& own) {
   const int64_t tp = mesh.tp->size();
   const int r = mesh.tp->rank();
   const auto& a = model.args();
@@ -142,7 +188,9 @@ std::function<void()> apply_tp(decoder::Decoder& model, comms::DeviceMesh& mesh,
     shard_linear(mlp->down_proj, 1, ffn, r, specs);
   };
   comms::PG pg = mesh.tp;
-  for (decoder::DecoderLayer* layer : model.model->layers->layers) {
+  for (size_t li = 0; li < model.model->layers->layers.size(); ++li) {
+    if (!own.layer[li]) continue;  // another pipeline stage's
+    decoder::DecoderLayer* layer = model.model->layers->layers[li];
     auto* at = layer->self_attn;
     for (nn::Linear* lin : {at->q_proj}) {  // column parallel: this rank's heads
       shard_linear(lin, 0, q_rows, r, specs);
@@ -192,11 +240,13 @@ std::function<void()> apply_tp(decoder::Decoder& model, comms::DeviceMesh& mesh,
   const std::vector<int64_t> vocab = comms::chunk_sizes(a.vocab_size, tp);
   int64_t vocab_start = 0;
   for (int q = 0; q < r; ++q) vocab_start += vocab[q];
-  shard_param(model.model->embed_tokens->weight, 0, vocab, r, specs);
-  model.model->embed_tokens->lookup = [pg = mesh.tp, vocab_start](const Tensor& w, const Tensor& ids) {
-    return comms::vocab_parallel_embedding(w, ids, vocab_start, pg);
-  };
-  if (model.lm_head) shard_linear(model.lm_head, 0, vocab, r, specs);
+  if (own.embed) {
+    shard_param(model.model->embed_tokens->weight, 0, vocab, r, specs);
+    model.model->embed_tokens->lookup = [pg = mesh.tp, vocab_start](const Tensor& w, const Tensor& ids) {
+      return comms::vocab_parallel_embedding(w, ids, vocab_start, pg);
+    };
+  }
+  if (model.lm_head && own.head) shard_linear(model.lm_head, 0, vocab, r, specs);
   if (loss_parallel)
     model.sharded_loss = [pg = mesh.tp, vocab_start](const Tensor& logits, const Tensor& targets) {
       return comms::vocab_parallel_cross_entropy(logits, targets, vocab_start, pg);
@@ -206,7 +256,7 @@ std::function<void()> apply_tp(decoder::Decoder& model, comms::DeviceMesh& mesh,
       return cross_entropy(comms::gather_from(logits, -1, pg, vocab), targets);
     };
 
-  return [&model, pg, kv_group, kv_replicated, sequence_parallel]() {
+  return [&model, pg, kv_group, kv_replicated, sequence_parallel, own]() {
     // Block inputs: replicated x -> copy_to (bwd all-reduce); with sequence
     // parallel the residual stream is split along the sequence and gathered
     // here (bwd reduce-scatter). Block outputs: all-reduce, or reduce-scatter
@@ -226,6 +276,7 @@ std::function<void()> apply_tp(decoder::Decoder& model, comms::DeviceMesh& mesh,
     };
     auto& layers = model.model->layers->layers;
     for (size_t i = 0; i < layers.size(); ++i) {
+      if (!own.layer[i]) continue;
       decoder::DecoderLayer* layer = layers[i];
       auto* at = layer->self_attn;
       // runs after FSDP's pre-hook of the layer has bound the weights
@@ -258,7 +309,7 @@ std::function<void()> apply_tp(decoder::Decoder& model, comms::DeviceMesh& mesh,
       layer->ffn()->register_forward_pre_hook(block_in);
       layer->ffn()->register_forward_post_hook(block_out);
     }
-    if (sequence_parallel)
+    if (sequence_parallel && own.head)
       model.register_forward_pre_hook([&model, pg, sum_grads](nn::Module&, const Tensor& ids) {
         sum_grads(model.model->norm->weight, pg);  // after FSDP's root pre-hook bound it
         sum_grads(model.model->norm->bias, pg);
@@ -273,10 +324,11 @@ std::function<void()> apply_tp(decoder::Decoder& model, comms::DeviceMesh& mesh,
 // Expert parallel (every model with MoE layers): rank keeps experts
 // [e*El, (e+1)*El) of every MoE layer, e = its index in the ep group
 // (consecutive dp_shard ranks); the MoE blocks dispatch over that group.
-void apply_ep(decoder::Decoder& model, comms::PG ep_group, std::vector<ShardSpec>& specs) {
+void apply_ep(decoder::Decoder& model, comms::PG ep_group, std::vector<ShardSpec>& specs, const Ownership& own) {
   const int64_t ep = ep_group->size(), e = ep_group->rank();
-  for (auto* layer : model.model->layers->layers) {
-    if (!layer->moe) continue;
+  for (size_t li = 0; li < model.model->layers->layers.size(); ++li) {
+    auto* layer = model.model->layers->layers[li];
+    if (!layer->moe || !own.layer[li]) continue;
     auto* ex = layer->moe->experts;
     const int64_t E = ex->down_proj.size(0);
     TITAN_CHECK(E % ep == 0, "expert parallel: ", E, " experts are not divisible by expert_parallel_degree ", ep);
@@ -304,7 +356,16 @@ ParallelModel parallelize(CausalLM& model, comms::DeviceMesh& mesh, const Parall
   std::function<void()> tp_hooks;
   auto* dec = dynamic_cast<decoder::Decoder*>(&model);
   TITAN_CHECK(dec, "parallelize: the plans are written for titan's decoder (models/decoder)");
-  if (mesh.tp->size() > 1) tp_hooks = apply_tp(*dec, mesh, pm.specs, opt.sequence_parallel, opt.loss_parallel);
+  const Ownership own = ownership(*dec, opt.pipeline_chunks);
+  if (!opt.pipeline_chunks.empty()) {
+    TITAN_CHECK(mesh.degrees.pp > 1, "parallelize: pipeline chunks given on a mesh without pp");
+    TITAN_CHECK(!dec->args().tie_embeddings, "parallelism: pipeline parallel with tied embeddings "
+                "(model.enable_weight_tying / tie_word_embeddings): the first and last stages would share one "
+                "weight; untie them or use pipeline_parallel_degree 1");
+    drop_unowned(*dec, own, pm.specs);
+  }
+  if (mesh.tp->size() > 1)
+    tp_hooks = apply_tp(*dec, mesh, pm.specs, opt.sequence_parallel, opt.loss_parallel, own);
   FSDP::PlacementFn placement;
   if (opt.expert_parallel > 1) {
     TITAN_CHECK(dec->args().moe, "parallelism: expert_parallel_degree ", opt.expert_parallel,
@@ -316,7 +377,7 @@ ParallelModel parallelize(CausalLM& model, comms::DeviceMesh& mesh, const Parall
     comms::PG ep_group = mesh.dp_shard->split([e](int s) { return s / e; }, [e](int s) { return s % e; }, "ep");
     comms::PG expert_dp =
         mesh.dp_shard->split([e](int s) { return s % e; }, [e](int s) { return s / e; }, "dp_shard_mod_ep");
-    apply_ep(*dec, ep_group, pm.specs);
+    apply_ep(*dec, ep_group, pm.specs, own);
     // expert weights: sharded over the ranks holding the same experts; their gradient gathered
     // every ep rank's tokens already, so the dp average is 1/ep of the group average
     placement = [&mesh, expert_dp, ep](const ShardSpec& s) {
@@ -328,7 +389,9 @@ ParallelModel parallelize(CausalLM& model, comms::DeviceMesh& mesh, const Parall
   for (auto& s : pm.specs)
     if (s.tp_replicated && mesh.tp_rank != 0) s.writer = false;
   std::vector<nn::Module*> units = {&model};
-  for (auto* l : model.blocks()) units.push_back(l);
+  const auto blocks = model.blocks();
+  for (size_t i = 0; i < blocks.size(); ++i)
+    if (own.layer[i]) units.push_back(blocks[i]);
   pm.fsdp = std::make_shared<FSDP>(units, mesh, opt.reshard_after_forward, pm.specs, placement);
   if (tp_hooks) tp_hooks();
   return pm;

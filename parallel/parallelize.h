@@ -21,6 +21,9 @@ struct ParallelOptions {
   bool sequence_parallel = true;  // with tp > 1: norms and residual stream sharded along the sequence
   int64_t expert_parallel = 1;    // MoE layers: experts over ep ranks borrowed from dp_shard
   bool loss_parallel = true;      // with tp > 1: logits stay split over the vocabulary into the loss
+  // pipeline parallel: the model chunks (stages) this rank holds (empty: the whole model). The other
+  // stages' parameters become empty blocks (ShardSpec::owned false) before anything else is cut.
+  std::vector<ModelChunk> pipeline_chunks;
 };
 
 struct ParallelModel {

@@ -18,6 +18,9 @@ struct ShardSpec {
   bool writer = true;     // this rank writes the block (one replica of each element does)
   bool tp_replicated = true;  // identical on every tp rank (norms, embedding)
   double grad_norm_weight = 1.0;  // < 1 for blocks held by several tp ranks (replicated KV heads)
+  // false: another pipeline stage holds it; here an empty block ([0, ...]) that keeps the
+  // checkpoint's collective dataset order and the optimizer's names, and writes nothing
+  bool owned = true;
   Region region() const { return {name, slot, full_shape, offset, writer}; }
 };
 

@@ -185,36 +185,57 @@ Tensor Decoder::loss_targets(const Tensor& targets) const {
   return ignore_prefix_targets(targets, args_.attn.mask == "prefix_lm" ? args_.attn.prefix_len : 0);
 }
 
-Tensor Decoder::forward(const Tensor& tokens, const Tensor& doc_ids) {
-  TITAN_CHECK(tokens.dim() == 2, "Decoder::forward: tokens must be [B, S], got ", shape_str(tokens.shape()));
+Tensor Decoder::forward_chunk(const Tensor& x, const Tensor& doc_ids, const ModelChunk& c) {
+  const int64_t L = (int64_t)model->layers->layers.size();
+  const int64_t end = c.end < 0 ? L : c.end;
+  TITAN_CHECK(0 <= c.begin && c.begin <= end && end <= L, "Decoder::forward_chunk: blocks [", c.begin, ", ", end,
+              ") outside the model's ", L);
+  TITAN_CHECK(c.first ? x.dim() == 2 : x.dim() == 3, "Decoder::forward_chunk: ",
+              c.first ? "tokens must be [B, S]" : "the hidden state must be [B, S, dim]", ", got ",
+              shape_str(x.shape()));
   // hooks: this module's around the whole forward (the root unit), each
   // layer's pre-hook inside its (checkpointed) block so a recompute re-runs it
-  return call(tokens, [&](const Tensor& ids) {
-    const int64_t S = ids.size(1);
-    const Device dev = model->embed_tokens->weight.device();
+  return call(x, [&](const Tensor& in_x) {
+    const int64_t S = c.seq_len > 0 ? c.seq_len : in_x.size(1);  // a sequence shard's blocks gather S back
+    const Device dev = in_x.device();
     if (!cos_.defined() || cos_.size(0) != S || cos_.device() != dev)
       std::tie(cos_, sin_) = rope_tables(S, args_.head_dim, args_.rope_theta, args_.rope, dev);
     const nn::AttentionInputs in{cos_, sin_, doc_ids};
-    Tensor h = model->layers->run(model->embed_tokens->forward(ids), in, activation_checkpoint,
-                                  checkpoint_save_ops ? autograd::SavePolicy::TorchTitanOps : autograd::SavePolicy::None);  // [B, S, dim]
-    h = model->norm->call(h, [&](const Tensor& x) { return model->norm->forward(x); });
+    Tensor h = c.first ? model->embed_tokens->forward(in_x) : in_x;  // [B, S, dim]
+    h = model->layers->run(h, in, activation_checkpoint,
+                           checkpoint_save_ops ? autograd::SavePolicy::TorchTitanOps : autograd::SavePolicy::None,
+                           c.begin, end);
+    if (!c.last) return h;
+    h = model->norm->call(h, [&](const Tensor& t) { return model->norm->forward(t); });
     if (!lm_head) return linear(h, model->embed_tokens->weight);  // [B, S, vocab]
-    return lm_head->call(h, [&](const Tensor& x) { return lm_head->forward(x); });  // (a vocab shard's, gathered by a hook)
+    return lm_head->call(h, [&](const Tensor& t) { return lm_head->forward(t); });  // (a vocab shard's, gathered by a hook)
   });
 }
 
-Tensor Decoder::aux_loss() const {
+namespace {
+bool in_chunk(int64_t layer, const ModelChunk& c) { return layer >= c.begin && (c.end < 0 || layer < c.end); }
+}  // namespace
+
+Tensor Decoder::aux_loss(const ModelChunk& c) const {
   Tensor total;
-  for (auto* l : model->layers->layers)
-    if (l->moe && l->moe->last_aux_loss.defined())
+  const auto& layers = model->layers->layers;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    auto* l = layers[i];
+    if (in_chunk((int64_t)i, c) && l->moe && l->moe->last_aux_loss.defined())
       total = total.defined() ? add(total, l->moe->last_aux_loss) : l->moe->last_aux_loss;
+  }
   return total;
 }
 
-std::vector<std::vector<int64_t>> Decoder::routed_counts() const {
+std::vector<std::vector<int64_t>> Decoder::routed_counts(const ModelChunk& c) const {
   std::vector<std::vector<int64_t>> out;
-  for (auto* l : model->layers->layers)
-    if (l->moe) out.push_back(l->moe->last_routed);
+  const auto& layers = model->layers->layers;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    auto* l = layers[i];
+    if (!l->moe) continue;
+    if (in_chunk((int64_t)i, c) && !l->moe->last_routed.empty()) out.push_back(l->moe->last_routed);
+    else out.push_back(std::vector<int64_t>((size_t)l->moe->num_experts, 0));
+  }
   return out;
 }
 

@@ -108,8 +108,13 @@ class Decoder : public CausalLM {
  public:
   explicit Decoder(const Args& a);
   // tokens int [B, S] -> logits [B, S, vocab]
-  Tensor forward(const Tensor& tokens, const Tensor& doc_ids) override;
+  Tensor forward(const Tensor& tokens, const Tensor& doc_ids) override {
+    return forward_chunk(tokens, doc_ids, ModelChunk{});
+  }
+  Tensor forward_chunk(const Tensor& x, const Tensor& doc_ids, const ModelChunk& chunk) override;
   using CausalLM::forward;
+  using CausalLM::aux_loss;
+  using CausalLM::routed_counts;
   // HF init: normal(0, 0.02) for linears, embeddings, experts and sinks, norms 1,
   // biases 0; in named_parameters() order from one seeded generator.
   void init_weights(uint64_t seed) override;
@@ -121,13 +126,14 @@ class Decoder : public CausalLM {
     checkpoint_save_ops = save_ops;
   }
   int64_t vocab_size() const override { return args_.vocab_size; }
+  int64_t hidden_size() const override { return args_.dim; }
   int64_t expected_num_params() const override { return args_.num_params(); }
   int64_t num_embedding_params() const override { return args_.num_embedding_params(); }
   double flops_per_token(int64_t seq) const override { return args_.flops_per_token(seq); }
   Tensor loss_targets(const Tensor& targets) const override;
   std::string describe() const override { return args_.describe(); }
-  Tensor aux_loss() const override;
-  std::vector<std::vector<int64_t>> routed_counts() const override;
+  Tensor aux_loss(const ModelChunk& chunk) const override;
+  std::vector<std::vector<int64_t>> routed_counts(const ModelChunk& chunk) const override;
   void update_router_bias(const std::vector<std::vector<double>>& global_counts) override;
   const Args& args() const { return args_; }
 

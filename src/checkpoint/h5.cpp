@@ -162,7 +162,11 @@ void File::write_region(const std::string& name, const Shape& full_shape, const 
   TITAN_CHECK(d.id >= 0, "hdf5: cannot create dataset '", name, "' in '", path_, "'");
   std::vector<hsize_t> off(offset.begin(), offset.end()), cnt(t.shape().begin(), t.shape().end());
   const bool any = writer && t.numel() > 0;
-  Handle msp{H5Screate_simple((int)cnt.size(), cnt.data(), nullptr), H5Sclose};
+  // an empty block (a pipeline stage's parameter held elsewhere) still joins the collective write: with a
+  // one-element memory space selecting nothing (a zero-extent space takes HDF5 down a path that skips
+  // the collective and hangs the other ranks)
+  std::vector<hsize_t> one(cnt.size(), 1);
+  Handle msp{H5Screate_simple((int)cnt.size(), t.numel() > 0 ? cnt.data() : one.data(), nullptr), H5Sclose};
   if (any) {
     H5Sselect_hyperslab(fsp.id, H5S_SELECT_SET, off.data(), nullptr, cnt.data(), nullptr);
   } else {

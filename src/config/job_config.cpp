@@ -109,6 +109,11 @@ std::vector<Field> fields(JobConfig& c) {
       {"parallelism.enable_sequence_parallel", &c.parallelism.enable_sequence_parallel, {}},
       {"parallelism.disable_loss_parallel", &c.parallelism.disable_loss_parallel, {}},
       {"parallelism.fsdp_reduce_every_microbatch", &c.parallelism.fsdp_reduce_every_microbatch, {}},
+      {"parallelism.pipeline_parallel_degree", &c.parallelism.pipeline_parallel_degree, {}},
+      {"parallelism.pipeline_parallel_schedule", &c.parallelism.pipeline_parallel_schedule,
+       {"GPipe", "1F1B", "Interleaved1F1B"}},
+      {"parallelism.pipeline_parallel_microbatch_size", &c.parallelism.pipeline_parallel_microbatch_size, {}},
+      {"parallelism.pipeline_parallel_layers_per_stage", &c.parallelism.pipeline_parallel_layers_per_stage, {}},
       {"activation_checkpoint.mode", &c.activation_checkpoint.mode, {"none", "full", "selective"}},
       {"activation_checkpoint.selective_ac_option", &c.activation_checkpoint.selective_ac_option, {}},
       {"checkpoint.enable", &c.checkpoint.enable, {}},
@@ -345,6 +350,22 @@ void validate(const JobConfig& c) {
                   c.model.moe_num_experts % c.parallelism.expert_parallel_degree == 0,
               "config error: model.moe_num_experts = ", c.model.moe_num_experts,
               " is not divisible by parallelism.expert_parallel_degree = ", c.parallelism.expert_parallel_degree);
+  {
+    const auto& p = c.parallelism;
+    TITAN_CHECK(p.pipeline_parallel_degree >= 1, "config error: parallelism.pipeline_parallel_degree must be >= 1, got ",
+                p.pipeline_parallel_degree);
+    TITAN_CHECK(p.pipeline_parallel_microbatch_size >= 1 &&
+                    c.training.local_batch_size % p.pipeline_parallel_microbatch_size == 0,
+                "config error: parallelism.pipeline_parallel_microbatch_size (", p.pipeline_parallel_microbatch_size,
+                ") must be >= 1 and divide training.local_batch_size (", c.training.local_batch_size, ")");
+    TITAN_CHECK(p.pipeline_parallel_layers_per_stage == -1 || p.pipeline_parallel_layers_per_stage >= 1,
+                "config error: parallelism.pipeline_parallel_layers_per_stage must be >= 1 (or -1: split evenly), got ",
+                p.pipeline_parallel_layers_per_stage);
+    TITAN_CHECK(p.pipeline_parallel_degree == 1 || !c.model.enable_weight_tying,
+                "config error: parallelism.pipeline_parallel_degree ", p.pipeline_parallel_degree,
+                " with model.enable_weight_tying: true — the first stage (embedding) and the last (head) would share "
+                "one weight across ranks, which titan's pipeline does not implement; untie the embeddings or use pp 1");
+  }
   TITAN_CHECK(c.model.head_dim % 2 == 0, "config error: model.head_dim must be even for RoPE, got ",
               c.model.head_dim);
   TITAN_CHECK(c.model.sliding_window >= 0, "config error: model.sliding_window must be >= 0 (0 = off)");

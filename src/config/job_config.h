@@ -120,6 +120,14 @@ struct JobConfig {
     // false = accumulate them unsharded and reduce once per step (less communication, the memory of the
     // unsharded gradients)
     bool fsdp_reduce_every_microbatch = true;
+    // pipeline parallel (the outermost mesh dimension): stages over pp ranks, the local batch split into
+    // micro-batches of pipeline_parallel_microbatch_size run by the schedule (GPipe | 1F1B |
+    // Interleaved1F1B: more than one stage per rank, virtual stages); pipeline_parallel_layers_per_stage:
+    // blocks per stage (-1: the blocks split evenly over pp stages, two per rank when interleaved)
+    int64_t pipeline_parallel_degree = 1;
+    std::string pipeline_parallel_schedule = "1F1B";
+    int64_t pipeline_parallel_microbatch_size = 1;
+    int64_t pipeline_parallel_layers_per_stage = -1;
   } parallelism;
 
   struct Comm {  // TorchTitan's comm section: the collective watchdog (comms/watchdog.h)

@@ -15,6 +15,7 @@
 #include "models/causal_lm.h"
 #include "src/ops/ops.h"
 #include "parallel/parallelize.h"
+#include "parallel/pipeline.h"
 #include "src/autograd/grad_mode.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/data/loader.h"
@@ -30,7 +31,8 @@ int main(int argc, char** argv) {
                "titan-eval"};
   app.set_version_flag("--version", version_string("titan-eval"));
   std::string ckpt, tokens, dump;
-  int64_t seq = 0, batch = 0, dp_shard = -1, dp_rep = 1, tp = 1, ep = 1, max_batches = -1;
+  int64_t seq = 0, batch = 0, dp_shard = -1, dp_rep = 1, tp = 1, ep = 1, pp = 1, pp_mbs = 1, max_batches = -1;
+  std::string pp_schedule = "1F1B";
   bool json = false;
   app.add_option("--checkpoint", ckpt,
                  "HF weights: an export folder, a .safetensors file or index (config.json beside it), or an HDF5 "
@@ -45,6 +47,10 @@ int main(int argc, char** argv) {
   app.add_option("--dp-replicate", dp_rep, "data_parallel_replicate_degree");
   app.add_option("--tp", tp, "tensor_parallel_degree");
   app.add_option("--ep", ep, "expert_parallel_degree (MoE models)");
+  app.add_option("--pp", pp, "pipeline_parallel_degree (stages, the blocks split evenly)");
+  app.add_option("--pp-schedule", pp_schedule, "pipeline_parallel_schedule: GPipe | 1F1B | Interleaved1F1B")
+      ->check(CLI::IsMember({"GPipe", "1F1B", "Interleaved1F1B"}));
+  app.add_option("--pp-microbatch-size", pp_mbs, "pipeline_parallel_microbatch_size (must divide --batch-size)");
   app.add_option("--max-batches", max_batches, "evaluate only the first N batches (default: the whole file)");
   try {
     app.parse(argc, argv);
@@ -59,7 +65,9 @@ int main(int argc, char** argv) {
       DataLoader probe(tokens, batch, seq);
       TITAN_CHECK(probe.steps_left() > 0, "titan-eval: ", tokens, " holds no full batch");
     }
-    comms::DeviceMesh mesh({dp_rep, dp_shard, tp});
+    TITAN_CHECK(pp >= 1 && pp_mbs >= 1 && batch % pp_mbs == 0, "titan-eval: --pp and --pp-microbatch-size must be "
+                ">= 1, and --pp-microbatch-size must divide --batch-size (", batch, ")");
+    comms::DeviceMesh mesh({dp_rep, dp_shard, tp, pp});
     set_log_enabled(mesh.rank == 0 && !json);  // progress on rank 0; --json keeps stdout to the one JSON line
     MPI_Comm comm = mesh.world > 1 ? comms::world_comm() : nullptr;
     const std::string cfg = read_hf_config(ckpt);
@@ -69,7 +77,20 @@ int main(int argc, char** argv) {
     const int64_t vocab = model.vocab_size();
     parallel::ParallelOptions popt;
     popt.expert_parallel = ep;
+    const auto schedule = parallel::parse_pipeline_schedule(pp_schedule);
+    parallel::PipelineLayout layout;
+    if (pp > 1) {
+      layout = parallel::pipeline_layout((int64_t)model.blocks().size(), pp, schedule, -1);
+      popt.pipeline_chunks = layout.chunks_of(mesh.pp_rank);
+    }
     parallel::ParallelModel pm = spec.parallelize(model, mesh, popt);
+    std::unique_ptr<parallel::Pipeline> pipeline;
+    if (pp > 1) {  // titan-eval's plan keeps sequence parallel under tp (ParallelOptions' default)
+      TITAN_CHECK(tp == 1 || seq % tp == 0, "titan-eval: --seq-len ", seq, " must be divisible by --tp ", tp,
+                  " (sequence parallel) under --pp");
+      pipeline = std::make_unique<parallel::Pipeline>(model, pm, mesh, layout, schedule, pp_mbs,
+                                                      Shape{pp_mbs, tp > 1 ? seq / tp : seq, model.hidden_size()}, seq);
+    }
     {
       const HfLayout hl = model.hf_layout(pm.regions());
       load_hf(ckpt, hl.regions, comm);
@@ -97,7 +118,13 @@ int main(int argc, char** argv) {
       const bool real = k < (int64_t)mine.size();
       const Batch& b = real ? mine[k] : first;
       const double w = real ? 1.0 : 0.0;
-      if (grads) {
+      if (pipeline && grads) {
+        // the schedule's losses carry w * dp / steps (FSDP averages over dp); the last stage reports the mean
+        total += w * pipeline->train(b, w * (double)dp / (double)steps, /*reduce=*/true).loss;
+        pm.wait_gradients();
+      } else if (pipeline) {
+        total += w * pipeline->eval(b);
+      } else if (grads) {
         Tensor logits = model.forward(b.inputs, b.doc_ids);
         Tensor loss = model.loss(logits, b.targets);
         total += w * (double)loss.item<float>();
@@ -112,8 +139,10 @@ int main(int argc, char** argv) {
       progress.add();
     }
     progress.finish();
-    // tp ranks of one dp index computed the same batches: sum over dp only
+    // tp ranks of one dp index computed the same batches: sum over dp only (pipeline eval: every stage
+    // holds the loss already; pipeline train: the last stage's, summed over pp below)
     total = mesh.dp->all_reduce(from_vector<double>({total}, {1})).to_vector<double>()[0];
+    if (pipeline && grads) total = mesh.pp->all_reduce(from_vector<double>({total}, {1})).to_vector<double>()[0];
     const double loss = total / (double)steps;
     if (grads) {
       std::vector<Tensor> keep;

@@ -24,10 +24,12 @@ class LayerList : public Module {
   // h [B, S, dim] through every block: block->forward(x, inputs); block i
   // is checkpointed when checkpoint_every > 0 and (i + 1) % checkpoint_every == 0
   // (1: every block; 2: every second, as TorchTitan's selective_ac_option "2"), keeping what `policy` saves.
+  // Blocks [begin, end) only (end -1: through the last): a pipeline stage's; i stays the block's index.
   template <typename Inputs>
   Tensor run(Tensor h, const Inputs& inputs, int64_t checkpoint_every,
-             autograd::SavePolicy policy = autograd::SavePolicy::None) const {
-    for (size_t i = 0; i < layers.size(); ++i) {
+             autograd::SavePolicy policy = autograd::SavePolicy::None, int64_t begin = 0, int64_t end = -1) const {
+    const size_t stop = end < 0 ? layers.size() : (size_t)end;
+    for (size_t i = (size_t)begin; i < stop; ++i) {
       Block* layer = layers[i];
       auto body = [layer, inputs](const std::vector<Tensor>& in) {
         return std::vector<Tensor>{layer->forward(layer->pre(in[0]), inputs)};

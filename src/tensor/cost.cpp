@@ -114,6 +114,15 @@ int64_t record_comm_start(const char* kind, const CommGroupRef& group, double by
   return e.comm_id;
 }
 
+int64_t record_p2p_start(const char* kind, const CommGroupRef& group, double bytes, int peer, int64_t tag) {
+  const int64_t id = record_comm_start(kind, group, bytes);
+  if (id >= 0) {
+    t_trace->events_.back().peer = peer;
+    t_trace->events_.back().tag = tag;
+  }
+  return id;
+}
+
 void record_comm_wait(int64_t id) {
   if (!t_trace || id < 0) return;
   CostEvent e;

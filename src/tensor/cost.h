@@ -104,6 +104,8 @@ struct CostEvent {
   int64_t comm_id = -1;  // CommStart / CommWait: pairs them
   CommGroupRef group;    // CommStart: the process group
   bool gradients = false;  // CommStart: issued inside a GradientReductionScope
+  int peer = -1;           // CommStart of a point-to-point send / recv: the other side's world rank
+  int64_t tag = -1;        //   and the message tag (a send and its recv share (sender, receiver, tag))
   double t = 0;          // timed traces: seconds since the trace began, at the record
 };
 
@@ -122,6 +124,7 @@ class CostTrace {
  private:
   friend void record_cost(const char*, double, double, const GemmShape&, KernelClass);
   friend int64_t record_comm_start(const char*, const CommGroupRef&, double);
+  friend int64_t record_p2p_start(const char*, const CommGroupRef&, double, int, int64_t);
   friend void record_comm_wait(int64_t);
   CostTrace* parent_;
   bool timed_;
@@ -153,5 +156,7 @@ inline void record_cost(const char* op, double flops, double bytes, KernelClass 
 // for record_comm_wait (-1 when nothing records).
 int64_t record_comm_start(const char* kind, const CommGroupRef& group, double bytes);
 void record_comm_wait(int64_t id);
+// A point-to-point transfer ("send" / "recv") of `bytes` with world rank `peer` under `tag`.
+int64_t record_p2p_start(const char* kind, const CommGroupRef& group, double bytes, int peer, int64_t tag);
 
 }  // namespace titan

@@ -39,7 +39,8 @@ StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device dev
   {
     const auto& par = cfg.parallelism;
     comms::DeviceMesh mesh({par.data_parallel_replicate_degree, par.data_parallel_shard_degree,
-                            par.tensor_parallel_degree},
+                            par.tensor_parallel_degree,
+                          par.pipeline_parallel_degree},
                            /*fake=*/true, /*rank=*/0, world);
     plan.layout = mesh.describe();
     plan.dp_degree = mesh.degrees.dp_replicate * mesh.degrees.dp_shard;

@@ -23,6 +23,13 @@ int64_t gradient_accumulation_steps(const JobConfig& cfg, int64_t dp) {
   return global_batch / (B * dp);
 }
 
+parallel::PipelineLayout pipeline_layout(const JobConfig& cfg) {
+  const auto& p = cfg.parallelism;
+  return parallel::pipeline_layout(cfg.model.n_layers, p.pipeline_parallel_degree,
+                                   parallel::parse_pipeline_schedule(p.pipeline_parallel_schedule),
+                                   p.pipeline_parallel_layers_per_stage);
+}
+
 TrainJob build_job(const JobConfig& cfg, comms::DeviceMesh& mesh,
                    const std::function<void(CausalLM&)>& before_parallelize) {
   TrainJob job;
@@ -35,7 +42,24 @@ TrainJob build_job(const JobConfig& cfg, comms::DeviceMesh& mesh,
   if (default_device() != Device::Meta) job.model->init_weights((uint64_t)cfg.debug.seed);  // shards are cut from it
   job.model->set_activation_checkpoint(cfg.activation_checkpoint.every(), cfg.activation_checkpoint.op_level());
   if (before_parallelize) before_parallelize(*job.model);
-  job.pm = spec.parallelize(*job.model, mesh, parallel_options(cfg));
+  parallel::ParallelOptions popt = parallel_options(cfg);
+  parallel::PipelineLayout layout;
+  if (mesh.degrees.pp > 1) {
+    layout = pipeline_layout(cfg);
+    popt.pipeline_chunks = layout.chunks_of(mesh.pp_rank);
+  }
+  job.pm = spec.parallelize(*job.model, mesh, popt);
+  if (mesh.degrees.pp > 1) {
+    // the hidden state between stages: [mbs, S, dim], sequence-sharded under tp with sequence parallel
+    const auto& p = cfg.parallelism;
+    const int64_t tp = mesh.degrees.tp, S = cfg.training.seq_len;
+    const bool sp = tp > 1 && p.enable_sequence_parallel;
+    TITAN_CHECK(!sp || S % tp == 0, "config error: training.seq_len (", S,
+                ") must be divisible by tensor_parallel_degree (", tp, ") under sequence + pipeline parallel");
+    job.pipeline = std::make_shared<parallel::Pipeline>(
+        *job.model, job.pm, mesh, layout, parallel::parse_pipeline_schedule(p.pipeline_parallel_schedule),
+        p.pipeline_parallel_microbatch_size, Shape{p.pipeline_parallel_microbatch_size, sp ? S / tp : S, job.model->hidden_size()}, S);
+  }
   job.opt = std::make_unique<AdamW>(job.pm.named_params(),
                                     AdamWOptions{cfg.optimizer.lr, cfg.optimizer.beta1, cfg.optimizer.beta2,
                                                  cfg.optimizer.eps, cfg.optimizer.weight_decay});
@@ -69,19 +93,30 @@ StepResult train_step(TrainJob& job, const std::function<Batch()>& next_batch, d
   const bool meta = default_device() == Device::Meta;
   StepResult r;
   double loss = 0;
+  const bool pp = job.pipeline != nullptr;
   for (int64_t m = 0; m < job.accumulation; ++m) {
     Batch b = next_batch();
-    job.pm.fsdp->set_requires_gradient_sync(job.reduce_every_microbatch || m + 1 == job.accumulation);
-    Tensor l = micro_batch_backward(*job.model, b.inputs, b.doc_ids, b.targets, job.accumulation);
+    const bool reduce = job.reduce_every_microbatch || m + 1 == job.accumulation;
+    std::vector<std::vector<int64_t>> routed;
+    if (pp) {  // the schedule's micro-batches: each stage reduces with its last backward
+      parallel::Pipeline::Result pr = job.pipeline->train(b, 1.0 / (double)job.accumulation, reduce);
+      loss += pr.loss / (double)job.accumulation;
+      routed = std::move(pr.routed);
+    } else {
+      job.pm.fsdp->set_requires_gradient_sync(reduce);
+      Tensor l = micro_batch_backward(*job.model, b.inputs, b.doc_ids, b.targets, job.accumulation);
+      if (!meta) loss += (double)l.item<float>() / (double)job.accumulation;
+      routed = job.model->routed_counts();
+    }
     // as FSDP2 at the end of each backward: wait for the reductions still in flight (the last unit's)
     job.pm.wait_gradients();
-    if (!meta) loss += (double)l.item<float>() / (double)job.accumulation;
-    // tokens per expert, summed over the data-parallel ranks (identical on every rank): one all-reduce
-    auto routed = job.model->routed_counts();
+    // tokens per expert, summed over the data-parallel ranks (and the stages, each of which counted its
+    // own layers): identical on every rank
     if (!routed.empty()) {
       std::vector<double> flat;
       for (auto& layer : routed) flat.insert(flat.end(), layer.begin(), layer.end());
       flat = all_reduce_values(*mesh.dp, flat, comms::ReduceOp::Sum);
+      if (pp) flat = all_reduce_values(*mesh.pp, flat, comms::ReduceOp::Sum);
       r.expert_load.resize(routed.size());
       size_t at = 0;
       for (size_t i = 0; i < routed.size(); ++i) {
@@ -91,6 +126,7 @@ StepResult train_step(TrainJob& job, const std::function<Batch()>& next_batch, d
     }
   }
   r.loss = all_reduce_values(*mesh.dp, {loss}, comms::ReduceOp::Avg)[0];  // every rank sees the global mean
+  if (pp) r.loss = all_reduce_values(*mesh.pp, {r.loss}, comms::ReduceOp::Sum)[0];  // from the last stage
   if (before_norm) before_norm();
   r.grad_norm = parallel::global_grad_norm(job.pm, mesh);
   r.finite = std::isfinite(r.loss) && std::isfinite(r.grad_norm);  // the same decision on every rank: no hang

@@ -11,6 +11,7 @@
 #include "comms/device_mesh.h"
 #include "models/causal_lm.h"
 #include "parallel/parallelize.h"
+#include "parallel/pipeline.h"
 #include "src/config/job_config.h"
 #include "src/data/loader.h"
 #include "src/optim/adamw.h"
@@ -33,7 +34,11 @@ struct TrainJob {
   int64_t accumulation = 1;  // micro-batches per optimizer step
   double max_norm = 0;       // training.max_norm (<= 0: no clipping)
   bool reduce_every_microbatch = true;  // parallelism.fsdp_reduce_every_microbatch
+  std::shared_ptr<parallel::Pipeline> pipeline;  // pipeline_parallel_degree > 1: runs each micro-batch's schedule
 };
+
+// The stages of parallelism.pipeline_parallel_* over model.n_layers.
+parallel::PipelineLayout pipeline_layout(const JobConfig& cfg);
 
 // Builds the job on the DeviceScope's device: the model of cfg.model (real
 // tensors: initialised from debug.seed, identical on every rank), activation
@@ -42,7 +47,9 @@ struct TrainJob {
 TrainJob build_job(const JobConfig& cfg, comms::DeviceMesh& mesh,
                    const std::function<void(CausalLM&)>& before_parallelize = nullptr);
 
-// One micro-batch of the step: forward, the loss plus the MoE auxiliary loss,
+// Pipeline parallel: one micro-batch of the step (a local batch) through the schedule (pipeline.h);
+// the loss on the last stage's ranks, 0 on the others.
+// Otherwise: one micro-batch of the step: forward, the loss plus the MoE auxiliary loss,
 // backward of that sum / accum. Returns the loss without the auxiliary term
 // (what the step line reports).
 Tensor micro_batch_backward(CausalLM& model, const Tensor& inputs, const Tensor& doc_ids, const Tensor& targets,

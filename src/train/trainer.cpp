@@ -98,7 +98,8 @@ TrainResult train(const JobConfig& cfg) {
   // ---- layout: refused before anything is allocated when the degrees do not fit
   const auto& par = cfg.parallelism;
   comms::DeviceMesh mesh({par.data_parallel_replicate_degree, par.data_parallel_shard_degree,
-                          par.tensor_parallel_degree});
+                          par.tensor_parallel_degree,
+                          par.pipeline_parallel_degree});
   set_log_enabled(mesh.rank == 0);
   comms::set_collective_timeout(cfg.comm.init_timeout_seconds, "comm.init_timeout_seconds");
   const int64_t dp = mesh.dp_size();
@@ -400,7 +401,7 @@ TrainResult train(const JobConfig& cfg) {
       const double t_val = wall_seconds();
       val->reset();
       const int64_t vsteps = cfg.validation.steps < 0 ? val->steps_left() : cfg.validation.steps;
-      double vl = dp_mean(evaluate_loss(model, *val, vsteps));
+      double vl = dp_mean(evaluate_loss(model, *val, vsteps, job.pipeline.get()));
       result.val_losses.emplace_back(step, vl);
       log_info("validation: step: " + std::to_string(step) + "  loss: " + fmt("%.5f", vl) + "  (" +
                std::to_string(vsteps) + " batches per rank, " + fmt("%.2f", wall_seconds() - t_val) + " s)");

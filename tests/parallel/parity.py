@@ -130,7 +130,8 @@ def main():
         layout = a.layout.split()
         deg = dict(zip(layout[::2], layout[1::2]))
         tp = int(deg.get("--parallelism.tensor_parallel_degree", 1))
-        dp = a.np // tp
+        pp = int(deg.get("--parallelism.pipeline_parallel_degree", 1))
+        dp = a.np // (tp * pp)
         out = os.path.join(work, a.name or f"np{a.np}")
         shutil.rmtree(out, ignore_errors=True)
         _, secs = run(mpirun(a.np) + [train] + COMMON + layout + ["--checkpoint.export_at_end", "true"] +
