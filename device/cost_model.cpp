@@ -200,4 +200,24 @@ CollectiveTime collective_time(const ChipSpec& c, const SystemSpec& sys, int rpc
   return out;
 }
 
+CollectiveTime p2p_time(const ChipSpec& c, const SystemSpec& sys, double bytes, const GroupSpan& g) {
+  CollectiveTime out;
+  if (g.size() <= 1 || bytes <= 0) {
+    out.algorithm = "local";
+    return out;
+  }
+  const std::vector<Hop> h = hops(c, sys, g);
+  const Hop* outer = nullptr;
+  for (const Hop& x : h)
+    if (x.n > 1) outer = &x;
+  if (!outer) {
+    out.algorithm = "local";
+    return out;
+  }
+  const bool neighbour = outer->topo == Topology::Torus2D || outer->topo == Topology::Ring;
+  out.seconds = outer->latency + bytes / (neighbour ? outer->link_bw : outer->bw);
+  out.algorithm = outer->name + ":p2p";
+  return out;
+}
+
 }  // namespace titan::device

@@ -75,4 +75,9 @@ struct CollectiveTime {
 CollectiveTime collective_time(const ChipSpec& chip, const SystemSpec& sys, int ranks_per_chip, Collective kind,
                                double bytes, const GroupSpan& span);
 
+// A point-to-point transfer of `bytes` between the two ranks of `span` (pipeline stages): the outermost
+// level the pair spans, one link of a torus or ring (neighbours), the chip's bandwidth on a switch or the
+// scale-out network, plus one step of latency.
+CollectiveTime p2p_time(const ChipSpec& chip, const SystemSpec& sys, double bytes, const GroupSpan& span);
+
 }  // namespace titan::device

@@ -6,6 +6,7 @@
 #include "src/autograd/function.h"
 #include "src/autograd/grad_mode.h"
 #include "src/ops/ops.h"
+#include "src/tensor/cost.h"
 
 namespace titan::parallel {
 
@@ -188,6 +189,7 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
   Result r;
   const bool meta = b.inputs.is_meta();
   FSDP* fsdp = pm_.fsdp.get();
+  record_cost("pipeline_schedule", 0, 0, KernelClass::PipelineMark);  // the window the bubble is measured in
   for (size_t ai = 0; ai < actions.size(); ++ai) {
     const PipelineAction& a = actions[ai];
     ModelChunk ch = layout_.stages[a.stage];
@@ -248,6 +250,7 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
     }
   }
   for (auto& w : sends) w.wait();
+  record_cost("pipeline_schedule", 0, 0, KernelClass::PipelineMark);
   if (fsdp) fsdp->set_requires_gradient_sync(reduce);
   return r;
 }

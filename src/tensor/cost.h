@@ -34,6 +34,8 @@ enum class KernelClass : uint8_t {
   Attention,    // a fused (flash) attention kernel
   EagerOnly,    // traffic only an eager framework pays (e.g. a score_mod run as its own kernels over
                 // materialized scores); its arithmetic is already in the fused kernel's record
+  PipelineMark, // no kernel: a pipeline schedule begins / ends here (alternately), so the simulator
+                // measures the bubble within the schedule's window
 };
 
 struct OpCost {

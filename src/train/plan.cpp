@@ -29,10 +29,12 @@ std::vector<double> meta_routing_weights(const JobConfig& cfg) {
 }
 }  // namespace
 
-StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device device) {
+StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device device, int rank) {
   TITAN_CHECK(device == Device::Meta || world == 1, "plan_step: a real (cpu) step plays one rank, not ", world);
+  TITAN_CHECK(rank >= 0 && rank < world, "plan_step: rank ", rank, " outside the world of ", world);
   StepPlan plan;
   plan.world = world;
+  plan.rank = rank;
   auto& mt = MemoryTracker::get(device);
   const MemoryStats before = mt.stats();
   mt.reset_peak();
@@ -41,10 +43,11 @@ StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device dev
     comms::DeviceMesh mesh({par.data_parallel_replicate_degree, par.data_parallel_shard_degree,
                             par.tensor_parallel_degree,
                           par.pipeline_parallel_degree},
-                           /*fake=*/true, /*rank=*/0, world);
+                           /*fake=*/true, rank, world);
     plan.layout = mesh.describe();
     plan.dp_degree = mesh.degrees.dp_replicate * mesh.degrees.dp_shard;
     plan.tp_degree = mesh.degrees.tp;
+    plan.pp_degree = mesh.degrees.pp;
     plan.ep_degree = cfg.parallelism.expert_parallel_degree;
     DeviceScope on(device);
     TrainJob job = build_job(cfg, mesh);

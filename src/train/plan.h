@@ -19,15 +19,16 @@ namespace titan {
 struct StepPlan {
   int world = 1;
   std::string layout;
-  MemoryStats memory;  // rank 0, bytes: current (after the step) and peak per category
-  double flops = 0, bytes = 0;  // rank 0, one optimizer step
+  MemoryStats memory;  // the rank played, bytes: current (after the step) and peak per category
+  double flops = 0, bytes = 0;  // the rank played, one optimizer step
   std::map<std::string, OpCost> by_op;
   double model_flops_per_token = 0;
   int64_t tokens_per_rank = 0;        // per optimizer step: micro-batches x batch x seq
   int64_t accumulation = 1;            // micro-batches per optimizer step
-  int64_t dp_degree = 1, tp_degree = 1, ep_degree = 1;
+  int64_t dp_degree = 1, tp_degree = 1, ep_degree = 1, pp_degree = 1;
+  int rank = 0;                        // the world rank played
   int64_t num_params = 0;              // the full model's
-  std::vector<CostEvent> events;       // rank 0's kernels and collectives in program order (with_events)
+  std::vector<CostEvent> events;       // the rank's kernels and collectives in program order (with_events)
 };
 
 // The step is train_step (train_step.h) on a job from build_job: the
@@ -35,6 +36,8 @@ struct StepPlan {
 // all-reduces, clipping and the optimizer, as titan-train runs them.
 // device Meta (planning) or, for world 1, CPU: the same step really computed
 // (tests hold the meta counts and memory to the real ones).
-StepPlan plan_step(const JobConfig& cfg, int world, bool with_events = false, Device device = Device::Meta);
+// `rank`: the world rank the plan plays (a pipeline's stages differ: the simulator plans one rank per stage).
+StepPlan plan_step(const JobConfig& cfg, int world, bool with_events = false, Device device = Device::Meta,
+                   int rank = 0);
 
 }  // namespace titan

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
+#include <tuple>
 #include <sstream>
 
 #include "src/tensor/error.h"
@@ -92,13 +94,276 @@ void load_target(const JobConfig& cfg, int world, SystemSpec& sys, ChipSpec& chi
 }
 }  // namespace
 
+namespace {
+// One simulated rank's timeline: its compute stream, a stream per process group, the collectives in flight.
+// Ranks of different pipeline stages run side by side (Schedule below): a receive waits for the matching
+// send of the other stage, a collective whose group spans several simulated ranks starts when all of them
+// have issued it.
+struct Lane {
+  int rank = 0, stage = 0;
+  const std::vector<CostEvent>* events = nullptr;
+  size_t next = 0;
+  double tc = 0;  // compute stream clock
+  std::map<std::string, double> stream_free;
+  std::map<uint64_t, std::string> stream_of_group;
+  struct Pending {
+    double end;
+    std::string kind;
+    int64_t span;
+    bool recv;  // a pipeline receive: waiting for it is bubble, not exposed communication
+  };
+  std::map<int64_t, Pending> inflight;
+  struct Fused {
+    double flops = 0, bytes = 0;
+    int n = 0;
+    std::string name;
+  } fused;
+  std::map<std::vector<int>, int64_t> collectives_seen;  // per member set: collectives issued (cross-rank matching)
+  bool registered = false;  // the collective at `next` has been announced to the other lanes
+  SimResult r;              // this lane's timeline and sums
+  double bubble_s = 0;      // pipeline: idle in the schedules' windows (set after the run)
+  std::vector<double> marks;  // pipeline schedules: begin, end, begin, end, ... (compute clock)
+  bool done() const { return next >= events->size(); }
+};
+
+class Schedule {
+ public:
+  Schedule(const ChipSpec& chip, const SystemSpec& sys, int rpc, ExecMode mode, double act_scale, double red_scale)
+      : chip_(chip), sys_(sys), rpc_(rpc), mode_(mode), act_scale_(act_scale), red_scale_(red_scale) {}
+
+  // Runs every lane to its end. Fails when the lanes wait on each other (a schedule that cannot finish).
+  void run(std::vector<Lane>& lanes) {
+    for (auto& l : lanes) simulated_.push_back(l.rank);
+    std::sort(simulated_.begin(), simulated_.end());
+    for (;;) {
+      bool all = true, progress = false;
+      for (auto& l : lanes) {
+        const size_t before = l.next;
+        advance(l);
+        progress = progress || l.next != before;
+        all = all && l.done();
+      }
+      if (all) break;
+      TITAN_CHECK(progress, "simulation: the pipeline stages wait on each other forever (a receive without its send, "
+                  "or a collective some stage never issues): the planned schedule cannot finish");
+    }
+    for (auto& l : lanes) {
+      flush_fused(l);
+      l.r.step_s = l.tc;
+      for (auto& [s, t] : l.stream_free) l.r.step_s = std::max(l.r.step_s, t);
+    }
+  }
+
+ private:
+  void emit_kernel(Lane& l, const std::string& name, const std::string& cls, const Kernel& k) {
+    const KernelTime kt = kernel_time(chip_, rpc_, k, mode_);
+    double extra = 0;  // the part of the kernel that overlaps a collective runs slower (chip.comm_interference)
+    if (chip_.comm_interference > 0) {
+      double busy_until = l.tc;
+      for (auto& [s, t] : l.stream_free) busy_until = std::max(busy_until, t);
+      const double overlap = std::min(kt.seconds - kt.overhead_s, busy_until - l.tc);
+      if (overlap > 0) extra = overlap * chip_.comm_interference / (1 - chip_.comm_interference);
+    }
+    SimResult& r = l.r;
+    r.spans.push_back({"compute", name, "compute", l.tc, kt.seconds + extra, k.flops, k.bytes, -1, l.stage});
+    l.tc += kt.seconds + extra;
+    r.compute_s += kt.seconds + extra;
+    r.compute_by_class[cls] += kt.seconds - kt.overhead_s;
+    r.compute_by_class["launch overhead"] += kt.overhead_s;
+    if (extra > 0) r.compute_by_class["comm interference"] += extra;
+    ++r.kernels;
+  }
+  void flush_fused(Lane& l) {
+    auto& f = l.fused;
+    if (f.n == 0) return;
+    Kernel k;
+    k.flops = f.flops;
+    k.bytes = f.bytes;
+    const std::string name = f.n == 1 ? f.name : "fused(" + f.name + " +" + std::to_string(f.n - 1) + ")";
+    f = Lane::Fused();
+    emit_kernel(l, name, "elementwise", k);
+  }
+  std::string stream_for(Lane& l, const CostEvent& e, const std::string& prefix) {
+    // one stream per group (by id; the name only labels its lane)
+    auto [sit, fresh] = l.stream_of_group.emplace(e.group.id, prefix + e.group.name);
+    if (fresh)
+      for (const auto& [id, label] : l.stream_of_group)
+        if (id != e.group.id && label == sit->second) sit->second += "#" + std::to_string(l.stream_of_group.size());
+    return sit->second;
+  }
+  void compute(Lane& l, const CostEvent& e) {
+    Kernel k;
+    k.kind = kind_of(e);
+    k.flops = e.flops;
+    k.bytes = e.bytes * (std::string(e.op) == "adamw" ? 1.0 : act_scale_);
+    k.batch = e.gemm.batch;
+    k.m = e.gemm.m;
+    k.n = e.gemm.n;
+    k.k = e.gemm.k;
+    if (e.cls == KernelClass::PipelineMark) {  // a schedule's window opens / closes here
+      flush_fused(l);
+      l.marks.push_back(l.tc);
+      return;
+    }
+    if (e.flops == 0 && e.bytes == 0) return;
+    // a compiled step fuses it into the attention kernel (whose record holds its arithmetic)
+    if (e.cls == KernelClass::EagerOnly && mode_ == ExecMode::Compiled) return;
+    if (mode_ == ExecMode::Compiled && k.kind == KernelKind::Other && std::string(e.op) != "adamw") {
+      // a fused chain reads its inputs and writes its output once: its
+      // traffic is that of its largest member, its arithmetic the sum
+      l.fused.flops += k.flops;
+      l.fused.bytes = std::max(l.fused.bytes, k.bytes);
+      if (l.fused.n++ == 0) l.fused.name = e.op;
+      return;
+    }
+    flush_fused(l);
+    const EagerDecomposition* d = mode_ == ExecMode::Eager ? eager_decomposition(e.op) : nullptr;
+    if (d) {  // the eager kernels share the op's arithmetic and (multiplied) traffic
+      Kernel part = k;
+      part.flops = k.flops / d->kernels;
+      part.bytes = k.bytes * d->traffic / d->kernels;
+      for (int i = 0; i < d->kernels; ++i) emit_kernel(l, e.op, class_of(e), part);
+    } else {
+      emit_kernel(l, e.op, class_of(e), k);
+    }
+  }
+  // A send / receive between pipeline stages. Returns false when the receive's send is not scheduled yet.
+  bool p2p(Lane& l, const CostEvent& e) {
+    const double bytes = e.bytes * act_scale_;
+    const bool send = std::string(e.op) == "send";
+    if (!send) {
+      auto it = arrivals_.find({e.peer, l.rank, e.tag});
+      if (it == arrivals_.end()) {
+        TITAN_CHECK(std::binary_search(simulated_.begin(), simulated_.end(), e.peer), "simulation: rank ", l.rank,
+                    " receives from rank ", e.peer, ", which the simulation does not play");
+        return false;
+      }
+      l.inflight[e.comm_id] = {it->second, "recv", -1, true};
+      return true;
+    }
+    flush_fused(l);
+    const GroupSpan span = group_span(sys_, rpc_, {l.rank, e.peer});
+    const CollectiveTime ct = p2p_time(chip_, sys_, bytes, span);
+    const std::string stream = stream_for(l, e, "p2p:");
+    const double start = std::max(l.tc, l.stream_free[stream]);
+    l.stream_free[stream] = start + ct.seconds;
+    l.r.comm_busy_by_group[e.group.name] += ct.seconds;
+    algo_of_["send/recv over " + e.group.name] = ct.algorithm;
+    int64_t idx = -1;
+    if (ct.seconds > 0) {
+      idx = (int64_t)l.r.spans.size();
+      l.r.spans.push_back({stream, "send", "comm", start, ct.seconds, 0, bytes, -1, l.stage});
+    }
+    arrivals_[{l.rank, e.peer, e.tag}] = start + ct.seconds;
+    l.inflight[e.comm_id] = {start + ct.seconds, "send", idx, false};
+    return true;
+  }
+  // A collective. Returns false while other simulated members of its group have not issued it yet.
+  bool collective(Lane& l, const CostEvent& e) {
+    flush_fused(l);
+    TITAN_CHECK(e.group.world_ranks && !e.group.world_ranks->empty(), "simulation: collective ", e.op,
+                " over group '", e.group.name, "' carries no members");
+    const std::vector<int>& members = *e.group.world_ranks;
+    std::vector<int> sorted = members;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<int> others;  // other simulated ranks in the group: the collective starts when all are there
+    std::set_intersection(sorted.begin(), sorted.end(), simulated_.begin(), simulated_.end(),
+                          std::back_inserter(others));
+    others.erase(std::remove(others.begin(), others.end(), l.rank), others.end());
+    double issued = l.tc;
+    if (!others.empty()) {
+      const int64_t k = l.collectives_seen[sorted];
+      auto& arrived = issue_times_[{sorted, k}];
+      if (!l.registered) {
+        arrived[l.rank] = l.tc;
+        l.registered = true;
+      }
+      for (int o : others)
+        if (!arrived.count(o)) return false;
+      for (auto& [rk, t] : arrived) issued = std::max(issued, t);
+      ++l.collectives_seen[sorted];
+      l.registered = false;
+    }
+    const Collective kind = parse_collective(e.op);
+    const double scale = e.gradients ? red_scale_ : act_scale_;
+    const GroupSpan span = group_span(sys_, rpc_, members);
+    CollectiveTime ct = collective_time(chip_, sys_, rpc_, kind, e.bytes * scale, span);
+    const std::string stream = stream_for(l, e, "comm:");
+    // a free collective (group of one) neither queues nor occupies its stream
+    const double start = ct.seconds > 0 ? std::max(issued, l.stream_free[stream]) : issued;
+    if (ct.seconds > 0) l.stream_free[stream] = start + ct.seconds;
+    l.r.comm_busy_by_group[e.group.name] += ct.seconds;
+    algo_of_[std::string(e.op) + " over " + e.group.name + " (" + std::to_string(e.group.size()) + " ranks)"] =
+        ct.algorithm;
+    int64_t idx = -1;
+    if (ct.seconds > 0) {
+      idx = (int64_t)l.r.spans.size();
+      l.r.spans.push_back({stream, e.op, "comm", start, ct.seconds, 0, e.bytes * scale, -1, l.stage});
+    }
+    l.inflight[e.comm_id] = {start + ct.seconds, e.op, idx, false};
+    return true;
+  }
+  void wait(Lane& l, const CostEvent& e) {
+    flush_fused(l);
+    auto it = l.inflight.find(e.comm_id);
+    if (it == l.inflight.end()) return;
+    const Lane::Pending& p = it->second;
+    if (p.end > l.tc) {
+      const double w = p.end - l.tc;
+      if (p.span >= 0) l.r.spans[p.span].flow_to = (int64_t)l.r.spans.size();
+      l.r.spans.push_back({"compute", p.recv ? "bubble (wait recv)" : "wait " + p.kind, "idle", l.tc, w, 0, 0, -1,
+                           l.stage});
+      if (!p.recv) {
+        l.r.exposed_comm_s += w;
+        l.r.exposed_by_kind[p.kind] += w;
+      }
+      l.tc = p.end;
+    }
+    l.inflight.erase(it);
+  }
+  // Runs lane l until it ends or blocks on another lane.
+  void advance(Lane& l) {
+    while (!l.done()) {
+      const CostEvent& e = (*l.events)[l.next];
+      if (e.kind == CostEvent::Kind::Compute) {
+        compute(l, e);
+      } else if (e.kind == CostEvent::Kind::CommStart) {
+        if (!(e.peer >= 0 ? p2p(l, e) : collective(l, e))) return;
+      } else {
+        wait(l, e);
+      }
+      ++l.next;
+    }
+  }
+
+ public:
+  std::map<std::string, std::string> algo_of_;
+
+ private:
+  const ChipSpec& chip_;
+  const SystemSpec& sys_;
+  int rpc_;
+  ExecMode mode_;
+  double act_scale_, red_scale_;
+  std::vector<int> simulated_;  // world ranks played, sorted
+  std::map<std::tuple<int, int, int64_t>, double> arrivals_;  // (sender, receiver, tag) -> when the data is there
+  std::map<std::pair<std::vector<int>, int64_t>, std::map<int, double>> issue_times_;
+};
+}  // namespace
+
 SimResult simulate_step(const JobConfig& cfg, int world) {
   const auto& sc = cfg.simulation;
   SimResult r;
   SystemSpec sys;
   ChipSpec chip;
   load_target(cfg, world, sys, chip, r);  // refuse a world the hardware cannot hold before planning anything
-  const StepPlan plan = plan_step(cfg, world, /*with_events=*/true);
+  // one planned rank per pipeline stage (the first rank of each stage's slice of the world); SPMD within a stage
+  const int64_t pp = cfg.parallelism.pipeline_parallel_degree;
+  TITAN_CHECK(world % pp == 0, "simulation: world size ", world, " is not divisible by pipeline_parallel_degree ", pp);
+  std::vector<StepPlan> plans;
+  for (int64_t s = 0; s < pp; ++s) plans.push_back(plan_step(cfg, world, /*with_events=*/true, Device::Meta,
+                                                              (int)(s * (world / pp))));
+  const StepPlan& plan = plans[0];
   for (const CostEvent& e : plan.events)
     if (e.kind == CostEvent::Kind::CommStart) r.collectives.push_back(e);
   const int rpc = (int)sc.ranks_per_chip;
@@ -110,116 +375,66 @@ SimResult simulate_step(const JobConfig& cfg, int world) {
   const double act_scale = sc.param_dtype == "bfloat16" ? 0.5 : 1.0;  // the meta run is float32
   const double red_scale = sc.reduce_dtype == "bfloat16" ? 0.5 : 1.0;
 
-  // ---- schedule ----
-  double tc = 0;  // compute stream clock
-  std::map<std::string, double> stream_free;
-  std::map<uint64_t, std::string> stream_of_group;
-  struct Pending { double end; std::string kind; int64_t span; };
-  std::map<int64_t, Pending> inflight;
-  std::map<std::string, std::string> algo_of;
-  struct Fused { double flops = 0, bytes = 0; int n = 0; std::string name; } fused;
-  auto emit_kernel = [&](const std::string& name, const std::string& cls, const Kernel& k) {
-    const KernelTime kt = kernel_time(chip, rpc, k, mode);
-    double extra = 0;  // the part of the kernel that overlaps a collective runs slower (chip.comm_interference)
-    if (chip.comm_interference > 0) {
-      double busy_until = tc;
-      for (auto& [s, t] : stream_free) busy_until = std::max(busy_until, t);
-      const double overlap = std::min(kt.seconds - kt.overhead_s, busy_until - tc);
-      if (overlap > 0) extra = overlap * chip.comm_interference / (1 - chip.comm_interference);
+  // ---- schedule: every stage's rank side by side ----
+  std::vector<Lane> lanes(plans.size());
+  for (size_t s = 0; s < plans.size(); ++s) {
+    lanes[s].rank = plans[s].rank;
+    lanes[s].stage = (int)s;
+    lanes[s].events = &plans[s].events;
+  }
+  Schedule sched(chip, sys, rpc, mode, act_scale, red_scale);
+  sched.run(lanes);
+  // the step's figures are the first stage's (all of them without pp); its end is the last lane's
+  const SimResult& first = lanes[0].r;
+  r.spans = first.spans;
+  r.compute_s = first.compute_s;
+  r.exposed_comm_s = first.exposed_comm_s;
+  r.exposed_by_kind = first.exposed_by_kind;
+  r.comm_busy_by_group = first.comm_busy_by_group;
+  r.compute_by_class = first.compute_by_class;
+  r.kernels = first.kernels;
+  for (auto& l : lanes) r.step_s = std::max(r.step_s, l.r.step_s);
+  // the bubble: each schedule's window runs from the first stage's start to the last stage's end; a stage is
+  // idle in it for whatever it does not compute (waiting on its neighbours, or done early)
+  double window_total = 0;
+  if (pp > 1) {
+    const size_t n = lanes[0].marks.size();
+    for (auto& l : lanes)
+      TITAN_CHECK(l.marks.size() == n && n % 2 == 0, "simulation: the stages ran different numbers of schedules");
+    std::vector<double> idle(lanes.size(), 0);
+    for (size_t j = 0; j + 1 < n; j += 2) {
+      double a = lanes[0].marks[j], b = lanes[0].marks[j + 1];
+      for (auto& l : lanes) {
+        a = std::min(a, l.marks[j]);
+        b = std::max(b, l.marks[j + 1]);
+      }
+      window_total += b - a;
+      for (size_t s = 0; s < lanes.size(); ++s) {
+        double busy = 0;
+        for (const SimSpan& sp : lanes[s].r.spans)
+          if (sp.category == "compute" && sp.start >= a && sp.start < b) busy += std::min(sp.dur, b - sp.start);
+        idle[s] += (b - a) - busy;
+      }
     }
-    r.spans.push_back({"compute", name, "compute", tc, kt.seconds + extra, k.flops, k.bytes, -1});
-    tc += kt.seconds + extra;
-    r.compute_s += kt.seconds + extra;
-    r.compute_by_class[cls] += kt.seconds - kt.overhead_s;
-    r.compute_by_class["launch overhead"] += kt.overhead_s;
-    if (extra > 0) r.compute_by_class["comm interference"] += extra;
-    ++r.kernels;
-  };
-  auto flush_fused = [&]() {
-    if (fused.n == 0) return;
-    Kernel k;
-    k.flops = fused.flops;
-    k.bytes = fused.bytes;
-    emit_kernel(fused.n == 1 ? fused.name : "fused(" + fused.name + " +" + std::to_string(fused.n - 1) + ")",
-                "elementwise", k);
-    fused = Fused();
-  };
-  for (const CostEvent& e : plan.events) {
-    if (e.kind == CostEvent::Kind::Compute) {
-      Kernel k;
-      k.kind = kind_of(e);
-      k.flops = e.flops;
-      k.bytes = e.bytes * (std::string(e.op) == "adamw" ? 1.0 : act_scale);
-      k.batch = e.gemm.batch;
-      k.m = e.gemm.m;
-      k.n = e.gemm.n;
-      k.k = e.gemm.k;
-      if (e.flops == 0 && e.bytes == 0) continue;
-      // a compiled step fuses it into the attention kernel (whose record holds its arithmetic)
-      if (e.cls == KernelClass::EagerOnly && mode == ExecMode::Compiled) continue;
-      if (mode == ExecMode::Compiled && k.kind == KernelKind::Other && std::string(e.op) != "adamw") {
-        // a fused chain reads its inputs and writes its output once: its
-        // traffic is that of its largest member, its arithmetic the sum
-        fused.flops += k.flops;
-        fused.bytes = std::max(fused.bytes, k.bytes);
-        if (fused.n++ == 0) fused.name = e.op;
-        continue;
-      }
-      flush_fused();
-      const EagerDecomposition* d = mode == ExecMode::Eager ? eager_decomposition(e.op) : nullptr;
-      if (d) {  // the eager kernels share the op's arithmetic and (multiplied) traffic
-        Kernel part = k;
-        part.flops = k.flops / d->kernels;
-        part.bytes = k.bytes * d->traffic / d->kernels;
-        for (int i = 0; i < d->kernels; ++i) emit_kernel(e.op, class_of(e), part);
-      } else {
-        emit_kernel(e.op, class_of(e), k);
-      }
-    } else if (e.kind == CostEvent::Kind::CommStart) {
-      flush_fused();
-      const Collective kind = parse_collective(e.op);
-      const double scale = e.gradients ? red_scale : act_scale;
-      TITAN_CHECK(e.group.world_ranks && !e.group.world_ranks->empty(), "simulation: collective ", e.op,
-                  " over group '", e.group.name, "' carries no members");
-      const GroupSpan span = group_span(sys, rpc, *e.group.world_ranks);
-      CollectiveTime ct = collective_time(chip, sys, rpc, kind, e.bytes * scale, span);
-      // one stream per group (by id; the name only labels its lane)
-      auto [sit, fresh] = stream_of_group.emplace(e.group.id, "comm:" + e.group.name);
-      if (fresh)
-        for (const auto& [id, label] : stream_of_group)
-          if (id != e.group.id && label == sit->second) sit->second += "#" + std::to_string(stream_of_group.size());
-      const std::string stream = sit->second;
-      // a free collective (group of one) neither queues nor occupies its stream
-      const double start = ct.seconds > 0 ? std::max(tc, stream_free[stream]) : tc;
-      if (ct.seconds > 0) stream_free[stream] = start + ct.seconds;
-      r.comm_busy_by_group[e.group.name] += ct.seconds;
-      algo_of[std::string(e.op) + " over " + e.group.name + " (" + std::to_string(e.group.size()) + " ranks)"] =
-          ct.algorithm;
-      int64_t idx = -1;
-      if (ct.seconds > 0) {
-        idx = (int64_t)r.spans.size();
-        r.spans.push_back({stream, e.op, "comm", start, ct.seconds, 0, e.bytes * scale, -1});
-      }
-      inflight[e.comm_id] = {start + ct.seconds, e.op, idx};
-    } else {  // CommWait
-      flush_fused();
-      auto it = inflight.find(e.comm_id);
-      if (it == inflight.end()) continue;
-      if (it->second.end > tc) {
-        const double wait = it->second.end - tc;
-        if (it->second.span >= 0) r.spans[it->second.span].flow_to = (int64_t)r.spans.size();
-        r.spans.push_back({"compute", "wait " + it->second.kind, "idle", tc, wait, 0, 0, -1});
-        r.exposed_comm_s += wait;
-        r.exposed_by_kind[it->second.kind] += wait;
-        tc = it->second.end;
-      }
-      inflight.erase(it);
+    for (size_t s = 0; s < lanes.size(); ++s) {
+      lanes[s].bubble_s = idle[s];
+      r.bubble_s = std::max(r.bubble_s, idle[s]);
     }
   }
-  flush_fused();
-  r.step_s = tc;
-  for (auto& [s, t] : stream_free) r.step_s = std::max(r.step_s, t);
-  for (auto& [k, v] : algo_of) r.algorithms += (r.algorithms.empty() ? "" : "; ") + k + ": " + v;
+  if (pp > 1)
+    for (size_t s = 0; s < lanes.size(); ++s) {
+      SimStage st;
+      st.rank = lanes[s].rank;
+      st.compute_s = lanes[s].r.compute_s;
+      st.exposed_comm_s = lanes[s].r.exposed_comm_s;
+      st.bubble_s = lanes[s].bubble_s;
+      st.end_s = lanes[s].r.step_s;
+      st.spans = std::move(lanes[s].r.spans);
+      r.stages.push_back(std::move(st));
+    }
+  r.pipeline_s = window_total;
+  r.bubble_fraction = window_total > 0 ? r.bubble_s / window_total : 0;
+  for (auto& [k, v] : sched.algo_of_) r.algorithms += (r.algorithms.empty() ? "" : "; ") + k + ": " + v;
 
   // ---- throughput ----
   r.tokens_per_step = (double)plan.tokens_per_rank * (double)plan.dp_degree;
@@ -229,18 +444,25 @@ SimResult simulate_step(const JobConfig& cfg, int world) {
   r.model_flops_per_token = plan.model_flops_per_token;
   r.tflops_per_chip = r.tokens_per_s * plan.model_flops_per_token / r.chips / 1e12;
   r.mfu = r.tflops_per_chip / chip.mfu_peak_tflops;
-  r.hardware_flops_per_rank = plan.flops;
-  r.hfu = r.step_s > 0 ? plan.flops * rpc / r.step_s / 1e12 / chip.mfu_peak_tflops : 0;
+  double flops = 0;  // per rank, averaged over the stages
+  for (const StepPlan& p : plans) flops += p.flops / (double)plans.size();
+  r.hardware_flops_per_rank = flops;
+  r.hfu = r.step_s > 0 ? flops * rpc / r.step_s / 1e12 / chip.mfu_peak_tflops : 0;
 
-  // ---- memory per chip ----
-  const auto& m = plan.memory;
-  auto pk = [&](MemoryCategory c) { return (double)m.peak[(int)c] * rpc; };
-  r.memory.params = pk(MemoryCategory::Parameters);
-  r.memory.grads = pk(MemoryCategory::Gradients);
-  r.memory.optimizer = pk(MemoryCategory::OptimizerState);
-  r.memory.activations = pk(MemoryCategory::Activations) * act_scale;
-  r.memory.communication = pk(MemoryCategory::Communication) * act_scale;
-  r.memory.other = pk(MemoryCategory::Other);
+  // ---- memory per chip: each stage's peak; the step's is the fullest stage's ----
+  for (size_t s = 0; s < plans.size(); ++s) {
+    const auto& m = plans[s].memory;
+    auto pk = [&](MemoryCategory c) { return (double)m.peak[(int)c] * rpc; };
+    SimMemory mem;
+    mem.params = pk(MemoryCategory::Parameters);
+    mem.grads = pk(MemoryCategory::Gradients);
+    mem.optimizer = pk(MemoryCategory::OptimizerState);
+    mem.activations = pk(MemoryCategory::Activations) * act_scale;
+    mem.communication = pk(MemoryCategory::Communication) * act_scale;
+    mem.other = pk(MemoryCategory::Other);
+    if (s < r.stages.size()) r.stages[s].memory = mem;
+    if (s == 0 || mem.total() > r.memory.total()) r.memory = mem;
+  }
   r.hbm_bytes = chip.hbm_gib * (double)(1LL << 30);
   r.oom = r.memory.total() > r.hbm_bytes;
   if (r.oom) {
@@ -291,6 +513,17 @@ std::vector<std::string> describe_simulation(const SimResult& r) {
   for (auto& [g, v] : r.comm_busy_by_group) cm += " " + g + " " + f("%.3f", v) + " s";
   out.push_back(cm);
   out.push_back("sim collectives: " + r.algorithms);
+  if (!r.stages.empty()) {
+    std::string pl = "sim pipeline: bubble " + f("%.3f", r.bubble_s) + " s (" + f("%.1f", 100 * r.bubble_fraction) +
+                     "% of the schedules' " + f("%.3f", r.pipeline_s) +
+                     " s); per stage (compute / exposed communication / bubble / end / memory):";
+    for (size_t s = 0; s < r.stages.size(); ++s) {
+      const SimStage& st = r.stages[s];
+      pl += " [" + std::to_string(s) + "] " + f("%.3f", st.compute_s) + " / " + f("%.3f", st.exposed_comm_s) + " / " +
+            f("%.3f", st.bubble_s) + " / " + f("%.3f", st.end_s) + " s / " + gib(st.memory.total()) + " GiB";
+    }
+    out.push_back(pl);
+  }
   out.push_back("sim memory per chip: " + gib(r.memory.total()) + " / " + gib(r.hbm_bytes) + " GiB (parameters " +
                 gib(r.memory.params) + ", gradients " + gib(r.memory.grads) + ", optimizer " +
                 gib(r.memory.optimizer) + ", activations " + gib(r.memory.activations) + ", communication " +
@@ -339,6 +572,9 @@ void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips
   tid["compute"] = 0;
   for (const auto& s : r.spans)
     if (!tid.count(s.stream)) tid[s.stream] = (int)tid.size() * 100;
+  for (const auto& st : r.stages)
+    for (const auto& s : st.spans)
+      if (!tid.count(s.stream)) tid[s.stream] = (int)tid.size() * 100;
   auto esc = [](const std::string& s) {
     std::string e;
     for (char c : s) {
@@ -358,8 +594,13 @@ void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips
   for (int cc = 0; cc < n_chips; ++cc) {
     const int c = first_chip + cc;  // pid: distinct per chip, so per-rank files merge without collisions
     sep();
+    std::string stage;
+    if (!r.stages.empty())
+      stage = ", pipeline stage " +
+              std::to_string(std::min<int>((int)r.stages.size() - 1,
+                                           c * r.ranks_per_chip / std::max(1, r.world / (int)r.stages.size())));
     o << "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" << c << ",\"args\":{\"name\":\""
-      << (r.system == "measured" ? "rank " : "chip ") << c << " (" << esc(r.chip) << ")\"}}";
+      << (r.system == "measured" ? "rank " : "chip ") << c << " (" << esc(r.chip) << stage << ")\"}}";
     for (int k = 0; k < r.ranks_per_chip; ++k) {
       sep();
       o << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << c << ",\"tid\":" << k << ",\"args\":{\"name\":\"rank "
@@ -371,9 +612,16 @@ void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips
         o << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << c << ",\"tid\":" << t << ",\"args\":{\"name\":\""
           << esc(s) << "\"}}";
       }
+    // the chip's pipeline stage (its first rank's): a stage's chips share its timeline
+    const std::vector<SimSpan>* spans = &r.spans;
+    if (!r.stages.empty()) {
+      const int per_stage = std::max(1, r.world / (int)r.stages.size());
+      const size_t st = std::min(r.stages.size() - 1, (size_t)(c * r.ranks_per_chip / per_stage));
+      spans = &r.stages[st].spans;
+    }
     for (int k = 0; k < (cc == 0 ? r.ranks_per_chip : 1); ++k)  // chip 0: every rank; others: their first rank
-      for (size_t i = 0; i < r.spans.size(); ++i) {
-        const SimSpan& s = r.spans[i];
+      for (size_t i = 0; i < spans->size(); ++i) {
+        const SimSpan& s = (*spans)[i];
         if (k > 0 && s.stream != "compute") continue;
         const int t = s.stream == "compute" ? k : tid[s.stream];
         sep();
@@ -381,7 +629,7 @@ void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips
           << s.category << "\",\"ts\":" << f("%.3f", s.start * 1e6) << ",\"dur\":" << f("%.3f", s.dur * 1e6)
           << ",\"args\":{\"flops\":" << s.flops << ",\"bytes\":" << s.bytes << "}}";
         if (s.flow_to >= 0 && k == 0) {
-          const SimSpan& w = r.spans[s.flow_to];
+          const SimSpan& w = (*spans)[s.flow_to];
           sep();
           o << "{\"ph\":\"s\",\"id\":" << flow << ",\"pid\":" << c << ",\"tid\":" << t << ",\"name\":\"waits\",\"cat\":\"dep\",\"ts\":"
             << f("%.3f", (s.start + s.dur) * 1e6 - 0.001) << "}";

@@ -11,8 +11,12 @@
 //
 // The dependencies are the real program's: FSDP prefetches (all-gather
 // issued a block ahead), reduce-scatters left in flight during backward, TP
-// and MoE dispatch/combine waited on at once. SPMD: every rank runs the same
-// timeline (MoE routing assumed balanced), so rank 0's is the step's.
+// and MoE dispatch/combine waited on at once. SPMD within a pipeline stage:
+// its ranks run the same timeline (MoE routing: the busiest rank's), so one
+// rank per stage is planned; under pipeline parallel the stages' ranks run
+// side by side, a receive waiting for the matching send (p2p on the
+// topology) and a collective spanning stages starting when all have issued
+// it, so the bubbles come out of the schedule.
 #pragma once
 #include <map>
 #include <string>
@@ -29,11 +33,21 @@ struct SimSpan {  // one slice of the timeline (seconds from the step's start)
   double start = 0, dur = 0;
   double flops = 0, bytes = 0;
   int64_t flow_to = -1;  // comm -> index of the idle span that waited for it
+  int stage = 0;         // pipeline stage (0 without pp)
 };
 
 struct SimMemory {  // bytes per chip
   double params = 0, grads = 0, optimizer = 0, activations = 0, communication = 0, other = 0;
   double total() const { return params + grads + optimizer + activations + communication + other; }
+};
+
+struct SimStage {  // pipeline parallel: the planned rank of one stage
+  int rank = 0;
+  double compute_s = 0, exposed_comm_s = 0;
+  double bubble_s = 0;  // idle in the schedules' windows (waiting on a neighbour, or done before the others)
+  double end_s = 0;     // when its step ends (its last kernel or transfer)
+  SimMemory memory;     // per chip
+  std::vector<SimSpan> spans;
 };
 
 struct SimResult {
@@ -54,6 +68,12 @@ struct SimResult {
   bool oom = false;
   std::string oom_advice;
   std::vector<SimSpan> spans;  // rank 0's timeline
+  // pipeline parallel: each stage's rank, scheduled side by side (the step ends with the last). The
+  // schedules' windows (pipeline_s: from the first stage's start to the last stage's end, summed over the
+  // accumulation steps) hold the bubble: bubble_s is the largest stage's time in them not computing
+  // (waiting on a neighbour's activations or gradients, or done early); bubble_fraction = bubble_s / pipeline_s
+  std::vector<SimStage> stages;
+  double pipeline_s = 0, bubble_s = 0, bubble_fraction = 0;
   std::vector<CostEvent> collectives;  // rank 0's collective starts of the planned step, in issue order
 };
 

@@ -6,6 +6,7 @@
       losses at each of 10 steps equal to the reference's to <= 1e-5 relative,
       gradients after step 1 to <= 1e-5 (relative L2 per tensor)
   parity.py --build BUILD --case resume           save with 4-way FSDP, resume with 2-way FSDP x 2-way TP
+  parity.py --build BUILD --case resume_pp        save with FSDP 2, resume with PP 2; save with PP 2, resume FSDP 2
   parity.py --build BUILD --case eval             titan-eval under mpirun (FSDP x TP) prints the single-rank loss
   parity.py --build BUILD --case abort            a rank that throws ends the job promptly
   parity.py --build BUILD --case bad-degrees      degrees that do not fit the world are refused clearly
@@ -252,6 +253,29 @@ def main():
         print(f"saved with FSDP 4, resumed with FSDP 2 x TP 2: steps 6-10 max loss rel err {w:.2e}")
         return
 
+    if a.case == "resume_pp":
+        # checkpoints stay layout-free under pipeline parallel: FSDP 2 -> PP 2 (1F1B), and PP 2 -> FSDP 2
+        for name, first, second in (
+                ("fsdp2_to_pp2", ["--parallelism.data_parallel_shard_degree", "2", "--training.local_batch_size", "4"],
+                 ["--parallelism.pipeline_parallel_degree", "2", "--training.local_batch_size", "8"]),
+                ("pp2_to_fsdp2", ["--parallelism.pipeline_parallel_degree", "2", "--training.local_batch_size", "8",
+                                  "--parallelism.pipeline_parallel_schedule", "Interleaved1F1B"],
+                 ["--parallelism.data_parallel_shard_degree", "2", "--training.local_batch_size", "4"])):
+            save = os.path.join(work, "resume_" + name)
+            shutil.rmtree(save, ignore_errors=True)
+            ck = ["--checkpoint.enable", "true", "--checkpoint.interval", "5", "--job.dump_folder", save]
+            run(mpirun(2) + [train] + COMMON + ck + first)
+            os.remove(os.path.join(save, "checkpoint", "step-10.h5"))
+            os.remove(os.path.join(save, "metrics.jsonl"))
+            p, _ = run(mpirun(2) + [train] + COMMON + ck + second)
+            assert "resumed from" in p.stdout and "at step 5" in p.stdout, p.stdout[-2000:]
+            got = losses(save)
+            assert sorted(got) == list(range(6, 11)), sorted(got)
+            w = compare_losses(losses(ref), got, range(6, 11))
+            print(f"{name}: saved with {' '.join(first[:2])}, resumed with {' '.join(second[:2])}: steps 6-10 max "
+                  f"loss rel err {w:.2e}")
+        return
+
     if a.case == "eval":
         w = os.path.join(ref, "export", "model.h5")
         evalbin = os.path.join(build, "titan-eval")
@@ -269,12 +293,23 @@ def main():
             if abs(l4 - l1) / l1 > 1e-6:
                 sys.exit(f"titan-eval {' '.join(layout)}: {l4} vs single rank {l1}")
             print(f"titan-eval 4 ranks {' '.join(layout)} ({os.path.basename(a_[1])}): {l4:.8f} = single rank {l1:.8f}")
+        # through pipeline stages: 2 x 1F1B, and PP 2 x TP 2 (sequence-sharded activations between stages)
+        for layout in (["--pp", "2"], ["--pp", "2", "--tp", "2"], ["--pp", "2", "--pp-schedule", "Interleaved1F1B"]):
+            many, _ = run(mpirun(4 if "--tp" in layout else 2) + [evalbin] + args + layout)
+            lp = json.loads(many.stdout.strip().splitlines()[-1])["loss"]
+            if abs(lp - l1) / l1 > 1e-6:
+                sys.exit(f"titan-eval {' '.join(layout)}: {lp} vs single rank {l1}")
+            print(f"titan-eval {' '.join(layout)}: {lp:.8f} = single rank {l1:.8f}")
         # gradients of the evaluation loss under FSDP (the flat reduce-scatters waited for after each backward)
         g1, g2 = os.path.join(work, "eval_grads_1.h5"), os.path.join(work, "eval_grads_fsdp2.h5")
         run([evalbin] + args + ["--dump-grads", g1])
         run(mpirun(2) + [evalbin] + args + ["--dump-grads", g2, "--dp-shard", "2"])
         gw = compare_grads(g1, g2)
         print(f"titan-eval --dump-grads, FSDP over 2 ranks = single rank: max grad rel err {gw:.2e}")
+        g3 = os.path.join(work, "eval_grads_pp2.h5")
+        run(mpirun(2) + [evalbin] + args + ["--dump-grads", g3, "--pp", "2"])
+        gw = compare_grads(g1, g3)
+        print(f"titan-eval --dump-grads, PP 2 = single rank: max grad rel err {gw:.2e}")
         # gpt-oss (built from the export's config attribute alone), experts over 2 ranks
         w = os.path.join(work, "ref_oss", "export", "model.h5")
         args[1] = w
