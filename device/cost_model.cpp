@@ -183,6 +183,7 @@ CollectiveTime collective_time(const ChipSpec& c, const SystemSpec& sys, int rpc
         }
       }
       t = tb + (x.n - 1) * x.latency;
+      out.levels.push_back({x.name, tb, (x.n - 1) * x.latency});
     } else {
       const double per_rank = (x.n - 1) * bytes / (inner * x.n);
       const double tb = per_rank * rpc / x.bw;
@@ -190,7 +191,9 @@ CollectiveTime collective_time(const ChipSpec& c, const SystemSpec& sys, int rpc
       const int steps = rd ? (int)std::lround(std::log2(x.n)) : x.steps_ring;
       alg = rd ? "halving-doubling" : (x.topo == Topology::Torus2D ? "torus-rings" : "ring");
       t = tb + steps * x.latency;
-      if (kind == Collective::AllReduce) t *= 2;  // reduce-scatter + all-gather
+      const double f = kind == Collective::AllReduce ? 2.0 : 1.0;  // all-reduce: reduce-scatter + all-gather
+      t *= f;
+      out.levels.push_back({x.name, f * tb, f * steps * x.latency});
     }
     seconds += t;
     out.algorithm += (out.algorithm.empty() ? "" : " + ") + x.name + ":" + alg;
@@ -215,8 +218,10 @@ CollectiveTime p2p_time(const ChipSpec& c, const SystemSpec& sys, double bytes, 
     return out;
   }
   const bool neighbour = outer->topo == Topology::Torus2D || outer->topo == Topology::Ring;
-  out.seconds = outer->latency + bytes / (neighbour ? outer->link_bw : outer->bw);
+  const double tb = bytes / (neighbour ? outer->link_bw : outer->bw);
+  out.seconds = outer->latency + tb;
   out.algorithm = outer->name + ":p2p";
+  out.levels.push_back({outer->name, tb, outer->latency});
   return out;
 }
 

@@ -68,6 +68,13 @@ GroupSpan group_span(const SystemSpec& sys, int ranks_per_chip, const std::vecto
 struct CollectiveTime {
   double seconds = 0;
   std::string algorithm;  // per level, e.g. "chip:rd + neuronlink:torus-rings"
+  // The parts, innermost level first (they run one after another): the time moving bytes over the
+  // level's links (shared with whatever else uses those links at the same time) and the latency steps.
+  struct Level {
+    std::string name;
+    double transfer_s = 0, latency_s = 0;
+  };
+  std::vector<Level> levels;
 };
 
 // `bytes`: all_gather: the gathered output; reduce_scatter, all_reduce: the

@@ -708,3 +708,54 @@ TEST(Simulation, PipelineBubbleIsTheTextbookFraction) {
   const SimResult inter = simulate_step(uniform_pipeline(4, 8, "Interleaved1F1B"), 4);
   EXPECT_LT(inter.bubble_fraction, 0.75 * one.bubble_fraction);
 }
+
+// Collectives of different groups in flight at once share the links of the levels they both use: two
+// all-gathers over two groups of the same 4 chips take longer together than either alone (and, their
+// transfers sharing the one level equally, about twice one's transfer); over groups on different levels
+// they do not slow each other.
+TEST(Simulation, ConcurrentCollectivesShareTheLinksTheyBothUse) {
+  ChipSpec chip = test_chip();
+  SystemSpec sys = one_level(Topology::Switch, 4, 100, 1, 1.0);
+  auto group = [](const std::string& name, uint64_t id, std::vector<int> ranks) {
+    return CommGroupRef{name, id, std::make_shared<const std::vector<int>>(std::move(ranks))};
+  };
+  auto start = [](const CommGroupRef& g, int64_t id, double bytes) {
+    CostEvent e;
+    e.kind = CostEvent::Kind::CommStart;
+    e.op = "all_gather";
+    e.bytes = bytes;
+    e.comm_id = id;
+    e.group = g;
+    return e;
+  };
+  auto wait = [](int64_t id) {
+    CostEvent e;
+    e.kind = CostEvent::Kind::CommWait;
+    e.comm_id = id;
+    return e;
+  };
+  const double B = 1e9;
+  const CommGroupRef a = group("a", 1, {0, 1, 2, 3}), b = group("b", 2, {0, 1, 2, 3});
+  const SimResult one = schedule_events({start(a, 0, B), wait(0)}, chip, sys, 1, "eager");
+  const SimResult both = schedule_events({start(a, 0, B), start(b, 1, B), wait(0), wait(1)}, chip, sys, 1, "eager");
+  const CollectiveTime alone = collective_time(chip, sys, 1, Collective::AllGather, B, group_span(sys, 1, {0, 1, 2, 3}));
+  EXPECT_NEAR(one.step_s, alone.seconds, 1e-9);
+  EXPECT_GT(both.step_s, one.step_s * 1.5);
+  EXPECT_NEAR(both.step_s, 2 * alone.levels.back().transfer_s + alone.levels.back().latency_s, 1e-6);
+  EXPECT_GT(both.link_contention_s, 0.4 * one.step_s);
+  // in sequence (the first waited for before the second starts): no sharing
+  const SimResult seq = schedule_events({start(a, 0, B), wait(0), start(b, 1, B), wait(1)}, chip, sys, 1, "eager");
+  EXPECT_NEAR(seq.step_s, 2 * one.step_s, 1e-9);
+  EXPECT_EQ(seq.link_contention_s, 0);
+  // two levels: a group inside a node and one across nodes use different links
+  SystemSpec two = one_level(Topology::Switch, 2, 100, 1, 1.0);
+  NetworkLevel outer = two.levels[0];
+  outer.name = "outer";
+  two.levels.push_back(outer);
+  two.chips = 4;
+  const CommGroupRef in = group("in", 3, {0, 1}), across = group("across", 4, {0, 2});
+  const SimResult inner_alone = schedule_events({start(in, 0, B), wait(0)}, chip, two, 1, "eager");
+  const SimResult apart = schedule_events({start(in, 0, B), start(across, 1, B), wait(0), wait(1)}, chip, two, 1, "eager");
+  EXPECT_NEAR(apart.step_s, inner_alone.step_s, 1e-9);
+  EXPECT_EQ(apart.link_contention_s, 0);
+}

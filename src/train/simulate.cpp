@@ -119,6 +119,8 @@ struct Lane {
     std::string name;
   } fused;
   std::map<std::vector<int>, int64_t> collectives_seen;  // per member set: collectives issued (cross-rank matching)
+  // per network level (by name): when this rank's transfers use its links (contention between groups)
+  std::map<std::string, std::vector<std::pair<double, double>>> link_busy;
   bool registered = false;  // the collective at `next` has been announced to the other lanes
   SimResult r;              // this lane's timeline and sums
   double bubble_s = 0;      // pipeline: idle in the schedules' windows (set after the run)
@@ -183,6 +185,42 @@ class Schedule {
     f = Lane::Fused();
     emit_kernel(l, name, "elementwise", k);
   }
+  // Places a transfer of `work` seconds (at the links' full rate) from t on a level whose links already
+  // carry `busy` (intervals): it moves its bytes in the gaps, so bytes of concurrent transfers share the
+  // level's bandwidth (the level is never more than fully used). Returns its end; adds its pieces to busy.
+  static double fill_gaps(double t, double work, std::vector<std::pair<double, double>>& busy) {
+    std::vector<std::pair<double, double>> pieces;
+    while (work > 1e-15) {
+      bool inside = false;
+      double next = 1e300;
+      for (const auto& [a, b] : busy) {
+        if (a <= t && t < b) {
+          inside = true;
+          next = std::min(next, b);  // wait for this one to end
+        } else if (a > t) {
+          next = std::min(next, a);
+        }
+      }
+      if (inside) {
+        t = next;
+        continue;
+      }
+      const double piece = std::min(work, next - t);
+      pieces.emplace_back(t, t + piece);
+      work -= piece;
+      t += piece;
+    }
+    busy.insert(busy.end(), pieces.begin(), pieces.end());
+    return t;
+  }
+  // Places a collective's levels one after another from `start` on this rank's links; returns its end.
+  // Transfers of other groups on the same level's links at the same time share its bandwidth.
+  double place_on_links(Lane& l, const CollectiveTime& ct, double start) {
+    double t = start;
+    for (const auto& lv : ct.levels) t = fill_gaps(t, lv.transfer_s, l.link_busy[lv.name]) + lv.latency_s;
+    l.r.link_contention_s += std::max(0.0, (t - start) - ct.seconds);
+    return t;
+  }
   std::string stream_for(Lane& l, const CostEvent& e, const std::string& prefix) {
     // one stream per group (by id; the name only labels its lane)
     auto [sit, fresh] = l.stream_of_group.emplace(e.group.id, prefix + e.group.name);
@@ -246,16 +284,17 @@ class Schedule {
     const CollectiveTime ct = p2p_time(chip_, sys_, bytes, span);
     const std::string stream = stream_for(l, e, "p2p:");
     const double start = std::max(l.tc, l.stream_free[stream]);
-    l.stream_free[stream] = start + ct.seconds;
-    l.r.comm_busy_by_group[e.group.name] += ct.seconds;
+    const double end = ct.seconds > 0 ? place_on_links(l, ct, start) : start;
+    l.stream_free[stream] = end;
+    l.r.comm_busy_by_group[e.group.name] += end - start;
     algo_of_["send/recv over " + e.group.name] = ct.algorithm;
     int64_t idx = -1;
     if (ct.seconds > 0) {
       idx = (int64_t)l.r.spans.size();
-      l.r.spans.push_back({stream, "send", "comm", start, ct.seconds, 0, bytes, -1, l.stage});
+      l.r.spans.push_back({stream, "send", "comm", start, end - start, 0, bytes, -1, l.stage});
     }
-    arrivals_[{l.rank, e.peer, e.tag}] = start + ct.seconds;
-    l.inflight[e.comm_id] = {start + ct.seconds, "send", idx, false};
+    arrivals_[{l.rank, e.peer, e.tag}] = end;
+    l.inflight[e.comm_id] = {end, "send", idx, false};
     return true;
   }
   // A collective. Returns false while other simulated members of its group have not issued it yet.
@@ -291,16 +330,17 @@ class Schedule {
     const std::string stream = stream_for(l, e, "comm:");
     // a free collective (group of one) neither queues nor occupies its stream
     const double start = ct.seconds > 0 ? std::max(issued, l.stream_free[stream]) : issued;
-    if (ct.seconds > 0) l.stream_free[stream] = start + ct.seconds;
-    l.r.comm_busy_by_group[e.group.name] += ct.seconds;
+    const double end = ct.seconds > 0 ? place_on_links(l, ct, start) : start;
+    if (ct.seconds > 0) l.stream_free[stream] = end;
+    l.r.comm_busy_by_group[e.group.name] += end - start;
     algo_of_[std::string(e.op) + " over " + e.group.name + " (" + std::to_string(e.group.size()) + " ranks)"] =
         ct.algorithm;
     int64_t idx = -1;
     if (ct.seconds > 0) {
       idx = (int64_t)l.r.spans.size();
-      l.r.spans.push_back({stream, e.op, "comm", start, ct.seconds, 0, e.bytes * scale, -1, l.stage});
+      l.r.spans.push_back({stream, e.op, "comm", start, end - start, 0, e.bytes * scale, -1, l.stage});
     }
-    l.inflight[e.comm_id] = {start + ct.seconds, e.op, idx, false};
+    l.inflight[e.comm_id] = {end, e.op, idx, false};
     return true;
   }
   void wait(Lane& l, const CostEvent& e) {
@@ -351,6 +391,19 @@ class Schedule {
 };
 }  // namespace
 
+SimResult schedule_events(const std::vector<CostEvent>& events, const ChipSpec& chip, const SystemSpec& sys,
+                          int ranks_per_chip, const std::string& mode) {
+  std::vector<Lane> lanes(1);
+  lanes[0].events = &events;
+  Schedule sched(chip, sys, ranks_per_chip, parse_exec_mode(mode), 1.0, 1.0);
+  sched.run(lanes);
+  SimResult r = std::move(lanes[0].r);
+  r.chip = chip.name;
+  r.system = sys.name;
+  r.mode = mode;
+  return r;
+}
+
 SimResult simulate_step(const JobConfig& cfg, int world) {
   const auto& sc = cfg.simulation;
   SimResult r;
@@ -391,6 +444,7 @@ SimResult simulate_step(const JobConfig& cfg, int world) {
   r.exposed_comm_s = first.exposed_comm_s;
   r.exposed_by_kind = first.exposed_by_kind;
   r.comm_busy_by_group = first.comm_busy_by_group;
+  r.link_contention_s = first.link_contention_s;
   r.compute_by_class = first.compute_by_class;
   r.kernels = first.kernels;
   for (auto& l : lanes) r.step_s = std::max(r.step_s, l.r.step_s);
@@ -511,6 +565,7 @@ std::vector<std::string> describe_simulation(const SimResult& r) {
   out.push_back(cb);
   std::string cm = "sim communication busy per stream:";
   for (auto& [g, v] : r.comm_busy_by_group) cm += " " + g + " " + f("%.3f", v) + " s";
+  cm += " (of which " + f("%.3f", r.link_contention_s) + " s sharing links with other groups' transfers)";
   out.push_back(cm);
   out.push_back("sim collectives: " + r.algorithms);
   if (!r.stages.empty()) {

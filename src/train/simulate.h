@@ -5,7 +5,11 @@
 //   compute stream   every kernel in program order (eager: one per op;
 //                    compiled: runs of elementwise ops fused into one kernel)
 //   comm:<group>     one stream per process group; a collective starts when
-//                    the program issues it and its group's stream is free
+//                    the program issues it and its group's stream is free;
+//                    collectives of different groups in flight at once share
+//                    the links of the network levels they both use: a level's
+//                    bytes move only while its links are not carrying another
+//                    transfer (never more than the level's bandwidth in use)
 //   waits            the compute stream stalls until the collective it waits
 //                    for has finished: exposed communication
 //
@@ -57,6 +61,9 @@ struct SimResult {
   double compute_s = 0;            // busy time of the compute stream
   double exposed_comm_s = 0;       // compute stream waiting for collectives
   std::map<std::string, double> exposed_by_kind, comm_busy_by_group;
+  // time the collectives took beyond their own price because transfers of other groups used the same
+  // network level's links at the same time (the level's bandwidth is shared, never exceeded)
+  double link_contention_s = 0;
   std::map<std::string, double> compute_by_class;  // gemm / attention / elementwise / optimizer / launch overhead
   int64_t kernels = 0;
   double tokens_per_step = 0, tokens_per_s = 0, tokens_per_s_per_chip = 0;
@@ -81,6 +88,11 @@ struct SimResult {
 // cfg.simulation's system. Errors (unknown chip/system, a world the system
 // cannot hold, ranks_per_chip that do not divide the world) name the numbers.
 SimResult simulate_step(const JobConfig& cfg, int world);
+
+// The scheduler alone: one rank's events (kernels, collectives and their waits, in program order) on
+// `chip` in `sys`, at their own byte counts (no dtype scaling). The timeline, sums and step time.
+SimResult schedule_events(const std::vector<CostEvent>& events, const device::ChipSpec& chip,
+                          const device::SystemSpec& sys, int ranks_per_chip, const std::string& mode);
 
 // The report lines (TorchTitan-style) of a simulated step.
 std::vector<std::string> describe_simulation(const SimResult& r);
