@@ -2,7 +2,7 @@
 // projection shapes of open-weight models (Qwen3, Llama 3, gpt-oss,
 // DeepSeek-V3), at M = 1, 128 and 2048 rows (batch-size regimes): measured
 // GFLOP/s and MFU of titan's `linear` on this CPU, next to the simulated MFU
-// of the same call on simulated chips (device/cost_model.h; Trainium as one
+// of the same call on simulated chips (simulator/cost_model.h; Trainium as one
 // LNC=2 logical core = a quarter chip, as the article measured it).
 //
 //   ./build/titan-bench [--csv out.csv] [--max-gflop G] [--chips trainium3,gb300,b200]
@@ -10,7 +10,7 @@
 //
 // CPU timings: best of a few repetitions (fewer for big calls); shapes above
 // --max-gflop (default 20) are simulated only (a 500-GFLOP call takes
-// seconds here). The CPU's MFU is against device/specs/chips/cpu-epyc-zen4-2c.
+// seconds here). The CPU's MFU is against simulator/specs/chips/cpu-epyc-zen4-2c.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "device/cost_model.h"
+#include "simulator/cost_model.h"
 #include "src/autograd/grad_mode.h"
 #include "src/config/version.h"
 #include "src/ops/ops.h"
@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   app.add_option("--csv", csv, "also write the table as CSV (plot: scripts/plot_matmul_sweep.py)");
   app.add_option("--max-gflop", max_gflop, "measure calls up to this many GFLOP on the CPU (larger: simulated only)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--chips", chips_arg, "simulated chips, comma-separated (device/specs/chips)");
+  app.add_option("--chips", chips_arg, "simulated chips, comma-separated (simulator/specs/chips)");
   CLI11_PARSE(app, argc, argv);
   const double t_start = now();
   struct Proj {
@@ -68,11 +68,11 @@ int main(int argc, char** argv) {
       {"gpt-oss-120b", "router", 2880, 128},     {"deepseek-v3", "q_a_proj", 7168, 1536},
       {"deepseek-v3", "expert gate/up", 7168, 2048}, {"deepseek-v3", "lm_head", 7168, 129280},
   };
-  std::vector<device::ChipSpec> chips;
-  device::ChipSpec cpu;
+  std::vector<sim::ChipSpec> chips;
+  sim::ChipSpec cpu;
   try {
-    cpu = device::load_chip("cpu-epyc-zen4-2c");
-    for (const auto& n : split(chips_arg)) chips.push_back(device::load_chip(n));
+    cpu = sim::load_chip("cpu-epyc-zen4-2c");
+    for (const auto& n : split(chips_arg)) chips.push_back(sim::load_chip(n));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "titan-bench: %s\n", e.what());
     return 2;
@@ -125,8 +125,8 @@ int main(int argc, char** argv) {
       }
       for (auto& c : chips) {
         // bf16 operands: x [M, K], w [N, K], y [M, N]
-        device::Kernel k;
-        k.kind = device::KernelKind::Gemm;
+        sim::Kernel k;
+        k.kind = sim::KernelKind::Gemm;
         k.flops = 2.0 * M * p.in * p.out;
         k.bytes = 2.0 * ((double)M * p.in + (double)p.in * p.out + (double)M * p.out);
         k.batch = 1;
@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
         k.n = p.out;
         k.k = p.in;
         const int rpc = c.name.rfind("trainium", 0) == 0 ? 4 : 1;  // one LNC=2 logical core
-        const auto t = device::kernel_time(c, rpc, k, device::ExecMode::Compiled);
+        const auto t = sim::kernel_time(c, rpc, k, sim::ExecMode::Compiled);
         const double mfu = k.flops / t.seconds / (c.mfu_peak_tflops * 1e12 / rpc);
         std::printf(" %9.1f%%", 100 * mfu);
         if (out.is_open()) out << "," << mfu;

@@ -597,7 +597,7 @@ Work p2p_work(const char* kind, const std::string& group, int64_t bytes, int64_t
 Work ProcessGroup::isend(const Tensor& x, int dst, int tag) {
   TITAN_CHECK(dst >= 0 && dst < size_ && dst != rank_, "isend: destination ", dst, " is not another rank of group '",
               name_, "' (", size_, " ranks)");
-  const int64_t tid = record_p2p_start("send", ref(), (double)x.nbytes(), (*world_ranks_)[dst], tag);
+  const int64_t tid = record_p2p_start(/*send=*/true, ref(), (double)x.nbytes(), (*world_ranks_)[dst], tag);
   if (x.is_meta() || fake_) return done_work("send", name_, x.nbytes(), tid);
   Tensor in = x.contiguous();
   auto req = std::make_shared<MPI_Request>();
@@ -609,7 +609,7 @@ std::pair<Tensor, Work> ProcessGroup::irecv(const Shape& shape, DType dtype, int
   TITAN_CHECK(src >= 0 && src < size_ && src != rank_, "irecv: source ", src, " is not another rank of group '", name_,
               "' (", size_, " ranks)");
   Tensor out = empty(shape, dtype, fake_ ? Device::Meta : default_device());
-  const int64_t tid = record_p2p_start("recv", ref(), (double)out.nbytes(), (*world_ranks_)[src], tag);
+  const int64_t tid = record_p2p_start(/*send=*/false, ref(), (double)out.nbytes(), (*world_ranks_)[src], tag);
   if (out.is_meta()) return {out, done_work("recv", name_, 0, tid)};
   auto req = std::make_shared<MPI_Request>();
   check_mpi(MPI_Irecv(out.raw_data(), (int)out.numel(), mpi_type(dtype), src, tag, comm_, req.get()), "irecv");

@@ -4,8 +4,8 @@
 // `meta` : shape and dtype only, no storage. Every op on meta inputs computes
 //          its output shape/dtype and reports the FLOPs and bytes it would
 //          move, without touching data. This is how a 32B job is planned on a
-//          laptop. The simulated chips of device/ (specs as data) price these
-//          meta ops; the tensor engine itself only needs the tag.
+//          laptop. The simulator (simulator/: chips and systems as data)
+//          prices these meta ops; the tensor engine itself only needs the tag.
 #pragma once
 #include <string>
 

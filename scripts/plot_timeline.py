@@ -18,6 +18,8 @@ from matplotlib.patches import Patch  # noqa: E402
 def color(ev):
     if ev.get("cat") == "idle":
         return "#d62728"
+    if ev.get("cat") == "bubble":  # a pipeline stage waiting for its neighbour
+        return "#c7c7c7"
     if ev.get("cat") == "comm":
         return {"all_gather": "#1f77b4", "reduce_scatter": "#9467bd", "all_reduce": "#8c564b",
                 "all_to_all": "#e377c2"}.get(ev["name"], "#7f7f7f")

@@ -9,15 +9,16 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "device/cost_model.h"
+#include "simulator/cost_model.h"
 #include "src/config/job_config.h"
 #include "src/tensor/error.h"
-#include "src/train/plan.h"
-#include "src/train/simulate.h"
+#include "simulator/plan.h"
+#include "simulator/schedule.h"
+#include "simulator/simulate.h"
 #include "parallel/pipeline.h"
 
 using namespace titan;
-using namespace titan::device;
+using namespace titan::sim;
 namespace fs = std::filesystem;
 
 namespace {
@@ -209,7 +210,7 @@ TEST(HardwareSpecs, ShippedSpecsLoad) {
 TEST(HardwareSpecs, ErrorsNameTheFileAndKey) {
   const fs::path dir = fs::temp_directory_path() / "titan_specs_test";
   fs::create_directories(dir);
-  const std::string good = std::string(TITAN_SOURCE_DIR) + "/device/specs/chips/trainium2.yaml";
+  const std::string good = std::string(TITAN_SOURCE_DIR) + "/simulator/specs/chips/trainium2.yaml";
   std::string text;
   {
     std::ifstream in(good);
@@ -567,7 +568,7 @@ TEST(Simulation, CollectivesSlowTheKernelsTheyOverlapByTheChipsInterference) {
   fs::create_directories(dir);
   std::string text;
   {
-    std::ifstream in(std::string(TITAN_SOURCE_DIR) + "/device/specs/chips/a100-sxm.yaml");
+    std::ifstream in(std::string(TITAN_SOURCE_DIR) + "/simulator/specs/chips/a100-sxm.yaml");
     text.assign(std::istreambuf_iterator<char>(in), {});
   }
   const size_t at = text.find("comm_interference: 0.1");
@@ -659,7 +660,11 @@ TEST(Pipeline, LayoutSplitsBlocksAndRefusesWhatCannotRun) {
   EXPECT_NE(error_of([] { parallel::pipeline_actions(parallel::PipelineSchedule::Interleaved1F1B, 4, 8, 6, 0); })
                 .find("multiple of pipeline_parallel_degree"),
             std::string::npos);
-  // config: tied embeddings and a micro-batch size that does not divide the batch
+  // config: pipeline keys without a pipeline, tied embeddings, a micro-batch size that does not divide the batch
+  EXPECT_NE(error_of([] {
+              config("configs/qwen3_debug.yaml", {"parallelism.pipeline_parallel_schedule", "GPipe"});
+            }).find("only with parallelism.pipeline_parallel_degree > 1"),
+            std::string::npos);
   EXPECT_NE(error_of([] {
               config("configs/qwen3_debug.yaml",
                      {"parallelism.pipeline_parallel_degree", "2", "model.enable_weight_tying", "true"});

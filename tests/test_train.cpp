@@ -509,7 +509,7 @@ TEST(Export, MismatchedOrTruncatedFilesAreClearErrors) {
 }
 
 // ---- planning on meta tensors -----------------------------------------------------------
-#include "src/train/plan.h"
+#include "simulator/plan.h"
 
 TEST(Plan, Qwen3_32BOn64RanksRunsOnMetaTensors) {
   JobConfig c = load_job_config_file(std::string(TITAN_SOURCE_DIR) + "/configs/qwen3_32b.yaml",

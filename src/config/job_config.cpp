@@ -361,6 +361,11 @@ void validate(const JobConfig& c) {
     TITAN_CHECK(p.pipeline_parallel_layers_per_stage == -1 || p.pipeline_parallel_layers_per_stage >= 1,
                 "config error: parallelism.pipeline_parallel_layers_per_stage must be >= 1 (or -1: split evenly), got ",
                 p.pipeline_parallel_layers_per_stage);
+    TITAN_CHECK(p.pipeline_parallel_degree > 1 ||
+                    (p.pipeline_parallel_schedule == "1F1B" && p.pipeline_parallel_microbatch_size == 1 &&
+                     p.pipeline_parallel_layers_per_stage == -1),
+                "config error: parallelism.pipeline_parallel_schedule / _microbatch_size / _layers_per_stage apply "
+                "only with parallelism.pipeline_parallel_degree > 1 (it is 1); set the degree or drop the keys");
     TITAN_CHECK(p.pipeline_parallel_degree == 1 || !c.model.enable_weight_tying,
                 "config error: parallelism.pipeline_parallel_degree ", p.pipeline_parallel_degree,
                 " with model.enable_weight_tying: true — the first stage (embedding) and the last (head) would share "
@@ -405,7 +410,7 @@ void validate(const JobConfig& c) {
     if (!c.simulation.moe_routing_histogram.empty()) parse_routing_histogram(c.simulation.moe_routing_histogram);
   }
   TITAN_CHECK(!c.simulation.enabled || !c.simulation.system.empty(),
-              "config error: simulation.enabled needs simulation.system (a file in device/specs/systems, e.g. "
+              "config error: simulation.enabled needs simulation.system (a file in simulator/specs/systems, e.g. "
               "trn2-instance, or a path to a .yaml)");
   TITAN_CHECK(c.checkpoint.interval > 0 && c.checkpoint.keep_latest_k >= 0,
               "config error: checkpoint.interval must be > 0 and checkpoint.keep_latest_k >= 0");

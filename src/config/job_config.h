@@ -171,12 +171,12 @@ struct JobConfig {
   } profiling;
 
   // Planning on meta tensors (the simulator's front half): no data, no memory
-  struct Simulation {  // the simulated UltraServer (device/specs, src/train/simulate.h)
+  struct Simulation {  // the simulated UltraServer (simulator/specs, simulator/simulate.h)
     bool enabled = false;    // run one step on meta tensors as world_size ranks and price it; no real training
     int64_t world_size = 1;  // fake ranks of the simulated job
-    std::string system = "";  // device/specs/systems/<name>.yaml or a path; set without `enabled`, real runs
+    std::string system = "";  // simulator/specs/systems/<name>.yaml or a path; set without `enabled`, real runs
                               // print the simulated figures of their own world next to the measured ones
-    std::string chip = "";    // overrides the system's chip (device/specs/chips/<name>.yaml or a path)
+    std::string chip = "";    // overrides the system's chip (simulator/specs/chips/<name>.yaml or a path)
     int64_t ranks_per_chip = 1;  // Trainium LNC=2: 8 NeuronCores / 2 = 4 ranks per chip
     int64_t num_systems = 1;     // systems joined by the system's scale_out network
     std::string mode = "eager";  // eager (every op a kernel) | compiled (elementwise chains fused)

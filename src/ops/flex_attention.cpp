@@ -520,7 +520,9 @@ void record_costs(const Problem& p, const std::vector<const Tensor*>& io, bool b
     record_cost(backward ? "flex_score_mod_backward" : "flex_score_mod", 0, pairs * es * (backward ? 3 : 2),
                 KernelClass::EagerOnly);
   if (backward)
-    record_cost("flex_attention_backward", pairs * (10.0 * p.d.D + 6.0 + mod_flops), bytes, KernelClass::Attention);
+    // eager: the flash backward plus the dO*O row-sum preprocessing kernel
+    record_cost("flex_attention_backward", pairs * (10.0 * p.d.D + 6.0 + mod_flops), bytes, GemmShape{},
+                KernelClass::Attention, EagerSplit{2, 1.2});
   else
     record_cost("flex_attention", pairs * (4.0 * p.d.D + 5.0 + mod_flops), bytes, KernelClass::Attention);
 }

@@ -134,9 +134,9 @@ Tensor index_select_forward(const char* op, const Tensor& x, int64_t dim, const 
 
 // out = x (copied); out[o, idx[i], c] += src[o, i, c], i in order
 Tensor index_add_forward(const char* op, const Tensor& x, int64_t dim, const std::vector<int64_t>& iv,
-                         const Tensor& src) {
+                         const Tensor& src, EagerSplit eager = {}) {
   Tensor out = empty(x.shape(), x.dtype(), x.device());
-  record_cost(op, (double)src.numel(), bytes_of({&x, &src, &out}));
+  record_cost(op, (double)src.numel(), bytes_of({&x, &src, &out}), eager);
   if (x.is_meta()) return out;
   copy_(out, x);
   const Split3 px = split_at(x.shape(), dim);
@@ -255,7 +255,8 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   return record("embedding", {weight}, out, [ws = weight.shape(), iv](const std::vector<Tensor>& g) {
     Tensor g2 = reshape(g[0], {-1, ws[1]});
     return std::vector<Tensor>{
-        index_add_forward("embedding_backward", zeros(ws, g[0].dtype(), g[0].device()), 0, iv, g2)};
+        index_add_forward("embedding_backward", zeros(ws, g[0].dtype(), g[0].device()), 0, iv, g2,
+                          EagerSplit{2, 1.0})};  // eager: zeros + index_add
   });
 }
 

@@ -26,7 +26,8 @@ std::pair<Tensor, Tensor> rms_norm_forward(const Tensor& x, const Tensor& w, dou
   const int64_t H = x.size(-1), R = H ? x.numel() / H : 0;
   Tensor y = empty(x.shape(), x.dtype(), x.device());
   Tensor rstd = empty({R}, x.dtype(), x.device());
-  record_cost("rms_norm", 4.0 * (double)x.numel(), bytes_of({&x, &w, &y, &rstd}));
+  // eager (TorchTitan's module): float(), pow, mean, add eps, rsqrt, mul, type_as, mul weight
+  record_cost("rms_norm", 4.0 * (double)x.numel(), bytes_of({&x, &w, &y, &rstd}), EagerSplit{8, 8.0});
   if (x.is_meta()) return {y, rstd};
   dispatch_float(x.dtype(), "rms_norm", [&]<typename T>() {
     const T* px = x.data<T>();
@@ -54,7 +55,8 @@ std::pair<Tensor, Tensor> rms_norm_backward(const Tensor& g, const Tensor& x, co
   const int64_t H = x.size(-1), R = H ? x.numel() / H : 0;
   Tensor dx = empty(x.shape(), x.dtype(), x.device());
   Tensor dw = zeros(w.shape(), w.dtype(), w.device());
-  record_cost("rms_norm_backward", 8.0 * (double)x.numel(), bytes_of({&g, &x, &w, &dx, &dw}));
+  record_cost("rms_norm_backward", 8.0 * (double)x.numel(), bytes_of({&g, &x, &w, &dx, &dw}),
+              EagerSplit{10, 8.0});  // eager: autograd of the forward's chain, float32 intermediates
   if (x.is_meta()) return {dx, dw};
   Tensor gc = g.contiguous();
   dispatch_float(x.dtype(), "rms_norm_backward", [&]<typename T>() {
@@ -111,7 +113,8 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_forward(const Tensor& x, const Ten
   Tensor y = empty(x.shape(), x.dtype(), x.device());
   Tensor mu = empty({R}, x.dtype(), x.device());
   Tensor rstd = empty({R}, x.dtype(), x.device());
-  record_cost("layer_norm", 6.0 * (double)x.numel(), bytes_of({&x, &w, &b, &y, &mu, &rstd}));
+  record_cost("layer_norm", 6.0 * (double)x.numel(), bytes_of({&x, &w, &b, &y, &mu, &rstd}),
+              EagerSplit{2, 2.0});  // eager: native_layer_norm + cast
   if (x.is_meta()) return {y, mu, rstd};
   dispatch_float(x.dtype(), "layer_norm", [&]<typename T>() {
     const T* px = x.data<T>();
@@ -143,7 +146,8 @@ std::vector<Tensor> layer_norm_backward(const Tensor& g, const Tensor& x, const 
   Tensor dx = empty(x.shape(), x.dtype(), x.device());
   Tensor dw = zeros(w.shape(), w.dtype(), w.device());
   Tensor db = has_bias ? zeros(w.shape(), w.dtype(), w.device()) : Tensor();
-  record_cost("layer_norm_backward", 10.0 * (double)x.numel(), bytes_of({&g, &x, &w, &dx, &dw, &db}));
+  record_cost("layer_norm_backward", 10.0 * (double)x.numel(), bytes_of({&g, &x, &w, &dx, &dw, &db}),
+              EagerSplit{3, 2.0});
   if (x.is_meta()) return {dx, dw, db};
   Tensor gc = g.contiguous();
   dispatch_float(x.dtype(), "layer_norm_backward", [&]<typename T>() {

@@ -9,7 +9,8 @@ namespace {
 template <bool kInverse>
 Tensor rope_apply(const char* name, const Tensor& x, const Tensor& cos, const Tensor& sin) {
   Tensor y = empty(x.shape(), x.dtype(), x.device());
-  record_cost(name, 3.0 * (double)x.numel(), bytes_of({&x, &y}) + bytes_of({&cos, &sin}));
+  // eager (TorchTitan's): float(), view_as_complex * freqs, view_as_real, type_as
+  record_cost(name, 3.0 * (double)x.numel(), bytes_of({&x, &y}) + bytes_of({&cos, &sin}), EagerSplit{4, 5.0});
   if (x.is_meta()) return y;
   const int64_t B = x.size(0), S = x.size(1), H = x.size(2), D = x.size(3), h = D / 2;
   Tensor xc = x.contiguous(), cc = cos.contiguous(), sc = sin.contiguous();

@@ -47,7 +47,7 @@ Tensor softmax_forward(const Tensor& x) {
   need_float(name, x);
   TITAN_CHECK(x.dim() >= 1, name, ": expected rank >= 1, got a scalar");
   Tensor y = empty(x.shape(), x.dtype(), x.device());
-  record_cost(name, 4.0 * (double)x.numel(), bytes_of({&x, &y}));
+  record_cost(name, 4.0 * (double)x.numel(), bytes_of({&x, &y}), kLog ? EagerSplit{} : EagerSplit{2, 2.0});
   if (x.is_meta()) return y;
   Tensor xc = x.contiguous();
   const int64_t C = x.size(-1), R = C ? x.numel() / C : 0;
@@ -61,7 +61,7 @@ template <bool kLog>
 Tensor softmax_backward(const Tensor& g, const Tensor& y) {
   const char* name = kLog ? "log_softmax_backward" : "softmax_backward";
   Tensor dx = empty(y.shape(), y.dtype(), y.device());
-  record_cost(name, 4.0 * (double)y.numel(), bytes_of({&g, &y, &dx}));
+  record_cost(name, 4.0 * (double)y.numel(), bytes_of({&g, &y, &dx}), kLog ? EagerSplit{} : EagerSplit{2, 2.0});
   if (y.is_meta()) return dx;
   Tensor gc = g.contiguous();
   const int64_t C = y.size(-1), R = C ? y.numel() / C : 0;
@@ -110,7 +110,8 @@ std::tuple<Tensor, Tensor, int64_t> cross_entropy_forward(const Tensor& logits, 
   const int64_t N = logits.size(0), V = logits.size(1);
   Tensor loss = empty({}, logits.dtype(), logits.device());
   Tensor lse = empty({N}, logits.dtype(), logits.device());
-  record_cost("cross_entropy", 4.0 * (double)N * V, bytes_of({&logits, &lse}));
+  record_cost("cross_entropy", 4.0 * (double)N * V, bytes_of({&logits, &lse}),
+              EagerSplit{3, 3.0});  // eager: float(), log_softmax, nll_loss
   int64_t valid = 0;
   if (logits.is_meta()) return {loss, lse, N};
   for (int64_t i = 0; i < N; ++i) {
@@ -153,7 +154,7 @@ Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tenso
                               int64_t ignore_index, int64_t valid) {
   const int64_t N = logits.size(0), V = logits.size(1);
   Tensor dx = empty({N, V}, logits.dtype(), logits.device());
-  record_cost("cross_entropy_backward", 3.0 * (double)N * V, bytes_of({&logits, &dx}));
+  record_cost("cross_entropy_backward", 3.0 * (double)N * V, bytes_of({&logits, &dx}), EagerSplit{3, 3.0});
   if (logits.is_meta()) return dx;
   dispatch_float(logits.dtype(), "cross_entropy_backward", [&]<typename T>() {
     const T* x = logits.data<T>();

@@ -36,7 +36,7 @@ void AdamW::step(double lr) {
     Tensor g = s.param->grad();
     if (!g.defined()) continue;
     // ~12 FLOPs per element; reads p, g, m, v and writes p, m, v
-    record_cost("adamw", 12.0 * (double)s.param->numel(), 7.0 * (double)s.param->nbytes());
+    record_cost("adamw", 12.0 * (double)s.param->numel(), 7.0 * (double)s.param->nbytes(), KernelClass::Optimizer);
     if (s.param->is_meta()) continue;
     TITAN_CHECK(s.param->dtype() == DType::F32 && s.param->is_contiguous(), "AdamW: parameter ", s.name,
                 " must be a contiguous float32 tensor");

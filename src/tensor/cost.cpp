@@ -59,7 +59,7 @@ CostTrace::~CostTrace() { t_trace = parent_; }
 CostRecordPause::CostRecordPause() { ++t_paused; }
 CostRecordPause::~CostRecordPause() { --t_paused; }
 
-void record_cost(const char* op, double flops, double bytes, const GemmShape& gemm, KernelClass cls) {
+void record_cost(const char* op, double flops, double bytes, const GemmShape& gemm, KernelClass cls, EagerSplit eager) {
   if (t_paused) return;
   if (t_trace) {
     CostEvent e;
@@ -68,6 +68,7 @@ void record_cost(const char* op, double flops, double bytes, const GemmShape& ge
     e.bytes = bytes;
     e.gemm = gemm;
     e.cls = cls;
+    e.eager = eager;
     e.t = t_trace->elapsed();
     t_trace->events_.push_back(std::move(e));
   }
@@ -114,9 +115,10 @@ int64_t record_comm_start(const char* kind, const CommGroupRef& group, double by
   return e.comm_id;
 }
 
-int64_t record_p2p_start(const char* kind, const CommGroupRef& group, double bytes, int peer, int64_t tag) {
-  const int64_t id = record_comm_start(kind, group, bytes);
+int64_t record_p2p_start(bool send, const CommGroupRef& group, double bytes, int peer, int64_t tag) {
+  const int64_t id = record_comm_start(send ? "send" : "recv", group, bytes);
   if (id >= 0) {
+    t_trace->events_.back().send = send;
     t_trace->events_.back().peer = peer;
     t_trace->events_.back().tag = tag;
   }

@@ -34,8 +34,17 @@ enum class KernelClass : uint8_t {
   Attention,    // a fused (flash) attention kernel
   EagerOnly,    // traffic only an eager framework pays (e.g. a score_mod run as its own kernels over
                 // materialized scores); its arithmetic is already in the fused kernel's record
+  Optimizer,    // the optimizer's update (reads and writes fp32 state: not scaled to the activation dtype)
   PipelineMark, // no kernel: a pipeline schedule begins / ends here (alternately), so the simulator
                 // measures the bubble within the schedule's window
+};
+
+// How PyTorch's eager mode runs an op that titan runs as one kernel: `kernels` launches sharing the op's
+// arithmetic and moving `traffic` times its bytes (float32 upcasts, materialized intermediates). Declared
+// by the op with its cost record; the simulator prices eager mode by it (compiled mode: one kernel).
+struct EagerSplit {
+  int kernels = 1;
+  double traffic = 1.0;
 };
 
 struct OpCost {
@@ -60,7 +69,7 @@ class CostScope {
   void flush_time();
 
  private:
-  friend void record_cost(const char*, double, double, const GemmShape&, KernelClass);
+  friend void record_cost(const char*, double, double, const GemmShape&, KernelClass, EagerSplit);
   CostScope* parent_;
   bool timed_;
   OpCost total_;
@@ -103,10 +112,12 @@ struct CostEvent {
   double flops = 0, bytes = 0;
   GemmShape gemm;        // Compute: GEMM dims when the op is one
   KernelClass cls = KernelClass::Elementwise;  // Compute: when not a GEMM
+  EagerSplit eager;      // Compute: the op's eager-mode kernels
   int64_t comm_id = -1;  // CommStart / CommWait: pairs them
   CommGroupRef group;    // CommStart: the process group
   bool gradients = false;  // CommStart: issued inside a GradientReductionScope
   int peer = -1;           // CommStart of a point-to-point send / recv: the other side's world rank
+  bool send = false;       //   true: this rank sends
   int64_t tag = -1;        //   and the message tag (a send and its recv share (sender, receiver, tag))
   double t = 0;          // timed traces: seconds since the trace began, at the record
 };
@@ -124,9 +135,9 @@ class CostTrace {
   std::vector<CostEvent> take() { return std::move(events_); }
 
  private:
-  friend void record_cost(const char*, double, double, const GemmShape&, KernelClass);
+  friend void record_cost(const char*, double, double, const GemmShape&, KernelClass, EagerSplit);
   friend int64_t record_comm_start(const char*, const CommGroupRef&, double);
-  friend int64_t record_p2p_start(const char*, const CommGroupRef&, double, int, int64_t);
+  friend int64_t record_p2p_start(bool, const CommGroupRef&, double, int, int64_t);
   friend void record_comm_wait(int64_t);
   CostTrace* parent_;
   bool timed_;
@@ -147,9 +158,12 @@ class CostRecordPause {
 
 // Called by every op kernel (cheap when no scope or trace is active).
 void record_cost(const char* op, double flops, double bytes, const GemmShape& gemm = {},
-                 KernelClass cls = KernelClass::Elementwise);
+                 KernelClass cls = KernelClass::Elementwise, EagerSplit eager = {});
 inline void record_cost(const char* op, double flops, double bytes, KernelClass cls) {
   record_cost(op, flops, bytes, GemmShape{}, cls);
+}
+inline void record_cost(const char* op, double flops, double bytes, EagerSplit eager) {
+  record_cost(op, flops, bytes, GemmShape{}, KernelClass::Elementwise, eager);
 }
 // Called by the communication layer. `bytes` is the collective's size as the
 // cost model takes it: all_gather: the gathered output; reduce_scatter and
@@ -158,7 +172,7 @@ inline void record_cost(const char* op, double flops, double bytes, KernelClass 
 // for record_comm_wait (-1 when nothing records).
 int64_t record_comm_start(const char* kind, const CommGroupRef& group, double bytes);
 void record_comm_wait(int64_t id);
-// A point-to-point transfer ("send" / "recv") of `bytes` with world rank `peer` under `tag`.
-int64_t record_p2p_start(const char* kind, const CommGroupRef& group, double bytes, int peer, int64_t tag);
+// A point-to-point transfer (send: this rank sends, else receives) of `bytes` with world rank `peer` under `tag`.
+int64_t record_p2p_start(bool send, const CommGroupRef& group, double bytes, int peer, int64_t tag);
 
 }  // namespace titan

@@ -19,8 +19,8 @@
 #include "src/train/eval.h"
 #include "src/train/job_lock.h"
 #include "src/train/preemption.h"
-#include "src/train/plan.h"
-#include "src/train/simulate.h"
+#include "simulator/plan.h"
+#include "simulator/simulate.h"
 #include "src/train/metrics.h"
 #include "src/train/train_spec.h"
 #include "src/train/train_step.h"
@@ -115,7 +115,14 @@ TrainResult train(const JobConfig& cfg) {
   }
   mesh.world_pg->barrier();
   if (cfg.job.print_args) log_info("effective config:\n" + cfg_text);
-  log_info("parallelism: " + mesh.describe() + (dp > 1 || mesh.degrees.tp > 1 ? "" : " (single rank)"));
+  log_info("parallelism: " + mesh.describe() + (mesh.world > 1 ? "" : " (single rank)"));
+  if (mesh.degrees.pp > 1) {
+    const auto& p = cfg.parallelism;
+    log_info("pipeline: " + p.pipeline_parallel_schedule + ", " +
+             std::to_string(cfg.training.local_batch_size / p.pipeline_parallel_microbatch_size) +
+             " micro-batches of " + std::to_string(p.pipeline_parallel_microbatch_size) + " per schedule; " +
+             pipeline_layout(cfg).describe());
+  }
   // ---- simulated figures of this very job on the configured system (each rank mapped to a chip)
   std::string sim_suffix;
   if (!cfg.simulation.system.empty() && mesh.rank == 0) {  // rank 0 prices the job once; only rank 0 logs

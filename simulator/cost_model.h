@@ -1,5 +1,5 @@
-// device/cost_model.h — what a kernel and a collective cost on simulated
-// hardware (device/hardware.h). Pure functions of the specs; the scheduler
+// simulator/cost_model.h — what a kernel and a collective cost on simulated
+// hardware (simulator/hardware.h). Pure functions of the specs; the scheduler
 // that strings them into a training step is src/train/simulate.
 //
 // Kernels (roofline): a rank owns 1/ranks_per_chip of its chip (cores, HBM
@@ -27,9 +27,9 @@
 #include <string>
 #include <vector>
 
-#include "device/hardware.h"
+#include "simulator/hardware.h"
 
-namespace titan::device {
+namespace titan::sim {
 
 enum class ExecMode { Eager, Compiled };
 ExecMode parse_exec_mode(const std::string& s);  // "eager" | "compiled"
@@ -87,4 +87,4 @@ CollectiveTime collective_time(const ChipSpec& chip, const SystemSpec& sys, int 
 // scale-out network, plus one step of latency.
 CollectiveTime p2p_time(const ChipSpec& chip, const SystemSpec& sys, double bytes, const GroupSpan& span);
 
-}  // namespace titan::device
+}  // namespace titan::sim

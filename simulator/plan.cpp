@@ -1,4 +1,4 @@
-#include "src/train/plan.h"
+#include "simulator/plan.h"
 
 #include <cmath>
 #include <memory>

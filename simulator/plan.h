@@ -1,4 +1,4 @@
-// src/train/plan.h — a training step run on meta tensors with a fake process
+// simulator/plan.h — a training step run on meta tensors with a fake process
 // group of the simulated world size, in one process: what each rank would
 // hold (memory by category, peak) and compute (FLOPs and bytes per op),
 // without allocating or computing anything. The simulated UltraServer

@@ -1,4 +1,4 @@
-#include "device/hardware.h"
+#include "simulator/hardware.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -10,13 +10,13 @@
 #include <stdexcept>
 
 #ifndef TITAN_DEVICE_SPECS_DIR
-#define TITAN_DEVICE_SPECS_DIR "device/specs"
+#define TITAN_DEVICE_SPECS_DIR "simulator/specs"
 #endif
 #ifndef TITAN_INSTALL_SPECS_DIR
 #define TITAN_INSTALL_SPECS_DIR "/usr/local/share/titan/specs"
 #endif
 
-namespace titan::device {
+namespace titan::sim {
 namespace fs = std::filesystem;
 
 const char* topology_name(Topology t) {
@@ -230,4 +230,4 @@ double gemm_efficiency(const ChipSpec& c, double gflop) {
   return t.back().efficiency;
 }
 
-}  // namespace titan::device
+}  // namespace titan::sim

@@ -1,5 +1,5 @@
-// device/hardware.h — simulated hardware as data: chips and the systems that
-// join them. Specs live in YAML under device/specs/{chips,systems}/, every
+// simulator/hardware.h — simulated hardware as data: chips and the systems that
+// join them. Specs live in YAML under simulator/specs/{chips,systems}/, every
 // figure with its source in a comment; this file only loads and checks them.
 //
 // Rank -> chip mapping (documented order): ranks fill chips in order,
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace titan::device {
+namespace titan::sim {
 
 // Efficiency of a GEMM as a function of its size: (GFLOP per call, fraction
 // of peak), interpolated linearly in log10(GFLOP), clamped at the ends.
@@ -62,7 +62,7 @@ struct SystemSpec {
   NetworkLevel scale_out;             // between systems (EFA / InfiniBand), per chip
 };
 
-// Directory of device/specs (TITAN_DEVICE_SPECS overrides the built-in path).
+// Directory of simulator/specs (TITAN_DEVICE_SPECS overrides the built-in path).
 std::string specs_dir();
 std::vector<std::string> known_chips();
 std::vector<std::string> known_systems();
@@ -74,4 +74,4 @@ SystemSpec load_system(const std::string& name_or_path);
 // A chip spec's GEMM efficiency at `gflop` per call (interpolated).
 double gemm_efficiency(const ChipSpec& c, double gflop);
 
-}  // namespace titan::device
+}  // namespace titan::sim

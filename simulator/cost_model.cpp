@@ -1,4 +1,4 @@
-#include "device/cost_model.h"
+#include "simulator/cost_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <set>
 #include <stdexcept>
 
-namespace titan::device {
+namespace titan::sim {
 
 ExecMode parse_exec_mode(const std::string& s) {
   if (s == "eager") return ExecMode::Eager;
@@ -225,4 +225,4 @@ CollectiveTime p2p_time(const ChipSpec& c, const SystemSpec& sys, double bytes, 
   return out;
 }
 
-}  // namespace titan::device
+}  // namespace titan::sim

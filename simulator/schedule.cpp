@@ -1,0 +1,356 @@
+#include "simulator/schedule.h"
+
+#include <algorithm>
+#include <iterator>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "src/tensor/error.h"
+
+namespace titan {
+
+namespace {
+using namespace titan::sim;
+
+KernelKind kind_of(const CostEvent& e) {
+  if (e.gemm.batch > 0) return KernelKind::Gemm;
+  if (e.cls == KernelClass::Attention) return KernelKind::Attention;
+  return KernelKind::Other;
+}
+
+std::string class_of(const CostEvent& e) {
+  switch (kind_of(e)) {
+    case KernelKind::Gemm: return "gemm";
+    case KernelKind::Attention: return "attention";
+    default: return e.cls == KernelClass::Optimizer ? "optimizer" : "elementwise";
+  }
+}
+// One simulated rank's timeline: its compute stream, a stream per process group, the collectives in flight.
+// Ranks of different pipeline stages run side by side (Schedule below): a receive waits for the matching
+// send of the other stage, a collective whose group spans several simulated ranks starts when all of them
+// have issued it.
+struct Lane {
+  int rank = 0, stage = 0;
+  const std::vector<CostEvent>* events = nullptr;
+  size_t next = 0;
+  double tc = 0;  // compute stream clock
+  std::map<std::string, double> stream_free;
+  std::map<uint64_t, std::string> stream_of_group;
+  struct Pending {
+    double end;
+    std::string kind;
+    int64_t span;
+    bool recv;  // a pipeline receive: waiting for it is bubble, not exposed communication
+  };
+  std::map<int64_t, Pending> inflight;
+  struct Fused {
+    double flops = 0, bytes = 0;
+    int n = 0;
+    std::string name;
+  } fused;
+  std::map<std::vector<int>, int64_t> collectives_seen;  // per member set: collectives issued (cross-rank matching)
+  // per network level (by name): when this rank's transfers use its links (contention between groups)
+  std::map<std::string, std::vector<std::pair<double, double>>> link_busy;
+  bool registered = false;  // the collective at `next` has been announced to the other lanes
+  SimResult r;              // this lane's timeline and sums
+  std::vector<double> marks;  // pipeline schedules: begin, end, begin, end, ... (compute clock)
+  bool done() const { return next >= events->size(); }
+};
+
+class Schedule {
+ public:
+  Schedule(const ChipSpec& chip, const SystemSpec& sys, int rpc, ExecMode mode, double act_scale, double red_scale)
+      : chip_(chip), sys_(sys), rpc_(rpc), mode_(mode), act_scale_(act_scale), red_scale_(red_scale) {}
+
+  // Runs every lane to its end. Fails when the lanes wait on each other (a schedule that cannot finish).
+  void run(std::vector<Lane>& lanes) {
+    for (auto& l : lanes) simulated_.push_back(l.rank);
+    std::sort(simulated_.begin(), simulated_.end());
+    for (;;) {
+      bool all = true, progress = false;
+      for (auto& l : lanes) {
+        const size_t before = l.next;
+        advance(l);
+        progress = progress || l.next != before;
+        all = all && l.done();
+      }
+      if (all) break;
+      TITAN_CHECK(progress, "simulation: the pipeline stages wait on each other forever (a receive without its send, "
+                  "or a collective some stage never issues): the planned schedule cannot finish");
+    }
+    for (auto& l : lanes) {
+      flush_fused(l);
+      l.r.step_s = l.tc;
+      for (auto& [s, t] : l.stream_free) l.r.step_s = std::max(l.r.step_s, t);
+    }
+  }
+
+ private:
+  void emit_kernel(Lane& l, const std::string& name, const std::string& cls, const Kernel& k) {
+    const KernelTime kt = kernel_time(chip_, rpc_, k, mode_);
+    double extra = 0;  // the part of the kernel that overlaps a collective runs slower (chip.comm_interference)
+    if (chip_.comm_interference > 0) {
+      double busy_until = l.tc;
+      for (auto& [s, t] : l.stream_free) busy_until = std::max(busy_until, t);
+      const double overlap = std::min(kt.seconds - kt.overhead_s, busy_until - l.tc);
+      if (overlap > 0) extra = overlap * chip_.comm_interference / (1 - chip_.comm_interference);
+    }
+    SimResult& r = l.r;
+    r.spans.push_back({"compute", name, "compute", l.tc, kt.seconds + extra, k.flops, k.bytes, -1, l.stage});
+    l.tc += kt.seconds + extra;
+    r.compute_s += kt.seconds + extra;
+    r.compute_by_class[cls] += kt.seconds - kt.overhead_s;
+    r.compute_by_class["launch overhead"] += kt.overhead_s;
+    if (extra > 0) r.compute_by_class["comm interference"] += extra;
+    ++r.kernels;
+  }
+  void flush_fused(Lane& l) {
+    auto& f = l.fused;
+    if (f.n == 0) return;
+    Kernel k;
+    k.flops = f.flops;
+    k.bytes = f.bytes;
+    const std::string name = f.n == 1 ? f.name : "fused(" + f.name + " +" + std::to_string(f.n - 1) + ")";
+    f = Lane::Fused();
+    emit_kernel(l, name, "elementwise", k);
+  }
+  // Places a transfer of `work` seconds (at the links' full rate) from t on a level whose links already
+  // carry `busy` (intervals): it moves its bytes in the gaps, so bytes of concurrent transfers share the
+  // level's bandwidth (the level is never more than fully used). Returns its end; adds its pieces to busy.
+  static double fill_gaps(double t, double work, std::vector<std::pair<double, double>>& busy) {
+    std::vector<std::pair<double, double>> pieces;
+    while (work > 1e-15) {
+      bool inside = false;
+      double next = 1e300;
+      for (const auto& [a, b] : busy) {
+        if (a <= t && t < b) {
+          inside = true;
+          next = std::min(next, b);  // wait for this one to end
+        } else if (a > t) {
+          next = std::min(next, a);
+        }
+      }
+      if (inside) {
+        t = next;
+        continue;
+      }
+      const double piece = std::min(work, next - t);
+      pieces.emplace_back(t, t + piece);
+      work -= piece;
+      t += piece;
+    }
+    busy.insert(busy.end(), pieces.begin(), pieces.end());
+    return t;
+  }
+  // Places a collective's levels one after another from `start` on this rank's links; returns its end.
+  // Transfers of other groups on the same level's links at the same time share its bandwidth.
+  double place_on_links(Lane& l, const CollectiveTime& ct, double start) {
+    double t = start;
+    for (const auto& lv : ct.levels) t = fill_gaps(t, lv.transfer_s, l.link_busy[lv.name]) + lv.latency_s;
+    l.r.link_contention_s += std::max(0.0, (t - start) - ct.seconds);
+    return t;
+  }
+  std::string stream_for(Lane& l, const CostEvent& e, const std::string& prefix) {
+    // one stream per group (by id; the name only labels its lane)
+    auto [sit, fresh] = l.stream_of_group.emplace(e.group.id, prefix + e.group.name);
+    if (fresh)
+      for (const auto& [id, label] : l.stream_of_group)
+        if (id != e.group.id && label == sit->second) sit->second += "#" + std::to_string(l.stream_of_group.size());
+    return sit->second;
+  }
+  void compute(Lane& l, const CostEvent& e) {
+    Kernel k;
+    k.kind = kind_of(e);
+    k.flops = e.flops;
+    k.bytes = e.bytes * (e.cls == KernelClass::Optimizer ? 1.0 : act_scale_);  // fp32 state either way
+    k.batch = e.gemm.batch;
+    k.m = e.gemm.m;
+    k.n = e.gemm.n;
+    k.k = e.gemm.k;
+    if (e.cls == KernelClass::PipelineMark) {  // a schedule's window opens / closes here
+      flush_fused(l);
+      l.marks.push_back(l.tc);
+      return;
+    }
+    if (e.flops == 0 && e.bytes == 0) return;
+    // a compiled step fuses it into the attention kernel (whose record holds its arithmetic)
+    if (e.cls == KernelClass::EagerOnly && mode_ == ExecMode::Compiled) return;
+    if (mode_ == ExecMode::Compiled && k.kind == KernelKind::Other && e.cls != KernelClass::Optimizer) {
+      // a fused chain reads its inputs and writes its output once: its
+      // traffic is that of its largest member, its arithmetic the sum
+      l.fused.flops += k.flops;
+      l.fused.bytes = std::max(l.fused.bytes, k.bytes);
+      if (l.fused.n++ == 0) l.fused.name = e.op;
+      return;
+    }
+    flush_fused(l);
+    // eager mode: the kernels PyTorch's eager aten decomposition launches for the op, as the op declared
+    // them (EagerSplit: launches sharing its arithmetic, multiplied traffic); compiled mode: one
+    const EagerSplit d = mode_ == ExecMode::Eager ? e.eager : EagerSplit{};
+    if (d.kernels > 1 || d.traffic != 1.0) {
+      Kernel part = k;
+      part.flops = k.flops / d.kernels;
+      part.bytes = k.bytes * d.traffic / d.kernels;
+      for (int i = 0; i < d.kernels; ++i) emit_kernel(l, e.op, class_of(e), part);
+    } else {
+      emit_kernel(l, e.op, class_of(e), k);
+    }
+  }
+  // A send / receive between pipeline stages. Returns false when the receive's send is not scheduled yet.
+  bool p2p(Lane& l, const CostEvent& e) {
+    const double bytes = e.bytes * act_scale_;
+    if (!e.send) {
+      auto it = arrivals_.find({e.peer, l.rank, e.tag});
+      if (it == arrivals_.end()) {
+        TITAN_CHECK(std::binary_search(simulated_.begin(), simulated_.end(), e.peer), "simulation: rank ", l.rank,
+                    " receives from rank ", e.peer, ", which the simulation does not play");
+        return false;
+      }
+      l.inflight[e.comm_id] = {it->second, "recv", -1, true};
+      return true;
+    }
+    flush_fused(l);
+    const GroupSpan span = group_span(sys_, rpc_, {l.rank, e.peer});
+    const CollectiveTime ct = p2p_time(chip_, sys_, bytes, span);
+    const std::string stream = stream_for(l, e, "p2p:");
+    const double start = std::max(l.tc, l.stream_free[stream]);
+    const double end = ct.seconds > 0 ? place_on_links(l, ct, start) : start;
+    l.stream_free[stream] = end;
+    l.r.comm_busy_by_group[e.group.name] += end - start;
+    algo_of_["send/recv over " + e.group.name] = ct.algorithm;
+    int64_t idx = -1;
+    if (ct.seconds > 0) {
+      idx = (int64_t)l.r.spans.size();
+      l.r.spans.push_back({stream, "send", "comm", start, end - start, 0, bytes, -1, l.stage});
+    }
+    arrivals_[{l.rank, e.peer, e.tag}] = end;
+    l.inflight[e.comm_id] = {end, "send", idx, false};
+    return true;
+  }
+  // A collective. Returns false while other simulated members of its group have not issued it yet.
+  bool collective(Lane& l, const CostEvent& e) {
+    flush_fused(l);
+    TITAN_CHECK(e.group.world_ranks && !e.group.world_ranks->empty(), "simulation: collective ", e.op,
+                " over group '", e.group.name, "' carries no members");
+    const std::vector<int>& members = *e.group.world_ranks;
+    std::vector<int> sorted = members;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<int> others;  // other simulated ranks in the group: the collective starts when all are there
+    std::set_intersection(sorted.begin(), sorted.end(), simulated_.begin(), simulated_.end(),
+                          std::back_inserter(others));
+    others.erase(std::remove(others.begin(), others.end(), l.rank), others.end());
+    double issued = l.tc;
+    if (!others.empty()) {
+      const int64_t k = l.collectives_seen[sorted];
+      auto& arrived = issue_times_[{sorted, k}];
+      if (!l.registered) {
+        arrived[l.rank] = l.tc;
+        l.registered = true;
+      }
+      for (int o : others)
+        if (!arrived.count(o)) return false;
+      for (auto& [rk, t] : arrived) issued = std::max(issued, t);
+      ++l.collectives_seen[sorted];
+      l.registered = false;
+    }
+    const Collective kind = parse_collective(e.op);
+    const double scale = e.gradients ? red_scale_ : act_scale_;
+    const GroupSpan span = group_span(sys_, rpc_, members);
+    CollectiveTime ct = collective_time(chip_, sys_, rpc_, kind, e.bytes * scale, span);
+    const std::string stream = stream_for(l, e, "comm:");
+    // a free collective (group of one) neither queues nor occupies its stream
+    const double start = ct.seconds > 0 ? std::max(issued, l.stream_free[stream]) : issued;
+    const double end = ct.seconds > 0 ? place_on_links(l, ct, start) : start;
+    if (ct.seconds > 0) l.stream_free[stream] = end;
+    l.r.comm_busy_by_group[e.group.name] += end - start;
+    algo_of_[std::string(e.op) + " over " + e.group.name + " (" + std::to_string(e.group.size()) + " ranks)"] =
+        ct.algorithm;
+    int64_t idx = -1;
+    if (ct.seconds > 0) {
+      idx = (int64_t)l.r.spans.size();
+      l.r.spans.push_back({stream, e.op, "comm", start, end - start, 0, e.bytes * scale, -1, l.stage});
+    }
+    l.inflight[e.comm_id] = {end, e.op, idx, false};
+    return true;
+  }
+  void wait(Lane& l, const CostEvent& e) {
+    flush_fused(l);
+    auto it = l.inflight.find(e.comm_id);
+    if (it == l.inflight.end()) return;
+    const Lane::Pending& p = it->second;
+    if (p.end > l.tc) {
+      const double w = p.end - l.tc;
+      if (p.span >= 0) l.r.spans[p.span].flow_to = (int64_t)l.r.spans.size();
+      l.r.spans.push_back({"compute", p.recv ? "wait recv" : "wait " + p.kind, p.recv ? "bubble" : "idle", l.tc, w, 0, 0, -1,
+                           l.stage});
+      if (!p.recv) {
+        l.r.exposed_comm_s += w;
+        l.r.exposed_by_kind[p.kind] += w;
+      }
+      l.tc = p.end;
+    }
+    l.inflight.erase(it);
+  }
+  // Runs lane l until it ends or blocks on another lane.
+  void advance(Lane& l) {
+    while (!l.done()) {
+      const CostEvent& e = (*l.events)[l.next];
+      if (e.kind == CostEvent::Kind::Compute) {
+        compute(l, e);
+      } else if (e.kind == CostEvent::Kind::CommStart) {
+        if (!(e.peer >= 0 ? p2p(l, e) : collective(l, e))) return;
+      } else {
+        wait(l, e);
+      }
+      ++l.next;
+    }
+  }
+
+ public:
+  std::map<std::string, std::string> algo_of_;
+
+ private:
+  const ChipSpec& chip_;
+  const SystemSpec& sys_;
+  int rpc_;
+  ExecMode mode_;
+  double act_scale_, red_scale_;
+  std::vector<int> simulated_;  // world ranks played, sorted
+  std::map<std::tuple<int, int, int64_t>, double> arrivals_;  // (sender, receiver, tag) -> when the data is there
+  std::map<std::pair<std::vector<int>, int64_t>, std::map<int, double>> issue_times_;
+};
+}  // namespace
+
+std::vector<RankTimeline> schedule_ranks(const std::vector<RankEvents>& ranks, const ChipSpec& chip,
+                                         const SystemSpec& sys, int rpc, ExecMode mode, double act_scale,
+                                         double red_scale, std::string* algorithms) {
+  std::vector<Lane> lanes(ranks.size());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    lanes[i].rank = ranks[i].rank;
+    lanes[i].stage = ranks[i].stage;
+    lanes[i].events = ranks[i].events;
+  }
+  Schedule sched(chip, sys, rpc, mode, act_scale, red_scale);
+  sched.run(lanes);
+  if (algorithms)
+    for (auto& [k, v] : sched.algo_of_) *algorithms += (algorithms->empty() ? "" : "; ") + k + ": " + v;
+  std::vector<RankTimeline> out(lanes.size());
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    out[i].r = std::move(lanes[i].r);
+    out[i].marks = std::move(lanes[i].marks);
+  }
+  return out;
+}
+
+SimResult schedule_events(const std::vector<CostEvent>& events, const ChipSpec& chip, const SystemSpec& sys,
+                          int ranks_per_chip, const std::string& mode) {
+  auto t = schedule_ranks({RankEvents{0, 0, &events}}, chip, sys, ranks_per_chip, parse_exec_mode(mode), 1.0, 1.0);
+  SimResult r = std::move(t[0].r);
+  r.chip = chip.name;
+  r.system = sys.name;
+  r.mode = mode;
+  return r;
+}
+
+}  // namespace titan

@@ -1,0 +1,53 @@
+// simulator/schedule.h — the scheduler: kernels and collectives of planned
+// ranks (their CostEvents in program order) placed on streams in time.
+//
+//   compute stream   every kernel in program order (eager: the kernels each
+//                    op declared it launches in PyTorch eager; compiled: runs
+//                    of elementwise ops fused into one kernel)
+//   comm:<group>     one stream per process group; a collective starts when
+//                    the program issues it and its group's stream is free;
+//                    collectives of different groups in flight at once share
+//                    the links of the network levels they both use: a level's
+//                    bytes move only while its links are not carrying another
+//                    transfer (never more than the level's bandwidth in use)
+//   p2p:<group>      pipeline sends; a receive waits for its send's arrival
+//   waits            the compute stream stalls until the collective it waits
+//                    for has finished: exposed communication (a receive's
+//                    wait: pipeline bubble)
+//
+// Several ranks (one per pipeline stage) are scheduled side by side: a
+// collective whose group holds several of them starts when all have issued it.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "simulator/cost_model.h"
+#include "simulator/result.h"
+
+namespace titan {
+
+// One planned rank's input to the scheduler.
+struct RankEvents {
+  int rank = 0;   // world rank played
+  int stage = 0;  // pipeline stage
+  const std::vector<CostEvent>* events = nullptr;
+};
+
+// Each rank's timeline (spans, compute / exposed sums, kernels, link contention; step_s = its end) and
+// its pipeline schedules' windows (marks: begin, end, begin, end, ... on its compute clock).
+struct RankTimeline {
+  SimResult r;
+  std::vector<double> marks;
+};
+
+// act_scale / red_scale: byte factors of activations' and gradient reductions' dtypes (the plan is fp32).
+// Fails naming the deadlock when the ranks wait on each other forever.
+std::vector<RankTimeline> schedule_ranks(const std::vector<RankEvents>& ranks, const sim::ChipSpec& chip,
+                                         const sim::SystemSpec& sys, int ranks_per_chip, sim::ExecMode mode,
+                                         double act_scale, double red_scale, std::string* algorithms = nullptr);
+
+// The scheduler alone: one rank's events on `chip` in `sys`, at their own byte counts (no dtype scaling).
+SimResult schedule_events(const std::vector<CostEvent>& events, const sim::ChipSpec& chip,
+                          const sim::SystemSpec& sys, int ranks_per_chip, const std::string& mode);
+
+}  // namespace titan

@@ -1,0 +1,175 @@
+#include "simulator/simulate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "simulator/schedule.h"
+#include "src/tensor/error.h"
+
+namespace titan {
+
+namespace {
+using namespace titan::sim;
+
+std::string f(const char* fmt, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, fmt, v);
+  return b;
+}
+
+// Loads the target hardware and checks that `world` ranks fit on it (before any planning).
+void load_target(const JobConfig& cfg, int world, SystemSpec& sys, ChipSpec& chip, SimResult& r) {
+  const auto& sc = cfg.simulation;
+  try {
+    sys = load_system(sc.system);
+    chip = load_chip(sc.chip.empty() ? sys.chip_name : sc.chip);
+  } catch (const std::exception& e) {
+    fail("simulation: ", e.what());
+  }
+  const int rpc = (int)sc.ranks_per_chip;
+  TITAN_CHECK(world % rpc == 0, "simulation: world size ", world, " is not divisible by ranks_per_chip ", rpc,
+              " (each chip holds ranks_per_chip ranks)");
+  TITAN_CHECK(rpc <= chip.cores, "simulation: ranks_per_chip ", rpc, " exceeds the ", chip.cores, " cores of a ",
+              chip.name, " (", chip.file, "); Trainium's LNC=2 gives cores / 2 ranks per chip");
+  r.world = world;
+  r.ranks_per_chip = rpc;
+  r.chips = world / rpc;
+  r.systems = (r.chips + sys.chips - 1) / sys.chips;
+  const int64_t capacity = (int64_t)sys.chips * sc.num_systems;
+  TITAN_CHECK(r.chips <= capacity, "simulation: ", world, " ranks at ", rpc, " ranks per chip need ", r.chips,
+              " chips, but system '", sys.name, "' holds ", sys.chips, " chips x num_systems ", sc.num_systems, " = ",
+              capacity, "; raise simulation.num_systems to ", r.systems,
+              sys.has_scale_out ? "" : " (this system has no scale_out network: pick a larger system)",
+              ", raise ranks_per_chip, or lower the world size");
+  TITAN_CHECK(r.systems == 1 || sys.has_scale_out, "simulation: ", r.chips, " chips span ", r.systems,
+              " systems of '", sys.name, "', which defines no scale_out network (", sys.file, ")");
+}
+}  // namespace
+
+SimResult simulate_step(const JobConfig& cfg, int world) {
+  const auto& sc = cfg.simulation;
+  SimResult r;
+  SystemSpec sys;
+  ChipSpec chip;
+  load_target(cfg, world, sys, chip, r);  // refuse a world the hardware cannot hold before planning anything
+  // one planned rank per pipeline stage (the first rank of each stage's slice of the world); SPMD within a stage
+  const int64_t pp = cfg.parallelism.pipeline_parallel_degree;
+  TITAN_CHECK(world % pp == 0, "simulation: world size ", world, " is not divisible by pipeline_parallel_degree ", pp);
+  std::vector<StepPlan> plans;
+  for (int64_t s = 0; s < pp; ++s) plans.push_back(plan_step(cfg, world, /*with_events=*/true, Device::Meta,
+                                                              (int)(s * (world / pp))));
+  const StepPlan& plan = plans[0];
+  for (const CostEvent& e : plan.events)
+    if (e.kind == CostEvent::Kind::CommStart) r.collectives.push_back(e);
+  const int rpc = (int)sc.ranks_per_chip;
+  r.chip = chip.name;
+  r.system = sys.name + (r.systems > 1 ? " x" + std::to_string(r.systems) : "");
+  r.mode = sc.mode;
+  r.layout = plan.layout;
+  const ExecMode mode = parse_exec_mode(sc.mode);
+  const double act_scale = sc.param_dtype == "bfloat16" ? 0.5 : 1.0;  // the meta run is float32
+  const double red_scale = sc.reduce_dtype == "bfloat16" ? 0.5 : 1.0;
+
+  // ---- schedule: every stage's rank side by side ----
+  std::vector<RankEvents> ranks;
+  for (size_t s = 0; s < plans.size(); ++s) ranks.push_back({plans[s].rank, (int)s, &plans[s].events});
+  std::vector<RankTimeline> lanes = schedule_ranks(ranks, chip, sys, rpc, mode, act_scale, red_scale, &r.algorithms);
+  // the step's figures are the first stage's (all of them without pp); its end is the last lane's
+  const SimResult& first = lanes[0].r;
+  r.spans = first.spans;
+  r.compute_s = first.compute_s;
+  r.exposed_comm_s = first.exposed_comm_s;
+  r.exposed_by_kind = first.exposed_by_kind;
+  r.comm_busy_by_group = first.comm_busy_by_group;
+  r.link_contention_s = first.link_contention_s;
+  r.compute_by_class = first.compute_by_class;
+  r.kernels = first.kernels;
+  for (auto& l : lanes) r.step_s = std::max(r.step_s, l.r.step_s);
+  // the bubble: each schedule's window runs from the first stage's start to the last stage's end; a stage's
+  // bubble is its time in it neither computing nor waiting for its own collectives (exposed communication
+  // stays exposed communication): waiting on its neighbours, or done before the others
+  double window_total = 0;
+  std::vector<double> idle(lanes.size(), 0);
+  if (pp > 1) {
+    const size_t n = lanes[0].marks.size();
+    for (auto& l : lanes)
+      TITAN_CHECK(l.marks.size() == n && n % 2 == 0, "simulation: the stages ran different numbers of schedules");
+    for (size_t j = 0; j + 1 < n; j += 2) {
+      double a = lanes[0].marks[j], b = lanes[0].marks[j + 1];
+      for (auto& l : lanes) {
+        a = std::min(a, l.marks[j]);
+        b = std::max(b, l.marks[j + 1]);
+      }
+      window_total += b - a;
+      for (size_t s = 0; s < lanes.size(); ++s) {
+        double busy = 0;
+        for (const SimSpan& sp : lanes[s].r.spans)
+          if ((sp.category == "compute" || sp.category == "idle") && sp.start >= a && sp.start < b)
+            busy += std::min(sp.dur, b - sp.start);
+        idle[s] += (b - a) - busy;
+      }
+    }
+    for (size_t s = 0; s < lanes.size(); ++s) {
+      r.bubble_s = std::max(r.bubble_s, idle[s]);
+      SimStage st;
+      st.rank = plans[s].rank;
+      st.compute_s = lanes[s].r.compute_s;
+      st.exposed_comm_s = lanes[s].r.exposed_comm_s;
+      st.bubble_s = idle[s];
+      st.end_s = lanes[s].r.step_s;
+      st.spans = std::move(lanes[s].r.spans);
+      r.stages.push_back(std::move(st));
+    }
+  }
+  r.pipeline_s = window_total;
+  r.bubble_fraction = window_total > 0 ? r.bubble_s / window_total : 0;
+
+  // ---- throughput ----
+  r.tokens_per_step = (double)plan.tokens_per_rank * (double)plan.dp_degree;
+  r.tokens_per_s = r.step_s > 0 ? r.tokens_per_step / r.step_s : 0;
+  r.tokens_per_s_per_chip = r.tokens_per_s / r.chips;
+  r.tokens_per_s_per_rank = r.tokens_per_s / r.world;
+  r.model_flops_per_token = plan.model_flops_per_token;
+  r.tflops_per_chip = r.tokens_per_s * plan.model_flops_per_token / r.chips / 1e12;
+  r.mfu = r.tflops_per_chip / chip.mfu_peak_tflops;
+  double flops = 0;  // per rank, averaged over the stages
+  for (const StepPlan& p : plans) flops += p.flops / (double)plans.size();
+  r.hardware_flops_per_rank = flops;
+  r.hfu = r.step_s > 0 ? flops * rpc / r.step_s / 1e12 / chip.mfu_peak_tflops : 0;
+
+  // ---- memory per chip: each stage's peak; the step's is the fullest stage's ----
+  for (size_t s = 0; s < plans.size(); ++s) {
+    const auto& m = plans[s].memory;
+    auto pk = [&](MemoryCategory c) { return (double)m.peak[(int)c] * rpc; };
+    SimMemory mem;
+    mem.params = pk(MemoryCategory::Parameters);
+    mem.grads = pk(MemoryCategory::Gradients);
+    mem.optimizer = pk(MemoryCategory::OptimizerState);
+    mem.activations = pk(MemoryCategory::Activations) * act_scale;
+    mem.communication = pk(MemoryCategory::Communication) * act_scale;
+    mem.other = pk(MemoryCategory::Other);
+    if (s < r.stages.size()) r.stages[s].memory = mem;
+    if (s == 0 || mem.total() > r.memory.total()) r.memory = mem;
+  }
+  r.hbm_bytes = chip.hbm_gib * (double)(1LL << 30);
+  r.oom = r.memory.total() > r.hbm_bytes;
+  if (r.oom) {
+    std::ostringstream a;
+    const double over = r.memory.total() - r.hbm_bytes;
+    a << "over by " << f("%.1f", over / (1 << 30)) << " GiB; ";
+    if (cfg.activation_checkpoint.mode != "full" && r.memory.activations > over)
+      a << "activation_checkpoint.mode full would cut the " << f("%.1f", r.memory.activations / (1 << 30))
+        << " GiB of activations; ";
+    const double states = r.memory.params + r.memory.grads + r.memory.optimizer;
+    if (plan.dp_degree > 0)
+      a << "parameters + gradients + optimizer state (" << f("%.1f", states / (1 << 30))
+        << " GiB) shrink with more data_parallel_shard ranks (more chips); ";
+    a << "a smaller training.local_batch_size or seq_len shrinks activations; or a chip with more HBM";
+    r.oom_advice = a.str();
+  }
+  return r;
+}
+
+}  // namespace titan
