@@ -299,9 +299,12 @@ Tensor FSDP::gradient_arrived(Unit& u, Bucket& b, Param& p, const Tensor& g) {
       }
     }
   }
-  // reshard after backward: this parameter's gathered copy is no longer needed
-  if (b.sharded) p.full.impl()->storage->release();
-  if (++u.released == u.params.size()) u.gathered = false;
+  // reshard after backward: this parameter's gathered copy is no longer needed (kept for the next
+  // micro-batch when set_reshard_after_backward(false))
+  if (reshard_after_backward_) {
+    if (b.sharded) p.full.impl()->storage->release();
+    if (++u.released == u.params.size()) u.gathered = false;
+  }
   return direct;
 }
 

@@ -64,6 +64,10 @@ class FSDP {
   // backwards that follow, and reduced (one flat reduce-scatter per unit) by the first backward run
   // with sync on again (FSDP2's set_requires_gradient_sync). Default on: every backward reduces.
   void set_requires_gradient_sync(bool sync) { sync_ = sync; }
+  // Off: a unit keeps its gathered weights after its backward (FSDP2's set_reshard_after_backward), so the
+  // next micro-batch of a pipeline schedule runs without gathering them again; the stage's last backward
+  // turns it on and frees them. Default on.
+  void set_reshard_after_backward(bool reshard) { reshard_after_backward_ = reshard; }
 
   struct Param;
   struct Bucket;
@@ -85,6 +89,7 @@ class FSDP {
   bool reshard_;
   bool forward_done_ = false;  // the root's forward has returned: hooks now run in backward (recompute)
   bool sync_ = true;
+  bool reshard_after_backward_ = true;
 };
 
 }  // namespace titan::parallel

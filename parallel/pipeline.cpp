@@ -234,7 +234,10 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
       Slot s = std::move(it->second);
       slots.erase(it);
       // FSDP: this stage's gradients are reduced by its last backward (when asked to), added up before
-      if (fsdp) fsdp->set_requires_gradient_sync(reduce && last_backward[a.stage] == ai);
+      if (fsdp) {  // and, as FSDP2 under a pipeline, keeps the stage's weights gathered until then
+        fsdp->set_requires_gradient_sync(reduce && last_backward[a.stage] == ai);
+        fsdp->set_reshard_after_backward(last_backward[a.stage] == ai);
+      }
       if (ch.last) {
         s.output.backward();
       } else {
@@ -251,7 +254,10 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
   }
   for (auto& w : sends) w.wait();
   record_cost("pipeline_schedule", 0, 0, KernelClass::PipelineMark);
-  if (fsdp) fsdp->set_requires_gradient_sync(reduce);
+  if (fsdp) {
+    fsdp->set_requires_gradient_sync(reduce);
+    fsdp->set_reshard_after_backward(true);
+  }
   return r;
 }
 

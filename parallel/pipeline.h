@@ -13,7 +13,8 @@
 // point-to-point transfers on DeviceMesh::pp_p2p (posted when the action that
 // needs them runs; sends waited for at the end of the schedule). Under FSDP a
 // stage's gradients are added up unsharded over its micro-batches and reduced
-// by its last backward (FSDP2's set_requires_gradient_sync under PP).
+// by its last backward, and its weights stay gathered until then (FSDP2's
+// set_requires_gradient_sync and set_reshard_after_backward under PP).
 #pragma once
 #include <memory>
 #include <string>
