@@ -254,7 +254,7 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
   }
   for (auto& w : sends) w.wait();
   record_cost("pipeline_schedule", 0, 0, KernelClass::PipelineMark);
-  if (fsdp) {
+  if (fsdp && backward) {
     fsdp->set_requires_gradient_sync(reduce);
     fsdp->set_reshard_after_backward(true);
   }
