@@ -16,6 +16,12 @@ times, matter: this machine has slow spells).
    backward when it was resharded, one reduce-scatter.
 4. Peak activation memory under TP 2 and TP 4 with loss parallel (logits split
    over the vocabulary) against the logits gathered, at a 32k vocabulary.
+5. Pipeline parallel: 2 stages x 1 thread (1F1B over the batch's micro-batches)
+   vs 1 rank x 2 threads on the benchmark model, back to back; the 1F1B bubble
+   bounds it at m / (m + 1) for m micro-batches of even stages, were two
+   threads exactly twice one (they are less, so the ratio can exceed it).
+
+  --only N runs section N alone.
 """
 import argparse
 import os
@@ -61,7 +67,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--only", type=int, default=0, help="run section N alone")
     a = ap.parse_args()
+    if a.only == 5:
+        return pipeline(a)
     debug = ["--config", "configs/qwen3_debug.yaml", "--training.steps", "3", "--training.seq_len", "128"]
     print("1. FSDP memory per rank (debug model, MiB): parameters + gradients + AdamW state")
     base = None
@@ -105,6 +114,27 @@ def main():
             print(f"   TP 1: {row[0]:8.1f}")
         else:
             print(f"   TP {tp}: logits gathered {row[0]:8.1f} -> loss parallel {row[1]:8.1f} ({row[0] / row[1]:.2f}x less)")
+
+    print()
+    pipeline(a)
+
+
+def pipeline(a):
+    bench = ["--config", "configs/qwen3_bench.yaml", "--training.steps", str(a.steps)]
+    print("5. pipeline parallel, benchmark model (8 layers, global batch 4): 2 stages x 1 thread vs 1 rank x 2 threads")
+    for mbs in (1, 2):
+        m = 4 // mbs
+        ratios = []
+        for i in range(a.repeats):
+            one = steady(launch(1, 2, bench))
+            two = steady(launch(2, 1, bench + ["--parallelism.pipeline_parallel_degree", "2",
+                                               "--parallelism.pipeline_parallel_microbatch_size", str(mbs)]))
+            ratios.append(two[0] * 2 / one[0])  # tps is per rank (TorchTitan's): the job's is 2x
+            print(f"   {m} micro-batches of {mbs}, run {i + 1}: 1 x 2 {one[0]:8.0f} tokens/s, PP 2 {two[0] * 2:8.0f} "
+                  f"tokens/s -> ratio {ratios[-1]:.3f} (the 1F1B bubble's bound, were 2 threads twice one: {m / (m + 1):.3f})")
+        ratios.sort()
+        print(f"   {m} micro-batches: median ratio {ratios[len(ratios) // 2]:.3f}")
+
 
 if __name__ == "__main__":
     main()
