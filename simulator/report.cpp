@@ -2,57 +2,50 @@
 
 #include <cstdio>
 
+#include "src/log/log.h"
+
 namespace titan {
-
-namespace {
-std::string f(const char* fmt, double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, fmt, v);
-  return b;
-}
-
-}  // namespace
 
 std::vector<std::string> describe_simulation(const SimResult& r) {
   std::vector<std::string> out;
-  auto gib = [](double b) { return f("%.2f", b / (1 << 30)); };
+  auto gib = [](double b) { return fmt("%.2f", b / (1 << 30)); };
   out.push_back("simulated " + std::to_string(r.chips) + " x " + r.chip + " (" + r.system + "), " +
                 std::to_string(r.world) + " ranks at " + std::to_string(r.ranks_per_chip) + " per chip, " + r.layout +
                 ", " + r.mode + " mode");
-  out.push_back("sim step: " + f("%.3f", r.step_s) + " s  tps: " + f("%.0f", r.tokens_per_s) + " (" +
-                f("%.1f", r.tokens_per_s_per_chip) + " per chip)  tflops: " + f("%.1f", r.tflops_per_chip) +
-                " per chip  mfu: " + f("%.2f", 100 * r.mfu) + "%  (hardware FLOPs incl. recompute: " +
-                f("%.2f", 100 * r.hfu) + "%)");
-  std::string cb = "sim time: compute " + f("%.3f", r.compute_s) + " s (";
+  out.push_back("sim step: " + fmt("%.3f", r.step_s) + " s  tps: " + fmt("%.0f", r.tokens_per_s) + " (" +
+                fmt("%.1f", r.tokens_per_s_per_chip) + " per chip)  tflops: " + fmt("%.1f", r.tflops_per_chip) +
+                " per chip  mfu: " + fmt("%.2f", 100 * r.mfu) + "%  (hardware FLOPs incl. recompute: " +
+                fmt("%.2f", 100 * r.hfu) + "%)");
+  std::string cb = "sim time: compute " + fmt("%.3f", r.compute_s) + " s (";
   bool first = true;
   for (auto& [k, v] : r.compute_by_class) {
-    cb += (first ? "" : ", ") + k + " " + f("%.3f", v);
+    cb += (first ? "" : ", ") + k + " " + fmt("%.3f", v);
     first = false;
   }
-  cb += "), " + std::to_string(r.kernels) + " kernels; exposed communication " + f("%.3f", r.exposed_comm_s) + " s";
+  cb += "), " + std::to_string(r.kernels) + " kernels; exposed communication " + fmt("%.3f", r.exposed_comm_s) + " s";
   if (!r.exposed_by_kind.empty()) {
     cb += " (";
     first = true;
     for (auto& [k, v] : r.exposed_by_kind) {
-      cb += (first ? "" : ", ") + k + " " + f("%.3f", v);
+      cb += (first ? "" : ", ") + k + " " + fmt("%.3f", v);
       first = false;
     }
     cb += ")";
   }
   out.push_back(cb);
   std::string cm = "sim communication busy per stream:";
-  for (auto& [g, v] : r.comm_busy_by_group) cm += " " + g + " " + f("%.3f", v) + " s";
-  cm += " (of which " + f("%.3f", r.link_contention_s) + " s sharing links with other groups' transfers)";
+  for (auto& [g, v] : r.comm_busy_by_group) cm += " " + g + " " + fmt("%.3f", v) + " s";
+  cm += " (of which " + fmt("%.3f", r.link_contention_s) + " s sharing links with other groups' transfers)";
   out.push_back(cm);
   out.push_back("sim collectives: " + r.algorithms);
   if (!r.stages.empty()) {
-    std::string pl = "sim pipeline: bubble " + f("%.3f", r.bubble_s) + " s (" + f("%.1f", 100 * r.bubble_fraction) +
-                     "% of the schedules' " + f("%.3f", r.pipeline_s) +
+    std::string pl = "sim pipeline: bubble " + fmt("%.3f", r.bubble_s) + " s (" + fmt("%.1f", 100 * r.bubble_fraction) +
+                     "% of the schedules' " + fmt("%.3f", r.pipeline_s) +
                      " s); per stage (compute / exposed communication / bubble / end / memory):";
     for (size_t s = 0; s < r.stages.size(); ++s) {
       const SimStage& st = r.stages[s];
-      pl += " [" + std::to_string(s) + "] " + f("%.3f", st.compute_s) + " / " + f("%.3f", st.exposed_comm_s) + " / " +
-            f("%.3f", st.bubble_s) + " / " + f("%.3f", st.end_s) + " s / " + gib(st.memory.total()) + " GiB";
+      pl += " [" + std::to_string(s) + "] " + fmt("%.3f", st.compute_s) + " / " + fmt("%.3f", st.exposed_comm_s) + " / " +
+            fmt("%.3f", st.bubble_s) + " / " + fmt("%.3f", st.end_s) + " s / " + gib(st.memory.total()) + " GiB";
     }
     out.push_back(pl);
   }

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "simulator/schedule.h"
+#include "src/log/log.h"
 #include "src/tensor/error.h"
 
 namespace titan {
@@ -13,11 +14,6 @@ namespace titan {
 namespace {
 using namespace titan::sim;
 
-std::string f(const char* fmt, double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, fmt, v);
-  return b;
-}
 
 // Loads the target hardware and checks that `world` ranks fit on it (before any planning).
 void load_target(const JobConfig& cfg, int world, SystemSpec& sys, ChipSpec& chip, SimResult& r) {
@@ -158,13 +154,13 @@ SimResult simulate_step(const JobConfig& cfg, int world) {
   if (r.oom) {
     std::ostringstream a;
     const double over = r.memory.total() - r.hbm_bytes;
-    a << "over by " << f("%.1f", over / (1 << 30)) << " GiB; ";
+    a << "over by " << fmt("%.1f", over / (1 << 30)) << " GiB; ";
     if (cfg.activation_checkpoint.mode != "full" && r.memory.activations > over)
-      a << "activation_checkpoint.mode full would cut the " << f("%.1f", r.memory.activations / (1 << 30))
+      a << "activation_checkpoint.mode full would cut the " << fmt("%.1f", r.memory.activations / (1 << 30))
         << " GiB of activations; ";
     const double states = r.memory.params + r.memory.grads + r.memory.optimizer;
     if (plan.dp_degree > 0)
-      a << "parameters + gradients + optimizer state (" << f("%.1f", states / (1 << 30))
+      a << "parameters + gradients + optimizer state (" << fmt("%.1f", states / (1 << 30))
         << " GiB) shrink with more data_parallel_shard ranks (more chips); ";
     a << "a smaller training.local_batch_size or seq_len shrinks activations; or a chip with more HBM";
     r.oom_advice = a.str();

@@ -5,18 +5,10 @@
 #include <fstream>
 #include <map>
 
+#include "src/log/log.h"
 #include "src/tensor/error.h"
 
 namespace titan {
-
-namespace {
-std::string f(const char* fmt, double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, fmt, v);
-  return b;
-}
-
-}  // namespace
 
 SimResult measured_timeline(const std::vector<CostEvent>& ev, double end, const std::string& label) {
   SimResult r;
@@ -112,16 +104,16 @@ void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips
         const int t = s.stream == "compute" ? k : tid[s.stream];
         sep();
         o << "{\"ph\":\"X\",\"pid\":" << c << ",\"tid\":" << t << ",\"name\":\"" << esc(s.name) << "\",\"cat\":\""
-          << s.category << "\",\"ts\":" << f("%.3f", s.start * 1e6) << ",\"dur\":" << f("%.3f", s.dur * 1e6)
+          << s.category << "\",\"ts\":" << fmt("%.3f", s.start * 1e6) << ",\"dur\":" << fmt("%.3f", s.dur * 1e6)
           << ",\"args\":{\"flops\":" << s.flops << ",\"bytes\":" << s.bytes << "}}";
         if (s.flow_to >= 0 && k == 0) {
           const SimSpan& w = (*spans)[s.flow_to];
           sep();
           o << "{\"ph\":\"s\",\"id\":" << flow << ",\"pid\":" << c << ",\"tid\":" << t << ",\"name\":\"waits\",\"cat\":\"dep\",\"ts\":"
-            << f("%.3f", (s.start + s.dur) * 1e6 - 0.001) << "}";
+            << fmt("%.3f", (s.start + s.dur) * 1e6 - 0.001) << "}";
           sep();
           o << "{\"ph\":\"f\",\"bp\":\"e\",\"id\":" << flow << ",\"pid\":" << c << ",\"tid\":0,\"name\":\"waits\",\"cat\":\"dep\",\"ts\":"
-            << f("%.3f", (w.start + w.dur) * 1e6) << "}";
+            << fmt("%.3f", (w.start + w.dur) * 1e6) << "}";
           ++flow;
         }
       }

@@ -11,15 +11,16 @@
 
 namespace titan {
 
-namespace {
-const auto g_start = std::chrono::steady_clock::now();
-bool g_log = true;
-
 std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
   return buf;
 }
+
+namespace {
+const auto g_start = std::chrono::steady_clock::now();
+bool g_log = true;
+
 std::string clock_str(double s) {  // 0:07, 12:03, 1:02:03
   const long t = std::lround(std::max(0.0, s));
   char buf[32];

@@ -11,6 +11,9 @@
 
 namespace titan {
 
+// One number through a printf format ("%.2f"), as a string.
+std::string fmt(const char* f, double v);
+
 double wall_seconds();     // monotonic
 double process_seconds();  // since process start (first call to this file's clock)
 std::string now_hms();

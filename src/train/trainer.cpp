@@ -30,12 +30,6 @@ namespace fs = std::filesystem;
 namespace titan {
 
 namespace {
-std::string fmt(const char* f, double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
-
 // Per-op table of one step: time (attributed between op records), FLOPs, bytes.
 void print_profile(CostScope& cs, double seconds) {
   cs.flush_time();
