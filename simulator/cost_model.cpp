@@ -45,9 +45,10 @@ KernelTime kernel_time(const ChipSpec& c, int rpc, const Kernel& k, ExecMode mod
     const double b = (double)std::max(1LL, k.batch);
     const double real = 2.0 * b * (double)k.m * (double)k.n * (double)k.k;
     const double padded = 2.0 * b * pad(k.m, c.gemm_tile[0]) * pad(k.n, c.gemm_tile[1]) * pad(k.k, c.gemm_tile[2]);
-    const double eff = gemm_efficiency(c, real / b / 1e9);
-    t.efficiency = eff * real / padded;
-    t.compute_s = padded / (peak * eff);
+    double rate = peak * gemm_efficiency(c, real / b / 1e9);  // FLOP/s this rank's share of the chip reaches
+    if (c.gemm_power_limit_tflops > 0) rate = std::min(rate, c.gemm_power_limit_tflops * 1e12 / rpc);
+    t.efficiency = rate / peak * real / padded;
+    t.compute_s = padded / rate;
   } else if (k.kind == KernelKind::Attention) {
     t.efficiency = c.attention_efficiency;
     t.compute_s = k.flops / (peak * c.attention_efficiency);

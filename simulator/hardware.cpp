@@ -142,7 +142,7 @@ ChipSpec load_chip(const std::string& name_or_path) {
   check_keys(n,
              {"name", "cores", "peak_tflops", "headline_tflops", "mfu_peak_tflops", "vector_tflops", "hbm_gib",
               "hbm_tbps", "memory_efficiency", "attention_efficiency", "eager_launch_us", "compiled_launch_us",
-              "comm_interference", "gemm_tile", "gemm_efficiency"},
+              "comm_interference", "gemm_tile", "gemm_efficiency", "attention_kernels", "gemm_power_limit_tflops"},
              file, "");
   ChipSpec c;
   c.file = file;
@@ -162,6 +162,16 @@ ChipSpec load_chip(const std::string& name_or_path) {
   if (c.comm_interference >= 1) fail(file, "key 'comm_interference' must be < 1");
   for (const char* k : {"memory_efficiency", "attention_efficiency"})
     if (n[k].as<double>() > 1) fail(file, std::string("key '") + k + "' must be <= 1");
+  if (n["attention_kernels"]) {
+    if (!n["attention_kernels"].IsMap()) fail(file, "key 'attention_kernels' must be a map of kernel: fraction of peak");
+    for (const auto& kv : n["attention_kernels"]) {
+      const std::string name = kv.first.as<std::string>();
+      const double e = kv.second.as<double>();
+      if (!(e > 0) || e > 1) fail(file, "attention_kernels." + name + " must be in (0, 1]");
+      c.attention_kernels[name] = e;
+    }
+  }
+  c.gemm_power_limit_tflops = n["gemm_power_limit_tflops"] ? number(n, "gemm_power_limit_tflops", file) : 0.0;
   if (!n["gemm_tile"] || !n["gemm_tile"].IsSequence() || n["gemm_tile"].size() != 3)
     fail(file, "missing key 'gemm_tile' ([m, n, k] padding multiples)");
   for (const auto& v : n["gemm_tile"]) {

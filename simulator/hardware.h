@@ -9,6 +9,7 @@
 // at position c % units(level 0) in the innermost level (e.g. its (x, y) in
 // the 4x4 torus), c / units(level 0) % units(level 1) in the next, and so on.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,12 @@ struct ChipSpec {
   double hbm_gib = 0;              // memory capacity
   double hbm_tbps = 0;             // memory bandwidth, TB/s
   double memory_efficiency = 0;    // achievable fraction of hbm_tbps for streaming kernels
-  double attention_efficiency = 0; // fraction of peak a fused (flash) attention kernel reaches
+  double attention_efficiency = 0; // fraction of peak a fused (flash) attention kernel reaches (the chip's default
+                                   // kernel: FlashAttention-2 on GPUs)
+  std::map<std::string, double> attention_kernels;  // other published attention kernels' fractions of peak
+                                                    // (simulation.attention_kernel picks one; optional)
+  double gemm_power_limit_tflops = 0;  // the most GEMM throughput the chip sustains at its power limit (TFLOP/s
+                                       // per chip; 0: no limit beyond gemm_efficiency)
   double eager_launch_us = 0;      // per-kernel overhead in eager mode (dispatch + launch)
   double compiled_launch_us = 0;   // per-kernel overhead of a compiled graph
   double comm_interference = 0;    // fraction of a kernel's speed lost while a collective runs on the chip

@@ -24,6 +24,17 @@ void load_target(const JobConfig& cfg, int world, SystemSpec& sys, ChipSpec& chi
   } catch (const std::exception& e) {
     fail("simulation: ", e.what());
   }
+  if (!sc.attention_kernel.empty()) {  // the run's attention kernel, as the chip's spec prices it
+    auto it = chip.attention_kernels.find(sc.attention_kernel);
+    if (it == chip.attention_kernels.end()) {
+      std::string known;
+      for (auto& [k, v] : chip.attention_kernels) known += (known.empty() ? "" : ", ") + k;
+      fail("simulation: simulation.attention_kernel '", sc.attention_kernel, "' is not listed for chip ", chip.name,
+           " (", chip.file, "; attention_kernels: ", known.empty() ? "none" : known,
+           "); drop the key for the chip's default kernel or add the kernel's published efficiency to the spec");
+    }
+    chip.attention_efficiency = it->second;
+  }
   const int rpc = (int)sc.ranks_per_chip;
   TITAN_CHECK(world % rpc == 0, "simulation: world size ", world, " is not divisible by ranks_per_chip ", rpc,
               " (each chip holds ranks_per_chip ranks)");

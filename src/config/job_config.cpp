@@ -140,6 +140,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"simulation.ranks_per_chip", &c.simulation.ranks_per_chip, {}},
       {"simulation.num_systems", &c.simulation.num_systems, {}},
       {"simulation.mode", &c.simulation.mode, {"eager", "compiled"}},
+      {"simulation.attention_kernel", &c.simulation.attention_kernel, {}},
       {"simulation.param_dtype", &c.simulation.param_dtype, {"bfloat16", "float32"}},
       {"simulation.reduce_dtype", &c.simulation.reduce_dtype, {"bfloat16", "float32"}},
       {"simulation.trace_file", &c.simulation.trace_file, {}},
@@ -409,6 +410,9 @@ void validate(const JobConfig& c) {
                 "config error: simulation.moe_routing_* needs MoE layers (model.moe_enabled: true)");
     if (!c.simulation.moe_routing_histogram.empty()) parse_routing_histogram(c.simulation.moe_routing_histogram);
   }
+  TITAN_CHECK(c.simulation.attention_kernel.empty() || !c.simulation.system.empty(),
+              "config error: simulation.attention_kernel shapes the simulated step only, and nothing is simulated "
+              "(set simulation.system, or drop the key)");
   TITAN_CHECK(!c.simulation.enabled || !c.simulation.system.empty(),
               "config error: simulation.enabled needs simulation.system (a file in simulator/specs/systems, e.g. "
               "trn2-instance, or a path to a .yaml)");

@@ -180,6 +180,8 @@ struct JobConfig {
     int64_t ranks_per_chip = 1;  // Trainium LNC=2: 8 NeuronCores / 2 = 4 ranks per chip
     int64_t num_systems = 1;     // systems joined by the system's scale_out network
     std::string mode = "eager";  // eager (every op a kernel) | compiled (elementwise chains fused)
+    std::string attention_kernel = "";  // "": the chip's default attention kernel (attention_efficiency); else a
+                                        // kernel its spec lists under attention_kernels (e.g. cudnn on H100)
     std::string param_dtype = "bfloat16";  // gathered params, activations and their collectives (mixed precision)
     std::string reduce_dtype = "float32";  // gradient reduce-scatter / all-reduce
     std::string trace_file = "";  // Chrome-trace JSON of the simulated step (relative to job.dump_folder)
