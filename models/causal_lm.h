@@ -67,6 +67,10 @@ class CausalLM : public nn::Module {
   Tensor aux_loss() const { return aux_loss(ModelChunk{}); }
   std::vector<std::vector<int64_t>> routed_counts() const { return routed_counts(ModelChunk{}); }
   virtual void update_router_bias(const std::vector<std::vector<double>>& global_counts) {}
+
+  // Training state that is not a parameter and that a resumed run needs (the expert biases of
+  // auxiliary-loss-free balancing): saved in checkpoints and titan-layout exports, the same on every rank.
+  virtual std::vector<std::pair<std::string, Tensor*>> buffers() { return {}; }
 };
 
 // targets with [:, :prefix - 1] set to -100: inside a bidirectional prefix

@@ -30,6 +30,12 @@ std::vector<Region> ParallelModel::regions() const {
   return out;
 }
 
+std::vector<Region> ParallelModel::state_regions() const {
+  std::vector<Region> out = regions();
+  out.insert(out.end(), buffers.begin(), buffers.end());
+  return out;
+}
+
 std::vector<Region> ParallelModel::grad_regions(std::vector<Tensor>& keep) const {
   keep.clear();
   keep.reserve(specs.size());
@@ -394,6 +400,11 @@ ParallelModel parallelize(CausalLM& model, comms::DeviceMesh& mesh, const Parall
     if (own.layer[i]) units.push_back(blocks[i]);
   pm.fsdp = std::make_shared<FSDP>(units, mesh, opt.reshard_after_forward, pm.specs, placement);
   if (tp_hooks) tp_hooks();
+  for (auto& [n, t] : model.buffers()) {  // every rank holds and updates them alike: one copy is written
+    Region r{n, t, t->shape(), Shape(t->dim(), 0), mesh.rank == 0};
+    r.optional = true;
+    pm.buffers.push_back(r);
+  }
   return pm;
 }
 

@@ -32,6 +32,10 @@ struct ParallelModel {
   std::vector<std::pair<std::string, Tensor*>> named_params() const;
   std::vector<Tensor*> params() const;
   std::vector<Region> regions() const;
+  // The model's buffers (CausalLM::buffers: replicated, world rank 0 writes them), optional when loading.
+  std::vector<Region> buffers;
+  // What checkpoints, titan-layout exports and their loads carry: the parameters' blocks, then the buffers.
+  std::vector<Region> state_regions() const;
   // The gradients' blocks (zeros for a parameter without one); `keep` owns them.
   std::vector<Region> grad_regions(std::vector<Tensor>& keep) const;
   // After a backward: FSDP's gradient reductions still in flight are waited for and land in .grad.

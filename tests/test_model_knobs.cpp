@@ -288,6 +288,18 @@ TEST(ModelKnobs, ExportImportRoundTripPerArchitecture) {
       {"qwen3", {"model.norm_type", "layernorm"}, "TitanDecoderForCausalLM", "titan_decoder", "model.norm.bias"},
       {"qwen3_moe", {"model.moe_shared_expert", "true"}, "TitanDecoderForCausalLM", "titan_decoder",
        "model.layers.0.mlp.shared_expert.up_proj.weight"},
+      // routing steered by the biases of auxiliary-loss-free balancing: titan's layout carries them
+      {"qwen3_moe", {"model.moe_bias_update_rate", "0.5"}, "TitanDecoderForCausalLM", "titan_decoder",
+       "model.layers.0.mlp.expert_bias"},
+  };
+  // parameters, then the model's buffers (CausalLM::buffers), as the trainer's checkpoints and exports hold them
+  auto state = [](CausalLM& m) {
+    std::vector<Region> r = whole(m.named_parameters());
+    for (Region b : whole(m.buffers())) {
+      b.optional = true;  // as ParallelModel::state_regions marks them
+      r.push_back(b);
+    }
+    return r;
   };
   namespace fs = std::filesystem;
   int k = 0;
@@ -298,12 +310,21 @@ TEST(ModelKnobs, ExportImportRoundTripPerArchitecture) {
     JobConfig cfg = load_job_config_file("", o);
     auto model = build_model(cfg.model);
     model->init_weights(11);
+    if (!model->buffers().empty()) {  // biases off zero, so the routing they steer differs from the unbiased one
+      std::vector<std::vector<double>> counts;
+      for (auto& [n, b] : model->buffers()) {
+        std::vector<double> c((size_t)b->numel());
+        for (size_t e = 0; e < c.size(); ++e) c[e] = (double)((e * 7) % 5) * 10;  // uneven load
+        counts.push_back(c);
+      }
+      model->update_router_bias(counts);
+    }
     for (const std::string dtype : {"float32", "bfloat16"}) {
       const std::string dir = (fs::temp_directory_path() / ("titan_rt_" + std::to_string(k++))).string();
       fs::remove_all(dir);
       ExportOptions eo;
       eo.dtype = dtype;
-      export_hf_folder(dir, model->hf_layout(whole(model->named_parameters())).regions, model->hf_config_json(), eo);
+      export_hf_folder(dir, model->hf_layout(state(*model)).regions, model->hf_config_json(), eo);
       const std::string text = read_hf_config(dir);
       auto j = nlohmann::json::parse(text);
       EXPECT_EQ(j["architectures"][0], c.arch);
@@ -314,7 +335,7 @@ TEST(ModelKnobs, ExportImportRoundTripPerArchitecture) {
       EXPECT_NE(header.find("\"" + c.tensor + "\""), std::string::npos) << c.tensor << " not in the export";
       auto back = build_model_from_hf(text);
       EXPECT_EQ(back->hf_config_json(), model->hf_config_json());
-      const HfLayout l = back->hf_layout(whole(back->named_parameters()));
+      const HfLayout l = back->hf_layout(state(*back));
       load_hf(dir, l.regions);
       l.after_load();
       NoGradGuard ng;

@@ -394,6 +394,68 @@ TEST(Train, ResumeReproducesTheUninterruptedRun) {
   for (size_t i = 0; i < rest.losses.size(); ++i) EXPECT_EQ(rest.losses[i], ref.losses[i + 3]) << "step " << i + 4;
 }
 
+// Auxiliary-loss-free balancing steers routing with per-expert biases that training updates: they are state
+// a resumed run needs. Checkpoints (and titan-layout exports) carry them; resuming reproduces the uninterrupted
+// run bit for bit, which it would not with the biases back at zero.
+TEST(Train, ResumeKeepsTheExpertBiasesOfLossFreeBalancing) {
+  std::string d = tmpdir("resume_bias");
+  JobConfig c = tiny_job(d);
+  c.model.name = "qwen3_moe";
+  apply_model_family(c.model);
+  c.model.moe_num_experts = 4;
+  c.model.moe_top_k = 2;
+  c.model.moe_hidden_dim = 16;
+  c.model.moe_first_dense = 0;
+  c.model.hidden_dim = 0;
+  c.model.moe_bias_update_rate = 0.05;
+  c.training.steps = 6;
+  c.lr_scheduler.schedule = "constant";
+  c.validation.enabled = false;
+  c.checkpoint.enable = true;
+  c.checkpoint.interval = 3;
+  c.checkpoint.export_at_end = true;
+  c.checkpoint.export_format = "hdf5";
+  TrainResult ref = train(c);
+  {
+    auto cks = list_checkpoints(c.job.dump_folder + "/checkpoint");
+    ASSERT_FALSE(cks.empty());
+    h5::File f(cks.front().second, h5::File::Read);
+    ASSERT_TRUE(f.has("model/model.layers.0.mlp.expert_bias"));
+    Tensor b = zeros({4});
+    f.read_into("model/model.layers.0.mlp.expert_bias", b);
+    bool moved = false;
+    for (int i = 0; i < 4; ++i) moved = moved || b.data<float>()[i] != 0.0f;
+    EXPECT_TRUE(moved) << "the biases of step 3 should have moved off zero";
+  }
+  EXPECT_TRUE(h5::File(c.job.dump_folder + "/export/model.h5", h5::File::Read).has("model.layers.1.mlp.expert_bias"));
+  JobConfig first = c;
+  first.training.steps = 3;
+  first.checkpoint.export_at_end = false;
+  fs::remove_all(c.job.dump_folder);
+  train(first);
+  TrainResult rest = train(c);
+  ASSERT_EQ(rest.losses.size(), 3u);
+  for (size_t i = 0; i < rest.losses.size(); ++i) EXPECT_EQ(rest.losses[i], ref.losses[i + 3]) << "step " << i + 4;
+}
+
+// State added to checkpoints later (Region::optional) loads from a file written without it: the tensor keeps
+// its value and the rest loads; a required tensor missing is still an error naming it.
+TEST(Checkpoint, OptionalStateMissingFromAnOlderFileKeepsItsValue) {
+  const std::string d = tmpdir("optional_state");
+  fs::create_directories(d);
+  Tensor w = full({3}, 2.0f);
+  const std::string path = d + "/step-1.h5";
+  save_checkpoint(path, whole({{"w", &w}}), nullptr, TrainState{1, 0, 0, "", ""});
+  Tensor w2 = zeros({3}), bias2 = full({4}, 0.25f);
+  std::vector<Region> regions = whole({{"w", &w2}, {"model.layers.0.mlp.expert_bias", &bias2}});
+  regions[1].optional = true;
+  EXPECT_NO_THROW(load_checkpoint(path, regions, nullptr));
+  EXPECT_EQ(w2.data<float>()[2], 2.0f);
+  EXPECT_EQ(bias2.data<float>()[0], 0.25f);  // kept
+  regions[1].optional = false;
+  EXPECT_NE(error_of([&] { load_checkpoint(path, regions, nullptr); }).find("expert_bias"), std::string::npos);
+}
+
 TEST(Train, NonFiniteLossAbortsOrSkips) {
   std::string d = tmpdir("nan");
   JobConfig c = tiny_job(d);

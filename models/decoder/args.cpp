@@ -20,7 +20,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Args, family, vocab_size, dim, n
                                                 layer_window, attn, rope_theta, rope, max_position_embeddings,
                                                 activation, swiglu_limit, moe, moe_experts, moe_top_k, moe_hidden_dim,
                                                 moe_score, moe_renormalize, moe_shared_expert, moe_router_bias,
-                                                moe_expert_bias, moe_every, moe_first_dense, tie_embeddings)
+                                                moe_expert_bias, moe_every, moe_first_dense, tie_embeddings,
+                                                moe_route_bias)
 
 using json = nlohmann::json;
 
@@ -82,6 +83,7 @@ Args Args::from_job(const JobConfig::Model& m) {
   a.moe_first_dense = m.moe_first_dense;
   a.moe_aux_loss_coeff = m.moe_aux_loss_coeff;
   a.moe_bias_update_rate = m.moe_bias_update_rate;
+  a.moe_route_bias = a.moe && m.moe_bias_update_rate > 0;
   a.tie_embeddings = m.enable_weight_tying;
   a.validate();
   return a;
@@ -307,8 +309,9 @@ std::string Args::hf_architecture(std::string* why) const {
     std::string w;
     return no(plain.hf_architecture(&w).empty() ? w : "read from a titan_decoder config: its tensors are in titan's layout");
   }
-  if (moe && moe_bias_update_rate > 0)
-    return no("auxiliary-loss-free balancing: the expert biases that steer its routing are not exported yet");
+  if (moe && moe_route_bias)
+    return no("auxiliary-loss-free balancing: the expert biases that steer its routing have no place in the HF "
+              "class (titan's layout keeps them)");
   if (!attn.is_default()) return no("attention variant " + attn.describe() + " (no HF class has it)");
   if (norm_type != "rmsnorm") return no("norm_type " + norm_type);
   bool sliding = false, uniform = true;

@@ -59,6 +59,8 @@ struct Args {
   int64_t moe_every = 1;              // layer i is MoE when (i + 1) % moe_every == 0 (HF decoder_sparse_step)
   int64_t moe_first_dense = 0;        // the first k layers stay dense
   double moe_aux_loss_coeff = 0.0, moe_bias_update_rate = 0.0;  // load balancing (titan's)
+  bool moe_route_bias = false;  // the router's choice adds per-expert biases (auxiliary-loss-free balancing):
+                                // model state, saved in checkpoints and titan-layout exports
   bool tie_embeddings = false;
   // read from a titan_decoder config.json (or titan 0.8's titan_moe): the file
   // holds titan's own tensor layout, and an export keeps it (not an HF class)

@@ -245,6 +245,15 @@ void Decoder::update_router_bias(const std::vector<std::vector<double>>& counts)
     if (l->moe && i < counts.size()) moe::update_bias(l->moe->expert_bias, counts[i++], args_.moe_bias_update_rate);
 }
 
+std::vector<std::pair<std::string, Tensor*>> Decoder::buffers() {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  if (!args_.moe_route_bias) return out;  // the biases stay zero: nothing to keep
+  const auto& layers = model->layers->layers;
+  for (size_t i = 0; i < layers.size(); ++i)
+    if (layers[i]->moe) out.emplace_back("model.layers." + std::to_string(i) + ".mlp.expert_bias", &layers[i]->moe->expert_bias);
+  return out;
+}
+
 HfLayout Decoder::hf_layout(const std::vector<Region>& params) const {
   // Qwen3-MoE keeps one nn.Linear per expert; titan's decoder exported as itself keeps them stacked
   return args_.hf_architecture() == "Qwen3MoeForCausalLM" ? per_expert_layout(params) : same_layout(params);

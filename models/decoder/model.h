@@ -135,6 +135,7 @@ class Decoder : public CausalLM {
   Tensor aux_loss(const ModelChunk& chunk) const override;
   std::vector<std::vector<int64_t>> routed_counts(const ModelChunk& chunk) const override;
   void update_router_bias(const std::vector<std::vector<double>>& global_counts) override;
+  std::vector<std::pair<std::string, Tensor*>> buffers() override;  // MoE expert biases when balancing updates them
   const Args& args() const { return args_; }
 
   Backbone* model = nullptr;

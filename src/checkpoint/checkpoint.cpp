@@ -246,6 +246,11 @@ TrainState load_checkpoint(const std::string& path, const std::vector<Region>& p
   h5::File f(path, h5::File::Read, comm);
   Progress progress("loading checkpoint " + path, local_bytes(params) * (opt ? 3 : 1));
   for (auto& r : params) {
+    if (r.optional && !f.has("model/" + r.name)) {
+      log_info("checkpoint: " + path + " has no '" + r.name + "' (written before titan kept it): it keeps its " +
+               "initial value");
+      continue;
+    }
     read_block(f, "model/" + r.name, r, *r.local);
     progress.add(r.local->numel() * 4);
   }
@@ -371,6 +376,10 @@ void load_hf(const std::string& path_in, const std::vector<Region>& params, MPI_
   Progress progress("loading " + path, local_bytes(params));
   for (auto& r : params) {
     expected.insert(r.name);
+    if (r.optional && !f.has(r.name)) {
+      log_info("checkpoint: " + path + " has no '" + r.name + "': it keeps its initial value");
+      continue;
+    }
     read_block(f, r.name, r, *r.local);
     progress.add(r.local->numel() * 4);
   }

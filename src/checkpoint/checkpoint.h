@@ -31,6 +31,8 @@ struct Region {
   Shape full_shape;
   Shape offset;
   bool writer = true;  // exactly one rank writes each element
+  bool optional = false;  // a file without it loads (the tensor keeps its value; the loader says so): state
+                          // added to checkpoints after files were written without it
 };
 // The single-rank case: every tensor whole.
 std::vector<Region> whole(const NamedParams& params);

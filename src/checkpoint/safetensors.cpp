@@ -436,6 +436,10 @@ void load_safetensors(const std::string& path, const std::vector<Region>& params
   for (const auto& r : params) {
     expected.insert(r.name);
     auto it = stored.find(r.name);
+    if (it == stored.end() && r.optional) {
+      log_info("safetensors: " + path + " has no '" + r.name + "': it keeps its initial value");
+      continue;
+    }
     TITAN_CHECK(it != stored.end(), "safetensors: '", path, "' has no tensor '", r.name,
                 "': saved from a different model?");
     const Stored& s = it->second;

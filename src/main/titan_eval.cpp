@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
                                                       Shape{pp_mbs, tp > 1 ? seq / tp : seq, model.hidden_size()}, seq);
     }
     {
-      const HfLayout hl = model.hf_layout(pm.regions());
+      const HfLayout hl = model.hf_layout(pm.state_regions());
       load_hf(ckpt, hl.regions, comm);
       hl.after_load();
     }

@@ -172,7 +172,7 @@ TrainResult train(const JobConfig& cfg) {
               "config error: training.seq_len ", S, " must be divisible by tensor_parallel_degree ", mesh.degrees.tp,
               " with sequence parallel (or set parallelism.enable_sequence_parallel: false)");
   auto params = pm.named_params();
-  std::vector<Region> regions = pm.regions();
+  std::vector<Region> regions = pm.state_regions();  // parameters, then buffers (expert biases)
   std::vector<Tensor*> plist = pm.params();
   if (!cfg.checkpoint.initial_load_path.empty()) {
     const HfLayout hl = model.hf_layout(regions);
