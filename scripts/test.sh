@@ -18,7 +18,8 @@ cmake --build build -j "$JOBS"
 # install the tools where mpirun finds them (default prefix /usr/local: titan-train on PATH)
 SUDO=""; if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 $SUDO cmake --install build >/dev/null
-(cd build && ctest --output-on-failure -j 1 --timeout 1200)
+# in parallel (tests with deadlines are RUN_SERIAL in CMakeLists.txt): ~7.5 min instead of ~11.5 on 2 cores
+(cd build && ctest --output-on-failure -j "$JOBS" --timeout 1200)
 
 if [ -z "${SKIP_ASAN:-}" ]; then
   echo "[test] ASan+UBSan build: the unit tests, then every mpirun test (label mpi)"
