@@ -166,8 +166,8 @@ ChipSpec load_chip(const std::string& name_or_path) {
     if (!n["attention_kernels"].IsMap()) fail(file, "key 'attention_kernels' must be a map of kernel: fraction of peak");
     for (const auto& kv : n["attention_kernels"]) {
       const std::string name = kv.first.as<std::string>();
-      const double e = kv.second.as<double>();
-      if (!(e > 0) || e > 1) fail(file, "attention_kernels." + name + " must be in (0, 1]");
+      const double e = number(n["attention_kernels"], name, file);  // a number > 0, or an error naming the file
+      if (e > 1) fail(file, "attention_kernels." + name + " must be <= 1");
       c.attention_kernels[name] = e;
     }
   }
