@@ -4,7 +4,9 @@
   parity.py --build BUILD --case ref              single-rank reference run (fixture)
   parity.py --build BUILD --case layout --np N --layout "--parallelism.x y ..."
       losses at each of 10 steps equal to the reference's to <= 1e-5 relative,
-      gradients after step 1 to <= 1e-5 (relative L2 per tensor)
+      gradients after step 1 to <= 1e-5 (relative L2 per tensor), the exported weights to <= 1e-4;
+      TITAN_PARITY_STEPS=N runs N steps (the sanitizer run: 3) and compares those, the export's two formats
+      with each other but not with the reference's 10-step weights
   parity.py --build BUILD --case resume           save with 4-way FSDP, resume with 2-way FSDP x 2-way TP
   parity.py --build BUILD --case resume_pp        save with FSDP 2, resume with PP 2; save with PP 2, resume FSDP 2
   parity.py --build BUILD --case eval             titan-eval under mpirun (FSDP x TP) prints the single-rank loss
@@ -33,7 +35,14 @@ import safetensors_ref  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from testlib import ENV, ROOT, ensure_data, losses  # noqa: E402
 GLOBAL_BATCH = 8
-COMMON = ["--config", "configs/qwen3_debug.yaml", "--training.steps", "10", "--training.seq_len", "128",
+REF_STEPS = 10  # COMMON's --training.steps: the references, the resume cases
+# the layout case's step count: REF_STEPS (the contract, the release run); scripts/test.sh's sanitizer run sets
+# 3 (the first step, the optimizer's steady state, the learning rate after warmup: every code path of the step;
+# what a sanitizer finds does not depend on the step count, the numerics are held at 10 steps by the release run)
+LAYOUT_STEPS = int(os.environ.get("TITAN_PARITY_STEPS", str(REF_STEPS)))
+if not 2 <= LAYOUT_STEPS <= REF_STEPS:
+    sys.exit(f"TITAN_PARITY_STEPS must be in [2, {REF_STEPS}] (gradients are compared after step 1), got {LAYOUT_STEPS}")
+COMMON = ["--config", "configs/qwen3_debug.yaml", "--training.steps", str(REF_STEPS), "--training.seq_len", "128",
           "--job.print_args", "false", "--validation.enabled", "false", "--checkpoint.export_at_end", "false",
           "--checkpoint.export_format", "both", "--metrics.log_freq", "1", "--debug.dump_grads_at_step", "1", "--lr_scheduler.warmup_steps", "2",
           "--optimizer.lr", "5e-4"]
@@ -135,12 +144,18 @@ def main():
         dp = a.np // (tp * pp)
         out = os.path.join(work, a.name or f"np{a.np}")
         shutil.rmtree(out, ignore_errors=True)
-        _, secs = run(mpirun(a.np) + [train] + COMMON + layout + ["--checkpoint.export_at_end", "true"] +
+        common = list(COMMON)
+        common[common.index("--training.steps") + 1] = str(LAYOUT_STEPS)
+        _, secs = run(mpirun(a.np) + [train] + common + layout + ["--checkpoint.export_at_end", "true"] +
                       ["--job.dump_folder", out, "--training.local_batch_size", str(GLOBAL_BATCH // dp)])
-        lw = compare_losses(losses(ref), losses(out), range(1, 11))
+        got = losses(out)
+        assert sorted(got) == list(range(1, LAYOUT_STEPS + 1)), sorted(got)
+        lw = compare_losses(losses(ref), got, range(1, LAYOUT_STEPS + 1))
         gw = compare_grads(os.path.join(ref, "grads_step_1.h5"), os.path.join(out, "grads_step_1.h5"))
-        # the HF-named export written from this layout holds the same weights
-        ww = compare_grads(os.path.join(ref, "export", "model.h5"), os.path.join(out, "export", "model.h5"), 1e-4)
+        # the HF-named export written from this layout holds the same weights (after as many steps as the reference)
+        ww = None
+        if LAYOUT_STEPS == REF_STEPS:
+            ww = compare_grads(os.path.join(ref, "export", "model.h5"), os.path.join(out, "export", "model.h5"), 1e-4)
         # ... and its safetensors, each rank writing its own blocks (dim-0 FSDP / dim-1 TP shards), the same bytes
         sw = safetensors_ref.read(os.path.join(out, "export"))
         with h5py.File(os.path.join(out, "export", "model.h5"), "r") as h:
@@ -148,8 +163,9 @@ def main():
             for k in sw:
                 if not np.array_equal(sw[k], h[k][...]):
                     sys.exit(f"{k}: model.safetensors differs from model.h5 under {' '.join(layout)}")
-        print(f"{a.name}: {a.np} ranks ({' '.join(layout)}): max loss rel err {lw:.2e}, "
-              f"max grad rel err {gw:.2e}, exported weights rel err {ww:.2e} ({secs:.1f} s)")
+        wtxt = f"{ww:.2e}" if ww is not None else f"not compared ({LAYOUT_STEPS} of the reference's {REF_STEPS} steps)"
+        print(f"{a.name}: {a.np} ranks ({' '.join(layout)}): {LAYOUT_STEPS} steps, max loss rel err {lw:.2e}, "
+              f"max grad rel err {gw:.2e}, exported weights rel err {wtxt} ({secs:.1f} s)")
         return
 
     if a.case == "collectives":
