@@ -63,8 +63,8 @@ CASES = [
 OPEN_DRIFT = 0.05
 OPEN = {
     "gpt-oss-120B (MoE), 64 H100, PP4 x EP8 x DP16": (
-        "simulated 1.7x fast; candidates, not measured one by one: TE's attention with gpt-oss's sinks and sliding "
-        "window on Hopper, Megatron's MoE router / permutation kernels, 128-row expert GEMMs (docs/simulator.md)",
+        "simulated 1.7x fast; what is known and what is not published (a per-kernel profile of the step): "
+        "docs/simulator.md, 'Open'",
         0.697),
 }
 
