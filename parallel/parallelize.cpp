@@ -6,6 +6,8 @@
 #include "comms/vocab_parallel.h"
 #include "models/decoder/model.h"
 #include "parallel/fsdp.h"
+#include "src/autograd/checkpoint.h"
+#include "src/autograd/function.h"
 #include "src/autograd/grad_mode.h"
 #include "src/ops/ops.h"
 #include "src/tensor/cost.h"
@@ -155,8 +157,10 @@ void drop_unowned(decoder::Decoder& model, const Ownership& o, std::vector<Shard
 //     ids it owns, the rows summed over tp); the logits stay split into the
 //     loss (loss parallel: max and sum-exp all-reduced), or are gathered
 //     into a plain cross-entropy when loss_parallel is off.
+//   regather (with sequence parallel): a block's gathered input is freed after
+//     its forward and gathered again when its backward begins (Megatron-LM).
 std::function<void()> apply_tp(decoder::Decoder& model, comms::DeviceMesh& mesh, std::vector<ShardSpec>& specs,
-                               bool sequence_parallel, bool loss_parallel, const Ownership& own) {
+                               bool sequence_parallel, bool loss_parallel, bool regather, const Ownership& own) {
   const int64_t tp = mesh.tp->size();
   const int r = mesh.tp->rank();
   const auto& a = model.args();
@@ -262,7 +266,7 @@ std::function<void()> apply_tp(decoder::Decoder& model, comms::DeviceMesh& mesh,
       return cross_entropy(comms::gather_from(logits, -1, pg, vocab), targets);
     };
 
-  return [&model, pg, kv_group, kv_replicated, sequence_parallel, own]() {
+  return [&model, pg, kv_group, kv_replicated, sequence_parallel, regather, own]() {
     // Block inputs: replicated x -> copy_to (bwd all-reduce); with sequence
     // parallel the residual stream is split along the sequence and gathered
     // here (bwd reduce-scatter). Block outputs: all-reduce, or reduce-scatter
@@ -272,6 +276,44 @@ std::function<void()> apply_tp(decoder::Decoder& model, comms::DeviceMesh& mesh,
     };
     auto block_out = [pg, sequence_parallel](nn::Module&, const Tensor& y) {
       return sequence_parallel ? comms::reduce_scatter_op(y, 1, pg) : comms::reduce_from(y, pg);
+    };
+    // regather: the block's gathered input full [B, S, H] (what its column-parallel projections keep for
+    // their weight gradients) is freed when its forward ends, and gathered again from the rank's shard
+    // local [B, S/tp, H] when its backward begins (before any of its ops' backward reads it). Not in a
+    // checkpoint's first run (no grad: nothing kept) nor in its recompute (its backward follows at once).
+    auto block_hooks = [pg, regather, block_in, block_out](nn::Module& m) {
+      if (!regather) {
+        m.register_forward_pre_hook(block_in);
+        m.register_forward_post_hook(block_out);
+        return;
+      }
+      struct Gathered {
+        Tensor local, full;
+      };
+      auto open = std::make_shared<std::vector<Gathered>>();  // this module's forward in progress
+      m.register_forward_pre_hook([pg, open](nn::Module&, const Tensor& x) {
+        Tensor full = comms::all_gather_op(x, 1, pg);  // [B, S, H]
+        if (autograd::grad_enabled() && !autograd::recomputing()) open->push_back({x.detach(), full});
+        return full;
+      });
+      m.register_forward_post_hook([pg, open, block_out](nn::Module& mod, const Tensor& y) {
+        Tensor out = block_out(mod, y);
+        if (open->empty()) return out;
+        Gathered g = open->back();
+        open->pop_back();
+        g.full.impl()->storage->release();
+        return autograd::custom_op(
+            "SequenceParallelRegather", {out}, [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0]}; },
+            [pg, g](const std::vector<Tensor>& grad) {
+              NoGradGuard ng;
+              Tensor again = pg->all_gather(g.local, 1);  // [B, S, H], bit-identical to the forward's
+              TITAN_CHECK(again.offset() == 0 && g.full.offset() == 0 && again.is_contiguous(),
+                          "sequence_parallel_regather: the gathered input ", shape_str(g.full.shape()),
+                          " must own its whole buffer");
+              g.full.impl()->storage->adopt(*again.impl()->storage);
+              return std::vector<Tensor>{grad[0]};
+            })[0];
+      });
     };
     // Replicated weights that see only part of the work on each rank get their
     // gradients summed over tp (identity forward): the per-head q/k norms, the
@@ -310,10 +352,8 @@ std::function<void()> apply_tp(decoder::Decoder& model, comms::DeviceMesh& mesh,
         }
         return i == 0 ? comms::split_to(x, 1, pg) : x;  // the residual stream enters sequence-sharded
       });
-      at->register_forward_pre_hook(block_in);
-      at->register_forward_post_hook(block_out);
-      layer->ffn()->register_forward_pre_hook(block_in);
-      layer->ffn()->register_forward_post_hook(block_out);
+      block_hooks(*at);
+      block_hooks(*layer->ffn());
     }
     if (sequence_parallel && own.head)
       model.register_forward_pre_hook([&model, pg, sum_grads](nn::Module&, const Tensor& ids) {
@@ -371,7 +411,8 @@ ParallelModel parallelize(CausalLM& model, comms::DeviceMesh& mesh, const Parall
     drop_unowned(*dec, own, pm.specs);
   }
   if (mesh.tp->size() > 1)
-    tp_hooks = apply_tp(*dec, mesh, pm.specs, opt.sequence_parallel, opt.loss_parallel, own);
+    tp_hooks = apply_tp(*dec, mesh, pm.specs, opt.sequence_parallel, opt.loss_parallel,
+                        opt.sequence_parallel && opt.sequence_parallel_regather, own);
   FSDP::PlacementFn placement;
   if (opt.expert_parallel > 1) {
     TITAN_CHECK(dec->args().moe, "parallelism: expert_parallel_degree ", opt.expert_parallel,

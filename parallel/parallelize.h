@@ -21,6 +21,11 @@ struct ParallelOptions {
   bool sequence_parallel = true;  // with tp > 1: norms and residual stream sharded along the sequence
   int64_t expert_parallel = 1;    // MoE layers: experts over ep ranks borrowed from dp_shard
   bool loss_parallel = true;      // with tp > 1: logits stay split over the vocabulary into the loss
+  // with sequence parallel (Megatron-LM's memory layout): each attention / MLP block's input, gathered over
+  // the sequence for its column-parallel projections ([B, S, H] kept for their weight gradients), is freed
+  // when the block's forward ends and gathered again from the rank's [B, S/tp, H] shard when its backward
+  // begins: (tp-1)/tp of those activations saved, one more all-gather per block in the backward
+  bool sequence_parallel_regather = false;
   // pipeline parallel: the model chunks (stages) this rank holds (empty: the whole model). The other
   // stages' parameters become empty blocks (ShardSpec::owned false) before anything else is cut.
   std::vector<ModelChunk> pipeline_chunks;

@@ -821,3 +821,45 @@ TEST(Simulation, ConcurrentCollectivesShareTheLinksTheyBothUse) {
   EXPECT_NEAR(apart.step_s, inner_alone.step_s, 1e-9);
   EXPECT_EQ(apart.link_contention_s, 0);
 }
+
+// Megatron-LM's sequence-parallel layout (parallelism.sequence_parallel_regather): each attention / MLP
+// block keeps its rank's [B, S/tp, H] shard instead of the gathered [B, S, H] input, and gathers it again
+// when its backward begins: (tp-1)/tp of those activations saved, one more all-gather per block, nothing
+// recomputed. The knob is refused where it would do nothing.
+TEST(Simulation, SequenceParallelRegatherKeepsTheShardAndGathersAgainInBackward) {
+  const int64_t L = 8;
+  auto cfg = [&](bool regather, const std::string& ac = "none") {
+    return config("configs/qwen3_32b.yaml", {"model.n_layers", std::to_string(L), "activation_checkpoint.mode", ac,
+                                             "parallelism.sequence_parallel_regather", regather ? "true" : "false"});
+  };
+  const JobConfig base = cfg(false);
+  StepPlan off = plan_step(base, 64, true), on = plan_step(cfg(true), 64, true);
+  auto act = [](const StepPlan& p) { return p.memory.peak[(int)MemoryCategory::Activations]; };
+  const int64_t tp = base.parallelism.tensor_parallel_degree;
+  ASSERT_GT(tp, 1);
+  // per block and micro-batch: two gathered inputs (attention, MLP) of B x S x H (the meta run is float32;
+  // the report scales it to the run's param_dtype), less the shard kept
+  const double full = (double)base.training.local_batch_size * base.training.seq_len * base.model.dim * 4;
+  const double want = 2.0 * L * full * (tp - 1) / tp;
+  EXPECT_NEAR(act(off) - act(on), want, 0.05 * want) << act(off) << " vs " << act(on);
+  EXPECT_DOUBLE_EQ(on.flops, off.flops);  // nothing recomputed
+  auto gathers = [](const StepPlan& p) {
+    int n = 0;
+    for (const auto& e : p.events) n += e.kind == CostEvent::Kind::CommStart && std::string(e.op) == "all_gather";
+    return n;
+  };
+  EXPECT_EQ(gathers(on) - gathers(off), 2 * L);
+  std::string e = error_of([&] { cfg(true, "full"); });
+  EXPECT_NE(e.find("parallelism.sequence_parallel_regather"), std::string::npos) << e;
+  EXPECT_NE(e.find("activation_checkpoint.mode full"), std::string::npos) << e;
+  e = error_of([&] {
+    config("configs/qwen3_32b.yaml", {"parallelism.tensor_parallel_degree", "1", "parallelism.data_parallel_shard_degree",
+                                      "64", "parallelism.sequence_parallel_regather", "true"});
+  });
+  EXPECT_NE(e.find("needs sequence parallel"), std::string::npos) << e;
+  e = error_of([&] {
+    config("configs/qwen3_32b.yaml", {"parallelism.enable_sequence_parallel", "false",
+                                      "parallelism.sequence_parallel_regather", "true"});
+  });
+  EXPECT_NE(e.find("enable_sequence_parallel: true (it is false)"), std::string::npos) << e;
+}

@@ -22,6 +22,12 @@ struct SacCache {
   int64_t matmuls = 0;  // matmuls seen in this run
 };
 thread_local SacCache* t_sac = nullptr;
+thread_local int t_recompute_depth = 0;
+
+struct RecomputeScope {  // RAII: recomputing() is true inside (nests)
+  RecomputeScope() { ++t_recompute_depth; }
+  ~RecomputeScope() { --t_recompute_depth; }
+};
 
 struct SacRun {  // RAII: this thread's save-list calls go to `c` (nests: restores the outer block's)
   SacCache* prev;
@@ -36,6 +42,8 @@ struct SacRun {  // RAII: this thread's save-list calls go to `c` (nests: restor
   ~SacRun() { t_sac = prev; }
 };
 }  // namespace
+
+bool recomputing() { return t_recompute_depth > 0; }
 
 std::vector<Tensor> sac_forward(SacOp op, const std::function<std::vector<Tensor>()>& kernel) {
   SacCache* c = t_sac;
@@ -91,6 +99,7 @@ std::vector<Tensor> checkpoint(const BlockFn& fn, const std::vector<Tensor>& inp
                   std::vector<Tensor> outs2;
                   {
                     EnableGradGuard eg;
+                    RecomputeScope rs;
                     SacRun run(sac.get(), /*recompute=*/true);
                     outs2 = fn(xs);
                   }

@@ -38,6 +38,11 @@ inline Tensor sac_forward(SacOp op, const std::function<Tensor()>& kernel) {
   return sac_forward(op, [&] { return std::vector<Tensor>{kernel()}; })[0];
 }
 
+// True while a checkpointed block re-runs its forward inside the backward (the recompute): hooks that
+// prepare a forward's own backward (e.g. freeing what the backward gathers again) leave it alone, since
+// its backward follows at once.
+bool recomputing();
+
 // Module backward hook: returns `inputs` passed through an identity op whose
 // backward calls `done` once the gradients w.r.t. these inputs are complete,
 // i.e. once every op of the module run on them has finished its backward

@@ -108,6 +108,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"parallelism.fsdp_reshard_after_forward", &c.parallelism.fsdp_reshard_after_forward, {}},
       {"parallelism.enable_sequence_parallel", &c.parallelism.enable_sequence_parallel, {}},
       {"parallelism.disable_loss_parallel", &c.parallelism.disable_loss_parallel, {}},
+      {"parallelism.sequence_parallel_regather", &c.parallelism.sequence_parallel_regather, {}},
       {"parallelism.fsdp_reduce_every_microbatch", &c.parallelism.fsdp_reduce_every_microbatch, {}},
       {"parallelism.pipeline_parallel_degree", &c.parallelism.pipeline_parallel_degree, {}},
       {"parallelism.pipeline_parallel_schedule", &c.parallelism.pipeline_parallel_schedule,
@@ -367,6 +368,17 @@ void validate(const JobConfig& c) {
                      p.pipeline_parallel_layers_per_stage == -1),
                 "config error: parallelism.pipeline_parallel_schedule / _microbatch_size / _layers_per_stage apply "
                 "only with parallelism.pipeline_parallel_degree > 1 (it is 1); set the degree or drop the keys");
+    TITAN_CHECK(!p.sequence_parallel_regather || (p.tensor_parallel_degree > 1 && p.enable_sequence_parallel),
+                "config error: parallelism.sequence_parallel_regather needs sequence parallel: "
+                "parallelism.tensor_parallel_degree > 1 (it is ", p.tensor_parallel_degree,
+                ") and parallelism.enable_sequence_parallel: true (it is ", p.enable_sequence_parallel ? "true" : "false",
+                "); set them or drop the key");
+    TITAN_CHECK(!p.sequence_parallel_regather || c.activation_checkpoint.every() != 1,
+                "config error: parallelism.sequence_parallel_regather frees what a block keeps for its backward, but "
+                "activation_checkpoint.mode ", c.activation_checkpoint.mode,
+                c.activation_checkpoint.mode == "selective" ? " (" + c.activation_checkpoint.selective_ac_option + ")"
+                                                            : std::string(),
+                " already recomputes every block (its gathered input included); drop one of the two");
     TITAN_CHECK(p.pipeline_parallel_degree == 1 || !c.model.enable_weight_tying,
                 "config error: parallelism.pipeline_parallel_degree ", p.pipeline_parallel_degree,
                 " with model.enable_weight_tying: true — the first stage (embedding) and the last (head) would share "

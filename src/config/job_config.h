@@ -116,6 +116,9 @@ struct JobConfig {
     bool fsdp_reshard_after_forward = true;  // free gathered weights after a block's forward, re-gather in backward
     bool enable_sequence_parallel = true;    // with tp > 1: norms and residual stream sharded along the sequence
     bool disable_loss_parallel = false;      // with tp > 1: false = logits stay split over the vocabulary
+    // with sequence parallel: free each block's gathered input after its forward, gather it again in its
+    // backward (Megatron-LM's layout; parallel/parallelize.h)
+    bool sequence_parallel_regather = false;
     // gradient accumulation under FSDP/HSDP: true = reduce every micro-batch's gradients (FSDP2's default);
     // false = accumulate them unsharded and reduce once per step (less communication, the memory of the
     // unsharded gradients)

@@ -1,5 +1,7 @@
 #include "src/tensor/storage.h"
 
+#include "src/tensor/error.h"
+
 namespace titan {
 
 Storage::Storage(size_t nbytes, Device device)
@@ -24,6 +26,18 @@ void Storage::release() {
 void Storage::materialize() {
   if (counted_) return;
   if (device_ == Device::CPU) data_ = pool_allocate(nbytes_);
+  MemoryTracker::get(device_).add(category_, (int64_t)nbytes_);
+  counted_ = true;
+}
+
+void Storage::adopt(Storage& from) {
+  TITAN_CHECK(!counted_ && from.counted_ && from.nbytes_ == nbytes_ && from.device_ == device_,
+              "Storage::adopt: a released storage takes a resident buffer of its size and device (", nbytes_,
+              " bytes, released ", !counted_, ") from one of ", from.nbytes_, " bytes (resident ", from.counted_, ")");
+  data_ = from.data_;
+  from.data_ = nullptr;
+  MemoryTracker::get(device_).sub(from.category_, (int64_t)nbytes_);
+  from.counted_ = false;
   MemoryTracker::get(device_).add(category_, (int64_t)nbytes_);
   counted_ = true;
 }

@@ -28,6 +28,10 @@ class Storage {
   // object) and later allocate it again before it is read.
   void release();
   void materialize();
+  // Released storage takes `from`'s buffer (same size and device) instead of allocating and copying: a
+  // freed activation refilled by a collective's fresh result (sequence-parallel re-gather). `from` is left
+  // released; the bytes are charged to this storage's category.
+  void adopt(Storage& from);
   bool resident() const { return device_ == Device::Meta || data_ != nullptr; }
 
  private:

@@ -10,8 +10,10 @@ namespace titan {
 
 parallel::ParallelOptions parallel_options(const JobConfig& cfg) {
   const auto& p = cfg.parallelism;
-  return {p.fsdp_reshard_after_forward, p.enable_sequence_parallel, p.expert_parallel_degree,
-          !p.disable_loss_parallel};
+  parallel::ParallelOptions o{p.fsdp_reshard_after_forward, p.enable_sequence_parallel, p.expert_parallel_degree,
+                              !p.disable_loss_parallel};
+  o.sequence_parallel_regather = p.sequence_parallel_regather;
+  return o;
 }
 
 int64_t gradient_accumulation_steps(const JobConfig& cfg, int64_t dp) {
