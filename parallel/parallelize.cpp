@@ -301,15 +301,18 @@ std::function<void()> apply_tp(decoder::Decoder& model, comms::DeviceMesh& mesh,
         if (open->empty()) return out;
         Gathered g = open->back();
         open->pop_back();
+        TITAN_CHECK(g.full.offset() == 0 && g.full.is_contiguous() &&
+                        g.full.impl()->storage->nbytes() == (size_t)g.full.nbytes(),
+                    "sequence_parallel_regather: the gathered block input ", shape_str(g.full.shape()),
+                    " must own its whole buffer to be freed and refilled");
         g.full.impl()->storage->release();
         return autograd::custom_op(
             "SequenceParallelRegather", {out}, [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0]}; },
             [pg, g](const std::vector<Tensor>& grad) {
               NoGradGuard ng;
               Tensor again = pg->all_gather(g.local, 1);  // [B, S, H], bit-identical to the forward's
-              TITAN_CHECK(again.offset() == 0 && g.full.offset() == 0 && again.is_contiguous(),
-                          "sequence_parallel_regather: the gathered input ", shape_str(g.full.shape()),
-                          " must own its whole buffer");
+              TITAN_CHECK(again.offset() == 0 && again.is_contiguous(), "sequence_parallel_regather: the re-gathered ",
+                          shape_str(again.shape()), " must own its whole buffer");
               g.full.impl()->storage->adopt(*again.impl()->storage);
               return std::vector<Tensor>{grad[0]};
             })[0];
