@@ -142,6 +142,38 @@ std::string checksum_attr(const std::vector<Region>& params, AdamW* opt, MPI_Com
 }
 }  // namespace
 
+void agree_on_datasets(const std::vector<Region>& regions, const std::vector<bool>& optimizer,
+                       const std::string& path, MPI_Comm comm) {
+  if (!comm) return;
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a over names, shapes and moment flags
+  auto mix = [&h](const void* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ ((const unsigned char*)p)[i]) * 1099511628211ULL;
+  };
+  for (size_t i = 0; i < regions.size(); ++i) {
+    const Region& r = regions[i];
+    mix(r.name.data(), r.name.size() + 1);
+    const int64_t nd = (int64_t)r.full_shape.size();
+    mix(&nd, sizeof nd);
+    mix(r.full_shape.data(), r.full_shape.size() * sizeof(int64_t));
+    const char m = i < optimizer.size() && optimizer[i];
+    mix(&m, 1);
+  }
+  int n = 0, me = 0;
+  MPI_Comm_size(comm, &n);
+  MPI_Comm_rank(comm, &me);
+  uint64_t mine[2] = {h, (uint64_t)regions.size()};
+  std::vector<uint64_t> all(2 * (size_t)n);
+  MPI_Allgather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, comm);
+  std::ostringstream differ;
+  int bad = 0;
+  for (int q = 1; q < n; ++q)
+    if (all[2 * q] != all[0]) differ << (bad++ ? ", " : "") << q << " (" << all[2 * q + 1] << " datasets)";
+  TITAN_CHECK(bad == 0, "checkpoint: writing '", path, "': rank", bad > 1 ? "s " : " ", differ.str(),
+              " would write a different list of datasets than rank 0 (", all[1], " datasets; names, shapes or "
+              "optimizer moments differ). Every rank must write the same datasets in the same order (the write is "
+              "collective): this is a bug in the parallel plan, nothing was written");
+}
+
 std::string agree_on_failure(const std::string& mine, MPI_Comm comm) {
   if (!comm) return mine;
   int me = 0;
@@ -214,6 +246,9 @@ std::string verify_checkpoint(const std::string& path, MPI_Comm comm, bool* lega
 
 void save_checkpoint(const std::string& path, const std::vector<Region>& params, AdamW* opt, const TrainState& st,
                      MPI_Comm comm) {
+  std::vector<bool> moments;
+  for (auto& r : params) moments.push_back(opt && moment(opt, r.name, false));
+  agree_on_datasets(params, moments, path, comm);
   const std::string sums = checksum_attr(params, opt, comm);
   Progress progress("saving checkpoint " + path, local_bytes(params) * (opt ? 3 : 1));
   write_atomic(path, comm, [&](h5::File& f) {
@@ -297,6 +332,7 @@ void prune_checkpoints(const std::string& folder, int64_t keep) {
 
 void export_hf(const std::string& path, const std::vector<Region>& params, const std::string& cfg, DType stored,
                MPI_Comm comm) {
+  agree_on_datasets(params, {}, path, comm);
   std::vector<std::string> names;
   std::vector<uint64_t> sums;
   for (auto& r : params) {

@@ -58,6 +58,13 @@ TrainState load_checkpoint(const std::string& path, const std::vector<Region>& p
 // same verdict: "" when good, else what failed, naming the tensor. A file
 // from before checksums (*legacy = true) is checked for finiteness only.
 std::string verify_checkpoint(const std::string& path, MPI_Comm comm = nullptr, bool* legacy = nullptr);
+// Writing a file collectively (parallel HDF5's dataset creation, the checksums' reduction) needs every
+// rank of comm to write the same datasets, with the same logical shapes, in the same order; otherwise the
+// ranks would wait for each other forever. The writers compare that list first (a hash of it per rank,
+// all-gathered): a difference throws on every rank, naming `path` and the ranks that differ from rank 0.
+// `optimizer`: also which datasets carry optimizer moments.
+void agree_on_datasets(const std::vector<Region>& regions, const std::vector<bool>& optimizer,
+                       const std::string& path, MPI_Comm comm);
 // What the ranks of comm agree on: "" when every rank's finding is "", else the lowest failing rank's.
 std::string agree_on_failure(const std::string& mine, MPI_Comm comm);
 // Throws naming `name` when p holds a non-finite value or (hex given, not "-") misses its checksum.

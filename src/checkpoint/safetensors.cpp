@@ -240,6 +240,7 @@ bool is_safetensors(const std::string& path) {
 
 std::vector<std::string> save_safetensors(const std::string& folder, const std::vector<Region>& params,
                                           SafetensorsDType dtype, int64_t max_shard_bytes, MPI_Comm comm) {
+  agree_on_datasets(params, {}, folder, comm);
   const int me = rank_of(comm);
   // ---- the layout, identical on every rank: shards filled in parameter order
   struct Entry {

@@ -1,0 +1,113 @@
+// Collective checkpoint writes under mpirun: ranks that would write different
+// lists of datasets get an error naming them on every rank, not a hang (a
+// parallel HDF5 file creates its datasets collectively; the checksums are
+// all-reduced), and nothing is left on disk; ranks that agree write a file
+// that reads back.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <filesystem>
+#include <string>
+
+#include "comms/process_group.h"
+#include "src/checkpoint/checkpoint.h"
+#include "src/checkpoint/safetensors.h"
+#include "src/ops/ops.h"
+
+using namespace titan;
+namespace fs = std::filesystem;
+
+namespace {
+int rank() { return comms::world_rank(); }
+
+std::string folder() {  // one per test run, shared by the ranks
+  const std::string f = (fs::temp_directory_path() / "titan_checkpoint_mpi").string();
+  if (rank() == 0) {
+    fs::remove_all(f);
+    fs::create_directories(f);
+  }
+  MPI_Barrier(comms::world_comm());
+  return f;
+}
+
+// Rank r holds rows [2r, 2r + 2) of "w" [2n, 3] (an FSDP-style row split) and "b" [4] whole, written by rank 0.
+struct Params {
+  Tensor w, b, extra;
+  std::vector<Region> regions;
+  explicit Params(bool extra_on_rank1 = false, bool reshape_on_rank1 = false) {
+    int n = 1;
+    MPI_Comm_size(comms::world_comm(), &n);
+    w = full({2, 3}, 1.0f + (float)rank());
+    b = full({4}, 0.5f);
+    regions.push_back({"w", &w, {2 * n, 3}, {2 * rank(), 0}, true});
+    regions.push_back({"b", &b, reshape_on_rank1 && rank() == 1 ? Shape{2, 2} : Shape{4}, {0}, rank() == 0});
+    if (reshape_on_rank1 && rank() == 1) {
+      b = b.reshape({2, 2}).contiguous();
+      regions.back().offset = {0, 0};
+    }
+    if (extra_on_rank1 && rank() == 1) {
+      extra = full({3}, 2.0f);
+      regions.push_back({"extra", &extra, {3}, {0}, true});
+    }
+  }
+};
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(CheckpointMpi, RanksThatWouldWriteDifferentDatasetsFailTogetherAndWriteNothing) {
+  const std::string dir = folder();
+  for (bool extra : {true, false}) {
+    Params p(/*extra_on_rank1=*/extra, /*reshape_on_rank1=*/!extra);
+    const std::string path = dir + (extra ? "/extra.h5" : "/reshaped.h5");
+    std::string e = error_of([&] { save_checkpoint(path, p.regions, nullptr, TrainState{}, comms::world_comm()); });
+    EXPECT_NE(e.find("rank 1"), std::string::npos) << e;  // every rank names rank 1
+    EXPECT_NE(e.find("different list of datasets than rank 0"), std::string::npos) << e;
+    EXPECT_NE(e.find(path), std::string::npos) << e;
+    e = error_of([&] { export_hf(dir + "/export.h5", p.regions, "{}", DType::F32, comms::world_comm()); });
+    EXPECT_NE(e.find("rank 1"), std::string::npos) << e;
+    e = error_of([&] {
+      save_safetensors(dir + "/st", p.regions, SafetensorsDType::F32, int64_t(1) << 30, comms::world_comm());
+    });
+    EXPECT_NE(e.find("rank 1"), std::string::npos) << e;
+    MPI_Barrier(comms::world_comm());
+    EXPECT_FALSE(fs::exists(path));
+    EXPECT_FALSE(fs::exists(path + ".tmp"));
+    EXPECT_FALSE(fs::exists(dir + "/export.h5"));
+  }
+}
+
+TEST(CheckpointMpi, RanksThatAgreeWriteAFileThatReadsBack) {
+  const std::string dir = folder();
+  Params p;
+  const std::string path = dir + "/ok.h5";
+  save_checkpoint(path, p.regions, nullptr, TrainState{7, 0, 0, "", ""}, comms::world_comm());
+  EXPECT_EQ(verify_checkpoint(path, comms::world_comm()), "");
+  Params q;
+  q.w = zeros({2, 3});
+  q.b = zeros({4});
+  q.regions[0].local = &q.w;
+  q.regions[1].local = &q.b;
+  TrainState st = load_checkpoint(path, q.regions, nullptr, comms::world_comm());
+  EXPECT_EQ(st.step, 7);
+  EXPECT_EQ(q.w.to_vector<float>(), p.w.to_vector<float>());
+  EXPECT_EQ(q.b.to_vector<float>(), p.b.to_vector<float>());
+}
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  comms::init(&argc, &argv);
+  if (comms::world_rank() != 0) ::testing::GTEST_FLAG(print_time) = false;
+  int rc = RUN_ALL_TESTS();
+  int any = rc;  // every rank agrees on the outcome
+  MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, comms::world_comm());
+  comms::finalize();
+  return any;
+}
