@@ -9,12 +9,14 @@
 #include <filesystem>
 #include <string>
 
+#include "tests/error_of.h"
 #include "comms/process_group.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/checkpoint/safetensors.h"
 #include "src/ops/ops.h"
 
 using namespace titan;
+using titan::testing::error_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -52,14 +54,6 @@ struct Params {
   }
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 }  // namespace
 
 TEST(CheckpointMpi, RanksThatWouldWriteDifferentDatasetsFailTogetherAndWriteNothing) {

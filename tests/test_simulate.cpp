@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "tests/error_of.h"
 #include "simulator/cost_model.h"
 #include "src/config/job_config.h"
 #include "src/tensor/error.h"
@@ -18,6 +19,7 @@
 #include "parallel/pipeline.h"
 
 using namespace titan;
+using titan::testing::error_of;
 using namespace titan::sim;
 namespace fs = std::filesystem;
 
@@ -68,14 +70,6 @@ JobConfig config(const std::string& rel, const std::vector<std::string>& overrid
   return c;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 }  // namespace
 
 // ---- kernels: roofline ------------------------------------------------------------
