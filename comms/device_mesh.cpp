@@ -10,17 +10,18 @@ namespace titan::comms {
 MeshDegrees resolve_degrees(MeshDegrees d, int64_t world) {
   auto bad = [&](const std::string& why) {
     fail("parallelism: ", why, " (pipeline_parallel_degree ", d.pp, ", data_parallel_replicate_degree ",
-         d.dp_replicate, ", data_parallel_shard_degree ", d.dp_shard, ", tensor_parallel_degree ", d.tp,
-         ", world size ", world, ")");
+         d.dp_replicate, ", data_parallel_shard_degree ", d.dp_shard, ", context_parallel_degree ", d.cp,
+         ", tensor_parallel_degree ", d.tp, ", world size ", world, ")");
   };
-  if (d.pp < 1 || d.dp_replicate < 1 || d.tp < 1 || (d.dp_shard < 1 && d.dp_shard != -1))
+  if (d.pp < 1 || d.dp_replicate < 1 || d.tp < 1 || d.cp < 1 || (d.dp_shard < 1 && d.dp_shard != -1))
     bad("degrees must be >= 1 (or -1 for dp_shard)");
+  const int64_t fixed = d.pp * d.dp_replicate * d.cp * d.tp;
   if (d.dp_shard == -1) {
-    if (world % (d.pp * d.dp_replicate * d.tp) != 0) bad("the world size is not divisible by pp x dp_replicate x tp");
-    d.dp_shard = world / (d.pp * d.dp_replicate * d.tp);
+    if (world % fixed != 0) bad("the world size is not divisible by pp x dp_replicate x cp x tp");
+    d.dp_shard = world / fixed;
   }
-  if (d.pp * d.dp_replicate * d.dp_shard * d.tp != world)
-    bad("pp x dp_replicate x dp_shard x tp = " + std::to_string(d.pp * d.dp_replicate * d.dp_shard * d.tp) +
+  if (fixed * d.dp_shard != world)
+    bad("pp x dp_replicate x dp_shard x cp x tp = " + std::to_string(fixed * d.dp_shard) +
         " does not equal the world size");
   return d;
 }
@@ -29,18 +30,20 @@ DeviceMesh::DeviceMesh(MeshDegrees d, bool fake, int fake_rank, int fake_world) 
   world = fake ? fake_world : world_size();
   rank = fake ? fake_rank : world_rank();
   degrees = resolve_degrees(d, world);
-  const int64_t S = degrees.dp_shard, T = degrees.tp, R = degrees.dp_replicate;
-  tp_rank = (int)(rank % T);
-  shard_rank = (int)((rank / T) % S);
-  replicate_rank = (int)((rank / (T * S)) % R);
-  pp_rank = (int)(rank / (T * S * R));
+  const int64_t S = degrees.dp_shard, T = degrees.tp, R = degrees.dp_replicate, C = degrees.cp;
   // Each group: the world ranks of equal color, ordered by key (colors and keys are functions of a world
   // rank, so a fake mesh lists every group's members without communicating).
   auto tp_of = [T](int w) { return (int)(w % T); };
-  auto shard_of = [T, S](int w) { return (int)((w / T) % S); };
-  auto repl_of = [T, S, R](int w) { return (int)((w / (T * S)) % R); };
-  auto pp_of = [T, S, R](int w) { return (int)(w / (T * S * R)); };
-  const int slice = (int)(T * S * R);  // ranks per pipeline stage
+  auto cp_of = [T, C](int w) { return (int)((w / T) % C); };
+  auto shard_of = [T, C, S](int w) { return (int)((w / (T * C)) % S); };
+  auto repl_of = [T, C, S, R](int w) { return (int)((w / (T * C * S)) % R); };
+  auto pp_of = [T, C, S, R](int w) { return (int)(w / (T * C * S * R)); };
+  tp_rank = tp_of(rank);
+  cp_rank = cp_of(rank);
+  shard_rank = shard_of(rank);
+  replicate_rank = repl_of(rank);
+  pp_rank = pp_of(rank);
+  const int slice = (int)(T * C * S * R);  // ranks per pipeline stage
   auto group = [&](const std::function<int(int)>& color, const std::function<int(int)>& key,
                    const std::string& name) -> PG {
     if (fake) {
@@ -64,13 +67,25 @@ DeviceMesh::DeviceMesh(MeshDegrees d, bool fake, int fake_rank, int fake_world) 
   };
   auto ident = [](int w) { return w; };
   world_pg = group([](int) { return 0; }, ident, "world");
-  // within a stage's slice of the world, as without pp (colors offset by the stage)
-  tp = group([&](int w) { return pp_of(w) * slice + repl_of(w) * (int)S + shard_of(w); }, tp_of, "tp");
-  dp_shard = group([&](int w) { return pp_of(w) * slice + repl_of(w) * (int)T + tp_of(w); }, shard_of, "dp_shard");
-  dp_replicate =
-      group([&](int w) { return pp_of(w) * slice + shard_of(w) * (int)T + tp_of(w); }, repl_of, "dp_replicate");
-  dp = group([&](int w) { return pp_of(w) * slice + tp_of(w); }, [&](int w) { return repl_of(w) * (int)S + shard_of(w); },
-             "dp");
+  // within a stage's slice of the world, as without pp (colors: the other coordinates, offset by the stage)
+  auto color = [&](bool rep, bool shard, bool c, bool t) {
+    return [=](int w) {
+      int x = pp_of(w);
+      x = x * (int)R + (rep ? repl_of(w) : 0);
+      x = x * (int)S + (shard ? shard_of(w) : 0);
+      x = x * (int)C + (c ? cp_of(w) : 0);
+      return x * (int)T + (t ? tp_of(w) : 0);
+    };
+  };
+  tp = group(color(true, true, true, false), tp_of, "tp");
+  cp = group(color(true, true, false, true), cp_of, "cp");
+  cp_p2p = C == 1 ? cp : group(color(true, true, false, true), cp_of, "cp_p2p");
+  dp_shard = group(color(true, false, true, true), shard_of, "dp_shard");
+  dp_shard_cp = C == 1 ? dp_shard
+                       : group(color(true, false, false, true), [&](int w) { return shard_of(w) * (int)C + cp_of(w); },
+                               "dp_shard_cp");
+  dp_replicate = group(color(false, true, true, true), repl_of, "dp_replicate");
+  dp = group(color(false, false, true, true), [&](int w) { return repl_of(w) * (int)S + shard_of(w); }, "dp");
   pp = group([slice](int w) { return w % slice; }, pp_of, "pp");
   pp_p2p = group([slice](int w) { return w % slice; }, pp_of, "pp_p2p");
 }
@@ -78,8 +93,9 @@ DeviceMesh::DeviceMesh(MeshDegrees d, bool fake, int fake_rank, int fake_world) 
 std::string DeviceMesh::describe() const {
   return "world " + std::to_string(world) + " = " +
          (degrees.pp > 1 ? "pp " + std::to_string(degrees.pp) + " x " : std::string()) + "dp_replicate " +
-         std::to_string(degrees.dp_replicate) +
-         " x dp_shard " + std::to_string(degrees.dp_shard) + " x tp " + std::to_string(degrees.tp);
+         std::to_string(degrees.dp_replicate) + " x dp_shard " + std::to_string(degrees.dp_shard) +
+         (degrees.cp > 1 ? " x cp " + std::to_string(degrees.cp) : std::string()) + " x tp " +
+         std::to_string(degrees.tp);
 }
 
 }  // namespace titan::comms

@@ -1,6 +1,6 @@
 // comms/device_mesh.h — an N-D mesh of ranks with named dimensions, in
-// TorchTitan's order (pp, dp_replicate, dp_shard, tp): pp is outermost and tp
-// innermost, so rank = ((pp_rank * dp_replicate + replicate) * dp_shard + shard) * tp + tp_rank.
+// TorchTitan's order (pp, dp_replicate, dp_shard, cp, tp): pp is outermost and tp
+// innermost, so rank = (((pp_rank * dp_replicate + replicate) * dp_shard + shard) * cp + cp_rank) * tp + tp_rank.
 #pragma once
 #include <string>
 
@@ -13,6 +13,7 @@ struct MeshDegrees {
   int64_t dp_shard = -1;  // -1: the ranks left over
   int64_t tp = 1;
   int64_t pp = 1;  // pipeline stages (the outermost dimension; last here so {dp_replicate, dp_shard, tp} reads on)
+  int64_t cp = 1;  // context parallel: each sequence over cp ranks (between dp_shard and tp)
 };
 
 // Resolves -1 and checks the product equals `world`; throws naming the
@@ -25,15 +26,19 @@ class DeviceMesh {
   DeviceMesh(MeshDegrees d, bool fake = false, int fake_rank = 0, int fake_world = 1);
   MeshDegrees degrees;
   int rank = 0, world = 1;
-  int pp_rank = 0, replicate_rank = 0, shard_rank = 0, tp_rank = 0;
+  int pp_rank = 0, replicate_rank = 0, shard_rank = 0, cp_rank = 0, tp_rank = 0;
   PG world_pg, dp_replicate, dp_shard, dp, tp;  // dp = replicate x shard (data-parallel ranks)
+  // cp: the ranks sharing each sequence (equal coordinates but cp); cp_p2p: the same ranks, a communicator of
+  // their own for the ring exchange's point-to-point transfers; dp_shard_cp = dp_shard x cp, the group FSDP
+  // shards parameters and reduces gradients over (TorchTitan folds cp into it: cp ranks see different tokens)
+  PG cp, cp_p2p, dp_shard_cp;
   PG pp;      // the ranks of one pipeline: equal (dp_replicate, dp_shard, tp) coordinates, by pp rank
   PG pp_p2p;  // the same ranks, a communicator of its own for the stages' point-to-point transfers
   // world rank of the member of this rank's pipeline at stage rank `s`
   int pp_peer(int s) const { return rank + (s - pp_rank) * (int)(world / degrees.pp); }
   int64_t dp_size() const { return degrees.dp_replicate * degrees.dp_shard; }
   int64_t dp_rank() const { return replicate_rank * degrees.dp_shard + shard_rank; }
-  std::string describe() const;  // "world 4 = dp_replicate 1 x dp_shard 2 x tp 2" (pp first when > 1)
+  std::string describe() const;  // "world 4 = dp_replicate 1 x dp_shard 2 x tp 2" (pp first, cp before tp when > 1)
 };
 
 }  // namespace titan::comms

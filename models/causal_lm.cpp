@@ -14,14 +14,17 @@ Tensor CausalLM::loss(const Tensor& logits, const Tensor& targets) const {
   return sharded_loss ? sharded_loss(l2, t1) : cross_entropy(l2, t1);
 }
 
-Tensor ignore_prefix_targets(const Tensor& targets, int64_t prefix) {
+Tensor ignore_prefix_targets(const Tensor& targets, int64_t prefix, const std::vector<int64_t>& positions) {
   if (prefix <= 1 || targets.is_meta()) return targets;
   NoGradGuard ng;
   Tensor t = targets.contiguous().clone();
   const int64_t B = t.size(0), S = t.size(1);
+  TITAN_CHECK(positions.empty() || (int64_t)positions.size() == S, "ignore_prefix_targets: ", positions.size(),
+              " positions for targets ", shape_str(t.shape()));
   int64_t* p = t.data<int64_t>();
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t i = 0; i < std::min(prefix - 1, S); ++i) p[b * S + i] = -100;
+    for (int64_t i = 0; i < S; ++i)
+      if ((positions.empty() ? i : positions[(size_t)i]) < prefix - 1) p[b * S + i] = -100;
   return t;
 }
 

@@ -9,6 +9,7 @@
 
 #include "models/hf_layout.h"
 #include "src/config/job_config.h"
+#include "src/nn/attention_variants.h"
 #include "src/nn/module.h"
 
 namespace titan {
@@ -39,6 +40,10 @@ class CausalLM : public nn::Module {
   // Set by a plan whose logits leave the model split over the vocabulary
   // (loss parallel): cross-entropy of logits [N, V_local] against targets [N].
   std::function<Tensor(const Tensor& logits, const Tensor& targets)> sharded_loss;
+  // Set by a context-parallel plan: which positions of each sequence this rank holds (tokens [B, S_local]
+  // arrive as those positions; RoPE, the masks and the loss targets follow them) and the attention over
+  // the whole sequence. doc_ids stay the whole sequence's [B, S].
+  nn::SequenceShard sequence_shard;
   // The targets the loss counts (the rest set to -100, cross_entropy's ignore_index).
   virtual Tensor loss_targets(const Tensor& targets) const { return targets; }
   virtual void init_weights(uint64_t seed) = 0;
@@ -74,8 +79,9 @@ class CausalLM : public nn::Module {
 };
 
 // targets with [:, :prefix - 1] set to -100: inside a bidirectional prefix
-// the query at i sees token i + 1, its target.
-Tensor ignore_prefix_targets(const Tensor& targets, int64_t prefix);
+// the query at i sees token i + 1, its target. positions: the global position of each column (empty:
+// 0..S-1; a context-parallel rank's chunks).
+Tensor ignore_prefix_targets(const Tensor& targets, int64_t prefix, const std::vector<int64_t>& positions = {});
 
 // Builds the decoder (models/decoder) from the YAML model section (model.name:
 // qwen3 | qwen3_moe | gpt_oss | llama3) or from HF config.json content

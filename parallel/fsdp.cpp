@@ -76,7 +76,7 @@ struct FSDP::Reduction {
 FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool reshard_after_forward,
            std::vector<ShardSpec>& specs, PlacementFn placement)
     : mesh_(mesh), reshard_(reshard_after_forward) {
-  if (!placement) placement = [&mesh](const ShardSpec&) { return Placement{mesh.dp_shard, 1.0}; };
+  if (!placement) placement = [&mesh](const ShardSpec&) { return Placement{mesh.dp_shard_cp, 1.0}; };
   for (size_t ui = 0; ui < modules.size(); ++ui) {
     auto unit = std::make_unique<Unit>();
     unit->root = ui == 0;

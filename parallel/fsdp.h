@@ -41,7 +41,7 @@ class FSDP {
  public:
   // How a parameter is sharded: the group its dim 0 is split over and a
   // factor on its averaged gradient (expert parameters: their own data-parallel
-  // group, 1/ep). Default: mesh.dp_shard, 1.
+  // group, 1/ep). Default: mesh.dp_shard_cp (dp_shard x cp: context-parallel ranks see different tokens), 1.
   struct Placement {
     comms::PG group;
     double grad_scale = 1.0;

@@ -416,23 +416,25 @@ ParallelModel parallelize(CausalLM& model, comms::DeviceMesh& mesh, const Parall
   if (mesh.tp->size() > 1)
     tp_hooks = apply_tp(*dec, mesh, pm.specs, opt.sequence_parallel, opt.loss_parallel,
                         opt.sequence_parallel && opt.sequence_parallel_regather, own);
+  if (mesh.cp->size() > 1) apply_context_parallel(model, mesh, opt.context_parallel_rotate);
   FSDP::PlacementFn placement;
   if (opt.expert_parallel > 1) {
     TITAN_CHECK(dec->args().moe, "parallelism: expert_parallel_degree ", opt.expert_parallel,
                 " needs MoE layers, and this model has none (model.moe_enabled: false)");
-    const int64_t ep = opt.expert_parallel, S = mesh.dp_shard->size();
+    const int64_t ep = opt.expert_parallel, S = mesh.dp_shard_cp->size();
     TITAN_CHECK(S % ep == 0, "parallelism: expert_parallel_degree ", ep,
-                " must divide the data-parallel shard degree ", S, " (ep borrows its ranks from dp_shard)");
+                " must divide data_parallel_shard_degree x context_parallel_degree = ", S,
+                " (ep borrows its ranks from dp_shard x cp)");
     const int e = (int)ep;
-    comms::PG ep_group = mesh.dp_shard->split([e](int s) { return s / e; }, [e](int s) { return s % e; }, "ep");
+    comms::PG ep_group = mesh.dp_shard_cp->split([e](int s) { return s / e; }, [e](int s) { return s % e; }, "ep");
     comms::PG expert_dp =
-        mesh.dp_shard->split([e](int s) { return s % e; }, [e](int s) { return s / e; }, "dp_shard_mod_ep");
+        mesh.dp_shard_cp->split([e](int s) { return s % e; }, [e](int s) { return s / e; }, "dp_shard_mod_ep");
     apply_ep(*dec, ep_group, pm.specs, own);
     // expert weights: sharded over the ranks holding the same experts; their gradient gathered
     // every ep rank's tokens already, so the dp average is 1/ep of the group average
     placement = [&mesh, expert_dp, ep](const ShardSpec& s) {
       if (is_expert_param(s.name)) return FSDP::Placement{expert_dp, 1.0 / (double)ep};
-      return FSDP::Placement{mesh.dp_shard, 1.0};
+      return FSDP::Placement{mesh.dp_shard_cp, 1.0};
     };
   }
   // tp-replicated parameters: only tp rank 0 writes them

@@ -1,7 +1,7 @@
 // parallel/parallelize.h — the TorchTitan-style plan of titan's decoder
 // family (every member: qwen3, qwen3_moe, gpt_oss, llama3): tensor parallel
-// (Megatron, + sequence parallel), expert parallel on MoE layers, then
-// FSDP/HSDP over the data-parallel ranks, applied to a built model from
+// (Megatron, + sequence parallel), context parallel, expert parallel on MoE layers, then
+// FSDP/HSDP over the data-parallel (and context-parallel) ranks, applied to a built model from
 // outside (the model only exposes hooks). What each block gets follows from
 // what it holds (attention, dense MLP, MoE), not from the model's name.
 #pragma once
@@ -10,6 +10,7 @@
 
 #include "comms/device_mesh.h"
 #include "models/causal_lm.h"
+#include "parallel/context_parallel.h"
 #include "parallel/shard_spec.h"
 
 namespace titan::parallel {
@@ -29,6 +30,8 @@ struct ParallelOptions {
   // pipeline parallel: the model chunks (stages) this rank holds (empty: the whole model). The other
   // stages' parameters become empty blocks (ShardSpec::owned false) before anything else is cut.
   std::vector<ModelChunk> pipeline_chunks;
+  // context parallel (mesh.cp > 1): how attention exchanges K/V over the cp group (parallel/context_parallel.h)
+  RotateMethod context_parallel_rotate = RotateMethod::AllGather;
 };
 
 struct ParallelModel {

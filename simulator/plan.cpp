@@ -39,22 +39,19 @@ StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device dev
   const MemoryStats before = mt.stats();
   mt.reset_peak();
   {
-    const auto& par = cfg.parallelism;
-    comms::DeviceMesh mesh({par.data_parallel_replicate_degree, par.data_parallel_shard_degree,
-                            par.tensor_parallel_degree,
-                          par.pipeline_parallel_degree},
-                           /*fake=*/true, rank, world);
+    comms::DeviceMesh mesh(mesh_degrees(cfg), /*fake=*/true, rank, world);
     plan.layout = mesh.describe();
     plan.dp_degree = mesh.degrees.dp_replicate * mesh.degrees.dp_shard;
     plan.tp_degree = mesh.degrees.tp;
     plan.pp_degree = mesh.degrees.pp;
+    plan.cp_degree = mesh.degrees.cp;
     plan.ep_degree = cfg.parallelism.expert_parallel_degree;
     DeviceScope on(device);
     TrainJob job = build_job(cfg, mesh);
     mt.reset_peak();  // building the full model before sharding is setup, not the step's footprint
     const int64_t B = cfg.training.local_batch_size, S = cfg.training.seq_len;
     plan.accumulation = job.accumulation;
-    plan.tokens_per_rank = plan.accumulation * B * S;
+    plan.tokens_per_rank = plan.accumulation * B * S / mesh.degrees.cp;
     plan.model_flops_per_token = job.model->flops_per_token(S);
     plan.num_params = job.model->expected_num_params();
     std::unique_ptr<CostTrace> trace;

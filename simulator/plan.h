@@ -23,9 +23,9 @@ struct StepPlan {
   double flops = 0, bytes = 0;  // the rank played, one optimizer step
   std::map<std::string, OpCost> by_op;
   double model_flops_per_token = 0;
-  int64_t tokens_per_rank = 0;        // per optimizer step: micro-batches x batch x seq
+  int64_t tokens_per_rank = 0;        // per optimizer step: micro-batches x batch x seq / cp (the rank's chunks)
   int64_t accumulation = 1;            // micro-batches per optimizer step
-  int64_t dp_degree = 1, tp_degree = 1, ep_degree = 1, pp_degree = 1;
+  int64_t dp_degree = 1, tp_degree = 1, ep_degree = 1, pp_degree = 1, cp_degree = 1;
   int rank = 0;                        // the world rank played
   int64_t num_params = 0;              // the full model's
   std::vector<CostEvent> events;       // the rank's kernels and collectives in program order (with_events)

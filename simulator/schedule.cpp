@@ -50,6 +50,10 @@ struct Lane {
     std::string name;
   } fused;
   std::map<std::vector<int>, int64_t> collectives_seen;  // per member set: collectives issued (cross-rank matching)
+  // point-to-point with peers the simulation does not play (a context-parallel ring's neighbours): this
+  // rank's sends per (group, tag), their arrival times in order, and the receives matched to them so far
+  std::map<std::pair<uint64_t, int>, std::vector<double>> sent;
+  std::map<std::pair<uint64_t, int>, size_t> received;
   // per network level (by name): when this rank's transfers use its links (contention between groups)
   std::map<std::string, std::vector<std::pair<double, double>>> link_busy;
   bool registered = false;  // the collective at `next` has been announced to the other lanes
@@ -201,12 +205,22 @@ class Schedule {
   bool p2p(Lane& l, const CostEvent& e) {
     const double bytes = e.bytes * act_scale_;
     if (!e.send) {
-      auto it = arrivals_.find({e.peer, l.rank, e.tag});
-      if (it == arrivals_.end()) {
-        TITAN_CHECK(std::binary_search(simulated_.begin(), simulated_.end(), e.peer), "simulation: rank ", l.rank,
-                    " receives from rank ", e.peer, ", which the simulation does not play");
-        return false;
+      if (!std::binary_search(simulated_.begin(), simulated_.end(), e.peer)) {
+        // a peer alike this rank (the ranks the simulation plays once, e.g. a context-parallel ring): its
+        // k-th message of this tag arrives when this rank's own k-th one does; waiting for it is exposed
+        // communication, not a bubble
+        const auto key = std::make_pair(e.group.id, e.tag);
+        const size_t k = l.received[key];
+        const auto& mine = l.sent[key];
+        TITAN_CHECK(k < mine.size(), "simulation: rank ", l.rank, " receives message ", k + 1, " (tag ", e.tag,
+                    ") over '", e.group.name, "' from rank ", e.peer, ", which the simulation does not play, before "
+                    "sending its own: only a symmetric exchange (each rank sends before it receives) is priced");
+        l.received[key] = k + 1;
+        l.inflight[e.comm_id] = {mine[k], "recv", -1, false};
+        return true;
       }
+      auto it = arrivals_.find({e.peer, l.rank, e.tag});
+      if (it == arrivals_.end()) return false;
       l.inflight[e.comm_id] = {it->second, "recv", -1, true};
       return true;
     }
@@ -225,6 +239,7 @@ class Schedule {
       l.r.spans.push_back({stream, "send", "comm", start, end - start, 0, bytes, -1, l.stage});
     }
     arrivals_[{l.rank, e.peer, e.tag}] = end;
+    l.sent[{e.group.id, e.tag}].push_back(end);
     l.inflight[e.comm_id] = {end, "send", idx, false};
     return true;
   }

@@ -134,7 +134,7 @@ SimResult simulate_step(const JobConfig& cfg, int world) {
   r.bubble_fraction = window_total > 0 ? r.bubble_s / window_total : 0;
 
   // ---- throughput ----
-  r.tokens_per_step = (double)plan.tokens_per_rank * (double)plan.dp_degree;
+  r.tokens_per_step = (double)plan.tokens_per_rank * (double)plan.dp_degree * (double)plan.cp_degree;
   r.tokens_per_s = r.step_s > 0 ? r.tokens_per_step / r.step_s : 0;
   r.tokens_per_s_per_chip = r.tokens_per_s / r.chips;
   r.tokens_per_s_per_rank = r.tokens_per_s / r.world;

@@ -50,7 +50,8 @@ Tensor Attention::forward(const Tensor& x, const nn::AttentionInputs& in) const 
   }
   q = rope(q, in.cos, in.sin);
   k = rope(k, in.cos, in.sin);
-  Tensor o = nn::variant_attention(q, k, v, sinks, variant, window, in.doc_ids, bias);  // [B, S, Hq, D]
+  // [B, S, Hq, D]; context parallel: S is this rank's chunks, in.attend the attention over the whole sequence
+  Tensor o = nn::variant_attention(q, k, v, sinks, variant, window, in.doc_ids, bias, in.attend);
   return o_proj->forward(o.reshape({B, S, hq * head_dim}));
 }
 
@@ -182,7 +183,9 @@ std::vector<nn::Module*> Decoder::blocks() {
 }
 
 Tensor Decoder::loss_targets(const Tensor& targets) const {
-  return ignore_prefix_targets(targets, args_.attn.mask == "prefix_lm" ? args_.attn.prefix_len : 0);
+  const int64_t prefix = args_.attn.mask == "prefix_lm" ? args_.attn.prefix_len : 0;
+  if (!sequence_shard.sharded() || targets.dim() != 2) return ignore_prefix_targets(targets, prefix);
+  return ignore_prefix_targets(targets, prefix, sequence_shard.positions(targets.size(1)));
 }
 
 Tensor Decoder::forward_chunk(const Tensor& x, const Tensor& doc_ids, const ModelChunk& c) {
@@ -198,9 +201,16 @@ Tensor Decoder::forward_chunk(const Tensor& x, const Tensor& doc_ids, const Mode
   return call(x, [&](const Tensor& in_x) {
     const int64_t S = c.seq_len > 0 ? c.seq_len : in_x.size(1);  // a sequence shard's blocks gather S back
     const Device dev = in_x.device();
-    if (!cos_.defined() || cos_.size(0) != S || cos_.device() != dev)
-      std::tie(cos_, sin_) = rope_tables(S, args_.head_dim, args_.rope_theta, args_.rope, dev);
-    const nn::AttentionInputs in{cos_, sin_, doc_ids};
+    const nn::SequenceShard& cp = sequence_shard;  // context parallel: S of the sequence's positions
+    if (!cos_.defined() || cos_.size(0) != S || cos_.device() != dev || rope_shard_ != std::make_pair(cp.parts, cp.index)) {
+      if (cp.sharded()) std::tie(cos_, sin_) = rope_tables(cp.positions(S), args_.head_dim, args_.rope_theta, args_.rope, dev);
+      else std::tie(cos_, sin_) = rope_tables(S, args_.head_dim, args_.rope_theta, args_.rope, dev);
+      rope_shard_ = {cp.parts, cp.index};
+    }
+    TITAN_CHECK(!cp.sharded() || !doc_ids.defined() || doc_ids.size(1) == cp.global_len(S), "Decoder::forward_chunk: "
+                "context parallel: doc_ids ", shape_str(doc_ids.shape()), " must cover the whole sequence (", cp.global_len(S),
+                " tokens), this rank holds ", S);
+    const nn::AttentionInputs in{cos_, sin_, doc_ids, cp.attend};
     Tensor h = c.first ? model->embed_tokens->forward(in_x) : in_x;  // [B, S, dim]
     h = model->layers->run(h, in, activation_checkpoint,
                            checkpoint_save_ops ? autograd::SavePolicy::TorchTitanOps : autograd::SavePolicy::None,

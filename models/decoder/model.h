@@ -146,6 +146,7 @@ class Decoder : public CausalLM {
  private:
   Args args_;
   Tensor cos_, sin_;  // RoPE tables [S, head_dim/2] for the last seq_len seen
+  std::pair<int64_t, int64_t> rope_shard_{1, 0};  // the sequence shard (parts, index) they were built for
 };
 
 }  // namespace titan::decoder

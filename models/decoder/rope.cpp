@@ -50,7 +50,14 @@ std::vector<float> llama3(std::vector<float> inv, const RopeScaling& r) {
 }  // namespace
 
 std::pair<Tensor, Tensor> rope_tables(int64_t S, int64_t D, double theta, const RopeScaling& r, Device d) {
-  const int64_t h = D / 2;
+  std::vector<int64_t> pos((size_t)S);
+  for (int64_t i = 0; i < S; ++i) pos[(size_t)i] = i;
+  return rope_tables(pos, D, theta, r, d);
+}
+
+std::pair<Tensor, Tensor> rope_tables(const std::vector<int64_t>& positions, int64_t D, double theta,
+                                      const RopeScaling& r, Device d) {
+  const int64_t h = D / 2, S = (int64_t)positions.size();
   Tensor c = empty({S, h}, DType::F32, d), s = empty({S, h}, DType::F32, d);
   if (d == Device::Meta) return {c, s};
   std::vector<float> pos_freq(h), inv(h);
@@ -69,7 +76,7 @@ std::pair<Tensor, Tensor> rope_tables(int64_t S, int64_t D, double theta, const 
   float* ps = s.data<float>();
   for (int64_t p = 0; p < S; ++p)
     for (int64_t i = 0; i < h; ++i) {
-      const float ang = (float)p * inv[i];
+      const float ang = (float)positions[(size_t)p] * inv[i];
       pc[p * h + i] = attention_factor == 1.0f ? std::cos(ang) : std::cos(ang) * attention_factor;
       ps[p * h + i] = attention_factor == 1.0f ? std::sin(ang) : std::sin(ang) * attention_factor;
     }

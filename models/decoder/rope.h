@@ -3,6 +3,7 @@
 // YaRN (gpt-oss) and Llama-3.1's scaling.
 #pragma once
 #include <utility>
+#include <vector>
 
 #include "models/decoder/args.h"
 #include "src/tensor/tensor.h"
@@ -13,5 +14,8 @@ namespace titan::decoder {
 // (YaRN: 0.1 ln(factor) + 1; otherwise 1).
 std::pair<Tensor, Tensor> rope_tables(int64_t seq_len, int64_t head_dim, double theta, const RopeScaling& scaling,
                                       Device d);
+// The rows of the given positions (a context-parallel rank's chunks), [positions.size(), head_dim/2] each.
+std::pair<Tensor, Tensor> rope_tables(const std::vector<int64_t>& positions, int64_t head_dim, double theta,
+                                      const RopeScaling& scaling, Device d);
 
 }  // namespace titan::decoder

@@ -115,6 +115,9 @@ std::vector<Field> fields(JobConfig& c) {
        {"GPipe", "1F1B", "Interleaved1F1B"}},
       {"parallelism.pipeline_parallel_microbatch_size", &c.parallelism.pipeline_parallel_microbatch_size, {}},
       {"parallelism.pipeline_parallel_layers_per_stage", &c.parallelism.pipeline_parallel_layers_per_stage, {}},
+      {"parallelism.context_parallel_degree", &c.parallelism.context_parallel_degree, {}},
+      {"parallelism.context_parallel_rotate_method", &c.parallelism.context_parallel_rotate_method,
+       {"allgather", "alltoall"}},
       {"activation_checkpoint.mode", &c.activation_checkpoint.mode, {"none", "full", "selective"}},
       {"activation_checkpoint.selective_ac_option", &c.activation_checkpoint.selective_ac_option, {}},
       {"checkpoint.enable", &c.checkpoint.enable, {}},
@@ -368,6 +371,11 @@ void validate(const JobConfig& c) {
                      p.pipeline_parallel_layers_per_stage == -1),
                 "config error: parallelism.pipeline_parallel_schedule / _microbatch_size / _layers_per_stage apply "
                 "only with parallelism.pipeline_parallel_degree > 1 (it is 1); set the degree or drop the keys");
+    TITAN_CHECK(p.context_parallel_degree >= 1, "config error: parallelism.context_parallel_degree must be >= 1, got ",
+                p.context_parallel_degree);
+    TITAN_CHECK(p.context_parallel_degree > 1 || p.context_parallel_rotate_method == "allgather",
+                "config error: parallelism.context_parallel_rotate_method (", p.context_parallel_rotate_method,
+                ") applies only with parallelism.context_parallel_degree > 1 (it is 1); set the degree or drop the key");
     TITAN_CHECK(!p.sequence_parallel_regather || (p.tensor_parallel_degree > 1 && p.enable_sequence_parallel),
                 "config error: parallelism.sequence_parallel_regather needs sequence parallel: "
                 "parallelism.tensor_parallel_degree > 1 (it is ", p.tensor_parallel_degree,

@@ -131,6 +131,13 @@ struct JobConfig {
     std::string pipeline_parallel_schedule = "1F1B";
     int64_t pipeline_parallel_microbatch_size = 1;
     int64_t pipeline_parallel_layers_per_stage = -1;
+    // context parallel (TorchTitan's keys; mesh [pp, dp_replicate, dp_shard, cp, tp]): each sequence cut into
+    // 2 x cp chunks, rank i of the cp group holding chunks i and 2cp-1-i (causal load balance); attention
+    // exchanges K/V over the group: allgather (all-gathered, Llama 3's method) or alltoall (passed around a
+    // ring, ring attention), overlapped with the attention of the block already held; parameters and
+    // gradients sharded over dp_shard x cp (parallel/context_parallel.h)
+    int64_t context_parallel_degree = 1;
+    std::string context_parallel_rotate_method = "allgather";
   } parallelism;
 
   struct Comm {  // TorchTitan's comm section: the collective watchdog (comms/watchdog.h)

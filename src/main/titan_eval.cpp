@@ -21,6 +21,7 @@
 #include "src/data/loader.h"
 #include "src/config/version.h"
 #include "src/train/metrics.h"
+#include "src/train/train_step.h"
 
 using namespace titan;
 
@@ -31,8 +32,8 @@ int main(int argc, char** argv) {
                "titan-eval"};
   app.set_version_flag("--version", version_string("titan-eval"));
   std::string ckpt, tokens, dump;
-  int64_t seq = 0, batch = 0, dp_shard = -1, dp_rep = 1, tp = 1, ep = 1, pp = 1, pp_mbs = 1, max_batches = -1;
-  std::string pp_schedule = "1F1B";
+  int64_t seq = 0, batch = 0, dp_shard = -1, dp_rep = 1, tp = 1, ep = 1, pp = 1, pp_mbs = 1, max_batches = -1, cp = 1;
+  std::string pp_schedule = "1F1B", cp_rotate = "allgather";
   bool json = false;
   app.add_option("--checkpoint", ckpt,
                  "HF weights: an export folder, a .safetensors file or index (config.json beside it), or an HDF5 "
@@ -47,6 +48,9 @@ int main(int argc, char** argv) {
   app.add_option("--dp-replicate", dp_rep, "data_parallel_replicate_degree");
   app.add_option("--tp", tp, "tensor_parallel_degree");
   app.add_option("--ep", ep, "expert_parallel_degree (MoE models)");
+  app.add_option("--cp", cp, "context_parallel_degree (each sequence over cp ranks)");
+  app.add_option("--cp-rotate", cp_rotate, "context_parallel_rotate_method: allgather | alltoall")
+      ->check(CLI::IsMember({"allgather", "alltoall"}));
   app.add_option("--pp", pp, "pipeline_parallel_degree (stages, the blocks split evenly)");
   app.add_option("--pp-schedule", pp_schedule, "pipeline_parallel_schedule: GPipe | 1F1B | Interleaved1F1B")
       ->check(CLI::IsMember({"GPipe", "1F1B", "Interleaved1F1B"}));
@@ -67,7 +71,9 @@ int main(int argc, char** argv) {
     }
     TITAN_CHECK(pp >= 1 && pp_mbs >= 1 && batch % pp_mbs == 0, "titan-eval: --pp and --pp-microbatch-size must be "
                 ">= 1, and --pp-microbatch-size must divide --batch-size (", batch, ")");
-    comms::DeviceMesh mesh({dp_rep, dp_shard, tp, pp});
+    comms::MeshDegrees degrees{dp_rep, dp_shard, tp, pp, cp};
+    check_sequence_layout(seq, degrees, /*sequence_parallel=*/true, "titan-eval --seq-len");  // before any collective
+    comms::DeviceMesh mesh(degrees);
     set_log_enabled(mesh.rank == 0 && !json);  // progress on rank 0; --json keeps stdout to the one JSON line
     MPI_Comm comm = mesh.world > 1 ? comms::world_comm() : nullptr;
     const std::string cfg = read_hf_config(ckpt);
@@ -77,6 +83,7 @@ int main(int argc, char** argv) {
     const int64_t vocab = model.vocab_size();
     parallel::ParallelOptions popt;
     popt.expert_parallel = ep;
+    popt.context_parallel_rotate = parallel::parse_rotate_method(cp_rotate);
     const auto schedule = parallel::parse_pipeline_schedule(pp_schedule);
     parallel::PipelineLayout layout;
     if (pp > 1) {
@@ -86,10 +93,10 @@ int main(int argc, char** argv) {
     parallel::ParallelModel pm = spec.parallelize(model, mesh, popt);
     std::unique_ptr<parallel::Pipeline> pipeline;
     if (pp > 1) {  // titan-eval's plan keeps sequence parallel under tp (ParallelOptions' default)
-      TITAN_CHECK(tp == 1 || seq % tp == 0, "titan-eval: --seq-len ", seq, " must be divisible by --tp ", tp,
-                  " (sequence parallel) under --pp");
+      const int64_t local = seq / cp;  // a context-parallel rank's chunks
       pipeline = std::make_unique<parallel::Pipeline>(model, pm, mesh, layout, schedule, pp_mbs,
-                                                      Shape{pp_mbs, tp > 1 ? seq / tp : seq, model.hidden_size()}, seq);
+                                                      Shape{pp_mbs, tp > 1 ? local / tp : local, model.hidden_size()},
+                                                      local);
     }
     {
       const HfLayout hl = model.hf_layout(pm.state_regions());
@@ -116,25 +123,27 @@ int main(int argc, char** argv) {
     Progress progress("evaluating", rounds, "batches");
     for (int64_t k = 0; k < rounds; ++k) {
       const bool real = k < (int64_t)mine.size();
-      const Batch& b = real ? mine[k] : first;
-      const double w = real ? 1.0 : 0.0;
+      // context parallel: this rank's chunks, weighted by its share of the group's valid targets
+      const ShardedBatch sb = shard_for_context_parallel(model, mesh, real ? mine[k] : first);
+      const Batch& b = sb.batch;
+      const double w = (real ? 1.0 : 0.0) * sb.loss_weight, gw = (real ? 1.0 : 0.0) * sb.grad_weight;
       if (pipeline && grads) {
-        // the schedule's losses carry w * dp / steps (FSDP averages over dp); the last stage reports the mean
-        total += w * pipeline->train(b, w * (double)dp / (double)steps, /*reduce=*/true).loss;
+        // the schedule's losses carry gw * dp / steps (FSDP averages over dp x cp); the last stage reports the mean
+        total += w * pipeline->train(b, gw * (double)dp / (double)steps, /*reduce=*/true).loss;
         pm.wait_gradients();
       } else if (pipeline) {
         total += w * pipeline->eval(b);
       } else if (grads) {
         Tensor logits = model.forward(b.inputs, b.doc_ids);
         Tensor loss = model.loss(logits, b.targets);
-        total += w * (double)loss.item<float>();
-        // FSDP averages gradients over the dp ranks: scale so the result is d(mean over all batches)
-        mul(loss, w * (double)dp / (double)steps).backward();
+        if (w > 0) total += w * (double)loss.item<float>();
+        // FSDP averages gradients over the dp (x cp) ranks: scale so the result is d(mean over all batches)
+        mul(loss, gw * (double)dp / (double)steps).backward();
         pm.wait_gradients();  // FSDP's reduce-scatters of this backward land in .grad
       } else {
         NoGradGuard ng;
         Tensor logits = model.forward(b.inputs, b.doc_ids);
-        total += w * (double)model.loss(logits, b.targets).item<float>();
+        if (w > 0) total += w * (double)model.loss(logits, b.targets).item<float>();
       }
       progress.add();
     }
@@ -142,6 +151,7 @@ int main(int argc, char** argv) {
     // tp ranks of one dp index computed the same batches: sum over dp only (pipeline eval: every stage
     // holds the loss already; pipeline train: the last stage's, summed over pp below)
     total = mesh.dp->all_reduce(from_vector<double>({total}, {1})).to_vector<double>()[0];
+    if (cp > 1) total = mesh.cp->all_reduce(from_vector<double>({total}, {1})).to_vector<double>()[0];
     if (pipeline && grads) total = mesh.pp->all_reduce(from_vector<double>({total}, {1})).to_vector<double>()[0];
     const double loss = total / (double)steps;
     if (grads) {

@@ -88,12 +88,28 @@ ScoreMod layer_score_mod(const AttentionVariant& v, const Tensor& bias_param) {
 }
 
 Tensor variant_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks,
-                         const AttentionVariant& variant, int64_t window, const Tensor& doc_ids, const Tensor& bias) {
+                         const AttentionVariant& variant, int64_t window, const Tensor& doc_ids, const Tensor& bias,
+                         const AttendFn& attend) {
   FlexOptions f;
   f.mask_mod = layer_mask(variant, window, doc_ids);
   f.score_mod = layer_score_mod(variant, bias.defined() && bias.dtype() != q.dtype() ? bias.to(q.dtype()) : bias);
   f.sinks = sinks;
-  return flex_attention(q, k, v, f);
+  return attend ? attend(q, k, v, f) : flex_attention(q, k, v, f);
+}
+
+std::vector<int64_t> SequenceShard::positions(int64_t local_len) const {
+  TITAN_CHECK(parts >= 1 && index >= 0 && index < parts, "SequenceShard: rank ", index, " of ", parts, " parts");
+  std::vector<int64_t> p((size_t)local_len);
+  if (parts == 1) {
+    for (int64_t i = 0; i < local_len; ++i) p[(size_t)i] = i;
+    return p;
+  }
+  TITAN_CHECK(local_len % 2 == 0, "SequenceShard: a context-parallel rank holds two equal chunks; its ", local_len,
+              " tokens do not split in two");
+  const int64_t c = local_len / 2;
+  for (int64_t a = 0; a < 2; ++a)
+    for (int64_t i = 0; i < c; ++i) p[(size_t)(a * c + i)] = chunk(a) * c + i;
+  return p;
 }
 
 Tensor attention_bias_tensor(const AttentionVariant& v, int64_t n_heads) {

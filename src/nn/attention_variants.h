@@ -4,18 +4,42 @@
 // new function here (or a lambda at the call site).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "src/ops/flex_attention.h"
 
 namespace titan::nn {
 
+// An attention of this rank's queries over the whole sequence: q [B, S_local, Hq, D], k/v [B, S_local, Hkv, D]
+// -> [B, S_local, Hq, D], with opt's mask, score_mod and sinks read at global positions.
+using AttendFn = std::function<Tensor(const Tensor& q, const Tensor& k, const Tensor& v, const FlexOptions& opt)>;
+
+// How this rank holds each sequence. Context parallel cuts a sequence of S tokens into 2 x parts chunks of
+// S / (2 parts) and gives rank `index` of the group chunks index and 2 parts - 1 - index (the head-tail
+// balance of causal attention's work); `attend` is the plan's attention over the whole sequence (its K/V
+// exchange). Default: the whole sequence on this rank, flex attention.
+struct SequenceShard {
+  int64_t parts = 1, index = 0;
+  AttendFn attend;
+  bool sharded() const { return parts > 1; }
+  // The global chunk of local chunk a (0 or 1).
+  int64_t chunk(int64_t a) const { return a == 0 ? index : 2 * parts - 1 - index; }
+  // The global positions of this rank's local_len tokens (2 chunks of local_len / 2), in local order.
+  std::vector<int64_t> positions(int64_t local_len) const;
+  // The global sequence length of a local one.
+  int64_t global_len(int64_t local_len) const { return local_len * parts; }
+};
+
 // What every attention layer of one forward reads: the RoPE tables
-// [S, head_dim/2] and the document index of every token, int64 [B, S]
-// (block_causal; undefined when the batch carries none).
+// [S, head_dim/2] (rows: this rank's positions), the document index of every token of the whole sequence,
+// int64 [B, S_global] (block_causal; undefined when the batch carries none), and the attention over the
+// sequence (undefined: flex attention on this rank).
 struct AttentionInputs {
   Tensor cos, sin;
   Tensor doc_ids;
+  AttendFn attend;
 };
 
 struct AttentionVariant {
@@ -49,8 +73,10 @@ Tensor alibi_slopes(int64_t n_heads);
 // with the layer's mask (window > 0: a sliding layer), the variant's
 // score_mod over `bias` (ALiBi slopes or the relative table of these heads)
 // and optional sinks [Hq].
+// `attend` (undefined: flex attention) runs it (context parallel: over the whole sequence).
 Tensor variant_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks,
-                         const AttentionVariant& variant, int64_t window, const Tensor& doc_ids, const Tensor& bias);
+                         const AttentionVariant& variant, int64_t window, const Tensor& doc_ids, const Tensor& bias,
+                         const AttendFn& attend = nullptr);
 
 // The tensor a layer's attn_bias needs for n_heads heads: ALiBi's slopes
 // (a constant, on the default device), the relative table (zeros; register it

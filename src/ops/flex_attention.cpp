@@ -153,7 +153,7 @@ MaskMod and_masks(const MaskMod& a, const MaskMod& b) {
 }
 
 BlockMask create_block_mask(const MaskMod& mask, int64_t B, int64_t H, int64_t q_len, int64_t kv_len,
-                            int64_t q_block, int64_t kv_block) {
+                            int64_t q_block, int64_t kv_block, int64_t q_offset, int64_t kv_offset) {
   TITAN_CHECK(B > 0 && H > 0 && q_len > 0 && kv_len > 0 && q_block > 0 && kv_block > 0,
               "create_block_mask: sizes must be positive, got B ", B, ", H ", H, ", q_len ", q_len, ", kv_len ", kv_len,
               ", blocks ", q_block, "x", kv_block);
@@ -164,6 +164,8 @@ BlockMask create_block_mask(const MaskMod& mask, int64_t B, int64_t H, int64_t q
   m.kv_len = kv_len;
   m.q_block = q_block;
   m.kv_block = kv_block;
+  m.q_offset = q_offset;
+  m.kv_offset = kv_offset;
   const int64_t nq = m.nq(), nk = m.nkv();
   m.kinds.assign((size_t)(m.B * m.H * nq * nk), BlockKind::Full);
   TaskErrors errors;  // a user predicate may throw
@@ -171,8 +173,9 @@ BlockMask create_block_mask(const MaskMod& mask, int64_t B, int64_t H, int64_t q
   for (int64_t t = 0; t < m.B * m.H * nq; ++t) errors.run([&] {
     const int64_t bh = t / nq, qb = t % nq;
     for (int64_t kb = 0; kb < nk; ++kb)
-      m.kinds[(size_t)(t * nk + kb)] = mask.classify(bh / m.H, bh % m.H, qb * q_block, std::min(q_len, (qb + 1) * q_block),
-                                                     kb * kv_block, std::min(kv_len, (kb + 1) * kv_block));
+      m.kinds[(size_t)(t * nk + kb)] =
+          mask.classify(bh / m.H, bh % m.H, q_offset + qb * q_block, q_offset + std::min(q_len, (qb + 1) * q_block),
+                        kv_offset + kb * kv_block, kv_offset + std::min(kv_len, (kb + 1) * kv_block));
   });
   errors.rethrow();
   return m;
@@ -248,7 +251,7 @@ void forward_kernel(const Problem& p, const Tensor& q, const Tensor& k, const Te
   T* pl = lse.data<T>();
   const auto caps = captured_views<T>(p.caps);
   const int64_t QB = bm.q_block, KB = bm.kv_block, D = d.D, ldq = d.Hq * D, ldk = d.Hkv * D;
-  const int64_t nqb = bm.nq(), nkb = bm.nkv();
+  const int64_t nqb = bm.nq(), nkb = bm.nkv(), qo = bm.q_offset, ko = bm.kv_offset;
   const T ninf = -std::numeric_limits<T>::infinity();
   TaskErrors errors;
 #pragma omp parallel
@@ -274,10 +277,10 @@ void forward_kernel(const Problem& p, const Tensor& q, const Tensor& k, const Te
         gemm<T>(false, true, nq, nk, D, T(p.scale), qh, ldq, kg, ldk, T(0), S.data(), KB);  // [nq, nk]
         const uint8_t* kp = nullptr;
         if (kind == BlockKind::Partial) {
-          mm.fill(keep.data(), KB, nq, nk, b, h, q0, k0);
+          mm.fill(keep.data(), KB, nq, nk, b, h, qo + q0, ko + k0);
           kp = keep.data();
         }
-        if (sm.defined()) sm.tile<T>().forward(S.data(), KB, nq, nk, b, h, q0, k0, kp, caps.data());
+        if (sm.defined()) sm.tile<T>().forward(S.data(), KB, nq, nk, b, h, qo + q0, ko + k0, kp, caps.data());
         for (int64_t i = 0; i < nq; ++i) {
           T* row = S.data() + i * KB;
           if (kp)
@@ -345,7 +348,7 @@ void backward_kernel(const Problem& p, const Tensor& dout, const Tensor& q, cons
   T* pdv = dv.data<T>();
   const auto caps = captured_views<T>(p.caps);
   const int64_t QB = bm.q_block, KB = bm.kv_block, D = d.D, ldq = d.Hq * D, ldk = d.Hkv * D;
-  const int64_t nqb = bm.nq(), nkb = bm.nkv();
+  const int64_t nqb = bm.nq(), nkb = bm.nkv(), qo = bm.q_offset, ko = bm.kv_offset;
   const bool fused = d.B * d.Hkv >= kFusedTasks || sm.defined();
   const int64_t tasks = fused ? d.B * d.Hkv : d.B * d.Hkv * nkb;  // the tasks that see every score once
   const T ninf = -std::numeric_limits<T>::infinity();
@@ -392,12 +395,12 @@ void backward_kernel(const Problem& p, const Tensor& dout, const Tensor& q, cons
     gemm<T>(false, true, nq, nk, D, T(1), doh, ldq, vg, ldk, T(0), w.dP.data(), KB);      // dO V^T
     const uint8_t* kp = nullptr;
     if (kind == BlockKind::Partial) {
-      mm.fill(w.keep.data(), KB, nq, nk, b, h, q0, k0);
+      mm.fill(w.keep.data(), KB, nq, nk, b, h, qo + q0, ko + k0);
       kp = w.keep.data();
     }
     if (sm.defined()) {
-      sm.tile<T>().backward(w.S.data(), w.P.data(), w.dS.data(), w.dP.data(), KB, nq, nk, b, h, q0, k0, kp, lh, di,
-                            caps.data(), cap_grad);
+      sm.tile<T>().backward(w.S.data(), w.P.data(), w.dS.data(), w.dP.data(), KB, nq, nk, b, h, qo + q0, ko + k0, kp,
+                            lh, di, caps.data(), cap_grad);
       return;
     }
     for (int64_t i = 0; i < nq; ++i) {
@@ -528,8 +531,10 @@ void record_costs(const Problem& p, const std::vector<const Tensor*>& io, bool b
 }
 }  // namespace
 
-Tensor flex_attention(const Tensor& q, const Tensor& k, const Tensor& v, const FlexOptions& opt) {
-  const char* op = "flex_attention";
+namespace {
+// The checks every entry point makes, the problem's sizes and its block mask (opt's, or built into `built`).
+Problem prepare(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const FlexOptions& opt,
+                BlockMask& built) {
   same_device(op, {&q, &k, &v, &opt.sinks});
   need_float(op, q);
   same_dtype(op, q, k);
@@ -541,6 +546,8 @@ Tensor flex_attention(const Tensor& q, const Tensor& k, const Tensor& v, const F
               " and v ", shape_str(v.shape()), " must be [", d.B, ", Skv, Hkv, ", d.D, "] for q ", shape_str(q.shape()));
   TITAN_CHECK(d.Hkv > 0 && d.Hq % d.Hkv == 0, op, ": query heads ", d.Hq, " must be a multiple of key/value heads ",
               d.Hkv, " (q ", shape_str(q.shape()), ", k ", shape_str(k.shape()), ")");
+  TITAN_CHECK(opt.q_offset >= 0 && opt.kv_offset >= 0, op, ": q_offset ", opt.q_offset, " and kv_offset ",
+              opt.kv_offset, " must be >= 0 (global positions of the first rows)");
   d.group = d.Hq / d.Hkv;
   if (opt.sinks.defined()) {
     same_dtype(op, q, opt.sinks);
@@ -554,19 +561,30 @@ Tensor flex_attention(const Tensor& q, const Tensor& k, const Tensor& v, const F
     TITAN_CHECK(c.dtype() == q.dtype(), op, ": score_mod '", opt.score_mod.name(), "' capture ", i, " is ",
                 dtype_name(c.dtype()), " ", shape_str(c.shape()), "; cast it to q's ", dtype_name(q.dtype()));
   }
-  BlockMask built;
   const BlockMask* bm = &opt.block_mask;
   if (!opt.block_mask.defined()) {
-    built = create_block_mask(opt.mask_mod, d.B, d.Hq, d.Sq, d.Skv);
+    built = create_block_mask(opt.mask_mod, d.B, d.Hq, d.Sq, d.Skv, 128, 128, opt.q_offset, opt.kv_offset);
     bm = &built;
   }
   TITAN_CHECK(bm->q_len == d.Sq && bm->kv_len == d.Skv && (bm->B == 1 || bm->B == d.B) && (bm->H == 1 || bm->H == d.Hq),
               op, ": block mask is for [B ", bm->B, ", H ", bm->H, ", ", bm->q_len, " x ", bm->kv_len,
               "], the inputs are [B ", d.B, ", H ", d.Hq, ", ", d.Sq, " x ", d.Skv,
               "]; build it with create_block_mask for these sizes");
+  TITAN_CHECK(bm->q_offset == opt.q_offset && bm->kv_offset == opt.kv_offset, op, ": block mask is for offsets (",
+              bm->q_offset, ", ", bm->kv_offset, "), the options say (", opt.q_offset, ", ", opt.kv_offset,
+              "); build it with create_block_mask for these offsets");
   Problem p{&opt, bm, d, opt.scale > 0 ? opt.scale : 1.0 / std::sqrt((double)d.D), {}};
   for (const Tensor& c : opt.score_mod.captures()) p.caps.push_back(c.contiguous());
+  return p;
+}
+}  // namespace
 
+Tensor flex_attention(const Tensor& q, const Tensor& k, const Tensor& v, const FlexOptions& opt) {
+  const char* op = "flex_attention";
+  BlockMask built;
+  Problem p = prepare(op, q, k, v, opt, built);
+  const BlockMask* bm = p.bm;
+  const Dims d = p.d;
   Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   Tensor sc = opt.sinks.defined() ? opt.sinks.contiguous() : Tensor();
   auto fwd = autograd::sac_forward(autograd::SacOp::Attention, [&] {
@@ -609,5 +627,66 @@ Tensor flex_attention(const Tensor& q, const Tensor& k, const Tensor& v, const F
                   return r;
                 });
 }
+
+namespace flex {
+BlockOut attention_block_forward(const Tensor& q, const Tensor& k, const Tensor& v, const FlexOptions& opt) {
+  const char* op = "attention_block_forward";
+  BlockMask built;
+  Problem p = prepare(op, q, k, v, opt, built);
+  const Dims& d = p.d;
+  Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+  Tensor sc = opt.sinks.defined() ? opt.sinks.contiguous() : Tensor();
+  BlockOut r{empty({d.B, d.Sq, d.Hq, d.D}, q.dtype(), q.device()), empty({d.B, d.Hq, d.Sq}, q.dtype(), q.device())};
+  record_costs(p, {&qc, &kc, &vc, &r.out, &r.lse}, false);
+  if (!q.is_meta())
+    dispatch_float(q.dtype(), op, [&]<typename T>() { forward_kernel<T>(p, qc, kc, vc, sc, r.out, r.lse); });
+  return r;
+}
+
+bool attention_block_visible(const Tensor& q, const Tensor& k, const FlexOptions& opt) {
+  BlockMask built;
+  Problem p = prepare("attention_block_visible", q, k, k, opt, built);
+  return p.bm->density() > 0;
+}
+
+BlockGrads attention_block_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const FlexOptions& opt, const Tensor& out, const Tensor& lse, Tensor& dq,
+                                    Tensor& dsinks, std::vector<Tensor>& dcaps) {
+  const char* op = "attention_block_backward";
+  BlockMask built;
+  Problem p = prepare(op, q, k, v, opt, built);
+  const Dims& d = p.d;
+  TITAN_CHECK(dout.shape() == q.shape() && out.shape() == q.shape() &&
+                  lse.shape() == (Shape{d.B, d.Hq, d.Sq}),
+              op, ": dout ", shape_str(dout.shape()), " and out ", shape_str(out.shape()), " must be q's ",
+              shape_str(q.shape()), ", lse ", shape_str(lse.shape()), " [", d.B, ", ", d.Hq, ", ", d.Sq, "]");
+  Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous(), go = dout.contiguous();
+  Tensor oc = out.contiguous(), lc = lse.contiguous();
+  Tensor sc = opt.sinks.defined() ? opt.sinks.contiguous() : Tensor();
+  if (!dq.defined()) dq = zeros(q.shape(), q.dtype(), q.device());
+  TITAN_CHECK(dq.shape() == q.shape() && dq.is_contiguous(), op, ": dq must be a contiguous ", shape_str(q.shape()));
+  if (sc.defined() && !dsinks.defined()) dsinks = zeros(sc.shape(), sc.dtype(), sc.device());
+  if (dcaps.empty())
+    for (const Tensor& c : p.caps) dcaps.push_back(zeros(c.shape(), c.dtype(), c.device()));
+  TITAN_CHECK(dcaps.size() == p.caps.size(), op, ": ", dcaps.size(), " captured-gradient tensors for ", p.caps.size(),
+              " captures");
+  BlockGrads g{empty(k.shape(), k.dtype(), k.device()), empty(v.shape(), v.dtype(), v.device())};
+  std::vector<Tensor> part;  // this block's captured gradients, then added
+  for (const Tensor& c : p.caps) part.push_back(zeros(c.shape(), c.dtype(), c.device()));
+  record_costs(p, {&go, &qc, &kc, &vc, &oc, &lc, &dq, &g.dk, &g.dv}, true);
+  if (!q.is_meta()) {
+    Tensor ds = sc.defined() ? dsinks : Tensor();
+    dispatch_float(q.dtype(), op, [&]<typename T>() {
+      backward_kernel<T>(p, go, qc, kc, vc, sc, oc, lc, dq, g.dk, g.dv, ds, part);
+      for (size_t c = 0; c < part.size(); ++c) {
+        T* acc = dcaps[c].data<T>();
+        const T* x = part[c].data<T>();
+        for (int64_t e = 0; e < part[c].numel(); ++e) acc[e] += x[e];
+      }
+    });
+  }
+  return g;
+}
+}  // namespace flex
 
 }  // namespace titan

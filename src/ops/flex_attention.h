@@ -265,6 +265,7 @@ MaskMod and_masks(const MaskMod& a, const MaskMod& b);
 // the mask does not depend on it (broadcast). The tile sizes are the kernel's.
 struct BlockMask {
   int64_t B = 1, H = 1, q_len = 0, kv_len = 0, q_block = 128, kv_block = 128;
+  int64_t q_offset = 0, kv_offset = 0;  // global positions of the first query / key row (FlexOptions)
   std::vector<BlockKind> kinds;  // [B, H, nq_blocks, nkv_blocks]
   bool defined() const { return q_len > 0; }
   int64_t nq() const { return (q_len + q_block - 1) / q_block; }
@@ -277,8 +278,11 @@ struct BlockMask {
   // Non-empty tiles over all tiles, averaged over (b, h).
   double density() const;
 };
+// q_offset / kv_offset: the global positions of row 0 of the queries / keys (the mask sees q + q_offset,
+// kv + kv_offset).
 BlockMask create_block_mask(const MaskMod& mask, int64_t B, int64_t H, int64_t q_len, int64_t kv_len,
-                            int64_t q_block = 128, int64_t kv_block = 128);
+                            int64_t q_block = 128, int64_t kv_block = 128, int64_t q_offset = 0,
+                            int64_t kv_offset = 0);
 
 struct FlexOptions {
   ScoreMod score_mod;   // undefined: identity
@@ -286,11 +290,39 @@ struct FlexOptions {
   BlockMask block_mask;  // undefined: built here from mask_mod (build once and pass it to reuse across layers)
   Tensor sinks;         // [Hq] or undefined: a per-head logit joining each softmax denominator, then dropped
   double scale = 0;     // 0: head_dim^-0.5
+  // Global positions of q's and k/v's first rows: every mask_mod, score_mod and tile classification sees
+  // q + q_offset and kv + kv_offset (a rank's chunk of a sequence under context parallel).
+  int64_t q_offset = 0, kv_offset = 0;
 };
 
 // q [B, Sq, Hq, D], k/v [B, Skv, Hkv, D] (Hq % Hkv == 0) -> [B, Sq, Hq, D].
 // Rows that see no key (and no sink) give 0, as PyTorch's flex_attention.
 Tensor flex_attention(const Tensor& q, const Tensor& k, const Tensor& v, const FlexOptions& opt);
+
+// ---- attention in blocks (context parallel) ---------------------------------------------
+// One block of keys for a block of queries, without autograd: the pieces an attention over a sequence
+// spread across ranks is assembled from (parallel/context_parallel.h). Positions from opt's offsets;
+// opt.sinks join this block's softmax (give them to one block per query row). Meta inputs: shaped
+// results, the visible tiles' work recorded.
+namespace flex {
+struct BlockOut {
+  Tensor out;  // [B, Sq, Hq, D], normalized within the block
+  Tensor lse;  // [B, Hq, Sq]: the block's log-sum-exp, -inf where it sees no key (and no sink)
+};
+BlockOut attention_block_forward(const Tensor& q, const Tensor& k, const Tensor& v, const FlexOptions& opt);
+// Whether any tile of the block is visible (an invisible block is skipped: no work, lse -inf).
+bool attention_block_visible(const Tensor& q, const Tensor& k, const FlexOptions& opt);
+// The block's share of the gradients, given the whole attention's output `out` [B, Sq, Hq, D] and
+// log-sum-exp `lse` [B, Hq, Sq] (the softmax of every block is exp(s - lse), so FlashAttention-2's backward
+// splits over key blocks): dq [B, Sq, Hq, D], dsinks [Hq] and dcaps (one per captured tensor) are added to
+// (allocated as zeros when undefined); dk, dv [B, Skv, Hkv, D] are returned.
+struct BlockGrads {
+  Tensor dk, dv;
+};
+BlockGrads attention_block_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const FlexOptions& opt, const Tensor& out, const Tensor& lse, Tensor& dq,
+                                    Tensor& dsinks, std::vector<Tensor>& dcaps);
+}  // namespace flex
 
 // ======================================================================================
 // template definitions

@@ -7,7 +7,9 @@
 namespace titan {
 
 // Mean over `steps` batches (each B*S targets, so the mean over all tokens), no graph; through the
-// pipeline's stages when one is given (every rank returns the loss).
-double evaluate_loss(CausalLM& model, DataLoader& loader, int64_t steps, parallel::Pipeline* pipeline = nullptr);
+// pipeline's stages when one is given (every rank returns the loss). Context parallel (the model's
+// sequence_shard; `mesh` needed): each rank its chunks, the loss over the cp group's tokens.
+double evaluate_loss(CausalLM& model, DataLoader& loader, int64_t steps, parallel::Pipeline* pipeline = nullptr,
+                     comms::DeviceMesh* mesh = nullptr);
 
 }  // namespace titan

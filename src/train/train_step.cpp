@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "parallel/context_parallel.h"
 #include "parallel/fsdp.h"
 #include "src/ops/ops.h"
 #include "src/train/train_spec.h"
@@ -13,7 +14,51 @@ parallel::ParallelOptions parallel_options(const JobConfig& cfg) {
   parallel::ParallelOptions o{p.fsdp_reshard_after_forward, p.enable_sequence_parallel, p.expert_parallel_degree,
                               !p.disable_loss_parallel};
   o.sequence_parallel_regather = p.sequence_parallel_regather;
+  o.context_parallel_rotate = parallel::parse_rotate_method(p.context_parallel_rotate_method);
   return o;
+}
+
+comms::MeshDegrees mesh_degrees(const JobConfig& cfg) {
+  const auto& p = cfg.parallelism;
+  comms::MeshDegrees d;
+  d.dp_replicate = p.data_parallel_replicate_degree;
+  d.dp_shard = p.data_parallel_shard_degree;
+  d.tp = p.tensor_parallel_degree;
+  d.pp = p.pipeline_parallel_degree;
+  d.cp = p.context_parallel_degree;
+  return d;
+}
+
+void check_sequence_layout(int64_t S, const comms::MeshDegrees& d, bool sequence_parallel, const std::string& key) {
+  TITAN_CHECK(S > 0, "config error: ", key, " must be > 0, got ", S);
+  if (d.cp > 1)
+    TITAN_CHECK(S % (2 * d.cp) == 0, "config error: ", key, " (", S, ") must be divisible by 2 x context_parallel_degree = ",
+                2 * d.cp, " (each sequence is cut into 2 x cp chunks, two per rank); e.g. ",
+                (S / (2 * d.cp) + 1) * 2 * d.cp);
+  const int64_t local = S / d.cp;
+  const bool sp = d.tp > 1 && sequence_parallel;
+  TITAN_CHECK(!sp || local % d.tp == 0, "config error: ", key, " (", S, ")",
+              d.cp > 1 ? " / context_parallel_degree (" + std::to_string(d.cp) + ") = " + std::to_string(local) : std::string(),
+              " must be divisible by tensor_parallel_degree (", d.tp,
+              ") with sequence parallel (or set parallelism.enable_sequence_parallel: false)");
+}
+
+ShardedBatch shard_for_context_parallel(const CausalLM& model, comms::DeviceMesh& mesh, const Batch& b) {
+  const nn::SequenceShard& sh = model.sequence_shard;
+  if (!sh.sharded()) return {b, 1.0, 1.0};
+  ShardedBatch r{parallel::shard_batch(b, sh)};
+  double local = (double)r.batch.targets.numel();
+  if (!r.batch.targets.is_meta()) {
+    Tensor t = model.loss_targets(r.batch.targets);
+    local = 0;
+    for (int64_t x : t.contiguous().to_vector<int64_t>()) local += x != -100;
+  }
+  double group = local;  // all-reduced (priced in a plan: the valid targets are data)
+  if (default_device() == Device::Meta) mesh.cp->all_reduce(empty({1}, DType::F64));
+  else group = mesh.cp->all_reduce(from_vector<double>({local}, {1})).to_vector<double>()[0];
+  r.loss_weight = group > 0 ? local / group : 0.0;
+  r.grad_weight = (double)sh.parts * r.loss_weight;
+  return r;
 }
 
 int64_t gradient_accumulation_steps(const JobConfig& cfg, int64_t dp) {
@@ -37,6 +82,7 @@ TrainJob build_job(const JobConfig& cfg, comms::DeviceMesh& mesh,
   TrainJob job;
   job.mesh = &mesh;
   job.accumulation = gradient_accumulation_steps(cfg, mesh.dp_size());  // refused before anything is built
+  check_sequence_layout(cfg.training.seq_len, mesh.degrees, cfg.parallelism.enable_sequence_parallel);
   job.max_norm = cfg.training.max_norm;
   job.reduce_every_microbatch = cfg.parallelism.fsdp_reduce_every_microbatch;
   const TrainSpec& spec = train_spec(cfg.model.name);
@@ -52,12 +98,11 @@ TrainJob build_job(const JobConfig& cfg, comms::DeviceMesh& mesh,
   }
   job.pm = spec.parallelize(*job.model, mesh, popt);
   if (mesh.degrees.pp > 1) {
-    // the hidden state between stages: [mbs, S, dim], sequence-sharded under tp with sequence parallel
+    // the hidden state between stages: [mbs, S / cp, dim] (a context-parallel rank's chunks), sequence-sharded
+    // under tp with sequence parallel
     const auto& p = cfg.parallelism;
-    const int64_t tp = mesh.degrees.tp, S = cfg.training.seq_len;
+    const int64_t tp = mesh.degrees.tp, S = cfg.training.seq_len / mesh.degrees.cp;
     const bool sp = tp > 1 && p.enable_sequence_parallel;
-    TITAN_CHECK(!sp || S % tp == 0, "config error: training.seq_len (", S,
-                ") must be divisible by tensor_parallel_degree (", tp, ") under sequence + pipeline parallel");
     job.pipeline = std::make_shared<parallel::Pipeline>(
         *job.model, job.pm, mesh, layout, parallel::parse_pipeline_schedule(p.pipeline_parallel_schedule),
         p.pipeline_parallel_microbatch_size, Shape{p.pipeline_parallel_microbatch_size, sp ? S / tp : S, job.model->hidden_size()}, S);
@@ -69,12 +114,16 @@ TrainJob build_job(const JobConfig& cfg, comms::DeviceMesh& mesh,
 }
 
 Tensor micro_batch_backward(CausalLM& model, const Tensor& inputs, const Tensor& doc_ids, const Tensor& targets,
-                            int64_t accum) {
+                            int64_t accum, double loss_weight, double grad_weight) {
   Tensor loss = model.loss(model.forward(inputs, doc_ids), targets);  // the logits are freed with the graph
   Tensor aux = model.aux_loss();  // MoE load balancing (not part of the reported loss)
-  Tensor total = aux.defined() ? add(loss, aux) : loss;
+  // context parallel: a rank without a valid target (its mean 0/0) gets weight 0 and still runs the backward
+  // (its collectives); cross-entropy's gradient over no target is 0
+  Tensor weighted = grad_weight == 1.0 ? loss : mul(loss, grad_weight);
+  Tensor total = aux.defined() ? add(weighted, aux) : weighted;
   (accum == 1 ? total : mul(total, 1.0 / (double)accum)).backward();
-  return loss;
+  if (loss_weight == 1.0) return loss;
+  return loss_weight == 0.0 ? zeros(loss.shape(), loss.dtype(), loss.device()) : mul(loss, loss_weight);
 }
 
 namespace {
@@ -97,16 +146,19 @@ StepResult train_step(TrainJob& job, const std::function<Batch()>& next_batch, d
   double loss = 0;
   const bool pp = job.pipeline != nullptr;
   for (int64_t m = 0; m < job.accumulation; ++m) {
-    Batch b = next_batch();
+    // context parallel: this rank's chunks of the sequences and its share of the group's valid targets
+    const ShardedBatch sb = shard_for_context_parallel(*job.model, mesh, next_batch());
+    const Batch& b = sb.batch;
     const bool reduce = job.reduce_every_microbatch || m + 1 == job.accumulation;
     std::vector<std::vector<int64_t>> routed;
     if (pp) {  // the schedule's micro-batches: each stage reduces with its last backward
-      parallel::Pipeline::Result pr = job.pipeline->train(b, 1.0 / (double)job.accumulation, reduce);
-      loss += pr.loss / (double)job.accumulation;
+      parallel::Pipeline::Result pr = job.pipeline->train(b, sb.grad_weight / (double)job.accumulation, reduce);
+      loss += pr.loss * sb.loss_weight / (double)job.accumulation;
       routed = std::move(pr.routed);
     } else {
       job.pm.fsdp->set_requires_gradient_sync(reduce);
-      Tensor l = micro_batch_backward(*job.model, b.inputs, b.doc_ids, b.targets, job.accumulation);
+      Tensor l = micro_batch_backward(*job.model, b.inputs, b.doc_ids, b.targets, job.accumulation, sb.loss_weight,
+                                      sb.grad_weight);
       if (!meta) loss += (double)l.item<float>() / (double)job.accumulation;
       routed = job.model->routed_counts();
     }
@@ -118,6 +170,7 @@ StepResult train_step(TrainJob& job, const std::function<Batch()>& next_batch, d
       std::vector<double> flat;
       for (auto& layer : routed) flat.insert(flat.end(), layer.begin(), layer.end());
       flat = all_reduce_values(*mesh.dp, flat, comms::ReduceOp::Sum);
+      if (mesh.degrees.cp > 1) flat = all_reduce_values(*mesh.cp, flat, comms::ReduceOp::Sum);  // each its tokens
       if (pp) flat = all_reduce_values(*mesh.pp, flat, comms::ReduceOp::Sum);
       r.expert_load.resize(routed.size());
       size_t at = 0;
@@ -127,6 +180,7 @@ StepResult train_step(TrainJob& job, const std::function<Batch()>& next_batch, d
       }
     }
   }
+  if (mesh.degrees.cp > 1) loss = all_reduce_values(*mesh.cp, {loss}, comms::ReduceOp::Sum)[0];  // the group's mean
   r.loss = all_reduce_values(*mesh.dp, {loss}, comms::ReduceOp::Avg)[0];  // every rank sees the global mean
   if (pp) r.loss = all_reduce_values(*mesh.pp, {r.loss}, comms::ReduceOp::Sum)[0];  // from the last stage
   if (before_norm) before_norm();

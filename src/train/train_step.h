@@ -21,6 +21,15 @@ namespace titan {
 // What the parallelism.* keys ask of the plan.
 parallel::ParallelOptions parallel_options(const JobConfig& cfg);
 
+// The mesh degrees of the parallelism.* keys (dp_shard -1: resolved by the mesh against the world).
+comms::MeshDegrees mesh_degrees(const JobConfig& cfg);
+
+// The one rule on the sequence length: cut into 2 x cp chunks (context parallel; cp 1: no cut), then each
+// rank's S / cp tokens split over tp (sequence parallel, and between pipeline stages). Throws naming `key`
+// (training.seq_len, or titan-eval's --seq-len) with what is expected.
+void check_sequence_layout(int64_t seq_len, const comms::MeshDegrees& d, bool sequence_parallel,
+                           const std::string& key = "training.seq_len");
+
 // The micro-batches of one optimizer step: training.global_batch_size over
 // local_batch_size x data-parallel ranks (-1: one); a global batch that is not
 // a multiple is refused — by the trainer and the planner alike.
@@ -52,8 +61,21 @@ TrainJob build_job(const JobConfig& cfg, comms::DeviceMesh& mesh,
 // Otherwise: one micro-batch of the step: forward, the loss plus the MoE auxiliary loss,
 // backward of that sum / accum. Returns the loss without the auxiliary term
 // (what the step line reports).
+// loss_weight: context parallel, this rank's share of its group's valid tokens (the mean is taken over the
+// group's tokens: the reported loss carries loss_weight, the backward cp x loss_weight, since FSDP averages
+// the gradients over dp_shard x cp); 1 otherwise.
 Tensor micro_batch_backward(CausalLM& model, const Tensor& inputs, const Tensor& doc_ids, const Tensor& targets,
-                            int64_t accum);
+                            int64_t accum, double loss_weight = 1.0, double grad_weight = 1.0);
+
+// Context parallel: this rank's columns of a micro-batch and their weights in the loss (the share of the cp
+// group's valid targets this rank holds; its sum over the group all-reduced, priced in a plan). Without cp:
+// the batch, weight 1.
+struct ShardedBatch {
+  Batch batch;
+  double loss_weight = 1.0;  // n_local / n_group
+  double grad_weight = 1.0;  // cp x loss_weight
+};
+ShardedBatch shard_for_context_parallel(const CausalLM& model, comms::DeviceMesh& mesh, const Batch& b);
 
 struct StepResult {
   double loss = 0;       // mean over the micro-batches and data-parallel ranks (meta: 0)

@@ -91,9 +91,7 @@ TrainResult train(const JobConfig& cfg) {
   if (!comms::initialized()) comms::init(nullptr, nullptr);
   // ---- layout: refused before anything is allocated when the degrees do not fit
   const auto& par = cfg.parallelism;
-  comms::DeviceMesh mesh({par.data_parallel_replicate_degree, par.data_parallel_shard_degree,
-                          par.tensor_parallel_degree,
-                          par.pipeline_parallel_degree});
+  comms::DeviceMesh mesh(mesh_degrees(cfg));
   set_log_enabled(mesh.rank == 0);
   comms::set_collective_timeout(cfg.comm.init_timeout_seconds, "comm.init_timeout_seconds");
   const int64_t dp = mesh.dp_size();
@@ -168,9 +166,6 @@ TrainResult train(const JobConfig& cfg) {
   log_info("model parameters: " + with_commas((double)n_params) + " total, " +
            with_commas((double)(n_params - model.num_embedding_params())) + " non-embedding; " +
            fmt("%.4g", flops_per_token) + " training FLOPs per token (seq " + std::to_string(S) + ")");
-  TITAN_CHECK(mesh.degrees.tp == 1 || !cfg.parallelism.enable_sequence_parallel || S % mesh.degrees.tp == 0,
-              "config error: training.seq_len ", S, " must be divisible by tensor_parallel_degree ", mesh.degrees.tp,
-              " with sequence parallel (or set parallelism.enable_sequence_parallel: false)");
   auto params = pm.named_params();
   std::vector<Region> regions = pm.state_regions();  // parameters, then buffers (expert biases)
   std::vector<Tensor*> plist = pm.params();
@@ -366,7 +361,7 @@ TrainResult train(const JobConfig& cfg) {
       sm.memory_pct = 100.0 * (double)ms.total_peak / (double)phys;
       // tps per rank as TorchTitan: this rank's tokens over the ranks that share them (tp ranks, and the
       // pipeline's stages: every stage runs the same tokens)
-      sm.tps = (double)tokens_since_log / dt / (double)(mesh.degrees.tp * mesh.degrees.pp);
+      sm.tps = (double)tokens_since_log / dt / (double)(mesh.degrees.tp * mesh.degrees.pp * mesh.degrees.cp);
       sm.tflops = flops_per_token * sm.tps / 1e12;
       sm.mfu_pct = 100.0 * flops_per_token * sm.tps / peak_flops;
       sm.elapsed_s = process_seconds();
@@ -403,7 +398,7 @@ TrainResult train(const JobConfig& cfg) {
       const double t_val = wall_seconds();
       val->reset();
       const int64_t vsteps = cfg.validation.steps < 0 ? val->steps_left() : cfg.validation.steps;
-      double vl = dp_mean(evaluate_loss(model, *val, vsteps, job.pipeline.get()));
+      double vl = dp_mean(evaluate_loss(model, *val, vsteps, job.pipeline.get(), &mesh));
       result.val_losses.emplace_back(step, vl);
       log_info("validation: step: " + std::to_string(step) + "  loss: " + fmt("%.5f", vl) + "  (" +
                std::to_string(vsteps) + " batches per rank, " + fmt("%.2f", wall_seconds() - t_val) + " s)");

@@ -149,7 +149,8 @@ def main():
         deg = dict(zip(layout[::2], layout[1::2]))
         tp = int(deg.get("--parallelism.tensor_parallel_degree", 1))
         pp = int(deg.get("--parallelism.pipeline_parallel_degree", 1))
-        dp = a.np // (tp * pp)
+        cp = int(deg.get("--parallelism.context_parallel_degree", 1))
+        dp = a.np // (tp * pp * cp)
         out = os.path.join(work, a.name or f"np{a.np}")
         shutil.rmtree(out, ignore_errors=True)
         _, secs = run(mpirun(a.np) + [train] + common_with_steps(LAYOUT_STEPS) + layout + ["--checkpoint.export_at_end", "true"] +
@@ -228,6 +229,31 @@ def main():
             sys.exit(f"{len(real)} real collectives vs {len(planned)} planned")
         print(f"FSDP 2 x TP 2, 2 micro-batches: the planned step's {len(planned)} collectives equal the real run's "
               f"(kind, group, world ranks, bytes, order)")
+        # context parallel 2 x FSDP 2 (4 ranks), both exchanges: the planned K/V all-gathers / ring sends and
+        # receives, the dK/dV reduce-scatters, the token-count all-reduce equal the real run's
+        for method, kinds in (("allgather", {("all_gather", "cp"), ("reduce_scatter", "cp")}),
+                              ("alltoall", {("send", "cp_p2p"), ("recv", "cp_p2p")})):
+            layout = ["--parallelism.data_parallel_shard_degree", "2", "--parallelism.context_parallel_degree", "2",
+                      "--parallelism.context_parallel_rotate_method", method, "--training.local_batch_size", "2"]
+            out, sim = os.path.join(work, "coll_cp_real_" + method), os.path.join(work, "coll_cp_sim_" + method)
+            for d in (out, sim):
+                shutil.rmtree(d, ignore_errors=True)
+            run(mpirun(4) + [train] + COMMON + prof + layout + ["--job.dump_folder", out])
+            run([train] + COMMON + prof + layout + ["--job.dump_folder", sim, "--simulation.enabled", "true",
+                                                    "--simulation.world_size", "4", "--simulation.system", "trn2-instance"])
+            real = read_collectives(os.path.join(out, "collectives_rank0.tsv"))
+            planned = read_collectives(os.path.join(sim, "collectives_rank0.tsv"))
+            if real != planned:
+                for i, (x, y) in enumerate(zip(real, planned)):
+                    if x != y:
+                        sys.exit(f"cp {method}: collective {i}: real {x} vs planned {y}")
+                sys.exit(f"cp {method}: {len(real)} real collectives vs {len(planned)} planned")
+            seen = {(r[0], r[1]) for r in real}
+            if not kinds <= seen:
+                sys.exit(f"cp {method}: expected the exchange {sorted(kinds)} among {sorted(seen)}")
+            xbytes = sum(int(r[3]) for r in real if (r[0], r[1]) in kinds)
+            print(f"CP 2 x FSDP 2 ({method}): the planned step's {len(planned)} collectives equal the real run's, "
+                  f"the exchange {xbytes} bytes on rank 0")
         return
 
     if a.case == "accum":
