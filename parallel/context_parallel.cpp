@@ -24,23 +24,38 @@ struct Piece {
   FlexOptions opt;  // offsets, the block mask of the two chunks, sinks on the diagonal block only
 };
 
-// The pieces against rank src's keys, for both local query chunks; blocks a mask leaves empty are dropped
-// (the diagonal block, which carries the sinks, is always kept).
-std::vector<Piece> pieces_of(const FlexOptions& base, const nn::SequenceShard& me, int64_t src, int64_t B, int64_t Hq,
-                             int64_t c) {
-  const nn::SequenceShard other{me.parts, src, nullptr};
-  std::vector<Piece> out;
-  for (int64_t a = 0; a < 2; ++a)
-    for (int64_t kb = 0; kb < 2; ++kb) {
-      Piece p{a, src, kb, base};
-      const bool diagonal = src == me.index && kb == a;
-      p.opt.q_offset = me.chunk(a) * c;
-      p.opt.kv_offset = other.chunk(kb) * c;
-      p.opt.block_mask = create_block_mask(base.mask_mod, B, Hq, c, c, 128, 128, p.opt.q_offset, p.opt.kv_offset);
-      if (!diagonal) p.opt.sinks = Tensor();
-      if (diagonal || p.opt.block_mask.density() > 0) out.push_back(std::move(p));
-    }
-  return out;
+// Whether the mask leaves the whole block [q0, q0 + c) x [k0, k0 + c) empty (one classification per batch row
+// and head it depends on: O(1) for the built-in masks).
+bool block_empty(const MaskMod& m, int64_t B, int64_t H, int64_t q0, int64_t k0, int64_t c) {
+  for (int64_t b = 0; b < (m.per_batch() ? B : 1); ++b)
+    for (int64_t h = 0; h < (m.per_head() ? H : 1); ++h)
+      if (m.classify(b, h, q0, q0 + c, k0, k0 + c) != BlockKind::Empty) return false;
+  return true;
+}
+
+// The pieces of the attention in the order they are computed (ring order: step t holds rank (r - t) mod cp's
+// keys), both local query chunks against each key chunk; blocks the mask leaves empty are dropped (the
+// diagonal block, which carries the sinks, is always kept). Built once per call, kept for the backward.
+std::vector<std::vector<Piece>> plan_pieces(const FlexOptions& base, const nn::SequenceShard& me, int64_t B, int64_t Hq,
+                                            int64_t c) {
+  std::vector<std::vector<Piece>> by_step((size_t)me.parts);
+  for (int64_t t = 0; t < me.parts; ++t) {
+    const int64_t src = (me.index - t + me.parts) % me.parts;
+    const nn::SequenceShard other{me.parts, src, nullptr};
+    for (int64_t a = 0; a < 2; ++a)
+      for (int64_t kb = 0; kb < 2; ++kb) {
+        const bool diagonal = src == me.index && kb == a;
+        const int64_t qo = me.chunk(a) * c, ko = other.chunk(kb) * c;
+        if (!diagonal && base.mask_mod.defined() && block_empty(base.mask_mod, B, Hq, qo, ko, c)) continue;
+        Piece p{a, src, kb, base};
+        p.opt.q_offset = qo;
+        p.opt.kv_offset = ko;
+        p.opt.block_mask = create_block_mask(base.mask_mod, B, Hq, c, c, 128, 128, qo, ko);
+        if (!diagonal) p.opt.sinks = Tensor();
+        by_step[(size_t)t].push_back(std::move(p));
+      }
+  }
+  return by_step;
 }
 
 Tensor chunk_of(const Tensor& x, int64_t a, int64_t c) { return x.slice(1, a * c, (a + 1) * c).contiguous(); }
@@ -127,6 +142,7 @@ Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor
   const Shape block = kc.shape();
 
   // ---- forward: the blocks in ring order, each merged into its query chunk's running result
+  auto pieces = std::make_shared<std::vector<std::vector<Piece>>>(plan_pieces(opt, shard, B, Hq, c));
   auto fwd = autograd::sac_forward(autograd::SacOp::Attention, [&] {
     NoGradGuard ng;
     Tensor acc[2], acc_lse[2];
@@ -135,7 +151,7 @@ Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor
       acc_lse[a] = full({B, Hq, c}, -std::numeric_limits<double>::infinity(), q.dtype(), q.device());
     }
     auto attend_block = [&](int64_t src, const Tensor& kb, const Tensor& vb) {
-      for (const Piece& p : pieces_of(opt, shard, src, B, Hq, c))
+      for (const Piece& p : (*pieces)[(size_t)((r - src + n) % n)])
         merge(acc[p.qa], acc_lse[p.qa],
               flex::attention_block_forward(q_chunks[p.qa], chunk_of(kb, p.kb, c), chunk_of(vb, p.kb, c), p.opt));
     };
@@ -180,8 +196,7 @@ Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor
   return autograd::record(
       "context_parallel_attention", inputs, out,
       [qs = autograd::saved(qc), ks = autograd::saved(kc), vs = autograd::saved(vc), os = autograd::saved(out),
-       ls = autograd::saved(lse), base, shard, cp, cp_p2p, method, has_sinks, B, Hq, c, n, r,
-       block](const std::vector<Tensor>& g) {
+       ls = autograd::saved(lse), base, pieces, cp, cp_p2p, method, has_sinks, c, n, r, block](const std::vector<Tensor>& g) {
         NoGradGuard ng;
         Tensor go = g[0].contiguous();
         Tensor qch[2], och[2], goch[2], lch[2], dq[2];
@@ -197,7 +212,7 @@ Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor
         // block `src`'s share of dK / dV ([B, 2c, Hkv, D] each), dQ, dsinks and dcaps added
         auto block_grads = [&](int64_t src, const Tensor& kb, const Tensor& vb) {
           Tensor dk = zeros(block, qs.dtype(), qs.device()), dv = zeros(block, qs.dtype(), qs.device());
-          for (const Piece& p : pieces_of(*base, shard, src, B, Hq, c)) {
+          for (const Piece& p : (*pieces)[(size_t)((r - src + n) % n)]) {
             flex::BlockGrads bg = flex::attention_block_backward(goch[p.qa], qch[p.qa], chunk_of(kb, p.kb, c),
                                                                  chunk_of(vb, p.kb, c), p.opt, och[p.qa], lch[p.qa],
                                                                  dq[p.qa], dsinks, dcaps);

@@ -423,8 +423,11 @@ ParallelModel parallelize(CausalLM& model, comms::DeviceMesh& mesh, const Parall
                 " needs MoE layers, and this model has none (model.moe_enabled: false)");
     const int64_t ep = opt.expert_parallel, S = mesh.dp_shard_cp->size();
     TITAN_CHECK(S % ep == 0, "parallelism: expert_parallel_degree ", ep,
-                " must divide data_parallel_shard_degree x context_parallel_degree = ", S,
-                " (ep borrows its ranks from dp_shard x cp)");
+                mesh.degrees.cp > 1
+                    ? " must divide data_parallel_shard_degree x context_parallel_degree = " + std::to_string(S) +
+                          " (ep borrows its ranks from dp_shard x cp)"
+                    : " must divide the data-parallel shard degree " + std::to_string(S) +
+                          " (ep borrows its ranks from dp_shard)");
     const int e = (int)ep;
     comms::PG ep_group = mesh.dp_shard_cp->split([e](int s) { return s / e; }, [e](int s) { return s % e; }, "ep");
     comms::PG expert_dp =

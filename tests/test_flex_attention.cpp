@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <array>
 #include <cmath>
 #include <functional>
 
@@ -229,6 +230,77 @@ TEST(FlexAttention, BlockMaskClassifiersMatchThePredicate) {
                                                            << " tile " << qi << "," << ki;
           }
     }
+}
+
+// FlexOptions::q_offset / kv_offset (context parallel's chunks): a block of queries and keys sees its masks
+// and score_mods at global positions — block masks against the predicate there, the rows of a query block
+// equal the whole attention's rows, and the block-level backward, given the whole attention's output and
+// log-sum-exp, summed over key blocks equals the whole attention's gradients.
+TEST(FlexAttention, OffsetsPlaceABlockAtItsGlobalPositions) {
+  static const std::vector<int64_t> docs = doc_ids_of({0, 4, 9}, {0, 1, 7, 12});
+  const Tensor doc_t = from_vector<int64_t>(docs, {B, S});
+  std::vector<MaskMod> masks = {causal_mask(), sliding_window_mask(3), prefix_lm_mask(6), document_causal_mask(doc_t),
+                                and_masks(document_causal_mask(doc_t), sliding_window_mask(4))};
+  for (const MaskMod& m : masks)
+    for (auto [q0, k0, nq, nk] : {std::array<int64_t, 4>{0, 0, S, S}, {5, 0, 8, 5}, {7, 2, 4, 9}, {0, 9, 4, 4}, {9, 0, 4, 4}}) {
+      BlockMask bm = create_block_mask(m, B, Hq, nq, nk, 2, 3, q0, k0);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t qi = 0; qi < bm.nq(); ++qi)
+          for (int64_t ki = 0; ki < bm.nkv(); ++ki) {
+            int n = 0, tot = 0;
+            for (int64_t i = qi * 2; i < std::min(nq, (qi + 1) * 2); ++i)
+              for (int64_t j = ki * 3; j < std::min(nk, (ki + 1) * 3); ++j, ++tot) n += m(b, 0, q0 + i, k0 + j);
+            const BlockKind want = n == 0 ? BlockKind::Empty : n == tot ? BlockKind::Full : BlockKind::Partial;
+            EXPECT_EQ((int)bm.at(b, 0, qi, ki), (int)want) << m.name() << " block at (" << q0 << ", " << k0 << ")";
+          }
+    }
+  Tensor q = rand_t({B, S, Hq, D}, 1), k = rand_t({B, S, Hkv, D}, 2), v = rand_t({B, S, Hkv, D}, 3);
+  Tensor dout = rand_t({B, S, Hq, D}, 4), slopes = rand_t({Hq}, 5), sinks = rand_t({Hq}, 6);
+  for (const MaskMod& m : masks) {
+    SCOPED_TRACE(m.name());
+    FlexOptions whole{.score_mod = nn::alibi_mod(slopes), .mask_mod = m, .sinks = sinks};
+    const flex::BlockOut full = flex::attention_block_forward(q, k, v, whole);
+    // rows [5, 13) as a query block at offset 5
+    FlexOptions part = whole;
+    part.q_offset = 5;
+    Tensor rows = flex_attention(q.slice(1, 5, S), k, v, part);
+    expect_near_vec(rows.contiguous().to_vector<double>(), full.out.slice(1, 5, S).contiguous().to_vector<double>(), 1e-12);
+    // the gradients: key blocks [0, 6) and [6, 13), the sinks with the first
+    Tensor dq, dsinks, unused;
+    std::vector<Tensor> dcaps, none;
+    std::vector<double> dk, dv;
+    for (auto [k0, k1] : {std::pair<int64_t, int64_t>{0, 6}, {6, S}}) {
+      FlexOptions blk = whole;
+      blk.kv_offset = k0;
+      if (k0 > 0) blk.sinks = Tensor();
+      Tensor& ds = k0 == 0 ? dsinks : unused;
+      flex::BlockGrads g = flex::attention_block_backward(dout, q, k.slice(1, k0, k1), v.slice(1, k0, k1), blk, full.out,
+                                                          full.lse, dq, ds, dcaps);
+      for (int64_t b = 0; b < B; ++b) {  // rows of batch b, in order
+        auto kr = g.dk.slice(0, b, b + 1).contiguous().to_vector<double>();
+        auto vr = g.dv.slice(0, b, b + 1).contiguous().to_vector<double>();
+        dk.insert(dk.end(), kr.begin(), kr.end());
+        dv.insert(dv.end(), vr.begin(), vr.end());
+      }
+    }
+    Tensor qq = q.clone().requires_grad_(true), kk = k.clone().requires_grad_(true), vv = v.clone().requires_grad_(true);
+    Tensor ss = sinks.clone().requires_grad_(true), sl = slopes.clone().requires_grad_(true);
+    sum(mul(flex_attention(qq, kk, vv, {.score_mod = nn::alibi_mod(sl), .mask_mod = m, .sinks = ss}), dout)).backward();
+    expect_near_vec(dq.to_vector<double>(), qq.grad().to_vector<double>(), 1e-11);
+    expect_near_vec(dsinks.to_vector<double>(), ss.grad().to_vector<double>(), 1e-11);
+    expect_near_vec(dcaps.at(0).to_vector<double>(), sl.grad().to_vector<double>(), 1e-11);
+    // dk / dv: the blocks' rows per batch row, reassembled [B, S, Hkv, D]
+    std::vector<double> dk_all, dv_all;
+    const int64_t row = Hkv * D;
+    for (int64_t b = 0; b < B; ++b)
+      for (auto [k0, k1, at] : {std::array<int64_t, 3>{0, 6, 0}, {6, S, B * 6 * row}}) {
+        const int64_t n = (k1 - k0) * row, from = at + b * n;
+        dk_all.insert(dk_all.end(), dk.begin() + from, dk.begin() + from + n);
+        dv_all.insert(dv_all.end(), dv.begin() + from, dv.begin() + from + n);
+      }
+    expect_near_vec(dk_all, kk.grad().to_vector<double>(), 1e-11);
+    expect_near_vec(dv_all, vv.grad().to_vector<double>(), 1e-11);
+  }
 }
 
 TEST(FlexAttention, DeterministicAcrossThreadCounts) {

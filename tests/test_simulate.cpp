@@ -11,6 +11,8 @@
 
 #include "tests/error_of.h"
 #include "simulator/cost_model.h"
+#include "simulator/trace.h"
+#include "src/log/log.h"
 #include "src/config/job_config.h"
 #include "src/tensor/error.h"
 #include "simulator/plan.h"
@@ -856,4 +858,113 @@ TEST(Simulation, SequenceParallelRegatherKeepsTheShardAndGathersAgainInBackward)
                                       "parallelism.sequence_parallel_regather", "true"});
   });
   EXPECT_NE(e.find("enable_sequence_parallel: true (it is false)"), std::string::npos) << e;
+}
+
+// ---- context parallel ----------------------------------------------------------------------------------
+namespace {
+JobConfig cp_config(int64_t cp, const std::string& method = "allgather", std::vector<std::string> more = {},
+                    int64_t layers = 4) {
+  std::vector<std::string> o = {"model.n_layers", std::to_string(layers), "training.seq_len", "16384",
+                                "training.local_batch_size", "1", "activation_checkpoint.mode", "none",
+                                "parallelism.data_parallel_shard_degree", std::to_string(16 / cp),
+                                "parallelism.tensor_parallel_degree", "4", "parallelism.context_parallel_degree",
+                                std::to_string(cp)};
+  if (cp > 1) o.insert(o.end(), {"parallelism.context_parallel_rotate_method", method});
+  o.insert(o.end(), more.begin(), more.end());
+  return config("configs/qwen3_32b.yaml", o);
+}
+double activations(const StepPlan& p) { return (double)p.memory.peak[(int)MemoryCategory::Activations]; }
+double op_flops(const StepPlan& p, const std::string& name) {
+  auto it = p.by_op.find(name);
+  return it == p.by_op.end() ? 0.0 : it->second.flops;
+}
+}  // namespace
+
+// The meta step of a context-parallel job: each rank holds S / cp tokens (each block's activations 1/cp), does 1/cp
+// of the causal attention work (the head-tail balance: every rank alike), and the K/V exchange is priced on
+// its own stream of the cp group (all-gathers, or the ring's sends and receives), overlapping the attention
+// of the block already held.
+TEST(Simulation, ContextParallelShardsTheSequenceAndPricesTheExchange) {
+  const StepPlan one = plan_step(cp_config(1), 64);
+  // what four more blocks add to the peak: the blocks' activations (the rest, e.g. the unsharded embedding
+  // and head gradients of the backward, does not depend on the sequence split)
+  const double per_block_1 = activations(plan_step(cp_config(1, "allgather", {}, 8), 64)) - activations(one);
+  for (int64_t cp : {2, 4}) {
+    SCOPED_TRACE("cp " + std::to_string(cp));
+    const StepPlan p = plan_step(cp_config(cp), 64);
+    EXPECT_EQ(p.tokens_per_rank * cp, one.tokens_per_rank);
+    EXPECT_EQ(p.cp_degree, cp);
+    const double per_block = activations(plan_step(cp_config(cp, "allgather", {}, 8), 64)) - activations(p);
+    EXPECT_NEAR(per_block * (double)cp, per_block_1, 0.02 * per_block_1) << per_block << " vs " << per_block_1;
+    EXPECT_LT(activations(p), activations(one));
+    // causal attention: this rank's share of the visible tiles (diagonal tiles count whole: within 1%)
+    const double a1 = op_flops(one, "flex_attention") + op_flops(one, "flex_attention_backward");
+    const double ap = op_flops(p, "flex_attention") + op_flops(p, "flex_attention_backward");
+    EXPECT_NEAR(ap * (double)cp, a1, 0.01 * a1);
+    // the GEMMs split with the tokens
+    EXPECT_NEAR(op_flops(p, "linear") * (double)cp, op_flops(one, "linear"), 1e-6 * op_flops(one, "linear"));
+  }
+  // the whole step on the system: the exchange on the cp group's stream, in the trace as its own row
+  const fs::path dir = fs::temp_directory_path() / "titan_cp_sim";
+  fs::create_directories(dir);
+  for (const std::string method : {"allgather", "alltoall"}) {
+    SCOPED_TRACE(method);
+    JobConfig c = cp_config(4, method, {"simulation.enabled", "true", "simulation.system", "trn2-ultraserver",
+                                        "simulation.world_size", "64"});
+    const SimResult r = simulate_step(c, 64);
+    const std::string group = method == "allgather" ? "cp" : "cp_p2p";
+    ASSERT_TRUE(r.comm_busy_by_group.count(group)) << r.algorithms;
+    EXPECT_GT(r.comm_busy_by_group.at(group), 0.0);
+    const std::string trace = (dir / ("trace_" + method + ".json")).string();
+    write_chrome_trace(r, trace, 1);
+    std::ifstream f(trace);
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find(method == "allgather" ? "comm:cp" : "p2p:cp_p2p"), std::string::npos);
+    EXPECT_LT(r.memory.activations, simulate_step(cp_config(1, "allgather", {"simulation.enabled", "true",
+                                                                            "simulation.system", "trn2-ultraserver",
+                                                                            "simulation.world_size", "64"}),
+                                                  64)
+                                        .memory.activations);
+  }
+  fs::remove_all(dir);
+}
+
+// Llama 3's long-context stage as a plan: a Llama-3-405B-like decoder (128 blocks) at 131,072 tokens, TP 8 x
+// CP 16 x PP 16 x FSDP 8 on 16,384 H100 (Meta's hosts), one micro-batch per schedule: planned in under a
+// second, the ranks of a cp group priced once (their ring / gather peers alike).
+TEST(Simulation, LongContextPlanOn16kChipsIsQuick) {
+  JobConfig c = config("configs/validation/llama31_405b_h100x128.yaml",
+                       {"model.n_layers", "128", "training.seq_len", "131072", "training.local_batch_size", "1",
+                        "parallelism.data_parallel_shard_degree", "8", "parallelism.context_parallel_degree", "16",
+                        "parallelism.pipeline_parallel_degree", "16", "simulation.num_systems", "2048",
+                        "simulation.world_size", "16384"});
+  const double t0 = process_seconds();
+  const SimResult r = simulate_step(c, 16384);
+  const double secs = process_seconds() - t0;
+  std::printf("405B-like, 131072 tokens, TP 8 x CP 16 x PP 16 x FSDP 8 on 16384 H100: planned in %.2f s, step %.2f s, "
+              "%.1f GiB per chip\n", secs, r.step_s, r.memory.total() / (1 << 30));
+  EXPECT_LT(secs, 1.0);
+  EXPECT_GT(r.step_s, 0);
+  EXPECT_FALSE(r.oom);
+  EXPECT_GT(r.comm_busy_by_group.count("cp"), 0u);
+}
+
+// Layouts context parallel cannot run are refused before anything is built, naming the key and what it expects.
+TEST(Simulation, ContextParallelRefusals) {
+  std::string e = error_of([] { plan_step(cp_config(4, "allgather", {"training.seq_len", "16380"}), 64); });
+  EXPECT_NE(e.find("training.seq_len (16380) must be divisible by 2 x context_parallel_degree = 8"), std::string::npos) << e;
+  e = error_of([] { plan_step(cp_config(4, "allgather", {"training.seq_len", "16392"}), 64); });  // 4098 / tp 4
+  EXPECT_NE(e.find("/ context_parallel_degree (4) = 4098 must be divisible by tensor_parallel_degree (4)"),
+            std::string::npos) << e;
+  e = error_of([] { plan_step(cp_config(4), 48); });  // 48 / (4 x 4) = 3 = dp_shard, given as 4
+  EXPECT_NE(e.find("context_parallel_degree 4"), std::string::npos) << e;
+  EXPECT_NE(e.find("does not equal the world size"), std::string::npos) << e;
+  e = error_of([] { cp_config(1, "allgather", {"parallelism.context_parallel_rotate_method", "alltoall"}); });
+  EXPECT_NE(e.find("context_parallel_rotate_method (alltoall) applies only with parallelism.context_parallel_degree > 1"),
+            std::string::npos) << e;
+  e = error_of([] { cp_config(2, "ring"); });
+  EXPECT_NE(e.find("context_parallel_rotate_method"), std::string::npos) << e;
+  EXPECT_NE(e.find("alltoall"), std::string::npos) << e;
+  e = error_of([] { config("configs/qwen3_32b.yaml", {"parallelism.context_parallel_degree", "0"}); });
+  EXPECT_NE(e.find("context_parallel_degree must be >= 1"), std::string::npos) << e;
 }

@@ -168,8 +168,25 @@ BlockMask create_block_mask(const MaskMod& mask, int64_t B, int64_t H, int64_t q
   m.kv_offset = kv_offset;
   const int64_t nq = m.nq(), nk = m.nkv();
   m.kinds.assign((size_t)(m.B * m.H * nq * nk), BlockKind::Full);
+  if (mask.has_classifier()) {
+    // an exact classifier of a whole range: when it is all empty or all full, so is every tile of it
+    bool uniform = true;
+    std::vector<BlockKind> whole((size_t)(m.B * m.H));
+    for (int64_t bh = 0; bh < m.B * m.H && uniform; ++bh) {
+      whole[(size_t)bh] = mask.classify(bh / m.H, bh % m.H, q_offset, q_offset + q_len, kv_offset, kv_offset + kv_len);
+      uniform = whole[(size_t)bh] != BlockKind::Partial;
+    }
+    if (uniform) {
+      for (int64_t bh = 0; bh < m.B * m.H; ++bh)
+        std::fill(m.kinds.begin() + bh * nq * nk, m.kinds.begin() + (bh + 1) * nq * nk, whole[(size_t)bh]);
+      return m;
+    }
+  }
   TaskErrors errors;  // a user predicate may throw
-#pragma omp parallel for schedule(dynamic)
+  // small masks (a context-parallel block, a plan's many layers) classify on the calling thread: a parallel
+  // region costs more than their few hundred O(1) classifications
+  const bool parallel = m.B * m.H * nq * nk > 4096;
+#pragma omp parallel for schedule(dynamic) if (parallel)
   for (int64_t t = 0; t < m.B * m.H * nq; ++t) errors.run([&] {
     const int64_t bh = t / nq, qb = t % nq;
     for (int64_t kb = 0; kb < nk; ++kb)

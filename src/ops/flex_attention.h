@@ -236,6 +236,7 @@ class MaskMod {
     return *this;
   }
   bool defined() const { return (bool)tile_; }
+  bool has_classifier() const { return (bool)classify_; }  // classify() exact in O(1) per tile
   const std::string& name() const { return name_; }
   bool per_batch() const { return per_batch_; }
   bool per_head() const { return per_head_; }

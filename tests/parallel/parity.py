@@ -9,6 +9,7 @@
       with each other but not with the reference's 10-step weights
   parity.py --build BUILD --case resume           save with 4-way FSDP, resume with 2-way FSDP x 2-way TP
   parity.py --build BUILD --case resume_pp        save with FSDP 2, resume with PP 2; save with PP 2, resume FSDP 2
+  parity.py --build BUILD --case resume_cp        save with FSDP 2, resume with CP 2; save with CP 2, resume FSDP 2
   parity.py --build BUILD --case regather         TP 2 + SP with sequence_parallel_regather: bit-identical to
                                                   keeping the gathered inputs, lower peak memory (dense, MoE)
   parity.py --build BUILD --case eval             titan-eval under mpirun (FSDP x TP) prints the single-rank loss
@@ -18,7 +19,9 @@
                                                   reduce-scatter of block i in flight during block i-1's backward;
                                                   the planned step's collectives equal the real run's (4 ranks)
   parity.py --build BUILD --case accum            global batch 16 from local 4 on 2 ranks (2 micro-batches)
-                                                  equals one rank at batch 16
+                                                  equals one rank at batch 16; so does CP 2 with 4 micro-batches
+  parity.py --build BUILD --case cp_documents     block_causal over documents crossing the chunk edges: CP 2
+                                                  and CP 4 (ring) equal one rank
 """
 import argparse
 import json
@@ -256,6 +259,40 @@ def main():
                   f"the exchange {xbytes} bytes on rank 0")
         return
 
+    if a.case == "cp_documents":
+        # block_causal over documents that cross the chunk edges: a token file of 400 documents of 1-3 lines of
+        # the KJV (~40-250 bytes: most 128-token rows hold a boundary, inside or at the edge of the 32- and
+        # 16-token chunks; titan-tokenize from a folder: /doc_starts), one rank against CP 2 (all-gather) and
+        # CP 4 (ring)
+        docs = os.path.join(work, "cp_docs")
+        shutil.rmtree(docs, ignore_errors=True)
+        os.makedirs(os.path.join(docs, "text"))
+        with open(os.path.join(ROOT, "data", "kjv.txt"), encoding="utf-8") as f:
+            lines = f.readlines()[:3000]
+        at = 0
+        for i in range(400):
+            n = 1 + (i * 7) % 3
+            with open(os.path.join(docs, "text", f"{i:03d}.txt"), "w", encoding="utf-8") as f:
+                f.writelines(lines[at:at + n])
+            at += n
+        tokens = os.path.join(docs, "docs.h5")
+        run([os.path.join(build, "titan-tokenize"), "--input", os.path.join(docs, "text"), "--output", tokens])
+        flags = ["--model.attn_mask_type", "block_causal", "--training.dataset_path", tokens]
+        ref_d = os.path.join(docs, "ref")
+        run([train] + COMMON + flags + ["--job.dump_folder", ref_d, "--training.local_batch_size", "8"])
+        for np_, layout in ((2, ["--parallelism.context_parallel_degree", "2"]),
+                            (4, ["--parallelism.context_parallel_degree", "4",
+                                 "--parallelism.context_parallel_rotate_method", "alltoall"])):
+            out = os.path.join(docs, f"cp{np_}")
+            p, _ = run(mpirun(np_) + [train] + common_with_steps(LAYOUT_STEPS) + flags + layout +
+                       ["--job.dump_folder", out, "--training.local_batch_size", "8"])
+            assert "block_causal over the 400 documents" in p.stdout, p.stdout[-2000:]
+            lw = compare_losses(losses(ref_d), losses(out), range(1, LAYOUT_STEPS + 1))
+            gw = compare_grads(os.path.join(ref_d, "grads_step_1.h5"), os.path.join(out, "grads_step_1.h5"))
+            print(f"block_causal over 400 documents, {' '.join(layout)}: max loss rel err {lw:.2e}, max grad rel err "
+                  f"{gw:.2e}")
+        return
+
     if a.case == "accum":
         short = ["--training.steps", "3", "--debug.dump_grads_at_step", "1"]
         one = os.path.join(work, "accum_ref")
@@ -282,6 +319,16 @@ def main():
         gw = compare_grads(os.path.join(one, "grads_step_1.h5"), os.path.join(once, "grads_step_1.h5"))
         print(f"same, one reduction per step (fsdp_reduce_every_microbatch false): max loss rel err {lw:.2e}, "
               f"max grad rel err {gw:.2e}")
+        # context parallel 2 with 4 micro-batches of 4 (each normalized over its own valid tokens)
+        cpa = os.path.join(work, "accum_cp2")
+        shutil.rmtree(cpa, ignore_errors=True)
+        p, _ = run(mpirun(2) + [train] + COMMON + short +
+                   ["--job.dump_folder", cpa, "--parallelism.context_parallel_degree", "2",
+                    "--training.local_batch_size", "4", "--training.global_batch_size", "16"])
+        assert "gradient accumulation 4" in p.stdout, p.stdout[-2000:]
+        lw = compare_losses(losses(one), losses(cpa), range(1, 4))
+        gw = compare_grads(os.path.join(one, "grads_step_1.h5"), os.path.join(cpa, "grads_step_1.h5"))
+        print(f"CP 2, 4 micro-batches of 4 vs one rank at 16: max loss rel err {lw:.2e}, max grad rel err {gw:.2e}")
         return
 
     if a.case == "resume":
@@ -327,14 +374,23 @@ def main():
                   f"memory {peak_again:.4f} GiB vs {peak_keep:.4f} GiB kept")
         return
 
-    if a.case == "resume_pp":
-        # checkpoints stay layout-free under pipeline parallel: FSDP 2 -> PP 2 (1F1B), and PP 2 -> FSDP 2
-        for name, first, second in (
+    if a.case in ("resume_pp", "resume_cp"):
+        # checkpoints stay layout-free under pipeline and context parallel: FSDP 2 -> PP 2 (1F1B), PP 2 ->
+        # FSDP 2; FSDP 2 -> CP 2, CP 2 (ring) -> FSDP 2
+        cases = (
                 ("fsdp2_to_pp2", ["--parallelism.data_parallel_shard_degree", "2", "--training.local_batch_size", "4"],
                  ["--parallelism.pipeline_parallel_degree", "2", "--training.local_batch_size", "8"]),
                 ("pp2_to_fsdp2", ["--parallelism.pipeline_parallel_degree", "2", "--training.local_batch_size", "8",
                                   "--parallelism.pipeline_parallel_schedule", "Interleaved1F1B"],
-                 ["--parallelism.data_parallel_shard_degree", "2", "--training.local_batch_size", "4"])):
+                 ["--parallelism.data_parallel_shard_degree", "2", "--training.local_batch_size", "4"]))
+        if a.case == "resume_cp":
+            cases = (
+                ("fsdp2_to_cp2", ["--parallelism.data_parallel_shard_degree", "2", "--training.local_batch_size", "4"],
+                 ["--parallelism.context_parallel_degree", "2", "--training.local_batch_size", "8"]),
+                ("cp2_to_fsdp2", ["--parallelism.context_parallel_degree", "2", "--training.local_batch_size", "8",
+                                  "--parallelism.context_parallel_rotate_method", "alltoall"],
+                 ["--parallelism.data_parallel_shard_degree", "2", "--training.local_batch_size", "4"]))
+        for name, first, second in cases:
             save = os.path.join(work, "resume_" + name)
             shutil.rmtree(save, ignore_errors=True)
             ck = ["--checkpoint.enable", "true", "--checkpoint.interval", "5", "--job.dump_folder", save]
@@ -368,8 +424,14 @@ def main():
                 sys.exit(f"titan-eval {' '.join(layout)}: {l4} vs single rank {l1}")
             print(f"titan-eval 4 ranks {' '.join(layout)} ({os.path.basename(a_[1])}): {l4:.8f} = single rank {l1:.8f}")
         # through pipeline stages: 2 x 1F1B, and PP 2 x TP 2 (sequence-sharded activations between stages)
-        for layout in (["--pp", "2"], ["--pp", "2", "--tp", "2"], ["--pp", "2", "--pp-schedule", "Interleaved1F1B"]):
-            many, _ = run(mpirun(4 if "--tp" in layout else 2) + [evalbin] + args + layout)
+        for layout in (["--pp", "2"], ["--pp", "2", "--tp", "2"], ["--pp", "2", "--pp-schedule", "Interleaved1F1B"],
+                       ["--cp", "2"], ["--cp", "2", "--cp-rotate", "alltoall", "--dp-shard", "2"],
+                       ["--cp", "2", "--pp", "2"]):
+            deg = dict(zip(layout[::2], layout[1::2]))
+            np_ = 1
+            for k in ("--pp", "--tp", "--cp", "--dp-shard"):
+                np_ *= int(deg.get(k, 1))
+            many, _ = run(mpirun(np_) + [evalbin] + args + layout)
             lp = json.loads(many.stdout.strip().splitlines()[-1])["loss"]
             if abs(lp - l1) / l1 > 1e-6:
                 sys.exit(f"titan-eval {' '.join(layout)}: {lp} vs single rank {l1}")
@@ -384,6 +446,10 @@ def main():
         run(mpirun(2) + [evalbin] + args + ["--dump-grads", g3, "--pp", "2"])
         gw = compare_grads(g1, g3)
         print(f"titan-eval --dump-grads, PP 2 = single rank: max grad rel err {gw:.2e}")
+        g4 = os.path.join(work, "eval_grads_cp2.h5")
+        run(mpirun(2) + [evalbin] + args + ["--dump-grads", g4, "--cp", "2"])
+        gw = compare_grads(g1, g4)
+        print(f"titan-eval --dump-grads, CP 2 = single rank: max grad rel err {gw:.2e}")
         # gpt-oss (built from the export's config attribute alone), experts over 2 ranks
         w = os.path.join(work, "ref_oss", "export", "model.h5")
         args[1] = w
