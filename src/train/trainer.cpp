@@ -359,8 +359,8 @@ TrainResult train(const JobConfig& cfg) {
       const MemoryStats ms = mem.stats();
       sm.memory_gib = (double)ms.total_peak / (1024.0 * 1024 * 1024);
       sm.memory_pct = 100.0 * (double)ms.total_peak / (double)phys;
-      // tps per rank as TorchTitan: this rank's tokens over the ranks that share them (tp ranks, and the
-      // pipeline's stages: every stage runs the same tokens)
+      // tps per rank as TorchTitan: this rank's tokens over the ranks that share them (tp ranks, the
+      // pipeline's stages: every stage runs the same tokens, and the cp ranks: each holds 1/cp of a sequence)
       sm.tps = (double)tokens_since_log / dt / (double)(mesh.degrees.tp * mesh.degrees.pp * mesh.degrees.cp);
       sm.tflops = flops_per_token * sm.tps / 1e12;
       sm.mfu_pct = 100.0 * flops_per_token * sm.tps / peak_flops;
