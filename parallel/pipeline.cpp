@@ -139,8 +139,8 @@ int64_t Pipeline::microbatches(int64_t batch) const {
   return batch / mbs_;
 }
 
-Pipeline::Result Pipeline::train(const Batch& b, double loss_scale, bool reduce) {
-  return run(b, loss_scale, reduce, /*backward=*/true);
+Pipeline::Result Pipeline::train(const Batch& b, double loss_scale, bool reduce, double aux_scale) {
+  return run(b, loss_scale, reduce, /*backward=*/true, aux_scale);
 }
 
 double Pipeline::eval(const Batch& b) {
@@ -162,7 +162,7 @@ Tensor attach_aux_loss(const Tensor& y, const Tensor& aux, double scale) {
 }
 }  // namespace
 
-Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, bool backward) {
+Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, bool backward, double aux_scale) {
   const int64_t m = microbatches(b.inputs.size(0));
   const int64_t n_stages = (int64_t)layout_.stages.size();
   std::vector<PipelineAction> actions = pipeline_actions(schedule_, layout_.pp, n_stages, m, mesh_.pp_rank);
@@ -211,15 +211,18 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
       else
         for (size_t l = 0; l < routed.size(); ++l)
           for (size_t e = 0; e < routed[l].size(); ++e) r.routed[l][e] += routed[l][e];
-      const double scale = loss_scale / (double)m;
+      const double scale = loss_scale / (double)m, ascale = (aux_scale < 0 ? loss_scale : aux_scale) / (double)m;
       Tensor aux = backward ? model_.aux_loss(ch) : Tensor();
       Slot s;
       if (ch.last) {
         Tensor l = model_.loss(y, mb_rows(b.targets, i));
-        if (!meta) r.loss += (double)l.item<float>() / (double)m;
-        if (backward) s.output = mul(aux.defined() ? add(l, aux) : l, scale);
+        if (!meta && loss_scale != 0) r.loss += (double)l.item<float>() / (double)m;  // 0: no valid target (cp)
+        if (backward)
+          s.output = !aux.defined()   ? mul(l, scale)
+                     : ascale == scale ? mul(add(l, aux), scale)
+                                       : add(mul(l, scale), mul(aux, ascale));
       } else {
-        if (aux.defined()) y = attach_aux_loss(y, aux, scale);
+        if (aux.defined()) y = attach_aux_loss(y, aux, ascale);
         TITAN_CHECK(y.shape() == activation_, "pipeline: stage ", a.stage, " produced ", shape_str(y.shape()),
                     ", the next stage expects ", shape_str(activation_));
         sends.push_back(p2p.isend(y.detach(), (int)layout_.rank_of(a.stage + 1), tag(a.stage + 1, i, 0)));

@@ -68,9 +68,11 @@ class Pipeline {
     std::vector<std::vector<int64_t>> routed;  // per MoE layer: tokens this rank's stages routed (others 0)
   };
   // One run of the schedule over a local batch: forward, loss (x loss_scale, plus the MoE auxiliary
-  // loss) and backward of every micro-batch. reduce: the stages' last backwards reduce the gradients
+  // loss x aux_scale) and backward of every micro-batch; loss_scale 0 leaves the loss out of Result::loss. reduce: the stages' last backwards reduce the gradients
   // (FSDP); otherwise they stay unsharded for a later run. Meta inputs plan it.
-  Result train(const Batch& b, double loss_scale, bool reduce);
+  // aux_scale: the MoE auxiliary loss's factor when it differs from the loss's (context parallel weights the
+  // loss by the rank's share of the group's tokens, not the auxiliary loss); < 0: loss_scale.
+  Result train(const Batch& b, double loss_scale, bool reduce, double aux_scale = -1);
   // Forward only (no graph): the mean loss over the batch, from the last stage to every stage's ranks.
   double eval(const Batch& b);
 
@@ -78,7 +80,7 @@ class Pipeline {
   int64_t microbatches(int64_t batch) const;
 
  private:
-  Result run(const Batch& b, double loss_scale, bool reduce, bool backward);
+  Result run(const Batch& b, double loss_scale, bool reduce, bool backward, double aux_scale = -1);
   CausalLM& model_;
   ParallelModel& pm_;
   comms::DeviceMesh& mesh_;

@@ -132,7 +132,8 @@ int main(int argc, char** argv) {
         total += w * pipeline->train(b, gw * (double)dp / (double)steps, /*reduce=*/true).loss;
         pm.wait_gradients();
       } else if (pipeline) {
-        total += w * pipeline->eval(b);
+        const double l = pipeline->eval(b);
+        if (w > 0) total += w * l;  // w 0: a repeated batch, or no valid target on this cp rank (a NaN mean)
       } else if (grads) {
         Tensor logits = model.forward(b.inputs, b.doc_ids);
         Tensor loss = model.loss(logits, b.targets);

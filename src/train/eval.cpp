@@ -19,7 +19,8 @@ double evaluate_loss(CausalLM& model, DataLoader& loader, int64_t steps, paralle
     ShardedBatch sb = cp ? shard_for_context_parallel(model, *mesh, whole) : ShardedBatch{whole};
     const Batch& b = sb.batch;
     if (pipeline) {
-      total += pipeline->eval(b) * sb.loss_weight;
+      const double l = pipeline->eval(b);
+      if (sb.loss_weight > 0) total += l * sb.loss_weight;  // 0: no valid target on this rank (a NaN mean)
       continue;
     }
     Tensor logits = model.forward(b.inputs, b.doc_ids);

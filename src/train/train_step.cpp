@@ -152,8 +152,9 @@ StepResult train_step(TrainJob& job, const std::function<Batch()>& next_batch, d
     const bool reduce = job.reduce_every_microbatch || m + 1 == job.accumulation;
     std::vector<std::vector<int64_t>> routed;
     if (pp) {  // the schedule's micro-batches: each stage reduces with its last backward
-      parallel::Pipeline::Result pr = job.pipeline->train(b, sb.grad_weight / (double)job.accumulation, reduce);
-      loss += pr.loss * sb.loss_weight / (double)job.accumulation;
+      parallel::Pipeline::Result pr = job.pipeline->train(b, sb.grad_weight / (double)job.accumulation, reduce,
+                                                          1.0 / (double)job.accumulation);
+      if (sb.loss_weight > 0) loss += pr.loss * sb.loss_weight / (double)job.accumulation;
       routed = std::move(pr.routed);
     } else {
       job.pm.fsdp->set_requires_gradient_sync(reduce);
