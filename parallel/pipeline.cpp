@@ -33,39 +33,56 @@ std::string PipelineLayout::describe() const {
   std::string d;
   for (size_t s = 0; s < stages.size(); ++s) {
     const ModelChunk& c = stages[s];
+    const std::string blocks = c.end > c.begin ? "blocks " + std::to_string(c.begin) + "-" + std::to_string(c.end - 1)
+                                               : std::string("no block");
     d += (s ? ", " : "") + std::string("stage ") + std::to_string(s) + " (pp rank " + std::to_string(rank_of(s)) +
-         "): " + (c.first ? "embedding + " : "") + "blocks " + std::to_string(c.begin) + "-" +
-         std::to_string(c.end - 1) + (c.last ? " + norm, head" : "");
+         "): " + (c.first ? "embedding + " : "") + blocks + (c.last ? " + norm, head" : "");
   }
   return d;
 }
 
-PipelineLayout pipeline_layout(int64_t n_layers, int64_t pp, PipelineSchedule schedule, int64_t layers_per_stage) {
+PipelineLayout pipeline_layout(int64_t n_layers, int64_t pp, PipelineSchedule schedule, int64_t layers_per_stage,
+                               int64_t first_less, int64_t last_less) {
   TITAN_CHECK(pp >= 1, "pipeline: pipeline_parallel_degree must be >= 1, got ", pp);
+  TITAN_CHECK(first_less >= 0 && last_less >= 0, "config error: parallelism.pipeline_parallel_first_stage_less_layers (",
+              first_less, ") and _last_stage_less_layers (", last_less, ") must be >= 0");
   const bool interleaved = schedule == PipelineSchedule::Interleaved1F1B;
+  // the embedding and the head count as first_less / last_less blocks when the blocks are split (TorchTitan's
+  // weights): the edge stages hold that many fewer
+  const int64_t effective = n_layers + first_less + last_less;
   int64_t n_stages = interleaved ? 2 * pp : pp;
-  if (layers_per_stage > 0) {
-    TITAN_CHECK(n_layers % layers_per_stage == 0, "config error: parallelism.pipeline_parallel_layers_per_stage (",
-                layers_per_stage, ") must divide model.n_layers (", n_layers, ")");
-    n_stages = n_layers / layers_per_stage;
-  }
-  TITAN_CHECK(n_stages % pp == 0, "config error: ", n_stages, " pipeline stages (model.n_layers ", n_layers,
-              " / parallelism.pipeline_parallel_layers_per_stage ", layers_per_stage,
-              ") must be a multiple of parallelism.pipeline_parallel_degree (", pp, ")");
+  const std::string how = layers_per_stage > 0
+                              ? "ceil((model.n_layers " + std::to_string(n_layers) + " + " + std::to_string(first_less) +
+                                    " + " + std::to_string(last_less) + ") / parallelism.pipeline_parallel_layers_per_stage " +
+                                    std::to_string(layers_per_stage) + ")"
+                              : std::string(interleaved ? "2 per rank" : "1 per rank");
+  if (layers_per_stage > 0) n_stages = (effective + layers_per_stage - 1) / layers_per_stage;  // uneven by <= 1
+  TITAN_CHECK(n_stages % pp == 0, "config error: ", n_stages, " pipeline stages (", how,
+              ") must be a multiple of parallelism.pipeline_parallel_degree (", pp,
+              "): pipeline_parallel_degree must divide the stage count; adjust pipeline_parallel_layers_per_stage");
   TITAN_CHECK(interleaved || n_stages == pp, "config error: parallelism.pipeline_parallel_schedule ",
               schedule == PipelineSchedule::GPipe ? "GPipe" : "1F1B", " runs one stage per rank, but ", n_stages,
               " stages over pipeline_parallel_degree ", pp,
               " give more; use Interleaved1F1B or pipeline_parallel_layers_per_stage = n_layers / pp");
-  TITAN_CHECK(n_layers >= n_stages, "config error: model.n_layers (", n_layers, ") cannot fill ", n_stages,
-              " pipeline stages: every stage needs a block");
+  const int64_t per = effective / n_stages, extra = effective % n_stages;
+  TITAN_CHECK(per >= 1 && n_layers >= n_stages - (first_less > 0) - (last_less > 0), "config error: model.n_layers (",
+              n_layers, ") cannot fill ", n_stages, " pipeline stages: every stage needs a block (the edge stages may "
+              "hold only the embedding / head when pipeline_parallel_first_/last_stage_less_layers say so)");
+  TITAN_CHECK(first_less <= per && last_less <= per, "config error: parallelism.pipeline_parallel_first_stage_less_layers (",
+              first_less, ") and _last_stage_less_layers (", last_less, ") must not exceed the ", per,
+              " blocks a stage holds (", n_stages, " stages of ", effective, " blocks counting the embedding and head)");
   PipelineLayout l;
   l.pp = pp;
   int64_t at = 0;
   for (int64_t s = 0; s < n_stages; ++s) {
-    const int64_t n = n_layers / n_stages + (s < n_layers % n_stages ? 1 : 0);
+    int64_t n = per + (s < extra ? 1 : 0);
+    if (s == 0) n -= first_less;
+    if (s + 1 == n_stages) n -= last_less;
+    n = std::min(n, n_layers - at);
     l.stages.push_back(ModelChunk{at, at + n, s == 0, s + 1 == n_stages});
     at += n;
   }
+  TITAN_CHECK(at == n_layers, "pipeline: internal: the stages hold ", at, " of ", n_layers, " blocks");
   return l;
 }
 

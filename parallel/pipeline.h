@@ -41,9 +41,13 @@ struct PipelineLayout {
   std::string describe() const;  // "stage 0: embedding + blocks 0-3 (rank 0), ..."
 };
 
-// n_layers blocks over the stages: layers_per_stage each (-1: pp stages, or 2 * pp for Interleaved1F1B,
-// the blocks split as evenly as possible, earlier stages taking the extra ones). Errors name the keys.
-PipelineLayout pipeline_layout(int64_t n_layers, int64_t pp, PipelineSchedule schedule, int64_t layers_per_stage);
+// n_layers blocks over the stages, as TorchTitan splits them: the embedding counts as first_less blocks and
+// the head as last_less (pipeline_parallel_first_/last_stage_less_layers), the n_layers + first_less +
+// last_less over ceil(that / layers_per_stage) stages (-1: pp stages, or 2 * pp for Interleaved1F1B) as evenly
+// as possible, earlier stages taking the extra ones, the edge stages holding first_less / last_less fewer
+// blocks (possibly none: the embedding or head alone). Errors name the keys.
+PipelineLayout pipeline_layout(int64_t n_layers, int64_t pp, PipelineSchedule schedule, int64_t layers_per_stage,
+                               int64_t first_less = 0, int64_t last_less = 0);
 
 struct PipelineAction {
   enum Kind { Forward, Backward } kind;

@@ -710,6 +710,37 @@ TEST(Pipeline, LayoutSplitsBlocksAndRefusesWhatCannotRun) {
             std::string::npos);
   EXPECT_NE(error_of([] { parallel::pipeline_layout(2, 4, PipelineSchedule::OneFOneB, -1); }).find("needs a block"),
             std::string::npos);
+  // TorchTitan's split: the embedding and the head counted as blocks (first / last_stage_less_layers), the
+  // stages ceil((L + first + last) / layers_per_stage), uneven by at most one; the edge stages may hold none
+  auto sizes = [](const parallel::PipelineLayout& x) {
+    std::vector<int64_t> n;
+    for (const auto& c : x.stages) n.push_back(c.end - c.begin);
+    return n;
+  };
+  EXPECT_EQ(sizes(parallel::pipeline_layout(10, 4, PipelineSchedule::OneFOneB, -1, 1, 1)),
+            (std::vector<int64_t>{2, 3, 3, 2}));
+  EXPECT_EQ(sizes(parallel::pipeline_layout(4, 2, PipelineSchedule::OneFOneB, -1, 0, 2)), (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(sizes(parallel::pipeline_layout(3, 1, PipelineSchedule::Interleaved1F1B, -1, 2, 2)),
+            (std::vector<int64_t>{2, 1}));  // TorchTitan's docstring example: 7 effective blocks over 2 stages
+  // Llama 3.1 405B: 126 blocks over 16 ranks with 8 virtual stages each (128 stages of one block, the first and
+  // last holding only the embedding and the head) — not writable while stages had to divide the blocks
+  const auto l405 = parallel::pipeline_layout(126, 16, PipelineSchedule::Interleaved1F1B, 1, 1, 1);
+  ASSERT_EQ(l405.stages.size(), 128u);
+  EXPECT_EQ(l405.stages_per_rank(), 8);
+  EXPECT_EQ(l405.stages[0].end - l405.stages[0].begin, 0);
+  EXPECT_TRUE(l405.stages[0].first && l405.stages[127].last);
+  EXPECT_EQ(l405.stages[127].end - l405.stages[127].begin, 0);
+  EXPECT_EQ(l405.stages[126].end, 126);
+  const auto even8 = parallel::pipeline_layout(126, 16, PipelineSchedule::OneFOneB, 8);  // 16 stages: 8 x 14, 7 x 2
+  EXPECT_EQ(sizes(even8).front(), 8);
+  EXPECT_EQ(sizes(even8).back(), 7);
+  EXPECT_NE(error_of([] { parallel::pipeline_layout(4, 2, PipelineSchedule::OneFOneB, -1, 5, 0); })
+                .find("must not exceed the 4 blocks"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              config("configs/qwen3_debug.yaml", {"parallelism.pipeline_parallel_last_stage_less_layers", "1"});
+            }).find("only with parallelism.pipeline_parallel_degree > 1"),
+            std::string::npos);
   EXPECT_NE(error_of([] { parallel::pipeline_actions(parallel::PipelineSchedule::Interleaved1F1B, 4, 8, 6, 0); })
                 .find("multiple of pipeline_parallel_degree"),
             std::string::npos);
@@ -929,19 +960,21 @@ TEST(Simulation, ContextParallelShardsTheSequenceAndPricesTheExchange) {
   fs::remove_all(dir);
 }
 
-// Llama 3's long-context stage as a plan: a Llama-3-405B-like decoder (128 blocks) at 131,072 tokens, TP 8 x
-// CP 16 x PP 16 x FSDP 8 on 16,384 H100 (Meta's hosts), one micro-batch per schedule: planned in under a
-// second, the ranks of a cp group priced once (their ring / gather peers alike).
+// Llama 3's long-context stage as a plan: Llama 3.1 405B (126 blocks over 16 stages as TorchTitan splits them:
+// 7 + 8 x 14 + 7, the embedding and head counted as a block each) at 131,072 tokens, TP 8 x CP 16 x PP 16 x
+// FSDP 8 on 16,384 H100 (Meta's hosts), one micro-batch per schedule: planned in under a second, the ranks of
+// a cp group priced once (their ring / gather peers alike).
 TEST(Simulation, LongContextPlanOn16kChipsIsQuick) {
   JobConfig c = config("configs/validation/llama31_405b_h100x128.yaml",
-                       {"model.n_layers", "128", "training.seq_len", "131072", "training.local_batch_size", "1",
+                       {"training.seq_len", "131072", "training.local_batch_size", "1",
                         "parallelism.data_parallel_shard_degree", "8", "parallelism.context_parallel_degree", "16",
-                        "parallelism.pipeline_parallel_degree", "16", "simulation.num_systems", "2048",
-                        "simulation.world_size", "16384"});
+                        "parallelism.pipeline_parallel_degree", "16", "parallelism.pipeline_parallel_first_stage_less_layers",
+                        "1", "parallelism.pipeline_parallel_last_stage_less_layers", "1", "simulation.num_systems",
+                        "2048", "simulation.world_size", "16384"});
   const double t0 = process_seconds();
   const SimResult r = simulate_step(c, 16384);
   const double secs = process_seconds() - t0;
-  std::printf("405B-like, 131072 tokens, TP 8 x CP 16 x PP 16 x FSDP 8 on 16384 H100: planned in %.2f s, step %.2f s, "
+  std::printf("405B, 131072 tokens, TP 8 x CP 16 x PP 16 x FSDP 8 on 16384 H100: planned in %.2f s, step %.2f s, "
               "%.1f GiB per chip\n", secs, r.step_s, r.memory.total() / (1 << 30));
   EXPECT_LT(secs, 1.0);
   EXPECT_GT(r.step_s, 0);
@@ -967,4 +1000,23 @@ TEST(Simulation, ContextParallelRefusals) {
   EXPECT_NE(e.find("alltoall"), std::string::npos) << e;
   e = error_of([] { config("configs/qwen3_32b.yaml", {"parallelism.context_parallel_degree", "0"}); });
   EXPECT_NE(e.find("context_parallel_degree must be >= 1"), std::string::npos) << e;
+}
+
+// Uneven stages, simulated: each stage's compute follows the blocks it holds (the edge stages' embedding and
+// head priced where they are).
+TEST(Simulation, UnevenPipelineStagesTimesFollowTheirBlocks) {
+  auto run = [](int64_t last_less) {
+    JobConfig c = config("configs/qwen3_32b.yaml",
+                         {"model.n_layers", "8", "parallelism.pipeline_parallel_degree", "2",
+                          "parallelism.pipeline_parallel_last_stage_less_layers", std::to_string(last_less),
+                          "training.local_batch_size", "4", "parallelism.data_parallel_shard_degree", "8",
+                          "simulation.world_size", "64"});
+    return simulate_step(c, 64);
+  };
+  const SimResult even = run(0), uneven = run(4);  // 4 + 4 blocks, then 6 + 2 (the head counted as 4 blocks)
+  ASSERT_EQ(even.stages.size(), 2u);
+  ASSERT_EQ(uneven.stages.size(), 2u);
+  // stage 0 holds the embedding (a lookup) and its blocks: its compute scales with them
+  EXPECT_NEAR(uneven.stages[0].compute_s / even.stages[0].compute_s, 6.0 / 4.0, 0.05);
+  EXPECT_LT(uneven.stages[1].compute_s, even.stages[1].compute_s);
 }

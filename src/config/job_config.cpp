@@ -115,6 +115,8 @@ std::vector<Field> fields(JobConfig& c) {
        {"GPipe", "1F1B", "Interleaved1F1B"}},
       {"parallelism.pipeline_parallel_microbatch_size", &c.parallelism.pipeline_parallel_microbatch_size, {}},
       {"parallelism.pipeline_parallel_layers_per_stage", &c.parallelism.pipeline_parallel_layers_per_stage, {}},
+      {"parallelism.pipeline_parallel_first_stage_less_layers", &c.parallelism.pipeline_parallel_first_stage_less_layers, {}},
+      {"parallelism.pipeline_parallel_last_stage_less_layers", &c.parallelism.pipeline_parallel_last_stage_less_layers, {}},
       {"parallelism.context_parallel_degree", &c.parallelism.context_parallel_degree, {}},
       {"parallelism.context_parallel_rotate_method", &c.parallelism.context_parallel_rotate_method,
        {"allgather", "alltoall"}},
@@ -368,9 +370,15 @@ void validate(const JobConfig& c) {
                 p.pipeline_parallel_layers_per_stage);
     TITAN_CHECK(p.pipeline_parallel_degree > 1 ||
                     (p.pipeline_parallel_schedule == "1F1B" && p.pipeline_parallel_microbatch_size == 1 &&
-                     p.pipeline_parallel_layers_per_stage == -1),
-                "config error: parallelism.pipeline_parallel_schedule / _microbatch_size / _layers_per_stage apply "
-                "only with parallelism.pipeline_parallel_degree > 1 (it is 1); set the degree or drop the keys");
+                     p.pipeline_parallel_layers_per_stage == -1 && p.pipeline_parallel_first_stage_less_layers == 0 &&
+                     p.pipeline_parallel_last_stage_less_layers == 0),
+                "config error: parallelism.pipeline_parallel_schedule / _microbatch_size / _layers_per_stage / "
+                "_first_stage_less_layers / _last_stage_less_layers apply only with parallelism.pipeline_parallel_degree "
+                "> 1 (it is 1); set the degree or drop the keys");
+    TITAN_CHECK(p.pipeline_parallel_first_stage_less_layers >= 0 && p.pipeline_parallel_last_stage_less_layers >= 0,
+                "config error: parallelism.pipeline_parallel_first_stage_less_layers (",
+                p.pipeline_parallel_first_stage_less_layers, ") and _last_stage_less_layers (",
+                p.pipeline_parallel_last_stage_less_layers, ") must be >= 0");
     TITAN_CHECK(p.context_parallel_degree >= 1, "config error: parallelism.context_parallel_degree must be >= 1, got ",
                 p.context_parallel_degree);
     TITAN_CHECK(p.context_parallel_degree > 1 || p.context_parallel_rotate_method == "allgather",

@@ -131,6 +131,10 @@ struct JobConfig {
     std::string pipeline_parallel_schedule = "1F1B";
     int64_t pipeline_parallel_microbatch_size = 1;
     int64_t pipeline_parallel_layers_per_stage = -1;
+    // the embedding / the final norm + head counted as this many blocks when the blocks are split over the
+    // stages (TorchTitan's keys; its default is 1, titan's 0: an even split of the blocks, as Megatron's default)
+    int64_t pipeline_parallel_first_stage_less_layers = 0;
+    int64_t pipeline_parallel_last_stage_less_layers = 0;
     // context parallel (TorchTitan's keys; mesh [pp, dp_replicate, dp_shard, cp, tp]): each sequence cut into
     // 2 x cp chunks, rank i of the cp group holding chunks i and 2cp-1-i (causal load balance); attention
     // exchanges K/V over the group: allgather (all-gathered, Llama 3's method) or alltoall (passed around a

@@ -74,7 +74,8 @@ parallel::PipelineLayout pipeline_layout(const JobConfig& cfg) {
   const auto& p = cfg.parallelism;
   return parallel::pipeline_layout(cfg.model.n_layers, p.pipeline_parallel_degree,
                                    parallel::parse_pipeline_schedule(p.pipeline_parallel_schedule),
-                                   p.pipeline_parallel_layers_per_stage);
+                                   p.pipeline_parallel_layers_per_stage, p.pipeline_parallel_first_stage_less_layers,
+                                   p.pipeline_parallel_last_stage_less_layers);
 }
 
 TrainJob build_job(const JobConfig& cfg, comms::DeviceMesh& mesh,
