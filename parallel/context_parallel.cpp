@@ -18,9 +18,10 @@ RotateMethod parse_rotate_method(const std::string& name) {
 }
 
 namespace {
-// One block of the attention: this rank's query chunk `qa` (0 or 1) against chunk `kb` of rank `src`'s keys.
+// One block of the attention: this rank's query chunk `qa` (0 or 1) against chunk `kb` of a rank's keys (the
+// ring step it belongs to says which rank).
 struct Piece {
-  int64_t qa, src, kb;
+  int64_t qa, kb;
   FlexOptions opt;  // offsets, the block mask of the two chunks, sinks on the diagonal block only
 };
 
@@ -47,7 +48,7 @@ std::vector<std::vector<Piece>> plan_pieces(const FlexOptions& base, const nn::S
         const bool diagonal = src == me.index && kb == a;
         const int64_t qo = me.chunk(a) * c, ko = other.chunk(kb) * c;
         if (!diagonal && base.mask_mod.defined() && block_empty(base.mask_mod, B, Hq, qo, ko, c)) continue;
-        Piece p{a, src, kb, base};
+        Piece p{a, kb, base};
         p.opt.q_offset = qo;
         p.opt.kv_offset = ko;
         p.opt.block_mask = create_block_mask(base.mask_mod, B, Hq, c, c, 128, 128, qo, ko);

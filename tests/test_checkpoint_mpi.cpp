@@ -10,6 +10,7 @@
 #include <string>
 
 #include "tests/error_of.h"
+#include "tests/mpi_main.h"
 #include "comms/process_group.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/checkpoint/safetensors.h"
@@ -95,13 +96,4 @@ TEST(CheckpointMpi, RanksThatAgreeWriteAFileThatReadsBack) {
   EXPECT_EQ(q.b.to_vector<float>(), p.b.to_vector<float>());
 }
 
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  comms::init(&argc, &argv);
-  if (comms::world_rank() != 0) ::testing::GTEST_FLAG(print_time) = false;
-  int rc = RUN_ALL_TESTS();
-  int any = rc;  // every rank agrees on the outcome
-  MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, comms::world_comm());
-  comms::finalize();
-  return any;
-}
+int main(int argc, char** argv) { return titan::testing::run_mpi_tests(argc, argv); }

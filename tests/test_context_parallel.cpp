@@ -5,13 +5,13 @@
 // softcap, sinks, GQA and MQA), for both K/V exchanges; the two exchanges' forwards agree bit for bit, and
 // a rerun gives the same bits.
 #include <gtest/gtest.h>
-#include <mpi.h>
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
 
 #include "comms/device_mesh.h"
+#include "tests/mpi_main.h"
 #include "parallel/context_parallel.h"
 #include "src/nn/attention_variants.h"
 #include "src/ops/ops.h"
@@ -20,6 +20,14 @@ using namespace titan;
 
 namespace {
 int world() { return comms::world_size(); }
+
+// every rank of the world in one cp group
+comms::DeviceMesh cp_mesh() {
+  comms::MeshDegrees d;
+  d.dp_shard = 1;
+  d.cp = world();
+  return comms::DeviceMesh(d);
+}
 
 struct Case {
   std::string name;
@@ -125,10 +133,7 @@ std::vector<Case> cases() {
 
 TEST(ContextParallelAttention, EveryVariantEqualsOneRankForBothExchanges) {
   const int n = world();
-  comms::MeshDegrees d;
-  d.dp_shard = 1;
-  d.cp = n;
-  comms::DeviceMesh mesh(d);
+  comms::DeviceMesh mesh = cp_mesh();
   const nn::SequenceShard sh{n, mesh.cp->rank(), nullptr};
   // chunks of 24: tiles, documents and windows cross their edges; two batch rows, 4 query heads
   const int64_t B = 2, S = 2 * n * 24, Hq = 4, D = 8;
@@ -169,10 +174,7 @@ TEST(ContextParallelAttention, EveryVariantEqualsOneRankForBothExchanges) {
 // attention FLOPs recorded on each rank are equal, and about half of the full S x S (plus the diagonal).
 TEST(ContextParallelAttention, HeadTailBalanceGivesEveryRankTheSameCausalWork) {
   const int n = world();
-  comms::MeshDegrees d;
-  d.dp_shard = 1;
-  d.cp = n;
-  comms::DeviceMesh mesh(d);
+  comms::DeviceMesh mesh = cp_mesh();
   const nn::SequenceShard sh{n, mesh.cp->rank(), nullptr};
   const int64_t B = 1, S = 2 * n * 256, H = 2, D = 16;
   Generator g(3);
@@ -193,10 +195,7 @@ TEST(ContextParallelAttention, HeadTailBalanceGivesEveryRankTheSameCausalWork) {
 
 TEST(ContextParallelAttention, RefusesABlockMaskAndAnOddChunk) {
   const int n = world();
-  comms::MeshDegrees d;
-  d.dp_shard = 1;
-  d.cp = n;
-  comms::DeviceMesh mesh(d);
+  comms::DeviceMesh mesh = cp_mesh();
   const nn::SequenceShard sh{n, mesh.cp->rank(), nullptr};
   Generator g(3);
   Tensor q = randn({1, 8, 2, 4}, g);
@@ -219,13 +218,4 @@ TEST(ContextParallelAttention, RefusesABlockMaskAndAnOddChunk) {
 }
 }  // namespace
 
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  comms::init(&argc, &argv);
-  if (comms::world_rank() != 0) ::testing::GTEST_FLAG(print_time) = false;
-  int rc = RUN_ALL_TESTS();
-  int any = rc;  // every rank agrees on the outcome
-  MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, comms::world_comm());
-  comms::finalize();
-  return any;
-}
+int main(int argc, char** argv) { return titan::testing::run_mpi_tests(argc, argv); }

@@ -660,12 +660,6 @@ BlockOut attention_block_forward(const Tensor& q, const Tensor& k, const Tensor&
   return r;
 }
 
-bool attention_block_visible(const Tensor& q, const Tensor& k, const FlexOptions& opt) {
-  BlockMask built;
-  Problem p = prepare("attention_block_visible", q, k, k, opt, built);
-  return p.bm->density() > 0;
-}
-
 BlockGrads attention_block_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                     const FlexOptions& opt, const Tensor& out, const Tensor& lse, Tensor& dq,
                                     Tensor& dsinks, std::vector<Tensor>& dcaps) {

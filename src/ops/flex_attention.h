@@ -311,8 +311,6 @@ struct BlockOut {
   Tensor lse;  // [B, Hq, Sq]: the block's log-sum-exp, -inf where it sees no key (and no sink)
 };
 BlockOut attention_block_forward(const Tensor& q, const Tensor& k, const Tensor& v, const FlexOptions& opt);
-// Whether any tile of the block is visible (an invisible block is skipped: no work, lse -inf).
-bool attention_block_visible(const Tensor& q, const Tensor& k, const FlexOptions& opt);
 // The block's share of the gradients, given the whole attention's output `out` [B, Sq, Hq, D] and
 // log-sum-exp `lse` [B, Hq, Sq] (the softmax of every block is exp(s - lse), so FlashAttention-2's backward
 // splits over key blocks): dq [B, Sq, Hq, D], dsinks [Hq] and dcaps (one per captured tensor) are added to

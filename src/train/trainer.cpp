@@ -90,7 +90,6 @@ TrainResult train(const JobConfig& cfg) {
   }
   if (!comms::initialized()) comms::init(nullptr, nullptr);
   // ---- layout: refused before anything is allocated when the degrees do not fit
-  const auto& par = cfg.parallelism;
   comms::DeviceMesh mesh(mesh_degrees(cfg));
   set_log_enabled(mesh.rank == 0);
   comms::set_collective_timeout(cfg.comm.init_timeout_seconds, "comm.init_timeout_seconds");

@@ -104,6 +104,18 @@ def read_collectives(path):
     return [(k, g, r, int(b), int(gr)) for k, g, r, b, gr in rows]
 
 
+def same_collectives(real_dir, planned_dir, what):
+    """Rank 0's collectives of a real run and of its plan, which must be equal (kind, group, ranks, bytes, order)."""
+    real = read_collectives(os.path.join(real_dir, "collectives_rank0.tsv"))
+    planned = read_collectives(os.path.join(planned_dir, "collectives_rank0.tsv"))
+    if real != planned:
+        for i, (x, y) in enumerate(zip(real, planned)):
+            if x != y:
+                sys.exit(f"{what}: collective {i}: real {x} vs planned {y} ({len(real)} real, {len(planned)} planned)")
+        sys.exit(f"{what}: {len(real)} real collectives vs {len(planned)} planned")
+    return real, planned
+
+
 def count(rows, kind, group):
     return sum(1 for r in rows if r[0] == kind and r[1] == group)
 
@@ -223,13 +235,7 @@ def main():
         p, _ = run([train] + COMMON + prof + layout + ["--job.dump_folder", sim, "--simulation.enabled", "true",
                                                        "--simulation.world_size", "4",
                                                        "--simulation.system", "trn2-instance"])
-        real = read_collectives(os.path.join(out, "collectives_rank0.tsv"))
-        planned = read_collectives(os.path.join(sim, "collectives_rank0.tsv"))
-        if real != planned:
-            for i, (x, y) in enumerate(zip(real, planned)):
-                if x != y:
-                    sys.exit(f"collective {i}: real {x} vs planned {y} ({len(real)} real, {len(planned)} planned)")
-            sys.exit(f"{len(real)} real collectives vs {len(planned)} planned")
+        real, planned = same_collectives(out, sim, "FSDP 2 x TP 2")
         print(f"FSDP 2 x TP 2, 2 micro-batches: the planned step's {len(planned)} collectives equal the real run's "
               f"(kind, group, world ranks, bytes, order)")
         # context parallel 2 x FSDP 2 (4 ranks), both exchanges: the planned K/V all-gathers / ring sends and
@@ -244,13 +250,7 @@ def main():
             run(mpirun(4) + [train] + COMMON + prof + layout + ["--job.dump_folder", out])
             run([train] + COMMON + prof + layout + ["--job.dump_folder", sim, "--simulation.enabled", "true",
                                                     "--simulation.world_size", "4", "--simulation.system", "trn2-instance"])
-            real = read_collectives(os.path.join(out, "collectives_rank0.tsv"))
-            planned = read_collectives(os.path.join(sim, "collectives_rank0.tsv"))
-            if real != planned:
-                for i, (x, y) in enumerate(zip(real, planned)):
-                    if x != y:
-                        sys.exit(f"cp {method}: collective {i}: real {x} vs planned {y}")
-                sys.exit(f"cp {method}: {len(real)} real collectives vs {len(planned)} planned")
+            real, planned = same_collectives(out, sim, "cp " + method)
             seen = {(r[0], r[1]) for r in real}
             if not kinds <= seen:
                 sys.exit(f"cp {method}: expected the exchange {sorted(kinds)} among {sorted(seen)}")
