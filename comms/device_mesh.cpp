@@ -7,6 +7,21 @@
 
 namespace titan::comms {
 
+void MeshDegrees::check_sequence_length(int64_t S, bool sequence_parallel, const std::string& key) const {
+  const MeshDegrees& d = *this;
+  TITAN_CHECK(S > 0, "config error: ", key, " must be > 0, got ", S);
+  if (d.cp > 1)
+    TITAN_CHECK(S % (2 * d.cp) == 0, "config error: ", key, " (", S, ") must be divisible by 2 x context_parallel_degree = ",
+                2 * d.cp, " (each sequence is cut into 2 x cp chunks, two per rank); e.g. ",
+                (S / (2 * d.cp) + 1) * 2 * d.cp);
+  const int64_t local = S / d.cp;
+  const bool sp = d.tp > 1 && sequence_parallel;
+  TITAN_CHECK(!sp || local % d.tp == 0, "config error: ", key, " (", S, ")",
+              d.cp > 1 ? " / context_parallel_degree (" + std::to_string(d.cp) + ") = " + std::to_string(local) : std::string(),
+              " must be divisible by tensor_parallel_degree (", d.tp,
+              ") with sequence parallel (or set parallelism.enable_sequence_parallel: false)");
+}
+
 MeshDegrees resolve_degrees(MeshDegrees d, int64_t world) {
   auto bad = [&](const std::string& why) {
     fail("parallelism: ", why, " (pipeline_parallel_degree ", d.pp, ", data_parallel_replicate_degree ",

@@ -14,6 +14,11 @@ struct MeshDegrees {
   int64_t tp = 1;
   int64_t pp = 1;  // pipeline stages (the outermost dimension; last here so {dp_replicate, dp_shard, tp} reads on)
   int64_t cp = 1;  // context parallel: each sequence over cp ranks (between dp_shard and tp)
+
+  // The one rule on the sequence length: cut into 2 x cp chunks (context parallel; cp 1: no cut), then each
+  // rank's S / cp tokens split over tp (sequence parallel, and between pipeline stages). Throws naming `key`
+  // (training.seq_len, or titan-eval's --seq-len) with what is expected.
+  void check_sequence_length(int64_t seq_len, bool sequence_parallel, const std::string& key = "training.seq_len") const;
 };
 
 // Resolves -1 and checks the product equals `world`; throws naming the

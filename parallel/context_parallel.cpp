@@ -11,12 +11,6 @@
 
 namespace titan::parallel {
 
-RotateMethod parse_rotate_method(const std::string& name) {
-  if (name == "allgather") return RotateMethod::AllGather;
-  if (name == "alltoall") return RotateMethod::AllToAll;
-  fail("config error: parallelism.context_parallel_rotate_method '", name, "' is not one of allgather, alltoall");
-}
-
 namespace {
 // One block of the attention: this rank's query chunk `qa` (0 or 1) against chunk `kb` of a rank's keys (the
 // ring step it belongs to says which rank).
@@ -297,7 +291,7 @@ Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor
       });
 }
 
-void apply_context_parallel(CausalLM& model, comms::DeviceMesh& mesh, RotateMethod method) {
+void apply_context_parallel(decoder::Decoder& model, comms::DeviceMesh& mesh, RotateMethod method) {
   TITAN_CHECK(mesh.cp->size() > 1, "apply_context_parallel: the mesh has no cp dimension");
   nn::SequenceShard s{mesh.cp->size(), mesh.cp->rank(), nullptr};
   s.attend = [s, cp = mesh.cp, p2p = mesh.cp_p2p, method](const Tensor& q, const Tensor& k, const Tensor& v,

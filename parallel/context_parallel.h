@@ -25,13 +25,13 @@
 #include <string>
 
 #include "comms/device_mesh.h"
-#include "models/causal_lm.h"
+#include "models/decoder/model.h"
 #include "src/data/loader.h"
 
 namespace titan::parallel {
 
 enum class RotateMethod { AllGather, AllToAll };
-RotateMethod parse_rotate_method(const std::string& name);  // allgather | alltoall (TorchTitan's names)
+constexpr std::array<std::string_view, 2> enum_names(RotateMethod) { return {"allgather", "alltoall"}; }  // TorchTitan's
 
 // The attention of this rank's queries over the whole sequence (q [B, 2c, Hq, D], k/v [B, 2c, Hkv, D] hold
 // this rank's two chunks), differentiable w.r.t. q, k, v, sinks and the score_mod's captured tensors.
@@ -40,7 +40,7 @@ Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor
                                   RotateMethod method);
 
 // Sets model.sequence_shard for this rank of mesh.cp (its chunks and the attention over the group).
-void apply_context_parallel(CausalLM& model, comms::DeviceMesh& mesh, RotateMethod method);
+void apply_context_parallel(decoder::Decoder& model, comms::DeviceMesh& mesh, RotateMethod method);
 
 // This rank's columns of a batch (inputs and targets [B, S] -> [B, S / cp]); doc_ids stay [B, S].
 Batch shard_batch(const Batch& b, const nn::SequenceShard& shard);

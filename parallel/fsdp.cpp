@@ -224,7 +224,7 @@ void FSDP::unshard(Unit& u) {
         MemoryCategoryScope cat(MemoryCategory::Communication);
         p->full = empty(p->full_shape, b.dtype);
       } else {
-        p->full.impl()->storage->materialize();  // resharded: saved activations alias this buffer, refill it
+        p->full.refill_storage();  // resharded: saved activations alias this buffer, refill it
       }
       int64_t start = 0;
       for (size_t q = 0; q < p->rows.size(); ++q) {
@@ -254,7 +254,7 @@ void FSDP::bind(Unit& u) {
 void FSDP::release(Unit& u) {
   for (auto& b : u.buckets)
     if (b->sharded)  // an unsharded "gathered" tensor is the shard itself
-      for (Param* p : b->params) p->full.impl()->storage->release();
+      for (Param* p : b->params) p->full.release_storage();
   u.gathered = false;
 }
 
@@ -293,7 +293,7 @@ Tensor FSDP::gradient_arrived(Unit& u, Bucket& b, Param& p, const Tensor& g) {
       if (sync_) {
         issue_reduction(b);
       } else {  // kept for a later backward (pipeline micro-batches run several per step): added up unsharded
-        b.grad_flat.impl()->storage->set_category(MemoryCategory::Gradients);
+        b.grad_flat.set_storage_category(MemoryCategory::Gradients);
         b.holds_earlier = true;
         b.arrived = 0;
       }
@@ -302,7 +302,7 @@ Tensor FSDP::gradient_arrived(Unit& u, Bucket& b, Param& p, const Tensor& g) {
   // reshard after backward: this parameter's gathered copy is no longer needed (kept for the next
   // micro-batch when set_reshard_after_backward(false))
   if (reshard_after_backward_) {
-    if (b.sharded) p.full.impl()->storage->release();
+    if (b.sharded) p.full.release_storage();
     if (++u.released == u.params.size()) u.gathered = false;
   }
   return direct;
@@ -365,7 +365,7 @@ void FSDP::finish(Reduction& r) {
       viewed = true;
     }
   }
-  if (viewed) r.out.impl()->storage->set_category(MemoryCategory::Gradients);
+  if (viewed) r.out.set_storage_category(MemoryCategory::Gradients);
 }
 
 void FSDP::wait_gradients() {
@@ -380,7 +380,7 @@ void FSDP::wait_gradients() {
       if (sync_) {
         issue_reduction(*b);
       } else {  // kept for the next backward: unsharded gradients, charged as such
-        b->grad_flat.impl()->storage->set_category(MemoryCategory::Gradients);
+        b->grad_flat.set_storage_category(MemoryCategory::Gradients);
         b->holds_earlier = true;
         b->arrived = 0;
       }

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "comms/device_mesh.h"
-#include "models/causal_lm.h"
+#include "models/decoder/model.h"
 #include "parallel/context_parallel.h"
 #include "parallel/shard_spec.h"
 
@@ -40,7 +40,7 @@ struct ParallelModel {
   std::vector<std::pair<std::string, Tensor*>> named_params() const;
   std::vector<Tensor*> params() const;
   std::vector<Region> regions() const;
-  // The model's buffers (CausalLM::buffers: replicated, world rank 0 writes them), optional when loading.
+  // The model's buffers (decoder::Decoder::buffers: replicated, world rank 0 writes them), optional when loading.
   std::vector<Region> buffers;
   // What checkpoints, titan-layout exports and their loads carry: the parameters' blocks, then the buffers.
   std::vector<Region> state_regions() const;
@@ -54,7 +54,7 @@ struct ParallelModel {
 // rank; afterwards each rank keeps only its shards: tensor parallel, expert
 // parallel, then FSDP (expert weights FSDP-sharded over dp_shard / ep, the
 // rest over dp_shard).
-ParallelModel parallelize(CausalLM& model, comms::DeviceMesh& mesh, const ParallelOptions& opt);
+ParallelModel parallelize(decoder::Decoder& model, comms::DeviceMesh& mesh, const ParallelOptions& opt);
 
 // sqrt(sum of squares of every logical gradient element), across all ranks.
 double global_grad_norm(const ParallelModel& pm, comms::DeviceMesh& mesh);

@@ -10,13 +10,6 @@
 
 namespace titan::parallel {
 
-PipelineSchedule parse_pipeline_schedule(const std::string& s) {
-  if (s == "GPipe") return PipelineSchedule::GPipe;
-  if (s == "1F1B") return PipelineSchedule::OneFOneB;
-  if (s == "Interleaved1F1B") return PipelineSchedule::Interleaved1F1B;
-  fail("parallelism.pipeline_parallel_schedule: '", s, "' is not one of GPipe, 1F1B, Interleaved1F1B");
-}
-
 std::vector<int64_t> PipelineLayout::stages_of(int64_t pp_rank) const {
   std::vector<int64_t> out;
   for (int64_t s = pp_rank; s < (int64_t)stages.size(); s += pp) out.push_back(s);
@@ -135,7 +128,7 @@ std::vector<PipelineAction> pipeline_actions(PipelineSchedule schedule, int64_t 
   return a;
 }
 
-Pipeline::Pipeline(CausalLM& model, ParallelModel& pm, comms::DeviceMesh& mesh, PipelineLayout layout,
+Pipeline::Pipeline(decoder::Decoder& model, ParallelModel& pm, comms::DeviceMesh& mesh, PipelineLayout layout,
                    PipelineSchedule schedule, int64_t microbatch_size, Shape activation, int64_t seq_len)
     : model_(model),
       pm_(pm),

@@ -21,14 +21,14 @@
 #include <vector>
 
 #include "comms/device_mesh.h"
-#include "models/causal_lm.h"
+#include "models/decoder/model.h"
 #include "parallel/parallelize.h"
 #include "src/data/loader.h"
 
 namespace titan::parallel {
 
 enum class PipelineSchedule { GPipe, OneFOneB, Interleaved1F1B };
-PipelineSchedule parse_pipeline_schedule(const std::string& s);  // "GPipe" | "1F1B" | "Interleaved1F1B"
+constexpr std::array<std::string_view, 3> enum_names(PipelineSchedule) { return {"GPipe", "1F1B", "Interleaved1F1B"}; }
 
 // Which blocks each stage holds, in global stage order.
 struct PipelineLayout {
@@ -64,7 +64,7 @@ class Pipeline {
  public:
   // activation: the shape of the hidden state a micro-batch passes between stages ([mbs, S_local, dim];
   // S_local = S / tp under sequence parallel); seq_len: the full S.
-  Pipeline(CausalLM& model, ParallelModel& pm, comms::DeviceMesh& mesh, PipelineLayout layout,
+  Pipeline(decoder::Decoder& model, ParallelModel& pm, comms::DeviceMesh& mesh, PipelineLayout layout,
            PipelineSchedule schedule, int64_t microbatch_size, Shape activation, int64_t seq_len);
 
   struct Result {
@@ -85,7 +85,7 @@ class Pipeline {
 
  private:
   Result run(const Batch& b, double loss_scale, bool reduce, bool backward, double aux_scale = -1);
-  CausalLM& model_;
+  decoder::Decoder& model_;
   ParallelModel& pm_;
   comms::DeviceMesh& mesh_;
   PipelineLayout layout_;

@@ -21,7 +21,27 @@ struct ShardSpec {
   // false: another pipeline stage holds it; here an empty block ([0, ...]) that keeps the
   // checkpoint's collective dataset order and the optimizer's names, and writes nothing
   bool owned = true;
+  // sharded by expert parallel (its experts dimension cut over the ep group): FSDP shards it over the ranks
+  // holding the same experts
+  bool expert = false;
   Region region() const { return {name, slot, full_shape, offset, writer}; }
+};
+
+// The spec of the parameter in `slot` (an error when it has none).
+ShardSpec& find_spec(std::vector<ShardSpec>& specs, const Tensor* slot);
+
+// The one weight surgery of every plan: keeps rows [start, start + size) of the parameter in `slot` along
+// `dim` (own storage: the full weight is freed) and moves its spec's offset. `tp`: a tensor-parallel cut
+// (the block is no longer the same on every tp rank), else an expert-parallel one.
+void keep_block(Tensor& slot, int64_t dim, int64_t start, int64_t size, std::vector<ShardSpec>& specs, bool tp = true);
+// Rank r's chunk of `sizes` along `dim`.
+void shard_param(Tensor& slot, int64_t dim, const std::vector<int64_t>& sizes, int r, std::vector<ShardSpec>& specs,
+                 bool tp = true);
+
+// What this rank holds of the model under pipeline parallel (everything without it).
+struct Ownership {
+  std::vector<bool> layer;
+  bool embed = true, head = true;  // head: the final norm and lm_head
 };
 
 }  // namespace titan::parallel

@@ -1,6 +1,6 @@
 // simulator/cost_model.h — what a kernel and a collective cost on simulated
 // hardware (simulator/hardware.h). Pure functions of the specs; the scheduler
-// that strings them into a training step is src/train/simulate.
+// that strings them into a training step is simulator/simulate.
 //
 // Kernels (roofline): a rank owns 1/ranks_per_chip of its chip (cores, HBM
 // bandwidth). time = max(compute, memory) + launch overhead, with

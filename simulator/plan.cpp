@@ -5,11 +5,10 @@
 
 #include "comms/device_mesh.h"
 #include "comms/moe_dispatch.h"
-#include "models/causal_lm.h"
+#include "models/decoder/model.h"
 #include "parallel/parallelize.h"
 #include "src/ops/ops.h"
 #include "src/optim/adamw.h"
-#include "src/train/train_spec.h"
 
 namespace titan {
 

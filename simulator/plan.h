@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "models/causal_lm.h"
-#include "src/config/job_config.h"
+#include "models/decoder/model.h"
+#include "step/job_config.h"
 #include "src/tensor/cost.h"
 #include "src/tensor/memory.h"
-#include "src/train/train_step.h"
+#include "step/train_step.h"
 
 namespace titan {
 

@@ -166,7 +166,7 @@ SimResult simulate_step(const JobConfig& cfg, int world) {
     std::ostringstream a;
     const double over = r.memory.total() - r.hbm_bytes;
     a << "over by " << fmt("%.1f", over / (1 << 30)) << " GiB; ";
-    if (cfg.activation_checkpoint.mode != "full" && r.memory.activations > over)
+    if (cfg.activation_checkpoint.mode != JobConfig::ACMode::full && r.memory.activations > over)
       a << "activation_checkpoint.mode full would cut the " << fmt("%.1f", r.memory.activations / (1 << 30))
         << " GiB of activations; ";
     const double states = r.memory.params + r.memory.grads + r.memory.optimizer;

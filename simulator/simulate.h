@@ -19,7 +19,7 @@
 #include "simulator/report.h"
 #include "simulator/result.h"
 #include "simulator/trace.h"
-#include "src/config/job_config.h"
+#include "step/job_config.h"
 
 namespace titan {
 

@@ -9,20 +9,20 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "models/causal_lm.h"
+#include "models/decoder/model.h"
 #include "models/decoder/model.h"
 #include "src/autograd/grad_mode.h"
-#include "src/config/model_families.h"
+#include "models/decoder/presets.h"
 #include "src/data/loader.h"
 #include "src/ops/ops.h"
 
 namespace titan {
 namespace {
 
-JobConfig::Model tiny(const std::string& family) {
-  JobConfig::Model m;
-  m.name = family;  // qwen3 | qwen3_moe | gpt_oss, with the family's preset values
-  apply_model_family(m);
+decoder::Args tiny(const std::string& family) {
+  decoder::Args m;
+  m.name = config::parse_enum<decoder::Family>(family).value();  // qwen3 | qwen3_moe | gpt_oss, with the family's preset values
+  decoder::apply_preset(m, {});
   m.dim = 32;
   m.n_layers = 2;
   m.n_heads = 4;
@@ -57,8 +57,8 @@ Tensor doc_ids() {  // row 0: documents [0, 6), [6, 16); row 1: [0, 3), [3, 11),
   return from_vector<int64_t>(d, {B, S});
 }
 
-double loss_of(const JobConfig::Model& m, bool randomize_relative = false) {
-  auto model = build_model(m);
+double loss_of(const decoder::Args& m, bool randomize_relative = false) {
+  auto model = std::make_unique<decoder::Decoder>(m);
   model->init_weights(7);
   if (randomize_relative) {  // the relative table starts at zero (no effect at init): give it values
     NoGradGuard ng;
@@ -72,23 +72,23 @@ double loss_of(const JobConfig::Model& m, bool randomize_relative = false) {
 TEST(AttentionVariants, EveryVariantMovesTheLossOnEveryModelOrIsRefused) {
   struct Knob {
     std::string name;
-    std::function<void(JobConfig::Model&)> set;
+    std::function<void(decoder::Args&)> set;
     bool randomize = false;
   };
   const std::vector<Knob> knobs = {
-      {"block_causal", [](auto& m) { m.attn_mask_type = "block_causal"; }},
+      {"block_causal", [](auto& m) { m.attn_mask_type = nn::MaskKind::block_causal; }},
       {"sliding_window", [](auto& m) {
-         m.attn_mask_type = "sliding_window";
+         m.attn_mask_type = nn::MaskKind::sliding_window;
          m.sliding_window = 4;
        }},
       {"prefix_lm", [](auto& m) {
-         m.attn_mask_type = "prefix_lm";
+         m.attn_mask_type = nn::MaskKind::prefix_lm;
          m.attn_prefix_len = 6;
        }},
       {"softcap", [](auto& m) { m.attn_logit_softcap = 0.05; }},
-      {"alibi", [](auto& m) { m.attn_bias = "alibi"; }},
+      {"alibi", [](auto& m) { m.attn_bias = nn::ScoreBias::alibi; }},
       {"relative", [](auto& m) {
-         m.attn_bias = "relative";
+         m.attn_bias = nn::ScoreBias::relative;
          m.attn_relative_max_distance = 8;
        }, true},
   };
@@ -97,11 +97,11 @@ TEST(AttentionVariants, EveryVariantMovesTheLossOnEveryModelOrIsRefused) {
     const double base = loss_of(tiny(family));
     for (const Knob& k : knobs) {
       SCOPED_TRACE(family + " + " + k.name);
-      JobConfig::Model m = tiny(family);
+      decoder::Args m = tiny(family);
       k.set(m);
       if (family == "gpt_oss" && k.name == "prefix_lm") {  // sliding layers would hide the prefix
         try {
-          build_model(m);
+          std::make_unique<decoder::Decoder>(m);
           ADD_FAILURE() << "prefix_lm with sliding layers was accepted";
         } catch (const Error& e) {
           EXPECT_NE(std::string(e.what()).find("model.attn_mask_type prefix_lm"), std::string::npos) << e.what();
@@ -119,10 +119,10 @@ TEST(AttentionVariants, EveryVariantMovesTheLossOnEveryModelOrIsRefused) {
 }
 
 TEST(AttentionVariants, RelativeTableTrains) {
-  JobConfig::Model m = tiny("qwen3");
-  m.attn_bias = "relative";
+  decoder::Args m = tiny("qwen3");
+  m.attn_bias = nn::ScoreBias::relative;
   m.attn_relative_max_distance = 8;
-  auto model = build_model(m);
+  auto model = std::make_unique<decoder::Decoder>(m);
   model->init_weights(7);
   EXPECT_EQ(model->num_parameters(), model->expected_num_params());
   model->loss(model->forward(tokens(), doc_ids()), targets()).backward();
@@ -139,24 +139,30 @@ TEST(AttentionVariants, RelativeTableTrains) {
 }
 
 TEST(AttentionVariants, Refusals) {
-  auto refused = [](std::function<void(JobConfig::Model&)> set, const std::string& key) {
-    JobConfig::Model m = tiny("qwen3");
+  auto refused = [](std::function<void(decoder::Args&)> set, const std::string& key) {
+    decoder::Args m = tiny("qwen3");
     set(m);
     try {
-      build_model(m);
+      std::make_unique<decoder::Decoder>(m);
       ADD_FAILURE() << key << " accepted";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
     }
   };
-  refused([](auto& m) { m.attn_mask_type = "sliding_window"; }, "model.sliding_window");  // no window
-  refused([](auto& m) { m.attn_mask_type = "prefix_lm"; }, "model.attn_prefix_len");     // no prefix
+  refused([](auto& m) { m.attn_mask_type = nn::MaskKind::sliding_window; }, "model.sliding_window");  // no window
+  refused([](auto& m) { m.attn_mask_type = nn::MaskKind::prefix_lm; }, "model.attn_prefix_len");     // no prefix
   refused([](auto& m) { m.attn_prefix_len = 4; }, "model.attn_prefix_len");               // not prefix_lm
   refused([](auto& m) { m.attn_relative_max_distance = 4; }, "model.attn_relative_max_distance");  // not relative
   refused([](auto& m) { m.attn_logit_softcap = -1; }, "model.attn_logit_softcap");
-  refused([](auto& m) { m.attn_bias = "rotary"; }, "model.attn_bias");
+  try {  // an unknown bias is refused where it is read
+    decoder::Args m = tiny("qwen3");
+    decoder::find_knob("attn_bias")->bind(m).set("rotary", "--model.attn_bias");
+    ADD_FAILURE() << "model.attn_bias rotary accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.attn_bias"), std::string::npos) << e.what();
+  }
   refused([](auto& m) {
-    m.attn_mask_type = "prefix_lm";
+    m.attn_mask_type = nn::MaskKind::prefix_lm;
     m.attn_prefix_len = 4;
     m.sliding_window = 8;
   }, "model.attn_mask_type prefix_lm");
@@ -167,9 +173,9 @@ TEST(AttentionVariants, Refusals) {
 TEST(AttentionVariants, BlockCausalEqualsEachDocumentAlone) {
   for (const std::string family : {"qwen3", "gpt_oss"}) {
     SCOPED_TRACE(family);
-    JobConfig::Model m = tiny(family);
-    m.attn_mask_type = "block_causal";
-    auto model = build_model(m);
+    decoder::Args m = tiny(family);
+    m.attn_mask_type = nn::MaskKind::block_causal;
+    auto model = std::make_unique<decoder::Decoder>(m);
     model->init_weights(11);
     NoGradGuard ng;
     Tensor packed = model->forward(tokens(), doc_ids());  // [B, S, V]
@@ -184,8 +190,8 @@ TEST(AttentionVariants, BlockCausalEqualsEachDocumentAlone) {
       EXPECT_LT(worst, 2e-5) << "document [" << d.begin << ", " << d.end << ") of row " << d.row;
     }
     // and the documents do see less than causal attention would show them
-    JobConfig::Model c = tiny(family);
-    auto causal = build_model(c);
+    decoder::Args c = tiny(family);
+    auto causal = std::make_unique<decoder::Decoder>(c);
     causal->init_weights(11);
     auto x = causal->forward(tokens(), doc_ids()).slice(1, 6, 16).contiguous().to_vector<float>();
     auto y = packed.slice(1, 6, 16).contiguous().to_vector<float>();
@@ -196,10 +202,10 @@ TEST(AttentionVariants, BlockCausalEqualsEachDocumentAlone) {
 }
 
 TEST(AttentionVariants, PrefixLmSeesItsPrefixAndDropsItsTargets) {
-  JobConfig::Model m = tiny("qwen3");
-  m.attn_mask_type = "prefix_lm";
+  decoder::Args m = tiny("qwen3");
+  m.attn_mask_type = nn::MaskKind::prefix_lm;
   m.attn_prefix_len = 6;
-  auto model = build_model(m);
+  auto model = std::make_unique<decoder::Decoder>(m);
   model->init_weights(5);
   NoGradGuard ng;
   Tensor t0 = tokens();
@@ -220,18 +226,18 @@ TEST(AttentionVariants, PrefixLmSeesItsPrefixAndDropsItsTargets) {
 TEST(AttentionVariants, ExportSaysTitanDecoderAndReadsBack) {
   for (const std::string family : {"qwen3", "gpt_oss"}) {
     SCOPED_TRACE(family);
-    JobConfig::Model m = tiny(family);
-    m.attn_mask_type = "block_causal";
-    m.attn_bias = "alibi";
+    decoder::Args m = tiny(family);
+    m.attn_mask_type = nn::MaskKind::block_causal;
+    m.attn_bias = nn::ScoreBias::alibi;
     m.attn_logit_softcap = 20;
-    auto model = build_model(m);
+    auto model = std::make_unique<decoder::Decoder>(m);
     model->init_weights(3);
     auto j = nlohmann::json::parse(model->hf_config_json());
     EXPECT_EQ(j["model_type"], "titan_decoder");  // HF's classes cannot run it: never claim one of them
     EXPECT_EQ(j["architectures"][0], "TitanDecoderForCausalLM");
     EXPECT_EQ(j["titan_decoder"]["family"], family);
     EXPECT_EQ(j["titan_decoder"]["attn"]["bias"], "alibi");
-    auto back = build_model_from_hf(model->hf_config_json());
+    auto back = std::make_unique<decoder::Decoder>(decoder::Args::from_hf_json(model->hf_config_json()));
     EXPECT_EQ(back->hf_config_json(), model->hf_config_json());
     auto src = model->named_parameters();
     auto dst = back->named_parameters();
@@ -240,7 +246,7 @@ TEST(AttentionVariants, ExportSaysTitanDecoderAndReadsBack) {
     NoGradGuard ng;
     EXPECT_EQ(model->forward(tokens(), doc_ids()).to_vector<float>(), back->forward(tokens(), doc_ids()).to_vector<float>());
     // the default variant keeps HF's identity
-    auto plain = nlohmann::json::parse(build_model(tiny(family))->hf_config_json());
+    auto plain = nlohmann::json::parse(std::make_unique<decoder::Decoder>(tiny(family))->hf_config_json());
     EXPECT_EQ(plain["model_type"], family);
     EXPECT_FALSE(plain.contains("titan_decoder"));
   }

@@ -148,17 +148,17 @@ TEST(GptOss, CountsAndPublishedSizes) {
 }
 
 TEST(Qwen3, ParameterAndFlopCountsMatchTheModel) {
-  JobConfig::Model m;
+  decoder::Args m;
   for (bool tie : {false, true})
-    for (std::string norm : {"rmsnorm", "layernorm"}) {
+    for (nn::NormKind norm : {nn::NormKind::rmsnorm, nn::NormKind::layernorm}) {
       m.enable_weight_tying = tie;
       m.norm_type = norm;
-      decoder::Args a = decoder::Args::from_job(m);
+      decoder::Args a = decoder::Args(m).resolve();
       decoder::Decoder model(a);
-      EXPECT_EQ(model.num_parameters(), a.num_params()) << "tie " << tie << " " << norm;
+      EXPECT_EQ(model.num_parameters(), a.num_params()) << "tie " << tie << " " << config::enum_name(norm);
     }
   // Qwen3-32B published shape: 32.8B parameters; meta build allocates nothing
-  JobConfig::Model big;
+  decoder::Args big;
   big.dim = 5120;
   big.n_layers = 64;
   big.n_heads = 64;
@@ -166,7 +166,7 @@ TEST(Qwen3, ParameterAndFlopCountsMatchTheModel) {
   big.head_dim = 128;
   big.hidden_dim = 25600;
   big.vocab_size = 151936;
-  decoder::Args a = decoder::Args::from_job(big);
+  decoder::Args a = decoder::Args(big).resolve();
   DeviceScope meta(Device::Meta);
   decoder::Decoder model(a);
   EXPECT_EQ(model.num_parameters(), a.num_params());
@@ -180,10 +180,10 @@ TEST(Qwen3, ParameterAndFlopCountsMatchTheModel) {
 }
 
 TEST(Qwen3, HfConfigRoundTripAndDefaults) {
-  JobConfig::Model m;
+  decoder::Args m;
   m.sliding_window = 32;
   m.qk_norm = false;
-  decoder::Args a = decoder::Args::from_job(m);
+  decoder::Args a = decoder::Args(m).resolve();
   decoder::Args b = decoder::Args::from_hf_json(a.to_hf_json());
   EXPECT_EQ(b.dim, a.dim);
   EXPECT_EQ(b.layer_window, a.layer_window);
@@ -236,8 +236,8 @@ TEST(GptOss, LoadBalancingAuxLossAndBias) {
 }
 
 // A tiny Qwen3: dim 32, 4 heads (2 KV) of 8, MLP 48, vocab 64.
-JobConfig::Model tiny_model(int64_t n_layers) {
-  JobConfig::Model m;
+decoder::Args tiny_model(int64_t n_layers) {
+  decoder::Args m;
   m.dim = 32;
   m.n_layers = n_layers;
   m.n_heads = 4;
@@ -249,14 +249,14 @@ JobConfig::Model tiny_model(int64_t n_layers) {
 }
 
 TEST(Qwen3Moe, OneExpertEqualsTheDenseModelAndCountsMatch) {
-  JobConfig::Model m = tiny_model(2);
-  decoder::Decoder dense(decoder::Args::from_job(m));
+  decoder::Args m = tiny_model(2);
+  decoder::Decoder dense(decoder::Args(m).resolve());
   dense.init_weights(5);
   m.moe_enabled = true;
   m.moe_num_experts = 1;
   m.moe_top_k = 1;
   m.moe_hidden_dim = 48;
-  decoder::Decoder moe(decoder::Args::from_job(m));
+  decoder::Decoder moe(decoder::Args(m).resolve());
   moe.init_weights(9);
   {  // copy the dense weights in: expert 0 = the dense MLP (grouped layout is [in, out])
     NoGradGuard ng;
@@ -279,14 +279,14 @@ TEST(Qwen3Moe, OneExpertEqualsTheDenseModelAndCountsMatch) {
   // parameter counts (sigmoid scores, shared expert, 4 experts)
   m.moe_num_experts = 4;
   m.moe_top_k = 2;
-  m.moe_score_func = "sigmoid";
+  m.moe_score_func = decoder::RouterScore::sigmoid;
   m.moe_shared_expert = true;
-  decoder::Args args = decoder::Args::from_job(m);
+  decoder::Args args = decoder::Args(m).resolve();
   decoder::Decoder big(args);
   EXPECT_EQ(big.num_parameters(), args.num_params());
   decoder::Args back = decoder::Args::from_hf_json(args.to_hf_json());
-  EXPECT_TRUE(back.moe);
-  EXPECT_EQ(back.moe_score, "sigmoid");
+  EXPECT_TRUE(back.moe_enabled);
+  EXPECT_EQ(back.moe_score_func, decoder::RouterScore::sigmoid);
   EXPECT_EQ(back.num_params(), args.num_params());
   big.init_weights(1);
   Tensor loss = sum(big.forward(tok));
@@ -299,14 +299,14 @@ TEST(Qwen3Moe, OneExpertEqualsTheDenseModelAndCountsMatch) {
 // but every second one, attention outputs kept) and none: the same loss and
 // bit-identical gradients.
 TEST(Qwen3, SelectiveLayerCheckpointingKeepsGradientsBitIdentical) {
-  JobConfig::Model m = tiny_model(4);
+  decoder::Args m = tiny_model(4);
   Tensor tok = from_vector<int64_t>({1, 5, 7, 2, 9, 3, 4, 8, 0, 63}, {2, 5});
   Tensor tgt = from_vector<int64_t>({5, 7, 2, 9, 3, 4, 8, 0, 63, 1}, {10});
   std::vector<std::vector<float>> grads[4];
   float losses[4];
   const int64_t every[4] = {0, 1, 2, 1};
   for (int c = 0; c < 4; ++c) {
-    decoder::Decoder model(decoder::Args::from_job(m));
+    decoder::Decoder model(decoder::Args(m).resolve());
     model.init_weights(11);
     model.set_activation_checkpoint(every[c], /*save_ops=*/c == 3);
     Tensor loss = cross_entropy(model.forward(tok).reshape({-1, 64}), tgt);

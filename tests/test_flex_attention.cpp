@@ -408,8 +408,8 @@ FlexOptions golden_options(const std::string& name, const std::vector<Tensor>& c
     });
   } else if (name == "model_combo") {
     nn::AttentionVariant v;
-    v.mask = "block_causal";
-    v.bias = "alibi";
+    v.mask = nn::MaskKind::block_causal;
+    v.bias = nn::ScoreBias::alibi;
     v.softcap = 2.0;
     o.mask_mod = nn::layer_mask(v, 12, docs);
     o.score_mod = nn::layer_score_mod(v, caps[0]);

@@ -13,12 +13,12 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "models/causal_lm.h"
+#include "models/decoder/model.h"
 #include "models/decoder/args.h"
+#include "step/job_config.h"
 #include "src/autograd/grad_mode.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/ops/ops.h"
-#include "src/train/train_spec.h"
 
 namespace titan {
 namespace {
@@ -37,7 +37,7 @@ constexpr int64_t B = 2, S = 16;
 // larger than HF's init (std 0.3; norms 1 +- 0.1; biases and sinks too, which
 // HF starts at 0) so that every knob's effect is well above float32 rounding.
 double loss_of(const JobConfig& c) {
-  auto model = build_model(c.model);
+  auto model = std::make_unique<decoder::Decoder>(c.model);
   model->init_weights(7);
   {
     NoGradGuard ng;
@@ -137,13 +137,13 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
                          : key == "moe_router_bias" ? cb.model.moe_router_bias : cb.model.moe_expert_bias;
         v[1] = now ? "false" : "true";
       } else if (v[1] == "other") {
-        v[1] = cb.model.sliding_window_layers == "all" ? "alternate" : "all";
+        v[1] = cb.model.sliding_window_layers == decoder::SlidingLayers::all ? "alternate" : "all";
       }
       with.insert(with.end(), v.begin(), v.end());
       JobConfig cw;
       try {
         cw = load_job_config_file("", with);
-        (void)build_model(cw.model);
+        (void)std::make_unique<decoder::Decoder>(cw.model);
       } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("model." + k.key), std::string::npos) << e.what();
         table[k.key][fam] = "refused";
@@ -174,8 +174,8 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
 TEST(ModelKnobs, FamilyPresetsAndRefusals) {
   JobConfig oss = load_job_config_file("", tiny("gpt_oss"));
   EXPECT_TRUE(oss.model.attn_sinks && oss.model.attn_proj_bias && oss.model.moe_enabled && !oss.model.qk_norm);
-  EXPECT_EQ(oss.model.activation, "oai_swiglu");
-  EXPECT_EQ(oss.model.rope_scaling_type, "yarn");
+  EXPECT_EQ(oss.model.activation, decoder::Activation::oai_swiglu);
+  EXPECT_EQ(oss.model.rope_scaling_type, decoder::RopeScalingType::yarn);
   EXPECT_EQ(oss.model.rope_scaling_factor, 32.0);
   JobConfig llama = load_job_config_file("", tiny("llama3"));
   EXPECT_FALSE(llama.model.qk_norm || llama.model.moe_enabled || llama.model.attn_sinks);
@@ -205,15 +205,13 @@ TEST(ModelKnobs, FamilyPresetsAndRefusals) {
   o = tiny("qwen3_moe");
   o.insert(o.end(), {"model.moe_every", "4"});
   EXPECT_NE(err(o).find("leave none of the 2 layers MoE"), std::string::npos) << err(o);
-  // every member has a train spec (builder + plan); others are refused by name
-  EXPECT_EQ(train_spec_names(), (std::vector<std::string>{"qwen3", "qwen3_moe", "gpt_oss", "llama3"}));
-  EXPECT_EQ(train_spec_for_hf(build_model(oss.model)->hf_config_json()).name, "gpt_oss");
-  try {
-    train_spec("mistral");
-    ADD_FAILURE() << "unknown model accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("model.name 'mistral' has no train spec"), std::string::npos);
-  }
+  // the members; a config.json names its member; others are refused by name, with the members listed
+  EXPECT_EQ(config::enum_choices<decoder::Family>(), (std::vector<std::string>{"qwen3", "qwen3_moe", "gpt_oss", "llama3"}));
+  EXPECT_EQ(decoder::Args::from_hf_json(std::make_unique<decoder::Decoder>(oss.model)->hf_config_json()).name,
+            decoder::Family::gpt_oss);
+  EXPECT_NE(err({"model.name", "mistral"}).find("model.name = 'mistral' is not allowed; allowed values: qwen3, "
+                                                "qwen3_moe, gpt_oss, llama3"), std::string::npos)
+      << err({"model.name", "mistral"});
   // the saved config leaves out what did not act, and reads back to the same config
   JobConfig cq = load_job_config_file("", tiny("qwen3"));
   const std::string dumped = dump_job_config(cq);
@@ -227,7 +225,7 @@ TEST(ModelKnobs, ExportsClaimOnlyWhatHfRuns) {
   auto cfg_of = [](Overrides extra, const std::string& fam) {
     Overrides o = tiny(fam);
     o.insert(o.end(), extra.begin(), extra.end());
-    return nlohmann::json::parse(build_model(load_job_config_file("", o).model)->hf_config_json());
+    return nlohmann::json::parse(std::make_unique<decoder::Decoder>(load_job_config_file("", o).model)->hf_config_json());
   };
   // YaRN: max_position_embeddings = factor x original, so HF versions that derive the factor from it agree
   auto y = cfg_of({"model.rope_scaling_type", "yarn", "model.rope_scaling_factor", "4.0"}, "qwen3");
@@ -292,8 +290,8 @@ TEST(ModelKnobs, ExportImportRoundTripPerArchitecture) {
       {"qwen3_moe", {"model.moe_bias_update_rate", "0.5"}, "TitanDecoderForCausalLM", "titan_decoder",
        "model.layers.0.mlp.expert_bias"},
   };
-  // parameters, then the model's buffers (CausalLM::buffers), as the trainer's checkpoints and exports hold them
-  auto state = [](CausalLM& m) {
+  // parameters, then the model's buffers (decoder::Decoder::buffers), as the trainer's checkpoints and exports hold them
+  auto state = [](decoder::Decoder& m) {
     std::vector<Region> r = whole(m.named_parameters());
     for (Region b : whole(m.buffers())) {
       b.optional = true;  // as ParallelModel::state_regions marks them
@@ -308,7 +306,7 @@ TEST(ModelKnobs, ExportImportRoundTripPerArchitecture) {
     Overrides o = tiny(c.family);
     o.insert(o.end(), c.extra.begin(), c.extra.end());
     JobConfig cfg = load_job_config_file("", o);
-    auto model = build_model(cfg.model);
+    auto model = std::make_unique<decoder::Decoder>(cfg.model);
     model->init_weights(11);
     if (!model->buffers().empty()) {  // biases off zero, so the routing they steer differs from the unbiased one
       std::vector<std::vector<double>> counts;
@@ -333,7 +331,7 @@ TEST(ModelKnobs, ExportImportRoundTripPerArchitecture) {
       std::ifstream idx(dir + "/model.safetensors");
       std::string header((std::istreambuf_iterator<char>(idx)), std::istreambuf_iterator<char>());
       EXPECT_NE(header.find("\"" + c.tensor + "\""), std::string::npos) << c.tensor << " not in the export";
-      auto back = build_model_from_hf(text);
+      auto back = std::make_unique<decoder::Decoder>(decoder::Args::from_hf_json(text));
       EXPECT_EQ(back->hf_config_json(), model->hf_config_json());
       const HfLayout l = back->hf_layout(state(*back));
       load_hf(dir, l.regions);

@@ -13,7 +13,7 @@
 #include "simulator/cost_model.h"
 #include "simulator/trace.h"
 #include "src/log/log.h"
-#include "src/config/job_config.h"
+#include "step/job_config.h"
 #include "src/tensor/error.h"
 #include "simulator/plan.h"
 #include "simulator/schedule.h"
@@ -66,7 +66,7 @@ std::vector<int> iota(int n, int stride = 1) {
   return v;
 }
 
-JobConfig config(const std::string& rel, const std::vector<std::string>& overrides = {}) {
+JobConfig sim_config(const std::string& rel, const std::vector<std::string>& overrides = {}) {
   JobConfig c = load_job_config_file(std::string(TITAN_SOURCE_DIR) + "/" + rel, overrides);
   c.job.print_args = false;
   return c;
@@ -242,7 +242,7 @@ TEST(HardwareSpecs, AttentionKernelIsTheRunsAndListedByTheChip) {
   ChipSpec h = load_chip("h100-sxm");
   ASSERT_EQ(h.attention_kernels.count("cudnn"), 1u);
   EXPECT_GT(h.attention_kernels["cudnn"], h.attention_efficiency);
-  JobConfig c = config("configs/validation/llama3_8b_a100x64.yaml", {"simulation.system", "h100-hgx",
+  JobConfig c = sim_config("configs/validation/llama3_8b_a100x64.yaml", {"simulation.system", "h100-hgx",
                                                                       "simulation.num_systems", "8"});
   SimResult fa2 = simulate_step(c, 64);
   c.simulation.attention_kernel = "cudnn";
@@ -259,7 +259,7 @@ TEST(HardwareSpecs, AttentionKernelIsTheRunsAndListedByTheChip) {
   c.simulation.attention_kernel = "cudnn";
   e = error_of([&] { simulate_step(c, 64); });
   EXPECT_NE(e.find("attention_kernels: none"), std::string::npos) << e;
-  e = error_of([&] { config("configs/qwen3_debug.yaml", {"simulation.attention_kernel", "cudnn"}); });
+  e = error_of([&] { sim_config("configs/qwen3_debug.yaml", {"simulation.attention_kernel", "cudnn"}); });
   EXPECT_NE(e.find("simulation.attention_kernel shapes the simulated step only"), std::string::npos) << e;
 }
 
@@ -300,7 +300,7 @@ TEST(HardwareSpecs, ErrorsNameTheFileAndKey) {
 }
 
 TEST(Simulation, BadLayoutsAreRefusedWithTheNumbers) {
-  JobConfig c = config("configs/qwen3_32b.yaml");
+  JobConfig c = sim_config("configs/qwen3_32b.yaml");
   c.simulation.world_size = 128;  // 32 chips at 4 per chip: a 16-chip instance cannot hold them
   c.parallelism.data_parallel_shard_degree = -1;
   std::string e = error_of([&] { simulate_step(c, 128); });
@@ -317,14 +317,14 @@ TEST(Simulation, BadLayoutsAreRefusedWithTheNumbers) {
   e = error_of([&] { simulate_step(c, 64); });
   EXPECT_NE(e.find("unknown system 'nope'"), std::string::npos) << e;
   // a layout that does not fit the ranks
-  JobConfig d = config("configs/qwen3_32b.yaml", {"parallelism.tensor_parallel_degree", "3"});
+  JobConfig d = sim_config("configs/qwen3_32b.yaml", {"parallelism.tensor_parallel_degree", "3"});
   e = error_of([&] { simulate_step(d, 64); });
   EXPECT_NE(e.find("world size 64"), std::string::npos) << e;
 }
 
 // ---- meta runs against real ones ---------------------------------------------------
 TEST(Simulation, MetaCountsEqualTheRealModel) {
-  JobConfig c = config("configs/qwen3_debug.yaml", {"training.local_batch_size", "2", "training.seq_len", "64"});
+  JobConfig c = sim_config("configs/qwen3_debug.yaml", {"training.local_batch_size", "2", "training.seq_len", "64"});
   StepPlan meta = plan_step(c, 1, /*with_events=*/true, Device::Meta);
   StepPlan real = plan_step(c, 1, /*with_events=*/true, Device::CPU);
   EXPECT_EQ(meta.num_params, real.num_params);
@@ -347,7 +347,7 @@ TEST(Simulation, MetaCountsEqualTheRealModel) {
 
 TEST(Simulation, SelectiveCheckpointingSitsBetweenNoneAndFull) {
   auto run = [](const std::string& mode, const std::string& opt) {
-    JobConfig c = config("configs/qwen3_32b.yaml", {"model.n_layers", "8", "activation_checkpoint.mode", mode,
+    JobConfig c = sim_config("configs/qwen3_32b.yaml", {"model.n_layers", "8", "activation_checkpoint.mode", mode,
                                                     "activation_checkpoint.selective_ac_option", opt});
     return plan_step(c, 64);
   };
@@ -369,10 +369,10 @@ TEST(Simulation, SelectiveCheckpointingSitsBetweenNoneAndFull) {
   EXPECT_GT(op.flops - none.flops, 0.3 * (full.flops - none.flops));
   EXPECT_LT(op.flops - none.flops, 0.7 * (full.flops - none.flops));
   int rs_full = 0, rs_op = 0;  // the kept TP reduce-scatters are not re-run in the recompute
-  for (const auto& e : plan_step(config("configs/qwen3_32b.yaml", {"model.n_layers", "8", "activation_checkpoint.mode",
+  for (const auto& e : plan_step(sim_config("configs/qwen3_32b.yaml", {"model.n_layers", "8", "activation_checkpoint.mode",
                                                                     "full"}), 64, true).events)
     rs_full += e.kind == CostEvent::Kind::CommStart && std::string(e.op) == "reduce_scatter";
-  for (const auto& e : plan_step(config("configs/qwen3_32b.yaml", {"model.n_layers", "8", "activation_checkpoint.mode",
+  for (const auto& e : plan_step(sim_config("configs/qwen3_32b.yaml", {"model.n_layers", "8", "activation_checkpoint.mode",
                                                                     "selective", "activation_checkpoint.selective_ac_option",
                                                                     "op"}), 64, true).events)
     rs_op += e.kind == CostEvent::Kind::CommStart && std::string(e.op) == "reduce_scatter";
@@ -387,7 +387,7 @@ TEST(Simulation, FlexAttentionVariantsArePricedByVisibleTilesAndMode) {
   auto run = [](std::vector<std::string> kv, const std::string& mode) {
     std::vector<std::string> base = {"model.n_layers", "4", "simulation.mode", mode};
     base.insert(base.end(), kv.begin(), kv.end());
-    return simulate_step(config("configs/qwen3_32b.yaml", base), 64);
+    return simulate_step(sim_config("configs/qwen3_32b.yaml", base), 64);
   };
   auto count = [](const SimResult& r, const std::string& op) {
     int n = 0;
@@ -412,7 +412,7 @@ TEST(Simulation, FlexAttentionVariantsArePricedByVisibleTilesAndMode) {
 }
 
 TEST(Simulation, Qwen3_32BParameterCountIsThePublishedOne) {
-  JobConfig c = config("configs/qwen3_32b.yaml");
+  JobConfig c = sim_config("configs/qwen3_32b.yaml");
   StepPlan p = plan_step(c, 64);
   EXPECT_EQ(p.num_params, 32762123264LL);
 }
@@ -421,7 +421,7 @@ TEST(Simulation, Qwen3_32BParameterCountIsThePublishedOne) {
 // SemiAnalysis: Qwen3-32B, TorchTitan, 16 Trainium2 chips (64 LNC=2 ranks), seq 4096:
 // 11,099 tokens/s (23.89% MFU) eager, 14,156 tokens/s (30.47%) compiled. Bar: +-10%.
 TEST(Simulation, ReproducesTheTrainium2Qwen3_32BRun) {
-  JobConfig c = config("configs/qwen3_32b.yaml");
+  JobConfig c = sim_config("configs/qwen3_32b.yaml");
   SimResult eager = simulate_step(c, 64);
   EXPECT_EQ(eager.chips, 16);
   EXPECT_FALSE(eager.oom);
@@ -445,15 +445,15 @@ TEST(Simulation, ReproducesTheTrainium2Qwen3_32BRun) {
 // part's GEMM power limit is the one figure chosen after seeing its rows, docs/simulator.md). Bar: +-15%.
 // scripts/validate_simulator.py (ctest validate_simulator) runs every published row.
 TEST(Simulation, ReproducesPublishedGpuRuns) {
-  SimResult l3 = simulate_step(config("configs/validation/llama3_70b_a100x64.yaml"), 64);
+  SimResult l3 = simulate_step(sim_config("configs/validation/llama3_70b_a100x64.yaml"), 64);
   EXPECT_NEAR(l3.tokens_per_s_per_chip, 331, 0.15 * 331);
-  SimResult l8 = simulate_step(config("configs/validation/llama3_8b_a100x64.yaml"), 64);
+  SimResult l8 = simulate_step(sim_config("configs/validation/llama3_8b_a100x64.yaml"), 64);
   EXPECT_NEAR(l8.tokens_per_s_per_chip, 2904, 0.15 * 2904);
-  SimResult l2 = simulate_step(config("configs/validation/llama2_13b_a100x64.yaml"), 64);
+  SimResult l2 = simulate_step(sim_config("configs/validation/llama2_13b_a100x64.yaml"), 64);
   EXPECT_NEAR(l2.tokens_per_s_per_chip, 2162, 0.15 * 2162);
   EXPECT_EQ(l2.systems, 8);  // 8 HGX nodes joined by InfiniBand
   // Llama 3.1 405B, 128 H100, FSDP 16 x TP 8 (sequence parallel), batch 2, seq 8192, full AC: 109 WPS
-  SimResult l405 = simulate_step(config("configs/validation/llama31_405b_h100x128.yaml"), 128);
+  SimResult l405 = simulate_step(sim_config("configs/validation/llama31_405b_h100x128.yaml"), 128);
   EXPECT_NEAR(l405.tokens_per_s_per_chip, 109, 0.15 * 109);
   EXPECT_GT(l405.comm_busy_by_group.count("tp"), 0u);
   EXPECT_FALSE(l405.oom);
@@ -472,7 +472,7 @@ TEST(Simulation, AccumulationPricesKMicroBatchesAndTheReductions) {
                                          "2", "training.seq_len", "64"};
   auto with = [&](std::vector<std::string> o) {
     o.insert(o.begin(), base.begin(), base.end());
-    return config("configs/qwen3_debug.yaml", o);
+    return sim_config("configs/qwen3_debug.yaml", o);
   };
   const StepPlan one = plan_step(with({}), 2, true);
   const StepPlan every = plan_step(with({"training.global_batch_size", "12"}), 2, true);
@@ -503,7 +503,7 @@ TEST(Simulation, SkewedRoutingRaisesTheMoETimeMonotonically) {
   const std::string cfg = "configs/simulation/gpt_oss_20b_trn2.yaml";
   double last_step = 0, last_a2a = 0, balanced_gemm = 0;
   for (const char* skew : {"0", "0.25", "0.5", "1", "2"}) {
-    SimResult r = simulate_step(config(cfg, {"simulation.moe_routing_skew", skew}), 64);
+    SimResult r = simulate_step(sim_config(cfg, {"simulation.moe_routing_skew", skew}), 64);
     double gemm = r.compute_by_class.count("gemm") ? r.compute_by_class.at("gemm") : 0.0;
     const double a2a = r.exposed_by_kind.count("all_to_all") ? r.exposed_by_kind.at("all_to_all") : 0.0;
     if (std::string(skew) == "0") balanced_gemm = gemm;
@@ -515,36 +515,36 @@ TEST(Simulation, SkewedRoutingRaisesTheMoETimeMonotonically) {
   }
   // a histogram with the Zipf shares is the same routing; expert order does not matter, the busiest rank does
   std::string hist, reversed;
-  const int64_t E = config(cfg).model.moe_num_experts;
+  const int64_t E = sim_config(cfg).model.moe_num_experts;
   std::vector<std::string> items;
   for (int64_t e = 0; e < E; ++e) items.push_back(std::to_string(1e6 / (double)(e + 1)));
   for (int64_t e = 0; e < E; ++e) hist += (e ? "," : "") + items[e];
   for (int64_t e = E - 1; e >= 0; --e) reversed += (e != E - 1 ? "," : "") + items[e];
-  const double zipf = simulate_step(config(cfg, {"simulation.moe_routing_skew", "1"}), 64).step_s;
-  EXPECT_NEAR(simulate_step(config(cfg, {"simulation.moe_routing_histogram", hist}), 64).step_s, zipf, 1e-3 * zipf);
-  EXPECT_NEAR(simulate_step(config(cfg, {"simulation.moe_routing_histogram", reversed}), 64).step_s, zipf,
+  const double zipf = simulate_step(sim_config(cfg, {"simulation.moe_routing_skew", "1"}), 64).step_s;
+  EXPECT_NEAR(simulate_step(sim_config(cfg, {"simulation.moe_routing_histogram", hist}), 64).step_s, zipf, 1e-3 * zipf);
+  EXPECT_NEAR(simulate_step(sim_config(cfg, {"simulation.moe_routing_histogram", reversed}), 64).step_s, zipf,
               1e-3 * zipf);
   // refused: a histogram of the wrong length, both keys, a dense model, nothing simulated
-  EXPECT_NE(error_of([&] { simulate_step(config(cfg, {"simulation.moe_routing_histogram", "1,2,3"}), 64); })
+  EXPECT_NE(error_of([&] { simulate_step(sim_config(cfg, {"simulation.moe_routing_histogram", "1,2,3"}), 64); })
                 .find("simulation.moe_routing_histogram gives 3 counts"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { config(cfg, {"simulation.moe_routing_histogram", "1,x"}); }).find("'x'"), std::string::npos)
+  EXPECT_NE(error_of([&] { sim_config(cfg, {"simulation.moe_routing_histogram", "1,x"}); }).find("'x'"), std::string::npos)
       << "parsed at load";
   EXPECT_NE(error_of([&] {
-              config(cfg, {"simulation.moe_routing_skew", "1", "simulation.moe_routing_histogram", hist});
+              sim_config(cfg, {"simulation.moe_routing_skew", "1", "simulation.moe_routing_histogram", hist});
             }).find("both set"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { config("configs/qwen3_32b.yaml", {"simulation.moe_routing_skew", "1"}); })
+  EXPECT_NE(error_of([&] { sim_config("configs/qwen3_32b.yaml", {"simulation.moe_routing_skew", "1"}); })
                 .find("needs MoE layers"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
-              config("configs/gpt_oss_debug.yaml", {"simulation.moe_routing_skew", "1"});
+              sim_config("configs/gpt_oss_debug.yaml", {"simulation.moe_routing_skew", "1"});
             }).find("nothing is simulated"),
             std::string::npos);
 }
 
 TEST(Simulation, OutOfMemoryIsReportedWithTheBreakdown) {
-  JobConfig c = config("configs/qwen3_32b.yaml", {"activation_checkpoint.mode", "none", "training.local_batch_size",
+  JobConfig c = sim_config("configs/qwen3_32b.yaml", {"activation_checkpoint.mode", "none", "training.local_batch_size",
                                                   "2"});
   SimResult r = simulate_step(c, 64);
   EXPECT_TRUE(r.oom);
@@ -556,7 +556,7 @@ TEST(Simulation, OutOfMemoryIsReportedWithTheBreakdown) {
 }
 
 TEST(Simulation, ExpertParallelMoEStepRunsOnMeta) {
-  JobConfig c = config("configs/simulation/gpt_oss_120b_trn3x144.yaml");
+  JobConfig c = sim_config("configs/simulation/gpt_oss_120b_trn3x144.yaml");
   SimResult r = simulate_step(c, 576);
   EXPECT_EQ(r.chips, 144);
   EXPECT_FALSE(r.oom);
@@ -567,7 +567,7 @@ TEST(Simulation, ExpertParallelMoEStepRunsOnMeta) {
 }
 
 TEST(Simulation, ChromeTraceIsValidJsonWithTheExpectedTracks) {
-  JobConfig c = config("configs/qwen3_32b.yaml", {"model.n_layers", "4"});
+  JobConfig c = sim_config("configs/qwen3_32b.yaml", {"model.n_layers", "4"});
   SimResult r = simulate_step(c, 64);
   const std::string path = (fs::temp_directory_path() / "titan_sim_trace.json").string();
   write_chrome_trace(r, path, 2);
@@ -594,7 +594,7 @@ TEST(Simulation, ChromeTraceIsValidJsonWithTheExpectedTracks) {
 }
 
 TEST(Simulation, MeasuredTimelineOfARealStepUsesTheSameFormat) {
-  JobConfig c = config("configs/qwen3_debug.yaml", {"training.local_batch_size", "1", "training.seq_len", "32"});
+  JobConfig c = sim_config("configs/qwen3_debug.yaml", {"training.local_batch_size", "1", "training.seq_len", "32"});
   CostTrace trace(/*timed=*/true);
   plan_step(c, 1, /*with_events=*/false, Device::CPU);  // a real step on this CPU
   const double end = trace.elapsed();
@@ -631,7 +631,7 @@ TEST(Simulation, CollectivesSlowTheKernelsTheyOverlapByTheChipsInterference) {
     t.replace(at, std::string("comm_interference: 0.1").size(), "comm_interference: " + value);
     const std::string p = (dir / ("a100_" + value + ".yaml")).string();
     std::ofstream(p) << t;
-    JobConfig c = config("configs/validation/llama3_70b_a100x64.yaml", {"model.n_layers", "4", "simulation.chip", p});
+    JobConfig c = sim_config("configs/validation/llama3_70b_a100x64.yaml", {"model.n_layers", "4", "simulation.chip", p});
     return simulate_step(c, 64);
   };
   SimResult none = variant("0"), half = variant("0.5");
@@ -738,7 +738,7 @@ TEST(Pipeline, LayoutSplitsBlocksAndRefusesWhatCannotRun) {
                 .find("must not exceed the 4 blocks"),
             std::string::npos);
   EXPECT_NE(error_of([] {
-              config("configs/qwen3_debug.yaml", {"parallelism.pipeline_parallel_last_stage_less_layers", "1"});
+              sim_config("configs/qwen3_debug.yaml", {"parallelism.pipeline_parallel_last_stage_less_layers", "1"});
             }).find("only with parallelism.pipeline_parallel_degree > 1"),
             std::string::npos);
   EXPECT_NE(error_of([] { parallel::pipeline_actions(parallel::PipelineSchedule::Interleaved1F1B, 4, 8, 6, 0); })
@@ -746,16 +746,16 @@ TEST(Pipeline, LayoutSplitsBlocksAndRefusesWhatCannotRun) {
             std::string::npos);
   // config: pipeline keys without a pipeline, tied embeddings, a micro-batch size that does not divide the batch
   EXPECT_NE(error_of([] {
-              config("configs/qwen3_debug.yaml", {"parallelism.pipeline_parallel_schedule", "GPipe"});
+              sim_config("configs/qwen3_debug.yaml", {"parallelism.pipeline_parallel_schedule", "GPipe"});
             }).find("only with parallelism.pipeline_parallel_degree > 1"),
             std::string::npos);
   EXPECT_NE(error_of([] {
-              config("configs/qwen3_debug.yaml",
+              sim_config("configs/qwen3_debug.yaml",
                      {"parallelism.pipeline_parallel_degree", "2", "model.enable_weight_tying", "true"});
             }).find("enable_weight_tying"),
             std::string::npos);
   EXPECT_NE(error_of([] {
-              config("configs/qwen3_debug.yaml", {"parallelism.pipeline_parallel_degree", "2",
+              sim_config("configs/qwen3_debug.yaml", {"parallelism.pipeline_parallel_degree", "2",
                                                   "parallelism.pipeline_parallel_microbatch_size", "3"});
             }).find("pipeline_parallel_microbatch_size"),
             std::string::npos);
@@ -766,7 +766,7 @@ namespace {
 // activations sent between stages take ~0.5% of a stage's time),
 // trn2 (no interference from transfers in flight), compiled mode (few launches).
 JobConfig uniform_pipeline(int64_t pp, int64_t m, const std::string& schedule) {
-  return config("configs/qwen3_debug.yaml",
+  return sim_config("configs/qwen3_debug.yaml",
                 {"model.dim", "2048", "model.n_heads", "16", "model.n_kv_heads", "8", "model.head_dim", "128",
                  "model.hidden_dim", "8192", "model.n_layers", std::to_string(8 * pp), "model.vocab_size", "256",
                  "training.seq_len", "2048", "training.local_batch_size", std::to_string(m),
@@ -856,7 +856,7 @@ TEST(Simulation, ConcurrentCollectivesShareTheLinksTheyBothUse) {
 TEST(Simulation, SequenceParallelRegatherKeepsTheShardAndGathersAgainInBackward) {
   const int64_t L = 8;
   auto cfg = [&](bool regather, const std::string& ac = "none") {
-    return config("configs/qwen3_32b.yaml", {"model.n_layers", std::to_string(L), "activation_checkpoint.mode", ac,
+    return sim_config("configs/qwen3_32b.yaml", {"model.n_layers", std::to_string(L), "activation_checkpoint.mode", ac,
                                              "parallelism.sequence_parallel_regather", regather ? "true" : "false"});
   };
   const JobConfig base = cfg(false);
@@ -880,12 +880,12 @@ TEST(Simulation, SequenceParallelRegatherKeepsTheShardAndGathersAgainInBackward)
   EXPECT_NE(e.find("parallelism.sequence_parallel_regather"), std::string::npos) << e;
   EXPECT_NE(e.find("activation_checkpoint.mode full"), std::string::npos) << e;
   e = error_of([&] {
-    config("configs/qwen3_32b.yaml", {"parallelism.tensor_parallel_degree", "1", "parallelism.data_parallel_shard_degree",
+    sim_config("configs/qwen3_32b.yaml", {"parallelism.tensor_parallel_degree", "1", "parallelism.data_parallel_shard_degree",
                                       "64", "parallelism.sequence_parallel_regather", "true"});
   });
   EXPECT_NE(e.find("needs sequence parallel"), std::string::npos) << e;
   e = error_of([&] {
-    config("configs/qwen3_32b.yaml", {"parallelism.enable_sequence_parallel", "false",
+    sim_config("configs/qwen3_32b.yaml", {"parallelism.enable_sequence_parallel", "false",
                                       "parallelism.sequence_parallel_regather", "true"});
   });
   EXPECT_NE(e.find("enable_sequence_parallel: true (it is false)"), std::string::npos) << e;
@@ -902,7 +902,7 @@ JobConfig cp_config(int64_t cp, const std::string& method = "allgather", std::ve
                                 std::to_string(cp)};
   if (cp > 1) o.insert(o.end(), {"parallelism.context_parallel_rotate_method", method});
   o.insert(o.end(), more.begin(), more.end());
-  return config("configs/qwen3_32b.yaml", o);
+  return sim_config("configs/qwen3_32b.yaml", o);
 }
 double activations(const StepPlan& p) { return (double)p.memory.peak[(int)MemoryCategory::Activations]; }
 double op_flops(const StepPlan& p, const std::string& name) {
@@ -965,7 +965,7 @@ TEST(Simulation, ContextParallelShardsTheSequenceAndPricesTheExchange) {
 // FSDP 8 on 16,384 H100 (Meta's hosts), one micro-batch per schedule: planned in under a second, the ranks of
 // a cp group priced once (their ring / gather peers alike).
 TEST(Simulation, LongContextPlanOn16kChipsIsQuick) {
-  JobConfig c = config("configs/validation/llama31_405b_h100x128.yaml",
+  JobConfig c = sim_config("configs/validation/llama31_405b_h100x128.yaml",
                        {"training.seq_len", "131072", "training.local_batch_size", "1",
                         "parallelism.data_parallel_shard_degree", "8", "parallelism.context_parallel_degree", "16",
                         "parallelism.pipeline_parallel_degree", "16", "parallelism.pipeline_parallel_first_stage_less_layers",
@@ -998,7 +998,7 @@ TEST(Simulation, ContextParallelRefusals) {
   e = error_of([] { cp_config(2, "ring"); });
   EXPECT_NE(e.find("context_parallel_rotate_method"), std::string::npos) << e;
   EXPECT_NE(e.find("alltoall"), std::string::npos) << e;
-  e = error_of([] { config("configs/qwen3_32b.yaml", {"parallelism.context_parallel_degree", "0"}); });
+  e = error_of([] { sim_config("configs/qwen3_32b.yaml", {"parallelism.context_parallel_degree", "0"}); });
   EXPECT_NE(e.find("context_parallel_degree must be >= 1"), std::string::npos) << e;
 }
 
@@ -1006,7 +1006,7 @@ TEST(Simulation, ContextParallelRefusals) {
 // head priced where they are).
 TEST(Simulation, UnevenPipelineStagesTimesFollowTheirBlocks) {
   auto run = [](int64_t last_less) {
-    JobConfig c = config("configs/qwen3_32b.yaml",
+    JobConfig c = sim_config("configs/qwen3_32b.yaml",
                          {"model.n_layers", "8", "parallelism.pipeline_parallel_degree", "2",
                           "parallelism.pipeline_parallel_last_stage_less_layers", std::to_string(last_less),
                           "training.local_batch_size", "4", "parallelism.data_parallel_shard_degree", "8",

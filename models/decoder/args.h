@@ -1,26 +1,47 @@
 // models/decoder/args.h — the architecture of titan's one decoder family.
 //
 // Qwen3, Qwen3-MoE, gpt-oss and Llama-3 are configurations of this one block
-// (src/config/model_families.h holds their presets); every field below applies to
-// every member. The mapping to Hugging Face's config.json is honest: a
+// (models/decoder/presets.h holds their presets); every knob applies to every
+// member or is refused (presets.h). The knobs are declared once, in
+// models/decoder/knobs.def: member, YAML key, default, HF field, check and
+// meaning in one row. The mapping to Hugging Face's config.json is honest: a
 // configuration one of HF's classes represents exactly is written as that
 // class (Qwen3ForCausalLM, Qwen3MoeForCausalLM, GptOssForCausalLM,
 // LlamaForCausalLM); anything else as titan's decoder (model_type
-// "titan_decoder", every field under "titan_decoder"), never as a class HF
+// "titan_decoder", every knob under "titan_decoder"), never as a class HF
 // would load and run differently.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
-#include "src/config/job_config.h"
+#include "src/config/enum_names.h"
+#include "src/config/field.h"
 #include "src/nn/attention_variants.h"
+#include "src/nn/layers.h"
 
 namespace titan::decoder {
 
-// RoPE frequency scaling (HF's rope_scaling).
+enum class Family { qwen3, qwen3_moe, gpt_oss, llama3 };
+constexpr std::array<std::string_view, 4> enum_names(Family) { return {"qwen3", "qwen3_moe", "gpt_oss", "llama3"}; }
+enum class Activation { silu, gelu, oai_swiglu };
+constexpr std::array<std::string_view, 3> enum_names(Activation) { return {"silu", "gelu", "oai_swiglu"}; }
+enum class RouterScore { softmax, sigmoid };
+constexpr std::array<std::string_view, 2> enum_names(RouterScore) { return {"softmax", "sigmoid"}; }
+enum class RopeScalingType { none, yarn, llama3 };
+constexpr std::array<std::string_view, 3> enum_names(RopeScalingType) { return {"none", "yarn", "llama3"}; }
+enum class SlidingLayers { all, alternate };
+// The Hugging Face class a configuration is exactly (none: titan's own decoder, TitanDecoderForCausalLM).
+enum class HfClass { none, qwen3, qwen3_moe, gpt_oss, llama };
+constexpr std::array<std::string_view, 5> enum_names(HfClass) {
+  return {"TitanDecoderForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM", "LlamaForCausalLM"};
+}
+constexpr std::array<std::string_view, 2> enum_names(SlidingLayers) { return {"all", "alternate"}; }
+
+// RoPE frequency scaling (HF's rope_scaling): the rope_* knobs as rope.cpp reads them.
 struct RopeScaling {
-  std::string type = "none";  // none | yarn | llama3
+  RopeScalingType type = RopeScalingType::none;
   double factor = 1.0;
   int64_t original_max_position_embeddings = 4096;
   double beta_fast = 32.0, beta_slow = 1.0;  // yarn
@@ -30,54 +51,45 @@ struct RopeScaling {
 };
 
 struct Args {
-  std::string family = "qwen3";  // qwen3 | qwen3_moe | gpt_oss | llama3: parameter names and HF class follow it
-  int64_t vocab_size = 0, dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
-  int64_t hidden_dim = 0;  // dense MLP intermediate size
-  // norms
-  std::string norm_type = "rmsnorm";  // rmsnorm | layernorm
-  double norm_eps = 1e-6;
-  // attention
-  bool qk_norm = true;                // per-head norm of q and k before RoPE
-  bool attn_proj_bias = false;        // biases on q, k, v, o projections
-  bool attn_sinks = false;            // a learned sink logit per head in every softmax
-  std::vector<int64_t> layer_window;  // per layer: 0 = full attention (attn.mask), > 0 = sliding window
-  nn::AttentionVariant attn;          // mask of full layers, softcap, score bias
-  double rope_theta = 1e6;
-  RopeScaling rope;
+#define KNOB(T, name, dflt, hf, check, acts, help) T name = dflt;
+#include "models/decoder/knobs.def"
+#undef KNOB
+
+  // Resolved from the knobs (resolve()), or read from config.json (from_config_json):
+  std::vector<int64_t> layer_window;  // per layer: 0 = full attention (attn_mask_type), > 0 = sliding window
   int64_t max_position_embeddings = 40960;
-  // gated MLP (dense and experts): down(act(gate) * up)
-  std::string activation = "silu";  // silu | gelu | oai_swiglu (gpt-oss: gate*sigmoid(1.702 gate)*(up+1))
-  double swiglu_limit = 0.0;        // > 0: gate clamped above at limit, up to [-limit, limit]
-  // MoE
-  bool moe = false;
-  int64_t moe_experts = 8, moe_top_k = 2, moe_hidden_dim = 256;
-  std::string moe_score = "softmax";  // softmax | sigmoid router scores
-  bool moe_renormalize = true;        // chosen weights divided by their sum (HF norm_topk_prob)
-  bool moe_shared_expert = false;     // plus one always-on expert of moe_hidden_dim
-  bool moe_router_bias = false;       // router linear has a bias
-  bool moe_expert_bias = false;       // expert projections have biases
-  int64_t moe_every = 1;              // layer i is MoE when (i + 1) % moe_every == 0 (HF decoder_sparse_step)
-  int64_t moe_first_dense = 0;        // the first k layers stay dense
-  double moe_aux_loss_coeff = 0.0, moe_bias_update_rate = 0.0;  // load balancing (titan's)
   bool moe_route_bias = false;  // the router's choice adds per-expert biases (auxiliary-loss-free balancing):
                                 // model state, saved in checkpoints and titan-layout exports
-  bool tie_embeddings = false;
   // read from a titan_decoder config.json (or titan 0.8's titan_moe): the file
   // holds titan's own tensor layout, and an export keeps it (not an HF class)
   bool titan_layout = false;
+  bool from_config_json = false;  // layer_window, max_position_embeddings and moe_route_bias are the file's
 
-  bool is_moe_layer(int64_t i) const { return moe && i >= moe_first_dense && (i + 1) % moe_every == 0; }
+  // The per-layer windows, the context and the route-bias state from the knobs (unless they are a
+  // config.json's), then validate(). The decoder resolves the Args it is built from.
+  Args& resolve();
+  // Every rule on the knobs, once: each knob's own check, then the rules across knobs. Errors name the YAML
+  // key (model.<name>), or the config.json field when `hf_import` (the file's values were read, not typed).
+  void validate(bool hf_import = false) const;
+
+  bool is_moe_layer(int64_t i) const { return moe_enabled && i >= moe_first_dense && (i + 1) % moe_every == 0; }
   bool any_dense_layer() const;
+  bool every_layer_moe() const { return moe_enabled && moe_every == 1 && moe_first_dense == 0; }
   // gpt-oss's storage: experts' gate and up interleaved in one [E, dim, 2I] tensor, router "router"
-  bool fused_experts() const { return family == "gpt_oss"; }
+  bool fused_experts() const { return name == Family::gpt_oss; }
+  nn::AttentionVariant attention() const;  // the attn_* knobs
+  RopeScaling rope_scaling() const;        // the rope_* knobs
 
-  static Args from_job(const JobConfig::Model& m);  // after family defaults (family.h)
   // HF config.json content: qwen3, qwen3_moe, gpt_oss, llama or titan_decoder (HF's defaults for absent keys)
   static Args from_hf_json(const std::string& json);
   std::string to_hf_json() const;
-  // The HF class that represents this configuration exactly, or "" with *why it cannot.
-  std::string hf_architecture(std::string* why = nullptr) const;
-  void validate() const;
+  // The HF class that represents this configuration exactly, or none with *why no class does.
+  HfClass hf_class(std::string* why = nullptr) const;
+  // Its name ("" for none).
+  std::string hf_architecture(std::string* why = nullptr) const {
+    const HfClass c = hf_class(why);
+    return c == HfClass::none ? "" : config::enum_name(c);
+  }
 
   // Counts (TorchTitan conventions; see flops_per_token).
   int64_t num_params() const;
@@ -89,5 +101,20 @@ struct Args {
   double flops_per_token(int64_t seq_len) const;
   std::string describe() const;
 };
+
+// One row of knobs.def, typed through the member it names.
+struct Knob {
+  std::string key;   // model.<key>
+  std::string hf;    // config.json field ("" when none)
+  std::string help;
+  std::function<config::Field(Args&)> bind;       // the key bound to one Args (YAML, CLI)
+  std::function<void(const Args& from, Args& to)> copy;
+  std::function<std::string(const Args&)> check;  // "" when the value passes the row's check, else why not
+  std::string (*inapplicable)(const Args&);        // "" when the knob acts on this configuration, else why not
+  std::function<void(const Args&, nlohmann::json&)> to_json;          // j[key] = value
+  std::function<void(const nlohmann::json&, Args&, const std::string& field)> from_json;  // value = j[field]
+};
+const std::vector<Knob>& knobs();
+const Knob* find_knob(const std::string& key);
 
 }  // namespace titan::decoder

@@ -7,22 +7,23 @@
 #include "models/hf_init.h"
 #include "models/moe_balance.h"
 #include "src/autograd/grad_mode.h"
+#include "src/ops/ops.h"
 
 namespace titan::decoder {
 
-Tensor gated_activation(const Tensor& gate, const Tensor& up, const std::string& act, double limit) {
+Tensor gated_activation(const Tensor& gate, const Tensor& up, Activation act, double limit) {
   Tensor g = gate, u = up;
   if (limit > 0) {
     g = clamp(g, -INFINITY, limit);
     u = clamp(u, -limit, limit);
   }
-  if (act == "oai_swiglu") return mul(add(u, 1.0), mul(g, sigmoid(mul(g, 1.702))));
-  return mul(act == "gelu" ? gelu(g) : silu(g), u);
+  if (act == Activation::oai_swiglu) return mul(add(u, 1.0), mul(g, sigmoid(mul(g, 1.702))));
+  return mul(act == Activation::gelu ? gelu(g) : silu(g), u);
 }
 
 // ---- attention ----
 
-Attention::Attention(const Args& a, int64_t w) : head_dim(a.head_dim), window(w), variant(a.attn) {
+Attention::Attention(const Args& a, int64_t w) : head_dim(a.head_dim), window(w), variant(a.attention()) {
   const bool b = a.attn_proj_bias;
   q_proj = &register_module("q_proj", std::make_unique<nn::Linear>(a.dim, a.n_heads * a.head_dim, b));
   k_proj = &register_module("k_proj", std::make_unique<nn::Linear>(a.dim, a.n_kv_heads * a.head_dim, b));
@@ -33,8 +34,8 @@ Attention::Attention(const Args& a, int64_t w) : head_dim(a.head_dim), window(w)
     k_norm = &register_module("k_norm", std::make_unique<nn::Norm>(a.head_dim, a.norm_type, a.norm_eps));
   }
   if (a.attn_sinks) register_parameter("sinks", sinks, nn::new_parameter({a.n_heads}));
-  bias = nn::attention_bias_tensor(a.attn, a.n_heads);
-  if (a.attn.bias == "relative") register_parameter("relative_bias", bias, bias);
+  bias = nn::attention_bias_tensor(variant, a.n_heads);
+  if (variant.bias == nn::ScoreBias::relative) register_parameter("relative_bias", bias, bias, nn::ParamInit::zeros);
 }
 
 Tensor Attention::forward(const Tensor& x, const nn::AttentionInputs& in) const {
@@ -70,19 +71,19 @@ Tensor MLP::forward(const Tensor& x) const {
 // ---- experts ----
 
 Experts::Experts(const Args& a) : fused(a.fused_experts()), activation(a.activation), limit(a.swiglu_limit) {
-  const int64_t E = a.moe_experts, I = a.moe_hidden_dim, H = a.dim;
+  const int64_t E = a.moe_num_experts, I = a.moe_hidden_dim, H = a.dim;
   const bool b = a.moe_expert_bias;
   if (fused) {
     register_parameter("gate_up_proj", gate_up_proj, nn::new_parameter({E, H, 2 * I}));
-    if (b) register_parameter("gate_up_proj_bias", gate_up_proj_bias, nn::new_parameter({E, 2 * I}));
+    if (b) register_parameter("gate_up_proj_bias", gate_up_proj_bias, nn::new_parameter({E, 2 * I}), nn::ParamInit::zeros);
   } else {
     register_parameter("gate_proj", gate_proj, nn::new_parameter({E, H, I}));
-    if (b) register_parameter("gate_proj_bias", gate_proj_bias, nn::new_parameter({E, I}));
+    if (b) register_parameter("gate_proj_bias", gate_proj_bias, nn::new_parameter({E, I}), nn::ParamInit::zeros);
     register_parameter("up_proj", up_proj, nn::new_parameter({E, H, I}));
-    if (b) register_parameter("up_proj_bias", up_proj_bias, nn::new_parameter({E, I}));
+    if (b) register_parameter("up_proj_bias", up_proj_bias, nn::new_parameter({E, I}), nn::ParamInit::zeros);
   }
   register_parameter("down_proj", down_proj, nn::new_parameter({E, I, H}));
-  if (b) register_parameter("down_proj_bias", down_proj_bias, nn::new_parameter({E, H}));
+  if (b) register_parameter("down_proj_bias", down_proj_bias, nn::new_parameter({E, H}), nn::ParamInit::zeros);
 }
 
 Tensor Experts::forward(const Tensor& x, const std::vector<int64_t>& counts) const {
@@ -104,16 +105,16 @@ Tensor Experts::forward(const Tensor& x, const std::vector<int64_t>& counts) con
 // ---- MoE ----
 
 MoE::MoE(const Args& a)
-    : num_experts(a.moe_experts),
+    : num_experts(a.moe_num_experts),
       top_k(a.moe_top_k),
-      sigmoid_scores(a.moe_score == "sigmoid"),
+      sigmoid_scores(a.moe_score_func == RouterScore::sigmoid),
       renormalize(a.moe_renormalize),
       aux_loss_coeff(a.moe_aux_loss_coeff) {
   router = &register_module(a.fused_experts() ? "router" : "gate",
-                            std::make_unique<nn::Linear>(a.dim, a.moe_experts, a.moe_router_bias));
+                            std::make_unique<nn::Linear>(a.dim, a.moe_num_experts, a.moe_router_bias));
   experts = &register_module("experts", std::make_unique<Experts>(a));
   if (a.moe_shared_expert) shared_expert = &register_module("shared_expert", std::make_unique<MLP>(a, a.moe_hidden_dim));
-  expert_bias = zeros({a.moe_experts});
+  expert_bias = zeros({a.moe_num_experts});
 }
 
 Tensor MoE::forward(const Tensor& x) const {
@@ -172,10 +173,33 @@ Backbone::Backbone(const Args& a) {
   norm = &register_module("norm", std::make_unique<nn::Norm>(a.dim, a.norm_type, a.norm_eps));
 }
 
-Decoder::Decoder(const Args& a) : args_(a) {
-  a.validate();
-  model = &register_module("model", std::make_unique<Backbone>(a));
-  if (!a.tie_embeddings) lm_head = &register_module("lm_head", std::make_unique<nn::Linear>(a.dim, a.vocab_size, false));
+Decoder::Decoder(const Args& a) : args_(Args(a).resolve()) {
+  model = &register_module("model", std::make_unique<Backbone>(args_));
+  if (!args_.enable_weight_tying)
+    lm_head = &register_module("lm_head", std::make_unique<nn::Linear>(args_.dim, args_.vocab_size, false));
+}
+
+Tensor Decoder::loss(const Tensor& logits, const Tensor& targets) const {
+  TITAN_CHECK(logits.dim() == 3 && targets.dim() == 2 && logits.size(0) == targets.size(0) &&
+                  logits.size(1) == targets.size(1),
+              "Decoder::loss: logits must be [B, S, vocab] and targets [B, S], got ", shape_str(logits.shape()),
+              " and ", shape_str(targets.shape()));
+  Tensor l2 = logits.reshape({-1, logits.size(2)}), t1 = loss_targets(targets).reshape({-1});
+  return sharded_loss ? sharded_loss(l2, t1) : cross_entropy(l2, t1);
+}
+
+Tensor ignore_prefix_targets(const Tensor& targets, int64_t prefix, const std::vector<int64_t>& positions) {
+  if (prefix <= 1 || targets.is_meta()) return targets;
+  NoGradGuard ng;
+  Tensor t = targets.contiguous().clone();
+  const int64_t B = t.size(0), S = t.size(1);
+  TITAN_CHECK(positions.empty() || (int64_t)positions.size() == S, "ignore_prefix_targets: ", positions.size(),
+              " positions for targets ", shape_str(t.shape()));
+  int64_t* p = t.data<int64_t>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < S; ++i)
+      if ((positions.empty() ? i : positions[(size_t)i]) < prefix - 1) p[b * S + i] = -100;
+  return t;
 }
 
 std::vector<nn::Module*> Decoder::blocks() {
@@ -183,7 +207,7 @@ std::vector<nn::Module*> Decoder::blocks() {
 }
 
 Tensor Decoder::loss_targets(const Tensor& targets) const {
-  const int64_t prefix = args_.attn.mask == "prefix_lm" ? args_.attn.prefix_len : 0;
+  const int64_t prefix = args_.attn_mask_type == nn::MaskKind::prefix_lm ? args_.attn_prefix_len : 0;
   if (!sequence_shard.sharded() || targets.dim() != 2) return ignore_prefix_targets(targets, prefix);
   return ignore_prefix_targets(targets, prefix, sequence_shard.positions(targets.size(1)));
 }
@@ -203,8 +227,8 @@ Tensor Decoder::forward_chunk(const Tensor& x, const Tensor& doc_ids, const Mode
     const Device dev = in_x.device();
     const nn::SequenceShard& cp = sequence_shard;  // context parallel: S of the sequence's positions
     if (!cos_.defined() || cos_.size(0) != S || cos_.device() != dev || rope_shard_ != std::make_pair(cp.parts, cp.index)) {
-      if (cp.sharded()) std::tie(cos_, sin_) = rope_tables(cp.positions(S), args_.head_dim, args_.rope_theta, args_.rope, dev);
-      else std::tie(cos_, sin_) = rope_tables(S, args_.head_dim, args_.rope_theta, args_.rope, dev);
+      if (cp.sharded()) std::tie(cos_, sin_) = rope_tables(cp.positions(S), args_.head_dim, args_.rope_theta, args_.rope_scaling(), dev);
+      else std::tie(cos_, sin_) = rope_tables(S, args_.head_dim, args_.rope_theta, args_.rope_scaling(), dev);
       rope_shard_ = {cp.parts, cp.index};
     }
     TITAN_CHECK(!cp.sharded() || !doc_ids.defined() || doc_ids.size(1) == cp.global_len(S), "Decoder::forward_chunk: "
@@ -266,9 +290,9 @@ std::vector<std::pair<std::string, Tensor*>> Decoder::buffers() {
 
 HfLayout Decoder::hf_layout(const std::vector<Region>& params) const {
   // Qwen3-MoE keeps one nn.Linear per expert; titan's decoder exported as itself keeps them stacked
-  return args_.hf_architecture() == "Qwen3MoeForCausalLM" ? per_expert_layout(params) : same_layout(params);
+  return args_.hf_class() == HfClass::qwen3_moe ? per_expert_layout(params) : same_layout(params);
 }
 
-void Decoder::init_weights(uint64_t seed) { hf_init_weights(named_parameters(), seed); }
+void Decoder::init_weights(uint64_t seed) { hf_init_weights(named_parameters(), parameter_inits(), seed); }
 
 }  // namespace titan::decoder

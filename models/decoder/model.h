@@ -9,11 +9,13 @@
 // are applied from outside through named_parameters(), the blocks and the
 // module hooks, which every child runs through nn::Module::call.
 #pragma once
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comms/process_group.h"
-#include "models/causal_lm.h"
+#include "models/hf_layout.h"
 #include "models/decoder/args.h"
 #include "src/nn/attention_variants.h"
 #include "src/nn/layer_list.h"
@@ -24,7 +26,7 @@ namespace titan::decoder {
 // The gated activation of the MLPs and experts: act(gate) * up, with
 // gate <= limit and |up| <= limit when limit > 0; oai_swiglu is gpt-oss's
 // gate * sigmoid(1.702 gate) * (up + 1).
-Tensor gated_activation(const Tensor& gate, const Tensor& up, const std::string& activation, double limit);
+Tensor gated_activation(const Tensor& gate, const Tensor& up, Activation activation, double limit);
 
 class Attention : public nn::Module {
  public:
@@ -46,7 +48,7 @@ class MLP : public nn::Module {  // down(act(gate(x), up(x)))
   MLP(const Args& a, int64_t hidden);
   Tensor forward(const Tensor& x) const;
   nn::Linear *gate_proj, *up_proj, *down_proj;
-  std::string activation;
+  Activation activation;
   double limit;
 };
 
@@ -59,7 +61,7 @@ class Experts : public nn::Module {
   Tensor gate_up_proj, gate_up_proj_bias;                    // fused: [E, dim, 2I], [E, 2I]
   Tensor gate_proj, up_proj, gate_proj_bias, up_proj_bias;   // else: [E, dim, I], [E, I]
   Tensor down_proj, down_proj_bias;                          // [E, I, dim], [E, dim]
-  std::string activation;
+  Activation activation;
   double limit;
   double down_bias_scale = 1.0;  // tensor parallel: the down bias added on one rank only
 };
@@ -104,38 +106,73 @@ class Backbone : public nn::Module {  // HF's "model."
   nn::Norm* norm;
 };
 
-class Decoder : public CausalLM {
+// A contiguous part of a model run on its own (a pipeline stage): blocks
+// [begin, end), the embedding when `first`, the final norm and head when `last`.
+struct ModelChunk {
+  int64_t begin = 0, end = -1;  // end -1: through the last block
+  bool first = true, last = true;
+  int64_t seq_len = 0;  // the full sequence length when x arrives sequence-sharded (0: x's own)
+  bool whole() const { return first && last && begin == 0 && end == -1; }
+};
+
+// The model the trainer, titan-eval, the plans and the planner run: tokens -> logits, HF names and config,
+// the decoder blocks (FSDP units), counts for logging and MFU.
+class Decoder : public nn::Module {
  public:
-  explicit Decoder(const Args& a);
-  // tokens int [B, S] -> logits [B, S, vocab]
-  Tensor forward(const Tensor& tokens, const Tensor& doc_ids) override {
-    return forward_chunk(tokens, doc_ids, ModelChunk{});
-  }
-  Tensor forward_chunk(const Tensor& x, const Tensor& doc_ids, const ModelChunk& chunk) override;
-  using CausalLM::forward;
-  using CausalLM::aux_loss;
-  using CausalLM::routed_counts;
+  explicit Decoder(const Args& a);  // builds Args(a).resolve()
+  // tokens int [B, S] -> logits [B, S, vocab]; doc_ids int64 [B, S]: the document index of every token (the
+  // loader's Batch::doc_ids), read by attn_mask_type block_causal
+  Tensor forward(const Tensor& tokens, const Tensor& doc_ids) { return forward_chunk(tokens, doc_ids, ModelChunk{}); }
+  Tensor forward(const Tensor& tokens) { return forward(tokens, Tensor()); }
+  // A chunk's forward: x is tokens int [B, S] when chunk.first, else the hidden state entering block
+  // chunk.begin; returns the logits when chunk.last, else the hidden state leaving block chunk.end - 1.
+  Tensor forward_chunk(const Tensor& x, const Tensor& doc_ids, const ModelChunk& chunk);
+  // Mean next-token cross-entropy of logits [B, S, vocab] against targets [B, S], over the targets the inputs
+  // do not already show (prefix_lm: the prefix's own tokens are ignored, its queries see them).
+  Tensor loss(const Tensor& logits, const Tensor& targets) const;
+  // The targets the loss counts (the rest set to -100, cross_entropy's ignore_index).
+  Tensor loss_targets(const Tensor& targets) const;
+  // Set by a plan whose logits leave the model split over the vocabulary
+  // (loss parallel): cross-entropy of logits [N, V_local] against targets [N].
+  std::function<Tensor(const Tensor& logits, const Tensor& targets)> sharded_loss;
+  // Set by a context-parallel plan: which positions of each sequence this rank holds (tokens [B, S_local]
+  // arrive as those positions; RoPE, the masks and the loss targets follow them) and the attention over
+  // the whole sequence. doc_ids stay the whole sequence's [B, S].
+  nn::SequenceShard sequence_shard;
+
   // HF init: normal(0, 0.02) for linears, embeddings, experts and sinks, norms 1,
   // biases 0; in named_parameters() order from one seeded generator.
-  void init_weights(uint64_t seed) override;
-  std::string hf_config_json() const override { return args_.to_hf_json(); }
-  HfLayout hf_layout(const std::vector<Region>& params) const override;
-  std::vector<nn::Module*> blocks() override;
-  void set_activation_checkpoint(int64_t every, bool save_ops = false) override {
+  void init_weights(uint64_t seed);
+  std::string hf_config_json() const { return args_.to_hf_json(); }
+  // Regions of this model's parameters (or gradients) under the HF class's tensor names (models/hf_layout.h).
+  HfLayout hf_layout(const std::vector<Region>& params) const;
+  std::vector<nn::Module*> blocks();  // decoder layers, in order
+  // Checkpoint every `every`-th block (0: none, 1: all; N: blocks N-1, 2N-1, ... 0-based, as TorchTitan);
+  // save_ops: TorchTitan's op-level selective policy in each checkpointed block
+  // (autograd::SavePolicy::TorchTitanOps) instead of recomputing all of it.
+  void set_activation_checkpoint(int64_t every, bool save_ops = false) {
     activation_checkpoint = every;
     checkpoint_save_ops = save_ops;
   }
-  int64_t vocab_size() const override { return args_.vocab_size; }
-  int64_t hidden_size() const override { return args_.dim; }
-  int64_t expected_num_params() const override { return args_.num_params(); }
-  int64_t num_embedding_params() const override { return args_.num_embedding_params(); }
-  double flops_per_token(int64_t seq) const override { return args_.flops_per_token(seq); }
-  Tensor loss_targets(const Tensor& targets) const override;
-  std::string describe() const override { return args_.describe(); }
-  Tensor aux_loss(const ModelChunk& chunk) const override;
-  std::vector<std::vector<int64_t>> routed_counts(const ModelChunk& chunk) const override;
-  void update_router_bias(const std::vector<std::vector<double>>& global_counts) override;
-  std::vector<std::pair<std::string, Tensor*>> buffers() override;  // MoE expert biases when balancing updates them
+  int64_t vocab_size() const { return args_.vocab_size; }
+  int64_t hidden_size() const { return args_.dim; }  // the residual stream's width (what pipeline stages pass on)
+  int64_t expected_num_params() const { return args_.num_params(); }
+  int64_t num_embedding_params() const { return args_.num_embedding_params(); }
+  double flops_per_token(int64_t seq) const { return args_.flops_per_token(seq); }
+  std::string describe() const { return args_.describe(); }  // one line for the startup log
+
+  // Load balancing: the auxiliary loss of the last forward (undefined when off), the (token, expert) pairs
+  // each layer routed to each expert in the last forward, and the auxiliary-loss-free bias update from
+  // globally summed counts. The chunk versions count the MoE layers of the chunk's blocks (routed_counts:
+  // zeros for the others).
+  Tensor aux_loss(const ModelChunk& chunk) const;
+  std::vector<std::vector<int64_t>> routed_counts(const ModelChunk& chunk) const;
+  Tensor aux_loss() const { return aux_loss(ModelChunk{}); }
+  std::vector<std::vector<int64_t>> routed_counts() const { return routed_counts(ModelChunk{}); }
+  void update_router_bias(const std::vector<std::vector<double>>& global_counts);
+  // Training state that is not a parameter and that a resumed run needs (the expert biases of
+  // auxiliary-loss-free balancing): saved in checkpoints and titan-layout exports, the same on every rank.
+  std::vector<std::pair<std::string, Tensor*>> buffers();
   const Args& args() const { return args_; }
 
   Backbone* model = nullptr;
@@ -149,4 +186,13 @@ class Decoder : public CausalLM {
   std::pair<int64_t, int64_t> rope_shard_{1, 0};  // the sequence shard (parts, index) they were built for
 };
 
+// targets with [:, :prefix - 1] set to -100: inside a bidirectional prefix
+// the query at i sees token i + 1, its target. positions: the global position of each column (empty:
+// 0..S-1; a context-parallel rank's chunks).
+Tensor ignore_prefix_targets(const Tensor& targets, int64_t prefix, const std::vector<int64_t>& positions = {});
+
 }  // namespace titan::decoder
+
+namespace titan {
+using decoder::ModelChunk;  // what a pipeline stage runs (parallel/pipeline.h)
+}  // namespace titan

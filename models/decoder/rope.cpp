@@ -66,10 +66,10 @@ std::pair<Tensor, Tensor> rope_tables(const std::vector<int64_t>& positions, int
     inv[i] = 1.0f / pos_freq[i];
   }
   float attention_factor = 1.0f;
-  if (r.type == "yarn") {
+  if (r.type == RopeScalingType::yarn) {
     inv = yarn(pos_freq, D, theta, r);
     attention_factor = (float)(0.1 * std::log(r.factor) + 1.0);
-  } else if (r.type == "llama3") {
+  } else if (r.type == RopeScalingType::llama3) {
     inv = llama3(inv, r);
   }
   float* pc = c.data<float>();

@@ -10,33 +10,30 @@
 namespace titan::nn {
 
 void AttentionVariant::validate(int64_t seq_len) const {
-  TITAN_CHECK(mask == "causal" || mask == "block_causal" || mask == "sliding_window" || mask == "prefix_lm",
-              "config error: model.attn_mask_type '", mask, "' is not one of causal, block_causal, sliding_window, prefix_lm");
-  TITAN_CHECK(bias == "none" || bias == "alibi" || bias == "relative", "config error: model.attn_bias '", bias,
-              "' is not one of none, alibi, relative");
   TITAN_CHECK(softcap >= 0 && std::isfinite(softcap), "config error: model.attn_logit_softcap must be >= 0 (0 = off), got ",
               softcap);
   TITAN_CHECK(relative_max_distance >= 1, "config error: model.attn_relative_max_distance must be >= 1, got ",
               relative_max_distance);
-  TITAN_CHECK(bias == "relative" || relative_max_distance == AttentionVariant().relative_max_distance,
+  TITAN_CHECK(bias == ScoreBias::relative || relative_max_distance == AttentionVariant().relative_max_distance,
               "config error: model.attn_relative_max_distance (", relative_max_distance,
-              ") applies only with model.attn_bias: relative (it is '", bias, "')");
-  if (mask == "prefix_lm") {
+              ") applies only with model.attn_bias: relative (it is '", config::enum_name(bias), "')");
+  if (mask == MaskKind::prefix_lm) {
     TITAN_CHECK(prefix_len > 0, "config error: model.attn_mask_type prefix_lm needs model.attn_prefix_len > 0 (the "
                                 "tokens at the start of each sequence that every query sees)");
     TITAN_CHECK(seq_len <= 0 || prefix_len < seq_len, "config error: model.attn_prefix_len (", prefix_len,
                 ") must be shorter than training.seq_len (", seq_len, ")");
   } else {
     TITAN_CHECK(prefix_len == 0, "config error: model.attn_prefix_len (", prefix_len,
-                ") applies only with model.attn_mask_type: prefix_lm (it is '", mask, "')");
+                ") applies only with model.attn_mask_type: prefix_lm (it is '", config::enum_name(mask), "')");
   }
 }
 
 std::string AttentionVariant::describe() const {
   std::ostringstream o;
-  o << mask;
-  if (mask == "prefix_lm") o << " " << prefix_len;
-  if (bias != "none") o << ", " << bias << (bias == "relative" ? " " + std::to_string(relative_max_distance) : "");
+  o << config::enum_name(mask);
+  if (mask == MaskKind::prefix_lm) o << " " << prefix_len;
+  if (bias != ScoreBias::none)
+    o << ", " << config::enum_name(bias) << (bias == ScoreBias::relative ? " " + std::to_string(relative_max_distance) : "");
   if (softcap > 0) o << ", softcap " << softcap;
   return o.str();
 }
@@ -44,11 +41,11 @@ std::string AttentionVariant::describe() const {
 MaskMod layer_mask(const AttentionVariant& v, int64_t window, const Tensor& doc_ids) {
   MaskMod base;
   if (window > 0) base = sliding_window_mask(window);
-  else if (v.mask == "prefix_lm") base = prefix_lm_mask(v.prefix_len);
+  else if (v.mask == MaskKind::prefix_lm) base = prefix_lm_mask(v.prefix_len);
   else base = causal_mask();  // causal, and block_causal's causal part
-  TITAN_CHECK(v.mask != "sliding_window" || window > 0,
+  TITAN_CHECK(v.mask != MaskKind::sliding_window || window > 0,
               "attention: attn_mask_type sliding_window needs model.sliding_window > 0");
-  if (v.mask != "block_causal") return base;
+  if (v.mask != MaskKind::block_causal) return base;
   TITAN_CHECK(doc_ids.defined(), "attention: model.attn_mask_type block_causal needs the document ids of the batch "
                                  "(the data loader's /doc_starts); none were passed to the model's forward");
   return and_masks(document_causal_mask(doc_ids), base);
@@ -75,10 +72,10 @@ ScoreMod relative_bias_mod(const Tensor& table, int64_t R) {
 ScoreMod layer_score_mod(const AttentionVariant& v, const Tensor& bias_param) {
   const double cap = v.softcap;
   const int64_t R = v.relative_max_distance;
-  if (v.bias == "none") return cap > 0 ? softcap_mod(cap) : ScoreMod();
-  TITAN_CHECK(bias_param.defined(), "attention: attn_bias ", v.bias, " without its slopes/table tensor");
-  if (cap <= 0) return v.bias == "alibi" ? alibi_mod(bias_param) : relative_bias_mod(bias_param, R);
-  if (v.bias == "alibi")
+  if (v.bias == ScoreBias::none) return cap > 0 ? softcap_mod(cap) : ScoreMod();
+  TITAN_CHECK(bias_param.defined(), "attention: attn_bias ", config::enum_name(v.bias), " without its slopes/table tensor");
+  if (cap <= 0) return v.bias == ScoreBias::alibi ? alibi_mod(bias_param) : relative_bias_mod(bias_param, R);
+  if (v.bias == ScoreBias::alibi)
     return ScoreMod("alibi+softcap", {bias_param}, [cap](auto s, const auto& c, ScoreIndex i) {
       return cap * flex::tanh((s + c(0, i.h) * double(i.kv - i.q)) / cap);
     }, 6);
@@ -113,9 +110,9 @@ std::vector<int64_t> SequenceShard::positions(int64_t local_len) const {
 }
 
 Tensor attention_bias_tensor(const AttentionVariant& v, int64_t n_heads) {
-  if (v.bias == "alibi")
+  if (v.bias == ScoreBias::alibi)
     return default_device() == Device::Meta ? empty({n_heads}, DType::F32) : alibi_slopes(n_heads);
-  if (v.bias == "relative") return zeros({n_heads, 2 * v.relative_max_distance - 1});
+  if (v.bias == ScoreBias::relative) return zeros({n_heads, 2 * v.relative_max_distance - 1});
   return Tensor();
 }
 

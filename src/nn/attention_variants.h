@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "src/config/enum_names.h"
 #include "src/ops/flex_attention.h"
 
 namespace titan::nn {
@@ -42,11 +43,19 @@ struct AttentionInputs {
   AttendFn attend;
 };
 
+// The mask of the full-attention layers, and the bias added to the scores.
+enum class MaskKind { causal, block_causal, sliding_window, prefix_lm };
+constexpr std::array<std::string_view, 4> enum_names(MaskKind) {
+  return {"causal", "block_causal", "sliding_window", "prefix_lm"};
+}
+enum class ScoreBias { none, alibi, relative };
+constexpr std::array<std::string_view, 3> enum_names(ScoreBias) { return {"none", "alibi", "relative"}; }
+
 struct AttentionVariant {
-  std::string mask = "causal";  // causal | block_causal | sliding_window | prefix_lm (full-attention layers)
+  MaskKind mask = MaskKind::causal;  // of the full-attention layers
   int64_t prefix_len = 0;       // prefix_lm: tokens at the start of each sequence every query sees
   double softcap = 0;           // > 0: scores become softcap * tanh(score / softcap) (Gemma-2), after the bias
-  std::string bias = "none";    // none | alibi | relative
+  ScoreBias bias = ScoreBias::none;
   int64_t relative_max_distance = 128;  // relative: distances clipped to [-(R-1), R-1]; table [H, 2R-1]
   bool operator==(const AttentionVariant&) const = default;
   bool is_default() const { return *this == AttentionVariant(); }

@@ -9,16 +9,14 @@ Tensor new_parameter(const Shape& s) {
 
 Linear::Linear(int64_t in, int64_t out, bool has_bias) {
   register_parameter("weight", weight, new_parameter({out, in}));
-  if (has_bias) register_parameter("bias", bias, new_parameter({out}));
+  if (has_bias) register_parameter("bias", bias, new_parameter({out}), ParamInit::zeros);
 }
 
 Embedding::Embedding(int64_t vocab, int64_t dim) { register_parameter("weight", weight, new_parameter({vocab, dim})); }
 
-Norm::Norm(int64_t dim, const std::string& type, double eps_) : layernorm(type == "layernorm"), eps(eps_) {
-  TITAN_CHECK(type == "rmsnorm" || type == "layernorm", "Norm: unknown norm type '", type,
-              "' (allowed: rmsnorm, layernorm)");
-  register_parameter("weight", weight, new_parameter({dim}));
-  if (layernorm) register_parameter("bias", bias, new_parameter({dim}));
+Norm::Norm(int64_t dim, NormKind kind, double eps_) : layernorm(kind == NormKind::layernorm), eps(eps_) {
+  register_parameter("weight", weight, new_parameter({dim}), ParamInit::ones);
+  if (layernorm) register_parameter("bias", bias, new_parameter({dim}), ParamInit::zeros);
 }
 
 Tensor Norm::forward(const Tensor& x) const {

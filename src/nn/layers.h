@@ -1,5 +1,6 @@
 // src/nn/layers.h — the basic parameterized layers shared by the model zoo.
 #pragma once
+#include "src/config/enum_names.h"
 #include <functional>
 #include <string>
 
@@ -35,10 +36,13 @@ class Embedding : public Module {
   std::function<Tensor(const Tensor& weight, const Tensor& ids)> lookup;
 };
 
+enum class NormKind { rmsnorm, layernorm };
+constexpr std::array<std::string_view, 2> enum_names(NormKind) { return {"rmsnorm", "layernorm"}; }
+
 // RMSNorm (weight) or LayerNorm (weight, bias) over the last dim.
 class Norm : public Module {
  public:
-  Norm(int64_t dim, const std::string& type, double eps);
+  Norm(int64_t dim, NormKind kind, double eps);
   Tensor forward(const Tensor& x) const;
   Tensor weight;  // [dim]
   Tensor bias;    // [dim], layernorm only

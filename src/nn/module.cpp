@@ -2,12 +2,22 @@
 
 namespace titan::nn {
 
-Tensor& Module::register_parameter(const std::string& name, Tensor& slot, Tensor value) {
+Tensor& Module::register_parameter(const std::string& name, Tensor& slot, Tensor value, ParamInit init) {
   slot = std::move(value);
   slot.set_name(name);
   if (is_floating(slot.dtype())) slot.requires_grad_(true);
   params_.emplace_back(name, &slot);
+  inits_.push_back(init);
   return slot;
+}
+
+std::vector<ParamInit> Module::parameter_inits() {
+  std::vector<ParamInit> out = inits_;
+  for (auto& [n, c] : children_) {
+    auto sub = c->parameter_inits();
+    out.insert(out.end(), sub.begin(), sub.end());
+  }
+  return out;
 }
 
 std::vector<std::pair<std::string, Tensor*>> Module::named_parameters(const std::string& prefix) {

@@ -15,6 +15,10 @@
 
 namespace titan::nn {
 
+// How a parameter starts (Hugging Face's _init_weights, by what the parameter is, declared by the module
+// that owns it): drawn from normal(0, std), or ones (norm weights), or zeros (biases).
+enum class ParamInit { normal, ones, zeros };
+
 class Module {
  public:
   virtual ~Module() = default;
@@ -24,6 +28,8 @@ class Module {
 
   // Depth-first, in registration order: a deterministic order every rank shares.
   std::vector<std::pair<std::string, Tensor*>> named_parameters(const std::string& prefix = "");
+  // The initialization each parameter declared, in named_parameters() order.
+  std::vector<ParamInit> parameter_inits();
   std::vector<Tensor*> parameters();
   int64_t num_parameters();
   void zero_grad();
@@ -53,7 +59,7 @@ class Module {
   }
 
  protected:
-  Tensor& register_parameter(const std::string& name, Tensor& slot, Tensor value);
+  Tensor& register_parameter(const std::string& name, Tensor& slot, Tensor value, ParamInit init = ParamInit::normal);
   template <typename M>
   M& register_module(const std::string& name, std::unique_ptr<M> m) {
     M& ref = *m;
@@ -63,6 +69,7 @@ class Module {
 
  private:
   std::vector<std::pair<std::string, Tensor*>> params_;
+  std::vector<ParamInit> inits_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
   std::vector<Hook> pre_hooks_, post_hooks_;
 };

@@ -95,20 +95,20 @@ void clip_grads(const std::vector<Tensor*>& params, double max_norm, double norm
 double LRSchedule::factor(int64_t t) const {
   if (t <= warmup_steps) return (double)t / (double)(warmup_steps + 1);
   const double floor = min_lr_factor;
-  auto shape = [&](double progress, const std::string& kind) {  // 1 -> floor as progress 0 -> 1
+  auto shape = [&](double progress, bool cosine) {  // 1 -> floor as progress 0 -> 1
     progress = std::min(1.0, std::max(0.0, progress));
-    double f = kind == "cosine" ? 0.5 * (1.0 + std::cos(M_PI * progress)) : 1.0 - progress;
+    double f = cosine ? 0.5 * (1.0 + std::cos(M_PI * progress)) : 1.0 - progress;
     return floor + (1.0 - floor) * f;
   };
-  if (schedule == "constant") return 1.0;
+  if (schedule == LRShape::constant) return 1.0;
   const int64_t after = total_steps - warmup_steps;
-  if (schedule == "linear" || schedule == "cosine")
-    return shape((double)(t - warmup_steps) / (double)std::max<int64_t>(after, 1), schedule);
+  if (schedule == LRShape::linear || schedule == LRShape::cosine)
+    return shape((double)(t - warmup_steps) / (double)std::max<int64_t>(after, 1), schedule == LRShape::cosine);
   // wsd: stable until the last decay_ratio of the steps, then decay
   const int64_t decay_steps = (int64_t)std::llround(decay_ratio * (double)total_steps);
   const int64_t decay_start = total_steps - decay_steps;
   if (t <= decay_start) return 1.0;
-  return shape((double)(t - decay_start) / (double)std::max<int64_t>(decay_steps, 1), decay_type);
+  return shape((double)(t - decay_start) / (double)std::max<int64_t>(decay_steps, 1), decay_type == DecayShape::cosine);
 }
 
 }  // namespace titan

@@ -43,8 +43,14 @@ void clip_grads(const std::vector<Tensor*>& params, double max_norm, double norm
 
 // Learning-rate factor at (1-based) step t: linear warmup then
 // constant | linear | cosine decay to min_lr_factor, or warmup-stable-decay.
+enum class LRShape { constant, linear, cosine, wsd };
+constexpr std::array<std::string_view, 4> enum_names(LRShape) { return {"constant", "linear", "cosine", "wsd"}; }
+enum class DecayShape { linear, cosine };
+constexpr std::array<std::string_view, 2> enum_names(DecayShape) { return {"linear", "cosine"}; }
+
 struct LRSchedule {
-  std::string schedule = "wsd", decay_type = "linear";
+  LRShape schedule = LRShape::wsd;
+  DecayShape decay_type = DecayShape::linear;
   int64_t warmup_steps = 0, total_steps = 1;
   double decay_ratio = 0.2, min_lr_factor = 0.0;
   double factor(int64_t t) const;

@@ -258,4 +258,30 @@ Tensor rand_uniform(const Shape& s, Generator& g, double lo, double hi, DType t,
   return x;
 }
 
+bool Tensor::owns_whole_storage() const {
+  return defined() && offset() == 0 && is_contiguous() && impl_->storage->nbytes() == (size_t)nbytes();
+}
+
+namespace {
+void check_owner(const Tensor& t, const char* what) {
+  TITAN_CHECK(t.owns_whole_storage(), "Tensor::", what, ": ", shape_str(t.shape()),
+              " must own its whole buffer (offset 0, contiguous, no larger storage behind it); copy it first");
+}
+}  // namespace
+
+void Tensor::release_storage() const {
+  check_owner(*this, "release_storage");
+  impl_->storage->release();
+}
+
+void Tensor::refill_storage() const { impl_->storage->materialize(); }
+
+void Tensor::adopt_storage(const Tensor& from) const {
+  check_owner(*this, "adopt_storage");
+  check_owner(from, "adopt_storage (source)");
+  impl_->storage->adopt(*from.impl_->storage);
+}
+
+void Tensor::set_storage_category(MemoryCategory c) const { check_impl()->storage->set_category(c); }
+
 }  // namespace titan

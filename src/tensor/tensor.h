@@ -97,6 +97,15 @@ class Tensor {
   Tensor clone() const;
   Tensor to(DType t) const;
 
+  // --- storage surgery (FSDP's resharding, sequence parallel's re-gather): the buffer behind this tensor
+  // and every view and saved alias of it, freed and refilled in place. The tensor must own its whole
+  // buffer (offset 0, contiguous, as many bytes as it has): release / refill / adopt check it.
+  bool owns_whole_storage() const;
+  void release_storage() const;                   // frees the bytes; the views keep their (empty) storage
+  void refill_storage() const;                    // allocates them again; values undefined until written
+  void adopt_storage(const Tensor& from) const;   // a released buffer takes `from`'s bytes (same size)
+  void set_storage_category(MemoryCategory c) const;  // charges the buffer to another memory category
+
   // --- autograd
   bool requires_grad() const { return impl_ && impl_->requires_grad; }
   Tensor& requires_grad_(bool r = true);

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Multi-rank contracts of issue 4, run by ctest (no torch needed: h5py only).
 
-  parity.py --build BUILD --case ref              single-rank reference run (fixture)
+  parity.py --list                                the parity matrix (tests/parallel/matrix.txt): every reference
+                                                  and layout row, one ctest each
+  parity.py --build BUILD --case ref --name R     single-rank reference run R of the matrix (fixture)
+  parity.py --build BUILD --case layout --name N  layout row N of the matrix, or by hand:
   parity.py --build BUILD --case layout --np N --layout "--parallelism.x y ..."
       losses at each of 10 steps equal to the reference's to <= 1e-5 relative,
       gradients after step 1 to <= 1e-5 (relative L2 per tensor), the exported weights to <= 1e-4;
@@ -137,15 +140,55 @@ def check_rs_overlap(trace_path):
     return len(rs)
 
 
+MATRIX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "matrix.txt")
+
+
+def read_matrix(path=MATRIX):
+    """(refs, layouts) of the matrix file: refs[name] = flags; layouts[name] = (np, ref, labels, flags)."""
+    refs, layouts = {}, {}
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            cols = [c.strip() for c in line.rstrip("\n").split("|")]
+            if cols[0] == "ref" and len(cols) == 3:
+                refs[cols[1]] = cols[2]
+            elif cols[0] == "layout" and len(cols) == 6:
+                layouts[cols[1]] = (int(cols[2]), cols[3], cols[4], cols[5])
+            else:
+                sys.exit(f"{path}:{n}: expected 'ref | NAME | FLAGS' or 'layout | NAME | NP | REF | LABELS | FLAGS'")
+    for name, (_, ref, _, _) in layouts.items():
+        if ref not in refs:
+            sys.exit(f"{path}: layout {name} compares with reference {ref}, which no 'ref' row defines")
+    return refs, layouts
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--build", required=True)
-    ap.add_argument("--case", required=True)
+    ap.add_argument("--build")
+    ap.add_argument("--case")
+    ap.add_argument("--list", action="store_true", help="print the parity matrix and exit")
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--layout", default="")
     ap.add_argument("--name", default="")
     ap.add_argument("--ref", default="ref", help="which reference run to compare with")
     a = ap.parse_args()
+    refs, layouts = read_matrix()
+    if a.list:
+        for name, flags in refs.items():
+            print(f"ref     {name:28s} 1 rank   {flags}")
+        for name, (np_, ref, labels, flags) in layouts.items():
+            print(f"layout  {name:28s} {np_} ranks  vs {ref:14s} {'' if labels == '-' else '[' + labels + '] '}{flags}")
+        print(f"{len(refs)} references, {len(layouts)} layouts")
+        return
+    if not a.build or not a.case:
+        ap.error("--build and --case are required (or --list)")
+    if a.case == "ref" and not a.layout and a.name in refs:
+        a.layout = refs[a.name]
+    if a.case == "layout" and not a.layout:
+        if a.name not in layouts:
+            sys.exit(f"parity.py: no layout row '{a.name}' in {MATRIX} (parity.py --list shows them)")
+        a.np, a.ref, _, a.layout = layouts[a.name]
     build = os.path.abspath(a.build)
     train = os.path.join(build, "titan-train")
     work = os.path.join(build, "parity")

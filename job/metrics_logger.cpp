@@ -1,0 +1,146 @@
+#include "job/metrics_logger.h"
+
+#include <nlohmann/json.hpp>
+
+namespace titan {
+
+namespace {
+// A figure as the step line rounds it (printf's %.Nf / %.Ng), so metrics.jsonl carries what was logged.
+double rounded(const char* format, double v) { return std::stod(fmt(format, v)); }
+}  // namespace
+
+MetricsLogger::MetricsLogger(const JobConfig& cfg, const comms::DeviceMesh& mesh, const TrainJob& job,
+                             std::string sim_suffix, int64_t start, double t_start)
+    : cfg_(cfg),
+      mesh_(mesh),
+      sim_suffix_(std::move(sim_suffix)),
+      start_(start),
+      t_start_(t_start),
+      flops_per_token_(job.model->flops_per_token(cfg.training.seq_len)),
+      t_log_(0),
+      accumulation_(job.accumulation) {
+  const std::string path = cfg.job.dump_folder + "/metrics.jsonl";
+  if (cfg.metrics.save_jsonl && mesh.rank == 0) {
+    if (start > 0) truncate_metrics_after(path, start);  // resumed: rows past the checkpoint are redone
+    jsonl_ = std::make_unique<JsonlWriter>(path);
+  }
+  log_info("training " + std::to_string(cfg.training.steps) + " steps; MFU against " +
+           fmt("%.3f", cfg.metrics.peak_tflops) + " TFLOP/s peak per rank (metrics.peak_tflops)");
+  auto& mem = MemoryTracker::get(Device::CPU);
+  mem.reset_peak();
+  run_peak_ = mem.stats();
+  comms::CommLog::get().clear();
+  t_log_ = wall_seconds();
+}
+
+void MetricsLogger::fold_peak() {
+  const MemoryStats ms = MemoryTracker::get(Device::CPU).stats();
+  for (int i = 0; i < kNumMemoryCategories; ++i) run_peak_.peak[i] = std::max(run_peak_.peak[i], ms.peak[i]);
+  run_peak_.total_peak = std::max(run_peak_.total_peak, ms.total_peak);
+}
+
+void MetricsLogger::step(int64_t step, const StepResult& r, double lr) {
+  if (!r.expert_load.empty()) {
+    expert_total_.resize(r.expert_load[0].size(), 0.0);
+    for (auto& layer : r.expert_load)
+      for (size_t e = 0; e < layer.size() && e < expert_total_.size(); ++e) expert_total_[e] += layer[e];
+    for (auto& layer : r.expert_load) {  // min / mean / max over experts, averaged over layers
+      double mn = 1e300, mx = 0, mean = 0;
+      for (double c : layer) {
+        mn = std::min(mn, c);
+        mx = std::max(mx, c);
+        mean += c / (double)layer.size();
+      }
+      load_min_ += mn / (double)r.expert_load.size();
+      load_mean_ += mean / (double)r.expert_load.size();
+      load_max_ += mx / (double)r.expert_load.size();
+    }
+    ++load_steps_;
+  }
+  const int64_t B = cfg_.training.local_batch_size, S = cfg_.training.seq_len;
+  tokens_since_log_ += accumulation_ * B * S;
+  if (first_) {
+    log_info("time to first step: " + fmt("%.2f", process_seconds()) + " s (" +
+             fmt("%.2f", process_seconds() - t_start_) + " s in the trainer)");
+    first_ = false;
+  }
+  if (!(step % cfg_.metrics.log_freq == 0 || step == start_ + 1 || step == cfg_.training.steps)) return;
+  auto& mem = MemoryTracker::get(Device::CPU);
+  const double dt = wall_seconds() - t_log_;
+  StepMetrics sm;
+  sm.step = step;
+  sm.loss = r.loss;
+  sm.grad_norm = r.grad_norm;
+  sm.lr = lr;
+  const MemoryStats ms = mem.stats();
+  sm.memory_gib = (double)ms.total_peak / (1024.0 * 1024 * 1024);
+  sm.memory_pct = 100.0 * (double)ms.total_peak / (double)physical_memory_bytes();
+  // tps per rank as TorchTitan: this rank's tokens over the ranks that share them (tp ranks, the
+  // pipeline's stages: every stage runs the same tokens, and the cp ranks: each holds 1/cp of a sequence)
+  const auto& d = mesh_.degrees;
+  sm.tps = (double)tokens_since_log_ / dt / (double)(d.tp * d.pp * d.cp);
+  sm.tflops = flops_per_token_ * sm.tps / 1e12;
+  sm.mfu_pct = 100.0 * flops_per_token_ * sm.tps / (cfg_.metrics.peak_tflops * 1e12);
+  sm.elapsed_s = process_seconds();
+  double comm_busy = 0, comm_exposed = 0;
+  for (auto& c : comms::CommLog::get().take()) {
+    comm_busy += c.busy_s;
+    comm_exposed += c.exposed_s;
+  }
+  std::string line = format_step_line(sm);
+  if (load_steps_ > 0) {
+    line += "  experts: " + fmt("%.0f", load_min_ / load_steps_) + "/" + fmt("%.0f", load_mean_ / load_steps_) + "/" +
+            fmt("%.0f", load_max_ / load_steps_) + " tokens min/mean/max";
+    load_min_ = load_mean_ = load_max_ = 0;
+    load_steps_ = 0;
+  }
+  if (mesh_.world > 1)
+    line += "  comm: " + fmt("%.0f", 100.0 * comm_exposed / dt) + "% exposed (" + fmt("%.0f", 100.0 * comm_busy / dt) +
+            "% busy)";
+  log_info(line + sim_suffix_);
+  if (jsonl_) {
+    const nlohmann::ordered_json row = {{"step", step},
+                                        {"loss", rounded("%.8f", sm.loss)},
+                                        {"grad_norm", rounded("%.8f", sm.grad_norm)},
+                                        {"lr", rounded("%.6g", lr)},
+                                        {"tps", rounded("%.1f", sm.tps)},
+                                        {"tflops", rounded("%.5f", sm.tflops)},
+                                        {"mfu", rounded("%.4f", sm.mfu_pct)},
+                                        {"memory_gib", rounded("%.4f", sm.memory_gib)},
+                                        {"comm_exposed_s", rounded("%.4f", comm_exposed)},
+                                        {"comm_busy_s", rounded("%.4f", comm_busy)},
+                                        {"elapsed_s", rounded("%.3f", sm.elapsed_s)}};
+    jsonl_->write(row.dump());
+  }
+  fold_peak();
+  mem.reset_peak();
+  t_log_ = wall_seconds();
+  tokens_since_log_ = 0;
+}
+
+void MetricsLogger::validation(int64_t step, double loss) {
+  if (jsonl_) jsonl_->write(nlohmann::ordered_json{{"step", step}, {"val_loss", rounded("%.8f", loss)}}.dump());
+}
+
+void MetricsLogger::exclude_since(double t0) {
+  t_log_ += wall_seconds() - t0;
+  comms::CommLog::get().clear();
+}
+
+void MetricsLogger::finish() {
+  fold_peak();
+  const MemoryStats& ms = run_peak_;
+  auto mib = [&](MemoryCategory c) { return fmt("%.2f", (double)ms.peak[(int)c] / (1 << 20)); };
+  log_info("memory on rank 0 (MiB, peak by category): parameters " + mib(MemoryCategory::Parameters) + ", gradients " +
+           mib(MemoryCategory::Gradients) + ", optimizer " + mib(MemoryCategory::OptimizerState) + ", activations " +
+           mib(MemoryCategory::Activations) + ", communication " + mib(MemoryCategory::Communication) +
+           "; peak of all tracked tensors " + fmt("%.1f", (double)ms.total_peak / (1 << 20)) + " MiB");
+  if (!expert_total_.empty()) {  // what a simulation of this model's routing takes (simulation.moe_routing_histogram)
+    std::string hist;
+    for (double c : expert_total_) hist += (hist.empty() ? "" : ",") + fmt("%.0f", c);
+    log_info("expert load (routed tokens per expert over this run, all MoE layers; for "
+             "simulation.moe_routing_histogram): " + hist);
+  }
+}
+
+}  // namespace titan

@@ -1,0 +1,59 @@
+#include "job/simulation_entry.h"
+
+#include <filesystem>
+
+#include "job/metrics.h"
+#include "simulator/simulate.h"
+#include "step/collectives.h"
+
+namespace fs = std::filesystem;
+
+namespace titan {
+
+TrainResult run_simulated_job(const JobConfig& cfg, double t_start) {
+  TrainResult result;
+  const int world = (int)cfg.simulation.world_size;
+  if (!comms::initialized()) comms::init(nullptr, nullptr);
+  const bool lead = comms::world_rank() == 0;
+  set_log_enabled(lead);
+  if (comms::world_size() > 1) {  // the simulated world comes from the config, not from mpirun
+    log_info("simulation: launched on " + std::to_string(comms::world_size()) +
+             " processes (mpirun -np); a simulated job runs once, on rank 0, and plays simulation.world_size = " +
+             std::to_string(world) + " ranks itself: the other processes exit now (-np does not change the result)");
+    if (!lead) return result;
+  }
+  log_info("simulation: one training step of " + config::enum_name(cfg.model.name) + " " + cfg.model.flavor + " as " +
+           std::to_string(world) + " ranks on meta tensors, priced on " + cfg.simulation.system);
+  SimResult sim = simulate_step(cfg, world);
+  // the step line as TorchTitan prints it, from the simulated step (every step is the same)
+  log_info("step:  1  memory: " + fmt("%5.2f", sim.memory.total() / sim.ranks_per_chip / (double)(1 << 30)) + "GiB(" +
+           fmt("%.2f", 100.0 * sim.memory.total() / sim.hbm_bytes) + "%)  tps: " +
+           with_commas(sim.tokens_per_s_per_rank) + "  tflops: " +
+           fmt("%.2f", sim.tflops_per_chip / sim.ranks_per_chip) + "  mfu: " + fmt("%.2f", 100.0 * sim.mfu) +
+           "%  (simulated " + sim.chip + ", per rank as TorchTitan logs it)");
+  for (const auto& l : describe_simulation(sim)) log_info(l);
+  if (cfg.profiling.enable_profiling && lead) {  // the planned step's collectives, as a profiled real step lists them
+    for (const auto& l : describe_collectives(sim.collectives, 0)) log_info(l);
+    fs::create_directories(cfg.job.dump_folder);
+    write_collectives(sim.collectives, cfg.job.dump_folder + "/collectives_rank0.tsv");
+  }
+  if (!cfg.simulation.trace_file.empty() && lead) {
+    fs::create_directories(cfg.job.dump_folder);
+    const std::string path = cfg.job.dump_folder + "/" + cfg.simulation.trace_file;
+    write_chrome_trace(sim, path, (int)cfg.simulation.trace_chips);
+    log_info("simulated timeline (Chrome trace, open in https://ui.perfetto.dev): " + path);
+  }
+  log_info("simulated in " + fmt("%.2f", process_seconds() - t_start) + " s, peak RSS " +
+           fmt("%.2f", (double)max_rss_bytes() / (1 << 30)) + " GiB");
+  return result;
+}
+
+std::string simulated_figures(const JobConfig& cfg, const comms::DeviceMesh& mesh) {
+  if (cfg.simulation.system.empty() || mesh.rank != 0) return "";  // rank 0 prices the job once; only it logs
+  SimResult sim = simulate_step(cfg, mesh.world);
+  for (const auto& l : describe_simulation(sim)) log_info(l);
+  return "  sim[" + sim.chip + "]: tps " + with_commas(sim.tokens_per_s_per_rank) + " mfu " +
+         fmt("%.2f", 100.0 * sim.mfu) + "%";
+}
+
+}  // namespace titan

@@ -1,0 +1,33 @@
+// job/step_profiler.h — profiling.*: step profiling.profile_step timed op by op (the per-op table of time,
+// FLOPs and bytes), its collectives listed and written (collectives_rankR.tsv), and its measured timeline
+// as a Chrome trace (profile_trace_rankR.json).
+#pragma once
+#include <memory>
+
+#include "src/tensor/cost.h"
+#include "step/job_config.h"
+
+namespace titan {
+
+class StepProfiler {
+ public:
+  StepProfiler(const JobConfig& cfg, int rank) : cfg_(cfg), rank_(rank) {}
+  // Starts timing when `step` is the profiled one.
+  void begin(int64_t step);
+  // Ends it: the table, the collectives and the trace.
+  void end(int64_t step);
+  // Drops it (the step was skipped: nothing to report).
+  void cancel() {
+    trace_.reset();
+    scope_.reset();
+  }
+
+ private:
+  const JobConfig& cfg_;
+  int rank_;
+  double t0_ = 0;
+  std::unique_ptr<CostScope> scope_;
+  std::unique_ptr<CostTrace> trace_;
+};
+
+}  // namespace titan

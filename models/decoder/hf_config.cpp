@@ -1,0 +1,390 @@
+// models/decoder/hf_config.cpp — Args to and from Hugging Face's config.json (the classes' own fields, HF's
+// defaults for absent ones), and titan_decoder's block for configurations no HF class represents.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "models/decoder/args.h"
+#include "models/decoder/presets.h"
+#include "src/tensor/error.h"
+
+namespace titan::decoder {
+
+using json = nlohmann::json;
+
+namespace {
+bool has(const json& j, const char* k) { return j.contains(k) && !j[k].is_null(); }
+
+// Every knob whose HF field the file gives (null: HF's "unset", the default stays).
+void read_hf_fields(const json& j, Args& a) {
+  for (const auto& k : knobs())
+    if (!k.hf.empty() && has(j, k.hf.c_str())) k.from_json(j, a, k.hf);
+}
+
+RopeScaling rope_from_hf(const json& j, int64_t default_original) {
+  RopeScaling r;
+  r.original_max_position_embeddings = default_original;
+  if (!has(j, "rope_scaling")) return r;
+  const json& rs = j["rope_scaling"];
+  TITAN_CHECK(rs.is_object(), "model config: rope_scaling must be an object or null, got ", rs.dump());
+  const std::string type = rs.value("rope_type", rs.value("type", std::string("default")));
+  if (type == "default") return RopeScaling{};
+  TITAN_CHECK(type == "yarn" || type == "llama3", "model config: rope_scaling type '", type,
+              "' is not supported (yarn, llama3)");
+  r.type = type == "yarn" ? RopeScalingType::yarn : RopeScalingType::llama3;
+  // keys titan would otherwise drop (attention_factor, mscale, ...) are refused, not ignored
+  for (auto it = rs.begin(); it != rs.end(); ++it) {
+    static const std::vector<std::string> common{"rope_type", "type", "factor", "original_max_position_embeddings"};
+    static const std::vector<std::string> yarn{"beta_fast", "beta_slow", "truncate"};
+    static const std::vector<std::string> llama{"low_freq_factor", "high_freq_factor"};
+    const auto& own = r.type == RopeScalingType::yarn ? yarn : llama;
+    TITAN_CHECK(std::find(common.begin(), common.end(), it.key()) != common.end() ||
+                    std::find(own.begin(), own.end(), it.key()) != own.end(),
+                "model config: rope_scaling key '", it.key(), "' (", type, ") is not supported by titan");
+  }
+  r.factor = rs.value("factor", 1.0);
+  r.original_max_position_embeddings = rs.value("original_max_position_embeddings", default_original);
+  r.beta_fast = rs.value("beta_fast", r.beta_fast);
+  r.beta_slow = rs.value("beta_slow", r.beta_slow);
+  r.truncate = rs.value("truncate", true);
+  r.low_freq_factor = rs.value("low_freq_factor", r.low_freq_factor);
+  r.high_freq_factor = rs.value("high_freq_factor", r.high_freq_factor);
+  return r;
+}
+
+void set_rope(Args& a, const RopeScaling& r) {
+  a.rope_scaling_type = r.type;
+  a.rope_scaling_factor = r.factor;
+  a.rope_original_max_position_embeddings = r.original_max_position_embeddings;
+  a.rope_yarn_beta_fast = r.beta_fast;
+  a.rope_yarn_beta_slow = r.beta_slow;
+  a.rope_yarn_truncate = r.truncate;
+  a.rope_low_freq_factor = r.low_freq_factor;
+  a.rope_high_freq_factor = r.high_freq_factor;
+}
+
+json rope_to_hf(const RopeScaling& r) {
+  if (r.type == RopeScalingType::none) return json(nullptr);
+  json j = {{"rope_type", r.type}, {"factor", r.factor},
+            {"original_max_position_embeddings", r.original_max_position_embeddings}};
+  if (r.type == RopeScalingType::yarn) {
+    j["beta_fast"] = r.beta_fast;
+    j["beta_slow"] = r.beta_slow;
+    j["truncate"] = r.truncate;
+  } else {
+    j["low_freq_factor"] = r.low_freq_factor;
+    j["high_freq_factor"] = r.high_freq_factor;
+  }
+  return j;
+}
+
+// HF layer_types (full_attention / sliding_attention) -> per-layer windows
+void windows_from_hf(const json& j, Args& a, int64_t window, const char* mt) {
+  a.layer_window.assign(a.n_layers, 0);
+  if (!has(j, "layer_types")) return;
+  const json& lt = j["layer_types"];
+  TITAN_CHECK(lt.is_array() && (int64_t)lt.size() == a.n_layers, mt, " config: layer_types must list ", a.n_layers,
+              " entries");
+  for (int64_t i = 0; i < a.n_layers; ++i) {
+    TITAN_CHECK(lt[i] == "sliding_attention" || lt[i] == "full_attention", mt, " config: layer_types[", i, "] is ",
+                lt[i].dump(), " (full_attention, sliding_attention)");
+    a.layer_window[i] = lt[i] == "sliding_attention" ? window : 0;
+  }
+}
+
+// titan 0.8's titan_attention block (an attention variant on an HF family)
+void attention_from_hf(const json& j, Args& a) {
+  if (!j.contains("titan_attention")) return;
+  const auto& v = j["titan_attention"];
+  TITAN_CHECK(v.is_object(), "model config: titan_attention must be an object, got ", v.dump());
+  a.attn_mask_type = v.value("mask", a.attn_mask_type);
+  a.attn_prefix_len = v.value("prefix_len", a.attn_prefix_len);
+  a.attn_logit_softcap = v.value("logit_softcap", a.attn_logit_softcap);
+  a.attn_bias = v.value("bias", a.attn_bias);
+  a.attn_relative_max_distance = v.value("relative_max_distance", a.attn_relative_max_distance);
+}
+
+Args qwen3_from_hf(const json& j, bool moe) {
+  const char* mt = moe ? "qwen3_moe" : "qwen3";
+  Args a = hf_defaults(moe ? Family::qwen3_moe : Family::qwen3);
+  read_hf_fields(j, a);
+  if (!has(j, "num_key_value_heads")) a.n_kv_heads = moe ? 4 : a.n_heads;
+  if (!has(j, "head_dim")) a.head_dim = moe ? a.dim / a.n_heads : 128;
+  set_rope(a, rope_from_hf(j, a.max_position_embeddings = j.value("max_position_embeddings", 32768)));
+  const int64_t sw = has(j, "sliding_window") ? j["sliding_window"].get<int64_t>() : 4096;
+  if (j.contains("layer_types")) {
+    windows_from_hf(j, a, sw, mt);
+  } else {
+    a.layer_window.assign(a.n_layers, 0);
+    if (j.value("use_sliding_window", false))
+      for (int64_t i = j.value("max_window_layers", 28); i < a.n_layers; ++i) a.layer_window[i] = sw;
+  }
+  if (moe) {
+    for (auto w : a.layer_window)
+      TITAN_CHECK(w == 0, "qwen3_moe config: sliding-window layers (use_sliding_window / layer_types) are not "
+                  "supported in a Qwen3-MoE checkpoint");
+    const json mlp_only = j.value("mlp_only_layers", json::array());
+    for (size_t i = 0; i < mlp_only.size(); ++i)
+      TITAN_CHECK(mlp_only[i].get<int64_t>() == (int64_t)i, "qwen3_moe config: mlp_only_layers ", mlp_only.dump(),
+                  " is supported as the first k layers [0, ..., k-1] only");
+    a.moe_first_dense = (int64_t)mlp_only.size();
+  }
+  // titan 0.8's ablation keys (exports before the titan_decoder block)
+  a.qk_norm = j.value("titan_qk_norm", true);
+  a.norm_type = j.value("titan_norm_type", nn::NormKind::rmsnorm);
+  if (j.contains("titan_moe")) {  // its experts were written stacked: titan's layout
+    const json& m = j["titan_moe"];
+    a.moe_enabled = true;
+    a.titan_layout = true;
+    a.moe_num_experts = m.value("num_experts", a.moe_num_experts);
+    a.moe_top_k = m.value("top_k", a.moe_top_k);
+    a.moe_hidden_dim = m.value("hidden_dim", a.moe_hidden_dim);
+    a.moe_score_func = m.value("score_func", a.moe_score_func);
+    a.moe_renormalize = m.value("renormalize", a.moe_renormalize);
+    a.moe_shared_expert = m.value("shared_expert", a.moe_shared_expert);
+  }
+  return a;
+}
+
+Args gpt_oss_from_hf(const json& j) {
+  Args a = hf_defaults(Family::gpt_oss);
+  read_hf_fields(j, a);
+  // what GptOssForCausalLM fixes, whatever the file says
+  a.moe_hidden_dim = a.hidden_dim;  // intermediate_size: the experts' size
+  if (has(j, "num_local_experts")) a.moe_num_experts = j["num_local_experts"].get<int64_t>();
+  a.moe_enabled = a.moe_router_bias = a.moe_expert_bias = a.attn_proj_bias = a.attn_sinks = true;
+  a.qk_norm = false;
+  a.activation = Activation::oai_swiglu;
+  a.max_position_embeddings = j.value("max_position_embeddings", 131072);
+  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) set_rope(a, rope_from_hf(j, 4096));
+  const int64_t sw = j.value("sliding_window", 128);
+  if (has(j, "layer_types")) {
+    windows_from_hf(j, a, sw, "gpt_oss");
+  } else {  // HF's default: layer 0 sliding, alternating
+    a.layer_window.assign(a.n_layers, 0);
+    for (int64_t i = 0; i < a.n_layers; i += 2) a.layer_window[i] = sw;
+  }
+  return a;
+}
+
+Args llama_from_hf(const json& j) {
+  Args a = hf_defaults(Family::llama3);
+  read_hf_fields(j, a);
+  if (!has(j, "num_key_value_heads")) a.n_kv_heads = a.n_heads;
+  if (!has(j, "head_dim")) a.head_dim = a.dim / a.n_heads;
+  TITAN_CHECK(!j.value("mlp_bias", false), "llama config: mlp_bias true is not supported");
+  a.qk_norm = false;
+  set_rope(a, rope_from_hf(j, a.max_position_embeddings = j.value("max_position_embeddings", 2048)));
+  a.layer_window.assign(a.n_layers, 0);
+  return a;
+}
+
+// titan_decoder's block: every knob, plus what was resolved from them. Its field names are the decoder's
+// (titan 0.9's format, which older titans read): the knobs by name, but for five renamed ones and the RoPE
+// scaling / attention variant knobs grouped under "rope" / "attn".
+std::vector<std::string> block_path(const std::string& key) {
+  static const std::map<std::string, std::vector<std::string>> paths = {
+      {"name", {"family"}},
+      {"moe_enabled", {"moe"}},
+      {"moe_num_experts", {"moe_experts"}},
+      {"moe_score_func", {"moe_score"}},
+      {"enable_weight_tying", {"tie_embeddings"}},
+      {"rope_scaling_type", {"rope", "type"}},
+      {"rope_scaling_factor", {"rope", "factor"}},
+      {"rope_original_max_position_embeddings", {"rope", "original_max_position_embeddings"}},
+      {"rope_yarn_beta_fast", {"rope", "beta_fast"}},
+      {"rope_yarn_beta_slow", {"rope", "beta_slow"}},
+      {"rope_yarn_truncate", {"rope", "truncate"}},
+      {"rope_low_freq_factor", {"rope", "low_freq_factor"}},
+      {"rope_high_freq_factor", {"rope", "high_freq_factor"}},
+      {"attn_mask_type", {"attn", "mask"}},
+      {"attn_prefix_len", {"attn", "prefix_len"}},
+      {"attn_logit_softcap", {"attn", "softcap"}},
+      {"attn_bias", {"attn", "bias"}},
+      {"attn_relative_max_distance", {"attn", "relative_max_distance"}}};
+  auto it = paths.find(key);
+  return it == paths.end() ? std::vector<std::string>{key} : it->second;
+}
+
+json titan_block(const Args& a) {
+  json b;
+  for (const auto& k : knobs()) {
+    json one;
+    k.to_json(a, one);
+    const auto path = block_path(k.key);
+    (path.size() == 1 ? b[path[0]] : b[path[0]][path[1]]) = one[k.key];
+  }
+  b["layer_window"] = a.layer_window;
+  b["max_position_embeddings"] = a.max_position_embeddings;
+  b["moe_route_bias"] = a.moe_route_bias;
+  return b;
+}
+
+Args from_titan_block(const json& b) {
+  Args a;
+  for (const auto& k : knobs()) {
+    const auto path = block_path(k.key);
+    const json* v = &b;
+    for (const auto& p : path) v = v && v->is_object() && v->contains(p) ? &v->at(p) : nullptr;
+    if (!v || v->is_null()) continue;  // absent: the default (a block written before the knob existed)
+    k.from_json(json{{k.key, *v}}, a, k.key);
+  }
+  TITAN_CHECK(has(b, "layer_window"), "model config: the titan_decoder block has no layer_window");
+  a.layer_window = b["layer_window"].get<std::vector<int64_t>>();
+  a.max_position_embeddings = b.value("max_position_embeddings", a.max_position_embeddings);
+  a.moe_route_bias = b.value("moe_route_bias", false);
+  a.titan_layout = true;
+  return a;
+}
+
+// The model family a config.json describes: model_type, or titan_base_model_type for titan 0.8's titan_decoder.
+std::string hf_model_family(const json& j) {
+  std::string mt = j.value("model_type", std::string("qwen3"));
+  if (mt != "titan_decoder") return mt;
+  TITAN_CHECK(j.contains("titan_base_model_type") && j["titan_base_model_type"].is_string(),
+              "model config: model_type titan_decoder without titan_base_model_type (qwen3 | gpt_oss)");
+  return j["titan_base_model_type"].get<std::string>();
+}
+}  // namespace
+
+Args Args::from_hf_json(const std::string& text) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const std::exception& e) {
+    fail("model config: the HF config.json content is not valid JSON: ", e.what());
+  }
+  const std::string mt = j.value("model_type", std::string("qwen3"));
+  Args a;
+  if (mt == "titan_decoder" && j.contains("titan_decoder")) {
+    TITAN_CHECK(j["titan_decoder"].is_object(), "model config: the titan_decoder block must be an object");
+    a = from_titan_block(j["titan_decoder"]);
+  } else {
+    const std::string fam = hf_model_family(j);  // titan 0.8's titan_decoder names its base family
+    if (fam == "qwen3" || fam == "qwen3_moe") a = qwen3_from_hf(j, fam == "qwen3_moe");
+    else if (fam == "gpt_oss") a = gpt_oss_from_hf(j);
+    else if (fam == "llama") a = llama_from_hf(j);
+    else fail("model config: model_type '", fam, "' is not supported (qwen3, qwen3_moe, gpt_oss, llama, titan_decoder)");
+    attention_from_hf(j, a);
+    if (mt == "titan_decoder") a.titan_layout = true;  // titan 0.8's titan_decoder (titan_attention)
+  }
+  a.from_config_json = true;
+  a.validate(/*hf_import=*/true);
+  return a;
+}
+
+HfClass Args::hf_class(std::string* why) const {
+  auto no = [&](const std::string& w) {
+    if (why) *why = w;
+    return HfClass::none;
+  };
+  if (titan_layout) {  // the first reason that made it titan's, else the file's own layout
+    Args plain = *this;
+    plain.titan_layout = false;
+    std::string w;
+    return no(plain.hf_class(&w) == HfClass::none ? w : "read from a titan_decoder config: its tensors are in titan's layout");
+  }
+  if (moe_enabled && moe_route_bias)
+    return no("auxiliary-loss-free balancing: the expert biases that steer its routing have no place in the HF "
+              "class (titan's layout keeps them)");
+  if (!attention().is_default()) return no("attention variant " + attention().describe() + " (no HF class has it)");
+  if (norm_type != nn::NormKind::rmsnorm) return no("norm_type " + config::enum_name(norm_type));
+  bool sliding = false, uniform = true;
+  for (auto w : layer_window) {
+    sliding = sliding || w > 0;
+    uniform = uniform && (w == 0 || w == *std::max_element(layer_window.begin(), layer_window.end()));
+  }
+  if (!uniform) return no("sliding layers with different windows");
+  if (name == Family::gpt_oss) {
+    if (!(moe_enabled && !any_dense_layer() && !qk_norm && attn_proj_bias && attn_sinks &&
+          activation == Activation::oai_swiglu && swiglu_limit > 0 && moe_router_bias && moe_expert_bias &&
+          moe_score_func == RouterScore::softmax && moe_renormalize && !moe_shared_expert &&
+          rope_scaling_type == RopeScalingType::yarn))
+      return no("a gpt_oss ablation (GptOssForCausalLM fixes: MoE every layer, no qk_norm, projection biases, sinks, "
+                "oai_swiglu with a limit, router and expert biases, softmax top-k renormalized, YaRN)");
+    return HfClass::gpt_oss;
+  }
+  if (attn_sinks) return no("attention sinks outside gpt_oss");
+  if (activation == Activation::oai_swiglu || swiglu_limit > 0) return no("gpt-oss's clamped activation outside gpt_oss");
+  if (moe_enabled) {
+    if (!qk_norm) return no("MoE without qk_norm");
+    if (moe_score_func != RouterScore::softmax || moe_shared_expert || moe_router_bias || moe_expert_bias)
+      return no("a router or experts Qwen3-MoE does not have (sigmoid scores, shared expert or biases)");
+    if (sliding) return no("sliding layers in a MoE model");
+    return HfClass::qwen3_moe;
+  }
+  if (qk_norm) return HfClass::qwen3;
+  if (sliding) return no("sliding layers without qk_norm");
+  return HfClass::llama;
+}
+
+std::string Args::to_hf_json() const {
+  std::string why;
+  const HfClass arch = hf_class(&why);
+  const RopeScaling rope = rope_scaling();
+  static constexpr std::array<const char*, 5> model_type = {"titan_decoder", "qwen3", "qwen3_moe", "gpt_oss", "llama"};
+  json j;
+  j["architectures"] = {arch};
+  j["model_type"] = model_type[(size_t)arch];
+  j["vocab_size"] = vocab_size;
+  j["hidden_size"] = dim;
+  j["intermediate_size"] = name == Family::gpt_oss ? moe_hidden_dim : hidden_dim;
+  j["num_hidden_layers"] = n_layers;
+  j["num_attention_heads"] = n_heads;
+  j["num_key_value_heads"] = n_kv_heads;
+  j["head_dim"] = head_dim;
+  j["hidden_act"] = activation == Activation::oai_swiglu ? Activation::silu : activation;
+  // scaled RoPE: factor x original, so every HF version derives the same YaRN factor
+  j["max_position_embeddings"] = rope.type == RopeScalingType::none
+                                     ? max_position_embeddings
+                                     : std::llround(rope.factor * rope.original_max_position_embeddings);
+  j["rms_norm_eps"] = norm_eps;
+  j["rope_theta"] = rope_theta;
+  j["rope_scaling"] = rope_to_hf(rope);
+  j["tie_word_embeddings"] = enable_weight_tying;
+  j["attention_bias"] = attn_proj_bias;
+  j["attention_dropout"] = 0.0;
+  j["initializer_range"] = 0.02;
+  int64_t sw = 0;
+  json lt = json::array();
+  for (auto w : layer_window) {
+    lt.push_back(w > 0 ? "sliding_attention" : "full_attention");
+    sw = std::max(sw, w);
+  }
+  j["layer_types"] = lt;
+  j["torch_dtype"] = "float32";  // export_hf_folder writes what it stored
+  if (arch == HfClass::qwen3) {
+    j["use_sliding_window"] = sw > 0;
+    j["sliding_window"] = sw > 0 ? json(sw) : json(nullptr);
+    j["max_window_layers"] = n_layers;
+  } else if (arch == HfClass::qwen3_moe) {
+    j["num_experts"] = moe_num_experts;
+    j["num_experts_per_tok"] = moe_top_k;
+    j["moe_intermediate_size"] = moe_hidden_dim;
+    j["norm_topk_prob"] = moe_renormalize;
+    j["decoder_sparse_step"] = moe_every;
+    json mlp_only = json::array();
+    for (int64_t i = 0; i < moe_first_dense; ++i) mlp_only.push_back(i);
+    j["mlp_only_layers"] = mlp_only;
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = nullptr;
+    j["router_aux_loss_coef"] = moe_aux_loss_coeff;
+    j["output_router_logits"] = false;
+  } else if (arch == HfClass::gpt_oss) {
+    j["num_local_experts"] = moe_num_experts;
+    j["num_experts_per_tok"] = moe_top_k;
+    j["experts_per_token"] = moe_top_k;
+    j["sliding_window"] = sw > 0 ? sw : 128;
+    j["swiglu_limit"] = swiglu_limit;
+  } else if (arch == HfClass::llama) {
+    j["mlp_bias"] = false;
+    j.erase("layer_types");
+  } else {
+    j["titan_decoder"] = titan_block(*this);
+    j["titan_not_hf_because"] = why;
+  }
+  return j.dump(2);
+}
+
+}  // namespace titan::decoder

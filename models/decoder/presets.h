@@ -1,0 +1,31 @@
+// models/decoder/presets.h — the decoder family's members as data, and the rule that a knob applies or is
+// refused.
+//
+// model.name picks a member of titan's one decoder family (qwen3, qwen3_moe,
+// gpt_oss, llama3). A member is a preset: the values it gives the knobs the
+// YAML and command line leave unset. Every knob applies to every member,
+// except where the configuration has nothing for it to act on (MoE keys
+// without MoE layers, YaRN keys without YaRN, ...): such a key, when given, is
+// refused naming the key and why, and the saved config.yaml leaves it out.
+#pragma once
+#include <set>
+#include <string>
+
+#include "models/decoder/args.h"
+
+namespace titan::decoder {
+
+// titan's preset of a member: one initializer each (presets.cpp).
+const Args& preset(Family f);
+// Hugging Face's class defaults of a member (what a config.json that omits a field means).
+Args hf_defaults(Family f);
+
+// Every knob not in `given` takes the preset of a.name (and the experts' size follows hidden_dim when every
+// layer is MoE and moe_hidden_dim is not given: gpt-oss's intermediate_size names it).
+void apply_preset(Args& a, const std::set<std::string>& given);
+// "" when model.<key> acts on this configuration, else why it does not.
+std::string knob_inapplicable(const Args& a, const std::string& key);
+// Refuses every given key that does not act (naming it and why).
+void refuse_inapplicable(const Args& a, const std::set<std::string>& given);
+
+}  // namespace titan::decoder

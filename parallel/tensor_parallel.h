@@ -1,0 +1,46 @@
+// parallel/tensor_parallel.h — tensor parallel (Megatron-LM, + sequence parallel) as a plan.
+//
+// Each block's parameters are given a style by a table (block_plan in tensor_parallel.cpp):
+//   colwise    split along the output features (rows of W [out, in]; the bias with them): this rank's heads,
+//              this rank's slice of the MLP / expert intermediate size;
+//   rowwise    split along the input features (columns): its output is a partial sum, reduced by the block's
+//              output collective; its bias is added on tp rank 0 only (and its gradient summed);
+//   vocab      the embedding's and the head's rows over the vocabulary (each rank looks up the ids it owns,
+//              the rows summed; the logits stay split into the loss, or are gathered);
+//   summed     replicated, each rank's gradient a part of the whole (per-head q/k norms, the router, the
+//              norms under sequence parallel): the gradient is summed over tp (identity forward).
+// Applying it is two steps in one visible order (parallelize.cpp): cut() before FSDP shards what is left,
+// hooks() after FSDP has registered its own (so these see the weights FSDP bound).
+#pragma once
+#include <functional>
+
+#include "comms/device_mesh.h"
+#include "models/decoder/model.h"
+#include "parallel/shard_spec.h"
+
+namespace titan::parallel {
+
+struct TensorParallelOptions {
+  bool sequence_parallel = true;  // norms and the residual stream sharded along the sequence
+  bool loss_parallel = true;      // logits split over the vocabulary into the loss
+  bool regather = false;          // sequence parallel: a block's gathered input freed after forward, gathered again
+};
+
+class TensorParallel {
+ public:
+  TensorParallel(decoder::Decoder& model, comms::DeviceMesh& mesh, const TensorParallelOptions& opt,
+                 const Ownership& own);
+  // Step 1 (before FSDP): each rank keeps its slices of the colwise / rowwise / vocab parameters.
+  void cut(std::vector<ShardSpec>& specs);
+  // Step 2 (after FSDP's hooks): the blocks' input / output collectives and the summed gradients.
+  void hooks();
+
+ private:
+  decoder::Decoder& model_;
+  comms::DeviceMesh& mesh_;
+  TensorParallelOptions opt_;
+  Ownership own_;
+  comms::PG kv_group_;  // replicated KV heads (n_kv_heads < tp): the tp ranks sharing one head
+};
+
+}  // namespace titan::parallel

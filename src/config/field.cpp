@@ -1,0 +1,84 @@
+#include "src/config/field.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace titan::config {
+
+void bad_value(const std::string& what, const std::string& text, const std::string& why) {
+  fail(what, " = '", text, "' ", why);
+}
+
+bool parse_bool(const std::string& text, bool* out) {
+  if (text == "true" || text == "True" || text == "1") *out = true;
+  else if (text == "false" || text == "False" || text == "0") *out = false;
+  else return false;
+  return true;
+}
+
+bool parse_int(const std::string& text, int64_t* out) {
+  size_t pos = 0;
+  try {
+    *out = std::stoll(text, &pos);
+  } catch (...) {
+    return false;
+  }
+  return pos != 0 && pos == text.size();
+}
+
+bool parse_double(const std::string& text, double* out) {
+  size_t pos = 0;
+  try {
+    *out = std::stod(text, &pos);
+  } catch (...) {
+    return false;
+  }
+  return pos != 0 && pos == text.size();
+}
+
+std::string print_double(double v) {
+  std::ostringstream o;
+  o.precision(10);
+  o << v;
+  std::string s = o.str();
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
+  return s;
+}
+
+namespace {
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> d(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) d[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t prev = d[0];
+    d[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t cur = d[j];
+      d[j] = std::min({d[j] + 1, d[j - 1] + 1, prev + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      prev = cur;
+    }
+  }
+  return d[b.size()];
+}
+}  // namespace
+
+std::string suggestion(const std::string& bad, const std::vector<std::string>& options) {
+  std::string best;
+  size_t bd = 3;
+  for (const auto& o : options) {
+    size_t d = edit_distance(bad, o);
+    if (d < bd) {
+      bd = d;
+      best = o;
+    }
+  }
+  return best.empty() ? "" : " (did you mean '" + best + "'?)";
+}
+
+}  // namespace titan::config

@@ -1,0 +1,20 @@
+// step/collectives.h — the collectives of one traced step (a timed trace
+// of a real step, or the planned step of a simulation), as people read them:
+// a per-step count by kind and group, and a file with one line per collective
+// in issue order (what tests hold a planned step to a real one with).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "src/tensor/cost.h"
+
+namespace titan {
+
+// "collectives per step (rank R): all_gather x3 on dp_shard [0 1] 1.23 MB, ..." lines, by kind then group.
+std::vector<std::string> describe_collectives(const std::vector<CostEvent>& events, int rank);
+
+// One tab-separated line per collective start: kind, group label, member world ranks (comma-separated),
+// bytes, 1 if it carries gradients.
+void write_collectives(const std::vector<CostEvent>& events, const std::string& path);
+
+}  // namespace titan

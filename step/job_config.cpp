@@ -1,0 +1,525 @@
+#include "step/job_config.h"
+
+#include <cmath>
+#include <cstdlib>
+
+#include <yaml-cpp/yaml.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <variant>
+
+#include "models/decoder/presets.h"
+#include "src/config/field.h"
+#include "src/config/version.h"
+#include "src/tensor/error.h"
+
+namespace titan {
+
+namespace {
+using config::Field;
+
+using config::join;
+using config::suggestion;
+
+// Every key of the job: the sections' members, and the model section from the decoder's knob table.
+std::vector<Field> fields(JobConfig& c) {
+  std::vector<Field> fs = {
+      config::bind("job.dump_folder", &c.job.dump_folder),
+      config::bind("job.description", &c.job.description),
+      config::bind("job.print_args", &c.job.print_args),
+  };
+  for (const auto& k : decoder::knobs()) fs.push_back(k.bind(c.model));
+  std::vector<Field> more = {
+      config::bind("optimizer.name", &c.optimizer.name, "", {"AdamW"}),
+      config::bind("optimizer.lr", &c.optimizer.lr),
+      config::bind("optimizer.beta1", &c.optimizer.beta1),
+      config::bind("optimizer.beta2", &c.optimizer.beta2),
+      config::bind("optimizer.eps", &c.optimizer.eps),
+      config::bind("optimizer.weight_decay", &c.optimizer.weight_decay),
+      config::bind("lr_scheduler.schedule", &c.lr_scheduler.schedule),
+      config::bind("lr_scheduler.warmup_steps", &c.lr_scheduler.warmup_steps),
+      config::bind("lr_scheduler.decay_ratio", &c.lr_scheduler.decay_ratio),
+      config::bind("lr_scheduler.decay_type", &c.lr_scheduler.decay_type),
+      config::bind("lr_scheduler.min_lr_factor", &c.lr_scheduler.min_lr_factor),
+      config::bind("training.dataset_path", &c.training.dataset_path),
+      config::bind("training.steps", &c.training.steps),
+      config::bind("training.seq_len", &c.training.seq_len),
+      config::bind("training.local_batch_size", &c.training.local_batch_size),
+      config::bind("training.global_batch_size", &c.training.global_batch_size),
+      config::bind("training.max_norm", &c.training.max_norm),
+      config::bind("training.on_nonfinite", &c.training.on_nonfinite),
+      config::bind("validation.enabled", &c.validation.enabled),
+      config::bind("validation.dataset_path", &c.validation.dataset_path),
+      config::bind("validation.freq", &c.validation.freq),
+      config::bind("validation.steps", &c.validation.steps),
+      config::bind("parallelism.data_parallel_replicate_degree", &c.parallelism.data_parallel_replicate_degree),
+      config::bind("parallelism.data_parallel_shard_degree", &c.parallelism.data_parallel_shard_degree),
+      config::bind("parallelism.tensor_parallel_degree", &c.parallelism.tensor_parallel_degree),
+      config::bind("parallelism.expert_parallel_degree", &c.parallelism.expert_parallel_degree),
+      config::bind("parallelism.fsdp_reshard_after_forward", &c.parallelism.fsdp_reshard_after_forward),
+      config::bind("parallelism.enable_sequence_parallel", &c.parallelism.enable_sequence_parallel),
+      config::bind("parallelism.disable_loss_parallel", &c.parallelism.disable_loss_parallel),
+      config::bind("parallelism.sequence_parallel_regather", &c.parallelism.sequence_parallel_regather),
+      config::bind("parallelism.fsdp_reduce_every_microbatch", &c.parallelism.fsdp_reduce_every_microbatch),
+      config::bind("parallelism.pipeline_parallel_degree", &c.parallelism.pipeline_parallel_degree),
+      config::bind("parallelism.pipeline_parallel_schedule", &c.parallelism.pipeline_parallel_schedule),
+      config::bind("parallelism.pipeline_parallel_microbatch_size", &c.parallelism.pipeline_parallel_microbatch_size),
+      config::bind("parallelism.pipeline_parallel_layers_per_stage", &c.parallelism.pipeline_parallel_layers_per_stage),
+      config::bind("parallelism.pipeline_parallel_first_stage_less_layers", &c.parallelism.pipeline_parallel_first_stage_less_layers),
+      config::bind("parallelism.pipeline_parallel_last_stage_less_layers", &c.parallelism.pipeline_parallel_last_stage_less_layers),
+      config::bind("parallelism.context_parallel_degree", &c.parallelism.context_parallel_degree),
+      config::bind("parallelism.context_parallel_rotate_method", &c.parallelism.context_parallel_rotate_method),
+      config::bind("activation_checkpoint.mode", &c.activation_checkpoint.mode),
+      config::bind("activation_checkpoint.selective_ac_option", &c.activation_checkpoint.selective_ac_option),
+      config::bind("checkpoint.enable", &c.checkpoint.enable),
+      config::bind("checkpoint.folder", &c.checkpoint.folder),
+      config::bind("checkpoint.interval", &c.checkpoint.interval),
+      config::bind("checkpoint.keep_latest_k", &c.checkpoint.keep_latest_k),
+      config::bind("checkpoint.initial_load_path", &c.checkpoint.initial_load_path),
+      config::bind("checkpoint.export_at_end", &c.checkpoint.export_at_end),
+      config::bind("checkpoint.resume_with_changed_config", &c.checkpoint.resume_with_changed_config),
+      config::bind("comm.init_timeout_seconds", &c.comm.init_timeout_seconds),
+      config::bind("comm.train_timeout_seconds", &c.comm.train_timeout_seconds),
+      config::bind("checkpoint.export_dtype", &c.checkpoint.export_dtype, "", {"float32", "bfloat16", "float16"}),
+      config::bind("checkpoint.export_format", &c.checkpoint.export_format, "", {"safetensors", "hdf5", "both"}),
+      config::bind("checkpoint.export_max_shard_mb", &c.checkpoint.export_max_shard_mb),
+      config::bind("metrics.log_freq", &c.metrics.log_freq),
+      config::bind("metrics.save_jsonl", &c.metrics.save_jsonl),
+      config::bind("metrics.peak_tflops", &c.metrics.peak_tflops),
+      config::bind("profiling.enable_profiling", &c.profiling.enable_profiling),
+      config::bind("profiling.profile_step", &c.profiling.profile_step),
+      config::bind("simulation.enabled", &c.simulation.enabled),
+      config::bind("simulation.world_size", &c.simulation.world_size),
+      config::bind("simulation.system", &c.simulation.system),
+      config::bind("simulation.chip", &c.simulation.chip),
+      config::bind("simulation.ranks_per_chip", &c.simulation.ranks_per_chip),
+      config::bind("simulation.num_systems", &c.simulation.num_systems),
+      config::bind("simulation.mode", &c.simulation.mode, "", {"eager", "compiled"}),
+      config::bind("simulation.attention_kernel", &c.simulation.attention_kernel),
+      config::bind("simulation.param_dtype", &c.simulation.param_dtype, "", {"bfloat16", "float32"}),
+      config::bind("simulation.reduce_dtype", &c.simulation.reduce_dtype, "", {"bfloat16", "float32"}),
+      config::bind("simulation.trace_file", &c.simulation.trace_file),
+      config::bind("simulation.trace_chips", &c.simulation.trace_chips),
+      config::bind("simulation.moe_routing_skew", &c.simulation.moe_routing_skew),
+      config::bind("simulation.moe_routing_histogram", &c.simulation.moe_routing_histogram),
+      config::bind("debug.seed", &c.debug.seed),
+      config::bind("debug.dump_grads_at_step", &c.debug.dump_grads_at_step),
+      config::bind("debug.fail_on_rank", &c.debug.fail_on_rank),
+  };
+  fs.insert(fs.end(), more.begin(), more.end());
+  return fs;
+}
+
+std::vector<std::string> sections_of(const std::vector<Field>& fs) {
+  std::vector<std::string> s;
+  for (const auto& f : fs) {
+    std::string sec = f.key.substr(0, f.key.find('.'));
+    if (std::find(s.begin(), s.end(), sec) == s.end()) s.push_back(sec);
+  }
+  return s;
+}
+
+std::vector<std::string> keys_in(const std::vector<Field>& fs, const std::string& sec) {
+  std::vector<std::string> k;
+  for (const auto& f : fs)
+    if (f.key.rfind(sec + ".", 0) == 0) k.push_back(f.key.substr(sec.size() + 1));
+  return k;
+}
+
+const Field* find(const std::vector<Field>& fs, const std::string& key) {
+  for (const auto& f : fs)
+    if (f.key == key) return &f;
+  return nullptr;
+}
+
+void apply_yaml(JobConfig& c, const std::string& path) {
+  std::ifstream in(path);
+  TITAN_CHECK(in.good(), "config error: cannot open config file '", path, "'");
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    fail("config error: ", path, ":", e.mark.line + 1, ": malformed YAML: ", e.msg);
+  }
+  if (root.IsNull()) return;
+  TITAN_CHECK(root.IsMap(), "config error: ", path, ": the top level must be a mapping of sections");
+  auto fs = fields(c);
+  auto secs = sections_of(fs);
+  // YAML keeps one of two equal keys silently: a duplicate key is an error naming both lines (a section
+  // written twice merges, as configs dumped by titan 0.7 split `checkpoint` in two)
+  std::map<std::string, int> seen;
+  auto once = [&](const std::string& key, int line) {
+    auto [it, fresh] = seen.emplace(key, line);
+    TITAN_CHECK(fresh, "config error: ", path, ":", line, ": duplicate key '", key, "' (first at line ", it->second,
+                "); YAML would keep one of them silently");
+  };
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string sec = it->first.as<std::string>();
+    const int line = it->first.Mark().line + 1;
+    if (std::find(secs.begin(), secs.end(), sec) == secs.end())
+      fail("config error: ", path, ":", line, ": unknown section '", sec, "'", suggestion(sec, secs),
+           "; sections: ", join(secs));
+    if (it->second.IsNull()) continue;
+    TITAN_CHECK(it->second.IsMap(), "config error: ", path, ":", line, ": section '", sec, "' must be a mapping");
+    auto keys = keys_in(fs, sec);
+    for (auto kv = it->second.begin(); kv != it->second.end(); ++kv) {
+      const std::string k = kv->first.as<std::string>();
+      const int kl = kv->first.Mark().line + 1;
+      const Field* f = find(fs, sec + "." + k);
+      once(sec + "." + k, kl);
+      if (!f)
+        fail("config error: ", path, ":", kl, ": unknown key '", sec, ".", k, "'", suggestion(k, keys),
+             "; keys in [", sec, "]: ", join(keys));
+      TITAN_CHECK(kv->second.IsScalar(), "config error: ", path, ":", kl, ": ", f->key, " must be ", f->type);
+      f->set(kv->second.Scalar(), path + ":" + std::to_string(kl));
+      if (sec == "model") c.model_given.insert(k);
+    }
+  }
+}
+
+// An unknown --key: the same "did you mean" and key list as a YAML typo.
+[[noreturn]] void unknown_flag(const std::vector<Field>& fs, const std::string& key) {
+  const auto secs = sections_of(fs);
+  const std::string sec = key.substr(0, key.find('.'));
+  if (key.find('.') == std::string::npos || std::find(secs.begin(), secs.end(), sec) == secs.end()) {
+    std::vector<std::string> all;
+    for (const auto& x : fs) all.push_back(x.key);
+    fail("config error: unknown flag --", key, suggestion(key, all), "; flags are --section.key, sections: ",
+         join(secs), " (titan-train --help lists every key)");
+  }
+  const auto keys = keys_in(fs, sec);
+  fail("config error: unknown flag --", key, suggestion(key.substr(sec.size() + 1), keys), "; keys in [", sec,
+       "]: ", join(keys));
+}
+
+void apply_override(JobConfig& c, const std::string& key, const std::string& value) {
+  auto fs = fields(c);
+  const Field* f = find(fs, key);
+  if (!f) unknown_flag(fs, key);
+  f->set(value, "--" + key);
+  if (key.rfind("model.", 0) == 0) c.model_given.insert(key.substr(6));
+}
+
+void validate(const JobConfig& c) {
+  (void)c.activation_checkpoint.every();  // a bad selective_ac_option is a config error up front
+  auto pos = [](int64_t v, const char* k) { TITAN_CHECK(v > 0, "config error: ", k, " must be > 0, got ", v); };
+  pos(c.training.steps, "training.steps");
+  pos(c.training.seq_len, "training.seq_len");
+  pos(c.training.local_batch_size, "training.local_batch_size");
+  pos(c.metrics.log_freq, "metrics.log_freq");
+  TITAN_CHECK(c.parallelism.expert_parallel_degree >= 1 &&
+                  c.model.moe_num_experts % c.parallelism.expert_parallel_degree == 0,
+              "config error: model.moe_num_experts = ", c.model.moe_num_experts,
+              " is not divisible by parallelism.expert_parallel_degree = ", c.parallelism.expert_parallel_degree);
+  {
+    const auto& p = c.parallelism;
+    TITAN_CHECK(p.pipeline_parallel_degree >= 1, "config error: parallelism.pipeline_parallel_degree must be >= 1, got ",
+                p.pipeline_parallel_degree);
+    TITAN_CHECK(p.pipeline_parallel_microbatch_size >= 1 &&
+                    c.training.local_batch_size % p.pipeline_parallel_microbatch_size == 0,
+                "config error: parallelism.pipeline_parallel_microbatch_size (", p.pipeline_parallel_microbatch_size,
+                ") must be >= 1 and divide training.local_batch_size (", c.training.local_batch_size, ")");
+    TITAN_CHECK(p.pipeline_parallel_layers_per_stage == -1 || p.pipeline_parallel_layers_per_stage >= 1,
+                "config error: parallelism.pipeline_parallel_layers_per_stage must be >= 1 (or -1: split evenly), got ",
+                p.pipeline_parallel_layers_per_stage);
+    TITAN_CHECK(p.pipeline_parallel_degree > 1 ||
+                    (p.pipeline_parallel_schedule == parallel::PipelineSchedule::OneFOneB && p.pipeline_parallel_microbatch_size == 1 &&
+                     p.pipeline_parallel_layers_per_stage == -1 && p.pipeline_parallel_first_stage_less_layers == 0 &&
+                     p.pipeline_parallel_last_stage_less_layers == 0),
+                "config error: parallelism.pipeline_parallel_schedule / _microbatch_size / _layers_per_stage / "
+                "_first_stage_less_layers / _last_stage_less_layers apply only with parallelism.pipeline_parallel_degree "
+                "> 1 (it is 1); set the degree or drop the keys");
+    TITAN_CHECK(p.pipeline_parallel_first_stage_less_layers >= 0 && p.pipeline_parallel_last_stage_less_layers >= 0,
+                "config error: parallelism.pipeline_parallel_first_stage_less_layers (",
+                p.pipeline_parallel_first_stage_less_layers, ") and _last_stage_less_layers (",
+                p.pipeline_parallel_last_stage_less_layers, ") must be >= 0");
+    TITAN_CHECK(p.context_parallel_degree >= 1, "config error: parallelism.context_parallel_degree must be >= 1, got ",
+                p.context_parallel_degree);
+    TITAN_CHECK(p.context_parallel_degree > 1 || p.context_parallel_rotate_method == parallel::RotateMethod::AllGather,
+                "config error: parallelism.context_parallel_rotate_method (", config::enum_name(p.context_parallel_rotate_method),
+                ") applies only with parallelism.context_parallel_degree > 1 (it is 1); set the degree or drop the key");
+    TITAN_CHECK(!p.sequence_parallel_regather || (p.tensor_parallel_degree > 1 && p.enable_sequence_parallel),
+                "config error: parallelism.sequence_parallel_regather needs sequence parallel: "
+                "parallelism.tensor_parallel_degree > 1 (it is ", p.tensor_parallel_degree,
+                ") and parallelism.enable_sequence_parallel: true (it is ", p.enable_sequence_parallel ? "true" : "false",
+                "); set them or drop the key");
+    TITAN_CHECK(!p.sequence_parallel_regather || c.activation_checkpoint.every() != 1,
+                "config error: parallelism.sequence_parallel_regather frees what a block keeps for its backward, but "
+                "activation_checkpoint.mode ", config::enum_name(c.activation_checkpoint.mode),
+                c.activation_checkpoint.mode == JobConfig::ACMode::selective ? " (" + c.activation_checkpoint.selective_ac_option + ")"
+                                                            : std::string(),
+                " already recomputes every block (its gathered input included); drop one of the two");
+    TITAN_CHECK(p.pipeline_parallel_degree == 1 || !c.model.enable_weight_tying,
+                "config error: parallelism.pipeline_parallel_degree ", p.pipeline_parallel_degree,
+                " with model.enable_weight_tying: true — the first stage (embedding) and the last (head) would share "
+                "one weight across ranks, which titan's pipeline does not implement; untie the embeddings or use pp 1");
+  }
+  TITAN_CHECK(c.model.attn_mask_type != nn::MaskKind::prefix_lm || c.model.attn_prefix_len < c.training.seq_len,
+              "config error: model.attn_prefix_len (", c.model.attn_prefix_len, ") must be shorter than training.seq_len (",
+              c.training.seq_len, ")");
+  TITAN_CHECK(c.training.max_norm >= 0, "config error: training.max_norm must be >= 0 (0 = no clipping), got ",
+              c.training.max_norm);
+  TITAN_CHECK(c.optimizer.lr >= 0 && c.optimizer.beta1 >= 0 && c.optimizer.beta1 < 1 && c.optimizer.beta2 >= 0 &&
+                  c.optimizer.beta2 < 1 && c.optimizer.eps > 0 && c.optimizer.weight_decay >= 0,
+              "config error: optimizer needs lr >= 0, 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0");
+  TITAN_CHECK(c.lr_scheduler.warmup_steps >= 0, "config error: lr_scheduler.warmup_steps must be >= 0");
+  TITAN_CHECK(c.lr_scheduler.decay_ratio >= 0 && c.lr_scheduler.decay_ratio <= 1,
+              "config error: lr_scheduler.decay_ratio must be in [0, 1], got ", c.lr_scheduler.decay_ratio);
+  TITAN_CHECK(c.simulation.world_size >= 1 && c.simulation.ranks_per_chip >= 1 && c.simulation.num_systems >= 1 &&
+                  c.simulation.trace_chips >= 1,
+              "config error: simulation.world_size, ranks_per_chip, num_systems and trace_chips must be >= 1");
+  {
+    const bool routing = c.simulation.moe_routing_skew != 0 || !c.simulation.moe_routing_histogram.empty();
+    TITAN_CHECK(c.simulation.moe_routing_skew >= 0 && std::isfinite(c.simulation.moe_routing_skew),
+                "config error: simulation.moe_routing_skew must be >= 0 (0: balanced), got ",
+                c.simulation.moe_routing_skew);
+    TITAN_CHECK(c.simulation.moe_routing_skew == 0 || c.simulation.moe_routing_histogram.empty(),
+                "config error: simulation.moe_routing_skew and simulation.moe_routing_histogram both set: give one");
+    TITAN_CHECK(!routing || !c.simulation.system.empty(),
+                "config error: simulation.moe_routing_* shapes the simulated step only, and nothing is simulated "
+                "(set simulation.system, or drop the key)");
+    TITAN_CHECK(!routing || c.model.moe_enabled,
+                "config error: simulation.moe_routing_* needs MoE layers (model.moe_enabled: true)");
+    if (!c.simulation.moe_routing_histogram.empty()) parse_routing_histogram(c.simulation.moe_routing_histogram);
+  }
+  TITAN_CHECK(c.simulation.attention_kernel.empty() || !c.simulation.system.empty(),
+              "config error: simulation.attention_kernel shapes the simulated step only, and nothing is simulated "
+              "(set simulation.system, or drop the key)");
+  TITAN_CHECK(!c.simulation.enabled || !c.simulation.system.empty(),
+              "config error: simulation.enabled needs simulation.system (a file in simulator/specs/systems, e.g. "
+              "trn2-instance, or a path to a .yaml)");
+  TITAN_CHECK(c.checkpoint.interval > 0 && c.checkpoint.keep_latest_k >= 0,
+              "config error: checkpoint.interval must be > 0 and checkpoint.keep_latest_k >= 0");
+  TITAN_CHECK(c.validation.freq > 0, "config error: validation.freq must be > 0");
+  TITAN_CHECK(c.comm.init_timeout_seconds > 0 && c.comm.train_timeout_seconds > 0,
+              "config error: comm.init_timeout_seconds and comm.train_timeout_seconds must be > 0");
+  TITAN_CHECK(c.checkpoint.export_max_shard_mb > 0, "config error: checkpoint.export_max_shard_mb must be > 0, got ",
+              c.checkpoint.export_max_shard_mb);
+  TITAN_CHECK(c.checkpoint.export_dtype != "float16" || c.checkpoint.export_format == "safetensors",
+              "config error: checkpoint.export_dtype float16 is written to safetensors only (export_format: ",
+              c.checkpoint.export_format, "); HDF5 exports take float32 or bfloat16");
+  TITAN_CHECK(c.metrics.peak_tflops > 0, "config error: metrics.peak_tflops must be > 0");
+}
+}  // namespace
+
+std::vector<double> parse_routing_histogram(const std::string& text) {
+  std::vector<double> w;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    while (end && *end == ' ') ++end;
+    TITAN_CHECK(end != item.c_str() && end && *end == '\0' && std::isfinite(v) && v >= 0,
+                "config error: simulation.moe_routing_histogram: '", item,
+                "' is not a token count (expected comma-separated counts, one per expert)");
+    w.push_back(v);
+  }
+  return w;
+}
+
+std::vector<std::string> config_warnings(const JobConfig& c) {
+  std::vector<std::string> w;
+  if (c.lr_scheduler.warmup_steps > c.training.steps)
+    w.push_back("lr_scheduler.warmup_steps (" + std::to_string(c.lr_scheduler.warmup_steps) +
+                ") exceeds training.steps (" + std::to_string(c.training.steps) +
+                "): the learning rate never reaches optimizer.lr");
+  if (!c.parallelism.fsdp_reduce_every_microbatch && c.training.global_batch_size < 0)
+    w.push_back("parallelism.fsdp_reduce_every_microbatch is false, but there is no gradient accumulation "
+                "(training.global_batch_size -1: one micro-batch per step): every step reduces once either way");
+  if (c.model.sliding_window >= c.training.seq_len)
+    w.push_back("model.sliding_window (" + std::to_string(c.model.sliding_window) + ") is not shorter than "
+                "training.seq_len (" + std::to_string(c.training.seq_len) + "): the window hides nothing (a typo?)");
+  return w;
+}
+
+JobConfig load_job_config_file(const std::string& path, const std::vector<std::string>& overrides) {
+  JobConfig c;
+  if (!path.empty()) apply_yaml(c, path);
+  TITAN_CHECK(overrides.size() % 2 == 0, "config error: overrides must come as key value pairs");
+  for (size_t i = 0; i < overrides.size(); i += 2) apply_override(c, overrides[i], overrides[i + 1]);
+  decoder::apply_preset(c.model, c.model_given);
+  decoder::refuse_inapplicable(c.model, c.model_given);
+  c.model.resolve();
+  validate(c);
+  return c;
+}
+
+namespace {
+// Folders searched for a bare config name, in order.
+std::vector<std::string> config_roots() {
+  std::vector<std::string> roots{"configs"};
+#ifdef TITAN_SOURCE_CONFIGS
+  roots.push_back(TITAN_SOURCE_CONFIGS);
+#endif
+#ifdef TITAN_INSTALL_CONFIGS
+  roots.push_back(TITAN_INSTALL_CONFIGS);
+#endif
+  return roots;
+}
+}  // namespace
+
+std::string resolve_config_path(const std::string& name) {
+  namespace fs = std::filesystem;
+  if (fs::is_regular_file(name)) return name;
+  TITAN_CHECK(!fs::exists(name), "config error: --config ", name, " is not a regular file");
+  const bool has_ext = name.size() > 5 && (name.ends_with(".yaml") || name.ends_with(".yml"));
+  const std::vector<std::string> wanted = has_ext ? std::vector<std::string>{name}
+                                                  : std::vector<std::string>{name + ".yaml", name + ".yml", name};
+  std::vector<std::string> known;
+  for (const auto& root : config_roots()) {
+    std::error_code ec;
+    if (!fs::is_directory(root, ec)) continue;
+    for (const auto& w : wanted)  // configs/NAME, configs/sub/NAME as given
+      if (fs::is_regular_file(fs::path(root) / w)) return (fs::path(root) / w).string();
+    std::vector<std::string> hits;  // configs/**/NAME by file name
+    for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+      if (!it->is_regular_file()) continue;
+      const std::string file = it->path().filename().string();
+      known.push_back(fs::relative(it->path(), root).string());
+      for (const auto& w : wanted)
+        if (file == fs::path(w).filename().string() && w.find('/') == std::string::npos) hits.push_back(it->path().string());
+    }
+    std::sort(hits.begin(), hits.end());
+    TITAN_CHECK(hits.size() <= 1, "config error: --config ", name, " is ambiguous in ", root, ": ", join(hits),
+                "; give the path");
+    if (hits.size() == 1) return hits[0];
+  }
+  std::sort(known.begin(), known.end());
+  known.erase(std::unique(known.begin(), known.end()), known.end());
+  std::vector<std::string> stems;
+  for (const auto& k : known) stems.push_back(fs::path(k).stem().string());
+  fail("config error: --config ", name, ": no such file, and no config of that name under ", join(config_roots()),
+       suggestion(fs::path(name).stem().string(), stems), "; known configs: ", join(known));
+}
+
+JobConfig load_job_config(int argc, const char* const* argv) {
+  CLI::App app{"titan-train: LLM training in C++ (TorchTitan's config sections)", "titan-train"};
+  app.set_version_flag("--version", version_string("titan-train"));
+  std::string config_path;
+  app.add_option("--config,--job.config_file", config_path,
+                 "YAML job config: a path, or a name looked up under configs/ (e.g. qwen3_32b)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  JobConfig defaults;
+  {  // typos first, with YAML's "did you mean" instead of CLI11's "arguments were not expected"
+    const auto fs = fields(defaults);
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a.size() < 3 || a.rfind("--", 0) != 0) continue;
+      const std::string key = a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
+      if (key == "config" || key == "job.config_file" || key == "help" || key == "version") continue;
+      if (!find(fs, key)) unknown_flag(fs, key);
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> given;
+  std::map<std::string, std::string> values;
+  for (const auto& f : fields(defaults)) {
+    std::string& slot = values[f.key];
+    std::string help = (f.help.empty() ? std::string("override ") + f.key : f.help) + " (" + f.type + ")";
+    if (!f.choices.empty()) help += ": " + join(f.choices, " | ");
+    app.add_option("--" + f.key, slot, help)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // last wins
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    std::printf("%s", app.help().c_str());
+    std::exit(0);
+  } catch (const CLI::CallForVersion& e) {
+    std::printf("%s\n", e.what());
+    std::exit(0);
+  } catch (const CLI::ParseError& e) {
+    fail("command line error: ", e.what(), " (run with --help for every flag)");
+  }
+  std::vector<std::string> ov;
+  for (const auto& f : fields(defaults)) {
+    auto* opt = app.get_option("--" + f.key);
+    if (opt->count() > 0) {
+      ov.push_back(f.key);
+      ov.push_back(values[f.key]);
+    }
+  }
+  return load_job_config_file(config_path.empty() ? config_path : resolve_config_path(config_path), ov);
+}
+
+std::vector<std::string> config_changes(const std::string& old_yaml, const std::string& new_yaml,
+                                        const std::vector<std::string>& sections) {
+  auto flat = [](const std::string& text) {
+    std::map<std::string, std::string> m;
+    YAML::Node root = YAML::Load(text);
+    if (!root.IsMap()) return m;
+    for (auto sec = root.begin(); sec != root.end(); ++sec)
+      if (sec->second.IsMap())
+        for (auto kv = sec->second.begin(); kv != sec->second.end(); ++kv)
+          m[sec->first.as<std::string>() + "." + kv->first.as<std::string>()] =
+              kv->second.IsScalar() ? kv->second.as<std::string>() : "?";
+    return m;
+  };
+  const auto a = flat(old_yaml), b = flat(new_yaml), d = flat(dump_job_config(JobConfig{}));
+  std::vector<std::string> out;
+  std::vector<std::string> keys;
+  for (auto& [k, v] : a) keys.push_back(k);
+  for (auto& [k, v] : b)
+    if (!a.count(k)) keys.push_back(k);
+  for (const auto& k : keys) {
+    const std::string sec = k.substr(0, k.find('.'));
+    if (std::find(sections.begin(), sections.end(), sec) == sections.end()) continue;
+    auto ia = a.find(k), ib = b.find(k);
+    std::string va = ia == a.end() ? "(absent)" : ia->second;
+    const std::string vb = ib == b.end() ? "(absent)" : ib->second;
+    if (ia == a.end()) {  // a key newer than the old config: it ran with the default then
+      auto id = d.find(k);
+      if (id != d.end()) va = id->second;
+    }
+    if (va == vb) continue;
+    // numbers printed differently but equal (1e-3 vs 0.001) are no change
+    try {
+      size_t pa = 0, pb = 0;
+      const double da = std::stod(va, &pa), db = std::stod(vb, &pb);
+      if (pa == va.size() && pb == vb.size() && da == db) continue;
+    } catch (...) {
+    }
+    out.push_back(k + ": " + va + " -> " + vb);
+  }
+  return out;
+}
+
+std::string dump_job_config(const JobConfig& cc) {
+  JobConfig c = cc;
+  std::ostringstream os;
+  const auto fs = fields(c);
+  for (const std::string& sec : sections_of(fs)) {  // one block per section, whatever the table's order
+    os << sec << ":\n";
+    for (const auto& f : fs) {
+      if (f.key.rfind(sec + ".", 0) != 0) continue;
+      if (sec == "model" && !decoder::knob_inapplicable(c.model, f.key.substr(6)).empty()) continue;  // did nothing
+      os << "  " << f.key.substr(sec.size() + 1) << ": " << f.get();
+      os << "\n";
+    }
+  }
+  return os.str();
+}
+
+int64_t JobConfig::ActivationCheckpoint::every() const {
+  if (mode == ACMode::none) return 0;
+  if (mode == ACMode::full) return 1;
+  if (op_level()) return 1;  // every block, keeping the save list's outputs
+  int64_t n = 0;
+  try {
+    size_t used = 0;
+    n = std::stoll(selective_ac_option, &used);
+    if (used != selective_ac_option.size()) n = 0;
+  } catch (const std::exception&) {
+    n = 0;
+  }
+  TITAN_CHECK(n >= 1, "config error: activation_checkpoint.selective_ac_option must be a positive integer N (checkpoint "
+              "every Nth block) or 'op' (op-level), got '", selective_ac_option, "'");
+  return n;
+}
+
+}  // namespace titan

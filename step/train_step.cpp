@@ -1,0 +1,187 @@
+#include "step/train_step.h"
+
+#include <cmath>
+
+#include "parallel/context_parallel.h"
+#include "parallel/fsdp.h"
+#include "src/ops/ops.h"
+
+namespace titan {
+
+parallel::ParallelOptions parallel_options(const JobConfig& cfg) {
+  const auto& p = cfg.parallelism;
+  parallel::ParallelOptions o{p.fsdp_reshard_after_forward, p.enable_sequence_parallel, p.expert_parallel_degree,
+                              !p.disable_loss_parallel};
+  o.sequence_parallel_regather = p.sequence_parallel_regather;
+  o.context_parallel_rotate = p.context_parallel_rotate_method;
+  return o;
+}
+
+comms::MeshDegrees mesh_degrees(const JobConfig& cfg) {
+  const auto& p = cfg.parallelism;
+  comms::MeshDegrees d;
+  d.dp_replicate = p.data_parallel_replicate_degree;
+  d.dp_shard = p.data_parallel_shard_degree;
+  d.tp = p.tensor_parallel_degree;
+  d.pp = p.pipeline_parallel_degree;
+  d.cp = p.context_parallel_degree;
+  return d;
+}
+
+ShardedBatch shard_for_context_parallel(const decoder::Decoder& model, comms::DeviceMesh& mesh, const Batch& b) {
+  const nn::SequenceShard& sh = model.sequence_shard;
+  if (!sh.sharded()) return {b, 1.0, 1.0};
+  ShardedBatch r{parallel::shard_batch(b, sh)};
+  double local = (double)r.batch.targets.numel();
+  if (!r.batch.targets.is_meta()) {
+    Tensor t = model.loss_targets(r.batch.targets);
+    local = 0;
+    for (int64_t x : t.contiguous().to_vector<int64_t>()) local += x != -100;
+  }
+  double group = local;  // all-reduced (priced in a plan: the valid targets are data)
+  if (default_device() == Device::Meta) mesh.cp->all_reduce(empty({1}, DType::F64));
+  else group = mesh.cp->all_reduce(from_vector<double>({local}, {1})).to_vector<double>()[0];
+  r.loss_weight = group > 0 ? local / group : 0.0;
+  r.grad_weight = (double)sh.parts * r.loss_weight;
+  return r;
+}
+
+int64_t gradient_accumulation_steps(const JobConfig& cfg, int64_t dp) {
+  const int64_t B = cfg.training.local_batch_size;
+  const int64_t global_batch = cfg.training.global_batch_size < 0 ? B * dp : cfg.training.global_batch_size;
+  TITAN_CHECK(global_batch > 0 && global_batch % (B * dp) == 0, "config error: training.global_batch_size ",
+              global_batch, " must be a multiple of local_batch_size x data-parallel ranks = ", B, " x ", dp, " = ",
+              B * dp);
+  return global_batch / (B * dp);
+}
+
+parallel::PipelineLayout pipeline_layout(const JobConfig& cfg) {
+  const auto& p = cfg.parallelism;
+  return parallel::pipeline_layout(cfg.model.n_layers, p.pipeline_parallel_degree,
+                                   p.pipeline_parallel_schedule,
+                                   p.pipeline_parallel_layers_per_stage, p.pipeline_parallel_first_stage_less_layers,
+                                   p.pipeline_parallel_last_stage_less_layers);
+}
+
+TrainJob build_job(const JobConfig& cfg, comms::DeviceMesh& mesh,
+                   const std::function<void(decoder::Decoder&)>& before_parallelize, JobPurpose purpose) {
+  TrainJob job;
+  job.mesh = &mesh;
+  job.accumulation = gradient_accumulation_steps(cfg, mesh.dp_size());  // refused before anything is built
+  mesh.degrees.check_sequence_length(cfg.training.seq_len, cfg.parallelism.enable_sequence_parallel);
+  job.max_norm = cfg.training.max_norm;
+  job.reduce_every_microbatch = cfg.parallelism.fsdp_reduce_every_microbatch;
+  job.model = std::make_unique<decoder::Decoder>(cfg.model);
+  if (default_device() != Device::Meta && purpose == JobPurpose::train)
+    job.model->init_weights((uint64_t)cfg.debug.seed);  // shards are cut from it
+  job.model->set_activation_checkpoint(cfg.activation_checkpoint.every(), cfg.activation_checkpoint.op_level());
+  if (before_parallelize) before_parallelize(*job.model);
+  parallel::ParallelOptions popt = parallel_options(cfg);
+  parallel::PipelineLayout layout;
+  if (mesh.degrees.pp > 1) {
+    layout = pipeline_layout(cfg);
+    popt.pipeline_chunks = layout.chunks_of(mesh.pp_rank);
+  }
+  job.pm = parallel::parallelize(*job.model, mesh, popt);
+  if (mesh.degrees.pp > 1) {
+    // the hidden state between stages: [mbs, S / cp, dim] (a context-parallel rank's chunks), sequence-sharded
+    // under tp with sequence parallel
+    const auto& p = cfg.parallelism;
+    const int64_t tp = mesh.degrees.tp, S = cfg.training.seq_len / mesh.degrees.cp;
+    const bool sp = tp > 1 && p.enable_sequence_parallel;
+    job.pipeline = std::make_shared<parallel::Pipeline>(
+        *job.model, job.pm, mesh, layout, p.pipeline_parallel_schedule,
+        p.pipeline_parallel_microbatch_size, Shape{p.pipeline_parallel_microbatch_size, sp ? S / tp : S, job.model->hidden_size()}, S);
+  }
+  if (purpose == JobPurpose::train)
+    job.opt = std::make_unique<AdamW>(job.pm.named_params(),
+                                    AdamWOptions{cfg.optimizer.lr, cfg.optimizer.beta1, cfg.optimizer.beta2,
+                                                 cfg.optimizer.eps, cfg.optimizer.weight_decay});
+  return job;
+}
+
+Tensor micro_batch_backward(decoder::Decoder& model, const Tensor& inputs, const Tensor& doc_ids, const Tensor& targets,
+                            int64_t accum, double loss_weight, double grad_weight) {
+  Tensor loss = model.loss(model.forward(inputs, doc_ids), targets);  // the logits are freed with the graph
+  Tensor aux = model.aux_loss();  // MoE load balancing (not part of the reported loss)
+  // context parallel: a rank without a valid target (its mean 0/0) gets weight 0 and still runs the backward
+  // (its collectives); cross-entropy's gradient over no target is 0
+  Tensor weighted = grad_weight == 1.0 ? loss : mul(loss, grad_weight);
+  Tensor total = aux.defined() ? add(weighted, aux) : weighted;
+  (accum == 1 ? total : mul(total, 1.0 / (double)accum)).backward();
+  if (loss_weight == 1.0) return loss;
+  return loss_weight == 0.0 ? zeros(loss.shape(), loss.dtype(), loss.device()) : mul(loss, loss_weight);
+}
+
+namespace {
+// All-reduce of host values over `pg` (meta: priced, values unchanged).
+std::vector<double> all_reduce_values(comms::ProcessGroup& pg, const std::vector<double>& v, comms::ReduceOp op) {
+  if (pg.size() == 1) return v;
+  if (default_device() == Device::Meta) {
+    pg.all_reduce(empty({(int64_t)v.size()}, DType::F64), op);
+    return v;
+  }
+  return pg.all_reduce(from_vector<double>(v, {(int64_t)v.size()}), op).to_vector<double>();
+}
+}  // namespace
+
+StepResult train_step(TrainJob& job, const std::function<Batch()>& next_batch, double lr,
+                      const std::function<void()>& before_norm) {
+  comms::DeviceMesh& mesh = *job.mesh;
+  const bool meta = default_device() == Device::Meta;
+  StepResult r;
+  double loss = 0;
+  const bool pp = job.pipeline != nullptr;
+  for (int64_t m = 0; m < job.accumulation; ++m) {
+    // context parallel: this rank's chunks of the sequences and its share of the group's valid targets
+    const ShardedBatch sb = shard_for_context_parallel(*job.model, mesh, next_batch());
+    const Batch& b = sb.batch;
+    const bool reduce = job.reduce_every_microbatch || m + 1 == job.accumulation;
+    std::vector<std::vector<int64_t>> routed;
+    if (pp) {  // the schedule's micro-batches: each stage reduces with its last backward
+      parallel::Pipeline::Result pr = job.pipeline->train(b, sb.grad_weight / (double)job.accumulation, reduce,
+                                                          1.0 / (double)job.accumulation);
+      if (sb.loss_weight > 0) loss += pr.loss * sb.loss_weight / (double)job.accumulation;
+      routed = std::move(pr.routed);
+    } else {
+      job.pm.fsdp->set_requires_gradient_sync(reduce);
+      Tensor l = micro_batch_backward(*job.model, b.inputs, b.doc_ids, b.targets, job.accumulation, sb.loss_weight,
+                                      sb.grad_weight);
+      if (!meta) loss += (double)l.item<float>() / (double)job.accumulation;
+      routed = job.model->routed_counts();
+    }
+    // as FSDP2 at the end of each backward: wait for the reductions still in flight (the last unit's)
+    job.pm.wait_gradients();
+    // tokens per expert, summed over the data-parallel ranks (and the stages, each of which counted its
+    // own layers): identical on every rank
+    if (!routed.empty()) {
+      std::vector<double> flat;
+      for (auto& layer : routed) flat.insert(flat.end(), layer.begin(), layer.end());
+      flat = all_reduce_values(*mesh.dp, flat, comms::ReduceOp::Sum);
+      if (mesh.degrees.cp > 1) flat = all_reduce_values(*mesh.cp, flat, comms::ReduceOp::Sum);  // each its tokens
+      if (pp) flat = all_reduce_values(*mesh.pp, flat, comms::ReduceOp::Sum);
+      r.expert_load.resize(routed.size());
+      size_t at = 0;
+      for (size_t i = 0; i < routed.size(); ++i) {
+        r.expert_load[i].resize(routed[i].size(), 0.0);
+        for (size_t e = 0; e < routed[i].size(); ++e) r.expert_load[i][e] += flat[at++];
+      }
+    }
+  }
+  if (mesh.degrees.cp > 1) loss = all_reduce_values(*mesh.cp, {loss}, comms::ReduceOp::Sum)[0];  // the group's mean
+  r.loss = all_reduce_values(*mesh.dp, {loss}, comms::ReduceOp::Avg)[0];  // every rank sees the global mean
+  if (pp) r.loss = all_reduce_values(*mesh.pp, {r.loss}, comms::ReduceOp::Sum)[0];  // from the last stage
+  if (before_norm) before_norm();
+  r.grad_norm = parallel::global_grad_norm(job.pm, mesh);
+  r.finite = std::isfinite(r.loss) && std::isfinite(r.grad_norm);  // the same decision on every rank: no hang
+  std::vector<Tensor*> params = job.pm.params();
+  if (r.finite) {
+    if (job.max_norm > 0) clip_grads(params, job.max_norm, r.grad_norm);
+    job.opt->step(lr);
+    if (!r.expert_load.empty() && !meta) job.model->update_router_bias(r.expert_load);
+  }
+  for (auto* p : params) p->zero_grad();
+  return r;
+}
+
+}  // namespace titan

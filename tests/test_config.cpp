@@ -1,0 +1,132 @@
+// The job config: YAML and CLI overrides, errors that name the key, file, line and allowed values, strict
+// duplicates and typos, the changes a resume compares.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "job/trainer.h"
+#include "models/decoder/model.h"
+#include "models/decoder/presets.h"
+#include "src/autograd/grad_mode.h"
+#include "src/checkpoint/checkpoint.h"
+#include "src/checkpoint/h5.h"
+#include "src/data/loader.h"
+#include "src/data/tokenizer.h"
+#include "src/log/log.h"
+#include "tests/job_fixtures.h"
+
+using namespace titan;
+using namespace titan::testing;
+namespace fs = std::filesystem;
+
+// ---- config -------------------------------------------------------------------
+TEST(Config, LoadsYamlAndCliOverrides) {
+  std::string d = tmpdir("cfg");
+  write_file(d + "/a.yaml", "training:\n  steps: 7\n  seq_len: 32\nmodel:\n  activation: gelu\n  qk_norm: false\n");
+  JobConfig c = load_job_config_file(d + "/a.yaml", {"training.steps", "20", "optimizer.lr", "1e-3"});
+  EXPECT_EQ(c.training.steps, 20);
+  EXPECT_EQ(c.training.seq_len, 32);
+  EXPECT_EQ(c.model.activation, decoder::Activation::gelu);
+  EXPECT_FALSE(c.model.qk_norm);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-3);
+  const char* argv[] = {"titan-train", "--config", nullptr, "--training.local_batch_size", "3"};
+  std::string p = d + "/a.yaml";
+  argv[2] = p.c_str();
+  JobConfig c2 = load_job_config(5, argv);
+  EXPECT_EQ(c2.training.local_batch_size, 3);
+  EXPECT_EQ(c2.training.steps, 7);
+  // the dump reloads to the same config
+  write_file(d + "/dump.yaml", dump_job_config(c));
+  JobConfig c3 = load_job_config_file(d + "/dump.yaml");
+  EXPECT_EQ(dump_job_config(c3), dump_job_config(c));
+}
+
+TEST(Config, ErrorsNameKeyFileLineAndAllowedValues) {
+  std::string d = tmpdir("cfgerr");
+  std::string e = error_of([&] { load_job_config_file(write_file(d + "/b.yaml", "training:\n  stepz: 3\n")); });
+  EXPECT_NE(e.find("b.yaml:2"), std::string::npos) << e;
+  EXPECT_NE(e.find("training.stepz"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean 'steps'"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file(write_file(d + "/c.yaml", "model:\n  n_layers: four\n")); });
+  EXPECT_NE(e.find("c.yaml:2"), std::string::npos) << e;
+  EXPECT_NE(e.find("not an integer"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file(write_file(d + "/d.yaml", "model:\n  norm_type: batchnorm\n")); });
+  EXPECT_NE(e.find("rmsnorm, layernorm"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file(write_file(d + "/e.yaml", "trainning:\n  steps: 1\n")); });
+  EXPECT_NE(e.find("unknown section 'trainning'"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file("", {"model.n_heads", "6", "model.n_kv_heads", "4"}); });
+  EXPECT_NE(e.find("multiple of model.n_kv_heads"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file("", {"training.nope", "1"}); });
+  EXPECT_NE(e.find("unknown flag --training.nope"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file(write_file(d + "/f.yaml", "model: [1, 2\n")); });
+  EXPECT_NE(e.find("malformed YAML"), std::string::npos) << e;
+  // MoE: top-k larger than the experts, experts not divisible by the ep degree
+  e = error_of([&] { load_job_config_file("", {"model.name", "gpt_oss", "model.moe_num_experts", "4", "model.moe_top_k", "5"}); });
+  EXPECT_NE(e.find("model.moe_top_k = 5 must be in [1, model.moe_num_experts = 4]"), std::string::npos) << e;
+  e = error_of([&] {
+    load_job_config_file("", {"model.name", "gpt_oss", "model.moe_num_experts", "6", "parallelism.expert_parallel_degree", "4"});
+  });
+  EXPECT_NE(e.find("model.moe_num_experts = 6 is not divisible by parallelism.expert_parallel_degree = 4"),
+            std::string::npos) << e;
+}
+
+TEST(Config, StrictDuplicatesCliTyposValuesAndWarnings) {
+  std::string d = tmpdir("cfgstrict");
+  // a duplicate key (YAML would silently keep one) and a duplicate section
+  std::string e = error_of([&] { load_job_config_file(write_file(d + "/dup.yaml", "model:\n  dim: 64\n  dim: 128\n")); });
+  EXPECT_NE(e.find("dup.yaml:3: duplicate key 'model.dim' (first at line 2)"), std::string::npos) << e;
+  e = error_of([&] {
+    load_job_config_file(write_file(d + "/dups.yaml", "model:\n  dim: 64\ntraining:\n  steps: 2\nmodel:\n  dim: 32\n"));
+  });
+  EXPECT_NE(e.find("dups.yaml:6: duplicate key 'model.dim' (first at line 2)"), std::string::npos) << e;
+  // a section written twice with different keys merges (titan 0.7 dumped `checkpoint` in two blocks)
+  JobConfig m = load_job_config_file(write_file(d + "/merge.yaml", "model:\n  dim: 64\ntraining:\n  steps: 2\nmodel:\n  n_layers: 3\n"));
+  EXPECT_EQ(m.model.dim, 64);
+  EXPECT_EQ(m.model.n_layers, 3);
+  // command-line typos get YAML's "did you mean" and key list, not CLI11's "arguments were not expected"
+  const char* argv[] = {"titan-train", "--model.dimm", "64"};
+  e = error_of([&] { load_job_config(3, argv); });
+  EXPECT_NE(e.find("unknown flag --model.dimm (did you mean 'dim'?); keys in [model]:"), std::string::npos) << e;
+  const char* argv2[] = {"titan-train", "--trainig.steps=3"};
+  e = error_of([&] { load_job_config(2, argv2); });
+  EXPECT_NE(e.find("unknown flag --trainig.steps (did you mean 'training.steps'?)"), std::string::npos) << e;
+  // physically meaningless values
+  e = error_of([&] { load_job_config_file("", {"model.rope_theta", "0"}); });
+  EXPECT_NE(e.find("model.rope_theta must be > 0"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file("", {"model.norm_eps", "-1e-6"}); });
+  EXPECT_NE(e.find("model.norm_eps must be > 0"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file("", {"training.max_norm", "-1"}); });
+  EXPECT_NE(e.find("training.max_norm must be >= 0"), std::string::npos) << e;
+  // legal but surely a mistake: warned
+  JobConfig c = load_job_config_file("", {"training.steps", "5", "lr_scheduler.warmup_steps", "10", "model.sliding_window",
+                                          "512", "training.seq_len", "256"});
+  auto w = config_warnings(c);
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_NE(w[0].find("warmup_steps (10) exceeds training.steps (5)"), std::string::npos) << w[0];
+  EXPECT_NE(w[1].find("model.sliding_window (512) is not shorter than training.seq_len (256)"), std::string::npos) << w[1];
+  EXPECT_TRUE(config_warnings(JobConfig()).empty());
+}
+
+TEST(Config, ChangesBetweenConfigsForResume) {
+  JobConfig a, b;
+  b.optimizer.lr = 1e-3;
+  b.training.steps = 999;  // not a model/optimizer key: resuming for longer is fine
+  const std::string ta = dump_job_config(a), tb = dump_job_config(b);
+  auto ch = config_changes(ta, tb, {"model", "optimizer"});
+  ASSERT_EQ(ch.size(), 1u);
+  EXPECT_NE(ch[0].find("optimizer.lr: "), std::string::npos) << ch[0];
+  EXPECT_TRUE(config_changes(ta, ta, {"model", "optimizer"}).empty());
+  // a config written before a key existed ran with its default: no change unless the new value differs
+  std::string old = ta;
+  const size_t at = old.find("  qk_norm:");
+  ASSERT_NE(at, std::string::npos);
+  old.erase(at, old.find('\n', at) - at + 1);
+  EXPECT_TRUE(config_changes(old, ta, {"model"}).empty());
+  JobConfig c;
+  c.model.qk_norm = !a.model.qk_norm;
+  EXPECT_EQ(config_changes(old, dump_job_config(c), {"model"}).size(), 1u);
+}
