@@ -102,7 +102,7 @@ void Checkpointer::export_model() {
   const auto files = export_hf_folder(folder, model.hf_layout(regions_).regions, model.hf_config_json(), eo, comm_);
   std::string list;
   for (const auto& f : files) list += (list.empty() ? "" : ", ") + f;
-  log_info("exported the model for Hugging Face to " + folder + " (" + cfg_.checkpoint.export_dtype + "; " + list +
+  log_info("exported the model for Hugging Face to " + folder + " (" + config::enum_name(cfg_.checkpoint.export_dtype) + "; " + list +
            "; " + fmt("%.2f", wall_seconds() - t0) + " s)");
 }
 

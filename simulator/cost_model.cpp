@@ -8,12 +8,6 @@
 
 namespace titan::sim {
 
-ExecMode parse_exec_mode(const std::string& s) {
-  if (s == "eager") return ExecMode::Eager;
-  if (s == "compiled") return ExecMode::Compiled;
-  throw std::runtime_error("simulation.mode: unknown '" + s + "' (eager | compiled)");
-}
-
 Collective parse_collective(const std::string& s) {
   if (s == "all_gather") return Collective::AllGather;
   if (s == "reduce_scatter") return Collective::ReduceScatter;

@@ -28,11 +28,12 @@
 #include <vector>
 
 #include "simulator/hardware.h"
+#include "src/config/enum_names.h"
 
 namespace titan::sim {
 
 enum class ExecMode { Eager, Compiled };
-ExecMode parse_exec_mode(const std::string& s);  // "eager" | "compiled"
+constexpr std::array<std::string_view, 2> enum_names(ExecMode) { return {"eager", "compiled"}; }
 
 enum class KernelKind { Gemm, Attention, Other };
 

@@ -359,12 +359,12 @@ std::vector<RankTimeline> schedule_ranks(const std::vector<RankEvents>& ranks, c
 }
 
 SimResult schedule_events(const std::vector<CostEvent>& events, const ChipSpec& chip, const SystemSpec& sys,
-                          int ranks_per_chip, const std::string& mode) {
-  auto t = schedule_ranks({RankEvents{0, 0, &events}}, chip, sys, ranks_per_chip, parse_exec_mode(mode), 1.0, 1.0);
+                          int ranks_per_chip, ExecMode mode) {
+  auto t = schedule_ranks({RankEvents{0, 0, &events}}, chip, sys, ranks_per_chip, mode, 1.0, 1.0);
   SimResult r = std::move(t[0].r);
   r.chip = chip.name;
   r.system = sys.name;
-  r.mode = mode;
+  r.mode = config::enum_name(mode);
   return r;
 }
 

@@ -48,6 +48,6 @@ std::vector<RankTimeline> schedule_ranks(const std::vector<RankEvents>& ranks, c
 
 // The scheduler alone: one rank's events on `chip` in `sys`, at their own byte counts (no dtype scaling).
 SimResult schedule_events(const std::vector<CostEvent>& events, const sim::ChipSpec& chip,
-                          const sim::SystemSpec& sys, int ranks_per_chip, const std::string& mode);
+                          const sim::SystemSpec& sys, int ranks_per_chip, sim::ExecMode mode);
 
 }  // namespace titan

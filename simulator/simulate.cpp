@@ -73,11 +73,12 @@ SimResult simulate_step(const JobConfig& cfg, int world) {
   const int rpc = (int)sc.ranks_per_chip;
   r.chip = chip.name;
   r.system = sys.name + (r.systems > 1 ? " x" + std::to_string(r.systems) : "");
-  r.mode = sc.mode;
+  r.mode = config::enum_name(sc.mode);
   r.layout = plan.layout;
-  const ExecMode mode = parse_exec_mode(sc.mode);
-  const double act_scale = sc.param_dtype == "bfloat16" ? 0.5 : 1.0;  // the meta run is float32
-  const double red_scale = sc.reduce_dtype == "bfloat16" ? 0.5 : 1.0;
+  const ExecMode mode = sc.mode == JobConfig::Simulation::Mode::compiled ? ExecMode::Compiled : ExecMode::Eager;
+  using Precision = JobConfig::Simulation::Precision;
+  const double act_scale = sc.param_dtype == Precision::bfloat16 ? 0.5 : 1.0;  // the meta run is float32
+  const double red_scale = sc.reduce_dtype == Precision::bfloat16 ? 0.5 : 1.0;
 
   // ---- schedule: every stage's rank side by side ----
   std::vector<RankEvents> ranks;

@@ -85,8 +85,8 @@ std::vector<Field> fields(JobConfig& c) {
       config::bind("checkpoint.resume_with_changed_config", &c.checkpoint.resume_with_changed_config),
       config::bind("comm.init_timeout_seconds", &c.comm.init_timeout_seconds),
       config::bind("comm.train_timeout_seconds", &c.comm.train_timeout_seconds),
-      config::bind("checkpoint.export_dtype", &c.checkpoint.export_dtype, "", {"float32", "bfloat16", "float16"}),
-      config::bind("checkpoint.export_format", &c.checkpoint.export_format, "", {"safetensors", "hdf5", "both"}),
+      config::bind("checkpoint.export_dtype", &c.checkpoint.export_dtype),
+      config::bind("checkpoint.export_format", &c.checkpoint.export_format),
       config::bind("checkpoint.export_max_shard_mb", &c.checkpoint.export_max_shard_mb),
       config::bind("metrics.log_freq", &c.metrics.log_freq),
       config::bind("metrics.save_jsonl", &c.metrics.save_jsonl),
@@ -99,10 +99,10 @@ std::vector<Field> fields(JobConfig& c) {
       config::bind("simulation.chip", &c.simulation.chip),
       config::bind("simulation.ranks_per_chip", &c.simulation.ranks_per_chip),
       config::bind("simulation.num_systems", &c.simulation.num_systems),
-      config::bind("simulation.mode", &c.simulation.mode, "", {"eager", "compiled"}),
+      config::bind("simulation.mode", &c.simulation.mode),
       config::bind("simulation.attention_kernel", &c.simulation.attention_kernel),
-      config::bind("simulation.param_dtype", &c.simulation.param_dtype, "", {"bfloat16", "float32"}),
-      config::bind("simulation.reduce_dtype", &c.simulation.reduce_dtype, "", {"bfloat16", "float32"}),
+      config::bind("simulation.param_dtype", &c.simulation.param_dtype),
+      config::bind("simulation.reduce_dtype", &c.simulation.reduce_dtype),
       config::bind("simulation.trace_file", &c.simulation.trace_file),
       config::bind("simulation.trace_chips", &c.simulation.trace_chips),
       config::bind("simulation.moe_routing_skew", &c.simulation.moe_routing_skew),
@@ -300,9 +300,9 @@ void validate(const JobConfig& c) {
               "config error: comm.init_timeout_seconds and comm.train_timeout_seconds must be > 0");
   TITAN_CHECK(c.checkpoint.export_max_shard_mb > 0, "config error: checkpoint.export_max_shard_mb must be > 0, got ",
               c.checkpoint.export_max_shard_mb);
-  TITAN_CHECK(c.checkpoint.export_dtype != "float16" || c.checkpoint.export_format == "safetensors",
+  TITAN_CHECK(c.checkpoint.export_dtype != ExportDType::float16 || c.checkpoint.export_format == ExportFormat::safetensors,
               "config error: checkpoint.export_dtype float16 is written to safetensors only (export_format: ",
-              c.checkpoint.export_format, "); HDF5 exports take float32 or bfloat16");
+              config::enum_name(c.checkpoint.export_format), "); HDF5 exports take float32 or bfloat16");
   TITAN_CHECK(c.metrics.peak_tflops > 0, "config error: metrics.peak_tflops must be > 0");
 }
 }  // namespace
@@ -421,8 +421,8 @@ JobConfig load_job_config(int argc, const char* const* argv) {
   std::map<std::string, std::string> values;
   for (const auto& f : fields(defaults)) {
     std::string& slot = values[f.key];
-    std::string help = (f.help.empty() ? std::string("override ") + f.key : f.help) + " (" + f.type + ")";
-    if (!f.choices.empty()) help += ": " + join(f.choices, " | ");
+    std::string help = f.help.empty() ? std::string("override ") + f.key : f.help;
+    help += f.choices.empty() ? " (" + f.type + ")" : ": " + join(f.choices, " | ");
     app.add_option("--" + f.key, slot, help)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // last wins
   }
   try {

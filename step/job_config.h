@@ -14,6 +14,7 @@
 #include "models/decoder/args.h"
 #include "parallel/context_parallel.h"
 #include "parallel/pipeline.h"
+#include "src/checkpoint/checkpoint.h"
 #include "src/optim/adamw.h"
 
 namespace titan {
@@ -128,8 +129,8 @@ struct JobConfig {
     std::string initial_load_path = "";  // HF-named weights to start from: .safetensors, an index, model.h5, a folder
     bool resume_with_changed_config = false;  // resume although model.* / optimizer.* differ from the checkpoint's
     bool export_at_end = false;          // write <dump>/export/: config.json + HF-named weights
-    std::string export_dtype = "float32";  // float32 | bfloat16 | float16 (safetensors only)
-    std::string export_format = "safetensors";  // safetensors (model.safetensors) | hdf5 (model.h5) | both
+    ExportDType export_dtype = ExportDType::float32;  // float32 | bfloat16 | float16 (safetensors only)
+    ExportFormat export_format = ExportFormat::safetensors;  // safetensors (model.safetensors) | hdf5 (model.h5) | both
     int64_t export_max_shard_mb = 5000;  // safetensors above this are sharded (+ model.safetensors.index.json)
   } checkpoint;
 
@@ -153,11 +154,13 @@ struct JobConfig {
     std::string chip = "";    // overrides the system's chip (simulator/specs/chips/<name>.yaml or a path)
     int64_t ranks_per_chip = 1;  // Trainium LNC=2: 8 NeuronCores / 2 = 4 ranks per chip
     int64_t num_systems = 1;     // systems joined by the system's scale_out network
-    std::string mode = "eager";  // eager (every op a kernel) | compiled (elementwise chains fused)
+    enum class Mode { eager, compiled };
+    Mode mode = Mode::eager;  // eager (every op a kernel) | compiled (elementwise chains fused)
     std::string attention_kernel = "";  // "": the chip's default attention kernel (attention_efficiency); else a
                                         // kernel its spec lists under attention_kernels (e.g. cudnn on H100)
-    std::string param_dtype = "bfloat16";  // gathered params, activations and their collectives (mixed precision)
-    std::string reduce_dtype = "float32";  // gradient reduce-scatter / all-reduce
+    enum class Precision { bfloat16, float32 };
+    Precision param_dtype = Precision::bfloat16;  // gathered params, activations and their collectives (mixed precision)
+    Precision reduce_dtype = Precision::float32;  // gradient reduce-scatter / all-reduce
     std::string trace_file = "";  // Chrome-trace JSON of the simulated step (relative to job.dump_folder)
     int64_t trace_chips = 2;      // chips drawn in the trace (SPMD: every chip runs the same timeline)
     // MoE routing of the meta step (which has no router outputs), priced at the busiest rank:
@@ -174,6 +177,8 @@ struct JobConfig {
 };
 constexpr std::array<std::string_view, 3> enum_names(JobConfig::ACMode) { return {"none", "full", "selective"}; }
 constexpr std::array<std::string_view, 2> enum_names(JobConfig::Training::OnNonFinite) { return {"abort", "skip"}; }
+constexpr std::array<std::string_view, 2> enum_names(JobConfig::Simulation::Mode) { return {"eager", "compiled"}; }
+constexpr std::array<std::string_view, 2> enum_names(JobConfig::Simulation::Precision) { return {"bfloat16", "float32"}; }
 
 // simulation.moe_routing_histogram as numbers (errors name the key and the item).
 std::vector<double> parse_routing_histogram(const std::string& text);

@@ -48,7 +48,7 @@ TEST(Export, HfNamedFileLoadsAndEvaluates) {
   c.training.steps = 4;
   c.validation.enabled = false;
   c.checkpoint.export_at_end = true;
-  c.checkpoint.export_format = "both";
+  c.checkpoint.export_format = ExportFormat::both;
   train(c);
   const std::string w = c.job.dump_folder + "/export/model.h5";
   h5::File f(w, h5::File::Read);

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "models/decoder/model.h"
@@ -111,6 +112,19 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
       {"moe_aux_loss_coeff", {"model.moe_aux_loss_coeff", "0.5"}, {}},
       {"moe_bias_update_rate", {"model.moe_bias_update_rate", "5.0"}, {}},
   };
+  {  // every knob of models/decoder/knobs.def is in this matrix, or tested where named below: a new knob
+     // cannot skip the check that it acts
+    const std::set<std::string> elsewhere = {
+        "name", "flavor",  // the member (FamilyPresetsAndRefusals), a label
+        "dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "vocab_size",  // sizes (every test's model)
+        "attn_mask_type", "attn_prefix_len", "attn_logit_softcap", "attn_bias",
+        "attn_relative_max_distance"};  // test_attention_variants.cpp's matrix
+    for (const auto& k : decoder::knobs()) {
+      bool here = elsewhere.count(k.key) > 0;
+      for (const Knob& m : knobs) here = here || m.key == k.key;
+      EXPECT_TRUE(here) << "model." << k.key << " (models/decoder/knobs.def) is in no knob matrix: add it above";
+    }
+  }
   const std::vector<std::string> families = {"qwen3", "qwen3_moe", "gpt_oss", "llama3"};
   std::map<std::string, std::map<std::string, std::string>> table;
   int applied = 0, refused = 0;
@@ -317,11 +331,12 @@ TEST(ModelKnobs, ExportImportRoundTripPerArchitecture) {
       }
       model->update_router_bias(counts);
     }
-    for (const std::string dtype : {"float32", "bfloat16"}) {
+    for (const ExportDType export_dtype : {ExportDType::float32, ExportDType::bfloat16}) {
+      const std::string dtype = config::enum_name(export_dtype);
       const std::string dir = (fs::temp_directory_path() / ("titan_rt_" + std::to_string(k++))).string();
       fs::remove_all(dir);
       ExportOptions eo;
-      eo.dtype = dtype;
+      eo.dtype = export_dtype;
       export_hf_folder(dir, model->hf_layout(state(*model)).regions, model->hf_config_json(), eo);
       const std::string text = read_hf_config(dir);
       auto j = nlohmann::json::parse(text);

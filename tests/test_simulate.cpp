@@ -431,7 +431,7 @@ TEST(Simulation, ReproducesTheTrainium2Qwen3_32BRun) {
   EXPECT_NEAR(eager.mfu, 0.2389, 0.10 * 0.2389);
   // the step times the article's first-step ratios imply: 184.6 s / ~31x and 255.7 s / ~55x
   EXPECT_NEAR(eager.step_s, 65536.0 / 11099, 0.10 * 65536.0 / 11099);
-  c.simulation.mode = "compiled";
+  c.simulation.mode = JobConfig::Simulation::Mode::compiled;
   SimResult comp = simulate_step(c, 64);
   EXPECT_NEAR(comp.tokens_per_s, 14156, 0.10 * 14156);
   EXPECT_NEAR(comp.mfu, 0.3047, 0.10 * 0.3047);
@@ -825,15 +825,15 @@ TEST(Simulation, ConcurrentCollectivesShareTheLinksTheyBothUse) {
   };
   const double B = 1e9;
   const CommGroupRef a = group("a", 1, {0, 1, 2, 3}), b = group("b", 2, {0, 1, 2, 3});
-  const SimResult one = schedule_events({start(a, 0, B), wait(0)}, chip, sys, 1, "eager");
-  const SimResult both = schedule_events({start(a, 0, B), start(b, 1, B), wait(0), wait(1)}, chip, sys, 1, "eager");
+  const SimResult one = schedule_events({start(a, 0, B), wait(0)}, chip, sys, 1, sim::ExecMode::Eager);
+  const SimResult both = schedule_events({start(a, 0, B), start(b, 1, B), wait(0), wait(1)}, chip, sys, 1, sim::ExecMode::Eager);
   const CollectiveTime alone = collective_time(chip, sys, 1, Collective::AllGather, B, group_span(sys, 1, {0, 1, 2, 3}));
   EXPECT_NEAR(one.step_s, alone.seconds, 1e-9);
   EXPECT_GT(both.step_s, one.step_s * 1.5);
   EXPECT_NEAR(both.step_s, 2 * alone.levels.back().transfer_s + alone.levels.back().latency_s, 1e-6);
   EXPECT_GT(both.link_contention_s, 0.4 * one.step_s);
   // in sequence (the first waited for before the second starts): no sharing
-  const SimResult seq = schedule_events({start(a, 0, B), wait(0), start(b, 1, B), wait(1)}, chip, sys, 1, "eager");
+  const SimResult seq = schedule_events({start(a, 0, B), wait(0), start(b, 1, B), wait(1)}, chip, sys, 1, sim::ExecMode::Eager);
   EXPECT_NEAR(seq.step_s, 2 * one.step_s, 1e-9);
   EXPECT_EQ(seq.link_contention_s, 0);
   // two levels: a group inside a node and one across nodes use different links
@@ -843,8 +843,8 @@ TEST(Simulation, ConcurrentCollectivesShareTheLinksTheyBothUse) {
   two.levels.push_back(outer);
   two.chips = 4;
   const CommGroupRef in = group("in", 3, {0, 1}), across = group("across", 4, {0, 2});
-  const SimResult inner_alone = schedule_events({start(in, 0, B), wait(0)}, chip, two, 1, "eager");
-  const SimResult apart = schedule_events({start(in, 0, B), start(across, 1, B), wait(0), wait(1)}, chip, two, 1, "eager");
+  const SimResult inner_alone = schedule_events({start(in, 0, B), wait(0)}, chip, two, 1, sim::ExecMode::Eager);
+  const SimResult apart = schedule_events({start(in, 0, B), start(across, 1, B), wait(0), wait(1)}, chip, two, 1, sim::ExecMode::Eager);
   EXPECT_NEAR(apart.step_s, inner_alone.step_s, 1e-9);
   EXPECT_EQ(apart.link_contention_s, 0);
 }

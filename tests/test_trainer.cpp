@@ -106,7 +106,7 @@ TEST(Train, ResumeKeepsTheExpertBiasesOfLossFreeBalancing) {
   c.checkpoint.enable = true;
   c.checkpoint.interval = 3;
   c.checkpoint.export_at_end = true;
-  c.checkpoint.export_format = "hdf5";
+  c.checkpoint.export_format = ExportFormat::hdf5;
   TrainResult ref = train(c);
   {
     auto cks = list_checkpoints(c.job.dump_folder + "/checkpoint");

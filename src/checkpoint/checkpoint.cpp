@@ -372,12 +372,11 @@ std::string with_torch_dtype(const std::string& hf_config_json, const std::strin
 
 std::vector<std::string> export_hf_folder(const std::string& folder, const std::vector<Region>& params,
                                           const std::string& hf_config_json, const ExportOptions& opt, MPI_Comm comm) {
-  TITAN_CHECK(opt.format == "hdf5" || opt.format == "safetensors" || opt.format == "both",
-              "checkpoint.export_format must be hdf5, safetensors or both, got '", opt.format, "'");
-  TITAN_CHECK(opt.dtype == "float32" || opt.dtype == "bfloat16" || (opt.dtype == "float16" && opt.format == "safetensors"),
-              "checkpoint.export_dtype '", opt.dtype, "' with export_format '", opt.format,
+  const std::string dtype = config::enum_name(opt.dtype);
+  TITAN_CHECK(opt.dtype != ExportDType::float16 || opt.format == ExportFormat::safetensors,
+              "checkpoint.export_dtype '", dtype, "' with export_format '", config::enum_name(opt.format),
               "': float32 and bfloat16 go to any format, float16 to safetensors only");
-  const std::string cfg = with_torch_dtype(hf_config_json, opt.dtype);
+  const std::string cfg = with_torch_dtype(hf_config_json, dtype);
   std::vector<std::string> written;
   if (rank_of(comm) == 0) {
     fs::create_directories(folder);
@@ -391,12 +390,12 @@ std::vector<std::string> export_hf_folder(const std::string& folder, const std::
     fs::rename(p + ".tmp", p);
   }
   written.push_back("config.json");
-  if (opt.format != "hdf5") {
-    auto files = save_safetensors(folder, params, safetensors_dtype(opt.dtype), opt.max_shard_bytes, comm);
+  if (opt.format != ExportFormat::hdf5) {
+    auto files = save_safetensors(folder, params, safetensors_dtype(dtype), opt.max_shard_bytes, comm);
     written.insert(written.end(), files.begin(), files.end());
   }
-  if (opt.format != "safetensors") {
-    export_hf(folder + "/model.h5", params, cfg, opt.dtype == "bfloat16" ? DType::BF16 : DType::F32, comm);
+  if (opt.format != ExportFormat::safetensors) {
+    export_hf(folder + "/model.h5", params, cfg, opt.dtype == ExportDType::bfloat16 ? DType::BF16 : DType::F32, comm);
     written.push_back("model.h5");
   }
   return written;

@@ -12,6 +12,7 @@
 // Face state-dict key, HF shapes, float32 or bfloat16, and a root string
 // attribute `config` with the HF config.json content.
 #pragma once
+#include "src/config/enum_names.h"
 #include <string>
 #include <vector>
 
@@ -78,9 +79,14 @@ void export_hf(const std::string& path, const std::vector<Region>& params, const
 // A Hugging Face model folder: config.json (torch_dtype = what was written)
 // and the weights as safetensors (src/checkpoint/safetensors.h), HDF5
 // (model.h5, config as its root attribute) or both. Returns the files written.
+enum class ExportFormat { safetensors, hdf5, both };
+constexpr std::array<std::string_view, 3> enum_names(ExportFormat) { return {"safetensors", "hdf5", "both"}; }
+enum class ExportDType { float32, bfloat16, float16 };  // float16: safetensors only
+constexpr std::array<std::string_view, 3> enum_names(ExportDType) { return {"float32", "bfloat16", "float16"}; }
+
 struct ExportOptions {
-  std::string format = "safetensors";  // hdf5 | safetensors | both
-  std::string dtype = "float32";       // float32 | bfloat16 | float16 (safetensors only)
+  ExportFormat format = ExportFormat::safetensors;
+  ExportDType dtype = ExportDType::float32;
   int64_t max_shard_bytes = 5000LL * 1000 * 1000;  // safetensors shards (transformers' default 5 GB)
 };
 std::vector<std::string> export_hf_folder(const std::string& folder, const std::vector<Region>& params,
