@@ -10,7 +10,10 @@
 namespace titan::parallel {
 
 namespace {
-enum class Style { colwise, rowwise, summed };
+// colwise / rowwise: this rank's chunk of `sizes` along `dim`; summed: kept whole, the gradient summed over
+// tp; kv_head: the one KV head (rows [h * D, (h + 1) * D) of dim 0) this rank's query heads use when
+// n_kv_heads < tp, kept by the tp / n_kv ranks that share it, its gradient summed over them.
+enum class Style { colwise, rowwise, summed, kv_head };
 
 // One row of a block's plan: a parameter (undefined ones are skipped), its style, and for colwise /
 // rowwise the dimension cut and the per-rank sizes along it.
@@ -58,9 +61,9 @@ std::vector<Entry> block_plan(decoder::DecoderLayer* layer, const decoder::Args&
   const auto q_rows = times(even(a.n_heads, tp, "n_heads"), a.head_dim);
   const auto heads = even(a.n_heads, tp, "n_heads");
   linear(plan, at->q_proj, Style::colwise, q_rows);  // this rank's query heads
-  if (kv_split)
-    for (nn::Linear* lin : {at->k_proj, at->v_proj})
-      linear(plan, lin, Style::colwise, times(even(a.n_kv_heads, tp, "n_kv_heads"), a.head_dim));
+  for (nn::Linear* lin : {at->k_proj, at->v_proj})
+    if (kv_split) linear(plan, lin, Style::colwise, times(even(a.n_kv_heads, tp, "n_kv_heads"), a.head_dim));
+    else plan.insert(plan.end(), {{&lin->weight, Style::kv_head}, {&lin->bias, Style::kv_head}});
   linear(plan, at->o_proj, Style::rowwise, q_rows);
   plan.push_back({&at->sinks, Style::colwise, 0, heads});
   if (at->variant.bias == nn::ScoreBias::relative) plan.push_back({&at->bias, Style::colwise, 0, heads});
@@ -165,8 +168,15 @@ void TensorParallel::cut(std::vector<ShardSpec>& specs) {
   for (size_t li = 0; li < layers.size(); ++li) {
     if (!own_.layer[li]) continue;  // another pipeline stage's
     decoder::DecoderLayer* layer = layers[li];
-    for (const Entry& e : block_plan(layer, a, tp, kv_split, opt_.sequence_parallel))
-      if (e.param->defined() && e.style != Style::summed) shard_param(*e.param, e.dim, e.sizes, r, specs);
+    for (const Entry& e : block_plan(layer, a, tp, kv_split, opt_.sequence_parallel)) {
+      if (!e.param->defined()) continue;
+      if (e.style == Style::colwise || e.style == Style::rowwise) shard_param(*e.param, e.dim, e.sizes, r, specs);
+      if (e.style != Style::kv_head) continue;
+      keep_block(*e.param, 0, kv_head * a.head_dim, a.head_dim, specs);  // the one KV head this rank's queries use
+      ShardSpec& s = find_spec(specs, e.param);
+      s.writer = s.writer && kv_group_->rank() == 0;
+      s.grad_norm_weight = 1.0 / (double)kv_group_->size();  // each copy counted once in total
+    }
     auto* at = layer->self_attn;
     at->o_proj->bias_scale = r == 0 ? 1.0 : 0.0;  // rowwise: the bias added once
     if (at->variant.bias == nn::ScoreBias::alibi) {  // ALiBi slopes: a constant, sliced to this rank's heads
@@ -174,15 +184,6 @@ void TensorParallel::cut(std::vector<ShardSpec>& specs) {
       const int64_t h = a.n_heads / tp;
       at->bias = slice(at->bias, 0, r * h, (r + 1) * h).clone();
     }
-    if (!kv_split)
-      for (nn::Linear* lin : {at->k_proj, at->v_proj})
-        for (Tensor* t : {&lin->weight, &lin->bias}) {
-          if (!t->defined()) continue;
-          keep_block(*t, 0, kv_head * a.head_dim, a.head_dim, specs);  // the one KV head this rank's queries use
-          ShardSpec& s = find_spec(specs, t);
-          s.writer = s.writer && kv_group_->rank() == 0;
-          s.grad_norm_weight = 1.0 / (double)kv_group_->size();  // each copy counted once in total
-        }
     if (auto* moe = layer->moe) {
       moe->experts->down_bias_scale = r == 0 ? 1.0 : 0.0;
       moe->aux_loss_scale = r == 0 ? 1.0 : 0.0;  // every tp rank routes alike: count the auxiliary loss once
@@ -224,11 +225,7 @@ void TensorParallel::hooks() {
     layer->register_forward_pre_hook([=](nn::Module&, const Tensor& x) {
       for (const Entry& e : block_plan(layer, a, tp, kv_split, sp))
         if (e.style == Style::summed) sum_grads(*e.param, pg);
-      if (!kv_split)
-        for (nn::Linear* lin : {at->k_proj, at->v_proj}) {
-          sum_grads(lin->weight, kv_group);
-          sum_grads(lin->bias, kv_group);
-        }
+        else if (e.style == Style::kv_head) sum_grads(*e.param, kv_group);
       return sp && i == 0 ? comms::split_to(x, 1, pg) : x;  // the residual stream enters sequence-sharded
     });
     block_collectives(*at, pg, sp, opt_.regather);
