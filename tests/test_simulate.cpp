@@ -1020,3 +1020,21 @@ TEST(Simulation, UnevenPipelineStagesTimesFollowTheirBlocks) {
   EXPECT_NEAR(uneven.stages[0].compute_s / even.stages[0].compute_s, 6.0 / 4.0, 0.05);
   EXPECT_LT(uneven.stages[1].compute_s, even.stages[1].compute_s);
 }
+
+// Every shipped chip and system spec loads (its figures checked by the loader), and the systems published runs
+// use carry their datasheet figures: H200 (141 GB HBM3e at 4.8 TB/s), GB200 NVL72 (72 GPUs in one NVLink
+// domain), and Meta's 700 W HBM3 H100 hosts.
+TEST(Specs, EveryShippedSpecLoadsAndTheNewSystemsCarryTheirDatasheets) {
+  for (const auto& c : known_chips()) EXPECT_NO_THROW(load_chip(c)) << c;
+  for (const auto& s : known_systems()) EXPECT_NO_THROW(load_system(s)) << s;
+  const ChipSpec h200 = load_chip("h200"), h100 = load_chip("h100-sxm");
+  EXPECT_NEAR(h200.hbm_gib * (1 << 30) / 1e9, 141.0, 0.1);
+  EXPECT_EQ(h200.hbm_tbps, 4.8);
+  EXPECT_EQ(h200.peak_tflops, h100.peak_tflops);  // the same die
+  const SystemSpec nvl72 = load_system("gb200-nvl72");
+  EXPECT_EQ(nvl72.chips, 72);
+  ASSERT_EQ(nvl72.levels.size(), 1u);  // one NVLink domain, no second tier inside the rack
+  EXPECT_EQ(nvl72.levels[0].units, 72);
+  EXPECT_EQ(load_chip(nvl72.chip_name).peak_tflops, 2500);
+  EXPECT_EQ(load_system("meta-h100-roce").chip_name, "h100-sxm");  // 700 W, 80 GB HBM3 (not grand-teton's 500 W)
+}
