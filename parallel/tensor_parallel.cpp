@@ -226,12 +226,17 @@ void TensorParallel::hooks() {
       for (const Entry& e : block_plan(layer, a, tp, kv_split, sp))
         if (e.style == Style::summed) sum_grads(*e.param, pg);
         else if (e.style == Style::kv_head) sum_grads(*e.param, kv_group);
-      return sp && i == 0 ? comms::split_to(x, 1, pg) : x;  // the residual stream enters sequence-sharded
+      return x;
     });
     block_collectives(*at, pg, sp, opt_.regather);
     block_collectives(*layer->ffn(), pg, sp, opt_.regather);
   }
   decoder::Decoder& model = model_;
+  // the residual stream leaves the embedding sequence-sharded, on whichever stage holds it (a pipeline's edge
+  // stage may hold the embedding alone: what it sends is the shard)
+  if (sp && own_.embed)
+    model.model->embed_tokens->register_forward_post_hook(
+        [pg](nn::Module&, const Tensor& y) { return comms::split_to(y, 1, pg); });
   if (sp && own_.head)
     model.register_forward_pre_hook([&model, pg](nn::Module&, const Tensor& ids) {
       sum_grads(model.model->norm->weight, pg);  // after FSDP's root pre-hook bound it

@@ -235,7 +235,9 @@ Tensor Decoder::forward_chunk(const Tensor& x, const Tensor& doc_ids, const Mode
                 "context parallel: doc_ids ", shape_str(doc_ids.shape()), " must cover the whole sequence (", cp.global_len(S),
                 " tokens), this rank holds ", S);
     const nn::AttentionInputs in{cos_, sin_, doc_ids, cp.attend};
-    Tensor h = c.first ? model->embed_tokens->forward(in_x) : in_x;  // [B, S, dim]
+    // [B, S, dim] (a plan's hooks may shard it: sequence parallel hands the blocks [B, S/tp, dim])
+    Tensor h = c.first ? model->embed_tokens->call(in_x, [&](const Tensor& t) { return model->embed_tokens->forward(t); })
+                       : in_x;
     h = model->layers->run(h, in, activation_checkpoint,
                            checkpoint_save_ops ? autograd::SavePolicy::TorchTitanOps : autograd::SavePolicy::None,
                            c.begin, end);
