@@ -54,8 +54,14 @@ struct Lane {
   // rank's sends per (group, tag), their arrival times in order, and the receives matched to them so far
   std::map<std::pair<uint64_t, int>, std::vector<double>> sent;
   std::map<std::pair<uint64_t, int>, size_t> received;
-  // per network level (by name): when this rank's transfers use its links (contention between groups)
-  std::map<std::string, std::vector<std::pair<double, double>>> link_busy;
+  // per network level (by name): when this rank's transfers use its links (contention between groups); each
+  // interval owned by a collective (its comm id, its stream) or a point-to-point transfer
+  struct Use {
+    double a, b;
+    int64_t owner;  // the collective's comm id; -1 for a point-to-point transfer
+    std::string stream;
+  };
+  std::map<std::string, std::vector<Use>> link_busy;
   bool registered = false;  // the collective at `next` has been announced to the other lanes
   SimResult r;              // this lane's timeline and sums
   std::vector<double> marks;  // pipeline schedules: begin, end, begin, end, ... (compute clock)
@@ -120,38 +126,65 @@ class Schedule {
     emit_kernel(l, name, "elementwise", k);
   }
   // Places a transfer of `work` seconds (at the links' full rate) from t on a level whose links already
-  // carry `busy` (intervals): it moves its bytes in the gaps, so bytes of concurrent transfers share the
-  // level's bandwidth (the level is never more than fully used). Returns its end; adds its pieces to busy.
-  static double fill_gaps(double t, double work, std::vector<std::pair<double, double>>& busy) {
-    std::vector<std::pair<double, double>> pieces;
+  // carry `busy`; adds its pieces to busy and returns its end. The level is never more than fully used:
+  //  - a collective moves its bytes in the gaps (concurrent collectives of different groups take the level
+  //    in turns, which ends both when sharing it would);
+  //  - a point-to-point transfer (a pipeline stage's activations or gradients) runs in the gaps and, where
+  //    a collective holds the level, beside it at half the rate each (NCCL's channels progress together:
+  //    they share the bandwidth, not a queue): the collective, still in flight, ends as much later as the
+  //    transfer moved beside it. Point-to-point transfers take the level in turns among themselves.
+  double fill_gaps(Lane& l, double t, double work, std::vector<Lane::Use>& busy, int64_t owner,
+                   const std::string& stream) {
+    const bool p2p = owner < 0;
+    std::vector<Lane::Use> pieces;
+    std::map<int64_t, double> delayed;  // collective -> the seconds of its bytes moved later
     while (work > 1e-15) {
-      bool inside = false;
+      const Lane::Use* turn = nullptr;  // a use that excludes this transfer at t
+      const Lane::Use* share = nullptr;  // a collective this point-to-point transfer runs beside
       double next = 1e300;
-      for (const auto& [a, b] : busy) {
-        if (a <= t && t < b) {
-          inside = true;
-          next = std::min(next, b);  // wait for this one to end
-        } else if (a > t) {
-          next = std::min(next, a);
+      for (const auto& u : busy) {
+        if (u.a <= t && t < u.b) {
+          if (p2p && u.owner >= 0) share = &u;
+          else turn = &u;
+          next = std::min(next, u.b);
+        } else if (u.a > t) {
+          next = std::min(next, u.a);
         }
       }
-      if (inside) {
-        t = next;
+      if (turn) {
+        t = next;  // wait for it to end
         continue;
       }
-      const double piece = std::min(work, next - t);
-      pieces.emplace_back(t, t + piece);
-      work -= piece;
-      t += piece;
+      const double rate = share ? 0.5 : 1.0;
+      const double span = std::min(work / rate, next - t);
+      pieces.push_back({t, t + span, owner, stream});
+      if (share) delayed[share->owner] += span * rate;
+      work -= span * rate;
+      t += span;
     }
     busy.insert(busy.end(), pieces.begin(), pieces.end());
+    for (const auto& [id, s] : delayed) {
+      auto it = l.inflight.find(id);
+      if (it == l.inflight.end()) continue;  // waited for already (cannot be: it overlapped this transfer)
+      Lane::Pending& p = it->second;
+      Lane::Use* last = nullptr;  // the collective's last piece on this level moves its end by s
+      for (auto& u : busy)
+        if (u.owner == id && (!last || u.b > last->b)) last = &u;
+      if (last) last->b += s;
+      const std::string& its = last ? last->stream : stream;
+      if (l.stream_free[its] == p.end) l.stream_free[its] += s;  // what queues behind it on its stream
+      if (p.span >= 0) l.r.spans[p.span].dur += s;
+      p.end += s;
+      l.r.link_contention_s += s;
+    }
     return t;
   }
-  // Places a collective's levels one after another from `start` on this rank's links; returns its end.
-  // Transfers of other groups on the same level's links at the same time share its bandwidth.
-  double place_on_links(Lane& l, const CollectiveTime& ct, double start) {
+  // Places a transfer's levels one after another from `start` on this rank's links; returns its end.
+  // owner: the collective's comm id (-1: a point-to-point transfer).
+  double place_on_links(Lane& l, const CollectiveTime& ct, double start, int64_t owner, const std::string& stream) {
     double t = start;
-    for (const auto& lv : ct.levels) t = fill_gaps(t, lv.transfer_s, l.link_busy[lv.name]) + lv.latency_s;
+    for (const auto& lv : ct.levels)
+      t = fill_gaps(l, t, lv.transfer_s, l.link_busy[lv.name], owner, stream) + lv.latency_s;
     l.r.link_contention_s += std::max(0.0, (t - start) - ct.seconds);
     return t;
   }
@@ -229,7 +262,7 @@ class Schedule {
     const CollectiveTime ct = p2p_time(chip_, sys_, bytes, span);
     const std::string stream = stream_for(l, e, "p2p:");
     const double start = std::max(l.tc, l.stream_free[stream]);
-    const double end = ct.seconds > 0 ? place_on_links(l, ct, start) : start;
+    const double end = ct.seconds > 0 ? place_on_links(l, ct, start, -1, stream) : start;
     l.stream_free[stream] = end;
     l.r.comm_busy_by_group[e.group.name] += end - start;
     algo_of_["send/recv over " + e.group.name] = ct.algorithm;
@@ -276,7 +309,7 @@ class Schedule {
     const std::string stream = stream_for(l, e, "comm:");
     // a free collective (group of one) neither queues nor occupies its stream
     const double start = ct.seconds > 0 ? std::max(issued, l.stream_free[stream]) : issued;
-    const double end = ct.seconds > 0 ? place_on_links(l, ct, start) : start;
+    const double end = ct.seconds > 0 ? place_on_links(l, ct, start, e.comm_id, stream) : start;
     if (ct.seconds > 0) l.stream_free[stream] = end;
     l.r.comm_busy_by_group[e.group.name] += end - start;
     algo_of_[std::string(e.op) + " over " + e.group.name + " (" + std::to_string(e.group.size()) + " ranks)"] =

@@ -849,6 +849,79 @@ TEST(Simulation, ConcurrentCollectivesShareTheLinksTheyBothUse) {
   EXPECT_EQ(apart.link_contention_s, 0);
 }
 
+// A pipeline stage's send and a data-parallel reduction in flight at once on the same level's links share its
+// bandwidth (NCCL's channels progress together), not a queue: the send runs beside the reduction at half the
+// rate, ending long before it, and the reduction ends later by as much as the send moved; on different
+// levels (the stage's neighbour inside the node, the reduction across nodes) neither waits for the other.
+TEST(Simulation, APipelineSendSharesALinkWithAReductionInsteadOfQueueingBehindIt) {
+  ChipSpec chip = test_chip();
+  SystemSpec sys = one_level(Topology::Switch, 4, 100, 1, 1.0);
+  auto group = [](const std::string& name, uint64_t id, std::vector<int> ranks) {
+    return CommGroupRef{name, id, std::make_shared<const std::vector<int>>(std::move(ranks))};
+  };
+  auto reduce = [](const CommGroupRef& g, int64_t id, double bytes) {
+    CostEvent e;
+    e.kind = CostEvent::Kind::CommStart;
+    e.op = "all_reduce";
+    e.bytes = bytes;
+    e.comm_id = id;
+    e.group = g;
+    e.gradients = true;
+    return e;
+  };
+  auto send = [](const CommGroupRef& g, int64_t id, int peer, double bytes) {
+    CostEvent e;
+    e.kind = CostEvent::Kind::CommStart;
+    e.op = "send";
+    e.send = true;
+    e.peer = peer;
+    e.tag = 7;
+    e.bytes = bytes;
+    e.comm_id = id;
+    e.group = g;
+    return e;
+  };
+  auto wait = [](int64_t id) {
+    CostEvent e;
+    e.kind = CostEvent::Kind::CommWait;
+    e.comm_id = id;
+    return e;
+  };
+  auto end_of = [](const SimResult& r, const std::string& op) {
+    for (const auto& sp : r.spans)
+      if (sp.name == op) return sp.start + sp.dur;
+    return -1.0;
+  };
+  const double big = 4e9, small = 1e7;
+  const CommGroupRef dp = group("dp", 1, {0, 1, 2, 3}), pp = group("pp", 2, {0, 1});
+  const SimResult reduction = schedule_events({reduce(dp, 0, big), wait(0)}, chip, sys, 1, sim::ExecMode::Eager);
+  const SimResult alone = schedule_events({send(pp, 1, 1, small), wait(1)}, chip, sys, 1, sim::ExecMode::Eager);
+  const double t_send = end_of(alone, "send"), t_reduce = end_of(reduction, "all_reduce");
+  ASSERT_GT(t_send, 0);
+  ASSERT_GT(t_reduce, 100 * t_send);
+  const SimResult both =
+      schedule_events({reduce(dp, 0, big), send(pp, 1, 1, small), wait(1), wait(0)}, chip, sys, 1, sim::ExecMode::Eager);
+  const CollectiveTime p2p = p2p_time(chip, sys, small, group_span(sys, 1, {0, 1}));
+  const double transfer = p2p.levels.back().transfer_s, latency = p2p.levels.back().latency_s;
+  EXPECT_NEAR(end_of(both, "send"), 2 * transfer + latency, 1e-9);  // beside the reduction, at half the rate
+  EXPECT_LT(end_of(both, "send"), 0.01 * t_reduce);                 // not behind it
+  EXPECT_NEAR(end_of(both, "all_reduce"), t_reduce + transfer, 1e-9);  // the link's bytes are conserved
+  EXPECT_NEAR(both.step_s, t_reduce + transfer, 1e-9);
+  // the send's neighbour inside the node, the reduction across nodes: different links, no interference
+  SystemSpec two = one_level(Topology::Switch, 2, 100, 1, 1.0);
+  NetworkLevel outer = two.levels[0];
+  outer.name = "outer";
+  two.levels.push_back(outer);
+  two.chips = 4;
+  const CommGroupRef across = group("dp_across", 3, {0, 2});
+  const SimResult apart_alone = schedule_events({reduce(across, 0, big), wait(0)}, chip, two, 1, sim::ExecMode::Eager);
+  const SimResult send_alone = schedule_events({send(pp, 1, 1, small), wait(1)}, chip, two, 1, sim::ExecMode::Eager);
+  const SimResult apart = schedule_events({reduce(across, 0, big), send(pp, 1, 1, small), wait(1), wait(0)}, chip,
+                                          two, 1, sim::ExecMode::Eager);
+  EXPECT_NEAR(end_of(apart, "send"), end_of(send_alone, "send"), 1e-12);
+  EXPECT_NEAR(end_of(apart, "all_reduce"), end_of(apart_alone, "all_reduce"), 1e-12);
+}
+
 // Megatron-LM's sequence-parallel layout (parallelism.sequence_parallel_regather): each attention / MLP
 // block keeps its rank's [B, S/tp, H] shard instead of the gathered [B, S, H] input, and gathers it again
 // when its backward begins: (tp-1)/tp of those activations saved, one more all-gather per block, nothing
