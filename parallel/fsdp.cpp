@@ -273,7 +273,8 @@ Tensor FSDP::gradient_arrived(Unit& u, Bucket& b, Param& p, const Tensor& g) {
       b.grad_flat = zeros({n * b.seg}, b.dtype);  // padding rows stay zero
     }
     int64_t start = 0;
-    for (int64_t q = 0; q < n; ++q) {
+    // planning (meta): no element moves, and the copy's one cost record is the bucket's (below)
+    for (int64_t q = 0; q < (b.grad_flat.is_meta() ? 0 : n); ++q) {
       const int64_t rows = p.rows[q], at = q * b.seg + p.offset;
       if (rows > 0 && g.is_contiguous() && !b.holds_earlier) {
         copy_elems(b.grad_flat, at, g, start * p.row_elems, rows * p.row_elems);
