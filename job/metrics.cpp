@@ -56,11 +56,14 @@ void truncate_metrics_after(const std::string& path, int64_t step) {
   std::string kept, line;
   int64_t dropped = 0;
   while (std::getline(in, line)) {
-    // a row's step (a line that is not a JSON object with a step, e.g. cut short by a crash, is kept)
+    // a row's step; a line cut short by a crash still shows the step it began
     const nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    const int64_t s = row.is_object() && row.contains("step") && row["step"].is_number_integer()
-                          ? row["step"].get<int64_t>()
-                          : 0;
+    int64_t s = 0;
+    if (row.is_object() && row.contains("step") && row["step"].is_number_integer()) {
+      s = row["step"].get<int64_t>();
+    } else if (const size_t at = line.find("\"step\":"); at != std::string::npos) {
+      s = std::atoll(line.c_str() + at + 7);
+    }
     if (s > step) ++dropped;
     else kept += line + "\n";
   }

@@ -7,6 +7,14 @@ namespace titan {
 namespace {
 // A figure as the step line rounds it (printf's %.Nf / %.Ng), so metrics.jsonl carries what was logged.
 double rounded(const char* format, double v) { return std::stod(fmt(format, v)); }
+
+// One metrics.jsonl row: {"key": value, ...} (the spacing titan has always written; readers parse JSON).
+std::string row_text(const nlohmann::ordered_json& row) {
+  std::string s = "{";
+  for (auto it = row.begin(); it != row.end(); ++it)
+    s += (it == row.begin() ? "" : ", ") + nlohmann::json(it.key()).dump() + ": " + it.value().dump();
+  return s + "}";
+}
 }  // namespace
 
 MetricsLogger::MetricsLogger(const JobConfig& cfg, const comms::DeviceMesh& mesh, const TrainJob& job,
@@ -110,7 +118,7 @@ void MetricsLogger::step(int64_t step, const StepResult& r, double lr) {
                                         {"comm_exposed_s", rounded("%.4f", comm_exposed)},
                                         {"comm_busy_s", rounded("%.4f", comm_busy)},
                                         {"elapsed_s", rounded("%.3f", sm.elapsed_s)}};
-    jsonl_->write(row.dump());
+    jsonl_->write(row_text(row));
   }
   fold_peak();
   mem.reset_peak();
@@ -119,7 +127,7 @@ void MetricsLogger::step(int64_t step, const StepResult& r, double lr) {
 }
 
 void MetricsLogger::validation(int64_t step, double loss) {
-  if (jsonl_) jsonl_->write(nlohmann::ordered_json{{"step", step}, {"val_loss", rounded("%.8f", loss)}}.dump());
+  if (jsonl_) jsonl_->write(row_text(nlohmann::ordered_json{{"step", step}, {"val_loss", rounded("%.8f", loss)}}));
 }
 
 void MetricsLogger::exclude_since(double t0) {

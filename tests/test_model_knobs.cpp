@@ -368,3 +368,28 @@ TEST(ModelKnobs, ExportImportRoundTripPerArchitecture) {
 
 }  // namespace
 }  // namespace titan
+
+namespace titan {
+namespace {
+// titan_decoder's block carries the architecture as titan 0.9 wrote it: no training-only knob (a model loaded
+// from it is not trained with the exporter's balancing), and a block without its sizes is refused.
+TEST(ModelKnobs, TitanDecoderBlockCarriesTheArchitectureOnly) {
+  Overrides o = tiny("qwen3_moe");
+  o.insert(o.end(), {"model.moe_shared_expert", "true", "model.moe_aux_loss_coeff", "0.01"});
+  const JobConfig c = load_job_config_file("", o);
+  auto j = nlohmann::json::parse(std::make_unique<decoder::Decoder>(c.model)->hf_config_json());
+  ASSERT_TRUE(j.contains("titan_decoder"));
+  EXPECT_FALSE(j["titan_decoder"].contains("moe_aux_loss_coeff"));
+  EXPECT_TRUE(j["titan_decoder"]["moe_shared_expert"].get<bool>());
+  EXPECT_EQ(decoder::Args::from_hf_json(j.dump()).moe_aux_loss_coeff, 0.0);
+  j["titan_decoder"].erase("dim");
+  std::string e;
+  try {
+    decoder::Args::from_hf_json(j.dump());
+  } catch (const Error& err) {
+    e = err.what();
+  }
+  EXPECT_NE(e.find("the titan_decoder block has no dim"), std::string::npos) << e;
+}
+}  // namespace
+}  // namespace titan

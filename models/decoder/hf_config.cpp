@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "models/decoder/args.h"
@@ -16,10 +17,24 @@ using json = nlohmann::json;
 namespace {
 bool has(const json& j, const char* k) { return j.contains(k) && !j[k].is_null(); }
 
-// Every knob whose HF field the file gives (null: HF's "unset", the default stays).
+// The knobs an HF class stores under their knobs.def HF field (the rest it fixes, or stores otherwise).
+const std::vector<std::string> kCommonFields = {"vocab_size", "dim",      "n_layers",            "n_heads",   "n_kv_heads",
+                                                "head_dim",   "hidden_dim", "norm_eps", "enable_weight_tying", "rope_theta"};
+std::vector<std::string> class_fields(Family f) {
+  std::vector<std::string> k = kCommonFields;
+  if (f != Family::gpt_oss) k.insert(k.end(), {"activation", "attn_proj_bias"});
+  if (f == Family::qwen3_moe)
+    k.insert(k.end(), {"moe_num_experts", "moe_top_k", "moe_hidden_dim", "moe_renormalize", "moe_every"});
+  if (f == Family::gpt_oss) k.insert(k.end(), {"moe_top_k", "swiglu_limit"});
+  return k;
+}
+
+// Every knob of the class whose HF field the file gives (null: HF's "unset", the default stays).
 void read_hf_fields(const json& j, Args& a) {
-  for (const auto& k : knobs())
-    if (!k.hf.empty() && has(j, k.hf.c_str())) k.from_json(j, a, k.hf);
+  for (const auto& key : class_fields(a.name)) {
+    const Knob* k = find_knob(key);
+    if (k && !k->hf.empty() && has(j, k->hf.c_str())) k->from_json(j, a, k->hf);
+  }
 }
 
 RopeScaling rope_from_hf(const json& j, int64_t default_original) {
@@ -207,9 +222,18 @@ std::vector<std::string> block_path(const std::string& key) {
   return it == paths.end() ? std::vector<std::string>{key} : it->second;
 }
 
+// What the block leaves out: a label, the knobs resolved into layer_window, and training-only knobs (a loaded
+// model is not trained with the exporter's balancing: 0.9's block had none of them).
+bool in_block(const std::string& key) {
+  static const std::set<std::string> out = {"flavor", "sliding_window", "sliding_window_layers", "moe_aux_loss_coeff",
+                                            "moe_bias_update_rate"};
+  return !out.count(key);
+}
+
 json titan_block(const Args& a) {
   json b;
   for (const auto& k : knobs()) {
+    if (!in_block(k.key)) continue;
     json one;
     k.to_json(a, one);
     const auto path = block_path(k.key);
@@ -223,11 +247,16 @@ json titan_block(const Args& a) {
 
 Args from_titan_block(const json& b) {
   Args a;
+  a.hidden_dim = 0;  // absent: no dense MLP (a block of a model whose every layer is MoE may leave it out)
+  static const std::set<std::string> required = {"vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "head_dim"};
   for (const auto& k : knobs()) {
+    if (!in_block(k.key)) continue;
     const auto path = block_path(k.key);
     const json* v = &b;
     for (const auto& p : path) v = v && v->is_object() && v->contains(p) ? &v->at(p) : nullptr;
-    if (!v || v->is_null()) continue;  // absent: the default (a block written before the knob existed)
+    TITAN_CHECK(!(v && v->is_null()), "model config: the titan_decoder block is malformed: ", k.key, " is null");
+    TITAN_CHECK(v || !required.count(k.key), "model config: the titan_decoder block has no ", k.key);
+    if (!v) continue;  // absent: the default (a block written before the knob existed)
     k.from_json(json{{k.key, *v}}, a, k.key);
   }
   TITAN_CHECK(has(b, "layer_window"), "model config: the titan_decoder block has no layer_window");
