@@ -798,6 +798,38 @@ TEST(Simulation, PipelineBubbleIsTheTextbookFraction) {
   EXPECT_LT(inter.bubble_fraction, 0.75 * one.bubble_fraction);
 }
 
+namespace {
+// Events for the scheduler alone (schedule_events): a group of world ranks, a collective or a send starting,
+// the wait for it; and a system of two levels of 2 chips each (a group inside a node and one across nodes
+// use different links).
+CommGroupRef comm_group(const std::string& name, uint64_t id, std::vector<int> ranks) {
+  return CommGroupRef{name, id, std::make_shared<const std::vector<int>>(std::move(ranks))};
+}
+CostEvent comm_start(const char* op, const CommGroupRef& g, int64_t id, double bytes) {
+  CostEvent e;
+  e.kind = CostEvent::Kind::CommStart;
+  e.op = op;
+  e.bytes = bytes;
+  e.comm_id = id;
+  e.group = g;
+  return e;
+}
+CostEvent comm_wait(int64_t id) {
+  CostEvent e;
+  e.kind = CostEvent::Kind::CommWait;
+  e.comm_id = id;
+  return e;
+}
+SystemSpec two_levels() {
+  SystemSpec two = one_level(Topology::Switch, 2, 100, 1, 1.0);
+  NetworkLevel outer = two.levels[0];
+  outer.name = "outer";
+  two.levels.push_back(outer);
+  two.chips = 4;
+  return two;
+}
+}  // namespace
+
 // Collectives of different groups in flight at once share the links of the levels they both use: two
 // all-gathers over two groups of the same 4 chips take longer together than either alone (and, their
 // transfers sharing the one level equally, about twice one's transfer); over groups on different levels
@@ -805,24 +837,9 @@ TEST(Simulation, PipelineBubbleIsTheTextbookFraction) {
 TEST(Simulation, ConcurrentCollectivesShareTheLinksTheyBothUse) {
   ChipSpec chip = test_chip();
   SystemSpec sys = one_level(Topology::Switch, 4, 100, 1, 1.0);
-  auto group = [](const std::string& name, uint64_t id, std::vector<int> ranks) {
-    return CommGroupRef{name, id, std::make_shared<const std::vector<int>>(std::move(ranks))};
-  };
-  auto start = [](const CommGroupRef& g, int64_t id, double bytes) {
-    CostEvent e;
-    e.kind = CostEvent::Kind::CommStart;
-    e.op = "all_gather";
-    e.bytes = bytes;
-    e.comm_id = id;
-    e.group = g;
-    return e;
-  };
-  auto wait = [](int64_t id) {
-    CostEvent e;
-    e.kind = CostEvent::Kind::CommWait;
-    e.comm_id = id;
-    return e;
-  };
+  auto group = comm_group;
+  auto start = [](const CommGroupRef& g, int64_t id, double bytes) { return comm_start("all_gather", g, id, bytes); };
+  auto wait = comm_wait;
   const double B = 1e9;
   const CommGroupRef a = group("a", 1, {0, 1, 2, 3}), b = group("b", 2, {0, 1, 2, 3});
   const SimResult one = schedule_events({start(a, 0, B), wait(0)}, chip, sys, 1, sim::ExecMode::Eager);
@@ -837,11 +854,7 @@ TEST(Simulation, ConcurrentCollectivesShareTheLinksTheyBothUse) {
   EXPECT_NEAR(seq.step_s, 2 * one.step_s, 1e-9);
   EXPECT_EQ(seq.link_contention_s, 0);
   // two levels: a group inside a node and one across nodes use different links
-  SystemSpec two = one_level(Topology::Switch, 2, 100, 1, 1.0);
-  NetworkLevel outer = two.levels[0];
-  outer.name = "outer";
-  two.levels.push_back(outer);
-  two.chips = 4;
+  const SystemSpec two = two_levels();
   const CommGroupRef in = group("in", 3, {0, 1}), across = group("across", 4, {0, 2});
   const SimResult inner_alone = schedule_events({start(in, 0, B), wait(0)}, chip, two, 1, sim::ExecMode::Eager);
   const SimResult apart = schedule_events({start(in, 0, B), start(across, 1, B), wait(0), wait(1)}, chip, two, 1, sim::ExecMode::Eager);
@@ -856,37 +869,20 @@ TEST(Simulation, ConcurrentCollectivesShareTheLinksTheyBothUse) {
 TEST(Simulation, APipelineSendSharesALinkWithAReductionInsteadOfQueueingBehindIt) {
   ChipSpec chip = test_chip();
   SystemSpec sys = one_level(Topology::Switch, 4, 100, 1, 1.0);
-  auto group = [](const std::string& name, uint64_t id, std::vector<int> ranks) {
-    return CommGroupRef{name, id, std::make_shared<const std::vector<int>>(std::move(ranks))};
-  };
+  auto group = comm_group;
   auto reduce = [](const CommGroupRef& g, int64_t id, double bytes) {
-    CostEvent e;
-    e.kind = CostEvent::Kind::CommStart;
-    e.op = "all_reduce";
-    e.bytes = bytes;
-    e.comm_id = id;
-    e.group = g;
+    CostEvent e = comm_start("all_reduce", g, id, bytes);
     e.gradients = true;
     return e;
   };
   auto send = [](const CommGroupRef& g, int64_t id, int peer, double bytes) {
-    CostEvent e;
-    e.kind = CostEvent::Kind::CommStart;
-    e.op = "send";
+    CostEvent e = comm_start("send", g, id, bytes);
     e.send = true;
     e.peer = peer;
     e.tag = 7;
-    e.bytes = bytes;
-    e.comm_id = id;
-    e.group = g;
     return e;
   };
-  auto wait = [](int64_t id) {
-    CostEvent e;
-    e.kind = CostEvent::Kind::CommWait;
-    e.comm_id = id;
-    return e;
-  };
+  auto wait = comm_wait;
   auto end_of = [](const SimResult& r, const std::string& op) {
     for (const auto& sp : r.spans)
       if (sp.name == op) return sp.start + sp.dur;
@@ -908,11 +904,7 @@ TEST(Simulation, APipelineSendSharesALinkWithAReductionInsteadOfQueueingBehindIt
   EXPECT_NEAR(end_of(both, "all_reduce"), t_reduce + transfer, 1e-9);  // the link's bytes are conserved
   EXPECT_NEAR(both.step_s, t_reduce + transfer, 1e-9);
   // the send's neighbour inside the node, the reduction across nodes: different links, no interference
-  SystemSpec two = one_level(Topology::Switch, 2, 100, 1, 1.0);
-  NetworkLevel outer = two.levels[0];
-  outer.name = "outer";
-  two.levels.push_back(outer);
-  two.chips = 4;
+  const SystemSpec two = two_levels();
   const CommGroupRef across = group("dp_across", 3, {0, 2});
   const SimResult apart_alone = schedule_events({reduce(across, 0, big), wait(0)}, chip, two, 1, sim::ExecMode::Eager);
   const SimResult send_alone = schedule_events({send(pp, 1, 1, small), wait(1)}, chip, two, 1, sim::ExecMode::Eager);
