@@ -195,6 +195,23 @@ CollectiveTime collective_time(const ChipSpec& c, const SystemSpec& sys, int rpc
     inner *= x.n;
   }
   out.seconds = seconds;
+  if (sys.library == CollectiveLibrary::nccl && kind != Collective::AllToAll && !out.levels.empty()) {
+    // the library's algorithm and protocol: its latency replaces the levels' steps, its protocol's share of
+    // the link rate stretches each level's transfer
+    double transfer = 0;
+    for (const auto& lv : out.levels) transfer += lv.transfer_s;
+    const LibraryChoice c = nccl_choice(kind == Collective::AllReduce, g.size(), g.systems, transfer);
+    out.seconds = c.latency_s;
+    for (auto& lv : out.levels) {
+      lv.transfer_s /= c.bandwidth;
+      lv.latency_s = 0;
+      out.seconds += lv.transfer_s;
+    }
+    out.levels.front().latency_s = c.latency_s;
+    std::string over;
+    for (const auto& lv : out.levels) over += (over.empty() ? "" : " + ") + lv.name;
+    out.algorithm = "nccl " + c.algorithm + " over " + over;
+  }
   return out;
 }
 

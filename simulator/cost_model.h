@@ -32,8 +32,10 @@
 
 namespace titan::sim {
 
-enum class ExecMode { Eager, Compiled };
-constexpr std::array<std::string_view, 2> enum_names(ExecMode) { return {"eager", "compiled"}; }
+// eager: every op its kernels (PyTorch eager); compiled: elementwise chains fused (torch.compile); graphs: compiled
+// and captured as CUDA graphs (the host issues the step once: no per-kernel host time, chip.*_host_us).
+enum class ExecMode { Eager, Compiled, Graphs };
+constexpr std::array<std::string_view, 3> enum_names(ExecMode) { return {"eager", "compiled", "cudagraphs"}; }
 
 enum class KernelKind { Gemm, Attention, Other };
 

@@ -142,7 +142,8 @@ ChipSpec load_chip(const std::string& name_or_path) {
   check_keys(n,
              {"name", "cores", "peak_tflops", "headline_tflops", "mfu_peak_tflops", "vector_tflops", "hbm_gib",
               "hbm_tbps", "memory_efficiency", "attention_efficiency", "eager_launch_us", "compiled_launch_us",
-              "comm_interference", "gemm_tile", "gemm_efficiency", "attention_kernels", "gemm_power_limit_tflops"},
+              "comm_interference", "gemm_tile", "gemm_efficiency", "attention_kernels", "gemm_power_limit_tflops",
+              "eager_host_us", "compiled_host_us"},
              file, "");
   ChipSpec c;
   c.file = file;
@@ -158,6 +159,8 @@ ChipSpec load_chip(const std::string& name_or_path) {
   c.attention_efficiency = number(n, "attention_efficiency", file);
   c.eager_launch_us = number(n, "eager_launch_us", file, true);
   c.compiled_launch_us = number(n, "compiled_launch_us", file, true);
+  c.eager_host_us = n["eager_host_us"] ? number(n, "eager_host_us", file, true) : 0.0;
+  c.compiled_host_us = n["compiled_host_us"] ? number(n, "compiled_host_us", file, true) : 0.0;
   c.comm_interference = n["comm_interference"] ? number(n, "comm_interference", file, true) : 0.0;
   if (c.comm_interference >= 1) fail(file, "key 'comm_interference' must be < 1");
   for (const char* k : {"memory_efficiency", "attention_efficiency"})
@@ -198,13 +201,23 @@ SystemSpec load_system(const std::string& name_or_path) {
   const std::string file = resolve(name_or_path, "systems", "system");
   YAML::Node n = load_yaml(file);
   if (!n.IsMap()) fail(file, "expected a map");
-  check_keys(n, {"name", "chip", "chips", "levels", "scale_out"}, file, "");
+  check_keys(n, {"name", "chip", "chips", "levels", "scale_out", "collective_library"}, file, "");
   SystemSpec s;
   s.file = file;
   s.name = n["name"] ? n["name"].as<std::string>() : fs::path(file).stem().string();
   if (!n["chip"]) fail(file, "missing key 'chip'");
   s.chip_name = n["chip"].as<std::string>();
   s.chips = (int)number(n, "chips", file);
+  if (n["collective_library"]) {
+    const std::string lib = n["collective_library"].as<std::string>();
+    const auto parsed = config::parse_enum<CollectiveLibrary>(lib);
+    if (!parsed) {
+      std::string allowed;
+      for (const auto& c : config::enum_choices<CollectiveLibrary>()) allowed += (allowed.empty() ? "" : ", ") + c;
+      fail(file, "key 'collective_library': '" + lib + "' is not a known library (" + allowed + ")");
+    }
+    s.library = *parsed;
+  }
   if (!n["levels"] || !n["levels"].IsSequence() || n["levels"].size() == 0)
     fail(file, "missing key 'levels' (the interconnect, innermost first)");
   int prod = 1;

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "simulator/collective_library.h"
+
 namespace titan::sim {
 
 // Efficiency of a GEMM as a function of its size: (GFLOP per call, fraction
@@ -39,6 +41,13 @@ struct ChipSpec {
                                        // per chip; 0: no limit beyond gemm_efficiency)
   double eager_launch_us = 0;      // per-kernel overhead in eager mode (dispatch + launch)
   double compiled_launch_us = 0;   // per-kernel overhead of a compiled graph
+  // The host's side of an asynchronous stack (GPUs): the CPU time the training framework spends issuing one
+  // kernel or collective (eager: Python + dispatcher + launch; compiled: the generated wrapper's launch). The
+  // host runs ahead of the device, which cannot start a kernel before it is issued: a step of many short
+  // kernels becomes host-bound. Optional, 0: the host never holds the device back (a synchronous CPU's
+  // dispatch is in *_launch_us; Trainium runs compiled graphs).
+  double eager_host_us = 0;
+  double compiled_host_us = 0;
   double comm_interference = 0;    // fraction of a kernel's speed lost while a collective runs on the chip
                                    // (GPUs: NCCL kernels take SMs and HBM bandwidth; optional, default 0)
   std::vector<int> gemm_tile;      // [m, n, k]: dims are padded up to these multiples
@@ -66,6 +75,8 @@ struct SystemSpec {
   std::vector<NetworkLevel> levels;   // innermost first; product of units == chips
   bool has_scale_out = false;
   NetworkLevel scale_out;             // between systems (EFA / InfiniBand), per chip
+  CollectiveLibrary library = CollectiveLibrary::generic;  // collective_library: whose algorithm choice and
+                                                           // latency model prices collectives (nccl on GPUs)
 };
 
 // Directory of simulator/specs (TITAN_DEVICE_SPECS overrides the built-in path).

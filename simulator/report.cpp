@@ -32,6 +32,8 @@ std::vector<std::string> describe_simulation(const SimResult& r) {
     }
     cb += ")";
   }
+  if (r.host_wait_s > 0)
+    cb += "; host-bound " + fmt("%.3f", r.host_wait_s) + " s (the device idle until the host issued its next kernel)";
   out.push_back(cb);
   std::string cm = "sim communication busy per stream:";
   for (auto& [g, v] : r.comm_busy_by_group) cm += " " + g + " " + fmt("%.3f", v) + " s";

@@ -14,6 +14,7 @@ namespace titan {
 
 struct SimSpan {  // one slice of the timeline (seconds from the step's start)
   std::string stream, name, category;  // category: compute | comm | idle (waiting for a collective) | bubble
+                                       // | host (waiting for the host to issue the next kernel)
   double start = 0, dur = 0;
   double flops = 0, bytes = 0;
   int64_t flow_to = -1;  // comm -> index of the idle span that waited for it
@@ -27,7 +28,7 @@ struct SimMemory {  // bytes per chip
 
 struct SimStage {  // pipeline parallel: the planned rank of one stage
   int rank = 0;
-  double compute_s = 0, exposed_comm_s = 0;
+  double compute_s = 0, exposed_comm_s = 0, host_wait_s = 0;
   double bubble_s = 0;  // idle in the schedules' windows (waiting on a neighbour, or done before the others)
   double end_s = 0;     // when its step ends (its last kernel or transfer)
   SimMemory memory;     // per chip
@@ -40,6 +41,7 @@ struct SimResult {
   double step_s = 0;               // simulated step time
   double compute_s = 0;            // busy time of the compute stream
   double exposed_comm_s = 0;       // compute stream waiting for collectives
+  double host_wait_s = 0;          // compute stream idle until the host issued its next kernel (host-bound)
   std::map<std::string, double> exposed_by_kind, comm_busy_by_group;
   // time the collectives took beyond their own price because transfers of other groups used the same
   // network level's links at the same time (the level's bandwidth is shared, never exceeded)

@@ -35,6 +35,8 @@ struct Lane {
   const std::vector<CostEvent>* events = nullptr;
   size_t next = 0;
   double tc = 0;  // compute stream clock
+  double th = 0;  // host clock: when the host has issued everything up to `next` (an asynchronous stack)
+  size_t host_charged = (size_t)-1;  // the event at `next` has been issued by the host (retries charge once)
   std::map<std::string, double> stream_free;
   std::map<uint64_t, std::string> stream_of_group;
   struct Pending {
@@ -71,7 +73,10 @@ struct Lane {
 class Schedule {
  public:
   Schedule(const ChipSpec& chip, const SystemSpec& sys, int rpc, ExecMode mode, double act_scale, double red_scale)
-      : chip_(chip), sys_(sys), rpc_(rpc), mode_(mode), act_scale_(act_scale), red_scale_(red_scale) {}
+      : chip_(chip), sys_(sys), rpc_(rpc), mode_(mode), act_scale_(act_scale), red_scale_(red_scale),
+        host_s_((mode == ExecMode::Eager      ? chip.eager_host_us
+                 : mode == ExecMode::Compiled ? chip.compiled_host_us
+                                              : 0.0) * 1e-6) {}
 
   // Runs every lane to its end. Fails when the lanes wait on each other (a schedule that cannot finish).
   void run(std::vector<Lane>& lanes) {
@@ -97,7 +102,22 @@ class Schedule {
   }
 
  private:
+  // The host issues one kernel or collective (chip.*_host_us): its clock advances; the device cannot start
+  // what the host has not issued yet.
+  void host_issue(Lane& l) {
+    if (host_s_ > 0) l.th += host_s_;
+  }
+  // The compute stream waits for the host (host-bound: the kernels are shorter than their issue).
+  void wait_for_host(Lane& l) {
+    if (l.th <= l.tc) return;
+    const double w = l.th - l.tc;
+    l.r.spans.push_back({"compute", "wait host", "host", l.tc, w, 0, 0, -1, l.stage});
+    l.r.host_wait_s += w;
+    l.tc = l.th;
+  }
   void emit_kernel(Lane& l, const std::string& name, const std::string& cls, const Kernel& k) {
+    host_issue(l);
+    wait_for_host(l);
     const KernelTime kt = kernel_time(chip_, rpc_, k, mode_);
     double extra = 0;  // the part of the kernel that overlaps a collective runs slower (chip.comm_interference)
     if (chip_.comm_interference > 0) {
@@ -212,8 +232,8 @@ class Schedule {
     }
     if (e.flops == 0 && e.bytes == 0) return;
     // a compiled step fuses it into the attention kernel (whose record holds its arithmetic)
-    if (e.cls == KernelClass::EagerOnly && mode_ == ExecMode::Compiled) return;
-    if (mode_ == ExecMode::Compiled && k.kind == KernelKind::Other && e.cls != KernelClass::Optimizer) {
+    if (e.cls == KernelClass::EagerOnly && mode_ != ExecMode::Eager) return;
+    if (mode_ != ExecMode::Eager && k.kind == KernelKind::Other && e.cls != KernelClass::Optimizer) {
       // a fused chain reads its inputs and writes its output once: its
       // traffic is that of its largest member, its arithmetic the sum
       l.fused.flops += k.flops;
@@ -258,10 +278,11 @@ class Schedule {
       return true;
     }
     flush_fused(l);
+    host_issue(l);
     const GroupSpan span = group_span(sys_, rpc_, {l.rank, e.peer});
     const CollectiveTime ct = p2p_time(chip_, sys_, bytes, span);
     const std::string stream = stream_for(l, e, "p2p:");
-    const double start = std::max(l.tc, l.stream_free[stream]);
+    const double start = std::max({l.tc, l.th, l.stream_free[stream]});
     const double end = ct.seconds > 0 ? place_on_links(l, ct, start, -1, stream) : start;
     l.stream_free[stream] = end;
     l.r.comm_busy_by_group[e.group.name] += end - start;
@@ -288,12 +309,16 @@ class Schedule {
     std::set_intersection(sorted.begin(), sorted.end(), simulated_.begin(), simulated_.end(),
                           std::back_inserter(others));
     others.erase(std::remove(others.begin(), others.end(), l.rank), others.end());
-    double issued = l.tc;
+    if (l.host_charged != l.next) {  // issued by the host once, however often a retry comes back here
+      host_issue(l);
+      l.host_charged = l.next;
+    }
+    double issued = std::max(l.tc, l.th);  // after the compute stream's work before it, once the host issued it
     if (!others.empty()) {
       const int64_t k = l.collectives_seen[sorted];
       auto& arrived = issue_times_[{sorted, k}];
       if (!l.registered) {
-        arrived[l.rank] = l.tc;
+        arrived[l.rank] = issued;
         l.registered = true;
       }
       for (int o : others)
@@ -364,6 +389,7 @@ class Schedule {
   int rpc_;
   ExecMode mode_;
   double act_scale_, red_scale_;
+  double host_s_;  // the host's time to issue one kernel or collective (0: never holds the device back)
   std::vector<int> simulated_;  // world ranks played, sorted
   std::map<std::tuple<int, int, int64_t>, double> arrivals_;  // (sender, receiver, tag) -> when the data is there
   std::map<std::pair<std::vector<int>, int64_t>, std::map<int, double>> issue_times_;

@@ -75,7 +75,10 @@ SimResult simulate_step(const JobConfig& cfg, int world) {
   r.system = sys.name + (r.systems > 1 ? " x" + std::to_string(r.systems) : "");
   r.mode = config::enum_name(sc.mode);
   r.layout = plan.layout;
-  const ExecMode mode = sc.mode == JobConfig::Simulation::Mode::compiled ? ExecMode::Compiled : ExecMode::Eager;
+  using Mode = JobConfig::Simulation::Mode;
+  const ExecMode mode = sc.mode == Mode::eager      ? ExecMode::Eager
+                        : sc.mode == Mode::compiled ? ExecMode::Compiled
+                                                    : ExecMode::Graphs;
   using Precision = JobConfig::Simulation::Precision;
   const double act_scale = sc.param_dtype == Precision::bfloat16 ? 0.5 : 1.0;  // the meta run is float32
   const double red_scale = sc.reduce_dtype == Precision::bfloat16 ? 0.5 : 1.0;
@@ -89,6 +92,7 @@ SimResult simulate_step(const JobConfig& cfg, int world) {
   r.spans = first.spans;
   r.compute_s = first.compute_s;
   r.exposed_comm_s = first.exposed_comm_s;
+  r.host_wait_s = first.host_wait_s;
   r.exposed_by_kind = first.exposed_by_kind;
   r.comm_busy_by_group = first.comm_busy_by_group;
   r.link_contention_s = first.link_contention_s;
@@ -114,7 +118,8 @@ SimResult simulate_step(const JobConfig& cfg, int world) {
       for (size_t s = 0; s < lanes.size(); ++s) {
         double busy = 0;
         for (const SimSpan& sp : lanes[s].r.spans)
-          if ((sp.category == "compute" || sp.category == "idle") && sp.start >= a && sp.start < b)
+          if ((sp.category == "compute" || sp.category == "idle" || sp.category == "host") && sp.start >= a &&
+              sp.start < b)
             busy += std::min(sp.dur, b - sp.start);
         idle[s] += (b - a) - busy;
       }
@@ -125,6 +130,7 @@ SimResult simulate_step(const JobConfig& cfg, int world) {
       st.rank = plans[s].rank;
       st.compute_s = lanes[s].r.compute_s;
       st.exposed_comm_s = lanes[s].r.exposed_comm_s;
+      st.host_wait_s = lanes[s].r.host_wait_s;
       st.bubble_s = idle[s];
       st.end_s = lanes[s].r.step_s;
       st.spans = std::move(lanes[s].r.spans);

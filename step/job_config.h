@@ -154,8 +154,11 @@ struct JobConfig {
     std::string chip = "";    // overrides the system's chip (simulator/specs/chips/<name>.yaml or a path)
     int64_t ranks_per_chip = 1;  // Trainium LNC=2: 8 NeuronCores / 2 = 4 ranks per chip
     int64_t num_systems = 1;     // systems joined by the system's scale_out network
-    enum class Mode { eager, compiled };
-    Mode mode = Mode::eager;  // eager (every op a kernel) | compiled (elementwise chains fused)
+    enum class Mode { eager, compiled, cudagraphs };
+    Mode mode = Mode::eager;  // eager (every op its kernels, each issued by the host) | compiled (elementwise chains
+                              // fused; the generated code issues each kernel) | cudagraphs (compiled, captured as
+                              // CUDA graphs: torch.compile mode="reduce-overhead", Megatron's CUDA graphs; the
+                              // host issues the step once)
     std::string attention_kernel = "";  // "": the chip's default attention kernel (attention_efficiency); else a
                                         // kernel its spec lists under attention_kernels (e.g. cudnn on H100)
     enum class Precision { bfloat16, float32 };
@@ -177,7 +180,7 @@ struct JobConfig {
 };
 constexpr std::array<std::string_view, 3> enum_names(JobConfig::ACMode) { return {"none", "full", "selective"}; }
 constexpr std::array<std::string_view, 2> enum_names(JobConfig::Training::OnNonFinite) { return {"abort", "skip"}; }
-constexpr std::array<std::string_view, 2> enum_names(JobConfig::Simulation::Mode) { return {"eager", "compiled"}; }
+constexpr std::array<std::string_view, 3> enum_names(JobConfig::Simulation::Mode) { return {"eager", "compiled", "cudagraphs"}; }
 constexpr std::array<std::string_view, 2> enum_names(JobConfig::Simulation::Precision) { return {"bfloat16", "float32"}; }
 
 // simulation.moe_routing_histogram as numbers (errors name the key and the item).

@@ -1128,3 +1128,74 @@ TEST(Specs, EveryShippedSpecLoadsAndTheNewSystemsCarryTheirDatasheets) {
   EXPECT_EQ(load_chip(nvl72.chip_name).peak_tflops, 2500);
   EXPECT_EQ(load_system("meta-h100-roce").chip_name, "h100-sxm");  // 700 W, 80 GB HBM3 (not grand-teton's 500 W)
 }
+
+// ---- fixed costs: the collective library's choice, the host's issue time ---------------------------------
+// NCCL picks, per collective, the (algorithm, protocol) its tuning model predicts fastest: a tiny all-gather
+// runs the ring (its only algorithm) with LL, whose latency is (N - nodes) NVLink steps and (nodes - 1)
+// network steps, so it grows linearly with the ranks; a tiny all-reduce takes the tree, whose latency grows
+// with log2(nodes); a large all-reduce the ring with Simple, at the links' full rate.
+TEST(CostModel, NcclLatencyGrowsWithTheRanksAsTheChosenAlgorithmSays) {
+  const ChipSpec c = load_chip("h100-sxm");
+  const SystemSpec s = load_system("h100-hgx");
+  ASSERT_EQ(s.library, CollectiveLibrary::nccl);
+  auto t = [&](Collective k, double bytes, int nodes) {
+    return collective_time(c, s, 1, k, bytes, group_span(s, 1, iota(8 * nodes)));
+  };
+  for (int nodes : {2, 16, 128}) {
+    const CollectiveTime ag = t(Collective::AllGather, 64.0 * 8 * nodes, nodes);
+    EXPECT_NE(ag.algorithm.find("nccl ring/LL over"), std::string::npos) << ag.algorithm;
+    const int N = 8 * nodes;
+    EXPECT_NEAR(ag.levels.front().latency_s, (3.6 + (N - nodes) * 0.47 * 1.8 + (nodes - 1) * 2.7) * 1e-6, 1e-12);
+  }
+  const double ag16 = t(Collective::AllGather, 64.0 * 128, 16).seconds;
+  const double ag128 = t(Collective::AllGather, 64.0 * 1024, 128).seconds;
+  EXPECT_GT(ag128 / ag16, 6.0);  // 8x the ranks: ~8x the ring's steps
+  const CollectiveTime ar16 = t(Collective::AllReduce, 1024, 16), ar128 = t(Collective::AllReduce, 1024, 128);
+  EXPECT_NE(ar128.algorithm.find("nccl tree/LL over"), std::string::npos) << ar128.algorithm;
+  // the tree: 2 ((8 - 1) NVLink + log2(nodes) network steps): 16 -> 128 nodes adds 2 x 3 network steps of 5 us
+  EXPECT_NEAR(ar128.levels.front().latency_s - ar16.levels.front().latency_s, 2 * 3 * 5.0e-6, 1e-12);
+  EXPECT_LT(ar128.seconds / ar16.seconds, 2.0);
+  // large: the ring with Simple, the transfer as the hierarchy prices it (the generic model's) plus NCCL's latency
+  SystemSpec generic = s;
+  generic.library = CollectiveLibrary::generic;
+  const auto g16 = group_span(s, 1, iota(128));
+  const CollectiveTime big = collective_time(c, s, 1, Collective::AllReduce, 4e9, g16);
+  const CollectiveTime plain = collective_time(c, generic, 1, Collective::AllReduce, 4e9, g16);
+  EXPECT_NE(big.algorithm.find("ring/Simple"), std::string::npos) << big.algorithm;
+  double transfer = 0, plain_transfer = 0;
+  for (const auto& l : big.levels) transfer += l.transfer_s;
+  for (const auto& l : plain.levels) plain_transfer += l.transfer_s;
+  EXPECT_NEAR(transfer, plain_transfer, 1e-12);
+  EXPECT_NEAR(big.seconds, transfer + (8.4 + (254 - 30) * 3.4 + 30 * 9.6) * 1e-6, 1e-9);
+  // a system without a library model keeps its levels' own steps
+  EXPECT_EQ(load_system("trn2-instance").library, CollectiveLibrary::generic);
+}
+
+// A small model's step on GPUs is bound by the host that issues its kernels (PyTorch eager: ~8 us per kernel,
+// more than most of this step's kernels take): making every kernel twice as fast leaves the eager step where it
+// was; captured as CUDA graphs (the host issues the step once) the same step follows its kernels.
+TEST(Simulation, ASmallModelIsHostBoundInEagerAndNotUnderCudaGraphs) {
+  const JobConfig cfg = sim_config("configs/qwen3_debug.yaml", {"simulation.system", "h100-hgx"});
+  const StepPlan plan = plan_step(cfg, 8, /*with_events=*/true);
+  const SystemSpec sys = load_system("h100-hgx");
+  const ChipSpec chip = load_chip("h100-sxm");
+  ChipSpec fast = chip;  // every kernel twice as fast: arithmetic, memory, the device's per-kernel gap
+  fast.peak_tflops *= 2;
+  fast.vector_tflops *= 2;
+  fast.hbm_tbps *= 2;
+  fast.eager_launch_us /= 2;
+  fast.compiled_launch_us /= 2;
+  auto step = [&](const ChipSpec& c, ExecMode m) { return schedule_events(plan.events, c, sys, 1, m); };
+  const SimResult eager = step(chip, ExecMode::Eager), eager_fast = step(fast, ExecMode::Eager);
+  EXPECT_GT(eager.host_wait_s, 0.1 * eager.step_s);
+  EXPECT_NEAR(eager_fast.step_s / eager.step_s, 1.0, 0.03);  // host-bound: the kernels' speed does not show
+  EXPECT_GE(eager.step_s, eager.kernels * chip.eager_host_us * 1e-6);  // the host issues every kernel
+  const SimResult graphs = step(chip, ExecMode::Graphs), graphs_fast = step(fast, ExecMode::Graphs);
+  EXPECT_EQ(graphs.host_wait_s, 0);
+  EXPECT_LT(graphs_fast.step_s / graphs.step_s, 0.65);  // the kernels' speed is the step's
+  EXPECT_LT(graphs.step_s, 0.5 * eager.step_s);
+  // a big step's kernels hide the host: Llama 3.1 8B on 8 H100 (the validation row) is not host-bound
+  const JobConfig big = sim_config("configs/validation/llama31_8b_h100x8.yaml");
+  const SimResult r = simulate_step(big, (int)big.simulation.world_size);
+  EXPECT_LT(r.host_wait_s, 0.01 * r.step_s);
+}

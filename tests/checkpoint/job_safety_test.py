@@ -14,6 +14,7 @@
 import argparse
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -56,6 +57,19 @@ def main():
                 return seen
         return seen
 
+    def wait_for_stderr(p, text, timeout):
+        """Reads p's stderr until a line holds `text` (or `timeout` seconds pass); returns what was read."""
+        got, t_end = b"", time.time() + timeout
+        while text.encode() not in got and time.time() < t_end:
+            ready, _, _ = select.select([p.stderr], [], [], max(0.0, t_end - time.time()))
+            if not ready:
+                break
+            chunk = os.read(p.stderr.fileno(), 4096)
+            if not chunk:
+                break
+            got += chunk
+        return got.decode(errors="replace")
+
     def run(folder, np_=1, extra=()):
         p = start(folder, np_, extra)
         out, err = p.communicate(timeout=600)
@@ -96,11 +110,14 @@ def main():
     p = start(d, extra=["--training.seq_len", "512", "--training.local_batch_size", "8"])  # ~1 s steps
     wait_for_step(p, 2)
     p.send_signal(signal.SIGTERM)
-    time.sleep(0.05)  # two signals at once would merge into one
+    # The second signal only after the first was handled (the handler says so on stderr): two signals sent
+    # before the process runs its handler merge into one, and a fixed sleep is not enough on a loaded
+    # machine (an ASan run once merged them after 50 ms).
+    heard = wait_for_stderr(p, "signal received", 60)
     p.send_signal(signal.SIGTERM)
     out, _ = p.communicate(timeout=60)
     ck = os.path.join(d, "checkpoint")
-    check(p.returncode in (143, -15) and "stopped by signal" not in out and
+    check(p.returncode in (143, -15) and "signal received" in heard and "stopped by signal" not in out and
           (not os.path.exists(ck) or not os.listdir(ck)),
           f"a second signal exits at once, without finishing the step (rc {p.returncode})")
 

@@ -1,0 +1,51 @@
+#include "simulator/collective_library.h"
+
+#include <algorithm>
+
+namespace titan::sim {
+
+namespace {
+// NCCL's tuning constants (src/graph/tuning.cc @01afd20), microseconds; protocols LL, LL128, Simple.
+constexpr const char* kProto[3] = {"LL", "LL128", "Simple"};
+constexpr double kRingBase[3] = {3.6, 10.0, 8.4};
+constexpr double kTreeBase[3] = {4.4, 4.4, 0.0};
+constexpr double kRingNvlink[3] = {0.47, 1.9, 3.4};  // per intra-node step (NVLink)
+constexpr double kRingNet[3] = {2.7, 4.0, 9.6};      // per inter-node step
+constexpr double kTreeNvlink[3] = {0.52, 1.2, 28};
+constexpr double kTreeNet[3] = {5.0, 8.5, 50};
+
+int log2i(int n) {
+  int l = 0;
+  while (n >>= 1) ++l;
+  return l;
+}
+}  // namespace
+
+LibraryChoice nccl_choice(bool all_reduce, int ranks, int nodes, double transfer_s) {
+  LibraryChoice best;
+  double best_t = 1e300;
+  const int steps = all_reduce ? 2 * (ranks - 1) : ranks - 1;
+  const int inter = all_reduce ? 2 * (nodes - 1) : nodes - 1;
+  for (int p = 0; p < 3; ++p) {
+    // ring: the protocol's share of the link rate (LL: 8 of every 16 bytes are flags, and it runs at 1/4 off a
+    // node or in an all-reduce; LL128: 120 of 128 bytes)
+    {
+      const double bw = p == 0 ? (nodes > 1 || all_reduce ? 0.25 : 1.0 / 3.0) : p == 1 ? 0.92 : 1.0;
+      const double intra_lat = kRingNvlink[p] * (nodes > 1 && p == 0 ? 1.8 : 1.0);
+      const double lat = (kRingBase[p] + (steps - inter) * intra_lat + inter * kRingNet[p]) * 1e-6;
+      const double t = lat + transfer_s / bw;
+      if (t < best_t) best_t = t, best = {std::string("ring/") + kProto[p], lat, bw};
+    }
+    if (all_reduce) {  // tree: all-reduce only, every protocol
+      const double bw = 0.9 * (p == 0 ? 1.0 / 3.8 : p == 1 ? (nodes == 1 ? 7.0 / 9.0 : 0.915) : 1.0);
+      const double intra_lat = kTreeNvlink[p] * (nodes > 1 && p == 0 ? 1.8 : 1.0);
+      const double lat =
+          (kTreeBase[p] + 2 * ((ranks / std::max(1, nodes) - 1) * intra_lat + log2i(nodes) * kTreeNet[p])) * 1e-6;
+      const double t = lat + transfer_s / bw;
+      if (t < best_t) best_t = t, best = {std::string("tree/") + kProto[p], lat, bw};
+    }
+  }
+  return best;
+}
+
+}  // namespace titan::sim
