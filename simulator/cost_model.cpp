@@ -39,7 +39,8 @@ KernelTime kernel_time(const ChipSpec& c, int rpc, const Kernel& k, ExecMode mod
     const double b = (double)std::max(1LL, k.batch);
     const double real = 2.0 * b * (double)k.m * (double)k.n * (double)k.k;
     const double padded = 2.0 * b * pad(k.m, c.gemm_tile[0]) * pad(k.n, c.gemm_tile[1]) * pad(k.k, c.gemm_tile[2]);
-    double rate = peak * gemm_efficiency(c, real / b / 1e9);  // FLOP/s this rank's share of the chip reaches
+    // a rank holds 1/rpc of the chip: its call fills its share as a call rpc times larger fills the chip
+    double rate = peak * gemm_efficiency(c, rpc * real / b / 1e9);  // FLOP/s this rank's share of the chip reaches
     if (c.gemm_power_limit_tflops > 0) rate = std::min(rate, c.gemm_power_limit_tflops * 1e12 / rpc);
     t.efficiency = rate / peak * real / padded;
     t.compute_s = padded / rate;
@@ -110,9 +111,10 @@ struct Hop {  // one level of the hierarchy as a group sees it
 
 std::vector<Hop> hops(const ChipSpec& c, const SystemSpec& sys, const GroupSpan& g) {
   std::vector<Hop> h;
-  // on one chip: copies through HBM (read + write)
-  h.push_back({"chip", Topology::Chip, g.ranks_on_chip, c.hbm_tbps * 1e12 * c.memory_efficiency / 2, 1e-6, 0, 0,
-               g.ranks_on_chip - 1});
+  // on one chip: copies through HBM (read + write), or the chip's measured exchange (local_comm_*)
+  h.push_back({"chip", Topology::Chip, g.ranks_on_chip,
+               c.local_comm_gbps > 0 ? c.local_comm_gbps * 1e9 : c.hbm_tbps * 1e12 * c.memory_efficiency / 2,
+               c.local_comm_gbps > 0 ? c.local_comm_latency_us * 1e-6 : 1e-6, 0, 0, g.ranks_on_chip - 1});
   auto level = [&](const NetworkLevel& l, int n, const std::vector<int>& ext) {
     Hop x{l.name, l.topology, n, 0, l.latency_us * 1e-6, l.bandwidth_gbps * 1e9 * l.efficiency / l.links_per_chip, 0,
           n - 1};

@@ -143,7 +143,7 @@ ChipSpec load_chip(const std::string& name_or_path) {
              {"name", "cores", "peak_tflops", "headline_tflops", "mfu_peak_tflops", "vector_tflops", "hbm_gib",
               "hbm_tbps", "memory_efficiency", "attention_efficiency", "eager_launch_us", "compiled_launch_us",
               "comm_interference", "gemm_tile", "gemm_efficiency", "attention_kernels", "gemm_power_limit_tflops",
-              "eager_host_us", "compiled_host_us"},
+              "eager_host_us", "compiled_host_us", "local_comm_gbps", "local_comm_latency_us"},
              file, "");
   ChipSpec c;
   c.file = file;
@@ -161,6 +161,8 @@ ChipSpec load_chip(const std::string& name_or_path) {
   c.compiled_launch_us = number(n, "compiled_launch_us", file, true);
   c.eager_host_us = n["eager_host_us"] ? number(n, "eager_host_us", file, true) : 0.0;
   c.compiled_host_us = n["compiled_host_us"] ? number(n, "compiled_host_us", file, true) : 0.0;
+  c.local_comm_gbps = n["local_comm_gbps"] ? number(n, "local_comm_gbps", file) : 0.0;
+  c.local_comm_latency_us = n["local_comm_latency_us"] ? number(n, "local_comm_latency_us", file, true) : 0.0;
   c.comm_interference = n["comm_interference"] ? number(n, "comm_interference", file, true) : 0.0;
   if (c.comm_interference >= 1) fail(file, "key 'comm_interference' must be < 1");
   for (const char* k : {"memory_efficiency", "attention_efficiency"})
@@ -207,6 +209,10 @@ SystemSpec load_system(const std::string& name_or_path) {
   s.name = n["name"] ? n["name"].as<std::string>() : fs::path(file).stem().string();
   if (!n["chip"]) fail(file, "missing key 'chip'");
   s.chip_name = n["chip"].as<std::string>();
+  // a chip given as a relative .yaml path is the file beside this system's (titan-calibrate writes them so)
+  if (s.chip_name.size() > 5 && s.chip_name.substr(s.chip_name.size() - 5) == ".yaml" &&
+      fs::path(s.chip_name).is_relative())
+    s.chip_name = (fs::path(file).parent_path() / s.chip_name).string();
   s.chips = (int)number(n, "chips", file);
   if (n["collective_library"]) {
     const std::string lib = n["collective_library"].as<std::string>();

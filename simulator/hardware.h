@@ -48,6 +48,11 @@ struct ChipSpec {
   // dispatch is in *_launch_us; Trainium runs compiled graphs).
   double eager_host_us = 0;
   double compiled_host_us = 0;
+  // Ranks sharing a chip exchange through it (a CPU's ranks through shared memory): the rate one collective
+  // step moves between them (GB/s, all of the chip's ranks together) and its latency; optional, 0: through
+  // HBM at hbm_tbps * memory_efficiency / 2, 1 us per step.
+  double local_comm_gbps = 0;
+  double local_comm_latency_us = 0;
   double comm_interference = 0;    // fraction of a kernel's speed lost while a collective runs on the chip
                                    // (GPUs: NCCL kernels take SMs and HBM bandwidth; optional, default 0)
   std::vector<int> gemm_tile;      // [m, n, k]: dims are padded up to these multiples

@@ -19,7 +19,7 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from testlib import ENV, ROOT, Checks, ensure_data, losses, workdir  # noqa: E402,F401
 
-TOOLS = ["titan-train", "titan-eval", "titan-tokenize", "titan-bench", "titan-bench-linear"]
+TOOLS = ["titan-train", "titan-eval", "titan-tokenize", "titan-calibrate", "titan-bench", "titan-bench-linear"]
 ENV = dict(ENV, OMP_NUM_THREADS="1")
 check = Checks()
 

@@ -1,0 +1,316 @@
+// titan-calibrate: a simulator spec of the machine it runs on, from microbenchmarks of titan's own kernels
+// and of its ranks' exchange, so the simulator can predict titan's own measured steps here (the closed
+// loop: scripts/closed_loop.py).
+//
+//   titan-calibrate --out DIR [--name NAME] [--budget SECONDS]
+//   mpirun -np 2 titan-calibrate --out DIR     # also the exchange between two ranks (MPI over shared memory)
+//
+// Writes DIR/NAME.yaml (the chip: all of this machine's cores) and DIR/NAME-host.yaml (the system: one chip,
+// ranks of an mpirun job sharing it; `chip: NAME.yaml`, found beside it). Use them with
+//   titan-train ... --simulation.system DIR/NAME-host.yaml --simulation.ranks_per_chip <ranks on this machine>
+//
+// What is measured (each figure the median of its repetitions; the kernels on rank 0 with every core's thread
+// while the other ranks sleep):
+//   gemm_efficiency   titan's `linear` forward + backward (3 GEMMs of one size each) over token x model shapes
+//                     from 0.002 to ~8 GFLOP per GEMM; peak_tflops = the fastest, the table its fractions
+//   hbm_tbps          `add` of two 32 MiB tensors (bytes as its cost record counts them)
+//   vector_tflops     silu, exp, softmax and rms_norm forward + backward over a [4096, 256] tensor: the median of
+//                     their recorded FLOPs per second
+//   attention         causal flash attention forward + backward ([8, 256, 4 | 2 kv, 64]): recorded FLOPs per
+//                     second over peak_tflops
+//   *_launch_us       titan's per-op overhead: a chain of ops on one-element tensors, forward + backward, per op
+//   local_comm_*      (2+ ranks) all_gather between ranks 0 and 1 through titan's communication thread: the
+//                     latency of the smallest, the bandwidth of the largest (16 MiB) net of that latency
+#include <mpi.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <vector>
+
+#include "comms/process_group.h"
+#include "simulator/hardware.h"
+#include "src/autograd/grad_mode.h"
+#include "src/config/version.h"
+#include "src/log/log.h"
+#include "src/ops/ops.h"
+#include "src/tensor/cost.h"
+#include "src/tensor/error.h"
+
+using namespace titan;
+namespace fs = std::filesystem;
+
+namespace {
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// Median seconds of `f` over repetitions after one warm-up: at least 3, at most `max_reps`, until `budget` s.
+double median_time(const std::function<void()>& f, double budget, int max_reps = 50) {
+  f();
+  std::vector<double> ts;
+  const double t_end = now() + budget;
+  while ((int)ts.size() < max_reps && (ts.size() < 3 || now() < t_end)) {
+    const double t0 = now();
+    f();
+    ts.push_back(now() - t0);
+  }
+  std::sort(ts.begin(), ts.end());
+  return ts[ts.size() / 2];
+}
+
+// What one call of `f` records: FLOPs, bytes, ops (titan's cost records, as the simulator reads them).
+OpCost recorded(const std::function<void()>& f) {
+  CostScope scope;
+  f();
+  OpCost c;
+  c.flops = scope.flops();
+  c.bytes = scope.bytes();
+  c.calls = scope.calls();
+  return c;
+}
+
+struct GemmPoint {
+  double gflop, tflops;
+};
+
+std::vector<GemmPoint> measure_gemms(double budget) {
+  struct S {
+    int64_t m, k, n;
+  };
+  std::vector<S> shapes;
+  for (int64_t m : {128, 512, 2048, 8192})
+    for (auto [k, n] : std::vector<std::pair<int64_t, int64_t>>{{64, 64}, {128, 128}, {256, 256}, {256, 768},
+                                                               {768, 256}, {512, 512}, {1024, 1024}})
+      if (2.0 * m * k * n <= 9e9) shapes.push_back({m, k, n});
+  std::vector<GemmPoint> out;
+  Generator g(0);
+  for (const S& s : shapes) {
+    Tensor x = randn({s.m, s.k}, g).requires_grad_(true);
+    Tensor w = randn({s.n, s.k}, g, DType::F32, 0.02).requires_grad_(true);
+    Tensor dy = randn({s.m, s.n}, g);
+    auto step = [&] {
+      Tensor y = linear(x, w);
+      y.backward(dy);
+      x.zero_grad();
+      w.zero_grad();
+    };
+    const double t = median_time(step, budget / shapes.size());
+    const double flops = 2.0 * s.m * s.k * s.n;
+    out.push_back({flops / 1e9, 3 * flops / t / 1e12});
+  }
+  return out;
+}
+
+// FLOPs per second of forward + backward of `op` on x, as the cost records count them.
+double op_rate(const std::function<Tensor(const Tensor&)>& op, const Tensor& x0, double budget, OpCost* cost = nullptr) {
+  Tensor x = x0.detach().requires_grad_(true);
+  Tensor dy = ones(op(x0).shape());
+  auto step = [&] {
+    Tensor y = op(x);
+    y.backward(dy);
+    x.zero_grad();
+  };
+  const OpCost c = recorded(step);
+  if (cost) *cost = c;
+  return c.flops / median_time(step, budget);
+}
+
+struct Exchange {
+  double latency_us = 0, gbps = 0;
+};
+
+// all_gather between the world's ranks through titan's communication thread (median of 41 / 21 after a barrier);
+// rank 0's view. Every rank calls it.
+Exchange measure_exchange() {
+  comms::ProcessGroup world(MPI_COMM_WORLD, "world");
+  comms::CommLog::get().enabled = false;
+  auto gather = [&](int64_t floats, int reps) {
+    Tensor x = full({floats}, 1.0);
+    (void)world.all_gather(x);  // warm-up
+    std::vector<double> ts;
+    for (int r = 0; r < reps; ++r) {
+      world.barrier();
+      const double t0 = now();
+      (void)world.all_gather(x);
+      ts.push_back(now() - t0);
+    }
+    std::sort(ts.begin(), ts.end());
+    return ts[ts.size() / 2];
+  };
+  const int n = world.size();
+  const double small = gather(2, 41);
+  const int64_t floats = (16 << 20) / 4 / n;  // 16 MiB gathered
+  const double big = gather(floats, 21);
+  // the cost model's chip hop: an all-gather of S bytes over n ranks of a chip moves (n-1)/n S per rank, all n
+  // ranks at once over the chip's exchange: (n-1) S / rate, plus log2(n) latency steps (halving-doubling)
+  const double steps = std::max(1.0, std::log2((double)n));
+  Exchange e;
+  e.latency_us = small / steps * 1e6;
+  const double S = 4.0 * floats * n;
+  e.gbps = (n - 1) * S / std::max(1e-9, big - small) / 1e9;
+  return e;
+}
+
+std::string num(double v, int digits = 4) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*g", digits, v);
+  return b;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string out_dir, name = "this-machine";
+  double budget = 20;
+  CLI::App app{"titan-calibrate: a simulator chip + system spec of this machine from microbenchmarks of titan's "
+               "kernels (GEMM efficiency by size, memory bandwidth, elementwise and attention throughput, per-op "
+               "overhead) and, under mpirun -np 2+, of its ranks' exchange",
+               "titan-calibrate"};
+  app.set_version_flag("--version", version_string("titan-calibrate"));
+  app.add_option("--out", out_dir, "folder for NAME.yaml (chip) and NAME-host.yaml (system)")->required();
+  app.add_option("--name", name, "the spec's name");
+  app.add_option("--budget", budget, "seconds of measuring, roughly")->check(CLI::Range(2.0, 3600.0));
+  CLI11_PARSE(app, argc, argv);
+  try {
+    comms::init(&argc, &argv);
+    const int rank = comms::world_rank(), world = comms::world_size();
+    set_log_enabled(rank == 0);
+    Exchange ex;
+    if (world > 1) {
+      log_info("calibrate: the exchange between " + std::to_string(world) + " ranks (all_gather, 8 B and 16 MiB)");
+      ex = measure_exchange();
+      log_info("calibrate: exchange latency " + num(ex.latency_us) + " us per step, " + num(ex.gbps) + " GB/s");
+    }
+    if (rank != 0) {  // sleep (not spin) while rank 0 measures the kernels with every core
+      MPI_Request req;
+      MPI_Ibarrier(MPI_COMM_WORLD, &req);
+      for (int done = 0; !done; usleep(2000)) MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+      comms::finalize();
+      return 0;
+    }
+    const int threads = omp_get_num_procs();
+    omp_set_num_threads(threads);
+    log_info("calibrate: kernels on " + std::to_string(threads) + " threads, about " + num(budget * 0.85, 2) + " s");
+    // GEMMs
+    const std::vector<GemmPoint> gemms = measure_gemms(budget * 0.5);
+    double peak = 0;
+    for (const auto& p : gemms) peak = std::max(peak, p.tflops);
+    std::map<int, std::pair<double, int>> bins;  // quarter decades of GFLOP -> mean efficiency
+    for (const auto& p : gemms) {
+      auto& b = bins[(int)std::floor(std::log10(p.gflop) * 4)];
+      b.first += p.tflops / peak;
+      ++b.second;
+    }
+    std::vector<std::pair<double, double>> table;
+    for (const auto& [k, b] : bins) {
+      double gf = 0;
+      int n = 0;
+      for (const auto& p : gemms)
+        if ((int)std::floor(std::log10(p.gflop) * 4) == k) gf += std::log10(p.gflop), ++n;
+      table.emplace_back(std::pow(10.0, gf / n), b.first / b.second);
+    }
+    log_info("calibrate: GEMMs peak " + num(peak * 1e3) + " GFLOP/s over " + std::to_string(gemms.size()) + " shapes");
+    Generator g(1);
+    // memory bandwidth
+    Tensor a = randn({8 << 20}, g), b = randn({8 << 20}, g);
+    const OpCost add_cost = recorded([&] { NoGradGuard ng; (void)add(a, b); });
+    const double t_add = median_time([&] { NoGradGuard ng; (void)add(a, b); }, budget * 0.05);
+    const double hbm = add_cost.bytes / t_add / 1e12;
+    // elementwise / norm / softmax
+    Tensor x = randn({4096, 256}, g);
+    Tensor wn = ones({256});
+    std::vector<double> rates = {op_rate([](const Tensor& t) { return silu(t); }, x, budget * 0.03),
+                                 op_rate([](const Tensor& t) { return exp(mul(t, 0.1)); }, x, budget * 0.03),
+                                 op_rate([](const Tensor& t) { return softmax(t, -1); }, x, budget * 0.03),
+                                 op_rate([&](const Tensor& t) { return rms_norm(t, wn, 1e-6); }, x, budget * 0.03)};
+    std::sort(rates.begin(), rates.end());
+    const double vector = 0.5 * (rates[1] + rates[2]) / 1e12;
+    // attention
+    Tensor q = randn({8, 256, 4, 64}, g).requires_grad_(true), k = randn({8, 256, 2, 64}, g).requires_grad_(true),
+           v = randn({8, 256, 2, 64}, g).requires_grad_(true);
+    Tensor dyo = randn({8, 256, 4, 64}, g);
+    auto attn = [&] {
+      Tensor o = scaled_dot_product_attention(q, k, v, Tensor(), AttentionOptions{});
+      o.backward(dyo);
+      q.zero_grad(), k.zero_grad(), v.zero_grad();
+    };
+    double attn_flops = 0;
+    {
+      CostScope s;
+      attn();
+      for (const auto& [op, c] : s.by_op()) attn_flops += c.flops;
+    }
+    const double attn_eff = std::min(1.0, attn_flops / median_time(attn, budget * 0.1) / (peak * 1e12));
+    // per-op overhead: ops on one-element tensors, forward + backward
+    Tensor s0 = full({1}, 1.0).requires_grad_(true);
+    auto chain = [&] {
+      Tensor y = s0;
+      for (int i = 0; i < 100; ++i) y = mul(add(y, 1e-3), 0.999);
+      y.backward(ones({1}));
+      s0.zero_grad();
+    };
+    const OpCost chain_cost = recorded(chain);
+    const double launch_us = median_time(chain, budget * 0.05) / std::max<int64_t>(1, chain_cost.calls) * 1e6;
+
+    fs::create_directories(out_dir);
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    const std::time_t tt = std::time(nullptr);
+    char when[64];
+    std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&tt));
+    const std::string chip_file = (fs::path(out_dir) / (name + ".yaml")).string();
+    std::ofstream c(chip_file);
+    c << "# " << name << ": written by titan-calibrate on " << host << " at " << when << " (" << threads
+      << " threads); every figure measured here (programs/titan_calibrate.cpp says how)\n"
+      << "name: " << name << "\n"
+      << "cores: " << threads << "\n"
+      << "peak_tflops: " << num(peak) << "            # the fastest linear forward + backward measured\n"
+      << "vector_tflops: " << num(vector) << "          # silu, exp, softmax, rms_norm (fwd + bwd): median\n"
+      << "hbm_gib: " << num((double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE) / (1 << 30), 3) << "\n"
+      << "hbm_tbps: " << num(hbm) << "               # add of two 32 MiB tensors\n"
+      << "memory_efficiency: 1\n"
+      << "attention_efficiency: " << num(attn_eff) << "   # causal flash attention fwd + bwd\n"
+      << "eager_launch_us: " << num(launch_us) << "         # titan's per-op overhead (fwd + bwd of tiny ops)\n"
+      << "compiled_launch_us: " << num(launch_us) << "      # titan runs every op as it comes\n";
+    if (world > 1)
+      c << "local_comm_gbps: " << num(ex.gbps) << "        # all_gather between ranks (titan's comm thread)\n"
+        << "local_comm_latency_us: " << num(ex.latency_us) << "\n";
+    c << "gemm_tile: [1, 1, 1]          # the table is by measured size; no padding modelled\n"
+      << "gemm_efficiency:              # (GFLOP per GEMM, fraction of peak_tflops), quarter-decade means\n";
+    for (const auto& [gf, eff] : table) c << "  - [" << num(gf) << ", " << num(eff) << "]\n";
+    c.close();
+    const std::string sys_file = (fs::path(out_dir) / (name + "-host.yaml")).string();
+    std::ofstream s(sys_file);
+    s << "# " << name << "-host: this machine as a system of one chip (written by titan-calibrate at " << when
+      << "); the ranks of an mpirun job share the chip and exchange through its memory (local_comm_* in the chip)\n"
+      << "name: " << name << "-host\n"
+      << "chip: " << name << ".yaml\n"
+      << "chips: 1\n"
+      << "levels:\n"
+      << "  - name: host\n    topology: switch\n    units: 1\n    bandwidth_gbps: " << num(std::max(ex.gbps, 1.0))
+      << "\n    latency_us: " << num(std::max(ex.latency_us, 1.0)) << "\n    efficiency: 1\n";
+    s.close();
+    // the spec loads as the simulator reads it
+    const sim::SystemSpec sys = sim::load_system(sys_file);
+    const sim::ChipSpec chip = sim::load_chip(sys.chip_name);
+    log_info("calibrate: peak " + num(chip.peak_tflops * 1e3) + " GFLOP/s, vector " + num(vector * 1e3) +
+             " GFLOP/s, memory " + num(hbm * 1e3) + " GB/s, attention " + num(100 * attn_eff, 3) + "% of peak, " +
+             num(launch_us) + " us per op");
+    log_info("calibrate: wrote " + chip_file + " and " + sys_file +
+             " (use: --simulation.system " + sys_file + " --simulation.ranks_per_chip <ranks on this machine>)");
+    MPI_Request req;
+    MPI_Ibarrier(MPI_COMM_WORLD, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    comms::finalize();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[titan] error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""The simulator's closed loop on this machine: titan-calibrate writes a spec of it from microbenchmarks alone,
+then titan's own training runs are measured and simulated on that spec, layout by layout, in one run.
+
+    ./scripts/closed_loop.py [--build build] [--out outputs/closed_loop] [--quick] [--spec DIR] [--bar 0.10]
+
+For each layout: the measured step (median of the step-to-step times in metrics.jsonl after the first steps)
+and exposed communication (metrics.jsonl's comm_exposed_s), the simulated step and exposed communication (the
+report a real run with simulation.system prints), and simulated / measured. Nothing is adjusted after seeing
+the runs: the spec is titan-calibrate's as written. --quick: 1 rank and 2-rank FSDP (the CI test,
+tests/simulator/closed_loop_test.py). Exit status 1 if a step's ratio is outside 1 +- --bar.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_WAIT_POLICY="PASSIVE")
+MPI = ["mpirun", "--oversubscribe", "--bind-to", "none", "-x", "OMP_NUM_THREADS=1", "-x", "OMP_WAIT_POLICY=PASSIVE"]
+QWEN = "configs/qwen3_debug.yaml"
+MOE = "configs/qwen3_moe_debug.yaml"
+
+# (name, ranks, config, flags): two model sizes, 1 and 2 ranks, every plan, accumulation and the AC modes
+LAYOUTS = [
+    ("qwen3 debug, 1 rank", 1, QWEN, []),
+    ("qwen3 debug x 2 layers, 1 rank", 1, QWEN, ["--model.n_layers", "8"]),
+    ("qwen3 debug, FSDP 2", 2, QWEN, []),
+    ("qwen3 debug, HSDP 2 x 1", 2, QWEN, ["--parallelism.data_parallel_replicate_degree", "2",
+                                           "--parallelism.data_parallel_shard_degree", "1"]),
+    ("qwen3 debug, TP 2 + SP", 2, QWEN, ["--parallelism.tensor_parallel_degree", "2",
+                                          "--parallelism.enable_sequence_parallel", "true"]),
+    ("qwen3 debug, PP 2 GPipe", 2, QWEN, ["--parallelism.pipeline_parallel_degree", "2",
+                                           "--parallelism.pipeline_parallel_schedule", "GPipe",
+                                           "--parallelism.pipeline_parallel_microbatch_size", "2"]),
+    ("qwen3 debug, PP 2 1F1B", 2, QWEN, ["--parallelism.pipeline_parallel_degree", "2",
+                                          "--parallelism.pipeline_parallel_microbatch_size", "2"]),
+    ("qwen3 debug, PP 2 interleaved", 2, QWEN, ["--parallelism.pipeline_parallel_degree", "2",
+                                                 "--parallelism.pipeline_parallel_schedule", "Interleaved1F1B",
+                                                 "--parallelism.pipeline_parallel_layers_per_stage", "1",
+                                                 "--parallelism.pipeline_parallel_microbatch_size", "2"]),
+    ("qwen3-moe debug, EP 2", 2, MOE, ["--parallelism.expert_parallel_degree", "2"]),
+    ("qwen3 debug, FSDP 2, accumulation 2", 2, QWEN, ["--training.global_batch_size", "32"]),
+    ("qwen3 debug, FSDP 2, full AC", 2, QWEN, ["--activation_checkpoint.mode", "full"]),
+    ("qwen3 debug, 1 rank, selective AC", 1, QWEN, ["--activation_checkpoint.mode", "selective",
+                                                     "--activation_checkpoint.selective_ac_option", "2"]),
+]
+QUICK = ["qwen3 debug, 1 rank", "qwen3 debug, FSDP 2"]
+
+
+def run(cmd, **kw):
+    p = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, **kw)
+    if p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    return p.stdout + p.stderr
+
+
+def calibrate(build, spec_dir, budget):
+    out = run(MPI + ["-np", "2", os.path.join(build, "titan-calibrate"), "--out", spec_dir, "--budget", str(budget)])
+    for line in out.splitlines():
+        if "calibrate: peak" in line or "exchange latency" in line:
+            print("  " + line.split(" - ", 1)[-1])
+    return os.path.join(spec_dir, "this-machine-host.yaml")
+
+
+def measure(build, system, folder, ranks, config, flags, steps):
+    shutil.rmtree(folder, ignore_errors=True)
+    cmd = [os.path.join(build, "titan-train"), "--config", config, "--job.dump_folder", folder,
+           "--training.steps", str(steps), "--validation.enabled", "false", "--checkpoint.enable", "false",
+           "--metrics.log_freq", "1", "--job.print_args", "false", "--lr_scheduler.warmup_steps", "2",
+           "--simulation.system", system, "--simulation.ranks_per_chip", str(ranks), *flags]
+    env_threads = {"OMP_NUM_THREADS": str(os.cpu_count() // ranks if ranks == 1 else 1)}
+    out = subprocess.run((MPI + ["-np", str(ranks)] if ranks > 1 else []) + cmd, cwd=ROOT,
+                         env=dict(ENV, **env_threads), capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    text = out.stdout + out.stderr
+    sim_step = float(re.search(r"sim step: ([0-9.]+) s", text).group(1))
+    m = re.search(r"exposed communication ([0-9.]+) s", text)
+    sim_exposed = float(m.group(1)) if m else 0.0
+    rows = [json.loads(l) for l in open(os.path.join(folder, "metrics.jsonl")) if '"tps"' in l]
+    t = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(rows, rows[1:])][2:]  # past the first steps
+    exposed = [r["comm_exposed_s"] for r in rows[3:]]
+    return statistics.median(t), statistics.median(exposed) if exposed else 0.0, sim_step, sim_exposed
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--out", default="outputs/closed_loop")
+    ap.add_argument("--spec", help="a folder titan-calibrate wrote (default: calibrate now, under --out)")
+    ap.add_argument("--quick", action="store_true", help="1 rank and 2-rank FSDP only")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--budget", type=float, default=20, help="titan-calibrate --budget")
+    ap.add_argument("--bar", type=float, default=0.10, help="allowed |simulated / measured - 1| of the step")
+    a = ap.parse_args()
+    build = os.path.abspath(os.path.join(ROOT, a.build))
+    out = os.path.abspath(os.path.join(ROOT, a.out))
+    os.makedirs(out, exist_ok=True)
+    subprocess.run([os.path.join(ROOT, "scripts", "prepare_data.sh"), build], check=True, cwd=ROOT,
+                   capture_output=True)
+    if a.spec:
+        system = os.path.join(os.path.abspath(a.spec), "this-machine-host.yaml")
+    else:
+        print(f"titan-calibrate (mpirun -np 2, --budget {a.budget:g}) -> {out}/spec")
+        system = calibrate(build, os.path.join(out, "spec"), a.budget)
+    layouts = [l for l in LAYOUTS if not a.quick or l[0] in QUICK]
+    print(f"{'layout':40s} {'measured':>9s} {'simulated':>9s} {'sim/meas':>8s}   "
+          f"{'exposed comm: measured':>22s} {'simulated':>9s}")
+    bad = 0
+    for i, (name, ranks, config, flags) in enumerate(layouts):
+        t, e, st, se = measure(build, system, os.path.join(out, f"run{i}"), ranks, config, flags, a.steps)
+        ok = abs(st / t - 1) <= a.bar
+        bad += not ok
+        print(f"{name:40s} {t:8.3f}s {st:8.3f}s {st / t:8.3f}   {e:21.3f}s {se:8.3f}s  {'ok' if ok else 'OUT'}",
+              flush=True)
+    print(f"{len(layouts) - bad} of {len(layouts)} layouts' steps within +-{100 * a.bar:.0f}%")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
