@@ -7,7 +7,8 @@ then titan's own training runs are measured and simulated on that spec, layout b
 For each layout: the measured step (median of the step-to-step times in metrics.jsonl after the first steps)
 and exposed communication (metrics.jsonl's comm_exposed_s), the simulated step and exposed communication (the
 report a real run with simulation.system prints), and simulated / measured. Nothing is adjusted after seeing
-the runs: the spec is titan-calibrate's as written. --quick: 1 rank and 2-rank FSDP (the CI test,
+the runs: the spec is titan-calibrate's as written (an MoE layout's step is planned with the routing its run
+made, the expert-load line it prints: the workload's input, not a hardware figure). --quick: 1 rank and 2-rank FSDP (the CI test,
 tests/simulator/closed_loop_test.py). Exit status 1 if a step's ratio is outside 1 +- --bar.
 """
 import argparse
@@ -82,6 +83,16 @@ def measure(build, system, folder, ranks, config, flags, steps):
     sim_step = float(re.search(r"sim step: ([0-9.]+) s", text).group(1))
     m = re.search(r"exposed communication ([0-9.]+) s", text)
     sim_exposed = float(m.group(1)) if m else 0.0
+    h = re.search(r"expert load \(routed tokens per expert[^:]*\): ([0-9,]+)", text)
+    if h:  # MoE: the routing the run made is the workload's, not the spec's: plan the step with it
+        plan = subprocess.run(cmd + ["--simulation.enabled", "true", "--simulation.world_size", str(ranks),
+                                     "--simulation.moe_routing_histogram", h.group(1),
+                                     "--job.dump_folder", folder + "_plan"], cwd=ROOT, env=ENV, capture_output=True,
+                              text=True)
+        ptext = plan.stdout + plan.stderr
+        sim_step = float(re.search(r"sim step: ([0-9.]+) s", ptext).group(1))
+        m = re.search(r"exposed communication ([0-9.]+) s", ptext)
+        sim_exposed = float(m.group(1)) if m else 0.0
     rows = [json.loads(l) for l in open(os.path.join(folder, "metrics.jsonl")) if '"tps"' in l]
     t = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(rows, rows[1:])][2:]  # past the first steps
     exposed = [r["comm_exposed_s"] for r in rows[3:]]
