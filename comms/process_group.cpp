@@ -513,14 +513,21 @@ Tensor ProcessGroup::all_to_all_v(const Tensor& x, const std::vector<int64_t>& s
     TITAN_CHECK(planned_recv.empty() || (int)planned_recv.size() == size_, "all_to_all_v: planned_recv must have ",
                 size_, " entries (group '", name_, "')");
     rr = planned_recv.empty() ? send_rows : planned_recv;
+    if (size_ > 1) {  // the real exchange's count all-to-all, then the host sizes the buffers with the counts
+      record_comm_wait(record_comm_start("all_to_all", ref(), 8.0 * size_));
+      record_cost("all_to_all_counts", 0, 0, KernelClass::HostSync);
+    }
   } else if (size_ == 1) {
     rr = send_rows;
   } else {
     MPI_Comm c = comm_;
     std::vector<int64_t> sr = send_rows;
+    const int64_t cid = record_comm_start("all_to_all", ref(), 8.0 * size_);  // the counts, as planned below
     submit("all_to_all_counts", *this, 8 * size_, [&, c]() {
       check_mpi(MPI_Alltoall(sr.data(), 1, MPI_INT64_T, rr.data(), 1, MPI_INT64_T, c), "all_to_all_v counts");
     }).wait();
+    record_comm_wait(cid);
+    record_cost("all_to_all_counts", 0, 0, KernelClass::HostSync);
   }
   int64_t rtotal = 0;
   for (auto r : rr) rtotal += r;

@@ -225,6 +225,11 @@ class Schedule {
     k.m = e.gemm.m;
     k.n = e.gemm.n;
     k.k = e.gemm.k;
+    if (e.cls == KernelClass::HostSync) {  // the host waits for the device to get here
+      flush_fused(l);
+      l.th = std::max(l.th, l.tc);
+      return;
+    }
     if (e.cls == KernelClass::PipelineMark) {  // a schedule's window opens / closes here
       flush_fused(l);
       l.marks.push_back(l.tc);

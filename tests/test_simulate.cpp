@@ -1199,3 +1199,37 @@ TEST(Simulation, ASmallModelIsHostBoundInEagerAndNotUnderCudaGraphs) {
   const SimResult r = simulate_step(big, (int)big.simulation.world_size);
   EXPECT_LT(r.host_wait_s, 0.01 * r.step_s);
 }
+
+// A host sync (the MoE dispatch's counts, which the host needs to size its buffers): the host waits for the
+// device to get there, so the next kernel waits for its issue; without it the host ran ahead and issued it
+// during the long kernel. Both the plan and a real run record the count exchange and the sync.
+TEST(Simulation, AHostSyncMakesTheNextKernelWaitForItsIssue) {
+  ChipSpec chip = test_chip();
+  chip.eager_host_us = 10;
+  const SystemSpec sys = one_level(Topology::Switch, 1, 100, 1, 1.0);
+  auto kernel = [](double flops) {
+    CostEvent e;
+    e.op = "k";
+    e.flops = flops;
+    return e;
+  };
+  CostEvent sync;
+  sync.op = "all_to_all_counts";
+  sync.cls = KernelClass::HostSync;
+  const double long_flops = 10e12 * 1e-3;  // 1 ms at the test chip's 10 TFLOP/s vector rate
+  const SimResult free_run = schedule_events({kernel(long_flops), kernel(1e3)}, chip, sys, 1, ExecMode::Eager);
+  const SimResult synced = schedule_events({kernel(long_flops), sync, kernel(1e3)}, chip, sys, 1, ExecMode::Eager);
+  EXPECT_NEAR(free_run.host_wait_s, 10e-6, 1e-12);  // only the first kernel waits for its issue
+  EXPECT_NEAR(synced.host_wait_s - free_run.host_wait_s, 10e-6, 1e-9);
+  EXPECT_NEAR(synced.step_s - free_run.step_s, 10e-6, 1e-9);
+  // the plan of an expert-parallel step holds the count exchange and the sync before each dispatch
+  const JobConfig cfg = sim_config("configs/qwen3_moe_debug.yaml", {"parallelism.expert_parallel_degree", "2"});
+  const StepPlan plan = plan_step(cfg, 2, /*with_events=*/true);
+  int syncs = 0, small_all_to_alls = 0;
+  for (const CostEvent& e : plan.events) {
+    syncs += e.cls == KernelClass::HostSync && e.kind == CostEvent::Kind::Compute;
+    small_all_to_alls += e.kind == CostEvent::Kind::CommStart && std::string(e.op) == "all_to_all" && e.bytes == 16;
+  }
+  EXPECT_GT(syncs, 0);
+  EXPECT_EQ(syncs, small_all_to_alls);
+}

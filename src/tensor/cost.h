@@ -35,6 +35,8 @@ enum class KernelClass : uint8_t {
   EagerOnly,    // traffic only an eager framework pays (e.g. a score_mod run as its own kernels over
                 // materialized scores); its arithmetic is already in the fused kernel's record
   Optimizer,    // the optimizer's update (reads and writes fp32 state: not scaled to the activation dtype)
+  HostSync,     // no kernel: the host waits for the device here (it needs a value the device computed, e.g. the
+                // MoE dispatch's exchanged counts to size its buffers), as PyTorch's .tolist() / .item() do
   PipelineMark, // no kernel: a pipeline schedule begins / ends here (alternately), so the simulator
                 // measures the bubble within the schedule's window
 };
