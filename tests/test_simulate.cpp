@@ -1173,8 +1173,9 @@ TEST(CostModel, NcclLatencyGrowsWithTheRanksAsTheChosenAlgorithmSays) {
 
 // A small model's step on GPUs is bound by the host that issues its kernels (PyTorch eager: ~8 us per kernel,
 // more than most of this step's kernels take): making every kernel twice as fast leaves the eager step where it
-// was; captured as CUDA graphs (the host issues the step once) the same step follows its kernels.
-TEST(Simulation, ASmallModelIsHostBoundInEagerAndNotUnderCudaGraphs) {
+// was; compiled (fused kernels, 4 us each to issue) it is not host-bound and follows its kernels; captured as
+// CUDA graphs (the host issues the step once) it follows them all the way.
+TEST(Simulation, ASmallModelIsHostBoundInEagerAndNotCompiled) {
   const JobConfig cfg = sim_config("configs/qwen3_debug.yaml", {"simulation.system", "h100-hgx"});
   const StepPlan plan = plan_step(cfg, 8, /*with_events=*/true);
   const SystemSpec sys = load_system("h100-hgx");
@@ -1190,6 +1191,12 @@ TEST(Simulation, ASmallModelIsHostBoundInEagerAndNotUnderCudaGraphs) {
   EXPECT_GT(eager.host_wait_s, 0.1 * eager.step_s);
   EXPECT_NEAR(eager_fast.step_s / eager.step_s, 1.0, 0.03);  // host-bound: the kernels' speed does not show
   EXPECT_GE(eager.step_s, eager.kernels * chip.eager_host_us * 1e-6);  // the host issues every kernel
+  const SimResult compiled = step(chip, ExecMode::Compiled), compiled_fast = step(fast, ExecMode::Compiled);
+  std::printf("debug Qwen3 on 8 H100: eager %.3f ms (host-bound %.3f), 2x kernels %.3f ms; compiled %.3f ms (host-bound "
+              "%.3f), 2x kernels %.3f ms\n", 1e3 * eager.step_s, 1e3 * eager.host_wait_s, 1e3 * eager_fast.step_s,
+              1e3 * compiled.step_s, 1e3 * compiled.host_wait_s, 1e3 * compiled_fast.step_s);
+  EXPECT_LT(compiled.host_wait_s, 0.05 * compiled.step_s);  // compiled: fewer, fused kernels outrun their issue
+  EXPECT_LT(compiled_fast.step_s / compiled.step_s, 0.9);      // ... so the kernels' speed shows
   const SimResult graphs = step(chip, ExecMode::Graphs), graphs_fast = step(fast, ExecMode::Graphs);
   EXPECT_EQ(graphs.host_wait_s, 0);
   EXPECT_LT(graphs_fast.step_s / graphs.step_s, 0.65);  // the kernels' speed is the step's
