@@ -6,9 +6,13 @@
 //   rowwise    split along the input features (columns): its output is a partial sum, reduced by the block's
 //              output collective; its bias is added on tp rank 0 only (and its gradient summed);
 //   vocab      the embedding's and the head's rows over the vocabulary (each rank looks up the ids it owns,
-//              the rows summed; the logits stay split into the loss, or are gathered);
+//              the rows summed; the logits stay split into the loss, or are gathered): cut() below;
 //   summed     replicated, each rank's gradient a part of the whole (per-head q/k norms, the router, the
-//              norms under sequence parallel): the gradient is summed over tp (identity forward).
+//              norms under sequence parallel): the gradient is summed over tp (identity forward);
+//   kv_head    n_kv_heads < tp: the one KV head this rank's query heads use, kept by the tp / n_kv ranks that
+//              share it, its gradient summed over them.
+// The block table (block_plan) holds colwise, rowwise, summed and kv_head; the vocabulary rows (embedding,
+// head) and the loss are cut once per model in cut(), outside the per-block table.
 // Applying it is two steps in one visible order (parallelize.cpp): cut() before FSDP shards what is left,
 // hooks() after FSDP has registered its own (so these see the weights FSDP bound).
 #pragma once

@@ -70,6 +70,12 @@ struct Knob {
   Overrides needs;   // what it needs to act on, in both runs (e.g. YaRN for a YaRN key)
 };
 
+// Knobs an export does not carry by design: the member's name (an HF class names its own family), a label,
+// the sliding keys (resolved into the per-layer windows, compared as such) and training-only knobs (a loaded
+// model is not trained with the exporter's balancing).
+const std::set<std::string> kTransient = {"name", "flavor", "sliding_window", "sliding_window_layers",
+                                          "moe_aux_loss_coeff", "moe_bias_update_rate"};
+
 TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
   const std::vector<Knob> knobs = {
       {"qk_norm", {"model.qk_norm", "flip"}, {}},
@@ -167,6 +173,20 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
       const double l0 = loss_of(cb), l1 = loss_of(cw);
       EXPECT_GT(std::abs(l1 - l0) / l0, 2e-6) << "model." << k.key << " = " << v[1] << " did nothing: loss " << l1
                                                << " equals " << l0;
+      // ... and the export carries it: config.json read back gives the same architecture, knob by knob (an HF
+      // class claimed for a configuration it cannot hold would drop the knob here)
+      const std::string exported = std::make_unique<decoder::Decoder>(cw.model)->hf_config_json();
+      const decoder::Args back = decoder::Args::from_hf_json(exported);
+      for (const auto& kk : decoder::knobs()) {
+        if (kTransient.count(kk.key) || !kk.inapplicable(cw.model).empty()) continue;  // what acts here
+        nlohmann::json want, got;
+        kk.to_json(cw.model, want);
+        kk.to_json(back, got);
+        EXPECT_EQ(got, want) << "model." << k.key << " = " << v[1] << ": exported as "
+                             << nlohmann::json::parse(exported)["model_type"] << ", model." << kk.key
+                             << " read back differs";
+      }
+      EXPECT_EQ(back.layer_window, cw.model.layer_window) << "model." << k.key << ": sliding layers read back differ";
       table[k.key][fam] = "applied";
       ++applied;
     }
