@@ -158,11 +158,7 @@ Exchange measure_exchange() {
   return e;
 }
 
-std::string num(double v, int digits = 4) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%.*g", digits, v);
-  return b;
-}
+std::string num(double v) { return fmt("%.4g", v); }  // log.h's one number formatter
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -196,7 +192,7 @@ int main(int argc, char** argv) {
     }
     const int threads = omp_get_num_procs();
     omp_set_num_threads(threads);
-    log_info("calibrate: kernels on " + std::to_string(threads) + " threads, about " + num(budget * 0.85, 2) + " s");
+    log_info("calibrate: kernels on " + std::to_string(threads) + " threads, about " + fmt("%.0f", budget * 0.85) + " s");
     // GEMMs
     const std::vector<GemmPoint> gemms = measure_gemms(budget * 0.5);
     double peak = 0;
@@ -272,7 +268,7 @@ int main(int argc, char** argv) {
       << "cores: " << threads << "\n"
       << "peak_tflops: " << num(peak) << "            # the fastest linear forward + backward measured\n"
       << "vector_tflops: " << num(vector) << "          # silu, exp, softmax, rms_norm (fwd + bwd): median\n"
-      << "hbm_gib: " << num((double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE) / (1 << 30), 3) << "\n"
+      << "hbm_gib: " << fmt("%.1f", (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE) / (1 << 30)) << "\n"
       << "hbm_tbps: " << num(hbm) << "               # add of two 32 MiB tensors\n"
       << "memory_efficiency: 1\n"
       << "attention_efficiency: " << num(attn_eff) << "   # causal flash attention fwd + bwd\n"
@@ -300,7 +296,7 @@ int main(int argc, char** argv) {
     const sim::SystemSpec sys = sim::load_system(sys_file);
     const sim::ChipSpec chip = sim::load_chip(sys.chip_name);
     log_info("calibrate: peak " + num(chip.peak_tflops * 1e3) + " GFLOP/s, vector " + num(vector * 1e3) +
-             " GFLOP/s, memory " + num(hbm * 1e3) + " GB/s, attention " + num(100 * attn_eff, 3) + "% of peak, " +
+             " GFLOP/s, memory " + num(hbm * 1e3) + " GB/s, attention " + fmt("%.1f", 100 * attn_eff) + "% of peak, " +
              num(launch_us) + " us per op");
     log_info("calibrate: wrote " + chip_file + " and " + sys_file +
              " (use: --simulation.system " + sys_file + " --simulation.ranks_per_chip <ranks on this machine>)");
