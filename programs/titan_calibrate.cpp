@@ -3,7 +3,8 @@
 // loop: scripts/closed_loop.py).
 //
 //   titan-calibrate --out DIR [--name NAME] [--budget SECONDS]
-//   mpirun -np 2 titan-calibrate --out DIR     # also the exchange between two ranks (MPI over shared memory)
+//   mpirun --bind-to none -np 2 titan-calibrate --out DIR   # also the exchange between the ranks (MPI over
+//                                                          # shared memory); --bind-to none: every core, not one
 //
 // Writes DIR/NAME.yaml (the chip: all of this machine's cores) and DIR/NAME-host.yaml (the system: one chip,
 // ranks of an mpirun job sharing it; `chip: NAME.yaml`, found beside it). Use them with
@@ -12,15 +13,17 @@
 // What is measured (each figure the median of its repetitions; the kernels on rank 0 with every core's thread
 // while the other ranks sleep):
 //   gemm_efficiency   titan's `linear` forward + backward (3 GEMMs of one size each) over token x model shapes
-//                     from 0.002 to ~8 GFLOP per GEMM; peak_tflops = the fastest, the table its fractions
+//                     from 0.001 to ~4 GFLOP per GEMM; peak_tflops = the fastest, the table its fractions (of
+//                     the whole chip: gemm_efficiency_per chip)
 //   hbm_tbps          `add` of two 32 MiB tensors (bytes as its cost record counts them)
 //   vector_tflops     silu, exp, softmax and rms_norm forward + backward over a [4096, 256] tensor: the median of
 //                     their recorded FLOPs per second
 //   attention         causal flash attention forward + backward ([8, 256, 4 | 2 kv, 64]): recorded FLOPs per
 //                     second over peak_tflops
 //   *_launch_us       titan's per-op overhead: a chain of ops on one-element tensors, forward + backward, per op
-//   local_comm_*      (2+ ranks) all_gather between ranks 0 and 1 through titan's communication thread: the
-//                     latency of the smallest, the bandwidth of the largest (16 MiB) net of that latency
+//   local_comm_*      (2+ ranks) all_gather over every rank through titan's communication thread: the latency
+//                     per step of the smallest (8 B per rank), the bandwidth (GB/s) of the largest (16 MiB)
+//                     net of that latency, in the cost model's terms for ranks sharing a chip
 #include <mpi.h>
 #include <omp.h>
 #include <unistd.h>
@@ -149,8 +152,9 @@ Exchange measure_exchange() {
   const int64_t floats = (16 << 20) / 4 / n;  // 16 MiB gathered
   const double big = gather(floats, 21);
   // the cost model's chip hop: an all-gather of S bytes over n ranks of a chip moves (n-1)/n S per rank, all n
-  // ranks at once over the chip's exchange: (n-1) S / rate, plus log2(n) latency steps (halving-doubling)
-  const double steps = std::max(1.0, std::log2((double)n));
+  // ranks at once over the chip's exchange: (n-1) S / rate, plus its latency steps
+  const bool pow2 = (n & (n - 1)) == 0;  // the cost model's chip hop: halving-doubling, else a ring
+  const double steps = pow2 ? std::max(1.0, std::log2((double)n)) : n - 1.0;
   Exchange e;
   e.latency_us = small / steps * 1e6;
   const double S = 4.0 * floats * n;
@@ -190,7 +194,11 @@ int main(int argc, char** argv) {
       comms::finalize();
       return 0;
     }
-    const int threads = omp_get_num_procs();
+    const int threads = omp_get_num_procs();  // the CPUs this process may run on
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    TITAN_CHECK(threads >= online, "titan-calibrate: this process may run on ", threads, " of the machine's ", online,
+                " CPUs (mpirun binds each rank to a core when -np <= 2): the chip would be measured on a part of it; "
+                "run mpirun with --bind-to none");
     omp_set_num_threads(threads);
     log_info("calibrate: kernels on " + std::to_string(threads) + " threads, about " + fmt("%.0f", budget * 0.85) + " s");
     // GEMMs
@@ -278,9 +286,11 @@ int main(int argc, char** argv) {
       c << "local_comm_gbps: " << num(ex.gbps) << "        # all_gather between ranks (titan's comm thread)\n"
         << "local_comm_latency_us: " << num(ex.latency_us) << "\n";
     c << "gemm_tile: [1, 1, 1]          # the table is by measured size; no padding modelled\n"
+      << "gemm_efficiency_per: chip     # measured with every core: a rank of several reads it at its share\n"
       << "gemm_efficiency:              # (GFLOP per GEMM, fraction of peak_tflops), quarter-decade means\n";
     for (const auto& [gf, eff] : table) c << "  - [" << num(gf) << ", " << num(eff) << "]\n";
     c.close();
+    TITAN_CHECK(!c.fail(), "titan-calibrate: could not write ", chip_file);
     const std::string sys_file = (fs::path(out_dir) / (name + "-host.yaml")).string();
     std::ofstream s(sys_file);
     s << "# " << name << "-host: this machine as a system of one chip (written by titan-calibrate at " << when
@@ -292,6 +302,7 @@ int main(int argc, char** argv) {
       << "  - name: host\n    topology: switch\n    units: 1\n    bandwidth_gbps: " << num(std::max(ex.gbps, 1.0))
       << "\n    latency_us: " << num(std::max(ex.latency_us, 1.0)) << "\n    efficiency: 1\n";
     s.close();
+    TITAN_CHECK(!s.fail(), "titan-calibrate: could not write ", sys_file);
     // the spec loads as the simulator reads it
     const sim::SystemSpec sys = sim::load_system(sys_file);
     const sim::ChipSpec chip = sim::load_chip(sys.chip_name);
@@ -305,6 +316,8 @@ int main(int argc, char** argv) {
     MPI_Wait(&req, MPI_STATUS_IGNORE);
     comms::finalize();
   } catch (const std::exception& e) {
+    // one rank's failure ends every rank (the others may be in an exchange or waiting for rank 0)
+    if (comms::initialized() && comms::world_size() > 1) comms::abort_job(std::string("titan-calibrate: ") + e.what());
     std::fprintf(stderr, "[titan] error: %s\n", e.what());
     return 1;
   }

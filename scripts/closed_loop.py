@@ -90,6 +90,8 @@ def measure(build, system, folder, ranks, config, flags, steps):
                                      "--job.dump_folder", folder + "_plan"], cwd=ROOT, env=ENV, capture_output=True,
                               text=True)
         ptext = plan.stdout + plan.stderr
+        if plan.returncode != 0:
+            sys.exit(f"failed: planning {folder} with the run's routing\n{ptext[-3000:]}")
         sim_step = float(re.search(r"sim step: ([0-9.]+) s", ptext).group(1))
         m = re.search(r"exposed communication ([0-9.]+) s", ptext)
         sim_exposed = float(m.group(1)) if m else 0.0

@@ -39,8 +39,10 @@ KernelTime kernel_time(const ChipSpec& c, int rpc, const Kernel& k, ExecMode mod
     const double b = (double)std::max(1LL, k.batch);
     const double real = 2.0 * b * (double)k.m * (double)k.n * (double)k.k;
     const double padded = 2.0 * b * pad(k.m, c.gemm_tile[0]) * pad(k.n, c.gemm_tile[1]) * pad(k.k, c.gemm_tile[2]);
-    // a rank holds 1/rpc of the chip: its call fills its share as a call rpc times larger fills the chip
-    double rate = peak * gemm_efficiency(c, rpc * real / b / 1e9);  // FLOP/s this rank's share of the chip reaches
+    // a table measured on the whole chip: a rank's call fills its 1/rpc share as a call rpc times larger fills
+    // the chip (gemm_efficiency_per: chip); a table of one rank's share is read at the call's size
+    const double fill = c.gemm_table_per_chip ? rpc : 1.0;
+    double rate = peak * gemm_efficiency(c, fill * real / b / 1e9);  // FLOP/s this rank's share of the chip reaches
     if (c.gemm_power_limit_tflops > 0) rate = std::min(rate, c.gemm_power_limit_tflops * 1e12 / rpc);
     t.efficiency = rate / peak * real / padded;
     t.compute_s = padded / rate;

@@ -143,7 +143,7 @@ ChipSpec load_chip(const std::string& name_or_path) {
              {"name", "cores", "peak_tflops", "headline_tflops", "mfu_peak_tflops", "vector_tflops", "hbm_gib",
               "hbm_tbps", "memory_efficiency", "attention_efficiency", "eager_launch_us", "compiled_launch_us",
               "comm_interference", "gemm_tile", "gemm_efficiency", "attention_kernels", "gemm_power_limit_tflops",
-              "eager_host_us", "compiled_host_us", "local_comm_gbps", "local_comm_latency_us"},
+              "eager_host_us", "compiled_host_us", "local_comm_gbps", "local_comm_latency_us", "gemm_efficiency_per"},
              file, "");
   ChipSpec c;
   c.file = file;
@@ -161,8 +161,17 @@ ChipSpec load_chip(const std::string& name_or_path) {
   c.compiled_launch_us = number(n, "compiled_launch_us", file, true);
   c.eager_host_us = n["eager_host_us"] ? number(n, "eager_host_us", file, true) : 0.0;
   c.compiled_host_us = n["compiled_host_us"] ? number(n, "compiled_host_us", file, true) : 0.0;
+  if (!n["local_comm_gbps"] != !n["local_comm_latency_us"])
+    fail(file, "keys 'local_comm_gbps' and 'local_comm_latency_us' go together (the exchange between the ranks of "
+               "a chip: GB/s and us per step); give both or neither");
   c.local_comm_gbps = n["local_comm_gbps"] ? number(n, "local_comm_gbps", file) : 0.0;
   c.local_comm_latency_us = n["local_comm_latency_us"] ? number(n, "local_comm_latency_us", file, true) : 0.0;
+  if (n["gemm_efficiency_per"]) {
+    const std::string per = n["gemm_efficiency_per"].as<std::string>();
+    if (per != "rank" && per != "chip")
+      fail(file, "key 'gemm_efficiency_per': '" + per + "' is not one of rank, chip");
+    c.gemm_table_per_chip = per == "chip";
+  }
   c.comm_interference = n["comm_interference"] ? number(n, "comm_interference", file, true) : 0.0;
   if (c.comm_interference >= 1) fail(file, "key 'comm_interference' must be < 1");
   for (const char* k : {"memory_efficiency", "attention_efficiency"})

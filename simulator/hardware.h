@@ -57,6 +57,11 @@ struct ChipSpec {
                                    // (GPUs: NCCL kernels take SMs and HBM bandwidth; optional, default 0)
   std::vector<int> gemm_tile;      // [m, n, k]: dims are padded up to these multiples
   std::vector<EfficiencyPoint> gemm_efficiency;
+  // gemm_efficiency_per: what the table's GFLOP axis is measured on. rank (default): one rank's share of the
+  // chip (Trainium's sweeps of one logical core; GPUs, one rank per chip); chip: the whole chip (titan-calibrate's
+  // all-core sweep), so a rank holding 1/ranks_per_chip of it reads the table at ranks_per_chip x its call's size
+  // (its share is filled by a call that many times smaller).
+  bool gemm_table_per_chip = false;
 };
 
 enum class Topology { Chip, Ring, Torus2D, Switch };

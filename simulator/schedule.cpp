@@ -315,7 +315,7 @@ class Schedule {
                           std::back_inserter(others));
     others.erase(std::remove(others.begin(), others.end(), l.rank), others.end());
     if (l.host_charged != l.next) {  // issued by the host once, however often a retry comes back here
-      host_issue(l);
+      if (members.size() > 1) host_issue(l);  // a group of one launches nothing
       l.host_charged = l.next;
     }
     double issued = std::max(l.tc, l.th);  // after the compute stream's work before it, once the host issued it

@@ -135,6 +135,24 @@ TEST(CostModel, GemmPowerLimitCapsTheSustainedThroughput) {
   EXPECT_NEAR(kernel_time(c, 1, k, ExecMode::Compiled).compute_s, k.flops / 50e12, 1e-12);
 }
 
+// A table measured on the whole chip (gemm_efficiency_per: chip, titan-calibrate's) is read at ranks_per_chip x
+// the call's size for a rank holding 1/ranks_per_chip of it; a table of one rank's share (the default) at the
+// call's size.
+TEST(CostModel, AWholeChipTableIsReadAtTheRanksShare) {
+  ChipSpec c = test_chip();  // table: 0.5 at <= 1 GFLOP, 0.9 at >= 100, linear in log10 between
+  Kernel k;
+  k.kind = KernelKind::Gemm;
+  k.batch = 1;
+  k.m = k.n = k.k = 1024;  // 2.1 GFLOP
+  k.flops = 2.0 * 1024 * 1024 * 1024;
+  const double g = k.flops / 1e9;
+  auto eff = [&](double gf) { return 0.5 + 0.4 * std::log10(gf) / 2; };
+  EXPECT_NEAR(kernel_time(c, 2, k, ExecMode::Compiled).efficiency, eff(g), 1e-9);  // per rank: the call's size
+  c.gemm_table_per_chip = true;
+  EXPECT_NEAR(kernel_time(c, 2, k, ExecMode::Compiled).efficiency, eff(2 * g), 1e-9);  // per chip: twice it
+  EXPECT_NEAR(kernel_time(c, 1, k, ExecMode::Compiled).efficiency, eff(g), 1e-9);      // one rank: the chip
+}
+
 // ---- collectives ------------------------------------------------------------------
 TEST(CostModel, RingAllReduceHandComputed) {
   ChipSpec c = test_chip();
@@ -289,6 +307,23 @@ TEST(HardwareSpecs, ErrorsNameTheFileAndKey) {
   e = error_of([&] { load_chip(p2); });
   EXPECT_NE(e.find("negative.yaml"), std::string::npos) << e;
   EXPECT_NE(e.find("'hbm_gib' must be > 0"), std::string::npos) << e;
+  // the keys of the host, the chip's exchange and the table's axis: misspelled or half-given, refused by name
+  std::string half = text + "local_comm_gbps: 10\n";
+  e = error_of([&] { load_chip(write("half.yaml", half)); });
+  EXPECT_NE(e.find("'local_comm_gbps' and 'local_comm_latency_us' go together"), std::string::npos) << e;
+  e = error_of([&] { load_chip(write("per.yaml", text + "gemm_efficiency_per: core\n")); });
+  EXPECT_NE(e.find("'gemm_efficiency_per': 'core' is not one of rank, chip"), std::string::npos) << e;
+  e = error_of([&] { load_chip(write("typo.yaml", text + "eager_hosts_us: 8\n")); });
+  EXPECT_NE(e.find("eager_hosts_us"), std::string::npos) << e;
+  std::string sys_text;
+  {
+    std::ifstream in(std::string(TITAN_SOURCE_DIR) + "/simulator/specs/systems/h100-hgx.yaml");
+    sys_text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  sys_text.replace(sys_text.find("collective_library: nccl"), 24, "collective_library: rccl");
+  e = error_of([&] { load_system(write("lib.yaml", sys_text)); });
+  EXPECT_NE(e.find("lib.yaml"), std::string::npos) << e;
+  EXPECT_NE(e.find("'collective_library': 'rccl' is not a known library (generic, nccl)"), std::string::npos) << e;
   e = error_of([&] { load_chip("trainium9"); });
   EXPECT_NE(e.find("unknown chip 'trainium9'"), std::string::npos) << e;
   EXPECT_NE(e.find("trainium2"), std::string::npos) << e;  // lists the known ones
@@ -1209,7 +1244,8 @@ TEST(Simulation, ASmallModelIsHostBoundInEagerAndNotCompiled) {
 
 // A host sync (the MoE dispatch's counts, which the host needs to size its buffers): the host waits for the
 // device to get there, so the next kernel waits for its issue; without it the host ran ahead and issued it
-// during the long kernel. Both the plan and a real run record the count exchange and the sync.
+// during the long kernel. The plan of an expert-parallel step holds the count exchange and the sync (a real
+// exchange records the same two, comms/process_group.cpp's all_to_all_v).
 TEST(Simulation, AHostSyncMakesTheNextKernelWaitForItsIssue) {
   ChipSpec chip = test_chip();
   chip.eager_host_us = 10;

@@ -33,7 +33,7 @@ def main():
                                                "eager_launch_us", "local_comm_gbps", "local_comm_latency_us")),
           "the chip spec holds every measured figure, each > 0: " + str(figures))
     log = p.stdout + p.stderr
-    m = re.search(r"calibrate: peak ([0-9.]+) GFLOP/s", log)
+    m = re.search(r"calibrate: peak ([0-9.eE+-]+) GFLOP/s", log)
     check(m is not None and abs(float(m.group(1)) / 1e3 / figures.get("peak_tflops", 1) - 1) < 0.01,
           "the spec loads back with the figure it was written with (peak)")
     system = os.path.join(spec, "this-machine-host.yaml")
