@@ -181,6 +181,11 @@ int main(int argc, char** argv) {
     comms::init(&argc, &argv);
     const int rank = comms::world_rank(), world = comms::world_size();
     set_log_enabled(rank == 0);
+    const int threads = omp_get_num_procs();  // the CPUs this process may run on
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    TITAN_CHECK(threads >= online, "titan-calibrate: rank ", rank, " may run on ", threads, " of the machine's ", online,
+                " CPUs (mpirun binds each rank to a core when -np <= 2): the chip would be measured on a part of it; "
+                "run mpirun with --bind-to none");
     Exchange ex;
     if (world > 1) {
       log_info("calibrate: the exchange between " + std::to_string(world) + " ranks (all_gather, 8 B and 16 MiB)");
@@ -194,11 +199,6 @@ int main(int argc, char** argv) {
       comms::finalize();
       return 0;
     }
-    const int threads = omp_get_num_procs();  // the CPUs this process may run on
-    const long online = sysconf(_SC_NPROCESSORS_ONLN);
-    TITAN_CHECK(threads >= online, "titan-calibrate: this process may run on ", threads, " of the machine's ", online,
-                " CPUs (mpirun binds each rank to a core when -np <= 2): the chip would be measured on a part of it; "
-                "run mpirun with --bind-to none");
     omp_set_num_threads(threads);
     log_info("calibrate: kernels on " + std::to_string(threads) + " threads, about " + fmt("%.0f", budget * 0.85) + " s");
     // GEMMs
@@ -317,7 +317,7 @@ int main(int argc, char** argv) {
     comms::finalize();
   } catch (const std::exception& e) {
     // one rank's failure ends every rank (the others may be in an exchange or waiting for rank 0)
-    if (comms::initialized() && comms::world_size() > 1) comms::abort_job(std::string("titan-calibrate: ") + e.what());
+    if (comms::initialized() && comms::world_size() > 1) comms::abort_job(e.what());
     std::fprintf(stderr, "[titan] error: %s\n", e.what());
     return 1;
   }
