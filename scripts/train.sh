@@ -8,7 +8,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 if [ -z "${SKIP_SETUP:-}" ]; then ./scripts/setup.sh; fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j "$(nproc)" --target titan-train titan-tokenize titan-eval titan-bench titan-bench-linear \
+cmake --build build -j "$(nproc)" --target titan-train titan-tokenize titan-eval titan-calibrate titan-bench titan-bench-linear \
   titan-bench-attention  # every installed program (cmake --install below)
 # install the tools where mpirun finds them (default prefix /usr/local: titan-train on PATH)
 SUDO=""; if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
