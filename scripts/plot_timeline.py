@@ -20,6 +20,8 @@ def color(ev):
         return "#d62728"
     if ev.get("cat") == "bubble":  # a pipeline stage waiting for its neighbour
         return "#c7c7c7"
+    if ev.get("cat") == "host":  # the device waiting for the host to issue its next kernel
+        return "#17becf"
     if ev.get("cat") == "comm":
         return {"all_gather": "#1f77b4", "reduce_scatter": "#9467bd", "all_reduce": "#8c564b",
                 "all_to_all": "#e377c2"}.get(ev["name"], "#7f7f7f")
@@ -58,6 +60,7 @@ def main():
                  f" {other.get('step_s', 0):.3f} s")
     ax.legend(handles=[Patch(color=c, label=l) for l, c in [
         ("GEMM", "#2ca02c"), ("attention", "#ff7f0e"), ("elementwise", "#bcbd22"), ("stall (waiting)", "#d62728"),
+        ("host-bound", "#17becf"),
         ("all_gather", "#1f77b4"), ("reduce_scatter", "#9467bd"), ("all_reduce", "#8c564b"),
         ("all_to_all", "#e377c2")]], fontsize=7, ncol=8, loc="upper center", bbox_to_anchor=(0.5, -0.25))
     fig.tight_layout()
