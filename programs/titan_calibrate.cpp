@@ -30,7 +30,6 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <ctime>
 #include <cmath>
 #include <filesystem>
@@ -52,17 +51,15 @@ using namespace titan;
 namespace fs = std::filesystem;
 
 namespace {
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
 // Median seconds of `f` over repetitions after one warm-up: at least 3, at most `max_reps`, until `budget` s.
 double median_time(const std::function<void()>& f, double budget, int max_reps = 50) {
   f();
   std::vector<double> ts;
-  const double t_end = now() + budget;
-  while ((int)ts.size() < max_reps && (ts.size() < 3 || now() < t_end)) {
-    const double t0 = now();
+  const double t_end = wall_seconds() + budget;
+  while ((int)ts.size() < max_reps && (ts.size() < 3 || wall_seconds() < t_end)) {
+    const double t0 = wall_seconds();
     f();
-    ts.push_back(now() - t0);
+    ts.push_back(wall_seconds() - t0);
   }
   std::sort(ts.begin(), ts.end());
   return ts[ts.size() / 2];
@@ -112,7 +109,7 @@ std::vector<GemmPoint> measure_gemms(double budget) {
 }
 
 // FLOPs per second of forward + backward of `op` on x, as the cost records count them.
-double op_rate(const std::function<Tensor(const Tensor&)>& op, const Tensor& x0, double budget, OpCost* cost = nullptr) {
+double op_rate(const std::function<Tensor(const Tensor&)>& op, const Tensor& x0, double budget) {
   Tensor x = x0.detach().requires_grad_(true);
   Tensor dy = ones(op(x0).shape());
   auto step = [&] {
@@ -120,9 +117,7 @@ double op_rate(const std::function<Tensor(const Tensor&)>& op, const Tensor& x0,
     y.backward(dy);
     x.zero_grad();
   };
-  const OpCost c = recorded(step);
-  if (cost) *cost = c;
-  return c.flops / median_time(step, budget);
+  return recorded(step).flops / median_time(step, budget);
 }
 
 struct Exchange {
@@ -140,9 +135,9 @@ Exchange measure_exchange() {
     std::vector<double> ts;
     for (int r = 0; r < reps; ++r) {
       world.barrier();
-      const double t0 = now();
+      const double t0 = wall_seconds();
       (void)world.all_gather(x);
-      ts.push_back(now() - t0);
+      ts.push_back(wall_seconds() - t0);
     }
     std::sort(ts.begin(), ts.end());
     return ts[ts.size() / 2];
@@ -244,12 +239,7 @@ int main(int argc, char** argv) {
       o.backward(dyo);
       q.zero_grad(), k.zero_grad(), v.zero_grad();
     };
-    double attn_flops = 0;
-    {
-      CostScope s;
-      attn();
-      for (const auto& [op, c] : s.by_op()) attn_flops += c.flops;
-    }
+    const double attn_flops = recorded(attn).flops;
     const double attn_eff = std::min(1.0, attn_flops / median_time(attn, budget * 0.1) / (peak * 1e12));
     // per-op overhead: ops on one-element tensors, forward + backward
     Tensor s0 = full({1}, 1.0).requires_grad_(true);

@@ -68,6 +68,12 @@ def calibrate(build, spec_dir, budget):
     return os.path.join(spec_dir, "this-machine-host.yaml")
 
 
+def sim_figures(text):
+    """The simulated step and its exposed communication from a run's simulation report."""
+    m = re.search(r"exposed communication ([0-9.]+) s", text)
+    return float(re.search(r"sim step: ([0-9.]+) s", text).group(1)), float(m.group(1)) if m else 0.0
+
+
 def measure(build, system, folder, ranks, config, flags, steps):
     shutil.rmtree(folder, ignore_errors=True)
     cmd = [os.path.join(build, "titan-train"), "--config", config, "--job.dump_folder", folder,
@@ -80,9 +86,7 @@ def measure(build, system, folder, ranks, config, flags, steps):
     if out.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
     text = out.stdout + out.stderr
-    sim_step = float(re.search(r"sim step: ([0-9.]+) s", text).group(1))
-    m = re.search(r"exposed communication ([0-9.]+) s", text)
-    sim_exposed = float(m.group(1)) if m else 0.0
+    sim_step, sim_exposed = sim_figures(text)
     h = re.search(r"expert load \(routed tokens per expert[^:]*\): ([0-9,]+)", text)
     if h:  # MoE: the routing the run made is the workload's, not the spec's: plan the step with it
         plan = subprocess.run(cmd + ["--simulation.enabled", "true", "--simulation.world_size", str(ranks),
@@ -92,9 +96,7 @@ def measure(build, system, folder, ranks, config, flags, steps):
         ptext = plan.stdout + plan.stderr
         if plan.returncode != 0:
             sys.exit(f"failed: planning {folder} with the run's routing\n{ptext[-3000:]}")
-        sim_step = float(re.search(r"sim step: ([0-9.]+) s", ptext).group(1))
-        m = re.search(r"exposed communication ([0-9.]+) s", ptext)
-        sim_exposed = float(m.group(1)) if m else 0.0
+        sim_step, sim_exposed = sim_figures(ptext)
     rows = [json.loads(l) for l in open(os.path.join(folder, "metrics.jsonl")) if '"tps"' in l]
     t = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(rows, rows[1:])][2:]  # past the first steps
     exposed = [r["comm_exposed_s"] for r in rows[3:]]
