@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "job/peak_flops.h"
+
 namespace titan {
 
 namespace {
@@ -32,8 +34,20 @@ MetricsLogger::MetricsLogger(const JobConfig& cfg, const comms::DeviceMesh& mesh
     if (start > 0) truncate_metrics_after(path, start);  // resumed: rows past the checkpoint are redone
     jsonl_ = std::make_unique<JsonlWriter>(path);
   }
-  log_info("training " + std::to_string(cfg.training.steps) + " steps; MFU against " +
-           fmt("%.3f", cfg.metrics.peak_tflops) + " TFLOP/s peak per rank (metrics.peak_tflops)");
+  if (cfg.metrics.peak_tflops > 0) {
+    peak_tflops_ = cfg.metrics.peak_tflops;
+    log_info("training " + std::to_string(cfg.training.steps) + " steps; MFU against " + fmt("%.3f", peak_tflops_) +
+             " TFLOP/s peak per rank (metrics.peak_tflops)");
+  } else {  // measured on every rank at once; the fastest rank's figure: every rank's MFU against one peak
+    const PeakFlops p = measure_peak_flops();
+    peak_tflops_ = mesh.world > 1 ? mesh.world_pg->all_reduce(from_vector<double>({p.tflops}, {1}), comms::ReduceOp::Max)
+                                        .to_vector<double>()[0]
+                                  : p.tflops;
+    log_info("training " + std::to_string(cfg.training.steps) + " steps; MFU against " + fmt("%.3f", peak_tflops_) +
+             " TFLOP/s peak per rank, measured on " + std::to_string(p.threads) + " thread" +
+             (p.threads > 1 ? "s" : "") + " (the fastest linear forward + backward, 1024 x 1024 x 1024, " +
+             fmt("%.2f", p.seconds) + " s; metrics.peak_tflops sets it)");
+  }
   auto& mem = MemoryTracker::get(Device::CPU);
   mem.reset_peak();
   run_peak_ = mem.stats();
@@ -88,7 +102,13 @@ void MetricsLogger::step(int64_t step, const StepResult& r, double lr) {
   const auto& d = mesh_.degrees;
   sm.tps = (double)tokens_since_log_ / dt / (double)(d.tp * d.pp * d.cp);
   sm.tflops = flops_per_token_ * sm.tps / 1e12;
-  sm.mfu_pct = 100.0 * flops_per_token_ * sm.tps / (cfg_.metrics.peak_tflops * 1e12);
+  sm.mfu_pct = 100.0 * flops_per_token_ * sm.tps / (peak_tflops_ * 1e12);
+  if (sm.mfu_pct > 100.0 && !warned_mfu_) {  // above its physical limit: the peak is wrong, said once
+    warned_mfu_ = true;
+    log_info("warning: MFU " + fmt("%.1f", sm.mfu_pct) + "% is above 100%: the peak (" + fmt("%.3f", peak_tflops_) +
+             " TFLOP/s) is below what this step ran at; set metrics.peak_tflops to this machine's peak per rank, or 0 "
+             "to measure it");
+  }
   sm.elapsed_s = process_seconds();
   double comm_busy = 0, comm_exposed = 0;
   for (auto& c : comms::CommLog::get().take()) {

@@ -32,6 +32,8 @@ class MetricsLogger {
   std::string sim_suffix_;
   int64_t start_;
   double t_start_, flops_per_token_, t_log_;
+  double peak_tflops_;  // MFU's denominator: metrics.peak_tflops, or measured when it is 0
+  bool warned_mfu_ = false;
   int64_t accumulation_;
   int64_t tokens_since_log_ = 0;
   bool first_ = true;

@@ -129,14 +129,17 @@ int agreed_signal(const PreemptionGuard& preempt, comms::DeviceMesh& mesh) {
 }
 }  // namespace
 
-TrainResult train(const JobConfig& cfg) {
+TrainResult train(const JobConfig& given) {
   const double t_start = process_seconds();
   if (!comms::initialized() || comms::world_rank() == 0)
-    for (const std::string& w : config_warnings(cfg)) log_info("warning: " + w);
-  if (cfg.simulation.enabled) return run_simulated_job(cfg, t_start);  // one process plays world_size ranks
+    for (const std::string& w : config_warnings(given)) log_info("warning: " + w);
+  if (given.simulation.enabled) return run_simulated_job(given, t_start);  // one process plays world_size ranks
   if (!comms::initialized()) comms::init(nullptr, nullptr);
-  comms::DeviceMesh mesh(mesh_degrees(cfg));  // refused before anything is allocated when the degrees do not fit
+  comms::DeviceMesh mesh(mesh_degrees(given));  // refused before anything is allocated when the degrees do not fit
   set_log_enabled(mesh.rank == 0);
+  std::vector<std::string> found;  // relative data paths resolved (./, the source tree, the install): said in the log
+  const JobConfig cfg = with_data_found(given, &found);  // before the job folder exists: a missing file leaves nothing
+  for (const auto& f : found) log_info("data: " + f);
   comms::set_collective_timeout(cfg.comm.init_timeout_seconds, "comm.init_timeout_seconds");
   const std::string cfg_text = dump_job_config(cfg);
   const auto lock = open_job_folder(cfg, mesh, cfg_text);

@@ -15,6 +15,7 @@ if [ -z "${SKIP_SETUP:-}" ]; then ./scripts/setup.sh; fi
 echo "[test] release build"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$JOBS"
+./scripts/prepare_data.sh build  # the default corpus, installed beside the configs (titan-train from any folder)
 # install the tools where mpirun finds them (default prefix /usr/local: titan-train on PATH)
 SUDO=""; if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 $SUDO cmake --install build >/dev/null

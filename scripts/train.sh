@@ -10,10 +10,10 @@ if [ -z "${SKIP_SETUP:-}" ]; then ./scripts/setup.sh; fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$(nproc)" --target titan-train titan-tokenize titan-eval titan-calibrate titan-bench titan-bench-linear \
   titan-bench-attention  # every installed program (cmake --install below)
+./scripts/prepare_data.sh build  # the default corpus (data/kjv_{train,val}.h5), installed with the tools
 # install the tools where mpirun finds them (default prefix /usr/local: titan-train on PATH)
 SUDO=""; if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 $SUDO cmake --install build >/dev/null
-./scripts/prepare_data.sh build
 args=("$@")
 if [[ " ${args[*]-} " != *" --config "* ]]; then args=(--config configs/qwen3_debug.yaml "${args[@]}"); fi
 exec ./build/titan-train "${args[@]}"

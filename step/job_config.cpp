@@ -177,7 +177,7 @@ void apply_yaml(JobConfig& c, const std::string& path) {
              "; keys in [", sec, "]: ", join(keys));
       TITAN_CHECK(kv->second.IsScalar(), "config error: ", path, ":", kl, ": ", f->key, " must be ", f->type);
       f->set(kv->second.Scalar(), path + ":" + std::to_string(kl));
-      if (sec == "model") c.model_given.insert(k);
+      if (sec == "model") c.model_given.insert(k), c.model_where[k] = path + ":" + std::to_string(kl);
     }
   }
 }
@@ -202,7 +202,7 @@ void apply_override(JobConfig& c, const std::string& key, const std::string& val
   const Field* f = find(fs, key);
   if (!f) unknown_flag(fs, key);
   f->set(value, "--" + key);
-  if (key.rfind("model.", 0) == 0) c.model_given.insert(key.substr(6));
+  if (key.rfind("model.", 0) == 0) c.model_given.insert(key.substr(6)), c.model_where[key.substr(6)] = "--" + key;
 }
 
 void validate(const JobConfig& c) {
@@ -303,7 +303,9 @@ void validate(const JobConfig& c) {
   TITAN_CHECK(c.checkpoint.export_dtype != ExportDType::float16 || c.checkpoint.export_format == ExportFormat::safetensors,
               "config error: checkpoint.export_dtype float16 is written to safetensors only (export_format: ",
               config::enum_name(c.checkpoint.export_format), "); HDF5 exports take float32 or bfloat16");
-  TITAN_CHECK(c.metrics.peak_tflops > 0, "config error: metrics.peak_tflops must be > 0");
+  TITAN_CHECK(c.metrics.peak_tflops >= 0 && std::isfinite(c.metrics.peak_tflops),
+              "config error: metrics.peak_tflops must be > 0 (TFLOP/s per rank), or 0 (measured at start), got ",
+              c.metrics.peak_tflops);
 }
 }  // namespace
 
@@ -324,7 +326,7 @@ std::vector<double> parse_routing_histogram(const std::string& text) {
 }
 
 std::vector<std::string> config_warnings(const JobConfig& c) {
-  std::vector<std::string> w;
+  std::vector<std::string> w = c.notes;
   if (c.lr_scheduler.warmup_steps > c.training.steps)
     w.push_back("lr_scheduler.warmup_steps (" + std::to_string(c.lr_scheduler.warmup_steps) +
                 ") exceeds training.steps (" + std::to_string(c.training.steps) +
@@ -343,6 +345,8 @@ JobConfig load_job_config_file(const std::string& path, const std::vector<std::s
   if (!path.empty()) apply_yaml(c, path);
   TITAN_CHECK(overrides.size() % 2 == 0, "config error: overrides must come as key value pairs");
   for (size_t i = 0; i < overrides.size(); i += 2) apply_override(c, overrides[i], overrides[i + 1]);
+  const std::string flavor_note = decoder::apply_flavor(c.model, c.model_where, c.model_given);
+  if (!flavor_note.empty()) c.notes.push_back(flavor_note);
   decoder::apply_preset(c.model, c.model_given);
   decoder::refuse_inapplicable(c.model, c.model_given);
   c.model.resolve();
@@ -397,6 +401,51 @@ std::string resolve_config_path(const std::string& name) {
   for (const auto& k : known) stems.push_back(fs::path(k).stem().string());
   fail("config error: --config ", name, ": no such file, and no config of that name under ", join(config_roots()),
        suggestion(fs::path(name).stem().string(), stems), "; known configs: ", join(known));
+}
+
+std::vector<std::string> data_roots() {
+  std::vector<std::string> roots{"."};
+#ifdef TITAN_SOURCE_DIR
+  roots.push_back(TITAN_SOURCE_DIR);
+#endif
+#ifdef TITAN_INSTALL_SHARE
+  roots.push_back(TITAN_INSTALL_SHARE);
+#endif
+  return roots;
+}
+
+std::string find_data_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (path.empty()) return "";
+  if (fs::path(path).is_absolute()) return fs::exists(path, ec) ? path : "";
+  for (const auto& root : data_roots()) {
+    const fs::path p = root == "." ? fs::path(path) : fs::path(root) / path;
+    if (fs::exists(p, ec)) return p.string();
+  }
+  return "";
+}
+
+JobConfig with_data_found(const JobConfig& cfg, std::vector<std::string>* notes) {
+  JobConfig c = cfg;
+  auto find = [&](std::string& path, const char* key, const char* off) {
+    const std::string found = find_data_file(path);
+    if (found.empty()) {
+      const bool is_default = (std::string(key) == "training.dataset_path" && path == JobConfig{}.training.dataset_path) ||
+                              (std::string(key) == "validation.dataset_path" && path == JobConfig{}.validation.dataset_path);
+      fail("data error: ", key, " = '", path, "': no such file",
+           std::filesystem::path(path).is_absolute() ? std::string() : " in " + join(data_roots()),
+           is_default ? "; the default corpus (KJV) is made by scripts/prepare_data.sh in titan's source tree (run by "
+                        "scripts/train.sh)"
+                      : "",
+           "; tokenize a corpus with `titan-tokenize --input CORPUS --output FILE.h5` and set ", key, off);
+    }
+    if (found != path && notes) notes->push_back(std::string(key) + " '" + path + "' found at " + found);
+    path = found;
+  };
+  find(c.training.dataset_path, "training.dataset_path", "");
+  if (c.validation.enabled) find(c.validation.dataset_path, "validation.dataset_path", ", or --validation.enabled false");
+  return c;
 }
 
 JobConfig load_job_config(int argc, const char* const* argv) {

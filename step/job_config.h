@@ -7,6 +7,7 @@
 // and what is allowed.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -32,6 +33,8 @@ struct JobConfig {
   using Model = decoder::Args;
   Model model;
   std::set<std::string> model_given;  // the keys (without "model.") the YAML or command line set
+  std::map<std::string, std::string> model_where;  // where each was given: "FILE:LINE" or "--model.KEY"
+  std::vector<std::string> notes;  // what loading decided that the log should say (a flavor made custom)
 
   struct Optimizer {
     std::string name = "AdamW";
@@ -137,7 +140,7 @@ struct JobConfig {
   struct Metrics {
     int64_t log_freq = 10;
     bool save_jsonl = true;   // <dump>/metrics.jsonl
-    double peak_tflops = 0.19;  // MFU denominator; measured fp32 sgemm of this CPU (2 threads), see README
+    double peak_tflops = 0;  // MFU denominator per rank; 0: measured at start (job/peak_flops.h)
   } metrics;
 
   struct Profiling {
@@ -200,6 +203,14 @@ JobConfig load_job_config_file(const std::string& path, const std::vector<std::s
 std::vector<std::string> config_warnings(const JobConfig& c);
 
 std::string resolve_config_path(const std::string& name);
+// A data file the job reads (`key` names it: training.dataset_path): an absolute path as given; a relative one
+// looked up in ./, titan's source tree and the installed share/titan, in that order (the path that exists,
+// "" when none does). data_roots() lists those folders.
+std::string find_data_file(const std::string& path);
+std::vector<std::string> data_roots();
+// The job's data files found (cfg's paths replaced by the ones found, each move said in `notes`), or an error
+// naming the key, the value as written, the folders searched and how to make the file.
+JobConfig with_data_found(const JobConfig& cfg, std::vector<std::string>* notes);
 // "section.key: old -> new" for every key of `sections` whose value differs
 // between two dump_job_config texts (numbers compared as numbers; a key the
 // old text lacks, written by an older titan, counts as its default).

@@ -130,3 +130,53 @@ TEST(Config, ChangesBetweenConfigsForResume) {
   c.model.qk_norm = !a.model.qk_norm;
   EXPECT_EQ(config_changes(old, dump_job_config(c), {"model"}).size(), 1u);
 }
+
+// model.flavor selects a member's size: it sets its keys, a later key overrides it (and the model says
+// custom), a key in the same place that disagrees is refused, and an unknown flavor lists the known ones.
+TEST(Config, FlavorSelectsTheSizeOrIsRefused) {
+  const std::string d = tmpdir("flavor");
+  const std::string f32 = write_file(d + "/q32.yaml", "model:\n  name: qwen3\n  flavor: 32b\n  dim: 5120\n  n_layers: 64\n");
+  // --model.flavor under the YAML's shape: the flavor (given later) wins
+  JobConfig c = load_job_config_file(f32, {"model.flavor", "0.6b"});
+  EXPECT_EQ(c.model.dim, 1024);
+  EXPECT_EQ(c.model.n_layers, 28);
+  EXPECT_EQ(c.model.hidden_dim, 3072);
+  EXPECT_EQ(c.model.vocab_size, 151936);
+  EXPECT_TRUE(c.model.enable_weight_tying);
+  EXPECT_EQ(c.model.flavor, "0.6b");
+  EXPECT_TRUE(c.notes.empty());
+  // a flavor alone fills the keys not given (the 32b's head count, hidden size...)
+  c = load_job_config_file(write_file(d + "/only.yaml", "model:\n  name: qwen3\n  flavor: 32b\n"));
+  EXPECT_EQ(c.model.n_heads, 64);
+  EXPECT_EQ(c.model.hidden_dim, 25600);
+  EXPECT_EQ(c.model.num_params(), load_job_config_file(f32).model.num_params());
+  // a key given after the flavor overrides it: the model is custom, and a note says so
+  c = load_job_config_file(f32, {"model.n_layers", "4"});
+  EXPECT_EQ(c.model.n_layers, 4);
+  EXPECT_EQ(c.model.dim, 5120);
+  EXPECT_EQ(c.model.flavor, "custom");
+  ASSERT_EQ(c.notes.size(), 1u);
+  EXPECT_NE(c.notes[0].find("model.n_layers 4 (the flavor's: 64)"), std::string::npos) << c.notes[0];
+  // the saved config of that job loads back as the same model
+  const JobConfig back = load_job_config_file(write_file(d + "/dump.yaml", dump_job_config(c)));
+  EXPECT_EQ(back.model.n_layers, 4);
+  EXPECT_EQ(back.model.num_params(), c.model.num_params());
+  // one place giving a flavor and a shape that disagrees: refused, naming both places
+  std::string e = error_of([&] {
+    load_job_config_file(write_file(d + "/bad.yaml", "model:\n  name: qwen3\n  flavor: 0.6b\n  dim: 5120\n"));
+  });
+  EXPECT_NE(e.find("model.flavor 0.6b (" + d + "/bad.yaml:3) has model.dim = 1024, but " + d + "/bad.yaml:4 gives 5120"),
+            std::string::npos) << e;
+  e = error_of([&] { load_job_config_file(f32, {"model.flavor", "0.6b", "model.dim", "5120"}); });
+  EXPECT_NE(e.find("but --model.dim gives 5120"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file(f32, {"model.flavor", "0.5b"}); });
+  EXPECT_NE(e.find("'0.5b' is not a flavor of model.name qwen3 (did you mean '0.6b'?)"), std::string::npos) << e;
+  EXPECT_NE(e.find("0.6b, 1.7b, 4b, 8b, 14b, 32b"), std::string::npos) << e;
+  // every shipped config's flavor is one of its member's, and agrees with the keys the file gives
+  for (const auto& it : fs::recursive_directory_iterator(std::string(TITAN_SOURCE_DIR) + "/configs")) {
+    if (it.path().extension() != ".yaml") continue;
+    const JobConfig s = load_job_config_file(it.path().string());
+    EXPECT_TRUE(s.notes.empty()) << it.path();
+    EXPECT_NE(s.model.flavor, "custom") << it.path() << ": a shipped config names its flavor";
+  }
+}

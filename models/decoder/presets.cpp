@@ -1,5 +1,6 @@
 #include "models/decoder/presets.h"
 
+#include "src/config/field.h"
 #include "src/tensor/error.h"
 
 namespace titan::decoder {
@@ -29,7 +30,110 @@ const Args kLlama3{.name = Family::llama3,
                    .norm_eps = 1e-5,
                    .rope_theta = 500000.0,
                    .rope_original_max_position_embeddings = 8192};
+
+// model.flavor: each member's named sizes, the knobs each sets (values as YAML writes them). The published
+// configs: Qwen/Qwen3-*, Qwen/Qwen3-30B-A3B, openai/gpt-oss-*, meta-llama/Llama-2-*, Meta-Llama-3(.1)-*;
+// "debug" / "bench": titan's small models (configs/*_debug.yaml, configs/qwen3_bench.yaml).
+struct Flavor {
+  Family family;
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> knobs;
+};
+using KV = std::vector<std::pair<std::string, std::string>>;
+KV dense(const char* dim, const char* layers, const char* heads, const char* kv, const char* head_dim,
+         const char* hidden, const char* vocab) {
+  return {{"dim", dim},   {"n_layers", layers}, {"n_heads", heads}, {"n_kv_heads", kv},
+          {"head_dim", head_dim}, {"hidden_dim", hidden}, {"vocab_size", vocab}};
+}
+KV with(KV a, const KV& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+const std::vector<Flavor>& flavor_table() {
+  static const std::vector<Flavor> t = {
+      {Family::qwen3, "debug", dense("256", "4", "4", "2", "64", "768", "256")},
+      {Family::qwen3, "bench", dense("512", "8", "8", "4", "64", "1536", "256")},
+      {Family::qwen3, "0.6b", with(dense("1024", "28", "16", "8", "128", "3072", "151936"), {{"enable_weight_tying", "true"}})},
+      {Family::qwen3, "1.7b", with(dense("2048", "28", "16", "8", "128", "6144", "151936"), {{"enable_weight_tying", "true"}})},
+      {Family::qwen3, "4b", with(dense("2560", "36", "32", "8", "128", "9728", "151936"), {{"enable_weight_tying", "true"}})},
+      {Family::qwen3, "8b", with(dense("4096", "36", "32", "8", "128", "12288", "151936"), {{"enable_weight_tying", "false"}})},
+      {Family::qwen3, "14b", with(dense("5120", "40", "40", "8", "128", "17408", "151936"), {{"enable_weight_tying", "false"}})},
+      {Family::qwen3, "32b", with(dense("5120", "64", "64", "8", "128", "25600", "151936"), {{"enable_weight_tying", "false"}})},
+      {Family::qwen3_moe, "debug",
+       with(dense("128", "4", "4", "2", "32", "256", "256"),
+            {{"moe_num_experts", "8"}, {"moe_top_k", "2"}, {"moe_hidden_dim", "128"}, {"moe_first_dense", "1"}})},
+      {Family::qwen3_moe, "30b-a3b",
+       {{"dim", "2048"}, {"n_layers", "48"}, {"n_heads", "32"}, {"n_kv_heads", "4"}, {"head_dim", "128"},
+        {"vocab_size", "151936"}, {"moe_num_experts", "128"}, {"moe_top_k", "8"}, {"moe_hidden_dim", "768"},
+        {"moe_first_dense", "0"}}},
+      {Family::gpt_oss, "debug",
+       with(dense("128", "4", "4", "2", "32", "128", "256"), {{"moe_num_experts", "8"}, {"moe_top_k", "2"}, {"sliding_window", "64"}})},
+      {Family::gpt_oss, "20b",
+       with(dense("2880", "24", "64", "8", "64", "2880", "201088"), {{"moe_num_experts", "32"}, {"moe_top_k", "4"}})},
+      {Family::gpt_oss, "120b",
+       with(dense("2880", "36", "64", "8", "64", "2880", "201088"), {{"moe_num_experts", "128"}, {"moe_top_k", "4"}})},
+      {Family::llama3, "debug",
+       with(dense("256", "4", "4", "2", "64", "768", "256"),
+            {{"rope_scaling_type", "llama3"}, {"rope_scaling_factor", "8"}, {"rope_original_max_position_embeddings", "64"}})},
+      {Family::llama3, "llama2-7b", with(dense("4096", "32", "32", "32", "128", "11008", "32000"), {{"rope_theta", "10000"}})},
+      {Family::llama3, "llama2-13b", with(dense("5120", "40", "40", "40", "128", "13824", "32000"), {{"rope_theta", "10000"}})},
+      {Family::llama3, "llama3-8b", dense("4096", "32", "32", "8", "128", "14336", "128256")},
+      {Family::llama3, "llama3-70b", dense("8192", "80", "64", "8", "128", "28672", "128256")},
+      {Family::llama3, "llama3.1-8b", dense("4096", "32", "32", "8", "128", "14336", "128256")},
+      {Family::llama3, "llama3.1-70b", dense("8192", "80", "64", "8", "128", "28672", "128256")},
+      {Family::llama3, "llama3.1-405b", dense("16384", "126", "128", "8", "128", "53248", "128256")},
+  };
+  return t;
+}
 }  // namespace
+
+std::vector<std::string> flavors(Family f) {
+  std::vector<std::string> out;
+  for (const auto& fl : flavor_table())
+    if (fl.family == f) out.push_back(fl.name);
+  return out;
+}
+
+std::string apply_flavor(Args& a, const std::map<std::string, std::string>& where, std::set<std::string>& given) {
+  if (a.flavor == "custom") return "";
+  const Flavor* fl = nullptr;
+  for (const auto& f : flavor_table())
+    if (f.family == a.name && f.name == a.flavor) fl = &f;
+  const auto known = flavors(a.name);
+  TITAN_CHECK(fl, "config error: model.flavor '", a.flavor, "' is not a flavor of model.name ", config::enum_name(a.name),
+              config::suggestion(a.flavor, known), "; its flavors: ", config::join(known),
+              ", or custom (the size as the dim / n_layers / ... keys give it)");
+  auto at = [&](const std::string& k) {
+    auto it = where.find(k);
+    return it == where.end() ? std::string() : it->second;
+  };
+  auto from_cli = [](const std::string& w) { return w.rfind("--", 0) == 0; };
+  auto file_of = [](const std::string& w) { return w.substr(0, w.rfind(':')); };
+  const std::string fw = at("flavor");
+  std::vector<std::string> overridden;
+  for (const auto& [key, text] : fl->knobs) {
+    const Knob* k = find_knob(key);
+    TITAN_CHECK(k, "internal: flavor ", fl->name, " names an unknown knob ", key);
+    Args want = a;
+    k->bind(want).set(text, "model.flavor " + fl->name);
+    const std::string have_text = k->bind(a).get(), want_text = k->bind(want).get();
+    const std::string kw = at(key);
+    if (kw.empty() || have_text == want_text || (from_cli(fw) && !from_cli(kw))) {  // the flavor sets it
+      k->copy(want, a);
+      given.insert(key);
+      continue;
+    }
+    const bool same_place = from_cli(kw) == from_cli(fw) && (from_cli(kw) || file_of(kw) == file_of(fw));
+    TITAN_CHECK(!same_place, "config error: model.flavor ", fl->name, " (", fw, ") has model.", key, " = ", want_text,
+                ", but ", kw, " gives ", have_text, "; drop one of the two, or set model.flavor: custom");
+    overridden.push_back(key + " " + have_text + " (the flavor's: " + want_text + ")");
+  }
+  if (overridden.empty()) return "";
+  const std::string was = a.flavor;
+  a.flavor = "custom";
+  return "model.flavor " + was + " with model." + config::join(overridden, ", model.") +
+         " given after it: the model is custom (config.yaml says so)";
+}
 
 const Args& preset(Family f) {
   switch (f) {

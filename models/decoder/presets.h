@@ -8,7 +8,9 @@
 // without MoE layers, YaRN keys without YaRN, ...): such a key, when given, is
 // refused naming the key and why, and the saved config.yaml leaves it out.
 #pragma once
+#include <map>
 #include <set>
+#include <vector>
 #include <string>
 
 #include "models/decoder/args.h"
@@ -23,6 +25,16 @@ Args hf_defaults(Family f);
 // Every knob not in `given` takes the preset of a.name (and the experts' size follows hidden_dim when every
 // layer is MoE and moe_hidden_dim is not given: gpt-oss's intermediate_size names it).
 void apply_preset(Args& a, const std::set<std::string>& given);
+// model.flavor: a named size of a member (qwen3 0.6b ... 32b, gpt_oss 20b / 120b, ...), the knobs it sets
+// (presets.cpp's table). `where` maps each given key to where it was written ("FILE:LINE" or "--model.KEY").
+// The flavor sets its knobs where they were given earlier (the YAML under a --model.flavor) or not at all;
+// a knob given later (--model.n_layers 2 under the YAML's flavor) overrides it and the flavor becomes
+// "custom" (returned: one line saying so); a knob given in the same place (one file, or both flags) that
+// disagrees is refused, as is a flavor the member does not have (listing the ones it has). "custom": no
+// flavor, the knobs as given. The flavor's knobs join `given`.
+std::string apply_flavor(Args& a, const std::map<std::string, std::string>& where, std::set<std::string>& given);
+std::vector<std::string> flavors(Family f);
+
 // "" when model.<key> acts on this configuration, else why it does not.
 std::string knob_inapplicable(const Args& a, const std::string& key);
 // Refuses every given key that does not act (naming it and why).

@@ -1,0 +1,15 @@
+// job/peak_flops.h — the peak MFU divides by when metrics.peak_tflops is 0 (the default): what this rank's
+// threads reach on a large GEMM, measured at the start of the job.
+#pragma once
+
+namespace titan {
+
+struct PeakFlops {
+  double tflops;    // the fastest of a few linear forward + backward passes, [1024, 1024] x [1024, 1024]
+  int threads;      // the OpenMP threads this rank ran them on (the job's)
+  double seconds;   // time spent measuring
+};
+// About 0.1-0.5 s on a CPU core. Every rank measures at once (as they will train: sharing the memory bus).
+PeakFlops measure_peak_flops();
+
+}  // namespace titan
