@@ -23,21 +23,30 @@ void MeshDegrees::check_sequence_length(int64_t S, bool sequence_parallel, const
 }
 
 MeshDegrees resolve_degrees(MeshDegrees d, int64_t world) {
-  auto bad = [&](const std::string& why) {
-    fail("parallelism: ", why, " (pipeline_parallel_degree ", d.pp, ", data_parallel_replicate_degree ",
+  auto bad = [&](const std::string& why, const std::string& fix) {
+    fail("config error: parallelism: ", why, " (pipeline_parallel_degree ", d.pp, ", data_parallel_replicate_degree ",
          d.dp_replicate, ", data_parallel_shard_degree ", d.dp_shard, ", context_parallel_degree ", d.cp,
-         ", tensor_parallel_degree ", d.tp, ", world size ", world, ")");
+         ", tensor_parallel_degree ", d.tp, ", world size ", world, world > 1 ? " from mpirun -np" : "", "); ", fix);
   };
   if (d.pp < 1 || d.dp_replicate < 1 || d.tp < 1 || d.cp < 1 || (d.dp_shard < 1 && d.dp_shard != -1))
-    bad("degrees must be >= 1 (or -1 for dp_shard)");
+    bad("degrees must be >= 1 (or -1 for dp_shard)",
+        "set each parallelism.*_degree to 1 or more (data_parallel_shard_degree: -1 takes the ranks left over)");
   const int64_t fixed = d.pp * d.dp_replicate * d.cp * d.tp;
+  const std::string np = "mpirun -np ";
   if (d.dp_shard == -1) {
-    if (world % fixed != 0) bad("the world size is not divisible by pp x dp_replicate x cp x tp");
+    if (world % fixed != 0)
+      bad("the world size is not divisible by pp x dp_replicate x cp x tp = " + std::to_string(fixed),
+          "launch with `" + np + std::to_string(fixed * ((world + fixed - 1) / fixed)) + "` (a multiple of " +
+              std::to_string(fixed) + "), or change the degrees");
     d.dp_shard = world / fixed;
   }
   if (fixed * d.dp_shard != world)
     bad("pp x dp_replicate x dp_shard x cp x tp = " + std::to_string(fixed * d.dp_shard) +
-        " does not equal the world size");
+            " does not equal the world size",
+        "launch with `" + np + std::to_string(fixed * d.dp_shard) + "`" +
+            (world % fixed == 0 ? ", or set parallelism.data_parallel_shard_degree: -1 (the ranks left over: " +
+                                      std::to_string(world / fixed) + ")"
+                                : std::string()));
   return d;
 }
 

@@ -257,6 +257,13 @@ int world_size() {
 
 MPI_Comm world_comm() { return MPI_COMM_WORLD; }
 
+int lowest_failing_rank(bool failed) {
+  if (!g_init || world_size() == 1) return failed ? 0 : -1;
+  int mine = failed ? world_rank() : world_size(), lowest = 0;
+  MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return lowest == world_size() ? -1 : lowest;
+}
+
 void abort_job(const std::string& message, int code) {
   std::cerr << "[titan rank " << world_rank() << "/" << world_size() << "] fatal: " << message << std::endl;
   if (g_init) MPI_Abort(MPI_COMM_WORLD, code);

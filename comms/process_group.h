@@ -36,6 +36,10 @@ MPI_Comm world_comm();  // MPI_COMM_WORLD (for parallel HDF5)
 // Collectives that run longer than `seconds` abort the job naming themselves and the ranks that have not
 // arrived (comms/watchdog.h); `key` is the config key the message names. init() sets 300 s.
 void set_collective_timeout(double seconds, const std::string& key);
+// Every rank calls it with whether it failed: the lowest failing rank (-1: none), agreed by all. Errors every
+// rank meets before any other communication (the config, the layout) end the job cleanly with it: one message,
+// from that rank, and MPI_Finalize on every rank, instead of an MPI_Abort per rank.
+int lowest_failing_rank(bool failed);
 // Ends the whole job promptly (MPI_Abort) after printing the message with the rank.
 [[noreturn]] void abort_job(const std::string& message, int code = 1);
 

@@ -129,6 +129,13 @@ int agreed_signal(const PreemptionGuard& preempt, comms::DeviceMesh& mesh) {
 }
 }  // namespace
 
+void check_layout(const JobConfig& cfg, int rank, int world) {
+  if (cfg.simulation.enabled) return;
+  comms::DeviceMesh mesh(mesh_degrees(cfg), /*fake=*/true, rank, world);
+  DeviceScope meta(Device::Meta);
+  (void)build_job(cfg, mesh);
+}
+
 TrainResult train(const JobConfig& given) {
   const double t_start = process_seconds();
   if (!comms::initialized() || comms::world_rank() == 0)

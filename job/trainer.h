@@ -16,5 +16,9 @@ struct TrainResult {
 // Runs the job described by `cfg` (resuming from its checkpoint folder when
 // checkpoints exist). Throws titan::Error on bad input.
 TrainResult train(const JobConfig& cfg);
+// The job's layout as rank `rank` of `world` would build it, on meta tensors with a fake mesh: no memory, no
+// communication. Throws the error building the job would (degrees that do not fit the world, a sequence or a
+// head count the degrees do not divide, ...). Nothing to check for a simulated job (its world is the config's).
+void check_layout(const JobConfig& cfg, int rank, int world);
 
 }  // namespace titan

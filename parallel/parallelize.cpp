@@ -99,7 +99,8 @@ void apply_ep(decoder::Decoder& model, comms::PG ep_group, std::vector<ShardSpec
     if (!layer->moe || !own.layer[li]) continue;
     auto* ex = layer->moe->experts;
     const int64_t E = ex->down_proj.size(0);
-    TITAN_CHECK(E % ep == 0, "expert parallel: ", E, " experts are not divisible by expert_parallel_degree ", ep);
+    TITAN_CHECK(E % ep == 0, "config error: expert parallel: ", E, " experts (model.moe_num_experts) are not divisible by "
+                "parallelism.expert_parallel_degree ", ep, "; pick a degree that divides ", E);
     const int64_t El = E / ep;
     for (Tensor* t : {&ex->gate_up_proj, &ex->gate_up_proj_bias, &ex->gate_proj, &ex->gate_proj_bias, &ex->up_proj,
                       &ex->up_proj_bias, &ex->down_proj, &ex->down_proj_bias})

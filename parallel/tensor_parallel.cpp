@@ -25,8 +25,14 @@ struct Entry {
 };
 
 std::vector<int64_t> even(int64_t n, int64_t tp, const char* what) {
-  TITAN_CHECK(n % tp == 0, "tensor parallel: ", what, " (", n, ") must be divisible by tensor_parallel_degree (", tp,
-              ")");
+  std::vector<int64_t> fits;  // the degrees that would divide it (the fix to suggest)
+  for (int64_t d = 1; d <= std::min<int64_t>(n, 64); ++d)
+    if (n % d == 0) fits.push_back(d);
+  std::string list;
+  for (int64_t d : fits) list += (list.empty() ? "" : ", ") + std::to_string(d);
+  TITAN_CHECK(n % tp == 0, "config error: tensor parallel: ", what, " (", n,
+              ") must be divisible by parallelism.tensor_parallel_degree (", tp, "); set the degree to one of ", list,
+              ", or change the model");
   return std::vector<int64_t>(tp, n / tp);
 }
 
@@ -58,11 +64,11 @@ std::vector<Entry> block_plan(decoder::DecoderLayer* layer, const decoder::Args&
                               bool sequence_parallel) {
   std::vector<Entry> plan;
   auto* at = layer->self_attn;
-  const auto q_rows = times(even(a.n_heads, tp, "n_heads"), a.head_dim);
-  const auto heads = even(a.n_heads, tp, "n_heads");
+  const auto q_rows = times(even(a.n_heads, tp, "model.n_heads"), a.head_dim);
+  const auto heads = even(a.n_heads, tp, "model.n_heads");
   linear(plan, at->q_proj, Style::colwise, q_rows);  // this rank's query heads
   for (nn::Linear* lin : {at->k_proj, at->v_proj})
-    if (kv_split) linear(plan, lin, Style::colwise, times(even(a.n_kv_heads, tp, "n_kv_heads"), a.head_dim));
+    if (kv_split) linear(plan, lin, Style::colwise, times(even(a.n_kv_heads, tp, "model.n_kv_heads"), a.head_dim));
     else plan.insert(plan.end(), {{&lin->weight, Style::kv_head}, {&lin->bias, Style::kv_head}});
   linear(plan, at->o_proj, Style::rowwise, q_rows);
   plan.push_back({&at->sinks, Style::colwise, 0, heads});
@@ -72,10 +78,10 @@ std::vector<Entry> block_plan(decoder::DecoderLayer* layer, const decoder::Args&
       plan.push_back({&n->weight, Style::summed});
       plan.push_back({&n->bias, Style::summed});
     }
-  if (layer->mlp) mlp(plan, layer->mlp, even(a.hidden_dim, tp, "hidden_dim"));
+  if (layer->mlp) mlp(plan, layer->mlp, even(a.hidden_dim, tp, "model.hidden_dim"));
   if (auto* moe = layer->moe) {
     auto* ex = moe->experts;
-    const auto ffn = even(a.moe_hidden_dim, tp, "moe_hidden_dim");
+    const auto ffn = even(a.moe_hidden_dim, tp, "model.moe_hidden_dim");
     // each expert's intermediate size split as a dense MLP's (gpt-oss's interleaved gate_up keeps its
     // (gate, up) column pairs together); the router replicated
     plan.push_back({&ex->gate_up_proj, Style::colwise, 2, times(ffn, 2)});

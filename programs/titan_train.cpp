@@ -21,7 +21,8 @@ const char* kUsage =
     "examples:\n"
     "  titan-train --config qwen3_debug                      # train the debug Qwen3 on this machine\n"
     "  titan-train --config qwen3_32b                        # simulate Qwen3-32B on 16 Trainium2\n"
-    "  mpirun -np 4 titan-train --config qwen3_debug --parallelism.tensor_parallel_degree 2\n";
+    "  mpirun -np 4 titan-train --config qwen3_debug --parallelism.tensor_parallel_degree 2\n"
+    "  (as root mpirun needs --allow-run-as-root; more ranks than cores need --oversubscribe)\n";
 
 bool has_arg(int argc, char** argv, const char* a) {
   for (int i = 1; i < argc; ++i)
@@ -44,8 +45,25 @@ int main(int argc, char** argv) {
     return 2;
   }
   titan::comms::init(&argc, &argv);
+  // The config and the layout: every rank reads and checks the same (no communication yet), so a mistake there
+  // is reported once, by the lowest rank that found it, and every rank exits cleanly (no MPI_Abort banner).
+  titan::JobConfig cfg;
+  std::string refused;
   try {
-    titan::JobConfig cfg = titan::load_job_config(argc, argv);
+    cfg = titan::load_job_config(argc, argv);
+    titan::check_layout(cfg, titan::comms::world_rank(), titan::comms::world_size());
+  } catch (const std::exception& e) {
+    refused = e.what();
+  }
+  const int first = titan::comms::lowest_failing_rank(!refused.empty());
+  if (first >= 0) {
+    if (titan::comms::world_rank() == first)
+      std::cerr << "[titan] error" << (first > 0 ? " (rank " + std::to_string(first) + ")" : std::string()) << ": "
+                << refused << std::endl;
+    titan::comms::finalize();
+    return 1;
+  }
+  try {
     const titan::TrainResult r = titan::train(cfg);
     if (r.stopped_by_signal != 0) {  // preempted: the checkpoint is written; the exit status says terminated
       titan::comms::finalize();
