@@ -24,7 +24,12 @@ TrainResult run_simulated_job(const JobConfig& cfg, double t_start) {
   }
   log_info("simulation: one training step of " + config::enum_name(cfg.model.name) + " " + cfg.model.flavor + " as " +
            std::to_string(world) + " ranks on meta tensors, priced on " + cfg.simulation.system);
+  const std::string cfg_text = dump_job_config(cfg);
+  fs::create_directories(cfg.job.dump_folder);
+  write_file_checked(cfg.job.dump_folder + "/config.yaml", cfg_text);  // the job it priced, as it priced it
+  if (cfg.job.print_args) log_info("effective config:\n" + cfg_text);
   SimResult sim = simulate_step(cfg, world);
+  log_info(describe_simulated_job(cfg, sim));
   // the step line as TorchTitan prints it, from the simulated step (every step is the same)
   log_info("step:  1  memory: " + fmt("%5.2f", sim.memory.total() / sim.ranks_per_chip / (double)(1 << 30)) + "GiB(" +
            fmt("%.2f", 100.0 * sim.memory.total() / sim.hbm_bytes) + "%)  tps: " +
@@ -32,8 +37,21 @@ TrainResult run_simulated_job(const JobConfig& cfg, double t_start) {
            fmt("%.2f", sim.tflops_per_chip / sim.ranks_per_chip) + "  mfu: " + fmt("%.2f", 100.0 * sim.mfu) +
            "%  (simulated " + sim.chip + ", per rank as TorchTitan logs it)");
   for (const auto& l : describe_simulation(sim)) log_info(l);
+  if (cfg.simulation.published_tps > 0) {
+    const bool per_chip = cfg.simulation.published_tps_per == "chip";
+    const double simulated = per_chip ? sim.tokens_per_s_per_chip : sim.tokens_per_s;
+    log_info("sim published: " + with_commas(cfg.simulation.published_tps) + " tok/s" + (per_chip ? " per chip" : "") +
+             (cfg.simulation.published_source.empty() ? "" : " (" + cfg.simulation.published_source + ")") +
+             "; simulated " + with_commas(simulated) + ": " + fmt("%+.1f", 100.0 * (simulated / cfg.simulation.published_tps - 1)) +
+             "%");
+  }
   if (cfg.profiling.enable_profiling && lead) {  // the planned step's collectives, as a profiled real step lists them
-    for (const auto& l : describe_collectives(sim.collectives, 0)) log_info(l);
+    const std::string dtypes =
+        cfg.simulation.param_dtype == cfg.simulation.reduce_dtype
+            ? config::enum_name(cfg.simulation.param_dtype) + ", as priced"
+            : "gradients " + config::enum_name(cfg.simulation.reduce_dtype) + ", the rest " +
+                  config::enum_name(cfg.simulation.param_dtype) + ", as priced";
+    for (const auto& l : describe_collectives(sim.collectives, 0, dtypes)) log_info(l);
     fs::create_directories(cfg.job.dump_folder);
     write_collectives(sim.collectives, cfg.job.dump_folder + "/collectives_rank0.tsv");
   }
@@ -45,7 +63,29 @@ TrainResult run_simulated_job(const JobConfig& cfg, double t_start) {
   }
   log_info("simulated in " + fmt("%.2f", process_seconds() - t_start) + " s, peak RSS " +
            fmt("%.2f", (double)max_rss_bytes() / (1 << 30)) + " GiB");
+  TITAN_CHECK(!sim.oom || cfg.simulation.allow_oom, "simulation: the step does not fit in ", sim.chip, "'s memory (",
+              fmt("%.2f", sim.memory.total() / (double)(1 << 30)), " of ", fmt("%.2f", sim.hbm_bytes / (double)(1 << 30)),
+              " GiB per chip): ", sim.oom_advice, "; its figures above are of a step that cannot run "
+              "(simulation.allow_oom: true plans it anyway, exit status 0)");
   return result;
+}
+
+std::string describe_simulated_job(const JobConfig& cfg, const SimResult& sim) {
+  const auto& m = cfg.model;
+  const int64_t S = cfg.training.seq_len;
+  const auto& ac = cfg.activation_checkpoint;
+  const double seqs = sim.tokens_per_step / (double)S;
+  std::string moe;
+  if (m.moe_enabled) moe = ", " + with_commas((double)m.num_active_params()) + " active";
+  return "sim job: " + config::enum_name(m.name) + " " + m.flavor + ", " + with_commas((double)m.num_params()) +
+         " parameters (" + with_commas((double)(m.num_params() - m.num_embedding_params())) + " non-embedding" + moe +
+         "); seq " + std::to_string(S) + ", " + with_commas(seqs) + " sequences = " + with_commas(sim.tokens_per_step) +
+         " tokens per step (local batch " + std::to_string(cfg.training.local_batch_size) + "); activation checkpointing " +
+         config::enum_name(ac.mode) +
+         (ac.mode == JobConfig::ACMode::selective ? " (" + ac.selective_ac_option + ")" : std::string()) +
+         "; parameters and activations " + config::enum_name(cfg.simulation.param_dtype) + ", gradient reduction " +
+         config::enum_name(cfg.simulation.reduce_dtype) + ", fp32 master weights and AdamW state; " +
+         config::enum_name(cfg.simulation.mode) + " mode";
 }
 
 std::string simulated_figures(const JobConfig& cfg, const comms::DeviceMesh& mesh) {

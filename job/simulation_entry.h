@@ -6,11 +6,16 @@
 
 #include "comms/device_mesh.h"
 #include "job/trainer.h"
+#include "simulator/result.h"
 
 namespace titan {
 
 // simulation.enabled: the whole job (rank 0 of an mpirun plays every rank; the others return at once).
 TrainResult run_simulated_job(const JobConfig& cfg, double t_start);
+
+// The job a simulation priced, one line: model and parameters, sequence and tokens per step, activation
+// checkpointing, the dtypes, the mode.
+std::string describe_simulated_job(const JobConfig& cfg, const SimResult& sim);
 
 // A real run with simulation.system set: rank 0 prices this job's own layout once, logs the report and returns
 // the suffix of every step line ("  sim[chip]: tps N mfu M%"); "" on other ranks or without a system.

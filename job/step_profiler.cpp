@@ -39,7 +39,7 @@ void StepProfiler::end(int64_t step) {
   print_profile(*scope_, wall_seconds() - t0_);
   const double end = trace_->elapsed();
   std::vector<CostEvent> events = trace_->take();
-  for (const auto& l : describe_collectives(events, rank_)) log_info(l);
+  for (const auto& l : describe_collectives(events, rank_, "float32, as sent")) log_info(l);
   const std::string dump = cfg_.job.dump_folder;
   write_collectives(events, dump + "/collectives_rank" + std::to_string(rank_) + ".tsv");
   const std::string path = dump + "/profile_trace_rank" + std::to_string(rank_) + ".json";

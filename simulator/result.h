@@ -64,7 +64,9 @@ struct SimResult {
   // (waiting on a neighbour's activations or gradients, or done early); bubble_fraction = bubble_s / pipeline_s
   std::vector<SimStage> stages;
   double pipeline_s = 0, bubble_s = 0, bubble_fraction = 0;
-  std::vector<CostEvent> collectives;  // rank 0's collective starts of the planned step, in issue order
+  // rank 0's collective starts of the planned step, in issue order; bytes as priced (gradients in
+  // simulation.reduce_dtype, the rest in simulation.param_dtype: the meta run itself is float32)
+  std::vector<CostEvent> collectives;
 };
 
 }  // namespace titan

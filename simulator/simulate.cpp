@@ -68,8 +68,6 @@ SimResult simulate_step(const JobConfig& cfg, int world) {
   for (int64_t s = 0; s < pp; ++s) plans.push_back(plan_step(cfg, world, /*with_events=*/true, Device::Meta,
                                                               (int)(s * (world / pp))));
   const StepPlan& plan = plans[0];
-  for (const CostEvent& e : plan.events)
-    if (e.kind == CostEvent::Kind::CommStart) r.collectives.push_back(e);
   const int rpc = (int)sc.ranks_per_chip;
   r.chip = chip.name;
   r.system = sys.name + (r.systems > 1 ? " x" + std::to_string(r.systems) : "");
@@ -82,6 +80,11 @@ SimResult simulate_step(const JobConfig& cfg, int world) {
   using Precision = JobConfig::Simulation::Precision;
   const double act_scale = sc.param_dtype == Precision::bfloat16 ? 0.5 : 1.0;  // the meta run is float32
   const double red_scale = sc.reduce_dtype == Precision::bfloat16 ? 0.5 : 1.0;
+  for (CostEvent e : plan.events)  // the bytes as priced: gradients in reduce_dtype, the rest in param_dtype
+    if (e.kind == CostEvent::Kind::CommStart) {
+      e.bytes *= e.gradients ? red_scale : act_scale;
+      r.collectives.push_back(e);
+    }
 
   // ---- schedule: every stage's rank side by side ----
   std::vector<RankEvents> ranks;

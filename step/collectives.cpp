@@ -17,7 +17,7 @@ std::string ranks_str(const CommGroupRef& g, const char* sep) {
 }
 }  // namespace
 
-std::vector<std::string> describe_collectives(const std::vector<CostEvent>& events, int rank) {
+std::vector<std::string> describe_collectives(const std::vector<CostEvent>& events, int rank, const std::string& dtypes) {
   struct Row {
     int64_t count = 0;
     double bytes = 0;
@@ -32,7 +32,8 @@ std::vector<std::string> describe_collectives(const std::vector<CostEvent>& even
     ++total;
   }
   std::vector<std::string> out;
-  out.push_back("collectives per step on rank " + std::to_string(rank) + ": " + std::to_string(total));
+  out.push_back("collectives per step on rank " + std::to_string(rank) + ": " + std::to_string(total) + " (MB in " +
+                dtypes + ")");
   for (const auto& [key, r] : rows) {
     char line[256];
     std::snprintf(line, sizeof line, "  %-16s x%-5lld %10.3f MB  on %s", key.first.c_str(), (long long)r.count,

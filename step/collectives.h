@@ -11,7 +11,8 @@
 namespace titan {
 
 // "collectives per step (rank R): all_gather x3 on dp_shard [0 1] 1.23 MB, ..." lines, by kind then group.
-std::vector<std::string> describe_collectives(const std::vector<CostEvent>& events, int rank);
+// `dtypes` says what the bytes are (e.g. "float32, as sent"; a simulated step's: the dtypes it priced).
+std::vector<std::string> describe_collectives(const std::vector<CostEvent>& events, int rank, const std::string& dtypes);
 
 // One tab-separated line per collective start: kind, group label, member world ranks (comma-separated),
 // bytes, 1 if it carries gradients.

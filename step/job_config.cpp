@@ -107,6 +107,10 @@ std::vector<Field> fields(JobConfig& c) {
       config::bind("simulation.trace_chips", &c.simulation.trace_chips),
       config::bind("simulation.moe_routing_skew", &c.simulation.moe_routing_skew),
       config::bind("simulation.moe_routing_histogram", &c.simulation.moe_routing_histogram),
+      config::bind("simulation.allow_oom", &c.simulation.allow_oom),
+      config::bind("simulation.published_tps", &c.simulation.published_tps),
+      config::bind("simulation.published_tps_per", &c.simulation.published_tps_per, "", {"chip", "job"}),
+      config::bind("simulation.published_source", &c.simulation.published_source),
       config::bind("debug.seed", &c.debug.seed),
       config::bind("debug.dump_grads_at_step", &c.debug.dump_grads_at_step),
       config::bind("debug.fail_on_rank", &c.debug.fail_on_rank),
@@ -287,6 +291,15 @@ void validate(const JobConfig& c) {
                 "config error: simulation.moe_routing_* needs MoE layers (model.moe_enabled: true)");
     if (!c.simulation.moe_routing_histogram.empty()) parse_routing_histogram(c.simulation.moe_routing_histogram);
   }
+  TITAN_CHECK(c.simulation.published_tps >= 0 && std::isfinite(c.simulation.published_tps),
+              "config error: simulation.published_tps must be >= 0 (tokens per second; 0: none), got ",
+              c.simulation.published_tps);
+  TITAN_CHECK((c.simulation.published_tps == 0 && c.simulation.published_source.empty()) || c.simulation.enabled,
+              "config error: simulation.published_tps / published_source are compared with a simulated job's "
+              "throughput, and this job is not simulated (set simulation.enabled: true, or drop the keys)");
+  TITAN_CHECK(!c.simulation.allow_oom || !c.simulation.system.empty(),
+              "config error: simulation.allow_oom applies to a simulated step, and nothing is simulated (set "
+              "simulation.system, or drop the key)");
   TITAN_CHECK(c.simulation.attention_kernel.empty() || !c.simulation.system.empty(),
               "config error: simulation.attention_kernel shapes the simulated step only, and nothing is simulated "
               "(set simulation.system, or drop the key)");

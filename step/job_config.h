@@ -173,6 +173,11 @@ struct JobConfig {
     double moe_routing_skew = 0;  // 0: balanced; s > 0: Zipf, expert e gets a share proportional to 1/(e+1)^s
     std::string moe_routing_histogram = "";  // tokens per expert, comma-separated (the end-of-run "expert load"
                                              // line of a real run); exclusive with moe_routing_skew
+    bool allow_oom = false;  // a simulated step over the chip's memory: an error (exit 1), unless true (plan anyway)
+    // the published measurement a config reproduces (configs/validation/): the report prints it and the error
+    double published_tps = 0;               // tokens per second (0: none)
+    std::string published_tps_per = "chip";  // chip (per chip) | job (the whole job)
+    std::string published_source = "";      // where it was published
   } simulation;
 
   struct Debug {
