@@ -30,6 +30,7 @@ std::unique_ptr<JobLock> open_job_folder(const JobConfig& cfg, comms::DeviceMesh
   }
   mesh.world_pg->barrier();
   if (cfg.job.print_args) log_info("effective config:\n" + cfg_text);
+  else log_info("config: " + cfg.job.dump_folder + "/config.yaml (job.print_args true prints it here)");
   log_info("parallelism: " + mesh.describe() + (mesh.world > 1 ? "" : " (single rank)"));
   if (mesh.degrees.pp > 1) {
     const auto& p = cfg.parallelism;

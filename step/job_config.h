@@ -24,7 +24,7 @@ struct JobConfig {
   struct Job {
     std::string dump_folder = "./outputs";
     std::string description = "";
-    bool print_args = true;
+    bool print_args = false;  // the effective config is saved as <dump_folder>/config.yaml either way
   } job;
 
   // Architecture: the decoder's knobs, each declared once in models/decoder/knobs.def (YAML key model.<name>,
