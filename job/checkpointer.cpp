@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "job/metrics.h"
+#include "models/decoder/presets.h"
 
 namespace fs = std::filesystem;
 
@@ -102,8 +103,17 @@ void Checkpointer::export_model() {
   const auto files = export_hf_folder(folder, model.hf_layout(regions_).regions, model.hf_config_json(), eo, comm_);
   std::string list;
   for (const auto& f : files) list += (list.empty() ? "" : ", ") + f;
+  std::string why;  // the class HF loads it as (a qwen3 ablation may be a LlamaForCausalLM), or why none is
+  const std::string cls = cfg_.model.hf_architecture(&why);
   log_info("exported the model for Hugging Face to " + folder + " (" + config::enum_name(cfg_.checkpoint.export_dtype) + "; " + list +
-           "; " + fmt("%.2f", wall_seconds() - t0) + " s)");
+           "; " + fmt("%.2f", wall_seconds() - t0) + " s): " +
+           (cls.empty() ? "no transformers class represents it (" + why + "), config.json holds titan_decoder"
+                        : "architectures " + cls +
+                              (cfg_.model.hf_class() == decoder::preset(cfg_.model.name).hf_class()
+                                   ? std::string()
+                                   : " (not " + config::enum_name(cfg_.model.name) + "'s own " +
+                                         decoder::preset(cfg_.model.name).hf_architecture() +
+                                         ": the knobs in effect make it that class)")));
 }
 
 }  // namespace titan

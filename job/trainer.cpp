@@ -11,6 +11,7 @@
 #include "job/simulation_entry.h"
 #include "job/step_profiler.h"
 #include "job/validator.h"
+#include "models/decoder/presets.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/optim/adamw.h"
 #include "step/train_step.h"
@@ -55,7 +56,10 @@ TrainJob assemble(const JobConfig& cfg, comms::DeviceMesh& mesh, DataLoader& loa
     DeviceScope meta(Device::Meta);  // shape-only first: the memory check allocates nothing
     decoder::Decoder shape(cfg.model);
     n_params = shape.expected_num_params();
-    log_info("building " + cfg.model.flavor + " " + shape.describe());
+    const std::string knobs = decoder::knobs_beyond_preset(cfg.model);
+    log_info("building " + cfg.model.flavor + " " + shape.describe() + "; " +
+             (knobs.empty() ? "every other knob " + config::enum_name(cfg.model.name) + "'s"
+                            : "beyond " + config::enum_name(cfg.model.name) + "'s preset: " + knobs));
   }
   const nn::AttentionVariant attn = cfg.model.attention();
   attn.validate(S);

@@ -184,6 +184,22 @@ void apply_preset(Args& a, const std::set<std::string>& given) {
   if (a.every_layer_moe() && !given.count("moe_hidden_dim")) a.moe_hidden_dim = a.hidden_dim;
 }
 
+std::string knobs_beyond_preset(const Args& a) {
+  static const std::set<std::string> size = {"name", "flavor", "dim", "n_layers", "n_heads", "n_kv_heads",
+                                             "head_dim", "hidden_dim", "vocab_size", "moe_num_experts",
+                                             "moe_top_k", "moe_hidden_dim", "moe_score_func"};
+  Args p = preset(a.name);
+  std::string out;
+  for (const auto& k : knobs()) {
+    if (size.count(k.key) || !k.inapplicable(a).empty()) continue;
+    std::string v = k.bind(const_cast<Args&>(a)).get();
+    if (v == k.bind(p).get()) continue;
+    if (v.size() >= 2 && v.front() == '"') v = v.substr(1, v.size() - 2);  // enums as typed
+    out += (out.empty() ? "" : ", ") + k.key + " " + v;
+  }
+  return out;
+}
+
 std::string knob_inapplicable(const Args& m, const std::string& key) {
   const Knob* k = find_knob(key);
   return k ? k->inapplicable(m) : "";

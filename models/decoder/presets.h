@@ -35,6 +35,10 @@ void apply_preset(Args& a, const std::set<std::string>& given);
 std::string apply_flavor(Args& a, const std::map<std::string, std::string>& where, std::set<std::string>& given);
 std::vector<std::string> flavors(Family f);
 
+// "key value, ..." for every knob that acts and differs from model.name's preset, the size keys left out
+// (Args::describe prints them): what an ablation changed, for the log. "" when none.
+std::string knobs_beyond_preset(const Args& a);
+
 // "" when model.<key> acts on this configuration, else why it does not.
 std::string knob_inapplicable(const Args& a, const std::string& key);
 // Refuses every given key that does not act (naming it and why).
