@@ -4,6 +4,7 @@
 
 #include "job/metrics.h"
 #include "models/decoder/presets.h"
+#include "src/data/tokenizer.h"
 
 namespace fs = std::filesystem;
 
@@ -89,7 +90,7 @@ double Checkpointer::save(int64_t step, const DataLoader& loader, const Generato
   return wall_seconds() - t0;
 }
 
-void Checkpointer::export_model() {
+void Checkpointer::export_model(const DataLoader& data) {
   if (!cfg_.checkpoint.export_at_end) return;
   const std::string folder = cfg_.job.dump_folder + "/export";
   if (mesh_.rank == 0) fs::create_directories(folder);
@@ -103,6 +104,15 @@ void Checkpointer::export_model() {
   const auto files = export_hf_folder(folder, model.hf_layout(regions_).regions, model.hf_config_json(), eo, comm_);
   std::string list;
   for (const auto& f : files) list += (list.empty() ? "" : ", ") + f;
+  if (mesh_.rank == 0) {  // the tokenizer that made the training data, beside the weights (HF's layout)
+    try {
+      const auto tok = tokenizer_of_token_file(data.path(), data.tokenizer(), data.tokenizer_sha256());
+      write_file_checked(folder + "/tokenizer.json", tok->tokenizer_json());
+      list += ", tokenizer.json (" + tok->name() + ")";
+    } catch (const Error& e) {
+      log_info(std::string("warning: the export holds no tokenizer.json: ") + e.what());
+    }
+  }
   std::string why;  // the class HF loads it as (a qwen3 ablation may be a LlamaForCausalLM), or why none is
   const std::string cls = cfg_.model.hf_architecture(&why);
   log_info("exported the model for Hugging Face to " + folder + " (" + config::enum_name(cfg_.checkpoint.export_dtype) + "; " + list +

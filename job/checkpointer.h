@@ -28,8 +28,9 @@ class Checkpointer {
   bool due(int64_t step, bool stopping) const;
   // Writes step-N.h5, reads it back, prunes to keep_latest_k; returns the seconds it took.
   double save(int64_t step, const DataLoader& loader, const Generator& rng);
-  // checkpoint.export_at_end: <dump>/export/ (config.json + HF-named weights).
-  void export_model();
+  // checkpoint.export_at_end: <dump>/export/ (config.json + HF-named weights + the tokenizer.json of the
+  // training data: byte-level, or the BPE file its token file records, when its content hash still matches).
+  void export_model(const DataLoader& data);
 
  private:
   const JobConfig& cfg_;

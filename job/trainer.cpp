@@ -206,7 +206,7 @@ TrainResult train(const JobConfig& given) {
       return result;
     }
   }
-  checkpointer.export_model();
+  checkpointer.export_model(loader);
   metrics.finish();
   log_info("training done: peak RSS " + fmt("%.2f", (double)max_rss_bytes() / (1 << 30)) + " GiB (rank 0)");
   return result;

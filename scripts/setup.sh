@@ -10,7 +10,7 @@ PKGS=(
   libcli11-dev
   libhdf5-openmpi-dev hdf5-tools
   libgtest-dev googletest
-  nlohmann-json3-dev libpcre2-dev libicu-dev zlib1g-dev xz-utils
+  nlohmann-json3-dev libpcre2-dev libicu-dev zlib1g-dev xz-utils libssl-dev
   bible-kjv bible-kjv-text
   python3-matplotlib python3-h5py python3-numpy
   libopenblas-openmp-dev

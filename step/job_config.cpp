@@ -437,7 +437,10 @@ JobConfig load_job_config_file(const std::string& path, const std::vector<std::s
   JobConfig c;
   if (!path.empty()) apply_yaml(c, path);
   TITAN_CHECK(overrides.size() % 2 == 0, "config error: overrides must come as key value pairs");
-  for (size_t i = 0; i < overrides.size(); i += 2) apply_override(c, overrides[i], overrides[i + 1]);
+  for (size_t i = 0; i < overrides.size(); i += 2) {
+    apply_override(c, overrides[i], overrides[i + 1]);
+    c.overridden.push_back(overrides[i]);
+  }
   const std::string flavor_note = decoder::apply_flavor(c.model, c.model_where, c.model_given);
   if (!flavor_note.empty()) c.notes.push_back(flavor_note);
   decoder::apply_preset(c.model, c.model_given);

@@ -18,6 +18,7 @@ DataLoader::DataLoader(const std::string& path, int64_t batch, int64_t seq, int6
   n_ = s[0];
   if (file_->has_attr("vocab_size")) vocab_ = file_->attr_int("vocab_size");
   tokenizer_ = file_->has_attr("tokenizer") ? file_->attr_string("tokenizer") : "unknown";
+  if (file_->has_attr("tokenizer_sha256")) tokenizer_sha256_ = file_->attr_string("tokenizer_sha256");
   if (file_->has_attr("separator_id")) separator_ = file_->attr_int("separator_id");
   if (file_->has("doc_starts")) {
     doc_starts_ = file_->read_i64("doc_starts");
@@ -106,12 +107,14 @@ Batch DataLoader::next() {
 }
 
 void write_token_file(const std::string& path, const std::vector<uint32_t>& tokens, const std::string& tokenizer,
-                      int64_t vocab_size, const std::vector<int64_t>& doc_starts, int64_t separator_id) {
+                      int64_t vocab_size, const std::vector<int64_t>& doc_starts, int64_t separator_id,
+                      const std::string& tokenizer_sha256) {
   h5::File f(path, h5::File::Create);
   f.write_u32("tokens", tokens);
   f.write_i64("doc_starts", doc_starts);
   f.set_attr("separator_id", separator_id);
   f.set_attr("tokenizer", tokenizer);
+  if (!tokenizer_sha256.empty()) f.set_attr("tokenizer_sha256", tokenizer_sha256);
   f.set_attr("vocab_size", vocab_size);
   f.close();  // checked: a full disk is an error naming the file
 }

@@ -36,6 +36,9 @@ class DataLoader {
   // The vocabulary size recorded by titan-tokenize (-1 when absent) and the tokenizer's name.
   int64_t vocab_size() const { return vocab_; }
   const std::string& tokenizer() const { return tokenizer_; }
+  // The tokenizer.json's SHA-256 titan-tokenize recorded ("" in older files or byte-level ones written before).
+  const std::string& tokenizer_sha256() const { return tokenizer_sha256_; }
+  const std::string& path() const { return path_; }
   int64_t position() const { return pos_; }
   int64_t epoch() const { return epoch_; }
   void set_state(int64_t position, int64_t epoch);
@@ -52,7 +55,7 @@ class DataLoader {
 
  private:
   std::unique_ptr<h5::File> file_;
-  std::string path_, tokenizer_;
+  std::string path_, tokenizer_, tokenizer_sha256_;
   int64_t vocab_ = -1, separator_ = -1;
   std::vector<int64_t> doc_starts_;
   int64_t B_, S_, rank_, world_, n_ = 0, pos_ = 0, epoch_ = 0;
@@ -60,6 +63,7 @@ class DataLoader {
 
 // Writes `tokens` to an HDF5 token file (/tokens, uint32; /doc_starts, int64) plus attributes.
 void write_token_file(const std::string& path, const std::vector<uint32_t>& tokens, const std::string& tokenizer,
-                      int64_t vocab_size, const std::vector<int64_t>& doc_starts = {0}, int64_t separator_id = -1);
+                      int64_t vocab_size, const std::vector<int64_t>& doc_starts = {0}, int64_t separator_id = -1,
+                      const std::string& tokenizer_sha256 = "");
 
 }  // namespace titan

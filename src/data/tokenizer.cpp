@@ -11,7 +11,10 @@
 #include <climits>
 #include <fstream>
 #include <functional>
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <openssl/evp.h>
+#include <sstream>
 
 #include "src/tensor/error.h"
 
@@ -27,6 +30,33 @@ std::string ByteTokenizer::decode(const std::vector<uint32_t>& ids) const {
   std::string s;
   for (auto id : ids) s.push_back(id < 256 ? (char)id : '?');
   return s;
+}
+
+std::string sha256_hex(const std::string& bytes) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  TITAN_CHECK(EVP_Digest(bytes.data(), bytes.size(), md, &n, EVP_sha256(), nullptr) == 1, "sha256: OpenSSL failed");
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < n; ++i) out += {hex[md[i] >> 4], hex[md[i] & 15]};
+  return out;
+}
+
+std::string Tokenizer::content_sha256() const { return sha256_hex(tokenizer_json()); }
+
+std::unique_ptr<Tokenizer> tokenizer_of_token_file(const std::string& token_file, const std::string& name,
+                                                   const std::string& sha256) {
+  if (name == "byte") return std::make_unique<ByteTokenizer>();
+  TITAN_CHECK(name.rfind("bpe:", 0) == 0, "tokenizer: ", token_file, " names tokenizer '", name,
+              "', which titan cannot find (a file written before titan recorded tokenizers?); pass --tokenizer");
+  const std::string path = name.substr(4);
+  TITAN_CHECK(std::filesystem::exists(path), "tokenizer: ", token_file, " was tokenized with ", path,
+              ", which no longer exists; pass --tokenizer PATH (the same tokenizer.json)");
+  auto tok = std::make_unique<BpeTokenizer>(path);
+  TITAN_CHECK(sha256.empty() || tok->content_sha256() == sha256, "tokenizer: ", token_file, " was tokenized with ",
+              path, " (sha256 ", sha256.substr(0, 12), "...), which has changed since (sha256 ",
+              tok->content_sha256().substr(0, 12), "...); pass --tokenizer PATH (the tokenizer.json it was made with)");
+  return tok;
 }
 
 int64_t ByteTokenizer::token_id(const std::string& token) const {
@@ -154,12 +184,18 @@ BpeTokenizer::Workspace& workspace(uint64_t serial, const pcre2_code* code) {
 }  // namespace
 
 BpeTokenizer::BpeTokenizer(const std::string& path)
-    : path_(path), serial_(++g_serial), regex_(std::make_unique<Regex>()) {
-  std::ifstream in(path);
+    : path_(std::filesystem::absolute(path).lexically_normal().string()), serial_(++g_serial),
+      regex_(std::make_unique<Regex>()) {
+  std::ifstream in(path, std::ios::binary);
   TITAN_CHECK(in.good(), "tokenizer: cannot open '", path, "'");
+  {
+    std::ostringstream all;
+    all << in.rdbuf();
+    json_text_ = all.str();
+  }
   nlohmann::json j;
   try {
-    in >> j;
+    j = nlohmann::json::parse(json_text_);
   } catch (const std::exception& e) {
     fail("tokenizer: '", path, "' is not valid JSON: ", e.what());
   }
@@ -501,6 +537,31 @@ std::string BpeTokenizer::decode(const std::vector<uint32_t>& ids) const {
     }
   }
   return s;
+}
+
+std::string ByteTokenizer::tokenizer_json() const {
+  // byte-level BPE without merges: byte b is token b (its GPT-2 character), so HF's tokenizers and titan's
+  // BpeTokenizer encode any text to its bytes, and decode ids back to them
+  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
+  int n = 0;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    vocab[utf8(printable ? b : 256 + n++)] = b;
+  }
+  nlohmann::ordered_json j = {
+      {"version", "1.0"},
+      {"truncation", nullptr},
+      {"padding", nullptr},
+      {"added_tokens", nlohmann::ordered_json::array()},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"post_processor", nullptr},
+      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"model",
+       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
+        {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
+        {"vocab", vocab}, {"merges", nlohmann::ordered_json::array()}}}};
+  return j.dump(2) + "\n";
 }
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& path) {

@@ -36,6 +36,10 @@ class Tokenizer {
   virtual int64_t token_id(const std::string& token) const = 0;
   // The end-of-text token that separates documents ("" when the vocabulary has none).
   virtual std::string end_of_text() const = 0;
+  // Its tokenizer.json, as HF's `tokenizers` loads it (byte-level: one generated, ids = bytes; BPE: the file).
+  virtual std::string tokenizer_json() const = 0;
+  // SHA-256 of tokenizer_json() (hex): what token files record, and what an export checks the file against.
+  std::string content_sha256() const;
 };
 
 class ByteTokenizer : public Tokenizer {
@@ -46,6 +50,7 @@ class ByteTokenizer : public Tokenizer {
   std::string name() const override { return "byte"; }
   int64_t token_id(const std::string& token) const override;
   std::string end_of_text() const override { return ""; }  // every id is a byte: no room for a separator
+  std::string tokenizer_json() const override;
 };
 
 class BpeTokenizer : public Tokenizer {
@@ -58,6 +63,7 @@ class BpeTokenizer : public Tokenizer {
   std::string name() const override { return "bpe:" + path_; }
   int64_t token_id(const std::string& token) const override;
   std::string end_of_text() const override;
+  std::string tokenizer_json() const override { return json_text_; }
 
   struct Workspace;  // per-thread regex match data and merge cache
 
@@ -79,7 +85,8 @@ class BpeTokenizer : public Tokenizer {
   void pieces(const std::string& s, size_t from, size_t stop, Workspace& ws, std::vector<Piece>& out) const;
   void bpe(const char* word, size_t n, Workspace& ws, std::vector<uint32_t>& out) const;
 
-  std::string path_;
+  std::string path_;  // absolute
+  std::string json_text_;  // the file as read
   uint64_t serial_;  // identifies this tokenizer's entries in the per-thread caches
   std::unordered_map<std::string, uint32_t> vocab_;
   std::vector<std::string> id_to_token_;
@@ -104,5 +111,14 @@ class BpeTokenizer : public Tokenizer {
 
 // "" -> ByteTokenizer, else BpeTokenizer(path).
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& path);
+
+// SHA-256 of `bytes`, hex (OpenSSL).
+std::string sha256_hex(const std::string& bytes);
+
+// The tokenizer a token file names (its `tokenizer` and `tokenizer_sha256` attributes): byte-level, or the BPE
+// tokenizer.json at the path it records when the file there still has that content. Throws naming the token
+// file, the path and what differs (moved, or edited since), and suggests --tokenizer.
+std::unique_ptr<Tokenizer> tokenizer_of_token_file(const std::string& token_file, const std::string& name,
+                                                   const std::string& sha256);
 
 }  // namespace titan
