@@ -43,6 +43,7 @@ class MetricsLogger {
   int64_t load_steps_ = 0;
   std::vector<double> expert_total_;  // tokens per expert over the run, summed over MoE layers and ranks
   void fold_peak();
+  double agreed_max(double v) const;  // the maximum of v over every rank (v itself on one rank)
 };
 
 }  // namespace titan

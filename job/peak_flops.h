@@ -9,7 +9,8 @@ struct PeakFlops {
   int threads;      // the OpenMP threads this rank ran them on (the job's)
   double seconds;   // time spent measuring
 };
-// About 0.1-0.5 s on a CPU core. Every rank measures at once (as they will train: sharing the memory bus).
+// About 0.1-0.5 s on a CPU core. Every rank measures at once (as they will train: sharing the memory bus). Timed
+// by the CPU time its threads ran (or the wall, when shorter): other work on the machine does not lower it.
 PeakFlops measure_peak_flops();
 
 }  // namespace titan

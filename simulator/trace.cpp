@@ -79,10 +79,16 @@ void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips
                                            c * r.ranks_per_chip / std::max(1, r.world / (int)r.stages.size())));
     o << "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" << c << ",\"args\":{\"name\":\""
       << (r.system == "measured" ? "rank " : "chip ") << c << " (" << esc(r.chip) << stage << ")\"}}";
-    for (int k = 0; k < r.ranks_per_chip; ++k) {
+    const int drawn = cc == 0 ? r.ranks_per_chip : 1;  // chip 0: every rank; others: their first (SPMD)
+    for (int k = 0; k < drawn; ++k) {  // a track only for a rank that is drawn (no empty named tracks)
       sep();
       o << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << c << ",\"tid\":" << k << ",\"args\":{\"name\":\"rank "
-        << c * r.ranks_per_chip + k << " compute\"}}";
+        << c * r.ranks_per_chip + k << " compute"
+        << (drawn == 1 && r.ranks_per_chip > 1
+                ? " (ranks " + std::to_string(c * r.ranks_per_chip + 1) + "-" +
+                      std::to_string(c * r.ranks_per_chip + r.ranks_per_chip - 1) + " run the same, not drawn)"
+                : std::string())
+        << "\"}}";
     }
     for (auto& [s, t] : tid)
       if (s != "compute") {
@@ -97,7 +103,7 @@ void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips
       const size_t st = std::min(r.stages.size() - 1, (size_t)(c * r.ranks_per_chip / per_stage));
       spans = &r.stages[st].spans;
     }
-    for (int k = 0; k < (cc == 0 ? r.ranks_per_chip : 1); ++k)  // chip 0: every rank; others: their first rank
+    for (int k = 0; k < drawn; ++k)
       for (size_t i = 0; i < spans->size(); ++i) {
         const SimSpan& s = (*spans)[i];
         if (k > 0 && s.stream != "compute") continue;

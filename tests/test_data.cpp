@@ -32,6 +32,40 @@ TEST(Tokenizer, ByteRoundTrip) {
   EXPECT_EQ(t.decode(ids), s);
 }
 
+// The byte-level tokenizer.json an export writes is the byte tokenizer: read as a BPE tokenizer.json (titan's
+// reader, which holds HF's ids on Qwen3) every text encodes to its bytes and decodes back. (Checked once, too,
+// with transformers.js's port of HF tokenizers, @lenml/tokenizers: the same ids on a KJV sample and on text
+// with spaces, tabs, accents, an emoji and "<|endoftext|>".) A token file's tokenizer is found again from what
+// it records, and a moved or edited tokenizer.json is refused, naming the file.
+TEST(Tokenizer, ByteLevelJsonAndRecordedIdentity) {
+  const std::string d = tmpdir("tokjson");
+  ByteTokenizer bytes;
+  const std::string path = d + "/tokenizer.json";
+  std::ofstream(path) << bytes.tokenizer_json();
+  BpeTokenizer bpe(path);
+  EXPECT_EQ(bpe.vocab_size(), 256);
+  std::string text = "In the beginning  God\n\n\tcreated \xc3\xa9t\xc3\xa9 \xf0\x9f\x99\x82 <|endoftext|>.";
+  for (int b = 0; b < 128; ++b) text += (char)b;  // every ASCII byte, control characters included (BPE takes
+                                                  // valid UTF-8 only, as HF's tokenizers; the rest: the é and 🙂)
+  text += "\xc2\xa0\xc3\xbf\xe2\x80\x94";          // NBSP, ÿ, an em dash: bytes 0x80-0xFF in the GPT-2 alphabet
+  const auto ids = bpe.encode(text);
+  EXPECT_EQ(ids, bytes.encode(text));
+  EXPECT_EQ(bpe.decode(ids), text);
+  EXPECT_EQ(bpe.content_sha256(), sha256_hex(bytes.tokenizer_json()));
+  EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");  // FIPS 180-2
+  // a token file records the absolute path and the hash: found again; moved or edited: refused, naming it
+  EXPECT_EQ(bpe.name(), "bpe:" + fs::absolute(path).lexically_normal().string());
+  EXPECT_EQ(tokenizer_of_token_file("t.h5", "byte", "")->name(), "byte");
+  EXPECT_EQ(tokenizer_of_token_file("t.h5", bpe.name(), bpe.content_sha256())->encode("ab"), bytes.encode("ab"));
+  std::string e = error_of([&] { tokenizer_of_token_file("t.h5", bpe.name(), std::string(64, '0')); });
+  EXPECT_NE(e.find("t.h5 was tokenized with " + bpe.name().substr(4) + " (sha256 000000000000...), which has changed"),
+            std::string::npos) << e;
+  e = error_of([&] { tokenizer_of_token_file("t.h5", "bpe:" + d + "/gone.json", ""); });
+  EXPECT_NE(e.find("which no longer exists; pass --tokenizer"), std::string::npos) << e;
+  e = error_of([&] { tokenizer_of_token_file("t.h5", "test", ""); });
+  EXPECT_NE(e.find("names tokenizer 'test', which titan cannot find"), std::string::npos) << e;
+}
+
 TEST(Tokenizer, HfByteLevelBpe) {
   // A tiny tokenizer.json: GPT-2 byte alphabet for the bytes used, merges
   // h+e, l+l, he+ll, hell+o, and "Ġw" (space + w; Ġ is the byte 0x20), a special token.
