@@ -6,6 +6,7 @@
 // every full batch of the token file (batches dealt round-robin to the
 // data-parallel ranks; the mean is over all of them).
 #include <CLI/CLI.hpp>
+#include <filesystem>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -62,6 +63,12 @@ int main(int argc, char** argv) {
   }
   try {
     TITAN_CHECK(seq > 0 && batch > 0, "titan-eval: --seq-len and --batch-size must be > 0");
+    {  // a relative path as titan-train finds its data: ./, the source tree, the install (data/kjv_val.h5)
+      const std::string found = find_data_file(tokens);
+      TITAN_CHECK(!found.empty(), "titan-eval: --tokens ", tokens, ": no such file",
+                  std::filesystem::path(tokens).is_absolute() ? std::string() : " in " + config::join(data_roots()));
+      tokens = found;
+    }
     {  // the token file must hold one batch; checked before any collective
       DataLoader probe(tokens, batch, seq);
       TITAN_CHECK(probe.steps_left() > 0, "titan-eval: ", tokens, " holds no full batch");
