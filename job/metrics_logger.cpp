@@ -105,17 +105,26 @@ void MetricsLogger::step(int64_t step, const StepResult& r, double lr) {
   const auto& d = mesh_.degrees;
   sm.tps = (double)tokens_since_log_ / dt / (double)(d.tp * d.pp * d.cp);
   sm.tflops = flops_per_token_ * sm.tps / 1e12;
+  double comm_busy = 0, comm_exposed = 0;  // the interval's collectives (before this line's own)
+  for (auto& c : comms::CommLog::get().take()) {
+    comm_busy += c.busy_s;
+    comm_exposed += c.exposed_s;
+  }
   sm.mfu_pct = 100.0 * flops_per_token_ * sm.tps / (peak_tflops_ * 1e12);
   // Above 100% the peak is wrong (lesson: a figure over its physical limit is a bug). A measured peak is taken
   // again, now: the start's may have run while the machine was busy with other work. Every rank decides alike
   // (the step lines come at the same steps on every rank; the verdict is all-reduced).
-  if (cfg_.metrics.peak_tflops == 0 && agreed_max(sm.mfu_pct > 100.0 ? 1.0 : 0.0) > 0) {
+  // Once per run; the verdict's all-reduce and the probe stay out of the step's communication and memory figures.
+  if (cfg_.metrics.peak_tflops == 0 && !remeasured_ && agreed_max(sm.mfu_pct > 100.0 ? 1.0 : 0.0) > 0) {
+    remeasured_ = true;
     const double old = peak_tflops_;
+    fold_peak();
     peak_tflops_ = std::max(peak_tflops_, agreed_max(measure_peak_flops().tflops));
+    mem.reset_peak();
     sm.mfu_pct = 100.0 * flops_per_token_ * sm.tps / (peak_tflops_ * 1e12);
     log_info("MFU peak measured again at step " + std::to_string(step) + ": " + fmt("%.3f", peak_tflops_) +
-             " TFLOP/s per rank (the start's " + fmt("%.3f", old) +
-             " was below what the steps reached: measured while the machine was busy)");
+             " TFLOP/s per rank (the start's " + fmt("%.3f", old) + " was below what the steps reached" +
+             (peak_tflops_ > old ? ": it was measured while the machine was busy)" : ")"));
   }
   if (sm.mfu_pct > 100.0 && !warned_mfu_) {  // above its physical limit: the peak is wrong, said once
     warned_mfu_ = true;
@@ -124,11 +133,7 @@ void MetricsLogger::step(int64_t step, const StepResult& r, double lr) {
              "to measure it");
   }
   sm.elapsed_s = process_seconds();
-  double comm_busy = 0, comm_exposed = 0;
-  for (auto& c : comms::CommLog::get().take()) {
-    comm_busy += c.busy_s;
-    comm_exposed += c.exposed_s;
-  }
+  comms::CommLog::get().clear();  // the peak's agreement above is no step's communication
   std::string line = format_step_line(sm);
   if (load_steps_ > 0) {
     line += "  experts: " + fmt("%.0f", load_min_ / load_steps_) + "/" + fmt("%.0f", load_mean_ / load_steps_) + "/" +

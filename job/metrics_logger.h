@@ -34,6 +34,7 @@ class MetricsLogger {
   double t_start_, flops_per_token_, t_log_;
   double peak_tflops_;  // MFU's denominator: metrics.peak_tflops, or measured when it is 0
   bool warned_mfu_ = false;
+  bool remeasured_ = false;  // the peak measured again once (a step line's MFU above 100%)
   int64_t accumulation_;
   int64_t tokens_since_log_ = 0;
   bool first_ = true;

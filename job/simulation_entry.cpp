@@ -1,7 +1,9 @@
 #include "job/simulation_entry.h"
 
 #include <filesystem>
+#include <set>
 
+#include "job/job_lock.h"
 #include "job/metrics.h"
 #include "simulator/simulate.h"
 #include "step/collectives.h"
@@ -25,8 +27,13 @@ TrainResult run_simulated_job(const JobConfig& cfg, double t_start) {
   log_info("simulation: one training step of " + config::enum_name(cfg.model.name) + " " + cfg.model.flavor + " as " +
            std::to_string(world) + " ranks on meta tensors, priced on " + cfg.simulation.system);
   const std::string cfg_text = dump_job_config(cfg);
+  // the job it priced, as it priced it; never over a trained job's config.yaml (its checkpoints compare it)
+  TITAN_CHECK(!fs::exists(cfg.job.dump_folder + "/metrics.jsonl") && !fs::exists(cfg.job.dump_folder + "/checkpoint"),
+              "simulation: job.dump_folder ", cfg.job.dump_folder, " holds a trained job (metrics.jsonl / checkpoint/): "
+              "its config.yaml would be overwritten; give the simulation its own --job.dump_folder");
   fs::create_directories(cfg.job.dump_folder);
-  write_file_checked(cfg.job.dump_folder + "/config.yaml", cfg_text);  // the job it priced, as it priced it
+  JobLock lock(cfg.job.dump_folder);  // not while a job runs there
+  write_file_checked(cfg.job.dump_folder + "/config.yaml", cfg_text);
   if (cfg.job.print_args) log_info("effective config:\n" + cfg_text);
   SimResult sim = simulate_step(cfg, world);
   log_info(describe_simulated_job(cfg, sim));
@@ -46,9 +53,13 @@ TrainResult run_simulated_job(const JobConfig& cfg, double t_start) {
     bool figure_given = false;
     for (const auto& k : cfg.overridden) {
       figure_given = figure_given || k == "simulation.published_tps";
-      if (k.rfind("job.", 0) != 0 && k.rfind("metrics.", 0) != 0 && k.rfind("profiling.", 0) != 0 &&
-          k.rfind("simulation.published_", 0) != 0 && k != "simulation.trace_file" && k != "simulation.trace_chips")
-        changed.push_back("--" + k);
+      const std::string sec = k.substr(0, k.find('.'));
+      static const std::set<std::string> quiet_sections = {"job", "metrics", "profiling", "checkpoint", "comm", "debug",
+                                                           "validation"};
+      static const std::set<std::string> quiet_keys = {"simulation.trace_file", "simulation.trace_chips",
+                                                       "simulation.allow_oom"};
+      if (!quiet_sections.count(sec) && !quiet_keys.count(k) && k.rfind("simulation.published_", 0) != 0)
+        changed.push_back("--" + k);  // it changes the priced step
     }
     std::string line = "sim published: " + with_commas(cfg.simulation.published_tps) + " tok/s" +
                        (per_chip ? " per chip" : "") +

@@ -31,8 +31,8 @@ std::vector<int64_t> even(int64_t n, int64_t tp, const char* what) {
   std::string list;
   for (int64_t d : fits) list += (list.empty() ? "" : ", ") + std::to_string(d);
   TITAN_CHECK(n % tp == 0, "config error: tensor parallel: ", what, " (", n,
-              ") must be divisible by parallelism.tensor_parallel_degree (", tp, "); set the degree to one of ", list,
-              ", or change the model");
+              ") must be divisible by parallelism.tensor_parallel_degree (", tp, "); degrees that divide it: ", list,
+              " (the other sizes and the world must divide too), or change the model");
   return std::vector<int64_t>(tp, n / tp);
 }
 

@@ -50,10 +50,17 @@ int decode(const std::string& file, const std::string& tokenizer, int64_t start,
   TITAN_CHECK(start >= 0 && start <= n, "titan-tokenize --decode: --start ", start, " is outside the ", n, " tokens of ",
               file);
   const int64_t m = count < 0 ? n - start : std::min(count, n - start);
-  std::unique_ptr<Tokenizer> tok =
-      !tokenizer.empty() ? make_tokenizer(tokenizer_path(tokenizer))
-                         : tokenizer_of_token_file(file, f.has_attr("tokenizer") ? f.attr_string("tokenizer") : "",
-                                                   f.has_attr("tokenizer_sha256") ? f.attr_string("tokenizer_sha256") : "");
+  std::unique_ptr<Tokenizer> tok;
+  if (!tokenizer.empty()) {
+    tok = make_tokenizer(tokenizer_path(tokenizer));
+  } else {
+    try {
+      tok = tokenizer_of_token_file(file, f.has_attr("tokenizer") ? f.attr_string("tokenizer") : "",
+                                    f.has_attr("tokenizer_sha256") ? f.attr_string("tokenizer_sha256") : "");
+    } catch (const Error& e) {
+      fail(e.what(), "; pass --tokenizer PATH (the tokenizer.json the file was made with)");
+    }
+  }
   std::vector<uint32_t> ids((size_t)m);
   if (m > 0) f.read_u32("tokens", start, m, ids.data());
   const std::string text = tok->decode(ids);

@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   try {
     cfg = titan::load_job_config(argc, argv);
     titan::check_layout(cfg, titan::comms::world_rank(), titan::comms::world_size());
+    if (!cfg.simulation.enabled) (void)titan::with_data_found(cfg, nullptr);  // the data files exist
   } catch (const std::exception& e) {
     refused = e.what();
   }

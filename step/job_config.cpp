@@ -377,9 +377,13 @@ void validate(const JobConfig& c) {
   TITAN_CHECK((c.simulation.published_tps == 0 && c.simulation.published_source.empty()) || c.simulation.enabled,
               "config error: simulation.published_tps / published_source are compared with a simulated job's "
               "throughput, and this job is not simulated (set simulation.enabled: true, or drop the keys)");
-  TITAN_CHECK(!c.simulation.allow_oom || !c.simulation.system.empty(),
-              "config error: simulation.allow_oom applies to a simulated step, and nothing is simulated (set "
-              "simulation.system, or drop the key)");
+  TITAN_CHECK(!c.simulation.allow_oom || c.simulation.enabled,
+              "config error: simulation.allow_oom applies to a simulated job (simulation.enabled: true), and this "
+              "job is not one; drop the key");
+  TITAN_CHECK(c.simulation.published_tps > 0 ||
+                  (c.simulation.published_tps_per == "chip" && c.simulation.published_source.empty()),
+              "config error: simulation.published_tps_per / published_source describe simulation.published_tps, "
+              "which is not set (0); set it, or drop the keys");
   TITAN_CHECK(c.simulation.attention_kernel.empty() || !c.simulation.system.empty(),
               "config error: simulation.attention_kernel shapes the simulated step only, and nothing is simulated "
               "(set simulation.system, or drop the key)");
@@ -616,6 +620,7 @@ std::vector<std::string> config_changes(const std::string& old_yaml, const std::
   for (auto& [k, v] : b)
     if (!a.count(k)) keys.push_back(k);
   for (const auto& k : keys) {
+    if (k == "model.flavor") continue;  // a name: the knobs it sets are compared themselves
     const std::string sec = k.substr(0, k.find('.'));
     if (std::find(sections.begin(), sections.end(), sec) == sections.end()) continue;
     auto ia = a.find(k), ib = b.find(k);

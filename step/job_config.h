@@ -35,7 +35,7 @@ struct JobConfig {
   std::set<std::string> model_given;  // the keys (without "model.") the YAML or command line set
   std::map<std::string, std::string> model_where;  // where each was given: "FILE:LINE" or "--model.KEY"
   std::vector<std::string> notes;  // what loading decided that the log should say (a flavor made custom)
-  std::vector<std::string> overridden;  // the section.key flags the command line gave, in order
+  std::vector<std::string> overridden;  // the section.key flags the command line gave (the table's order)
 
   struct Optimizer {
     std::string name = "AdamW";

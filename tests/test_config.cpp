@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "job/trainer.h"
 #include "models/decoder/model.h"
@@ -172,6 +173,24 @@ TEST(Config, FlavorSelectsTheSizeOrIsRefused) {
   e = error_of([&] { load_job_config_file(f32, {"model.flavor", "0.5b"}); });
   EXPECT_NE(e.find("'0.5b' is not a flavor of model.name qwen3 (did you mean '0.6b'?)"), std::string::npos) << e;
   EXPECT_NE(e.find("0.6b, 1.7b, 4b, 8b, 14b, 32b"), std::string::npos) << e;
+  // a flavor selected on another flavor's config is that flavor's config: no key of the first one stays behind
+  auto model_of = [](const JobConfig& j) {
+    const std::string t = dump_job_config(j);
+    const size_t a = t.find("model:\n");
+    return t.substr(a, t.find("\noptimizer:") - a);
+  };
+  const std::string cfgs = std::string(TITAN_SOURCE_DIR) + "/configs/";
+  for (const auto& [from, to, flavor] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"gpt_oss_debug", "gpt_oss_20b", "20b"}, {"gpt_oss_120b", "gpt_oss_debug", "debug"},
+           {"qwen3_0.6b", "qwen3_debug", "debug"}, {"qwen3_32b", "qwen3_0.6b", "0.6b"}, {"qwen3_debug", "qwen3_14b", "14b"}})
+    EXPECT_EQ(model_of(load_job_config_file(cfgs + from + ".yaml", {"model.flavor", flavor})),
+              model_of(load_job_config_file(cfgs + to + ".yaml")))
+        << from << " --model.flavor " << flavor << " is not " << to;
+  // the building line's ablation list leaves a flavor's own values out (0.6b's tying, llama debug's RoPE scaling)
+  EXPECT_EQ(decoder::knobs_beyond_preset(load_job_config_file(cfgs + "qwen3_0.6b.yaml").model), "");
+  EXPECT_EQ(decoder::knobs_beyond_preset(load_job_config_file(cfgs + "llama3_debug.yaml").model), "");
+  EXPECT_EQ(decoder::knobs_beyond_preset(load_job_config_file(cfgs + "qwen3_debug.yaml", {"model.qk_norm", "false"}).model),
+            "qk_norm false");
   // every shipped config's flavor is one of its member's, and agrees with the keys the file gives
   for (const auto& it : fs::recursive_directory_iterator(std::string(TITAN_SOURCE_DIR) + "/configs")) {
     if (it.path().extension() != ".yaml") continue;

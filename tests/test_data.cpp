@@ -61,7 +61,7 @@ TEST(Tokenizer, ByteLevelJsonAndRecordedIdentity) {
   EXPECT_NE(e.find("t.h5 was tokenized with " + bpe.name().substr(4) + " (sha256 000000000000...), which has changed"),
             std::string::npos) << e;
   e = error_of([&] { tokenizer_of_token_file("t.h5", "bpe:" + d + "/gone.json", ""); });
-  EXPECT_NE(e.find("which no longer exists; pass --tokenizer"), std::string::npos) << e;
+  EXPECT_NE(e.find("which no longer exists"), std::string::npos) << e;
   e = error_of([&] { tokenizer_of_token_file("t.h5", "test", ""); });
   EXPECT_NE(e.find("names tokenizer 'test', which titan cannot find"), std::string::npos) << e;
 }

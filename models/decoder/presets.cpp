@@ -94,11 +94,45 @@ std::vector<std::string> flavors(Family f) {
   return out;
 }
 
+namespace {
+// The flavor `name` of family f, or null.
+const Flavor* find_flavor(Family f, const std::string& name) {
+  for (const auto& fl : flavor_table())
+    if (fl.family == f && fl.name == name) return &fl;
+  return nullptr;
+}
+
+// What a flavor sets: its own values, and for every key another flavor of the member sets, the member's preset
+// value (so `--model.flavor 20b` on the debug config does not keep the debug flavor's sliding window). The
+// third field: the flavor's own value (false: the preset's, which leaves the key to apply_preset).
+struct FlavorKnob {
+  std::string key, text;
+  bool own;
+};
+std::vector<FlavorKnob> flavor_knobs(const Flavor& fl) {
+  std::vector<FlavorKnob> out;
+  for (const auto& [key, text] : fl.knobs) out.push_back({key, text, true});
+  Args p = preset(fl.family);
+  for (const auto& other : flavor_table()) {
+    if (other.family != fl.family) continue;
+    for (const auto& [key, text] : other.knobs) {
+      bool have = false;
+      for (const auto& kv : out) have = have || kv.key == key;
+      if (have) continue;
+      const Knob* k = find_knob(key);
+      TITAN_CHECK(k, "internal: flavor ", other.name, " names an unknown knob ", key);
+      std::string v = k->bind(p).get();
+      if (v.size() >= 2 && v.front() == '"') v = v.substr(1, v.size() - 2);
+      out.push_back({key, v, false});
+    }
+  }
+  return out;
+}
+}  // namespace
+
 std::string apply_flavor(Args& a, const std::map<std::string, std::string>& where, std::set<std::string>& given) {
   if (a.flavor == "custom") return "";
-  const Flavor* fl = nullptr;
-  for (const auto& f : flavor_table())
-    if (f.family == a.name && f.name == a.flavor) fl = &f;
+  const Flavor* fl = find_flavor(a.name, a.flavor);
   const auto known = flavors(a.name);
   TITAN_CHECK(fl, "config error: model.flavor '", a.flavor, "' is not a flavor of model.name ", config::enum_name(a.name),
               config::suggestion(a.flavor, known), "; its flavors: ", config::join(known),
@@ -111,7 +145,7 @@ std::string apply_flavor(Args& a, const std::map<std::string, std::string>& wher
   auto file_of = [](const std::string& w) { return w.substr(0, w.rfind(':')); };
   const std::string fw = at("flavor");
   std::vector<std::string> overridden;
-  for (const auto& [key, text] : fl->knobs) {
+  for (const auto& [key, text, own] : flavor_knobs(*fl)) {
     const Knob* k = find_knob(key);
     TITAN_CHECK(k, "internal: flavor ", fl->name, " names an unknown knob ", key);
     Args want = a;
@@ -120,7 +154,8 @@ std::string apply_flavor(Args& a, const std::map<std::string, std::string>& wher
     const std::string kw = at(key);
     if (kw.empty() || have_text == want_text || (from_cli(fw) && !from_cli(kw))) {  // the flavor sets it
       k->copy(want, a);
-      given.insert(key);
+      if (own) given.insert(key);
+      else if (have_text != want_text) given.erase(key);  // replaced by the member's preset value, as if not given
       continue;
     }
     const bool same_place = from_cli(kw) == from_cli(fw) && (from_cli(kw) || file_of(kw) == file_of(fw));
@@ -188,7 +223,9 @@ std::string knobs_beyond_preset(const Args& a) {
   static const std::set<std::string> size = {"name", "flavor", "dim", "n_layers", "n_heads", "n_kv_heads",
                                              "head_dim", "hidden_dim", "vocab_size", "moe_num_experts",
                                              "moe_top_k", "moe_hidden_dim", "moe_score_func"};
-  Args p = preset(a.name);
+  Args p = preset(a.name);  // and the flavor's values: a flavor's own size is no ablation
+  if (const Flavor* fl = find_flavor(a.name, a.flavor))
+    for (const auto& [key, text, own] : flavor_knobs(*fl)) find_knob(key)->bind(p).set(text, "model.flavor " + fl->name);
   std::string out;
   for (const auto& k : knobs()) {
     if (size.count(k.key) || !k.inapplicable(a).empty()) continue;

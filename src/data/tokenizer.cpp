@@ -48,15 +48,26 @@ std::unique_ptr<Tokenizer> tokenizer_of_token_file(const std::string& token_file
                                                    const std::string& sha256) {
   if (name == "byte") return std::make_unique<ByteTokenizer>();
   TITAN_CHECK(name.rfind("bpe:", 0) == 0, "tokenizer: ", token_file, " names tokenizer '", name,
-              "', which titan cannot find (a file written before titan recorded tokenizers?); pass --tokenizer");
+              "', which titan cannot find (a file written before titan recorded tokenizers?)");
   const std::string path = name.substr(4);
-  TITAN_CHECK(std::filesystem::exists(path), "tokenizer: ", token_file, " was tokenized with ", path,
-              ", which no longer exists; pass --tokenizer PATH (the same tokenizer.json)");
-  auto tok = std::make_unique<BpeTokenizer>(path);
-  TITAN_CHECK(sha256.empty() || tok->content_sha256() == sha256, "tokenizer: ", token_file, " was tokenized with ",
-              path, " (sha256 ", sha256.substr(0, 12), "...), which has changed since (sha256 ",
-              tok->content_sha256().substr(0, 12), "...); pass --tokenizer PATH (the tokenizer.json it was made with)");
-  return tok;
+  std::error_code ec;
+  TITAN_CHECK(std::filesystem::is_regular_file(path, ec), "tokenizer: ", token_file, " was tokenized with ", path,
+              ", which no longer exists", ec ? " (" + ec.message() + ")" : std::string());
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream all;
+  all << in.rdbuf();
+  TITAN_CHECK(in.good() || in.eof(), "tokenizer: cannot read ", path);
+  const std::string now = sha256_hex(all.str());  // before parsing: an edited file is "changed", not "malformed"
+  TITAN_CHECK(sha256.empty() || now == sha256, "tokenizer: ", token_file, " was tokenized with ", path, " (sha256 ",
+              sha256.substr(0, 12), "...), which has changed since (sha256 ", now.substr(0, 12),
+              "...): the tokenizer.json it was made with is needed");
+  try {
+    return std::make_unique<BpeTokenizer>(path);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // a JSON of the wrong shape (nlohmann's type errors): one error type
+    fail("tokenizer: ", path, " (recorded by ", token_file, ") is not a tokenizer.json titan reads: ", e.what());
+  }
 }
 
 int64_t ByteTokenizer::token_id(const std::string& token) const {

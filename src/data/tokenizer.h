@@ -117,7 +117,7 @@ std::string sha256_hex(const std::string& bytes);
 
 // The tokenizer a token file names (its `tokenizer` and `tokenizer_sha256` attributes): byte-level, or the BPE
 // tokenizer.json at the path it records when the file there still has that content. Throws naming the token
-// file, the path and what differs (moved, or edited since), and suggests --tokenizer.
+// file, the path and what differs (moved, or edited since): titan::Error only.
 std::unique_ptr<Tokenizer> tokenizer_of_token_file(const std::string& token_file, const std::string& name,
                                                    const std::string& sha256);
 

@@ -125,8 +125,8 @@ def main():
         rc, out = run(["mpirun", "--oversubscribe", "-np", "4", train, "--config", "qwen3_debug",
                        "--parallelism.tensor_parallel_degree", "4", "--model.n_heads", "6", "--training.steps", "1"], cwd)
         check(rc != 0 and out.count("[titan] error") == 1 and
-              "model.n_heads (6) must be divisible by parallelism.tensor_parallel_degree (4); set the degree to one "
-              "of 1, 2, 3, 6" in out and "MPI_ABORT" not in out,
+              "model.n_heads (6) must be divisible by parallelism.tensor_parallel_degree (4); degrees that divide it: "
+              "1, 2, 3, 6" in out and "MPI_ABORT" not in out,
               "a head count the tp degree does not divide: once, naming the degrees that do", out)
 
         # --help: meanings and defaults
