@@ -13,6 +13,7 @@
 #include "job/validator.h"
 #include "models/decoder/presets.h"
 #include "src/checkpoint/checkpoint.h"
+#include "src/checkpoint/h5.h"
 #include "src/optim/adamw.h"
 #include "step/train_step.h"
 
@@ -48,9 +49,7 @@ std::unique_ptr<JobLock> open_job_folder(const JobConfig& cfg, comms::DeviceMesh
 TrainJob assemble(const JobConfig& cfg, comms::DeviceMesh& mesh, DataLoader& loader) {
   const int64_t B = cfg.training.local_batch_size, S = cfg.training.seq_len;
   MPI_Comm comm = mesh.world > 1 ? comms::world_comm() : nullptr;
-  TITAN_CHECK(loader.vocab_size() <= cfg.model.vocab_size, "config error: model.vocab_size = ", cfg.model.vocab_size,
-              " is smaller than the vocabulary of ", cfg.training.dataset_path, " (", loader.vocab_size(),
-              ", tokenizer ", loader.tokenizer(), ")");
+  check_fits(cfg, mesh.world);  // the data's vocabulary, this machine's memory (titan-train checked them first)
   int64_t n_params = 0;
   {
     DeviceScope meta(Device::Meta);  // shape-only first: the memory check allocates nothing
@@ -71,14 +70,6 @@ TrainJob assemble(const JobConfig& cfg, comms::DeviceMesh& mesh, DataLoader& loa
                  : "warning: attn_mask_type block_causal, but " + cfg.training.dataset_path +
                        " holds one document (no /doc_starts): it equals causal; tokenize with titan-tokenize "
                        "from a folder or JSONL to keep document boundaries");
-  // refuse jobs whose weights + grads + AdamW moments alone exceed this machine's memory: the shards of
-  // all ranks add up to 16 bytes per parameter, and each rank first builds the full fp32 model
-  const double need = 16.0 * (double)n_params + 4.0 * (double)n_params * (mesh.world - 1);
-  const double have = (double)physical_memory_bytes();
-  TITAN_CHECK(need < 0.9 * have, "model ", cfg.model.flavor, " has ", with_commas((double)n_params),
-              " parameters: weights + gradients + AdamW state need ", fmt("%.1f", need / (1 << 30)),
-              " GiB on this machine (all ranks), it has ", fmt("%.1f", have / (1 << 30)),
-              " GiB; pick a smaller flavor (configs/qwen3_debug.yaml)");
   TrainJob job = build_job(cfg, mesh, [&](decoder::Decoder& full) {
     TITAN_CHECK(full.num_parameters() == n_params, "internal: parameter count mismatch");
   });
@@ -133,6 +124,30 @@ int agreed_signal(const PreemptionGuard& preempt, comms::DeviceMesh& mesh) {
       .to_vector<double>()[0];
 }
 }  // namespace
+
+void check_fits(const JobConfig& cfg, int world) {
+  if (cfg.simulation.enabled) return;
+  {  // the token file's vocabulary (titan-tokenize records it) within the model's
+    h5::File f(cfg.training.dataset_path, h5::File::Read);
+    const int64_t vocab = f.has_attr("vocab_size") ? f.attr_int("vocab_size") : -1;
+    TITAN_CHECK(vocab <= cfg.model.vocab_size, "config error: model.vocab_size = ", cfg.model.vocab_size,
+                " is smaller than the vocabulary of ", cfg.training.dataset_path, " (", vocab, ", tokenizer ",
+                f.has_attr("tokenizer") ? f.attr_string("tokenizer") : std::string("unknown"), ")");
+  }
+  int64_t n_params = 0;
+  {
+    DeviceScope meta(Device::Meta);  // shape only: nothing allocated
+    n_params = decoder::Decoder(cfg.model).expected_num_params();
+  }
+  // weights + grads + AdamW moments alone over this machine's memory: the shards of all ranks add up to 16
+  // bytes per parameter, and each rank first builds the full fp32 model
+  const double need = 16.0 * (double)n_params + 4.0 * (double)n_params * (world - 1);
+  const double have = (double)physical_memory_bytes();
+  TITAN_CHECK(need < 0.9 * have, "model ", cfg.model.flavor, " has ", with_commas((double)n_params),
+              " parameters: weights + gradients + AdamW state need ", fmt("%.1f", need / (1 << 30)),
+              " GiB on this machine (all ranks), it has ", fmt("%.1f", have / (1 << 30)),
+              " GiB; pick a smaller flavor (configs/qwen3_debug.yaml)");
+}
 
 void check_layout(const JobConfig& cfg, int rank, int world) {
   if (cfg.simulation.enabled) return;

@@ -20,5 +20,9 @@ TrainResult train(const JobConfig& cfg);
 // communication. Throws the error building the job would (degrees that do not fit the world, a sequence or a
 // head count the degrees do not divide, ...). Nothing to check for a simulated job (its world is the config's).
 void check_layout(const JobConfig& cfg, int rank, int world);
+// The job fits its data and this machine: the token file's vocabulary within model.vocab_size, and weights +
+// gradients + AdamW state of `world` ranks within this machine's memory (cfg's data paths as found:
+// with_data_found). Reads one attribute; allocates nothing.
+void check_fits(const JobConfig& cfg, int world);
 
 }  // namespace titan

@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
   try {
     cfg = titan::load_job_config(argc, argv);
     titan::check_layout(cfg, titan::comms::world_rank(), titan::comms::world_size());
-    if (!cfg.simulation.enabled) (void)titan::with_data_found(cfg, nullptr);  // the data files exist
+    if (!cfg.simulation.enabled)  // the data files exist, the data and the model fit
+      titan::check_fits(titan::with_data_found(cfg, nullptr), titan::comms::world_size());
   } catch (const std::exception& e) {
     refused = e.what();
   }

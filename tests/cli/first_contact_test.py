@@ -7,7 +7,8 @@
 - `--model.flavor` with a shape that disagrees in the same place is refused; an unknown flavor lists the known;
 - a simulated step over the chip's memory exits non-zero (simulation.allow_oom true: 0); a simulation saves
   config.yaml and prints the job it priced (`sim job:`), the published figure of a validation config;
-- a layout error under mpirun prints once, with the fix, and no MPI_ABORT banner;
+- a layout error under mpirun prints once, with the fix, and no MPI_ABORT banner (as a vocabulary too small
+  for the data);
 - `--help` shows each key's meaning and default; the config dump is off by default (config.yaml named);
 - `titan-tokenize --decode` round-trips a KJV sample (byte-level and the installed Qwen3 tokenizer);
 - scripts/compare_runs.py compares two runs (the config difference, a PNG).
@@ -128,6 +129,12 @@ def main():
               "model.n_heads (6) must be divisible by parallelism.tensor_parallel_degree (4); degrees that divide it: "
               "1, 2, 3, 6" in out and "MPI_ABORT" not in out,
               "a head count the tp degree does not divide: once, naming the degrees that do", out)
+
+        rc, out = run(["mpirun", "--oversubscribe", "-np", "2", train, "--config", "qwen3_debug", "--model.vocab_size",
+                       "100", "--job.dump_folder", "outputs/vocab"], cwd)
+        check(rc != 0 and out.count("[titan] error") == 1 and "model.vocab_size = 100 is smaller than the vocabulary" in out
+              and not os.path.exists(os.path.join(cwd, "outputs", "vocab")),
+              "a vocabulary the model cannot hold: once, before the job folder exists", out)
 
         # --help: meanings and defaults
         rc, out = run([train, "--help"], cwd)
