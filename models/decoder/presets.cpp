@@ -95,6 +95,13 @@ std::vector<std::string> flavors(Family f) {
 }
 
 namespace {
+// A knob's value as YAML writes it, without the quotes around strings and enums (as typed).
+std::string as_typed(const Knob& k, const Args& a) {
+  Args copy = a;  // a Field binds a mutable slot
+  std::string v = k.bind(copy).get();
+  return v.size() >= 2 && v.front() == '"' ? v.substr(1, v.size() - 2) : v;
+}
+
 // The flavor `name` of family f, or null.
 const Flavor* find_flavor(Family f, const std::string& name) {
   for (const auto& fl : flavor_table())
@@ -121,9 +128,7 @@ std::vector<FlavorKnob> flavor_knobs(const Flavor& fl) {
       if (have) continue;
       const Knob* k = find_knob(key);
       TITAN_CHECK(k, "internal: flavor ", other.name, " names an unknown knob ", key);
-      std::string v = k->bind(p).get();
-      if (v.size() >= 2 && v.front() == '"') v = v.substr(1, v.size() - 2);
-      out.push_back({key, v, false});
+      out.push_back({key, as_typed(*k, p), false});
     }
   }
   return out;
@@ -229,9 +234,8 @@ std::string knobs_beyond_preset(const Args& a) {
   std::string out;
   for (const auto& k : knobs()) {
     if (size.count(k.key) || !k.inapplicable(a).empty()) continue;
-    std::string v = k.bind(const_cast<Args&>(a)).get();
-    if (v == k.bind(p).get()) continue;
-    if (v.size() >= 2 && v.front() == '"') v = v.substr(1, v.size() - 2);  // enums as typed
+    const std::string v = as_typed(k, a);
+    if (v == as_typed(k, p)) continue;
     out += (out.empty() ? "" : ", ") + k.key + " " + v;
   }
   return out;
