@@ -17,7 +17,6 @@
 
 namespace titan {
 
-int64_t physical_memory_bytes() { return (int64_t)sysconf(_SC_PHYS_PAGES) * (int64_t)sysconf(_SC_PAGESIZE); }
 
 int64_t max_rss_bytes() {
   rusage r{};

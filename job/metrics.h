@@ -7,10 +7,10 @@
 #include <string>
 
 #include "src/log/log.h"
+#include "src/tensor/memory.h"  // physical_memory_bytes
 
 namespace titan {
 
-int64_t physical_memory_bytes();
 int64_t max_rss_bytes();
 
 

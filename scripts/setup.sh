@@ -4,6 +4,7 @@
 set -euo pipefail
 PKGS=(
   build-essential cmake ninja-build pkg-config
+  clang libomp-dev  # the fuzz harnesses (libFuzzer is clang's; OpenMP under clang)
   libeigen3-dev
   libopenmpi-dev openmpi-bin
   libyaml-cpp-dev

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The test command: sets up dependencies, builds (release) and installs, runs
 # the whole ctest suite, then runs the unit tests and every mpirun test under
-# ASan+UBSan and the comms tests under ThreadSanitizer.
+# ASan+UBSan, the comms tests under ThreadSanitizer, and the fuzz harnesses (scripts/fuzz.sh).
 #   ./scripts/test.sh            # everything (what .ci/run calls)
-#   SKIP_SETUP=1 SKIP_ASAN=1 ./scripts/test.sh   # quick local loop
+#   SKIP_SETUP=1 SKIP_ASAN=1 SKIP_FUZZ=1 ./scripts/test.sh   # quick local loop
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
@@ -46,5 +46,12 @@ if [ -z "${SKIP_ASAN:-}" ]; then
       -x TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/sanitizers/tsan.supp" \
       ./build-tsan/titan_comms_tests --gtest_brief=1
   done
+fi
+
+if [ -z "${SKIP_FUZZ:-}" ]; then
+  # every parser of outside data (tests/fuzz/targets.h) under libFuzzer + ASan + UBSan: the committed regression
+  # inputs once, then ~20 s of fuzzing each; a finding fails the run (scripts/fuzz.sh says what to do with it)
+  echo "[test] fuzzing (clang, libFuzzer, ASan + UBSan)"
+  ./scripts/fuzz.sh --seconds "${FUZZ_SECONDS:-20}"
 fi
 echo "[test] all passed"

@@ -7,7 +7,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
+#include <fstream>
 #include <stdexcept>
+
+#include "src/config/field.h"
+#include "src/tensor/error.h"
 
 #ifndef TITAN_DEVICE_SPECS_DIR
 #define TITAN_DEVICE_SPECS_DIR "simulator/specs"
@@ -40,7 +44,7 @@ std::string specs_dir() {
 
 namespace {
 [[noreturn]] void fail(const std::string& file, const std::string& msg) {
-  throw std::runtime_error("hardware spec " + file + ": " + msg);
+  throw Error("hardware spec " + file + ": " + msg);
 }
 
 std::vector<std::string> stems(const std::string& sub) {
@@ -71,10 +75,25 @@ std::string resolve(const std::string& name, const std::string& sub, const char*
 }
 
 YAML::Node load_yaml(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in.good()) fail(file, "cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  config::check_nesting(text.str(), file);
   try {
-    return YAML::LoadFile(file);
+    return YAML::Load(text.str());
   } catch (const YAML::Exception& e) {
     fail(file, std::string("cannot parse: ") + e.what());
+  }
+}
+
+// read(file), with yaml-cpp's errors (a value of the wrong shape; they name the line) as titan's, naming the file.
+template <class Read>
+auto with_file_named(const std::string& file, Read read) -> decltype(read(file)) {
+  try {
+    return read(file);
+  } catch (const YAML::Exception& e) {
+    fail(file, e.what());
   }
 }
 
@@ -92,9 +111,20 @@ double number(const YAML::Node& n, const std::string& key, const std::string& fi
   return v;
 }
 
+// A required whole count (chips, units, cores, links) in [1, 10^7]: no system has more chips than that, and the
+// counts multiply (int).
+int count(const YAML::Node& n, const std::string& key, const std::string& file) {
+  const double v = number(n, key, file);
+  if (v != std::floor(v) || v > 1e7)
+    fail(file, "key '" + key + "' must be a whole number in [1, 10000000], got " + n[key].as<std::string>());
+  return (int)v;
+}
+
 void check_keys(const YAML::Node& n, const std::vector<std::string>& allowed, const std::string& file,
                 const std::string& where) {
   for (auto it = n.begin(); it != n.end(); ++it) {
+    if (!it->first.IsScalar()) fail(file, "a key" + where + " is not a plain name (line " +
+                                              std::to_string(it->first.Mark().line + 1) + ")");
     const std::string k = it->first.as<std::string>();
     if (std::find(allowed.begin(), allowed.end(), k) == allowed.end())
       fail(file, "unknown key '" + k + "'" + where + "; allowed: " + join(allowed));
@@ -116,14 +146,16 @@ NetworkLevel parse_level(const YAML::Node& n, const std::string& file, const std
   if (l.topology == Topology::Torus2D) {
     if (!n["shape"] || !n["shape"].IsSequence() || n["shape"].size() != 2)
       fail(file, where + ".shape: a torus2d level needs shape: [x, y]");
-    l.shape = {n["shape"][0].as<int>(), n["shape"][1].as<int>()};
-    if (l.shape[0] < 1 || l.shape[1] < 1) fail(file, where + ".shape must be positive");
+    const double x = n["shape"][0].as<double>(), y = n["shape"][1].as<double>();
+    if (!(x >= 1 && y >= 1 && x == std::floor(x) && y == std::floor(y) && x * y <= 1e7))
+      fail(file, where + ".shape must be two whole numbers >= 1 whose product is at most 10000000");
+    l.shape = {(int)x, (int)y};
     l.units = l.shape[0] * l.shape[1];
   } else {
-    l.units = (int)number(n, "units", file);
+    l.units = count(n, "units", file);
   }
   l.bandwidth_gbps = number(n, "bandwidth_gbps", file);
-  l.links_per_chip = n["links_per_chip"] ? (int)number(n, "links_per_chip", file)
+  l.links_per_chip = n["links_per_chip"] ? count(n, "links_per_chip", file)
                                          : (l.topology == Topology::Torus2D ? 4 : l.topology == Topology::Ring ? 2 : 1);
   l.latency_us = number(n, "latency_us", file, true);
   l.efficiency = number(n, "efficiency", file);
@@ -135,8 +167,14 @@ NetworkLevel parse_level(const YAML::Node& n, const std::string& file, const std
 std::vector<std::string> known_chips() { return stems("chips"); }
 std::vector<std::string> known_systems() { return stems("systems"); }
 
+namespace {
+ChipSpec read_chip(const std::string& file);
+}
 ChipSpec load_chip(const std::string& name_or_path) {
-  const std::string file = resolve(name_or_path, "chips", "chip");
+  return with_file_named(resolve(name_or_path, "chips", "chip"), read_chip);
+}
+namespace {
+ChipSpec read_chip(const std::string& file) {
   YAML::Node n = load_yaml(file);
   if (!n.IsMap()) fail(file, "expected a map of chip figures");
   check_keys(n,
@@ -148,7 +186,7 @@ ChipSpec load_chip(const std::string& name_or_path) {
   ChipSpec c;
   c.file = file;
   c.name = n["name"] ? n["name"].as<std::string>() : fs::path(file).stem().string();
-  c.cores = (int)number(n, "cores", file);
+  c.cores = count(n, "cores", file);
   c.peak_tflops = number(n, "peak_tflops", file);
   c.headline_tflops = n["headline_tflops"] ? number(n, "headline_tflops", file) : c.peak_tflops;
   c.mfu_peak_tflops = n["mfu_peak_tflops"] ? number(n, "mfu_peak_tflops", file) : c.peak_tflops;
@@ -207,9 +245,16 @@ ChipSpec load_chip(const std::string& name_or_path) {
   }
   return c;
 }
+}  // namespace
 
+namespace {
+SystemSpec read_system(const std::string& file);
+}
 SystemSpec load_system(const std::string& name_or_path) {
-  const std::string file = resolve(name_or_path, "systems", "system");
+  return with_file_named(resolve(name_or_path, "systems", "system"), read_system);
+}
+namespace {
+SystemSpec read_system(const std::string& file) {
   YAML::Node n = load_yaml(file);
   if (!n.IsMap()) fail(file, "expected a map");
   check_keys(n, {"name", "chip", "chips", "levels", "scale_out", "collective_library"}, file, "");
@@ -222,7 +267,7 @@ SystemSpec load_system(const std::string& name_or_path) {
   if (s.chip_name.size() > 5 && s.chip_name.substr(s.chip_name.size() - 5) == ".yaml" &&
       fs::path(s.chip_name).is_relative())
     s.chip_name = (fs::path(file).parent_path() / s.chip_name).string();
-  s.chips = (int)number(n, "chips", file);
+  s.chips = count(n, "chips", file);
   if (n["collective_library"]) {
     const std::string lib = n["collective_library"].as<std::string>();
     const auto parsed = config::parse_enum<CollectiveLibrary>(lib);
@@ -235,7 +280,7 @@ SystemSpec load_system(const std::string& name_or_path) {
   }
   if (!n["levels"] || !n["levels"].IsSequence() || n["levels"].size() == 0)
     fail(file, "missing key 'levels' (the interconnect, innermost first)");
-  int prod = 1;
+  double prod = 1;
   for (size_t i = 0; i < n["levels"].size(); ++i) {
     s.levels.push_back(parse_level(n["levels"][i], file, "levels[" + std::to_string(i) + "]"));
     prod *= s.levels.back().units;
@@ -254,6 +299,7 @@ SystemSpec load_system(const std::string& name_or_path) {
   }
   return s;
 }
+}  // namespace
 
 double gemm_efficiency(const ChipSpec& c, double gflop) {
   const auto& t = c.gemm_efficiency;

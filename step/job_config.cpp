@@ -224,9 +224,12 @@ const Field* find(const std::vector<Field>& fs, const std::string& key) {
 void apply_yaml(JobConfig& c, const std::string& path) {
   std::ifstream in(path);
   TITAN_CHECK(in.good(), "config error: cannot open config file '", path, "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  config::check_nesting(text.str(), "config error: " + path);
   YAML::Node root;
   try {
-    root = YAML::LoadFile(path);
+    root = YAML::Load(text.str());
   } catch (const YAML::Exception& e) {
     fail("config error: ", path, ":", e.mark.line + 1, ": malformed YAML: ", e.msg);
   }
@@ -242,8 +245,13 @@ void apply_yaml(JobConfig& c, const std::string& path) {
     TITAN_CHECK(fresh, "config error: ", path, ":", line, ": duplicate key '", key, "' (first at line ", it->second,
                 "); YAML would keep one of them silently");
   };
+  auto plain_key = [&](const YAML::Node& k) {  // a key is a name: YAML's [list] or {map} keys are refused
+    TITAN_CHECK(k.IsScalar(), "config error: ", path, ":", k.Mark().line + 1,
+                ": a key must be a plain name, not a list or mapping");
+    return k.Scalar();
+  };
   for (auto it = root.begin(); it != root.end(); ++it) {
-    const std::string sec = it->first.as<std::string>();
+    const std::string sec = plain_key(it->first);
     const int line = it->first.Mark().line + 1;
     if (std::find(secs.begin(), secs.end(), sec) == secs.end())
       fail("config error: ", path, ":", line, ": unknown section '", sec, "'", suggestion(sec, secs),
@@ -252,7 +260,7 @@ void apply_yaml(JobConfig& c, const std::string& path) {
     TITAN_CHECK(it->second.IsMap(), "config error: ", path, ":", line, ": section '", sec, "' must be a mapping");
     auto keys = keys_in(fs, sec);
     for (auto kv = it->second.begin(); kv != it->second.end(); ++kv) {
-      const std::string k = kv->first.as<std::string>();
+      const std::string k = plain_key(kv->first);
       const int kl = kv->first.Mark().line + 1;
       const Field* f = find(fs, sec + "." + k);
       once(sec + "." + k, kl);
@@ -296,6 +304,22 @@ void validate(const JobConfig& c) {
   pos(c.training.seq_len, "training.seq_len");
   pos(c.training.local_batch_size, "training.local_batch_size");
   pos(c.metrics.log_freq, "metrics.log_freq");
+  // sizes beyond any machine, refused as written before they size anything (products in double: no overflow)
+  TITAN_CHECK((double)c.training.seq_len * (double)c.training.local_batch_size <= double(int64_t(1) << 31),
+              "config error: training.seq_len (", c.training.seq_len, ") x training.local_batch_size (",
+              c.training.local_batch_size, ") is more than 2^31 tokens per rank and step; a value is mistyped");
+  {
+    const auto& p = c.parallelism;
+    double ranks = 1;
+    for (int64_t d : {p.data_parallel_replicate_degree, p.data_parallel_shard_degree, p.tensor_parallel_degree,
+                      p.pipeline_parallel_degree, p.context_parallel_degree})
+      ranks *= (double)std::max<int64_t>(d, 1);
+    const double simulated = (double)std::max(c.simulation.world_size, c.simulation.num_systems);
+    TITAN_CHECK(ranks <= double(1 << 24) && simulated <= double(1 << 24), "config error: the parallelism degrees "
+                "multiply to ", ranks, " ranks, simulation.world_size is ", c.simulation.world_size,
+                " and simulation.num_systems ", c.simulation.num_systems,
+                "; more than 2^24 (16,777,216; the largest published runs use ~100,000 chips) is a mistyped value");
+  }
   TITAN_CHECK(c.parallelism.expert_parallel_degree >= 1 &&
                   c.model.moe_num_experts % c.parallelism.expert_parallel_degree == 0,
               "config error: model.moe_num_experts = ", c.model.moe_num_experts,
@@ -602,15 +626,21 @@ JobConfig load_job_config(int argc, const char* const* argv) {
 
 std::vector<std::string> config_changes(const std::string& old_yaml, const std::string& new_yaml,
                                         const std::vector<std::string>& sections) {
-  auto flat = [](const std::string& text) {
+  auto flat = [](const std::string& text) {  // the config a checkpoint recorded: read as untrusted text
     std::map<std::string, std::string> m;
-    YAML::Node root = YAML::Load(text);
+    config::check_nesting(text, "checkpoint: the recorded config");
+    YAML::Node root;
+    try {
+      root = YAML::Load(text);
+    } catch (const YAML::Exception& e) {
+      fail("checkpoint: the recorded config is not YAML (line ", e.mark.line + 1, ": ", e.msg, "): damaged");
+    }
     if (!root.IsMap()) return m;
     for (auto sec = root.begin(); sec != root.end(); ++sec)
-      if (sec->second.IsMap())
+      if (sec->first.IsScalar() && sec->second.IsMap())
         for (auto kv = sec->second.begin(); kv != sec->second.end(); ++kv)
-          m[sec->first.as<std::string>() + "." + kv->first.as<std::string>()] =
-              kv->second.IsScalar() ? kv->second.as<std::string>() : "?";
+          if (kv->first.IsScalar())
+            m[sec->first.Scalar() + "." + kv->first.Scalar()] = kv->second.IsScalar() ? kv->second.Scalar() : "?";
     return m;
   };
   const auto a = flat(old_yaml), b = flat(new_yaml), d = flat(dump_job_config(JobConfig{}));

@@ -71,6 +71,11 @@ TrainJob build_job(const JobConfig& cfg, comms::DeviceMesh& mesh,
   mesh.degrees.check_sequence_length(cfg.training.seq_len, cfg.parallelism.enable_sequence_parallel);
   job.max_norm = cfg.training.max_norm;
   job.reduce_every_microbatch = cfg.parallelism.fsdp_reduce_every_microbatch;
+  if (default_device() != Device::Meta)  // each rank first builds the whole fp32 model: refused before any of it
+    check_memory_budget(4.0 * (double)cfg.model.num_params(),
+                        "build_job: the weights of model " + config::enum_name(cfg.model.name) + " (" +
+                            std::to_string(cfg.model.num_params()) + " float32 parameters, vocab_size " +
+                            std::to_string(cfg.model.vocab_size) + ", dim " + std::to_string(cfg.model.dim) + ")");
   job.model = std::make_unique<decoder::Decoder>(cfg.model);
   if (default_device() != Device::Meta && purpose == JobPurpose::train)
     job.model->init_weights((uint64_t)cfg.debug.seed);  // shards are cut from it

@@ -28,6 +28,38 @@ std::string even_positive(const T& v) {
   return v <= 0 ? "must be > 0" : v % 2 ? "must be even for RoPE (it rotates pairs of dims)" : "";
 }
 
+// The most decoder blocks titan builds: far beyond any published model (hundreds), small enough that a per-layer
+// table from an untrusted config.json is never a huge allocation.
+constexpr int64_t kMaxLayers = 65536;
+template <class T>
+std::string layer_count(const T& v) {
+  return v <= 0 ? "must be > 0" : v > kMaxLayers ? "must be at most " + std::to_string(kMaxLayers) : "";
+}
+
+// The parameter count in T: int64_t for num_params, double for validate's bound (no overflow either way).
+template <class T>
+T count_params(const Args& a) {
+  const T dim = (T)a.dim, head_dim = (T)a.head_dim, n_heads = (T)a.n_heads, n_kv_heads = (T)a.n_kv_heads;
+  const T hidden_dim = (T)a.hidden_dim, moe_hidden_dim = (T)a.moe_hidden_dim, experts = (T)a.moe_num_experts;
+  const bool ln = a.norm_type == nn::NormKind::layernorm;
+  const T norm = ln ? 2 * dim : dim;
+  const T qk = a.qk_norm ? (ln ? 4 : 2) * head_dim : 0;
+  const T rel = a.attn_bias == nn::ScoreBias::relative ? n_heads * (2 * (T)a.attn_relative_max_distance - 1) : 0;
+  const T attn_p = dim * n_heads * head_dim * 2 + dim * n_kv_heads * head_dim * 2 +
+                   (a.attn_proj_bias ? n_heads * head_dim + 2 * n_kv_heads * head_dim + dim : 0) +
+                   (a.attn_sinks ? n_heads : 0) + qk + rel;
+  const T expert = 3 * dim * moe_hidden_dim + (a.moe_expert_bias ? 2 * moe_hidden_dim + dim : 0);
+  T total = 0;
+  for (int64_t i = 0; i < a.n_layers; ++i) {
+    T mlp = 3 * dim * hidden_dim;
+    if (a.is_moe_layer(i))
+      mlp = dim * experts + (a.moe_router_bias ? experts : 0) + experts * expert +
+            (a.moe_shared_expert ? 3 * dim * moe_hidden_dim : 0);
+    total += attn_p + 2 * norm + mlp;
+  }
+  return total + norm + (T)a.vocab_size * dim * (a.enable_weight_tying ? 1 : 2);
+}
+
 // Where a knob acts (knobs.def's "acts when" column): "" when it acts on this configuration, else why not.
 std::string always(const Args&) { return ""; }
 std::string moe_layers(const Args& m) {
@@ -83,7 +115,7 @@ Knob make_knob(const char* key, T Args::*m, const char* hf, std::string (*rule)(
   k.copy = [m](const Args& from, Args& to) { to.*m = from.*m; };
   k.check = [m, rule](const Args& a) { return rule(a.*m); };
   k.to_json = [m, key](const Args& a, json& j) { j[key] = a.*m; };
-  k.from_json = [m](const json& j, Args& a, const std::string& field) {
+  k.from_json = [m, rule](const json& j, Args& a, const std::string& field) {
     try {
       a.*m = j.at(field).get<T>();
     } catch (const Error& e) {
@@ -91,6 +123,9 @@ Knob make_knob(const char* key, T Args::*m, const char* hf, std::string (*rule)(
     } catch (const std::exception& e) {
       fail("model config: ", field, " = ", j.at(field).dump(), " is not ", config::type_name<T>(), " (", e.what(), ")");
     }
+    // checked as read, with the value as written: before anything is sized by it
+    const std::string why = rule(a.*m);
+    TITAN_CHECK(why.empty(), "model config: ", field, " = ", j.at(field).dump(), " ", why);
   };
   return k;
 }
@@ -134,7 +169,27 @@ RopeScaling Args::rope_scaling() const {
                      rope_low_freq_factor, rope_high_freq_factor};
 }
 
+namespace {
+// A knob as the user wrote it: model.<key>, or the config.json field it was read from.
+std::string written_key(const std::string& k, bool hf_import) {
+  const Knob* kb = find_knob(k);
+  return hf_import && kb && !kb->hf.empty() ? kb->hf : hf_import ? "titan_decoder." + k : "model." + k;
+}
+// Each knob's own rule (knobs.def), before anything is sized by the values.
+void check_each_knob(const Args& a, bool hf_import) {
+  for (const auto& k : knobs()) {
+    const std::string why = k.check(a);
+    if (!why.empty()) {
+      Args copy = a;
+      fail(hf_import ? "model config: " : "config error: ", written_key(k.key, hf_import), " ", why, ", got ",
+           k.bind(copy).get());
+    }
+  }
+}
+}  // namespace
+
 Args& Args::resolve() {
+  check_each_knob(*this, from_config_json);  // n_layers sizes the table below
   if (!from_config_json) {
     // sliding layers: every layer, or alternate ones (0, 2, ...); attn_mask_type sliding_window: every layer
     layer_window.assign(std::max<int64_t>(n_layers, 0), 0);
@@ -155,17 +210,15 @@ Args& Args::resolve() {
 
 void Args::validate(bool hf_import) const {
   const std::string head = hf_import ? "model config: " : "config error: ";
-  // a knob as the user wrote it: model.<key>, or the config.json field it was read from
-  auto key = [&](const std::string& k) {
-    const Knob* kb = find_knob(k);
-    return hf_import && kb && !kb->hf.empty() ? kb->hf : hf_import ? "titan_decoder." + k : "model." + k;
-  };
-  for (const auto& k : knobs()) {
-    const std::string why = k.check(*this);
-    if (!why.empty()) {
-      Args copy = *this;
-      fail(head, key(k.key), " ", why, ", got ", k.bind(copy).get());
-    }
+  auto key = [&](const std::string& k) { return written_key(k, hf_import); };
+  check_each_knob(*this, hf_import);
+  {  // the sizes together: a count int64 holds (and far beyond any machine: 10^15 parameters is 4 PB of fp32)
+    const double params = count_params<double>(*this);
+    TITAN_CHECK(params < 1e15, head, "the sizes give ", params, " parameters (", key("vocab_size"), " ", vocab_size,
+                ", ", key("dim"), " ", dim, ", ", key("n_layers"), " ", n_layers, ", ", key("hidden_dim"), " ",
+                hidden_dim, ", ", key("n_heads"), " ", n_heads, " x ", key("head_dim"), " ", head_dim,
+                (moe_enabled ? ", " + key("moe_num_experts") + " " + std::to_string(moe_num_experts) : std::string()),
+                "): more than 10^15, beyond what titan plans; a size is mistyped");
   }
   TITAN_CHECK(hidden_dim > 0 || !any_dense_layer(), head, key("hidden_dim"), " must be > 0, got ", hidden_dim,
               " (a layer has a dense MLP)");
@@ -206,24 +259,7 @@ int64_t expert_params(const Args& a) {
 }
 }  // namespace
 
-int64_t Args::num_params() const {
-  const bool ln = norm_type == nn::NormKind::layernorm;
-  const int64_t norm = ln ? 2 * dim : dim;
-  const int64_t qk = qk_norm ? (ln ? 4 : 2) * head_dim : 0;
-  const int64_t rel = attn_bias == nn::ScoreBias::relative ? n_heads * (2 * attn_relative_max_distance - 1) : 0;
-  const int64_t attn_p = dim * n_heads * head_dim * 2 + dim * n_kv_heads * head_dim * 2 +
-                         (attn_proj_bias ? n_heads * head_dim + 2 * n_kv_heads * head_dim + dim : 0) +
-                         (attn_sinks ? n_heads : 0) + qk + rel;
-  int64_t total = 0;
-  for (int64_t i = 0; i < n_layers; ++i) {
-    int64_t mlp = 3 * dim * hidden_dim;
-    if (is_moe_layer(i))
-      mlp = dim * moe_num_experts + (moe_router_bias ? moe_num_experts : 0) + moe_num_experts * expert_params(*this) +
-            (moe_shared_expert ? 3 * dim * moe_hidden_dim : 0);
-    total += attn_p + 2 * norm + mlp;
-  }
-  return total + norm + vocab_size * dim * (enable_weight_tying ? 1 : 2);
-}
+int64_t Args::num_params() const { return count_params<int64_t>(*this); }
 
 int64_t Args::num_active_params() const {
   int64_t idle = 0;

@@ -277,6 +277,10 @@ std::string hf_model_family(const json& j) {
 }
 }  // namespace
 
+namespace {
+Args from_hf_object(const json& j);
+}
+
 Args Args::from_hf_json(const std::string& text) {
   json j;
   try {
@@ -284,6 +288,20 @@ Args Args::from_hf_json(const std::string& text) {
   } catch (const std::exception& e) {
     fail("model config: the HF config.json content is not valid JSON: ", e.what());
   }
+  TITAN_CHECK(j.is_object(), "model config: the HF config.json content is not a JSON object");
+  TITAN_CHECK(!j.contains("model_type") || j["model_type"].is_string(), "model config: model_type = ",
+              j.value("model_type", json()).dump().substr(0, 80), " is not a string");
+  try {
+    return from_hf_object(j);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // a field of the wrong JSON type that no check above names
+    fail("model config: the HF config.json has a field of the wrong type: ", e.what());
+  }
+}
+
+namespace {
+Args from_hf_object(const json& j) {
   const std::string mt = j.value("model_type", std::string("qwen3"));
   Args a;
   if (mt == "titan_decoder" && j.contains("titan_decoder")) {
@@ -302,6 +320,7 @@ Args Args::from_hf_json(const std::string& text) {
   a.validate(/*hf_import=*/true);
   return a;
 }
+}  // namespace
 
 HfClass Args::hf_class(std::string* why) const {
   auto no = [&](const std::string& w) {

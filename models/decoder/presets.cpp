@@ -45,6 +45,14 @@ KV dense(const char* dim, const char* layers, const char* heads, const char* kv,
   return {{"dim", dim},   {"n_layers", layers}, {"n_heads", heads}, {"n_kv_heads", kv},
           {"head_dim", head_dim}, {"hidden_dim", hidden}, {"vocab_size", vocab}};
 }
+// Every layer MoE (gpt-oss): the intermediate size is the experts' (model.moe_hidden_dim); there is no dense MLP.
+KV all_moe(const char* dim, const char* layers, const char* heads, const char* kv, const char* head_dim,
+           const char* expert_hidden, const char* vocab) {
+  KV a = dense(dim, layers, heads, kv, head_dim, expert_hidden, vocab);
+  for (auto& [k, v] : a)
+    if (k == "hidden_dim") k = "moe_hidden_dim";
+  return a;
+}
 KV with(KV a, const KV& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
@@ -67,11 +75,11 @@ const std::vector<Flavor>& flavor_table() {
         {"vocab_size", "151936"}, {"moe_num_experts", "128"}, {"moe_top_k", "8"}, {"moe_hidden_dim", "768"},
         {"moe_first_dense", "0"}}},
       {Family::gpt_oss, "debug",
-       with(dense("128", "4", "4", "2", "32", "128", "256"), {{"moe_num_experts", "8"}, {"moe_top_k", "2"}, {"sliding_window", "64"}})},
+       with(all_moe("128", "4", "4", "2", "32", "128", "256"), {{"moe_num_experts", "8"}, {"moe_top_k", "2"}, {"sliding_window", "64"}})},
       {Family::gpt_oss, "20b",
-       with(dense("2880", "24", "64", "8", "64", "2880", "201088"), {{"moe_num_experts", "32"}, {"moe_top_k", "4"}})},
+       with(all_moe("2880", "24", "64", "8", "64", "2880", "201088"), {{"moe_num_experts", "32"}, {"moe_top_k", "4"}})},
       {Family::gpt_oss, "120b",
-       with(dense("2880", "36", "64", "8", "64", "2880", "201088"), {{"moe_num_experts", "128"}, {"moe_top_k", "4"}})},
+       with(all_moe("2880", "36", "64", "8", "64", "2880", "201088"), {{"moe_num_experts", "128"}, {"moe_top_k", "4"}})},
       {Family::llama3, "debug",
        with(dense("256", "4", "4", "2", "64", "768", "256"),
             {{"rope_scaling_type", "llama3"}, {"rope_scaling_factor", "8"}, {"rope_original_max_position_embeddings", "64"}})},

@@ -18,6 +18,7 @@
 #include "src/checkpoint/h5.h"
 #include "src/checkpoint/safetensors.h"
 #include "src/log/log.h"
+#include "src/tensor/memory.h"
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -194,6 +195,9 @@ void check_values(const std::string& name, const float* p, const Shape& shape, c
   for (int64_t k = 0; k < n; ++k)
     TITAN_CHECK(std::isfinite(p[k]), "tensor '", name, "' holds a non-finite value (", p[k], ") at element ", k);
   if (hex.empty() || hex == "-") return;
+  TITAN_CHECK(hex.size() <= 16 && hex.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos,
+              "tensor '", name, "' has checksum '", hex.substr(0, 40), "', not a 64-bit hex number: the file's "
+              "checksum record is damaged");
   const uint64_t want = std::stoull(hex, nullptr, 16);
   const uint64_t got = block_checksum(shape, Shape(shape.size(), 0), shape, p);
   TITAN_CHECK(got == want, "tensor '", name, "' fails its checksum (stored ", hex, ", computed ", std::hex, got,
@@ -228,6 +232,10 @@ std::string verify_h5(const std::string& path, MPI_Comm comm, bool training_stat
     while (in >> name >> hex) {
       if (i++ % world != me) continue;
       TITAN_CHECK(f.has(name), "tensor '", name, "' is missing");
+      const Shape shape = f.shape(name);
+      double elements = 1;
+      for (int64_t d : shape) elements *= (double)d;
+      check_memory_budget(4.0 * elements, "tensor '" + name + "' " + shape_str(shape) + " read whole to verify it");
       const Tensor t = f.read_f32(name);
       check_values(name, t.data<float>(), t.shape(), hex);
     }

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "src/ops/ops.h"
+#include "src/tensor/memory.h"
 
 namespace titan::h5 {
 
@@ -96,6 +97,14 @@ std::vector<std::string> File::datasets(const std::string& group) const {
   H5Ovisit2(g.id, H5_INDEX_NAME, H5_ITER_NATIVE, cb, &ctx, H5O_INFO_BASIC);
   std::sort(out.begin(), out.end());
   return out;
+}
+
+bool File::holds_integers(const std::string& name) const {
+  TITAN_CHECK(has(name), "hdf5: '", path_, "' has no dataset '", name, "'");
+  Handle d{H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose};
+  TITAN_CHECK(d.id >= 0, "hdf5: cannot open dataset '", name, "' in '", path_, "'");
+  Handle t{H5Dget_type(d.id), H5Tclose};
+  return H5Tget_class(t.id) == H5T_INTEGER;
 }
 
 Shape File::shape(const std::string& name) const {
@@ -200,6 +209,9 @@ void File::write_i64(const std::string& name, const std::vector<int64_t>& v) {
 std::vector<int64_t> File::read_i64(const std::string& name) const {
   Shape s = shape(name);
   TITAN_CHECK(s.size() == 1, "hdf5: '", name, "' in '", path_, "' must be 1-D, has shape ", shape_str(s));
+  TITAN_CHECK(holds_integers(name), "hdf5: '", name, "' in '", path_, "' does not hold integers");
+  check_memory_budget(8.0 * (double)s[0], "hdf5: reading '" + name + "' from '" + path_ + "' (" +
+                                              std::to_string(s[0]) + " int64 values)");
   std::vector<int64_t> v((size_t)s[0]);
   Handle d{H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose};
   TITAN_CHECK(v.empty() || H5Dread(d.id, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) >= 0,
@@ -281,6 +293,11 @@ std::string File::attr_string(const std::string& name) const {
   Handle a{H5Aopen(id_, name.c_str(), H5P_DEFAULT), H5Aclose};
   Handle ft{H5Aget_type(a.id), H5Tclose};
   TITAN_CHECK(H5Tget_class(ft.id) == H5T_STRING, "hdf5: attribute '", name, "' in '", path_, "' is not a string");
+  {
+    Handle sp{H5Aget_space(a.id), H5Sclose};
+    const hssize_t n = H5Sget_simple_extent_npoints(sp.id);
+    TITAN_CHECK(n == 1, "hdf5: attribute '", name, "' in '", path_, "' holds ", n, " strings; titan expects one");
+  }
   if (H5Tis_variable_str(ft.id) > 0) {
     Handle mt{H5Tcopy(H5T_C_S1), H5Tclose};
     H5Tset_size(mt.id, H5T_VARIABLE);
@@ -300,11 +317,23 @@ std::string File::attr_string(const std::string& name) const {
 }
 
 namespace {
+// One number of the class asked for (an integer attribute for attr_int; any number for attr_double): a file
+// holding a list, a string or a float there is refused before anything is read into the one value.
 template <typename T>
 T read_scalar_attr(int64_t file, const std::string& path, const std::string& name, hid_t type) {
   Handle a{H5Aopen(file, name.c_str(), H5P_DEFAULT), H5Aclose};
+  TITAN_CHECK(a.id >= 0, "hdf5: cannot open attribute '", name, "' of '", path, "'");
+  Handle sp{H5Aget_space(a.id), H5Sclose};
+  const hssize_t n = H5Sget_simple_extent_npoints(sp.id);
+  Handle ft{H5Aget_type(a.id), H5Tclose};
+  const H5T_class_t cls = H5Tget_class(ft.id);
+  const bool integer = H5Tget_class(type) == H5T_INTEGER;
+  TITAN_CHECK(n == 1 && (cls == H5T_INTEGER || (!integer && cls == H5T_FLOAT)), "hdf5: attribute '", name, "' of '",
+              path, "' holds ", n, " value(s) of HDF5 class ", (int)cls, "; titan expects one ",
+              integer ? "integer" : "number");
   T v{};
-  TITAN_CHECK(a.id >= 0 && H5Aread(a.id, type, &v) >= 0, "hdf5: cannot read attribute '", name, "' of '", path, "'");
+  TITAN_CHECK(H5Aread(a.id, type, &v) >= 0, "hdf5: cannot read attribute '", name, "' of '", path,
+              "' (out of range for ", integer ? "int64" : "double", "?)");
   return v;
 }
 }  // namespace

@@ -32,6 +32,7 @@ class File {
   bool has(const std::string& name) const;  // dataset or group, "a/b/c"
   std::vector<std::string> datasets(const std::string& group = "/") const;  // full names, sorted
   Shape shape(const std::string& name) const;
+  bool holds_integers(const std::string& name) const;  // an integer element type (token ids, offsets)
 
   // Writes a tensor (float32 tensors as float32 or bfloat16; int64; uint32 from int64/int32 data).
   void write(const std::string& name, const Tensor& t, DType stored = DType::F32);

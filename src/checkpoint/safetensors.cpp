@@ -17,6 +17,7 @@
 #include "src/checkpoint/blocks.h"
 #include "src/log/log.h"
 #include "src/tensor/error.h"
+#include "src/tensor/memory.h"
 
 namespace fs = std::filesystem;
 
@@ -139,6 +140,62 @@ struct Stored {
   std::string checksum;  // titan's (hex), "" for files written elsewhere
 };
 
+// JSON from a file titan did not write, parsed with every object key checked once: a name given twice would
+// otherwise be taken silently (nlohmann keeps the last). `what` names the file in errors.
+nlohmann::json parse_unique_keys(const std::string& text, const std::string& what) {
+  std::vector<std::set<std::string>> keys;  // the keys seen in each open object
+  try {
+    return nlohmann::json::parse(text, [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& v) {
+      using E = nlohmann::json::parse_event_t;
+      if (ev == E::object_start) keys.resize((size_t)depth + 1), keys[(size_t)depth].clear();
+      if (ev == E::key) {
+        auto& seen = keys[(size_t)depth - 1];
+        TITAN_CHECK(seen.insert(v.get<std::string>()).second, what, " names '", v.get<std::string>(),
+                    "' twice (at nesting depth ", depth, "): which one is meant is ambiguous; the file is damaged "
+                    "or was not written by a safetensors writer");
+      }
+      return true;
+    });
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(what, " is not valid JSON: ", e.what());
+  }
+}
+
+// A tensor's extent from its header entry: every dimension a non-negative integer, the element count and the
+// byte size without overflow. Errors name the file, the tensor and the values as written.
+void read_entry(const std::string& file, const std::string& name, const nlohmann::json& t, uint64_t data,
+                uint64_t size, Stored& s) {
+  const std::string where = "safetensors: tensor '" + name + "' in '" + file + "'";
+  TITAN_CHECK(t.is_object() && t.contains("dtype") && t.contains("shape") && t.contains("data_offsets"), where,
+              " lacks dtype/shape/data_offsets: ", t.dump().substr(0, 200));
+  TITAN_CHECK(t["dtype"].is_string(), where, ": dtype ", t["dtype"].dump(), " is not a string");
+  s.dtype = t["dtype"].get<std::string>();
+  TITAN_CHECK(s.dtype == "F32" || s.dtype == "BF16" || s.dtype == "F16", where, " is ", s.dtype,
+              "; titan loads F32, BF16 and F16 weights");
+  TITAN_CHECK(t["shape"].is_array() && t["shape"].size() <= 8, where, ": shape ", t["shape"].dump().substr(0, 200),
+              " is not a list of at most 8 dimensions");
+  const uint64_t es = s.dtype == "F32" ? 4 : 2;
+  uint64_t bytes = es;
+  for (const auto& d : t["shape"]) {
+    TITAN_CHECK(d.is_number_integer() && (d.is_number_unsigned() || d.get<int64_t>() >= 0), where,
+                ": shape ", t["shape"].dump(), " holds ", d.dump(), ", not a non-negative integer");
+    const uint64_t n = d.get<uint64_t>();
+    TITAN_CHECK(n <= (uint64_t)INT64_MAX && !__builtin_mul_overflow(bytes, n, &bytes), where, ": shape ",
+                t["shape"].dump(), " of ", s.dtype, " is more than 2^64 bytes");
+    s.shape.push_back((int64_t)n);
+  }
+  const auto& o = t["data_offsets"];
+  TITAN_CHECK(o.is_array() && o.size() == 2 && o[0].is_number_unsigned() && o[1].is_number_unsigned(), where,
+              ": data_offsets ", o.dump().substr(0, 200), " is not [begin, end] (two non-negative integers)");
+  const uint64_t b = o[0].get<uint64_t>(), e = o[1].get<uint64_t>();
+  TITAN_CHECK(e >= b && e - b == bytes && e <= size - data, where, " has data_offsets [", b, ", ", e, "] for ", bytes,
+              " bytes of ", shape_str(s.shape), " ", s.dtype, " in a file of ", size, " bytes (", size - data,
+              " after the header): damaged or truncated");
+  s.begin = data + b;
+}
+
 void parse_file(const std::string& file, std::map<std::string, Stored>& out) {
   Fd f(file, O_RDONLY, "open");
   struct stat st {};
@@ -151,43 +208,31 @@ void parse_file(const std::string& file, std::map<std::string, Stored>& out) {
               "-byte header in a file of ", size, " bytes: not a safetensors file, or damaged");
   std::string text(n, '\0');
   pread_all(f.fd, text.data(), n, 8, file);
-  nlohmann::json h;
-  try {
-    h = nlohmann::json::parse(text);
-  } catch (const std::exception& e) {
-    fail("safetensors: the header of '", file, "' is not valid JSON: ", e.what());
-  }
+  const nlohmann::json h = parse_unique_keys(text, "safetensors: the header of '" + file + "'");
   TITAN_CHECK(h.is_object(), "safetensors: the header of '", file, "' is not a JSON object");
   const uint64_t data = 8 + n;
   nlohmann::json sums = nlohmann::json::object();
-  if (h.contains("__metadata__") && h["__metadata__"].is_object() && h["__metadata__"].contains("titan_checksums")) {
-    try {
-      sums = nlohmann::json::parse(h["__metadata__"]["titan_checksums"].get<std::string>());
-    } catch (const std::exception& e) {
-      fail("safetensors: the titan_checksums metadata of '", file, "' is damaged: ", e.what());
+  if (h.contains("__metadata__")) {
+    const auto& meta = h["__metadata__"];
+    TITAN_CHECK(meta.is_object(), "safetensors: __metadata__ of '", file, "' is not an object");
+    if (meta.contains("titan_checksums")) {
+      TITAN_CHECK(meta["titan_checksums"].is_string(), "safetensors: the titan_checksums metadata of '", file,
+                  "' is not a string");
+      sums = parse_unique_keys(meta["titan_checksums"].get<std::string>(),
+                               "safetensors: the titan_checksums metadata of '" + file + "'");
+      TITAN_CHECK(sums.is_object(), "safetensors: the titan_checksums metadata of '", file, "' is not an object");
     }
   }
   for (auto& [name, t] : h.items()) {
     if (name == "__metadata__") continue;
-    TITAN_CHECK(t.is_object() && t.contains("dtype") && t.contains("shape") && t.contains("data_offsets"),
-                "safetensors: tensor '", name, "' in '", file, "' lacks dtype/shape/data_offsets");
     Stored s;
     s.file = file;
-    s.dtype = t["dtype"].get<std::string>();
-    TITAN_CHECK(s.dtype == "F32" || s.dtype == "BF16" || s.dtype == "F16", "safetensors: tensor '", name, "' in '",
-                file, "' is ", s.dtype, "; titan loads F32, BF16 and F16 weights");
-    int64_t numel = 1;
-    for (auto& d : t["shape"]) {
-      s.shape.push_back(d.get<int64_t>());
-      numel *= s.shape.back();
+    read_entry(file, name, t, data, size, s);
+    if (sums.contains(name)) {
+      TITAN_CHECK(sums[name].is_string(), "safetensors: the titan checksum of '", name, "' in '", file,
+                  "' is not a string: ", sums[name].dump());
+      s.checksum = sums[name].get<std::string>();
     }
-    const uint64_t b = t["data_offsets"][0].get<uint64_t>(), e = t["data_offsets"][1].get<uint64_t>();
-    const uint64_t want = (uint64_t)numel * (s.dtype == "F32" ? 4 : 2);
-    TITAN_CHECK(e >= b && e - b == want && data + e <= size, "safetensors: tensor '", name, "' in '", file,
-                "' has data_offsets [", b, ", ", e, "] for ", want, " bytes of ", shape_str(s.shape), " ", s.dtype,
-                " in a file of ", size, " bytes: damaged or truncated");
-    s.begin = data + b;
-    if (sums.contains(name)) s.checksum = sums[name].get<std::string>();
     TITAN_CHECK(!out.count(name), "safetensors: tensor '", name, "' appears twice (in '", out[name].file, "' and '",
                 file, "')");
     out[name] = s;
@@ -203,18 +248,28 @@ std::vector<std::string> st_files(const std::string& path) {
     else fail("safetensors: folder '", path, "' holds neither model.safetensors nor model.safetensors.index.json");
   }
   if (p.size() >= 5 && p.compare(p.size() - 5, 5, ".json") == 0) {
-    std::ifstream in(p);
+    std::error_code ec;
+    const uintmax_t bytes = fs::file_size(p, ec);
+    TITAN_CHECK(!ec, "safetensors: cannot open '", p, "': ", ec.message());
+    TITAN_CHECK(bytes < (100u << 20), "safetensors: index '", p, "' is ", bytes,
+                " bytes; an index of weight names is far smaller (at most 100 MiB read): not an index, or damaged");
+    std::ifstream in(p, std::ios::binary);
     TITAN_CHECK(in.good(), "safetensors: cannot open '", p, "'");
-    nlohmann::json j;
-    try {
-      in >> j;
-    } catch (const std::exception& e) {
-      fail("safetensors: index '", p, "' is not valid JSON: ", e.what());
-    }
-    TITAN_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), "safetensors: index '", p,
-                "' has no weight_map");
+    std::string text((size_t)bytes, '\0');
+    in.read(text.data(), (std::streamsize)bytes);
+    const nlohmann::json j = parse_unique_keys(text, "safetensors: index '" + p + "'");
+    TITAN_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), "safetensors: index '", p,
+                "' has no weight_map object");
     std::set<std::string> files;
-    for (auto& [k, v] : j["weight_map"].items()) files.insert((fs::path(p).parent_path() / v.get<std::string>()).string());
+    for (auto& [k, v] : j["weight_map"].items()) {
+      // a shard is a file beside the index: a path elsewhere (../, /) is refused, never opened
+      TITAN_CHECK(v.is_string() && !v.get<std::string>().empty() &&
+                      v.get<std::string>().find('/') == std::string::npos && v.get<std::string>() != ".." &&
+                      v.get<std::string>() != ".",
+                  "safetensors: index '", p, "' maps '", k, "' to ", v.dump().substr(0, 200),
+                  ", not the name of a file beside the index");
+      files.insert((fs::path(p).parent_path() / v.get<std::string>()).string());
+    }
     return {files.begin(), files.end()};
   }
   return {p};
@@ -405,6 +460,8 @@ void load_safetensors(const std::string& path, const std::vector<Region>& params
         const size_t es = s.dtype == "F32" ? 4 : 2;
         int64_t n = 1;
         for (auto d : s.shape) n *= d;
+        check_memory_budget((double)n * (double)(es + 4), "safetensors: reading tensor '" + name + "' of '" + s.file +
+                                                              "' (" + shape_str(s.shape) + " " + s.dtype + ") whole");
         raw.resize((size_t)n * es);
         vals.resize((size_t)n);
         Fd f(s.file, O_RDONLY, "open");

@@ -81,4 +81,32 @@ std::string suggestion(const std::string& bad, const std::vector<std::string>& o
   return best.empty() ? "" : " (did you mean '" + best + "'?)";
 }
 
+void check_nesting(const std::string& text, const std::string& where, int max_depth) {
+  int depth = 0, line = 1;
+  char quote = 0;
+  bool comment = false;
+  for (char c : text) {
+    if (c == '\n') {
+      ++line;
+      comment = false;
+      quote = 0;  // titan's YAML keeps a quoted scalar on one line
+      continue;
+    }
+    if (comment) continue;
+    if (quote) {
+      if (c == quote) quote = 0;
+      continue;
+    }
+    if (c == '"' || c == '\'') quote = c;
+    else if (c == '#') comment = true;
+    else if (c == '[' || c == '{') {
+      if (++depth > max_depth)
+        fail(where, ":", line, ": nested more than ", max_depth, " levels deep; no titan file nests that deep "
+             "(damaged, or not a titan YAML file)");
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+}
+
 }  // namespace titan::config

@@ -100,4 +100,9 @@ std::string print_value(const T& v) {
   else return "\"" + v + "\"";
 }
 
+// YAML from a file titan did not write is scanned before a parser recurses into it: flow collections ([ ], { })
+// nested deeper than max_depth are refused naming `where` and the line (yaml-cpp recurses once per level, and a
+// few thousand brackets overflow its stack).
+void check_nesting(const std::string& text, const std::string& where, int max_depth = 64);
+
 }  // namespace titan::config

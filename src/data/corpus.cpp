@@ -41,6 +41,12 @@ class Reader {
       fail("titan-tokenize: reading '", path_, "' failed: ", msg);
     }
     dst.resize(at + (size_t)got);
+    if (got == 0) {  // the end: a gzip stream cut short ends here too, with Z_BUF_ERROR (its text would be lost)
+      int err = Z_OK;
+      gzerror(f_, &err);
+      TITAN_CHECK(err == Z_OK, "titan-tokenize: '", path_, "' ends inside its compressed data (truncated or "
+                  "damaged gzip, zlib error ", err, "): its last documents would be lost");
+    }
     return got > 0;
   }
   int64_t consumed() const { return (int64_t)gzoffset(f_); }  // bytes of the file itself

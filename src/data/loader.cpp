@@ -15,23 +15,33 @@ DataLoader::DataLoader(const std::string& path, int64_t batch, int64_t seq, int6
   TITAN_CHECK(file_->has("tokens"), "data: '", path, "' has no /tokens dataset (make one with titan-tokenize)");
   Shape s = file_->shape("tokens");
   TITAN_CHECK(s.size() == 1, "data: /tokens in '", path, "' must be 1-D, has shape ", shape_str(s));
+  TITAN_CHECK(file_->holds_integers("tokens"), "data: /tokens in '", path,
+              "' does not hold integers; token ids are unsigned integers (make the file with titan-tokenize)");
   n_ = s[0];
+  TITAN_CHECK(B_ > 0 && S_ > 0 && world_ > 0 && rank_ >= 0 && rank_ < world_, "data: loader of '", path,
+              "' with batch ", B_, ", seq ", S_, ", rank ", rank_, " of ", world_, ": each must be positive (rank in [0, ",
+              world_, "))");
   if (file_->has_attr("vocab_size")) vocab_ = file_->attr_int("vocab_size");
   tokenizer_ = file_->has_attr("tokenizer") ? file_->attr_string("tokenizer") : "unknown";
   if (file_->has_attr("tokenizer_sha256")) tokenizer_sha256_ = file_->attr_string("tokenizer_sha256");
   if (file_->has_attr("separator_id")) separator_ = file_->attr_int("separator_id");
   if (file_->has("doc_starts")) {
+    const Shape ds = file_->shape("doc_starts");  // at most one start per token: checked before it is read
+    TITAN_CHECK(ds.size() == 1 && ds[0] <= n_, "data: /doc_starts in '", path, "' has shape ", shape_str(ds),
+                "; a 1-D list of at most one start per token (", n_, ") is expected: file damaged?");
     doc_starts_ = file_->read_i64("doc_starts");
     for (size_t i = 0; i < doc_starts_.size(); ++i)
       TITAN_CHECK(doc_starts_[i] >= 0 && doc_starts_[i] < n_ && (i == 0 || doc_starts_[i] > doc_starts_[i - 1]),
                   "data: /doc_starts in '", path, "' is not increasing within the ", n_, " tokens (entry ", i, " = ",
                   doc_starts_[i], "): file damaged?");
   }
-  TITAN_CHECK(n_ >= world_ * B_ * S_ + 1, "data: '", path, "' holds ", n_, " tokens; one step needs ",
-              world_ * B_ * S_ + 1, " (", world_, " ranks x batch ", B_, " x seq ", S_, " + 1)");
+  TITAN_CHECK((double)n_ >= (double)world_ * (double)B_ * (double)S_ + 1, "data: '", path, "' holds ", n_,
+              " tokens; one step needs ", (double)world_ * (double)B_ * (double)S_ + 1, " (", world_, " ranks x batch ",
+              B_, " x seq ", S_, " + 1)");
 }
 
 void DataLoader::set_state(int64_t position, int64_t epoch) {
+  TITAN_CHECK(epoch >= 0, "data: loader epoch ", epoch, " of '", path_, "' is negative: the checkpoint is damaged");
   TITAN_CHECK(position >= 0 && position < n_, "data: loader position ", position, " outside '", path_, "' (", n_,
               " tokens): checkpoint from another dataset?");
   pos_ = position;

@@ -210,9 +210,33 @@ BpeTokenizer::BpeTokenizer(const std::string& path)
   } catch (const std::exception& e) {
     fail("tokenizer: '", path, "' is not valid JSON: ", e.what());
   }
-  TITAN_CHECK(j.contains("model") && j["model"].value("type", "") == "BPE", "tokenizer: '", path,
-              "' is not a BPE tokenizer.json (model.type must be \"BPE\")");
+  try {
+    parse(j, path);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // a JSON of the wrong shape (nlohmann's type errors): one error type
+    fail("tokenizer: '", path, "' is not a tokenizer.json titan reads: ", e.what());
+  }
+}
+
+void BpeTokenizer::parse(const nlohmann::json& j, const std::string& path) {
+  TITAN_CHECK(j.is_object() && j.contains("model") && j["model"].is_object() &&
+                  j["model"].value("type", "") == "BPE",
+              "tokenizer: '", path, "' is not a BPE tokenizer.json (model.type must be \"BPE\")");
   const auto& model = j["model"];
+  TITAN_CHECK(model.contains("vocab") && model["vocab"].is_object(), "tokenizer: '", path,
+              "' has no model.vocab object");
+  TITAN_CHECK(!model.contains("merges") || model["merges"].is_array(), "tokenizer: '", path,
+              "': model.merges is not a list");
+  // a token id: an integer below 2^24 (the largest vocabularies published hold ~262k); checked before the id
+  // sizes the id -> token table
+  auto id_of = [&](const nlohmann::json& v, const std::string& token) -> uint32_t {
+    TITAN_CHECK(v.is_number_integer() && (v.is_number_unsigned() || v.get<int64_t>() >= 0) &&
+                    v.get<uint64_t>() < (1u << 24),
+                "tokenizer: '", path, "' gives token '", token.substr(0, 80), "' the id ", v.dump().substr(0, 40),
+                ", not an integer in [0, 16777215]");
+    return v.get<uint32_t>();
+  };
   TITAN_CHECK(!model.value("byte_fallback", false), "tokenizer: '", path,
               "' uses byte_fallback (SentencePiece-style BPE); titan reads byte-level BPE tokenizers");
   ignore_merges_ = model.value("ignore_merges", false);
@@ -225,20 +249,24 @@ BpeTokenizer::BpeTokenizer(const std::string& path)
   }
   uint32_t max_id = 0;
   for (auto& [tok, id] : model["vocab"].items()) {
-    vocab_[tok] = id.get<uint32_t>();
-    max_id = std::max(max_id, id.get<uint32_t>());
+    vocab_[tok] = id_of(id, tok);
+    max_id = std::max(max_id, vocab_[tok]);
   }
   for (int b = 0; b < 256; ++b) {  // a full byte-level vocabulary holds all 256; a missing one fails on use
     auto it = vocab_.find(byte_to_unicode_[b]);
     byte_id_[b] = it != vocab_.end() ? it->second : kNoId;
   }
   int rank = 0;
-  for (auto& m : model["merges"]) {
+  for (auto& m : model.contains("merges") ? model["merges"] : nlohmann::json::array()) {
     std::string a, b;
     if (m.is_array()) {
+      TITAN_CHECK(m.size() == 2 && m[0].is_string() && m[1].is_string(), "tokenizer: merge ", m.dump().substr(0, 80),
+                  " (rank ", rank, ") in '", path, "' is not [\"left\", \"right\"]");
       a = m[0].get<std::string>();
       b = m[1].get<std::string>();
     } else {
+      TITAN_CHECK(m.is_string(), "tokenizer: merge ", m.dump().substr(0, 80), " (rank ", rank, ") in '", path,
+                  "' is neither \"left right\" nor [\"left\", \"right\"]");
       const std::string s = m.get<std::string>();
       const size_t sp = s.find(' ', 1);
       TITAN_CHECK(sp != std::string::npos, "tokenizer: merge '", s, "' in '", path, "' is not \"left right\"");
@@ -251,14 +279,17 @@ BpeTokenizer::BpeTokenizer(const std::string& path)
     merges_.emplace(((uint64_t)ia->second << 32) | ib->second, Merge{rank, iab->second});  // first rank wins
     ++rank;
   }
-  if (j.contains("added_tokens"))
-    for (auto& t : j["added_tokens"]) {
+  if (j.contains("added_tokens") && !j["added_tokens"].is_null())
+    for (auto& t : j["added_tokens"].is_array() ? j["added_tokens"] : nlohmann::json::array({nullptr})) {
+      TITAN_CHECK(t.is_object() && t.contains("content") && t["content"].is_string() && t.contains("id"),
+                  "tokenizer: '", path, "': added_tokens holds ", t.dump().substr(0, 80),
+                  ", not {\"id\": ..., \"content\": \"...\"}");
       const std::string content = t["content"].get<std::string>();
       TITAN_CHECK(!t.value("lstrip", false) && !t.value("rstrip", false) && !t.value("single_word", false),
                   "tokenizer: added token '", content, "' in '", path,
                   "' uses lstrip/rstrip/single_word, which titan does not implement");
-      added_.push_back({content, t["id"].get<uint32_t>(), t.value("normalized", false)});
-      max_id = std::max(max_id, t["id"].get<uint32_t>());
+      added_.push_back({content, id_of(t["id"], content), t.value("normalized", false)});
+      max_id = std::max(max_id, added_.back().id);
       if (!content.empty()) added_first_byte_[(uint8_t)content[0]] = true;
     }
   std::stable_sort(added_.begin(), added_.end(),
@@ -275,10 +306,15 @@ BpeTokenizer::BpeTokenizer(const std::string& path)
   const std::string gpt2 = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
   std::string pattern;
   int splits = 0;
+  int depth = 0;  // Sequences nest; a file nesting them deeper than any tokenizer does is refused, not recursed
   std::function<void(const nlohmann::json&)> walk = [&](const nlohmann::json& p) {
     if (p.is_null()) return;
+    TITAN_CHECK(p.is_object() && ++depth <= 16, "tokenizer: '", path, "': a pre_tokenizer is ",
+                p.is_object() ? "nested more than 16 deep" : "not an object: " + p.dump().substr(0, 80));
     const std::string t = p.value("type", "");
     if (t == "Sequence") {
+      TITAN_CHECK(p.contains("pretokenizers") && p["pretokenizers"].is_array(), "tokenizer: '", path,
+                  "': a Sequence pre_tokenizer has no pretokenizers list");
       for (auto& q : p["pretokenizers"]) walk(q);
     } else if (t == "Split") {
       TITAN_CHECK(p.contains("pattern") && p["pattern"].contains("Regex") && p.value("behavior", "") == "Isolated" &&
@@ -300,11 +336,16 @@ BpeTokenizer::BpeTokenizer(const std::string& path)
   if (j.contains("pre_tokenizer")) walk(j["pre_tokenizer"]);
   if (pattern.empty()) pattern = gpt2;
   TITAN_CHECK(splits <= 1, "tokenizer: '", path, "' chains ", splits, " splitting pre-tokenizers; titan runs one");
+  depth = 0;
   std::function<void(const nlohmann::json&)> find_norm = [&](const nlohmann::json& nn) {
     if (nn.is_null()) return;
+    TITAN_CHECK(nn.is_object() && ++depth <= 16, "tokenizer: '", path, "': a normalizer is ",
+                nn.is_object() ? "nested more than 16 deep" : "not an object: " + nn.dump().substr(0, 80));
     const std::string t = nn.value("type", "");
     if (t == "NFC" || t == "NFKC") normalizer_ = t;
     else if (t == "Sequence") {
+      TITAN_CHECK(nn.contains("normalizers") && nn["normalizers"].is_array(), "tokenizer: '", path,
+                  "': a Sequence normalizer has no normalizers list");
       for (auto& m : nn["normalizers"]) find_norm(m);
     } else if (!t.empty()) {
       fail("tokenizer: normalizer '", t, "' in '", path, "' is not supported (NFC, NFKC)");

@@ -18,6 +18,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -68,6 +69,7 @@ class BpeTokenizer : public Tokenizer {
   struct Workspace;  // per-thread regex match data and merge cache
 
  private:
+  void parse(const nlohmann::json& j, const std::string& path);  // the constructor's reading of the file
   struct AddedToken {
     std::string content;
     uint32_t id;

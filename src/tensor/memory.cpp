@@ -1,5 +1,9 @@
 #include "src/tensor/memory.h"
 
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
@@ -90,6 +94,33 @@ size_t bucket(size_t n) {
 }
 }  // namespace
 
+int64_t physical_memory_bytes() { return (int64_t)sysconf(_SC_PHYS_PAGES) * (int64_t)sysconf(_SC_PAGESIZE); }
+
+namespace {
+std::atomic<int64_t> g_budget{0};
+}
+int64_t memory_budget_bytes() {
+  static const int64_t machine = physical_memory_bytes();
+  const int64_t b = g_budget.load();
+  return b > 0 ? b : machine;
+}
+void set_memory_budget_bytes(int64_t bytes) { g_budget.store(bytes); }
+
+void check_memory_budget(double bytes, const std::string& what) {
+  const double budget = (double)memory_budget_bytes();
+  if (bytes >= 0 && bytes <= budget) return;
+  auto gib = [](double b) {
+    char s[64];
+    std::snprintf(s, sizeof s, "%.3g GiB", b / (1024.0 * 1024.0 * 1024.0));
+    return std::string(s);
+  };
+  char n[64];
+  std::snprintf(n, sizeof n, "%.0f", bytes);
+  fail(what, ": needs ", n, " bytes (", gib(bytes), "), more than ",
+       budget == (double)physical_memory_bytes() ? "this machine's memory (" : "the memory budget (", gib(budget),
+       "); refused before allocating: the size is damaged or mistyped, or this job needs a bigger machine");
+}
+
 void* pool_allocate(size_t nbytes) {
   size_t b = bucket(nbytes == 0 ? 1 : nbytes);
   Pool& p = pool();
@@ -102,6 +133,7 @@ void* pool_allocate(size_t nbytes) {
       return ptr;
     }
   }
+  check_memory_budget((double)nbytes, "allocate: a tensor");  // a size the pool already holds passed it before
   void* ptr = std::aligned_alloc(64, b);
   if (!ptr) {
     empty_cache();

@@ -57,6 +57,16 @@ class MemoryCategoryScope {
   MemoryCategory prev_;
 };
 
+// This machine's memory (bytes).
+int64_t physical_memory_bytes();
+// The most one allocation may take: this machine's memory unless set lower (the fuzz harnesses set libFuzzer's
+// limit). A size read from outside (a header, a shape, a count) is checked against it before anything is
+// allocated, and every CPU tensor allocation is too: a file or config asking for more is refused, naming it.
+int64_t memory_budget_bytes();
+void set_memory_budget_bytes(int64_t bytes);  // <= 0: back to this machine's memory
+// Throws titan::Error naming `what` and the size when `bytes` exceed the budget (or are not a finite size).
+void check_memory_budget(double bytes, const std::string& what);
+
 // The CPU caching pool (64-byte aligned buffers).
 void* pool_allocate(size_t nbytes);
 void pool_free(void* p, size_t nbytes);

@@ -235,8 +235,11 @@ std::string Generator::state() const {
 }
 void Generator::set_state(const std::string& s) {
   std::istringstream is(s);
-  is >> impl_->eng >> impl_->has_spare >> impl_->spare;
-  TITAN_CHECK(!is.fail(), "Generator::set_state: malformed RNG state string");
+  Impl next;  // read whole before anything changes: a malformed state leaves the generator as it was
+  is >> next.eng >> next.has_spare >> next.spare;
+  TITAN_CHECK(!is.fail(), "Generator::set_state: malformed RNG state string (", s.size(), " characters, starting '",
+              s.substr(0, 40), "')");
+  *impl_ = next;
 }
 
 Tensor randn(const Shape& s, Generator& g, DType t, double std, Device d) {

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Fuzzes titan's parsers of outside data (tests/fuzz/targets.cpp) with libFuzzer under ASan + UBSan.
+#   ./scripts/fuzz.sh                      # every target, 20 s each (what scripts/test.sh runs)
+#   ./scripts/fuzz.sh --seconds 3600 tokenizer hf_config   # a campaign: an hour each on two targets
+#   ./scripts/fuzz.sh --jobs 2 --seconds 600               # two workers per target
+# Builds build-fuzz (clang) when needed. Each target starts from its seeds (tests/fuzz/corpus/<target>) and its
+# regression inputs (tests/fuzz/regressions/<target>); what it learns is kept in outputs/fuzz/<target>/corpus
+# (not in git). A finding (crash, leak, undefined behaviour, an error that is not titan's, a hang over 10 s, an
+# allocation over 2 GB) stops the run with its input in outputs/fuzz/<target>/: fix it, then commit the input
+# to tests/fuzz/regressions/<target>/ with a .expect file holding the error text it must now give.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+SECONDS_EACH=20
+JOBS=1
+BUILD=build-fuzz
+TARGETS=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --seconds) SECONDS_EACH=$2; shift 2 ;;
+    --jobs) JOBS=$2; shift 2 ;;
+    --build) BUILD=$2; shift 2 ;;
+    -h|--help) sed -n 2,11p "$0"; exit 0 ;;
+    *) TARGETS+=("$1"); shift ;;
+  esac
+done
+BUILD=$(realpath -m "$BUILD")
+ALL=$(sed -n 's/^ *foreach(target \(.*\))$/\1/p' CMakeLists.txt)
+if [ ${#TARGETS[@]} -eq 0 ]; then read -r -a TARGETS <<< "$ALL"; fi
+for t in "${TARGETS[@]}"; do
+  [[ " $ALL " == *" $t "* ]] || { echo "fuzz: no target '$t' (targets: $ALL)" >&2; exit 2; }
+done
+
+if [ ! -f "$BUILD/build.ninja" ]; then
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+    -DCMAKE_CXX_COMPILER=clang++ -DTITAN_FUZZ=ON -DTITAN_BUILD_TESTS=OFF >/dev/null
+fi
+cmake --build "$BUILD" -j "$(nproc)" --target $(printf 'fuzz_%s ' "${TARGETS[@]}")
+
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+status=0
+for t in "${TARGETS[@]}"; do
+  out=outputs/fuzz/$t
+  mkdir -p "$out/corpus" tests/fuzz/regressions/"$t"
+  echo "[fuzz] $t: ${SECONDS_EACH} s x $JOBS worker(s)"
+  # regression inputs first (each once), then the campaign; .expect files are text, not inputs
+  regressions=$(find tests/fuzz/regressions/"$t" -type f ! -name '*.expect' | sort)
+  if [ -n "$regressions" ] && ! "$BUILD/fuzz_$t" $regressions > "$out/regressions.log" 2>&1; then
+    echo "[fuzz] $t: a regression input fails again:"; tail -40 "$out/regressions.log"; status=1; continue
+  fi
+  parallel=()
+  if [ "$JOBS" -gt 1 ]; then parallel=(-jobs="$JOBS" -workers="$JOBS"); fi  # workers log to fuzz-<n>.log in $out
+  rm -f "$out"/fuzz*.log
+  if ! (cd "$out" && "$BUILD/fuzz_$t" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 \
+       -max_len=8192 "${parallel[@]}" -print_final_stats=1 -artifact_prefix="$ROOT/$out/" \
+       corpus "$ROOT/tests/fuzz/corpus/$t" "$ROOT/tests/fuzz/regressions/$t" > fuzz.log 2>&1); then
+    echo "[fuzz] $t: FINDING (log $out/fuzz.log, input below):"
+    grep -E "ERROR|SUMMARY|not titan's|Test unit written" "$out/fuzz.log" | head -10
+    status=1
+    continue
+  fi
+  # with -jobs, each worker logs to fuzz-<n>.log
+  runs=$(cat "$out"/fuzz*.log 2>/dev/null | awk '/^stat::number_of_executed_units:/ {n += $2} END {print n}')
+  echo "[fuzz] $t: no finding in ${runs:-?} inputs"
+done
+exit $status
