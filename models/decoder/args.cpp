@@ -116,16 +116,27 @@ Knob make_knob(const char* key, T Args::*m, const char* hf, std::string (*rule)(
   k.check = [m, rule](const Args& a) { return rule(a.*m); };
   k.to_json = [m, key](const Args& a, json& j) { j[key] = a.*m; };
   k.from_json = [m, rule](const json& j, Args& a, const std::string& field) {
-    try {
-      a.*m = j.at(field).get<T>();
-    } catch (const Error& e) {
-      fail("model config: ", field, ": ", e.what());
-    } catch (const std::exception& e) {
-      fail("model config: ", field, " = ", j.at(field).dump(), " is not ", config::type_name<T>(), " (", e.what(), ")");
+    const json& v = j.at(field);
+    if constexpr (std::is_same_v<T, int64_t>) {  // 4.5 or "4" is not silently 4; a whole float (4096.0) is 4096
+      const bool whole = v.is_number_float() && v.get<double>() == std::floor(v.get<double>()) &&
+                         std::fabs(v.get<double>()) < 9.0e15;
+      TITAN_CHECK((v.is_number_integer() && (!v.is_number_unsigned() || v.get<uint64_t>() <= (uint64_t)INT64_MAX)) ||
+                      whole,
+                  "model config: ", field, " = ", v.dump().substr(0, 80), " is not an integer");
+      a.*m = whole ? (int64_t)v.get<double>() : v.get<int64_t>();
+    } else {
+      try {
+        a.*m = v.get<T>();
+      } catch (const Error& e) {
+        fail("model config: ", field, ": ", e.what());
+      } catch (const std::exception& e) {
+        fail("model config: ", field, " = ", v.dump().substr(0, 80), " is not ", config::type_name<T>(), " (", e.what(),
+             ")");
+      }
     }
     // checked as read, with the value as written: before anything is sized by it
     const std::string why = rule(a.*m);
-    TITAN_CHECK(why.empty(), "model config: ", field, " = ", j.at(field).dump(), " ", why);
+    TITAN_CHECK(why.empty(), "model config: ", field, " = ", v.dump().substr(0, 80), " ", why);
   };
   return k;
 }
@@ -243,6 +254,8 @@ void Args::validate(bool hf_import) const {
   TITAN_CHECK((int64_t)layer_window.size() == n_layers, "decoder: layer_window has ", layer_window.size(),
               " entries for ", n_layers, " layers");
   for (size_t i = 0; i < layer_window.size(); ++i) {
+    TITAN_CHECK(layer_window[i] >= 0, head, "layer ", i, " has a sliding window of ", layer_window[i],
+                " tokens; a window is >= 0 (0: full attention)");
     TITAN_CHECK(attn_mask_type != nn::MaskKind::sliding_window || layer_window[i] > 0, head,
                 "model.attn_mask_type sliding_window needs a window on every layer: set model.sliding_window > 0 (",
                 config::enum_name(name), " layer ", i, " has none)");

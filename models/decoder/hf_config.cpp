@@ -17,6 +17,30 @@ using json = nlohmann::json;
 namespace {
 bool has(const json& j, const char* k) { return j.contains(k) && !j[k].is_null(); }
 
+// An integer field as written: a JSON integer, or a float holding a whole number (some exporters write 4096.0);
+// anything else (4.5, 1e30, "4096", 2^64 - 1) is refused naming the field, never truncated or wrapped.
+int64_t int_of(const json& v, const std::string& field) {
+  const bool whole_float = v.is_number_float() && std::isfinite(v.get<double>()) &&
+                           v.get<double>() == std::floor(v.get<double>()) && std::fabs(v.get<double>()) < 9.0e15;
+  TITAN_CHECK((v.is_number_integer() && (!v.is_number_unsigned() || v.get<uint64_t>() <= (uint64_t)INT64_MAX)) ||
+                  whole_float,
+              "model config: ", field, " = ", v.dump().substr(0, 80), " is not an integer");
+  return whole_float ? (int64_t)v.get<double>() : v.get<int64_t>();
+}
+int64_t int_value(const json& j, const char* key, int64_t dflt) { return has(j, key) ? int_of(j[key], key) : dflt; }
+
+// Every number of the file within what titan reads: a float beyond 2^63 would be undefined behaviour wherever a
+// field is read as an integer (nlohmann casts); refused up front, naming where it is.
+void check_numbers(const json& v, const std::string& at) {
+  if (v.is_number_float())
+    TITAN_CHECK(std::fabs(v.get<double>()) < 9.2e18, "model config: ", at.empty() ? "a value" : at, " = ", v.dump(),
+                " is beyond what titan reads (|x| < 9.2e18)");
+  if (v.is_object())
+    for (auto it = v.begin(); it != v.end(); ++it) check_numbers(it.value(), at.empty() ? it.key() : at + "." + it.key());
+  if (v.is_array())
+    for (size_t i = 0; i < v.size(); ++i) check_numbers(v[i], at + "[" + std::to_string(i) + "]");
+}
+
 // The knobs an HF class stores under their knobs.def HF field (the rest it fixes, or stores otherwise).
 const std::vector<std::string> kCommonFields = {"vocab_size", "dim",      "n_layers",            "n_heads",   "n_kv_heads",
                                                 "head_dim",   "hidden_dim", "norm_eps", "enable_weight_tying", "rope_theta"};
@@ -59,7 +83,7 @@ RopeScaling rope_from_hf(const json& j, int64_t default_original) {
                 "model config: rope_scaling key '", it.key(), "' (", type, ") is not supported by titan");
   }
   r.factor = rs.value("factor", 1.0);
-  r.original_max_position_embeddings = rs.value("original_max_position_embeddings", default_original);
+  r.original_max_position_embeddings = int_value(rs, "original_max_position_embeddings", default_original);
   r.beta_fast = rs.value("beta_fast", r.beta_fast);
   r.beta_slow = rs.value("beta_slow", r.beta_slow);
   r.truncate = rs.value("truncate", true);
@@ -114,10 +138,10 @@ void attention_from_hf(const json& j, Args& a) {
   const auto& v = j["titan_attention"];
   TITAN_CHECK(v.is_object(), "model config: titan_attention must be an object, got ", v.dump());
   a.attn_mask_type = v.value("mask", a.attn_mask_type);
-  a.attn_prefix_len = v.value("prefix_len", a.attn_prefix_len);
+  a.attn_prefix_len = int_value(v, "prefix_len", a.attn_prefix_len);
   a.attn_logit_softcap = v.value("logit_softcap", a.attn_logit_softcap);
   a.attn_bias = v.value("bias", a.attn_bias);
-  a.attn_relative_max_distance = v.value("relative_max_distance", a.attn_relative_max_distance);
+  a.attn_relative_max_distance = int_value(v, "relative_max_distance", a.attn_relative_max_distance);
 }
 
 Args qwen3_from_hf(const json& j, bool moe) {
@@ -126,14 +150,14 @@ Args qwen3_from_hf(const json& j, bool moe) {
   read_hf_fields(j, a);
   if (!has(j, "num_key_value_heads")) a.n_kv_heads = moe ? 4 : a.n_heads;
   if (!has(j, "head_dim")) a.head_dim = moe ? a.dim / a.n_heads : 128;
-  set_rope(a, rope_from_hf(j, a.max_position_embeddings = j.value("max_position_embeddings", 32768)));
-  const int64_t sw = has(j, "sliding_window") ? j["sliding_window"].get<int64_t>() : 4096;
+  set_rope(a, rope_from_hf(j, a.max_position_embeddings = int_value(j, "max_position_embeddings", 32768)));
+  const int64_t sw = int_value(j, "sliding_window", 4096);
   if (j.contains("layer_types")) {
     windows_from_hf(j, a, sw, mt);
   } else {
     a.layer_window.assign(a.n_layers, 0);
     if (j.value("use_sliding_window", false))
-      for (int64_t i = j.value("max_window_layers", 28); i < a.n_layers; ++i) a.layer_window[i] = sw;
+      for (int64_t i = std::max<int64_t>(int_value(j, "max_window_layers", 28), 0); i < a.n_layers; ++i) a.layer_window[i] = sw;
   }
   if (moe) {
     for (auto w : a.layer_window)
@@ -141,7 +165,7 @@ Args qwen3_from_hf(const json& j, bool moe) {
                   "supported in a Qwen3-MoE checkpoint");
     const json mlp_only = j.value("mlp_only_layers", json::array());
     for (size_t i = 0; i < mlp_only.size(); ++i)
-      TITAN_CHECK(mlp_only[i].get<int64_t>() == (int64_t)i, "qwen3_moe config: mlp_only_layers ", mlp_only.dump(),
+      TITAN_CHECK(int_of(mlp_only[i], "mlp_only_layers[" + std::to_string(i) + "]") == (int64_t)i, "qwen3_moe config: mlp_only_layers ", mlp_only.dump(),
                   " is supported as the first k layers [0, ..., k-1] only");
     a.moe_first_dense = (int64_t)mlp_only.size();
   }
@@ -152,9 +176,9 @@ Args qwen3_from_hf(const json& j, bool moe) {
     const json& m = j["titan_moe"];
     a.moe_enabled = true;
     a.titan_layout = true;
-    a.moe_num_experts = m.value("num_experts", a.moe_num_experts);
-    a.moe_top_k = m.value("top_k", a.moe_top_k);
-    a.moe_hidden_dim = m.value("hidden_dim", a.moe_hidden_dim);
+    a.moe_num_experts = int_value(m, "num_experts", a.moe_num_experts);
+    a.moe_top_k = int_value(m, "top_k", a.moe_top_k);
+    a.moe_hidden_dim = int_value(m, "hidden_dim", a.moe_hidden_dim);
     a.moe_score_func = m.value("score_func", a.moe_score_func);
     a.moe_renormalize = m.value("renormalize", a.moe_renormalize);
     a.moe_shared_expert = m.value("shared_expert", a.moe_shared_expert);
@@ -167,13 +191,13 @@ Args gpt_oss_from_hf(const json& j) {
   read_hf_fields(j, a);
   // what GptOssForCausalLM fixes, whatever the file says
   a.moe_hidden_dim = a.hidden_dim;  // intermediate_size: the experts' size
-  if (has(j, "num_local_experts")) a.moe_num_experts = j["num_local_experts"].get<int64_t>();
+  a.moe_num_experts = int_value(j, "num_local_experts", a.moe_num_experts);
   a.moe_enabled = a.moe_router_bias = a.moe_expert_bias = a.attn_proj_bias = a.attn_sinks = true;
   a.qk_norm = false;
   a.activation = Activation::oai_swiglu;
-  a.max_position_embeddings = j.value("max_position_embeddings", 131072);
+  a.max_position_embeddings = int_value(j, "max_position_embeddings", 131072);
   if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) set_rope(a, rope_from_hf(j, 4096));
-  const int64_t sw = j.value("sliding_window", 128);
+  const int64_t sw = int_value(j, "sliding_window", 128);
   if (has(j, "layer_types")) {
     windows_from_hf(j, a, sw, "gpt_oss");
   } else {  // HF's default: layer 0 sliding, alternating
@@ -190,7 +214,7 @@ Args llama_from_hf(const json& j) {
   if (!has(j, "head_dim")) a.head_dim = a.dim / a.n_heads;
   TITAN_CHECK(!j.value("mlp_bias", false), "llama config: mlp_bias true is not supported");
   a.qk_norm = false;
-  set_rope(a, rope_from_hf(j, a.max_position_embeddings = j.value("max_position_embeddings", 2048)));
+  set_rope(a, rope_from_hf(j, a.max_position_embeddings = int_value(j, "max_position_embeddings", 2048)));
   a.layer_window.assign(a.n_layers, 0);
   return a;
 }
@@ -260,8 +284,10 @@ Args from_titan_block(const json& b) {
     k.from_json(json{{k.key, *v}}, a, k.key);
   }
   TITAN_CHECK(has(b, "layer_window"), "model config: the titan_decoder block has no layer_window");
-  a.layer_window = b["layer_window"].get<std::vector<int64_t>>();
-  a.max_position_embeddings = b.value("max_position_embeddings", a.max_position_embeddings);
+  TITAN_CHECK(b["layer_window"].is_array(), "model config: the titan_decoder block's layer_window is not a list");
+  a.layer_window.clear();
+  for (const auto& w : b["layer_window"]) a.layer_window.push_back(int_of(w, "titan_decoder.layer_window[]"));
+  a.max_position_embeddings = int_value(b, "max_position_embeddings", a.max_position_embeddings);
   a.moe_route_bias = b.value("moe_route_bias", false);
   a.titan_layout = true;
   return a;
@@ -289,6 +315,7 @@ Args Args::from_hf_json(const std::string& text) {
     fail("model config: the HF config.json content is not valid JSON: ", e.what());
   }
   TITAN_CHECK(j.is_object(), "model config: the HF config.json content is not a JSON object");
+  check_numbers(j, "");
   TITAN_CHECK(!j.contains("model_type") || j["model_type"].is_string(), "model config: model_type = ",
               j.value("model_type", json()).dump().substr(0, 80), " is not a string");
   try {

@@ -1,5 +1,7 @@
 #include "src/config/field.h"
 
+#include <cstdio>
+
 #include <algorithm>
 #include <sstream>
 
@@ -79,6 +81,24 @@ std::string suggestion(const std::string& bad, const std::vector<std::string>& o
     }
   }
   return best.empty() ? "" : " (did you mean '" + best + "'?)";
+}
+
+std::string yaml_quote(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') out += '\\', out += (char)c;
+    else if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\r') out += "\\r";
+    else if (c < 0x20 || c == 0x7F) {
+      char e[8];
+      std::snprintf(e, sizeof e, "\\x%02X", c);
+      out += e;
+    } else {
+      out += (char)c;
+    }
+  }
+  return out + "\"";
 }
 
 void check_nesting(const std::string& text, const std::string& where, int max_depth) {

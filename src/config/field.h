@@ -91,13 +91,16 @@ T parse_value(const std::string& text, const std::string& what, const std::vecto
   }
 }
 
+// A YAML double-quoted scalar that loads back to exactly `s` (quotes, backslashes and control characters escaped).
+std::string yaml_quote(const std::string& s);
+
 template <class T>
 std::string print_value(const T& v) {
   if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
   else if constexpr (std::is_same_v<T, int64_t>) return std::to_string(v);
   else if constexpr (std::is_same_v<T, double>) return print_double(v);
   else if constexpr (NamedEnum<T>) return "\"" + enum_name(v) + "\"";
-  else return "\"" + v + "\"";
+  else return yaml_quote(v);
 }
 
 // YAML from a file titan did not write is scanned before a parser recurses into it: flow collections ([ ], { })

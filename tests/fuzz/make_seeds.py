@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the fuzz targets' seed corpora (tests/fuzz/corpus/<target>/: small valid inputs a fuzzer mutates) and
 the regression inputs (tests/fuzz/regressions/<target>/<case> with <case>.expect: text the error must contain,
-or "accepted"): the hostile inputs the issue named, and each finding of a fuzzing run, as found.
+or "accepted"): the hostile inputs the issue named and minimal forms of the fuzzers' findings (the
+findings' own inputs are committed beside them as found_*, not written by this script).
 
 Committed as files (a few KB); this script says how each was made:  python3 tests/fuzz/make_seeds.py
 """
@@ -148,6 +149,11 @@ def regressions():
     # more sizes and shapes where they enter
     regression("hf_config", "layers_1e9", cfg(num_hidden_layers=10**9), "num_hidden_layers = 1000000000 must be at most")
     regression("hf_config", "layers_as_text", cfg(num_hidden_layers="4"), 'num_hidden_layers = "4" is not an integer')
+    regression("hf_config", "layers_2e27", cfg(num_hidden_layers=2.111e27),  # fuzz finding: UB casting to int64
+               "num_hidden_layers = 2.111e+27 is beyond what titan reads")
+    regression("hf_config", "layers_fractional", cfg(num_hidden_layers=4.5), "num_hidden_layers = 4.5 is not an integer")
+    regression("hf_config", "negative_window", cfg(sliding_window=-5, use_sliding_window=True, max_window_layers=0),
+               "has a sliding window of -5 tokens")
     regression("hf_config", "model_type_number", cfg(model_type=256), "model_type = 256 is not a string")  # fuzz finding
     regression("safetensors", "negative_dim",
                st(json.dumps({"w": {"dtype": "F32", "shape": [-2, 3], "data_offsets": [0, 24]}})),
@@ -193,6 +199,8 @@ def regressions():
                "is more than 2^31 tokens per rank and step")
     regression("job_config", "degrees_2_40", "parallelism:\n  tensor_parallel_degree: 1048576\n"
                "  pipeline_parallel_degree: 1048576\n", "multiply to 1.09951e+12 ranks")
+    regression("job_config", "newline_in_string",  # fuzz finding: a string with a newline did not print back
+               'job:\n  description: "two\n\n  lines \\"quoted\\" \\\\ back"\n', "accepted")
     regression("job_config", "list_as_key", "? [a, b]\n: 1\n", "a key must be a plain name")
     with open(os.path.join(SRC, "configs", "gpt_oss_debug.yaml")) as f:  # fuzz finding: printed YAML did not load
         lines = f.read().splitlines()
