@@ -79,7 +79,11 @@ int main(int argc, char** argv) {
     // the layout of the flags
     const std::string cfg = read_hf_config(ckpt);
     JobConfig job_cfg;
-    job_cfg.model = decoder::Args::from_hf_json(cfg);
+    try {  // the file's errors name it
+      job_cfg.model = decoder::Args::from_hf_json(cfg);
+    } catch (const Error& e) {
+      fail("titan-eval: the config.json of ", ckpt, ": ", e.what());
+    }
     job_cfg.training.seq_len = seq;
     job_cfg.training.local_batch_size = batch;
     auto& par = job_cfg.parallelism;

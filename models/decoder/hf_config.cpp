@@ -8,6 +8,7 @@
 
 #include "models/decoder/args.h"
 #include "models/decoder/presets.h"
+#include "src/config/untrusted_json.h"
 #include "src/tensor/error.h"
 
 namespace titan::decoder {
@@ -308,12 +309,7 @@ Args from_hf_object(const json& j);
 }
 
 Args Args::from_hf_json(const std::string& text) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const std::exception& e) {
-    fail("model config: the HF config.json content is not valid JSON: ", e.what());
-  }
+  const json j = config::parse_untrusted_json(text, "model config: the HF config.json content");
   TITAN_CHECK(j.is_object(), "model config: the HF config.json content is not a JSON object");
   check_numbers(j, "");
   TITAN_CHECK(!j.contains("model_type") || j["model_type"].is_string(), "model config: model_type = ",

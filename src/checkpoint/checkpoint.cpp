@@ -285,6 +285,16 @@ void save_checkpoint(const std::string& path, const std::vector<Region>& params,
   progress.finish();
 }
 
+namespace {
+// A step, position or epoch count: in [0, 2^53) (a count a job reaches; one step more must not overflow).
+int64_t counter(const h5::File& f, const std::string& name) {
+  const int64_t v = f.attr_int(name);
+  TITAN_CHECK(v >= 0 && v < (int64_t(1) << 53), "checkpoint: '", f.path(), "' has ", name, " = ", v,
+              ", not a count in [0, 2^53): damaged");
+  return v;
+}
+}  // namespace
+
 TrainState load_checkpoint(const std::string& path, const std::vector<Region>& params, AdamW* opt, MPI_Comm comm) {
   h5::File f(path, h5::File::Read, comm);
   Progress progress("loading checkpoint " + path, local_bytes(params) * (opt ? 3 : 1));
@@ -305,12 +315,12 @@ TrainState load_checkpoint(const std::string& path, const std::vector<Region>& p
       read_block(f, "optim/exp_avg_sq/" + r.name, r, *moment(opt, r.name, true));
       progress.add(r.local->numel() * 8);
     }
-    opt->set_step_count(f.attr_int("optim_step"));
+    opt->set_step_count(counter(f, "optim_step"));
   }
   TrainState st;
-  st.step = f.attr_int("step");
-  st.data_position = f.attr_int("data_position");
-  st.data_epoch = f.attr_int("data_epoch");
+  st.step = counter(f, "step");
+  st.data_position = counter(f, "data_position");
+  st.data_epoch = counter(f, "data_epoch");
   st.rng = f.attr_string("rng");
   st.config = f.attr_string("config");
   progress.finish();

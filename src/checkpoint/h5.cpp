@@ -115,6 +115,11 @@ Shape File::shape(const std::string& name) const {
   int nd = H5Sget_simple_extent_ndims(sp.id);
   std::vector<hsize_t> dims(std::max(nd, 0));
   H5Sget_simple_extent_dims(sp.id, dims.data(), nullptr);
+  // a file's shape: the product of its non-zero dimensions within 2^62 elements (index arithmetic multiplies them)
+  double elements = 1;
+  for (hsize_t d : dims) elements *= (double)std::max<hsize_t>(d, 1);
+  TITAN_CHECK(elements < 4.6e18, "hdf5: dataset '", name, "' in '", path_, "' declares ", elements,
+              " elements: more than any tensor titan reads (damaged file?)");
   return Shape(dims.begin(), dims.end());
 }
 

@@ -15,6 +15,7 @@
 #include <set>
 
 #include "src/checkpoint/blocks.h"
+#include "src/config/untrusted_json.h"
 #include "src/log/log.h"
 #include "src/tensor/error.h"
 #include "src/tensor/memory.h"
@@ -140,29 +141,6 @@ struct Stored {
   std::string checksum;  // titan's (hex), "" for files written elsewhere
 };
 
-// JSON from a file titan did not write, parsed with every object key checked once: a name given twice would
-// otherwise be taken silently (nlohmann keeps the last). `what` names the file in errors.
-nlohmann::json parse_unique_keys(const std::string& text, const std::string& what) {
-  std::vector<std::set<std::string>> keys;  // the keys seen in each open object
-  try {
-    return nlohmann::json::parse(text, [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& v) {
-      using E = nlohmann::json::parse_event_t;
-      if (ev == E::object_start) keys.resize((size_t)depth + 1), keys[(size_t)depth].clear();
-      if (ev == E::key) {
-        auto& seen = keys[(size_t)depth - 1];
-        TITAN_CHECK(seen.insert(v.get<std::string>()).second, what, " names '", v.get<std::string>(),
-                    "' twice (at nesting depth ", depth, "): which one is meant is ambiguous; the file is damaged "
-                    "or was not written by a safetensors writer");
-      }
-      return true;
-    });
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    fail(what, " is not valid JSON: ", e.what());
-  }
-}
-
 // A tensor's extent from its header entry: every dimension a non-negative integer, the element count and the
 // byte size without overflow. Errors name the file, the tensor and the values as written.
 void read_entry(const std::string& file, const std::string& name, const nlohmann::json& t, uint64_t data,
@@ -177,13 +155,17 @@ void read_entry(const std::string& file, const std::string& name, const nlohmann
   TITAN_CHECK(t["shape"].is_array() && t["shape"].size() <= 8, where, ": shape ", t["shape"].dump().substr(0, 200),
               " is not a list of at most 8 dimensions");
   const uint64_t es = s.dtype == "F32" ? 4 : 2;
-  uint64_t bytes = es;
+  // the bytes of the non-zero dimensions fit 2^63 (a zero dimension must not hide huge others: index arithmetic
+  // over the shape multiplies them all)
+  uint64_t bytes = es, nonzero = es;
   for (const auto& d : t["shape"]) {
     TITAN_CHECK(d.is_number_integer() && (d.is_number_unsigned() || d.get<int64_t>() >= 0), where,
                 ": shape ", t["shape"].dump(), " holds ", d.dump(), ", not a non-negative integer");
     const uint64_t n = d.get<uint64_t>();
-    TITAN_CHECK(n <= (uint64_t)INT64_MAX && !__builtin_mul_overflow(bytes, n, &bytes), where, ": shape ",
-                t["shape"].dump(), " of ", s.dtype, " is more than 2^64 bytes");
+    TITAN_CHECK(n <= (uint64_t)INT64_MAX && !__builtin_mul_overflow(nonzero, std::max<uint64_t>(n, 1), &nonzero) &&
+                    nonzero <= (uint64_t)INT64_MAX,
+                where, ": shape ", t["shape"].dump(), " of ", s.dtype, " is more than 2^63 bytes");
+    bytes *= n;
     s.shape.push_back((int64_t)n);
   }
   const auto& o = t["data_offsets"];
@@ -208,7 +190,7 @@ void parse_file(const std::string& file, std::map<std::string, Stored>& out) {
               "-byte header in a file of ", size, " bytes: not a safetensors file, or damaged");
   std::string text(n, '\0');
   pread_all(f.fd, text.data(), n, 8, file);
-  const nlohmann::json h = parse_unique_keys(text, "safetensors: the header of '" + file + "'");
+  const nlohmann::json h = config::parse_untrusted_json(text, "safetensors: the header of '" + file + "'");
   TITAN_CHECK(h.is_object(), "safetensors: the header of '", file, "' is not a JSON object");
   const uint64_t data = 8 + n;
   nlohmann::json sums = nlohmann::json::object();
@@ -218,7 +200,7 @@ void parse_file(const std::string& file, std::map<std::string, Stored>& out) {
     if (meta.contains("titan_checksums")) {
       TITAN_CHECK(meta["titan_checksums"].is_string(), "safetensors: the titan_checksums metadata of '", file,
                   "' is not a string");
-      sums = parse_unique_keys(meta["titan_checksums"].get<std::string>(),
+      sums = config::parse_untrusted_json(meta["titan_checksums"].get<std::string>(),
                                "safetensors: the titan_checksums metadata of '" + file + "'");
       TITAN_CHECK(sums.is_object(), "safetensors: the titan_checksums metadata of '", file, "' is not an object");
     }
@@ -257,7 +239,7 @@ std::vector<std::string> st_files(const std::string& path) {
     TITAN_CHECK(in.good(), "safetensors: cannot open '", p, "'");
     std::string text((size_t)bytes, '\0');
     in.read(text.data(), (std::streamsize)bytes);
-    const nlohmann::json j = parse_unique_keys(text, "safetensors: index '" + p + "'");
+    const nlohmann::json j = config::parse_untrusted_json(text, "safetensors: index '" + p + "'");
     TITAN_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), "safetensors: index '", p,
                 "' has no weight_map object");
     std::set<std::string> files;

@@ -1,5 +1,6 @@
 #include "src/config/field.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include <algorithm>
@@ -35,7 +36,7 @@ bool parse_double(const std::string& text, double* out) {
   } catch (...) {
     return false;
   }
-  return pos != 0 && pos == text.size();
+  return pos != 0 && pos == text.size() && std::isfinite(*out);  // inf / nan: no key means them
 }
 
 std::string print_double(double v) {
@@ -102,23 +103,29 @@ std::string yaml_quote(const std::string& s) {
 }
 
 void check_nesting(const std::string& text, const std::string& where, int max_depth) {
+  // Brackets outside comments and quoted scalars are counted; where this reading is unsure (a multi-line or escaped
+  // quote) it counts more, never fewer, so the bound holds for what yaml-cpp sees.
   int depth = 0, line = 1;
-  char quote = 0;
+  char quote = 0, prev = '\n';
   bool comment = false;
   for (char c : text) {
     if (c == '\n') {
       ++line;
       comment = false;
-      quote = 0;  // titan's YAML keeps a quoted scalar on one line
+      quote = 0;
+      prev = c;
       continue;
     }
     if (comment) continue;
     if (quote) {
       if (c == quote) quote = 0;
+      prev = c;
       continue;
     }
-    if (c == '"' || c == '\'') quote = c;
-    else if (c == '#') comment = true;
+    const bool after_space = prev == '\n' || prev == ' ' || prev == '\t';
+    const bool scalar_start = after_space || prev == '[' || prev == '{' || prev == ',' || prev == ':' || prev == '-';
+    if ((c == '"' || c == '\'') && scalar_start) quote = c;  // a quote inside a plain scalar (it's) opens nothing
+    else if (c == '#' && after_space) comment = true;       // YAML: a comment follows whitespace
     else if (c == '[' || c == '{') {
       if (++depth > max_depth)
         fail(where, ":", line, ": nested more than ", max_depth, " levels deep; no titan file nests that deep "
@@ -126,6 +133,7 @@ void check_nesting(const std::string& text, const std::string& where, int max_de
     } else if ((c == ']' || c == '}') && depth > 0) {
       --depth;
     }
+    prev = c;
   }
 }
 

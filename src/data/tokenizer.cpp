@@ -1,5 +1,7 @@
 #include "src/data/tokenizer.h"
 
+#include "src/config/untrusted_json.h"
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <omp.h>
 #include <pcre2.h>
@@ -204,12 +206,7 @@ BpeTokenizer::BpeTokenizer(const std::string& path)
     all << in.rdbuf();
     json_text_ = all.str();
   }
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(json_text_);
-  } catch (const std::exception& e) {
-    fail("tokenizer: '", path, "' is not valid JSON: ", e.what());
-  }
+  const nlohmann::json j = config::parse_untrusted_json(json_text_, "tokenizer: '" + path + "'");
   try {
     parse(j, path);
   } catch (const Error&) {
@@ -257,7 +254,9 @@ void BpeTokenizer::parse(const nlohmann::json& j, const std::string& path) {
     byte_id_[b] = it != vocab_.end() ? it->second : kNoId;
   }
   int rank = 0;
-  for (auto& m : model.contains("merges") ? model["merges"] : nlohmann::json::array()) {
+  static const nlohmann::json kNone = nlohmann::json::array();
+  const nlohmann::json& merges = model.contains("merges") ? model["merges"] : kNone;  // a reference, not a copy
+  for (auto& m : merges) {
     std::string a, b;
     if (m.is_array()) {
       TITAN_CHECK(m.size() == 2 && m[0].is_string() && m[1].is_string(), "tokenizer: merge ", m.dump().substr(0, 80),
@@ -279,8 +278,10 @@ void BpeTokenizer::parse(const nlohmann::json& j, const std::string& path) {
     merges_.emplace(((uint64_t)ia->second << 32) | ib->second, Merge{rank, iab->second});  // first rank wins
     ++rank;
   }
+  TITAN_CHECK(!j.contains("added_tokens") || j["added_tokens"].is_null() || j["added_tokens"].is_array(),
+              "tokenizer: '", path, "': added_tokens is not a list");
   if (j.contains("added_tokens") && !j["added_tokens"].is_null())
-    for (auto& t : j["added_tokens"].is_array() ? j["added_tokens"] : nlohmann::json::array({nullptr})) {
+    for (auto& t : j["added_tokens"]) {
       TITAN_CHECK(t.is_object() && t.contains("content") && t["content"].is_string() && t.contains("id"),
                   "tokenizer: '", path, "': added_tokens holds ", t.dump().substr(0, 80),
                   ", not {\"id\": ..., \"content\": \"...\"}");
@@ -294,6 +295,10 @@ void BpeTokenizer::parse(const nlohmann::json& j, const std::string& path) {
     }
   std::stable_sort(added_.begin(), added_.end(),
                    [](auto& a, auto& b) { return a.content.size() > b.content.size(); });
+  // ids dense enough that the id -> token table is the vocabulary's size, not what one stray id asks for
+  const int64_t entries = (int64_t)vocab_.size() + (int64_t)added_.size();
+  TITAN_CHECK((int64_t)max_id < 2 * entries + 1024, "tokenizer: '", path, "' has ", entries,
+              " tokens but an id of ", max_id, ": ids leave most of [0, ", max_id, "] unused (damaged file?)");
   vocab_size_ = (int64_t)max_id + 1;
   id_to_token_.resize(vocab_size_);
   is_added_.assign(vocab_size_, false);
@@ -306,11 +311,10 @@ void BpeTokenizer::parse(const nlohmann::json& j, const std::string& path) {
   const std::string gpt2 = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
   std::string pattern;
   int splits = 0;
-  int depth = 0;  // Sequences nest; a file nesting them deeper than any tokenizer does is refused, not recursed
+  // Sequences nest (the parse bounds the depth: parse_untrusted_json)
   std::function<void(const nlohmann::json&)> walk = [&](const nlohmann::json& p) {
     if (p.is_null()) return;
-    TITAN_CHECK(p.is_object() && ++depth <= 16, "tokenizer: '", path, "': a pre_tokenizer is ",
-                p.is_object() ? "nested more than 16 deep" : "not an object: " + p.dump().substr(0, 80));
+    TITAN_CHECK(p.is_object(), "tokenizer: '", path, "': a pre_tokenizer is not an object: ", p.dump().substr(0, 80));
     const std::string t = p.value("type", "");
     if (t == "Sequence") {
       TITAN_CHECK(p.contains("pretokenizers") && p["pretokenizers"].is_array(), "tokenizer: '", path,
@@ -336,11 +340,9 @@ void BpeTokenizer::parse(const nlohmann::json& j, const std::string& path) {
   if (j.contains("pre_tokenizer")) walk(j["pre_tokenizer"]);
   if (pattern.empty()) pattern = gpt2;
   TITAN_CHECK(splits <= 1, "tokenizer: '", path, "' chains ", splits, " splitting pre-tokenizers; titan runs one");
-  depth = 0;
   std::function<void(const nlohmann::json&)> find_norm = [&](const nlohmann::json& nn) {
     if (nn.is_null()) return;
-    TITAN_CHECK(nn.is_object() && ++depth <= 16, "tokenizer: '", path, "': a normalizer is ",
-                nn.is_object() ? "nested more than 16 deep" : "not an object: " + nn.dump().substr(0, 80));
+    TITAN_CHECK(nn.is_object(), "tokenizer: '", path, "': a normalizer is not an object: ", nn.dump().substr(0, 80));
     const std::string t = nn.value("type", "");
     if (t == "NFC" || t == "NFKC") normalizer_ = t;
     else if (t == "Sequence") {

@@ -94,7 +94,18 @@ size_t bucket(size_t n) {
 }
 }  // namespace
 
-int64_t physical_memory_bytes() { return (int64_t)sysconf(_SC_PHYS_PAGES) * (int64_t)sysconf(_SC_PAGESIZE); }
+int64_t physical_memory_bytes() {
+  int64_t bytes = (int64_t)sysconf(_SC_PHYS_PAGES) * (int64_t)sysconf(_SC_PAGESIZE);
+  // a container's limit where one is set (cgroup v2, then v1): the memory this process may actually use
+  for (const char* limit : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    if (FILE* f = std::fopen(limit, "r")) {
+      long long v = 0;
+      if (std::fscanf(f, "%lld", &v) == 1 && v > 0 && v < bytes) bytes = v;  // "max" reads as no number
+      std::fclose(f);
+    }
+  }
+  return bytes;
+}
 
 namespace {
 std::atomic<int64_t> g_budget{0};

@@ -142,7 +142,13 @@ def regressions():
     st = lambda header, blob=b"": struct.pack("<Q", len(header)) + header.encode() + blob
     regression("safetensors", "size_overflow",
                st(json.dumps({"w": {"dtype": "F32", "shape": [4294967296, 4294967296, 4], "data_offsets": [0, 0]}})),
-               "is more than 2^64 bytes")
+               "is more than 2^63 bytes")
+    regression("safetensors", "zero_dim_hides_huge",  # review finding: 0 x 2^62 x 2^62 passed the size check
+               st(json.dumps({"__metadata__": {"titan_checksums": json.dumps({"w": "0"})},
+                              "w": {"dtype": "F32", "shape": [0, 2**62, 2**62], "data_offsets": [0, 0]}})),
+               "is more than 2^63 bytes")
+    regression("safetensors", "deep_header", st('{"a": ' + "[" * 200 + "]" * 200 + "}"),
+               "nests objects and lists more than 64 deep")
     good_w = '"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}'
     regression("safetensors", "duplicate_name", st("{" + good_w + ", " + good_w + "}", bytes(24)),
                "names 'w' twice")
@@ -154,6 +160,8 @@ def regressions():
     regression("hf_config", "layers_fractional", cfg(num_hidden_layers=4.5), "num_hidden_layers = 4.5 is not an integer")
     regression("hf_config", "negative_window", cfg(sliding_window=-5, use_sliding_window=True, max_window_layers=0),
                "has a sliding window of -5 tokens")
+    regression("hf_config", "deep_nesting", '{"model_type": "qwen3", "x": ' + "[" * 1000 + "]" * 1000 + "}",
+               "nests objects and lists more than 64 deep")
     regression("hf_config", "model_type_number", cfg(model_type=256), "model_type = 256 is not a string")  # fuzz finding
     regression("safetensors", "negative_dim",
                st(json.dumps({"w": {"dtype": "F32", "shape": [-2, 3], "data_offsets": [0, 24]}})),
@@ -184,12 +192,16 @@ def regressions():
                bytes([0, 8, 2, 2, 11]) + b"model/w zz\n", "not a 64-bit hex number")
     regression("checkpoint", "export_config_replaced", bytes([0x80, 7, 2, 2, 19]) + b'{"model_type": "x"}',
                "model_type 'x' is not supported")
+    regression("checkpoint", "step_int64_max", bytes([0, 3, 2, 0]) + struct.pack("<q", 2**63 - 1) + bytes(8),
+               "step = 9223372036854775807, not a count in [0, 2^53)")
     regression("checkpoint", "rng_damaged", bytes([0, 6, 2, 2, 3]) + b"abc", "malformed RNG state")
     regression("checkpoint", "step_as_text", bytes([0, 3, 2, 2, 3]) + b"two", "titan expects one integer")
     tok = {"model": {"type": "BPE", "vocab": {"a": -1}, "merges": []}}
     regression("tokenizer", "negative_id", json.dumps(tok) + "\0a", "not an integer in [0, 16777215]")
     tok = {"model": {"type": "BPE", "vocab": {"a": 4000000000}, "merges": []}}
     regression("tokenizer", "id_beyond_2_24", json.dumps(tok) + "\0a", "not an integer in [0, 16777215]")
+    tok = {"model": {"type": "BPE", "vocab": {"a": 16777215}, "merges": []}}  # review finding: a 16.7M-entry table
+    regression("tokenizer", "sparse_ids", json.dumps(tok) + "\0a", "ids leave most of [0, 16777215] unused")
     tok = {"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [["a"]]}}
     regression("tokenizer", "short_merge", json.dumps(tok) + "\0a", 'is not ["left", "right"]')
     tok = {"model": {"type": "BPE", "vocab": {"a": 0}}, "pre_tokenizer": {"type": "Sequence"}}
@@ -201,6 +213,9 @@ def regressions():
                "  pipeline_parallel_degree: 1048576\n", "multiply to 1.09951e+12 ranks")
     regression("job_config", "newline_in_string",  # fuzz finding: a string with a newline did not print back
                'job:\n  description: "two\n\n  lines \\"quoted\\" \\\\ back"\n', "accepted")
+    regression("job_config", "lr_inf", "optimizer:\n  lr: inf\n", "optimizer.lr")  # review: printed as inf.0
+    regression("job_config", "nesting_behind_hash", "model: [a#b, " + "[" * 5000 + "\n",
+               "nested more than 64 levels deep")
     regression("job_config", "list_as_key", "? [a, b]\n: 1\n", "a key must be a plain name")
     with open(os.path.join(SRC, "configs", "gpt_oss_debug.yaml")) as f:  # fuzz finding: printed YAML did not load
         lines = f.read().splitlines()
