@@ -118,12 +118,7 @@ Knob make_knob(const char* key, T Args::*m, const char* hf, std::string (*rule)(
   k.from_json = [m, rule](const json& j, Args& a, const std::string& field) {
     const json& v = j.at(field);
     if constexpr (std::is_same_v<T, int64_t>) {  // 4.5 or "4" is not silently 4; a whole float (4096.0) is 4096
-      const bool whole = v.is_number_float() && v.get<double>() == std::floor(v.get<double>()) &&
-                         std::fabs(v.get<double>()) < 9.0e15;
-      TITAN_CHECK((v.is_number_integer() && (!v.is_number_unsigned() || v.get<uint64_t>() <= (uint64_t)INT64_MAX)) ||
-                      whole,
-                  "model config: ", field, " = ", v.dump().substr(0, 80), " is not an integer");
-      a.*m = whole ? (int64_t)v.get<double>() : v.get<int64_t>();
+      a.*m = json_int(v, field);
     } else {
       try {
         a.*m = v.get<T>();
@@ -149,6 +144,15 @@ const std::vector<Knob>& knobs() {
 #undef KNOB
   };
   return table;
+}
+
+int64_t json_int(const json& v, const std::string& field) {
+  const bool whole_float = v.is_number_float() && std::isfinite(v.get<double>()) &&
+                           v.get<double>() == std::floor(v.get<double>()) && std::fabs(v.get<double>()) < 9.0e15;
+  TITAN_CHECK((v.is_number_integer() && (!v.is_number_unsigned() || v.get<uint64_t>() <= (uint64_t)INT64_MAX)) ||
+                  whole_float,
+              "model config: ", field, " = ", v.dump().substr(0, 80), " is not an integer");
+  return whole_float ? (int64_t)v.get<double>() : v.get<int64_t>();
 }
 
 const Knob* find_knob(const std::string& key) {

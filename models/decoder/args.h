@@ -116,5 +116,8 @@ struct Knob {
 };
 const std::vector<Knob>& knobs();
 const Knob* find_knob(const std::string& key);
+// An integer field of a config.json as written: a JSON integer, or a float holding a whole number (some exporters
+// write 4096.0); anything else (4.5, 1e30, "4096", 2^64 - 1) is refused naming the field, never truncated.
+int64_t json_int(const nlohmann::json& v, const std::string& field);
 
 }  // namespace titan::decoder

@@ -18,17 +18,7 @@ using json = nlohmann::json;
 namespace {
 bool has(const json& j, const char* k) { return j.contains(k) && !j[k].is_null(); }
 
-// An integer field as written: a JSON integer, or a float holding a whole number (some exporters write 4096.0);
-// anything else (4.5, 1e30, "4096", 2^64 - 1) is refused naming the field, never truncated or wrapped.
-int64_t int_of(const json& v, const std::string& field) {
-  const bool whole_float = v.is_number_float() && std::isfinite(v.get<double>()) &&
-                           v.get<double>() == std::floor(v.get<double>()) && std::fabs(v.get<double>()) < 9.0e15;
-  TITAN_CHECK((v.is_number_integer() && (!v.is_number_unsigned() || v.get<uint64_t>() <= (uint64_t)INT64_MAX)) ||
-                  whole_float,
-              "model config: ", field, " = ", v.dump().substr(0, 80), " is not an integer");
-  return whole_float ? (int64_t)v.get<double>() : v.get<int64_t>();
-}
-int64_t int_value(const json& j, const char* key, int64_t dflt) { return has(j, key) ? int_of(j[key], key) : dflt; }
+int64_t int_value(const json& j, const char* key, int64_t dflt) { return has(j, key) ? json_int(j[key], key) : dflt; }
 
 // Every number of the file within what titan reads: a float beyond 2^63 would be undefined behaviour wherever a
 // field is read as an integer (nlohmann casts); refused up front, naming where it is.
@@ -166,7 +156,7 @@ Args qwen3_from_hf(const json& j, bool moe) {
                   "supported in a Qwen3-MoE checkpoint");
     const json mlp_only = j.value("mlp_only_layers", json::array());
     for (size_t i = 0; i < mlp_only.size(); ++i)
-      TITAN_CHECK(int_of(mlp_only[i], "mlp_only_layers[" + std::to_string(i) + "]") == (int64_t)i, "qwen3_moe config: mlp_only_layers ", mlp_only.dump(),
+      TITAN_CHECK(json_int(mlp_only[i], "mlp_only_layers[" + std::to_string(i) + "]") == (int64_t)i, "qwen3_moe config: mlp_only_layers ", mlp_only.dump(),
                   " is supported as the first k layers [0, ..., k-1] only");
     a.moe_first_dense = (int64_t)mlp_only.size();
   }
@@ -287,7 +277,7 @@ Args from_titan_block(const json& b) {
   TITAN_CHECK(has(b, "layer_window"), "model config: the titan_decoder block has no layer_window");
   TITAN_CHECK(b["layer_window"].is_array(), "model config: the titan_decoder block's layer_window is not a list");
   a.layer_window.clear();
-  for (const auto& w : b["layer_window"]) a.layer_window.push_back(int_of(w, "titan_decoder.layer_window[]"));
+  for (const auto& w : b["layer_window"]) a.layer_window.push_back(json_int(w, "titan_decoder.layer_window[]"));
   a.max_position_embeddings = int_value(b, "max_position_embeddings", a.max_position_embeddings);
   a.moe_route_bias = b.value("moe_route_bias", false);
   a.titan_layout = true;
