@@ -10,19 +10,62 @@
 namespace titan::parallel {
 
 namespace {
-// colwise / rowwise: this rank's chunk of `sizes` along `dim`; summed: kept whole, the gradient summed over
-// tp; kv_head: the one KV head (rows [h * D, (h + 1) * D) of dim 0) this rank's query heads use when
-// n_kv_heads < tp, kept by the tp / n_kv ranks that share it, its gradient summed over them.
-enum class Style { colwise, rowwise, summed, kv_head };
+// What a rank needs to apply a style: its tp rank, the tp group, and for replicated KV heads the group of
+// ranks sharing this rank's head and where the head sits.
+struct Ctx {
+  int rank;
+  comms::PG tp, kv;
+  int64_t kv_start = 0, kv_size = 0;  // rows of the KV projections this rank keeps (kv_head)
+};
+struct Entry;
+
+// A style is one definition: what a rank keeps of the parameter (cut: before FSDP shards what is left) and
+// what its gradient needs (grad: after FSDP's pre-hook has bound the weight; none for the split styles, whose
+// gradient is this rank's slice). A new style is one more of these plus its rows in block_plan.
+struct Style {
+  const char* name;
+  void (*cut)(const Entry&, const Ctx&, std::vector<ShardSpec>&);
+  void (*grad)(Tensor&, const Ctx&);
+};
 
 // One row of a block's plan: a parameter (undefined ones are skipped), its style, and for colwise /
 // rowwise the dimension cut and the per-rank sizes along it.
 struct Entry {
   Tensor* param;
-  Style style;
+  const Style* style;
   int64_t dim = 0;
   std::vector<int64_t> sizes = {};
 };
+
+// identity forward, the gradient summed over `g` (after FSDP's pre-hook bound the weight)
+void sum_grads(Tensor& w, const comms::PG& g) {
+  if (w.defined()) w = comms::copy_to(w, g);
+}
+
+void keep_chunk(const Entry& e, const Ctx& c, std::vector<ShardSpec>& specs) {
+  shard_param(*e.param, e.dim, e.sizes, c.rank, specs);
+}
+
+// colwise: split along the output features (W [out, in]'s rows; the bias with them); its output is this
+// rank's heads / intermediate slice.
+const Style colwise{"colwise", keep_chunk, nullptr};
+// rowwise: split along the input features (columns); its output a partial sum the block's output
+// collective reduces.
+const Style rowwise{"rowwise", keep_chunk, nullptr};
+// summed: replicated, each rank's gradient a part of the whole (q/k norms, the router, a rowwise bias, the
+// norms under sequence parallel): identity forward, the gradient summed over tp.
+const Style summed{"summed", nullptr, [](Tensor& w, const Ctx& c) { sum_grads(w, c.tp); }};
+// kv_head (n_kv_heads < tp): the one KV head this rank's query heads use, kept by the tp / n_kv ranks that
+// share it (one of them writes it; each copy counted once in the gradient norm), its gradient summed over them.
+const Style kv_head{
+    "kv_head",
+    [](const Entry& e, const Ctx& c, std::vector<ShardSpec>& specs) {
+      keep_block(*e.param, 0, c.kv_start, c.kv_size, specs);
+      ShardSpec& s = find_spec(specs, e.param);
+      s.writer = s.writer && c.kv->rank() == 0;
+      s.grad_norm_weight = 1.0 / (double)c.kv->size();
+    },
+    [](Tensor& w, const Ctx& c) { sum_grads(w, c.kv); }};
 
 std::vector<int64_t> even(int64_t n, int64_t tp, const char* what) {
   std::vector<int64_t> fits;  // the degrees that would divide it (the fix to suggest)
@@ -43,40 +86,40 @@ std::vector<int64_t> times(std::vector<int64_t> v, int64_t f) {
 
 // The linear styles: W [out, in] colwise splits out (rows; the bias with them), rowwise splits in (columns;
 // the bias, whole on every rank, added on tp rank 0 only and its gradient summed).
-void linear(std::vector<Entry>& plan, nn::Linear* lin, Style style, const std::vector<int64_t>& sizes) {
-  if (style == Style::colwise) {
-    plan.push_back({&lin->weight, Style::colwise, 0, sizes});
-    plan.push_back({&lin->bias, Style::colwise, 0, sizes});
+void linear(std::vector<Entry>& plan, nn::Linear* lin, const Style& style, const std::vector<int64_t>& sizes) {
+  if (&style == &colwise) {
+    plan.push_back({&lin->weight, &colwise, 0, sizes});
+    plan.push_back({&lin->bias, &colwise, 0, sizes});
   } else {
-    plan.push_back({&lin->weight, Style::rowwise, 1, sizes});
-    plan.push_back({&lin->bias, Style::summed});
+    plan.push_back({&lin->weight, &rowwise, 1, sizes});
+    plan.push_back({&lin->bias, &summed});
   }
 }
 
 void mlp(std::vector<Entry>& plan, decoder::MLP* m, const std::vector<int64_t>& ffn) {
-  linear(plan, m->gate_proj, Style::colwise, ffn);
-  linear(plan, m->up_proj, Style::colwise, ffn);
-  linear(plan, m->down_proj, Style::rowwise, ffn);
+  linear(plan, m->gate_proj, colwise, ffn);
+  linear(plan, m->up_proj, colwise, ffn);
+  linear(plan, m->down_proj, rowwise, ffn);
 }
 
-// The plan of one decoder block (the replicated KV heads, when n_kv_heads < tp, are cut apart: cut_kv).
+// The plan of one decoder block: every parameter's style (the KV projections kv_head when n_kv_heads < tp).
 std::vector<Entry> block_plan(decoder::DecoderLayer* layer, const decoder::Args& a, int64_t tp, bool kv_split,
                               bool sequence_parallel) {
   std::vector<Entry> plan;
   auto* at = layer->self_attn;
   const auto q_rows = times(even(a.n_heads, tp, "model.n_heads"), a.head_dim);
   const auto heads = even(a.n_heads, tp, "model.n_heads");
-  linear(plan, at->q_proj, Style::colwise, q_rows);  // this rank's query heads
+  linear(plan, at->q_proj, colwise, q_rows);  // this rank's query heads
   for (nn::Linear* lin : {at->k_proj, at->v_proj})
-    if (kv_split) linear(plan, lin, Style::colwise, times(even(a.n_kv_heads, tp, "model.n_kv_heads"), a.head_dim));
-    else plan.insert(plan.end(), {{&lin->weight, Style::kv_head}, {&lin->bias, Style::kv_head}});
-  linear(plan, at->o_proj, Style::rowwise, q_rows);
-  plan.push_back({&at->sinks, Style::colwise, 0, heads});
-  if (at->variant.bias == nn::ScoreBias::relative) plan.push_back({&at->bias, Style::colwise, 0, heads});
+    if (kv_split) linear(plan, lin, colwise, times(even(a.n_kv_heads, tp, "model.n_kv_heads"), a.head_dim));
+    else plan.insert(plan.end(), {{&lin->weight, &kv_head}, {&lin->bias, &kv_head}});
+  linear(plan, at->o_proj, rowwise, q_rows);
+  plan.push_back({&at->sinks, &colwise, 0, heads});
+  if (at->variant.bias == nn::ScoreBias::relative) plan.push_back({&at->bias, &colwise, 0, heads});
   if (at->q_norm)
     for (nn::Norm* n : {at->q_norm, at->k_norm}) {
-      plan.push_back({&n->weight, Style::summed});
-      plan.push_back({&n->bias, Style::summed});
+      plan.push_back({&n->weight, &summed});
+      plan.push_back({&n->bias, &summed});
     }
   if (layer->mlp) mlp(plan, layer->mlp, even(a.hidden_dim, tp, "model.hidden_dim"));
   if (auto* moe = layer->moe) {
@@ -84,27 +127,22 @@ std::vector<Entry> block_plan(decoder::DecoderLayer* layer, const decoder::Args&
     const auto ffn = even(a.moe_hidden_dim, tp, "model.moe_hidden_dim");
     // each expert's intermediate size split as a dense MLP's (gpt-oss's interleaved gate_up keeps its
     // (gate, up) column pairs together); the router replicated
-    plan.push_back({&ex->gate_up_proj, Style::colwise, 2, times(ffn, 2)});
-    plan.push_back({&ex->gate_up_proj_bias, Style::colwise, 1, times(ffn, 2)});
-    for (Tensor* t : {&ex->gate_proj, &ex->up_proj}) plan.push_back({t, Style::colwise, 2, ffn});
-    for (Tensor* t : {&ex->gate_proj_bias, &ex->up_proj_bias}) plan.push_back({t, Style::colwise, 1, ffn});
-    plan.push_back({&ex->down_proj, Style::rowwise, 1, ffn});
-    plan.push_back({&ex->down_proj_bias, Style::summed});
-    plan.push_back({&moe->router->weight, Style::summed});
-    plan.push_back({&moe->router->bias, Style::summed});
+    plan.push_back({&ex->gate_up_proj, &colwise, 2, times(ffn, 2)});
+    plan.push_back({&ex->gate_up_proj_bias, &colwise, 1, times(ffn, 2)});
+    for (Tensor* t : {&ex->gate_proj, &ex->up_proj}) plan.push_back({t, &colwise, 2, ffn});
+    for (Tensor* t : {&ex->gate_proj_bias, &ex->up_proj_bias}) plan.push_back({t, &colwise, 1, ffn});
+    plan.push_back({&ex->down_proj, &rowwise, 1, ffn});
+    plan.push_back({&ex->down_proj_bias, &summed});
+    plan.push_back({&moe->router->weight, &summed});
+    plan.push_back({&moe->router->bias, &summed});
     if (moe->shared_expert) mlp(plan, moe->shared_expert, ffn);
   }
   if (sequence_parallel)  // the norms see this rank's part of the sequence
     for (nn::Norm* n : {layer->input_layernorm, layer->post_attention_layernorm}) {
-      plan.push_back({&n->weight, Style::summed});
-      plan.push_back({&n->bias, Style::summed});
+      plan.push_back({&n->weight, &summed});
+      plan.push_back({&n->bias, &summed});
     }
   return plan;
-}
-
-// summed: identity forward, the gradient summed over `g` (after FSDP's pre-hook bound the weight).
-void sum_grads(Tensor& w, const comms::PG& g) {
-  if (w.defined()) w = comms::copy_to(w, g);
 }
 
 // The collectives around an attention / MLP block. Inputs: replicated x -> copy_to (backward all-reduce);
@@ -154,35 +192,56 @@ TensorParallel::TensorParallel(decoder::Decoder& model, comms::DeviceMesh& mesh,
                                const Ownership& own)
     : model_(model), mesh_(mesh), opt_(opt), own_(own) {}
 
+namespace {
+// vocab: the embedding's rows and the head's (or the tied embedding as head) over the vocabulary; each rank
+// looks up the ids it owns (the rows summed over tp); the logits stay split into the loss (loss parallel:
+// max and sum-exp all-reduced), or are gathered.
+void vocab_parallel(decoder::Decoder& model, const Ownership& own, bool loss_parallel, const comms::PG& pg,
+                    std::vector<ShardSpec>& specs) {
+  const int r = pg->rank();
+  const std::vector<int64_t> vocab = comms::chunk_sizes(model.args().vocab_size, pg->size());
+  int64_t vocab_start = 0;
+  for (int q = 0; q < r; ++q) vocab_start += vocab[q];
+  if (own.embed) {
+    shard_param(model.model->embed_tokens->weight, 0, vocab, r, specs);
+    model.model->embed_tokens->lookup = [pg, vocab_start](const Tensor& w, const Tensor& ids) {
+      return comms::vocab_parallel_embedding(w, ids, vocab_start, pg);
+    };
+  }
+  if (model.lm_head && own.head) shard_param(model.lm_head->weight, 0, vocab, r, specs);
+  if (loss_parallel)
+    model.sharded_loss = [pg, vocab_start](const Tensor& logits, const Tensor& targets) {
+      return comms::vocab_parallel_cross_entropy(logits, targets, vocab_start, pg);
+    };
+  else  // logits gathered over the vocab: B*S*V*(tp-1)/tp floats received per rank, [B, S, V] on every rank
+    model.sharded_loss = [pg, vocab](const Tensor& logits, const Tensor& targets) {
+      return cross_entropy(comms::gather_from(logits, -1, pg, vocab), targets);
+    };
+}
+}  // namespace
+
 void TensorParallel::cut(std::vector<ShardSpec>& specs) {
   const int64_t tp = mesh_.tp->size();
   const int r = mesh_.tp->rank();
   const auto& a = model_.args();
   // KV heads: split when there are at least tp of them; otherwise each rank keeps the one head its query
   // heads use (replicated over the tp / n_kv ranks that share it, whose gradients are summed over them)
-  const bool kv_split = a.n_kv_heads >= tp;
-  int64_t kv_head = 0;
-  if (!kv_split) {
+  if (a.n_kv_heads < tp) {
     TITAN_CHECK(tp % a.n_kv_heads == 0, "tensor parallel: tensor_parallel_degree (", tp,
                 ") must be a multiple of n_kv_heads (", a.n_kv_heads, ") when it exceeds it");
     const int share = (int)(tp / a.n_kv_heads);  // tp ranks holding each KV head
-    kv_head = r / share;
+    kv_head_ = r / share;
     kv_group_ = mesh_.tp->split([share](int t) { return t / share; }, [](int t) { return t; },
-                                "tp_kv" + std::to_string(kv_head));
+                                "tp_kv" + std::to_string(kv_head_));
   }
+  const Ctx ctx{r, mesh_.tp, kv_group_, kv_head_ * a.head_dim, a.head_dim};
   auto& layers = model_.model->layers->layers;
   for (size_t li = 0; li < layers.size(); ++li) {
     if (!own_.layer[li]) continue;  // another pipeline stage's
     decoder::DecoderLayer* layer = layers[li];
-    for (const Entry& e : block_plan(layer, a, tp, kv_split, opt_.sequence_parallel)) {
-      if (!e.param->defined()) continue;
-      if (e.style == Style::colwise || e.style == Style::rowwise) shard_param(*e.param, e.dim, e.sizes, r, specs);
-      if (e.style != Style::kv_head) continue;
-      keep_block(*e.param, 0, kv_head * a.head_dim, a.head_dim, specs);  // the one KV head this rank's queries use
-      ShardSpec& s = find_spec(specs, e.param);
-      s.writer = s.writer && kv_group_->rank() == 0;
-      s.grad_norm_weight = 1.0 / (double)kv_group_->size();  // each copy counted once in total
-    }
+    for (const Entry& e : block_plan(layer, a, tp, !kv_group_, opt_.sequence_parallel))
+      if (e.param->defined() && e.style->cut) e.style->cut(e, ctx, specs);
+    // what the plan's rows imply for the block's forward
     auto* at = layer->self_attn;
     at->o_proj->bias_scale = r == 0 ? 1.0 : 0.0;  // rowwise: the bias added once
     if (at->variant.bias == nn::ScoreBias::alibi) {  // ALiBi slopes: a constant, sliced to this rank's heads
@@ -191,37 +250,19 @@ void TensorParallel::cut(std::vector<ShardSpec>& specs) {
       at->bias = slice(at->bias, 0, r * h, (r + 1) * h).clone();
     }
     if (auto* moe = layer->moe) {
-      moe->experts->down_bias_scale = r == 0 ? 1.0 : 0.0;
+      moe->experts->down_bias_scale = r == 0 ? 1.0 : 0.0;  // rowwise: the bias added once
       moe->aux_loss_scale = r == 0 ? 1.0 : 0.0;  // every tp rank routes alike: count the auxiliary loss once
     }
   }
-  // vocab: the embedding's rows and the head's (or the tied embedding as head) over the vocabulary
-  const std::vector<int64_t> vocab = comms::chunk_sizes(a.vocab_size, tp);
-  int64_t vocab_start = 0;
-  for (int q = 0; q < r; ++q) vocab_start += vocab[q];
-  comms::PG pg = mesh_.tp;
-  if (own_.embed) {
-    shard_param(model_.model->embed_tokens->weight, 0, vocab, r, specs);
-    model_.model->embed_tokens->lookup = [pg, vocab_start](const Tensor& w, const Tensor& ids) {
-      return comms::vocab_parallel_embedding(w, ids, vocab_start, pg);
-    };
-  }
-  if (model_.lm_head && own_.head) shard_param(model_.lm_head->weight, 0, vocab, r, specs);
-  if (opt_.loss_parallel)  // loss parallel: max and sum-exp all-reduced
-    model_.sharded_loss = [pg, vocab_start](const Tensor& logits, const Tensor& targets) {
-      return comms::vocab_parallel_cross_entropy(logits, targets, vocab_start, pg);
-    };
-  else  // logits gathered over the vocab: B*S*V*(tp-1)/tp floats received per rank, [B, S, V] on every rank
-    model_.sharded_loss = [pg, vocab](const Tensor& logits, const Tensor& targets) {
-      return cross_entropy(comms::gather_from(logits, -1, pg, vocab), targets);
-    };
+  vocab_parallel(model_, own_, opt_.loss_parallel, mesh_.tp, specs);
 }
 
 void TensorParallel::hooks() {
-  comms::PG pg = mesh_.tp, kv_group = kv_group_;
+  comms::PG pg = mesh_.tp;
   const auto& a = model_.args();
   const int64_t tp = pg->size();
-  const bool sp = opt_.sequence_parallel, kv_split = !kv_group;
+  const bool sp = opt_.sequence_parallel, kv_split = !kv_group_;
+  const Ctx ctx{pg->rank(), pg, kv_group_, kv_head_ * a.head_dim, a.head_dim};
   auto& layers = model_.model->layers->layers;
   for (size_t i = 0; i < layers.size(); ++i) {
     if (!own_.layer[i]) continue;
@@ -230,8 +271,7 @@ void TensorParallel::hooks() {
     // runs after FSDP's pre-hook of the layer has bound the weights
     layer->register_forward_pre_hook([=](nn::Module&, const Tensor& x) {
       for (const Entry& e : block_plan(layer, a, tp, kv_split, sp))
-        if (e.style == Style::summed) sum_grads(*e.param, pg);
-        else if (e.style == Style::kv_head) sum_grads(*e.param, kv_group);
+        if (e.style->grad) e.style->grad(*e.param, ctx);
       return x;
     });
     block_collectives(*at, pg, sp, opt_.regather);
@@ -243,10 +283,10 @@ void TensorParallel::hooks() {
   if (sp && own_.embed)
     model.model->embed_tokens->register_forward_post_hook(
         [pg](nn::Module&, const Tensor& y) { return comms::split_to(y, 1, pg); });
-  if (sp && own_.head)
-    model.register_forward_pre_hook([&model, pg](nn::Module&, const Tensor& ids) {
-      sum_grads(model.model->norm->weight, pg);  // after FSDP's root pre-hook bound it
-      sum_grads(model.model->norm->bias, pg);
+  if (sp && own_.head)  // the final norm sees this rank's part of the sequence: summed
+    model.register_forward_pre_hook([&model, ctx](nn::Module&, const Tensor& ids) {
+      summed.grad(model.model->norm->weight, ctx);  // after FSDP's root pre-hook bound it
+      summed.grad(model.model->norm->bias, ctx);
       return ids;
     });
   // the head's input: the whole hidden state on every rank, each rank's (vocab shard's) gradient summed back

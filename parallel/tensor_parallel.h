@@ -6,13 +6,15 @@
 //   rowwise    split along the input features (columns): its output is a partial sum, reduced by the block's
 //              output collective; its bias is added on tp rank 0 only (and its gradient summed);
 //   vocab      the embedding's and the head's rows over the vocabulary (each rank looks up the ids it owns,
-//              the rows summed; the logits stay split into the loss, or are gathered): cut() below;
+//              the rows summed; the logits stay split into the loss, or are gathered): vocab_parallel();
 //   summed     replicated, each rank's gradient a part of the whole (per-head q/k norms, the router, the
 //              norms under sequence parallel): the gradient is summed over tp (identity forward);
 //   kv_head    n_kv_heads < tp: the one KV head this rank's query heads use, kept by the tp / n_kv ranks that
 //              share it, its gradient summed over them.
-// The block table (block_plan) holds colwise, rowwise, summed and kv_head; the vocabulary rows (embedding,
-// head) and the loss are cut once per model in cut(), outside the per-block table.
+// Each of colwise, rowwise, summed and kv_head is one definition (a `Style`: what a rank keeps, what its gradient
+// needs) and the block table (block_plan) names one per parameter; the vocabulary rows (embedding, head) and the
+// loss are cut once per model (vocab_parallel), outside the per-block table. A new style is one Style plus its
+// rows in block_plan.
 // Applying it is two steps in one visible order (parallelize.cpp): cut() before FSDP shards what is left,
 // hooks() after FSDP has registered its own (so these see the weights FSDP bound).
 #pragma once
@@ -45,6 +47,7 @@ class TensorParallel {
   TensorParallelOptions opt_;
   Ownership own_;
   comms::PG kv_group_;  // replicated KV heads (n_kv_heads < tp): the tp ranks sharing one head
+  int64_t kv_head_ = 0;  // ... and which head this rank keeps
 };
 
 }  // namespace titan::parallel
