@@ -32,24 +32,36 @@ void check_numbers(const json& v, const std::string& at) {
     for (size_t i = 0; i < v.size(); ++i) check_numbers(v[i], at + "[" + std::to_string(i) + "]");
 }
 
-// The knobs an HF class stores under their knobs.def HF field (the rest it fixes, or stores otherwise).
-const std::vector<std::string> kCommonFields = {"vocab_size", "dim",      "n_layers",            "n_heads",   "n_kv_heads",
-                                                "head_dim",   "hidden_dim", "norm_eps", "enable_weight_tying", "rope_theta"};
-std::vector<std::string> class_fields(Family f) {
-  std::vector<std::string> k = kCommonFields;
-  if (f != Family::gpt_oss) k.insert(k.end(), {"activation", "attn_proj_bias"});
-  if (f == Family::qwen3_moe)
-    k.insert(k.end(), {"moe_num_experts", "moe_top_k", "moe_hidden_dim", "moe_renormalize", "moe_every"});
-  if (f == Family::gpt_oss) k.insert(k.end(), {"moe_top_k", "swiglu_limit"});
-  return k;
+// The knobs an HF class stores as config.json fields: knob, field (its knobs.def HF field unless the class names
+// it otherwise) and whether import reads it (false: the class fixes the value, which export still writes). One
+// table for both directions: import reads these rows, export writes them; what is not a plain knob (RoPE
+// scaling, layer types, max_position_embeddings, the class's fixed extras) is written by hand below.
+struct HfField {
+  const char* knob;
+  const char* field = "";  // "": the knob's knobs.def HF field
+  bool read = true;
+};
+std::vector<HfField> class_fields(HfClass c) {
+  const bool oss = c == HfClass::gpt_oss;
+  std::vector<HfField> f = {{"vocab_size"}, {"dim"},      {"n_layers"},            {"n_heads"},   {"n_kv_heads"},
+                            {"head_dim"},   {"norm_eps"}, {"enable_weight_tying"}, {"rope_theta"}};
+  // GptOssConfig's intermediate_size is the experts' size (no layer is dense); it fixes the activation and biases
+  f.push_back(oss ? HfField{"moe_hidden_dim", "intermediate_size"} : HfField{"hidden_dim"});
+  f.push_back({"activation", "", !oss});
+  f.push_back({"attn_proj_bias", "", !oss});
+  if (c == HfClass::qwen3_moe)
+    f.insert(f.end(), {{"moe_num_experts"}, {"moe_top_k"}, {"moe_hidden_dim"}, {"moe_renormalize"}, {"moe_every"}});
+  if (oss)
+    f.insert(f.end(), {{"moe_num_experts", "num_local_experts"}, {"moe_top_k"},
+                       {"moe_top_k", "experts_per_token", false}, {"swiglu_limit"}});
+  return f;
 }
+std::string field_of(const HfField& f) { return *f.field ? f.field : find_knob(f.knob)->hf; }
 
-// Every knob of the class whose HF field the file gives (null: HF's "unset", the default stays).
-void read_hf_fields(const json& j, Args& a) {
-  for (const auto& key : class_fields(a.name)) {
-    const Knob* k = find_knob(key);
-    if (k && !k->hf.empty() && has(j, k->hf.c_str())) k->from_json(j, a, k->hf);
-  }
+// Every knob of the class whose field the file gives (null: HF's "unset", the default stays).
+void read_hf_fields(const json& j, HfClass c, Args& a) {
+  for (const HfField& f : class_fields(c))
+    if (f.read && has(j, field_of(f).c_str())) find_knob(f.knob)->from_json(j, a, field_of(f));
 }
 
 RopeScaling rope_from_hf(const json& j, int64_t default_original) {
@@ -138,7 +150,7 @@ void attention_from_hf(const json& j, Args& a) {
 Args qwen3_from_hf(const json& j, bool moe) {
   const char* mt = moe ? "qwen3_moe" : "qwen3";
   Args a = hf_defaults(moe ? Family::qwen3_moe : Family::qwen3);
-  read_hf_fields(j, a);
+  read_hf_fields(j, moe ? HfClass::qwen3_moe : HfClass::qwen3, a);
   if (!has(j, "num_key_value_heads")) a.n_kv_heads = moe ? 4 : a.n_heads;
   if (!has(j, "head_dim")) a.head_dim = moe ? a.dim / a.n_heads : 128;
   set_rope(a, rope_from_hf(j, a.max_position_embeddings = int_value(j, "max_position_embeddings", 32768)));
@@ -179,10 +191,9 @@ Args qwen3_from_hf(const json& j, bool moe) {
 
 Args gpt_oss_from_hf(const json& j) {
   Args a = hf_defaults(Family::gpt_oss);
-  read_hf_fields(j, a);
+  read_hf_fields(j, HfClass::gpt_oss, a);
   // what GptOssForCausalLM fixes, whatever the file says
-  a.moe_hidden_dim = a.hidden_dim;  // intermediate_size: the experts' size
-  a.moe_num_experts = int_value(j, "num_local_experts", a.moe_num_experts);
+  a.hidden_dim = a.moe_hidden_dim;  // no dense layer: hidden_dim names the experts' size (as a gpt_oss YAML's)
   a.moe_enabled = a.moe_router_bias = a.moe_expert_bias = a.attn_proj_bias = a.attn_sinks = true;
   a.qk_norm = false;
   a.activation = Activation::oai_swiglu;
@@ -200,7 +211,7 @@ Args gpt_oss_from_hf(const json& j) {
 
 Args llama_from_hf(const json& j) {
   Args a = hf_defaults(Family::llama3);
-  read_hf_fields(j, a);
+  read_hf_fields(j, HfClass::llama, a);
   if (!has(j, "num_key_value_heads")) a.n_kv_heads = a.n_heads;
   if (!has(j, "head_dim")) a.head_dim = a.dim / a.n_heads;
   TITAN_CHECK(!j.value("mlp_bias", false), "llama config: mlp_bias true is not supported");
@@ -388,23 +399,18 @@ std::string Args::to_hf_json() const {
   json j;
   j["architectures"] = {arch};
   j["model_type"] = model_type[(size_t)arch];
-  j["vocab_size"] = vocab_size;
-  j["hidden_size"] = dim;
-  j["intermediate_size"] = name == Family::gpt_oss ? moe_hidden_dim : hidden_dim;
-  j["num_hidden_layers"] = n_layers;
-  j["num_attention_heads"] = n_heads;
-  j["num_key_value_heads"] = n_kv_heads;
-  j["head_dim"] = head_dim;
-  j["hidden_act"] = activation == Activation::oai_swiglu ? Activation::silu : activation;
+  for (const HfField& f : class_fields(arch)) {  // the knobs the class stores as fields, as import reads them
+    json one;
+    find_knob(f.knob)->to_json(*this, one);
+    j[field_of(f)] = one[f.knob];
+  }
+  if (activation == Activation::oai_swiglu) j["hidden_act"] = Activation::silu;  // the class's clamp is swiglu_limit
+  if (arch == HfClass::none && name == Family::gpt_oss) j["intermediate_size"] = moe_hidden_dim;  // as GptOssConfig's
   // scaled RoPE: factor x original, so every HF version derives the same YaRN factor
   j["max_position_embeddings"] = rope.type == RopeScalingType::none
                                      ? max_position_embeddings
                                      : std::llround(rope.factor * rope.original_max_position_embeddings);
-  j["rms_norm_eps"] = norm_eps;
-  j["rope_theta"] = rope_theta;
   j["rope_scaling"] = rope_to_hf(rope);
-  j["tie_word_embeddings"] = enable_weight_tying;
-  j["attention_bias"] = attn_proj_bias;
   j["attention_dropout"] = 0.0;
   j["initializer_range"] = 0.02;
   int64_t sw = 0;
@@ -420,11 +426,6 @@ std::string Args::to_hf_json() const {
     j["sliding_window"] = sw > 0 ? json(sw) : json(nullptr);
     j["max_window_layers"] = n_layers;
   } else if (arch == HfClass::qwen3_moe) {
-    j["num_experts"] = moe_num_experts;
-    j["num_experts_per_tok"] = moe_top_k;
-    j["moe_intermediate_size"] = moe_hidden_dim;
-    j["norm_topk_prob"] = moe_renormalize;
-    j["decoder_sparse_step"] = moe_every;
     json mlp_only = json::array();
     for (int64_t i = 0; i < moe_first_dense; ++i) mlp_only.push_back(i);
     j["mlp_only_layers"] = mlp_only;
@@ -433,11 +434,7 @@ std::string Args::to_hf_json() const {
     j["router_aux_loss_coef"] = moe_aux_loss_coeff;
     j["output_router_logits"] = false;
   } else if (arch == HfClass::gpt_oss) {
-    j["num_local_experts"] = moe_num_experts;
-    j["num_experts_per_tok"] = moe_top_k;
-    j["experts_per_token"] = moe_top_k;
     j["sliding_window"] = sw > 0 ? sw : 128;
-    j["swiglu_limit"] = swiglu_limit;
   } else if (arch == HfClass::llama) {
     j["mlp_bias"] = false;
     j.erase("layer_types");

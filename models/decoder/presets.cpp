@@ -208,7 +208,7 @@ Args hf_defaults(Family f) {
       a.moe_renormalize = false;
       break;
     case Family::gpt_oss:
-      a.vocab_size = 201088, a.dim = 2880, a.hidden_dim = 2880, a.n_layers = 36, a.n_heads = 64, a.n_kv_heads = 8;
+      a.vocab_size = 201088, a.dim = 2880, a.hidden_dim = a.moe_hidden_dim = 2880, a.n_layers = 36, a.n_heads = 64, a.n_kv_heads = 8;
       a.head_dim = 64, a.moe_num_experts = 128, a.moe_top_k = 4, a.swiglu_limit = 7.0, a.rope_theta = 150000.0;
       a.norm_eps = 1e-5;
       a.rope_scaling_type = RopeScalingType::yarn, a.rope_scaling_factor = 32.0;
