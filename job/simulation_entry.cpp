@@ -108,7 +108,7 @@ std::string describe_simulated_job(const JobConfig& cfg, const SimResult& sim) {
          "); seq " + std::to_string(S) + ", " + with_commas(seqs) + " sequences = " + with_commas(sim.tokens_per_step) +
          " tokens per step (local batch " + std::to_string(cfg.training.local_batch_size) + "); activation checkpointing " +
          config::enum_name(ac.mode) +
-         (ac.mode == JobConfig::ACMode::selective ? " (" + ac.selective_ac_option + ")" : std::string()) +
+         (ac.mode == JobConfig::ACMode::selective ? " (" + ac.selective_ac_option.text() + ")" : std::string()) +
          "; parameters and activations " + config::enum_name(cfg.simulation.param_dtype) + ", gradient reduction " +
          config::enum_name(cfg.simulation.reduce_dtype) + ", fp32 master weights and AdamW state; " +
          config::enum_name(cfg.simulation.mode) + " mode";

@@ -98,10 +98,7 @@ void apply_ep(decoder::Decoder& model, comms::PG ep_group, std::vector<ShardSpec
     auto* layer = model.model->layers->layers[li];
     if (!layer->moe || !own.layer[li]) continue;
     auto* ex = layer->moe->experts;
-    const int64_t E = ex->down_proj.size(0);
-    TITAN_CHECK(E % ep == 0, "config error: expert parallel: ", E, " experts (model.moe_num_experts) are not divisible by "
-                "parallelism.expert_parallel_degree ", ep, "; pick a degree that divides ", E);
-    const int64_t El = E / ep;
+    const int64_t El = ex->down_proj.size(0) / ep;  // check_layout: ep divides the experts
     for (Tensor* t : {&ex->gate_up_proj, &ex->gate_up_proj_bias, &ex->gate_proj, &ex->gate_proj_bias, &ex->up_proj,
                       &ex->up_proj_bias, &ex->down_proj, &ex->down_proj_bias})
       if (t->defined()) {
@@ -113,6 +110,18 @@ void apply_ep(decoder::Decoder& model, comms::PG ep_group, std::vector<ShardSpec
 }
 
 }  // namespace
+
+void check_layout(const decoder::Args& m, int64_t ep, int64_t pp) {
+  TITAN_CHECK(ep >= 1, "config error: parallelism.expert_parallel_degree must be >= 1, got ", ep);
+  TITAN_CHECK(ep == 1 || m.moe_enabled, "config error: parallelism.expert_parallel_degree ", ep,
+              " needs MoE layers, and this model has none (model.moe_enabled: false)");
+  TITAN_CHECK(m.moe_num_experts % ep == 0, "config error: model.moe_num_experts = ", m.moe_num_experts,
+              " is not divisible by parallelism.expert_parallel_degree = ", ep, "; pick a degree that divides ",
+              m.moe_num_experts);
+  TITAN_CHECK(pp == 1 || !m.enable_weight_tying, "config error: parallelism.pipeline_parallel_degree ", pp,
+              " with model.enable_weight_tying: true — the first stage (embedding) and the last (head) would share "
+              "one weight across ranks, which titan's pipeline does not implement; untie the embeddings or use pp 1");
+}
 
 // The plans in the one order they compose: (1) pipeline parallel drops the other stages' parameters,
 // (2) tensor parallel cuts its slices, (3) context parallel replaces the attention, (4) expert parallel keeps
@@ -128,12 +137,10 @@ ParallelModel parallelize(decoder::Decoder& model, comms::DeviceMesh& mesh, cons
     s.offset = Shape(p->dim(), 0);
     pm.specs.push_back(s);
   }
+  check_layout(model.args(), opt.expert_parallel, mesh.degrees.pp);
   const Ownership own = ownership(model, opt.pipeline_chunks);
   if (!opt.pipeline_chunks.empty()) {  // (1)
     TITAN_CHECK(mesh.degrees.pp > 1, "parallelize: pipeline chunks given on a mesh without pp");
-    TITAN_CHECK(!model.args().enable_weight_tying, "parallelism: pipeline parallel with tied embeddings "
-                "(model.enable_weight_tying / tie_word_embeddings): the first and last stages would share one "
-                "weight; untie them or use pipeline_parallel_degree 1");
     drop_unowned(model, own, pm.specs);
   }
   std::unique_ptr<TensorParallel> tp;
@@ -148,8 +155,6 @@ ParallelModel parallelize(decoder::Decoder& model, comms::DeviceMesh& mesh, cons
   if (mesh.cp->size() > 1) apply_context_parallel(model, mesh, opt.context_parallel_rotate);  // (3)
   FSDP::PlacementFn placement;
   if (opt.expert_parallel > 1) {  // (4)
-    TITAN_CHECK(model.args().moe_enabled, "parallelism: expert_parallel_degree ", opt.expert_parallel,
-                " needs MoE layers, and this model has none (model.moe_enabled: false)");
     const int64_t ep = opt.expert_parallel, S = mesh.dp_shard_cp->size();
     TITAN_CHECK(S % ep == 0, "parallelism: expert_parallel_degree ", ep,
                 mesh.degrees.cp > 1

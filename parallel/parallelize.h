@@ -34,6 +34,12 @@ struct ParallelOptions {
   RotateMethod context_parallel_rotate = RotateMethod::AllGather;
 };
 
+// The rules a layout must meet on a model that the mesh alone cannot check, written once: where the job's
+// config is read (step/job_config's validate, naming its keys before anything is built) and again by
+// parallelize for callers that come without a JobConfig. ep > 1 needs MoE layers whose experts it divides;
+// pp > 1 cannot tie the embedding (first stage) to the head (last stage).
+void check_layout(const decoder::Args& model, int64_t expert_parallel_degree, int64_t pipeline_parallel_degree);
+
 struct ParallelModel {
   std::vector<ShardSpec> specs;  // one per parameter, in named_parameters() order
   std::shared_ptr<FSDP> fsdp;

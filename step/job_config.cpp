@@ -14,6 +14,7 @@
 #include <variant>
 
 #include "models/decoder/presets.h"
+#include "parallel/parallelize.h"
 #include "src/config/field.h"
 #include "src/config/version.h"
 #include "src/tensor/error.h"
@@ -298,7 +299,11 @@ void apply_override(JobConfig& c, const std::string& key, const std::string& val
 }
 
 void validate(const JobConfig& c) {
-  (void)c.activation_checkpoint.every();  // a bad selective_ac_option is a config error up front
+  TITAN_CHECK(c.activation_checkpoint.mode == JobConfig::ACMode::selective ||
+                  c.activation_checkpoint.selective_ac_option == JobConfig::ActivationCheckpoint::SelectiveOption{},
+              "config error: activation_checkpoint.selective_ac_option ('", c.activation_checkpoint.selective_ac_option.text(),
+              "') applies only with activation_checkpoint.mode selective (it is ", config::enum_name(c.activation_checkpoint.mode),
+              "); set the mode or drop the key");
   auto pos = [](int64_t v, const char* k) { TITAN_CHECK(v > 0, "config error: ", k, " must be > 0, got ", v); };
   pos(c.training.steps, "training.steps");
   pos(c.training.seq_len, "training.seq_len");
@@ -320,14 +325,11 @@ void validate(const JobConfig& c) {
                 " and simulation.num_systems ", c.simulation.num_systems,
                 "; more than 2^24 (16,777,216; the largest published runs use ~100,000 chips) is a mistyped value");
   }
-  TITAN_CHECK(c.parallelism.expert_parallel_degree >= 1 &&
-                  c.model.moe_num_experts % c.parallelism.expert_parallel_degree == 0,
-              "config error: model.moe_num_experts = ", c.model.moe_num_experts,
-              " is not divisible by parallelism.expert_parallel_degree = ", c.parallelism.expert_parallel_degree);
   {
     const auto& p = c.parallelism;
     TITAN_CHECK(p.pipeline_parallel_degree >= 1, "config error: parallelism.pipeline_parallel_degree must be >= 1, got ",
                 p.pipeline_parallel_degree);
+    parallel::check_layout(c.model, p.expert_parallel_degree, p.pipeline_parallel_degree);
     TITAN_CHECK(p.pipeline_parallel_microbatch_size >= 1 &&
                     c.training.local_batch_size % p.pipeline_parallel_microbatch_size == 0,
                 "config error: parallelism.pipeline_parallel_microbatch_size (", p.pipeline_parallel_microbatch_size,
@@ -359,13 +361,9 @@ void validate(const JobConfig& c) {
     TITAN_CHECK(!p.sequence_parallel_regather || c.activation_checkpoint.every() != 1,
                 "config error: parallelism.sequence_parallel_regather frees what a block keeps for its backward, but "
                 "activation_checkpoint.mode ", config::enum_name(c.activation_checkpoint.mode),
-                c.activation_checkpoint.mode == JobConfig::ACMode::selective ? " (" + c.activation_checkpoint.selective_ac_option + ")"
+                c.activation_checkpoint.mode == JobConfig::ACMode::selective ? " (" + c.activation_checkpoint.selective_ac_option.text() + ")"
                                                             : std::string(),
                 " already recomputes every block (its gathered input included); drop one of the two");
-    TITAN_CHECK(p.pipeline_parallel_degree == 1 || !c.model.enable_weight_tying,
-                "config error: parallelism.pipeline_parallel_degree ", p.pipeline_parallel_degree,
-                " with model.enable_weight_tying: true — the first stage (embedding) and the last (head) would share "
-                "one weight across ranks, which titan's pipeline does not implement; untie the embeddings or use pp 1");
   }
   TITAN_CHECK(c.model.attn_mask_type != nn::MaskKind::prefix_lm || c.model.attn_prefix_len < c.training.seq_len,
               "config error: model.attn_prefix_len (", c.model.attn_prefix_len, ") must be shorter than training.seq_len (",
@@ -691,19 +689,16 @@ std::string dump_job_config(const JobConfig& cc) {
 
 int64_t JobConfig::ActivationCheckpoint::every() const {
   if (mode == ACMode::none) return 0;
-  if (mode == ACMode::full) return 1;
-  if (op_level()) return 1;  // every block, keeping the save list's outputs
+  if (mode == ACMode::full || selective_ac_option.op) return 1;  // op: every block, keeping the save list's outputs
+  return selective_ac_option.every;
+}
+
+std::optional<JobConfig::ActivationCheckpoint::SelectiveOption> JobConfig::ActivationCheckpoint::SelectiveOption::parse(
+    const std::string& text) {
+  if (text == "op") return SelectiveOption{true, 1};
   int64_t n = 0;
-  try {
-    size_t used = 0;
-    n = std::stoll(selective_ac_option, &used);
-    if (used != selective_ac_option.size()) n = 0;
-  } catch (const std::exception&) {
-    n = 0;
-  }
-  TITAN_CHECK(n >= 1, "config error: activation_checkpoint.selective_ac_option must be a positive integer N (checkpoint "
-              "every Nth block) or 'op' (op-level), got '", selective_ac_option, "'");
-  return n;
+  if (!config::parse_int(text, &n) || n < 1) return std::nullopt;
+  return SelectiveOption{false, n};
 }
 
 }  // namespace titan

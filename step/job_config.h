@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <set>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -118,11 +119,18 @@ struct JobConfig {
     ACMode mode = ACMode::none;  // none | full | selective (TorchTitan's: every Nth block, or op-level)
     // selective: N = checkpoint blocks N, 2N, ... (1-based); "op" = every block with TorchTitan's op-level
     // policy (keep matmul outputs except every second one, attention and TP reduce-scatter outputs)
-    std::string selective_ac_option = "2";
+    struct SelectiveOption {
+      bool op = false;
+      int64_t every = 2;
+      static constexpr const char* kind = "a positive integer N (checkpoint every Nth block) or 'op' (op-level)";
+      static std::optional<SelectiveOption> parse(const std::string& text);
+      std::string text() const { return op ? "op" : std::to_string(every); }
+      bool operator==(const SelectiveOption&) const = default;
+    } selective_ac_option;
 
     // Checkpoint every how many blocks: 0 none, 1 all, N every Nth.
     int64_t every() const;
-    bool op_level() const { return mode == ACMode::selective && selective_ac_option == "op"; }
+    bool op_level() const { return mode == ACMode::selective && selective_ac_option.op; }
   } activation_checkpoint;
 
   struct Checkpoint {

@@ -73,6 +73,31 @@ TEST(Config, ErrorsNameKeyFileLineAndAllowedValues) {
   });
   EXPECT_NE(e.find("model.moe_num_experts = 6 is not divisible by parallelism.expert_parallel_degree = 4"),
             std::string::npos) << e;
+  // the layout rules parallelize also holds (parallel::check_layout), named before anything is built
+  e = error_of([&] { load_job_config_file("", {"parallelism.expert_parallel_degree", "2"}); });
+  EXPECT_NE(e.find("parallelism.expert_parallel_degree 2 needs MoE layers"), std::string::npos) << e;
+  e = error_of([&] {
+    load_job_config_file("", {"model.enable_weight_tying", "true", "parallelism.pipeline_parallel_degree", "2"});
+  });
+  EXPECT_NE(e.find("untie the embeddings or use pp 1"), std::string::npos) << e;
+  // selective_ac_option: parsed once where it is read (N >= 1 or op), and refused where the mode ignores it
+  e = error_of([&] { load_job_config_file(write_file(d + "/g.yaml", "activation_checkpoint:\n  mode: selective\n  selective_ac_option: \"0\"\n")); });
+  EXPECT_NE(e.find("g.yaml:3"), std::string::npos) << e;
+  EXPECT_NE(e.find("'0' is not a positive integer N (checkpoint every Nth block) or 'op'"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file("", {"activation_checkpoint.selective_ac_option", "ops"}); });
+  EXPECT_NE(e.find("--activation_checkpoint.selective_ac_option"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file("", {"activation_checkpoint.mode", "full", "activation_checkpoint.selective_ac_option", "op"}); });
+  EXPECT_NE(e.find("selective_ac_option ('op') applies only with activation_checkpoint.mode selective (it is full)"),
+            std::string::npos) << e;
+  {
+    JobConfig c = load_job_config_file("", {"activation_checkpoint.mode", "selective", "activation_checkpoint.selective_ac_option", "3"});
+    EXPECT_EQ(c.activation_checkpoint.every(), 3);
+    EXPECT_FALSE(c.activation_checkpoint.op_level());
+    c = load_job_config_file("", {"activation_checkpoint.mode", "selective", "activation_checkpoint.selective_ac_option", "op"});
+    EXPECT_EQ(c.activation_checkpoint.every(), 1);
+    EXPECT_TRUE(c.activation_checkpoint.op_level());
+    EXPECT_NE(dump_job_config(c).find("selective_ac_option: \"op\""), std::string::npos) << dump_job_config(c);
+  }
 }
 
 TEST(Config, StrictDuplicatesCliTyposValuesAndWarnings) {

@@ -7,6 +7,8 @@
 // mean" for near misses.
 #pragma once
 #include <algorithm>
+#include <concepts>
+#include <optional>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -24,6 +26,16 @@ struct Field {
   std::vector<std::string> choices;  // enumerated values ({} when free)
   std::function<void(const std::string& text, const std::string& where)> set;
   std::function<std::string()> get;  // the value as YAML writes it
+};
+
+// A value with its own spelling (a knob that is "N or op", ...): parsed once where it is read, printed back.
+//   static std::optional<T> parse(const std::string&);  std::string text() const;  static constexpr const char* kind
+// (what it is, for --help and errors: "a positive integer N or 'op'").
+template <class T>
+concept TextValue = requires(const std::string& s, const T& v) {
+  { T::parse(s) } -> std::same_as<std::optional<T>>;
+  { v.text() } -> std::same_as<std::string>;
+  T::kind;
 };
 
 // Parses `text` as T; `what` names it in the error ("config error at FILE:LINE: KEY = 'text' ...").
@@ -63,6 +75,7 @@ const char* type_name() {
   else if constexpr (std::is_same_v<T, int64_t>) return "an integer";
   else if constexpr (std::is_same_v<T, double>) return "a number";
   else if constexpr (NamedEnum<T>) return "one of the choices";
+  else if constexpr (TextValue<T>) return T::kind;
   else return "a string";
 }
 
@@ -84,6 +97,9 @@ T parse_value(const std::string& text, const std::string& what, const std::vecto
     if (auto e = parse_enum<T>(text)) return *e;
     const auto choices = enum_choices<T>();
     bad_value(what, text, "is not allowed; allowed values: " + join(choices) + suggestion(text, choices));
+  } else if constexpr (TextValue<T>) {
+    if (auto v = T::parse(text)) return *v;
+    bad_value(what, text, std::string("is not ") + T::kind);
   } else {
     if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), text) == allowed.end())
       bad_value(what, text, "is not allowed; allowed values: " + join(allowed) + suggestion(text, allowed));
@@ -100,6 +116,7 @@ std::string print_value(const T& v) {
   else if constexpr (std::is_same_v<T, int64_t>) return std::to_string(v);
   else if constexpr (std::is_same_v<T, double>) return print_double(v);
   else if constexpr (NamedEnum<T>) return "\"" + enum_name(v) + "\"";
+  else if constexpr (TextValue<T>) return yaml_quote(v.text());
   else return yaml_quote(v);
 }
 
