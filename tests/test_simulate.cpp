@@ -334,6 +334,45 @@ TEST(HardwareSpecs, ErrorsNameTheFileAndKey) {
   fs::remove_all(dir);
 }
 
+// The planner builds the step that runs on meta tensors: a 32B model on 64 ranks without a byte of weights.
+TEST(Simulation, Qwen3_32BOn64RanksPlansOnMetaTensors) {
+  JobConfig c = load_job_config_file(std::string(TITAN_SOURCE_DIR) + "/configs/qwen3_32b.yaml",
+                                     {"parallelism.tensor_parallel_degree", "1", "parallelism.data_parallel_shard_degree",
+                                      "-1"});
+  c.job.print_args = false;
+  StepPlan p = plan_step(c, 64);  // FSDP over 64 fake ranks, seq 4096, activation checkpointing
+  const double params = 32762123264.0;
+  auto gib = [](int64_t b) { return (double)b; };
+  EXPECT_NEAR(gib(p.memory.current[(int)MemoryCategory::Parameters]), params * 4 / 64, params * 4 / 64 * 0.01);
+  EXPECT_NEAR(gib(p.memory.current[(int)MemoryCategory::OptimizerState]), params * 8 / 64, params * 8 / 64 * 0.01);
+  const double ratio = p.flops / (p.model_flops_per_token * (double)p.tokens_per_rank);
+  EXPECT_GT(ratio, 1.25);  // full activation checkpointing recomputes the forward: ~8/6
+  EXPECT_LT(ratio, 1.45);
+  EXPECT_GT(p.memory.peak[(int)MemoryCategory::Activations], 0);
+  c.activation_checkpoint.mode = JobConfig::ACMode::none;
+  StepPlan q = plan_step(c, 64);
+  const double r2 = q.flops / (q.model_flops_per_token * (double)q.tokens_per_rank);
+  EXPECT_GT(r2, 0.95);
+  EXPECT_LT(r2, 1.15);
+  EXPECT_GT(q.memory.peak[(int)MemoryCategory::Activations], 2 * p.memory.peak[(int)MemoryCategory::Activations]);
+  // gradient accumulation is in the planned step: k micro-batches (k x the work and tokens), one optimizer
+  // step, the same peak; a global batch the trainer would refuse is refused here too
+  c.training.global_batch_size = 3 * c.training.local_batch_size * q.dp_degree;
+  StepPlan a = plan_step(c, 64);
+  EXPECT_EQ(a.accumulation, 3);
+  EXPECT_EQ(a.tokens_per_rank, 3 * q.tokens_per_rank);
+  EXPECT_NEAR(a.flops / q.flops, 3.0, 0.05);
+  EXPECT_NEAR((double)a.memory.peak[(int)MemoryCategory::Activations],
+              (double)q.memory.peak[(int)MemoryCategory::Activations], 1024.0);  // a scalar loss or two
+  c.training.global_batch_size += 1;
+  try {
+    plan_step(c, 64);
+    ADD_FAILURE() << "an invalid global batch was planned";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("training.global_batch_size"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Simulation, BadLayoutsAreRefusedWithTheNumbers) {
   JobConfig c = sim_config("configs/qwen3_32b.yaml");
   c.simulation.world_size = 128;  // 32 chips at 4 per chip: a 16-chip instance cannot hold them
