@@ -52,6 +52,9 @@ const Style colwise{"colwise", keep_chunk, nullptr};
 // rowwise: split along the input features (columns); its output a partial sum the block's output
 // collective reduces.
 const Style rowwise{"rowwise", keep_chunk, nullptr};
+// headwise: a per-head parameter ([n_heads, ...]: attention sinks, a relative-position bias table) split with
+// the query heads.
+const Style headwise{"headwise", keep_chunk, nullptr};
 // summed: replicated, each rank's gradient a part of the whole (q/k norms, the router, a rowwise bias, the
 // norms under sequence parallel): identity forward, the gradient summed over tp.
 const Style summed{"summed", nullptr, [](Tensor& w, const Ctx& c) { sum_grads(w, c.tp); }};
@@ -114,8 +117,8 @@ std::vector<Entry> block_plan(decoder::DecoderLayer* layer, const decoder::Args&
     if (kv_split) linear(plan, lin, colwise, times(even(a.n_kv_heads, tp, "model.n_kv_heads"), a.head_dim));
     else plan.insert(plan.end(), {{&lin->weight, &kv_head}, {&lin->bias, &kv_head}});
   linear(plan, at->o_proj, rowwise, q_rows);
-  plan.push_back({&at->sinks, &colwise, 0, heads});
-  if (at->variant.bias == nn::ScoreBias::relative) plan.push_back({&at->bias, &colwise, 0, heads});
+  plan.push_back({&at->sinks, &headwise, 0, heads});
+  if (at->variant.bias == nn::ScoreBias::relative) plan.push_back({&at->bias, &headwise, 0, heads});
   if (at->q_norm)
     for (nn::Norm* n : {at->q_norm, at->k_norm}) {
       plan.push_back({&n->weight, &summed});

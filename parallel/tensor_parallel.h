@@ -5,13 +5,15 @@
 //              this rank's slice of the MLP / expert intermediate size;
 //   rowwise    split along the input features (columns): its output is a partial sum, reduced by the block's
 //              output collective; its bias is added on tp rank 0 only (and its gradient summed);
+//   headwise   a per-head parameter ([n_heads, ...]: attention sinks, a relative-position bias table) split with
+//              the query heads;
 //   vocab      the embedding's and the head's rows over the vocabulary (each rank looks up the ids it owns,
 //              the rows summed; the logits stay split into the loss, or are gathered): vocab_parallel();
 //   summed     replicated, each rank's gradient a part of the whole (per-head q/k norms, the router, the
 //              norms under sequence parallel): the gradient is summed over tp (identity forward);
 //   kv_head    n_kv_heads < tp: the one KV head this rank's query heads use, kept by the tp / n_kv ranks that
 //              share it, its gradient summed over them.
-// Each of colwise, rowwise, summed and kv_head is one definition (a `Style`: what a rank keeps, what its gradient
+// Each of colwise, rowwise, headwise, summed and kv_head is one definition (a `Style`: what a rank keeps, what its gradient
 // needs) and the block table (block_plan) names one per parameter; the vocabulary rows (embedding, head) and the
 // loss are cut once per model (vocab_parallel), outside the per-block table. A new style is one Style plus its
 // rows in block_plan.
