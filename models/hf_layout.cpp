@@ -11,7 +11,7 @@ HfLayout same_layout(const std::vector<Region>& params) {
   return l;
 }
 
-HfLayout per_expert_layout(const std::vector<Region>& params) {
+HfLayout per_expert_layout(const std::vector<Region>& params, const ExpertNames& names) {
   HfLayout l;
   for (const Region& r : params) {
     const std::string& n = r.name;
@@ -19,16 +19,19 @@ HfLayout per_expert_layout(const std::vector<Region>& params) {
     const std::string proj = at == std::string::npos ? "" : n.substr(at + 13);
     if (proj != "gate_proj" && proj != "up_proj" && proj != "down_proj") {
       l.regions.push_back(r);
+      const size_t router = n.find(".mlp.gate.");  // the router moves with its module
+      if (router != std::string::npos) l.regions.back().name = n.substr(0, router) + "." + names.module + n.substr(router + 4);
       continue;
     }
     TITAN_CHECK(r.full_shape.size() == 3, "per_expert_layout: ", n, " is not stacked [E, in, out]");
-    const std::string prefix = n.substr(0, at) + ".mlp.experts.";
+    const std::string prefix = n.substr(0, at) + "." + names.module + ".experts.";
+    const std::string hf_proj = proj == "gate_proj" ? names.gate : proj == "up_proj" ? names.up : names.down;
     Tensor* local = r.local;
     const int64_t n0 = local->size(0);
     // every rank lists every expert, in one order (collective writers create the same tensors on all
     // ranks): the experts held elsewhere (expert parallel) as empty blocks
     for (int64_t e = 0; e < r.full_shape[0]; ++e) {
-      const std::string hf = prefix + std::to_string(e) + "." + proj + ".weight";
+      const std::string hf = prefix + std::to_string(e) + "." + hf_proj + ".weight";
       const Shape hf_shape{r.full_shape[2], r.full_shape[1]};
       const int64_t i = e - r.offset[0];
       if (i < 0 || i >= n0) {

@@ -9,6 +9,7 @@
 // imports and gradient dumps all go through it.
 #pragma once
 #include <deque>
+#include <string>
 #include <functional>
 #include <vector>
 
@@ -27,8 +28,14 @@ struct HfLayout {
 
 // The identity: HF's tensors are titan's.
 HfLayout same_layout(const std::vector<Region>& params);
-// Stacked experts [E, in, out] named <prefix>experts.<proj> become per-expert
-// linears <prefix>experts.<e>.<proj>.weight [out, in] (HF's Qwen3-MoE).
-HfLayout per_expert_layout(const std::vector<Region>& params);
+// How an HF class names a MoE layer's tensors: the module (titan's `mlp`) and the experts' projections.
+struct ExpertNames {
+  std::string module = "mlp";  // Qwen3-MoE: mlp; Mixtral: block_sparse_moe
+  std::string gate = "gate_proj", up = "up_proj", down = "down_proj";  // Mixtral: w1, w3, w2
+};
+// Stacked experts [E, in, out] named <prefix>.mlp.experts.<proj> become per-expert linears
+// <prefix>.<module>.experts.<e>.<hf proj>.weight [out, in] (HF's Qwen3-MoE, Mixtral); the router
+// (<prefix>.mlp.gate.*) is renamed with its module.
+HfLayout per_expert_layout(const std::vector<Region>& params, const ExpertNames& hf = {});
 
 }  // namespace titan

@@ -90,6 +90,8 @@ std::vector<int64_t> times(std::vector<int64_t> v, int64_t f) {
 // The linear styles: W [out, in] colwise splits out (rows; the bias with them), rowwise splits in (columns;
 // the bias, whole on every rank, added on tp rank 0 only and its gradient summed).
 void linear(std::vector<Entry>& plan, nn::Linear* lin, const Style& style, const std::vector<int64_t>& sizes) {
+  TITAN_CHECK(&style == &colwise || &style == &rowwise, "tensor parallel: linear() takes colwise or rowwise, not ",
+              style.name, "; give the weight and bias their own rows in block_plan");
   if (&style == &colwise) {
     plan.push_back({&lin->weight, &colwise, 0, sizes});
     plan.push_back({&lin->bias, &colwise, 0, sizes});

@@ -38,7 +38,8 @@ class TensorParallel {
  public:
   TensorParallel(decoder::Decoder& model, comms::DeviceMesh& mesh, const TensorParallelOptions& opt,
                  const Ownership& own);
-  // Step 1 (before FSDP): each rank keeps its slices of the colwise / rowwise / vocab parameters.
+  // Step 1 (before FSDP): each rank keeps what each parameter's style leaves it (colwise, rowwise, headwise and
+  // kv_head cut; summed keeps all) and its slice of the vocabulary rows.
   void cut(std::vector<ShardSpec>& specs);
   // Step 2 (after FSDP's hooks): the blocks' input / output collectives and the summed gradients.
   void hooks();

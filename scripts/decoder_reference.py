@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Independent PyTorch reference of titan's decoder family's configurations
 that the per-model references (qwen3_reference.py, gpt_oss_reference.py) do
-not cover: Hugging Face's Qwen3-MoE (norm_topk_prob, dense first layers) and
-Llama-3.1 (llama3 RoPE scaling, projection biases), written from HF's
+not cover: Hugging Face's Qwen3-MoE (norm_topk_prob, dense first layers),
+Llama-3.1 (llama3 RoPE scaling, projection biases) and Mixtral (every layer
+MoE under block_sparse_moe, experts' w1 / w3 / w2, softmax top-2
+renormalized, a sliding window on every layer), written from HF's
 definitions; and ablations no HF class has (gpt-oss with QK-norm and GELU,
 Qwen3 with sinks, a per-layer window pattern and LayerNorm, Qwen3-MoE with
 sigmoid scores, a shared expert, a router bias and MoE every second layer),
@@ -42,6 +44,9 @@ VARIANTS = {
     "llama31": dict(family="llama3", qk_norm=False, attn_proj_bias=True, norm_eps=1e-5, rope_theta=500000.0,
                     rope=dict(type="llama3", factor=8.0, original_max_position_embeddings=16, low_freq_factor=1.0,
                               high_freq_factor=4.0)),
+    # HF MixtralForCausalLM: no QK-norm, every layer MoE (intermediate_size is the experts'), a window of 5
+    "mixtral": dict(family="mixtral", qk_norm=False, moe=True, moe_renormalize=True, norm_eps=1e-5, rope_theta=1e6,
+                    layer_window=[5, 5, 5]),
     # ablations (titan_decoder)
     "gpt_oss_qknorm_gelu": dict(family="gpt_oss", qk_norm=True, activation="gelu", swiglu_limit=7.0,
                                 attn_proj_bias=True, attn_sinks=True, layer_window=[3, 0, 3], norm_eps=1e-5,
@@ -64,6 +69,10 @@ def is_moe_layer(k, i):
     return k["moe"] and i >= k["moe_first_dense"] and (i + 1) % k["moe_every"] == 0
 
 
+def moe_module(k):
+    return "block_sparse_moe." if k["family"] == "mixtral" else "mlp."
+
+
 def hf_config(k):
     """What titan reads: HF's config.json for the HF classes, else titan_decoder's block."""
     common = dict(vocab_size=k["vocab_size"], hidden_size=k["dim"], num_hidden_layers=k["n_layers"],
@@ -77,6 +86,11 @@ def hf_config(k):
                     num_experts=k["moe_experts"], num_experts_per_tok=k["moe_top_k"],
                     norm_topk_prob=k["moe_renormalize"], decoder_sparse_step=k["moe_every"],
                     mlp_only_layers=list(range(k["moe_first_dense"])), use_sliding_window=False)
+    if k["family"] == "mixtral":
+        return dict({kk: v for kk, v in common.items() if kk != "attention_bias"}, architectures=["MixtralForCausalLM"],
+                    model_type="mixtral", intermediate_size=k["moe_hidden_dim"], num_local_experts=k["moe_experts"],
+                    num_experts_per_tok=k["moe_top_k"], sliding_window=k["layer_window"][0] or None,
+                    router_aux_loss_coef=0.0)
     if k["family"] == "llama3":
         r = dict(k["rope"], rope_type="llama3")
         del r["type"]
@@ -174,6 +188,11 @@ def moe(p, pre, x, k):
         for e in range(E):
             ep = pre + f"experts.{e}."
             out = out + weights[:, e:e + 1] * dense_mlp(p, ep, x, k)
+    elif k["family"] == "mixtral":  # HF: MixtralBlockSparseTop2MLP per expert, w2(act(w1 x) * w3 x)
+        for e in range(E):
+            ep = pre + f"experts.{e}."
+            y = linear(p, ep + "w2", gated(linear(p, ep + "w1", x, False), linear(p, ep + "w3", x, False), k), False)
+            out = out + weights[:, e:e + 1] * y
     else:  # titan's stacked layout [E, in, out]
         b = k["moe_expert_bias"]
         for e in range(E):
@@ -221,7 +240,7 @@ def forward(p, k, tokens):
         h = h + linear(p, pre + "self_attn.o_proj", a, hb)
         x = norm(h, p, pre + "post_attention_layernorm", k)
         if is_moe_layer(k, i):
-            h = h + moe(p, pre + "mlp.", x.reshape(B * S, -1), k).view(B, S, -1)
+            h = h + moe(p, pre + moe_module(k), x.reshape(B * S, -1), k).view(B, S, -1)
         else:
             h = h + dense_mlp(p, pre + "mlp.", x, k)
     h = norm(h, p, "model.norm", k)
@@ -258,7 +277,7 @@ def make_params(k, gen):
         if k["attn_sinks"]:
             shapes[pre + "self_attn.sinks"] = (H,)
         if is_moe_layer(k, i):
-            m = pre + "mlp."
+            m = pre + moe_module(k)
             fused = k["family"] == "gpt_oss"
             shapes[m + ("router" if fused else "gate") + ".weight"] = (E, d)
             if k["moe_router_bias"]:
@@ -266,6 +285,10 @@ def make_params(k, gen):
             if k["family"] == "qwen3_moe":
                 for e in range(E):
                     add_mlp(m + f"experts.{e}.", I)
+            elif k["family"] == "mixtral":
+                for e in range(E):
+                    shapes.update({m + f"experts.{e}.w1.weight": (I, d), m + f"experts.{e}.w3.weight": (I, d),
+                                   m + f"experts.{e}.w2.weight": (d, I)})
             else:
                 eb = k["moe_expert_bias"]
                 if fused:

@@ -86,6 +86,7 @@ TEST(Config, ErrorsNameKeyFileLineAndAllowedValues) {
   EXPECT_NE(e.find("'0' is not a positive integer N (checkpoint every Nth block) or 'op'"), std::string::npos) << e;
   e = error_of([&] { load_job_config_file("", {"activation_checkpoint.selective_ac_option", "ops"}); });
   EXPECT_NE(e.find("--activation_checkpoint.selective_ac_option"), std::string::npos) << e;
+  EXPECT_NE(e.find("'ops' is not a positive integer N"), std::string::npos) << e;
   e = error_of([&] { load_job_config_file("", {"activation_checkpoint.mode", "full", "activation_checkpoint.selective_ac_option", "op"}); });
   EXPECT_NE(e.find("selective_ac_option ('op') applies only with activation_checkpoint.mode selective (it is full)"),
             std::string::npos) << e;

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "models/decoder/model.h"
+#include "step/job_config.h"
 #include "src/autograd/grad_mode.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/checkpoint/h5.h"
@@ -121,10 +122,36 @@ TEST(GptOssReference, MatchesPyTorch) { check_against_reference("gpt_oss_tiny.h5
 // Llama-3.1 (llama3 RoPE scaling, projection biases), and three ablations no HF class has; 50 AdamW steps each.
 TEST(DecoderReference, Qwen3MoeMatchesHfDefinition) { check_against_reference("decoder_qwen3_moe.h5"); }
 TEST(DecoderReference, Llama31MatchesHfDefinition) { check_against_reference("decoder_llama31.h5"); }
+TEST(DecoderReference, MixtralMatchesHfDefinition) { check_against_reference("decoder_mixtral.h5"); }
 TEST(DecoderReference, GptOssWithQkNormAndGelu) { check_against_reference("decoder_gpt_oss_qknorm_gelu.h5"); }
 TEST(DecoderReference, Qwen3WithSinksLayerPatternLayerNorm) { check_against_reference("decoder_qwen3_sinks_pattern.h5"); }
 TEST(DecoderReference, Qwen3MoeSigmoidSharedExpertEverySecondLayer) {
   check_against_reference("decoder_qwen3_moe_sigmoid_shared.h5");
+}
+
+TEST(Mixtral, CountsAndPublishedSizes) {
+  // mistralai/Mixtral-8x7B-v0.1's config.json (HF's MixtralConfig defaults are this model's)
+  decoder::Args a = decoder::Args::from_hf_json(R"({"model_type": "mixtral", "max_position_embeddings": 32768})");
+  EXPECT_EQ(a.hf_class(), decoder::HfClass::mixtral);
+  EXPECT_EQ(a.num_params(), 46702792704);         // 46.7B total
+  // 12.9B active (top-2 of 8) counts both vocabulary tables; titan's active count leaves the embedding's out (a lookup)
+  EXPECT_EQ(a.num_active_params() + a.num_embedding_params(), 12879925248);
+  // mistralai/Mixtral-8x22B-v0.1
+  decoder::Args b = decoder::Args::from_hf_json(R"({"model_type": "mixtral", "hidden_size": 6144,
+      "intermediate_size": 16384, "num_hidden_layers": 56, "num_attention_heads": 48, "vocab_size": 32768,
+      "max_position_embeddings": 65536})");
+  EXPECT_EQ(b.num_params(), 140630071296);  // 141B total, 39B active
+  EXPECT_NEAR((double)(b.num_active_params() + b.num_embedding_params()) / 1e9, 39.16, 0.01);
+  // the flavors are the same sizes; the meta model has exactly the counted parameters
+  for (const auto& [flavor, want] : std::vector<std::pair<std::string, int64_t>>{{"8x7b", a.num_params()}, {"8x22b", b.num_params()}}) {
+    JobConfig c = load_job_config_file("", {"model.name", "mixtral", "model.flavor", flavor});
+    EXPECT_EQ(c.model.num_params(), want) << flavor;
+  }
+  DeviceScope meta(Device::Meta);
+  decoder::Decoder m(b);
+  EXPECT_EQ(m.num_parameters(), b.num_params());
+  decoder::Args r = decoder::Args::from_hf_json(b.to_hf_json());
+  EXPECT_EQ(r.to_hf_json(), b.to_hf_json());
 }
 
 TEST(GptOss, CountsAndPublishedSizes) {

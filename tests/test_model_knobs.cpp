@@ -131,7 +131,7 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
       EXPECT_TRUE(here) << "model." << k.key << " (models/decoder/knobs.def) is in no knob matrix: add it above";
     }
   }
-  const std::vector<std::string> families = {"qwen3", "qwen3_moe", "gpt_oss", "llama3"};
+  const std::vector<std::string> families = {"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral"};
   std::map<std::string, std::map<std::string, std::string>> table;
   int applied = 0, refused = 0;
   for (const auto& fam : families) {
@@ -200,7 +200,7 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
     std::printf("\n");
   }
   std::printf("%d applied, %d refused\n", applied, refused);
-  EXPECT_EQ(applied, 108);  // 33 knobs x 4 models, less the 12 MoE keys x 2 dense models
+  EXPECT_EQ(applied, 141);  // 33 knobs x 5 models, less the 12 MoE keys x 2 dense models
   EXPECT_EQ(refused, 24);
 }
 
@@ -240,11 +240,17 @@ TEST(ModelKnobs, FamilyPresetsAndRefusals) {
   o.insert(o.end(), {"model.moe_every", "4"});
   EXPECT_NE(err(o).find("leave none of the 2 layers MoE"), std::string::npos) << err(o);
   // the members; a config.json names its member; others are refused by name, with the members listed
-  EXPECT_EQ(config::enum_choices<decoder::Family>(), (std::vector<std::string>{"qwen3", "qwen3_moe", "gpt_oss", "llama3"}));
+  EXPECT_EQ(config::enum_choices<decoder::Family>(),
+            (std::vector<std::string>{"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral"}));
+  JobConfig mixtral = load_job_config_file("", tiny("mixtral"));
+  EXPECT_TRUE(mixtral.model.moe_enabled && mixtral.model.moe_renormalize && !mixtral.model.qk_norm &&
+              !mixtral.model.any_dense_layer() && !mixtral.model.attn_proj_bias);
+  EXPECT_EQ(mixtral.model.moe_top_k, 2);
+  EXPECT_EQ(mixtral.model.rope_theta, 1e6);
   EXPECT_EQ(decoder::Args::from_hf_json(std::make_unique<decoder::Decoder>(oss.model)->hf_config_json()).name,
             decoder::Family::gpt_oss);
   EXPECT_NE(err({"model.name", "mistral"}).find("model.name = 'mistral' is not allowed; allowed values: qwen3, "
-                                                "qwen3_moe, gpt_oss, llama3"), std::string::npos)
+                                                "qwen3_moe, gpt_oss, llama3, mixtral"), std::string::npos)
       << err({"model.name", "mistral"});
   // the saved config leaves out what did not act, and reads back to the same config
   JobConfig cq = load_job_config_file("", tiny("qwen3"));
@@ -315,6 +321,9 @@ TEST(ModelKnobs, ExportImportRoundTripPerArchitecture) {
       {"gpt_oss", {}, "GptOssForCausalLM", "gpt_oss", "model.layers.0.mlp.experts.gate_up_proj"},
       {"llama3", {"model.rope_scaling_type", "llama3", "model.rope_scaling_factor", "8.0"}, "LlamaForCausalLM", "llama",
        "model.layers.0.mlp.gate_proj.weight"},
+      {"mixtral", {}, "MixtralForCausalLM", "mixtral", "model.layers.1.block_sparse_moe.experts.3.w2.weight"},
+      {"mixtral", {"model.sliding_window", "3"}, "MixtralForCausalLM", "mixtral", "model.layers.0.block_sparse_moe.gate.weight"},
+      {"mixtral", {"model.qk_norm", "true"}, "TitanDecoderForCausalLM", "titan_decoder", "model.layers.0.mlp.experts.gate_proj"},
       // ablations HF would load silently wrong as its own class: titan's decoder
       {"gpt_oss", {"model.qk_norm", "true"}, "TitanDecoderForCausalLM", "titan_decoder", "model.layers.0.self_attn.q_norm.weight"},
       {"qwen3", {"model.norm_type", "layernorm"}, "TitanDecoderForCausalLM", "titan_decoder", "model.norm.bias"},

@@ -42,6 +42,7 @@ TEST(Optim, AdamWMatchesItsFormulaAndDecaysOnlyMatrices) {
     for (size_t i = 0; i < pb.size(); ++i) EXPECT_NEAR(ab[i], pb[i], 1e-6 * (1 + std::fabs(pb[i]))) << "b[" << i << "] step " << t;
   }
   EXPECT_EQ(opt.step_count(), 3);
+  EXPECT_EQ(frozen.to_vector<float>(), (std::vector<float>{1.0f, 2.0f}));
   // a parameter without a gradient is left as it is
   b.zero_grad();
   w.set_grad(from_vector(std::vector<float>(6, 0.1f), {2, 3}));

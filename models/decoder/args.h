@@ -23,8 +23,10 @@
 
 namespace titan::decoder {
 
-enum class Family { qwen3, qwen3_moe, gpt_oss, llama3 };
-constexpr std::array<std::string_view, 4> enum_names(Family) { return {"qwen3", "qwen3_moe", "gpt_oss", "llama3"}; }
+enum class Family { qwen3, qwen3_moe, gpt_oss, llama3, mixtral };
+constexpr std::array<std::string_view, 5> enum_names(Family) {
+  return {"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral"};
+}
 enum class Activation { silu, gelu, oai_swiglu };
 constexpr std::array<std::string_view, 3> enum_names(Activation) { return {"silu", "gelu", "oai_swiglu"}; }
 enum class RouterScore { softmax, sigmoid };
@@ -33,9 +35,10 @@ enum class RopeScalingType { none, yarn, llama3 };
 constexpr std::array<std::string_view, 3> enum_names(RopeScalingType) { return {"none", "yarn", "llama3"}; }
 enum class SlidingLayers { all, alternate };
 // The Hugging Face class a configuration is exactly (none: titan's own decoder, TitanDecoderForCausalLM).
-enum class HfClass { none, qwen3, qwen3_moe, gpt_oss, llama };
-constexpr std::array<std::string_view, 5> enum_names(HfClass) {
-  return {"TitanDecoderForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM", "LlamaForCausalLM"};
+enum class HfClass { none, qwen3, qwen3_moe, gpt_oss, llama, mixtral };
+constexpr std::array<std::string_view, 6> enum_names(HfClass) {
+  return {"TitanDecoderForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM", "LlamaForCausalLM",
+          "MixtralForCausalLM"};
 }
 constexpr std::array<std::string_view, 2> enum_names(SlidingLayers) { return {"all", "alternate"}; }
 

@@ -42,15 +42,17 @@ struct HfField {
   bool read = true;
 };
 std::vector<HfField> class_fields(HfClass c) {
-  const bool oss = c == HfClass::gpt_oss;
+  const bool oss = c == HfClass::gpt_oss, mixtral = c == HfClass::mixtral;
   std::vector<HfField> f = {{"vocab_size"}, {"dim"},      {"n_layers"},            {"n_heads"},   {"n_kv_heads"},
                             {"head_dim"},   {"norm_eps"}, {"enable_weight_tying"}, {"rope_theta"}};
-  // GptOssConfig's intermediate_size is the experts' size (no layer is dense); it fixes the activation and biases
-  f.push_back(oss ? HfField{"moe_hidden_dim", "intermediate_size"} : HfField{"hidden_dim"});
+  // GptOssConfig's and MixtralConfig's intermediate_size is the experts' size (no layer is dense); gpt-oss fixes
+  // the activation, both the projections' biases
+  f.push_back(oss || mixtral ? HfField{"moe_hidden_dim", "intermediate_size"} : HfField{"hidden_dim"});
   f.push_back({"activation", "", !oss});
-  f.push_back({"attn_proj_bias", "", !oss});
+  f.push_back({"attn_proj_bias", "", !oss && !mixtral});
   if (c == HfClass::qwen3_moe)
     f.insert(f.end(), {{"moe_num_experts"}, {"moe_top_k"}, {"moe_hidden_dim"}, {"moe_renormalize"}, {"moe_every"}});
+  if (mixtral) f.insert(f.end(), {{"moe_num_experts", "num_local_experts"}, {"moe_top_k"}});
   if (oss)
     f.insert(f.end(), {{"moe_num_experts", "num_local_experts"}, {"moe_top_k"},
                        {"moe_top_k", "experts_per_token", false}, {"swiglu_limit"}});
@@ -221,6 +223,21 @@ Args llama_from_hf(const json& j) {
   return a;
 }
 
+Args mixtral_from_hf(const json& j) {
+  Args a = hf_defaults(Family::mixtral);
+  read_hf_fields(j, HfClass::mixtral, a);
+  // what MixtralForCausalLM fixes, whatever the file says: every layer MoE, softmax top-k renormalized, no biases
+  a.hidden_dim = a.moe_hidden_dim;
+  a.moe_enabled = a.moe_renormalize = true;
+  a.qk_norm = a.attn_proj_bias = false;
+  if (!has(j, "num_key_value_heads")) a.n_kv_heads = 8;  // MixtralConfig's default (null: the heads)
+  if (j.contains("num_key_value_heads") && j["num_key_value_heads"].is_null()) a.n_kv_heads = a.n_heads;
+  if (!has(j, "head_dim")) a.head_dim = a.dim / a.n_heads;
+  set_rope(a, rope_from_hf(j, a.max_position_embeddings = int_value(j, "max_position_embeddings", 4096 * 32)));
+  a.layer_window.assign(a.n_layers, int_value(j, "sliding_window", 0));  // null: every layer full
+  return a;
+}
+
 // titan_decoder's block: every knob, plus what was resolved from them. Its field names are the decoder's
 // (titan 0.9's format, which older titans read): the knobs by name, but for five renamed ones and the RoPE
 // scaling / attention variant knobs grouped under "rope" / "attn".
@@ -336,7 +353,8 @@ Args from_hf_object(const json& j) {
     if (fam == "qwen3" || fam == "qwen3_moe") a = qwen3_from_hf(j, fam == "qwen3_moe");
     else if (fam == "gpt_oss") a = gpt_oss_from_hf(j);
     else if (fam == "llama") a = llama_from_hf(j);
-    else fail("model config: model_type '", fam, "' is not supported (qwen3, qwen3_moe, gpt_oss, llama, titan_decoder)");
+    else if (fam == "mixtral") a = mixtral_from_hf(j);
+    else fail("model config: model_type '", fam, "' is not supported (qwen3, qwen3_moe, gpt_oss, llama, mixtral, titan_decoder)");
     attention_from_hf(j, a);
     if (mt == "titan_decoder") a.titan_layout = true;  // titan 0.8's titan_decoder (titan_attention)
   }
@@ -377,6 +395,15 @@ HfClass Args::hf_class(std::string* why) const {
                 "oai_swiglu with a limit, router and expert biases, softmax top-k renormalized, YaRN)");
     return HfClass::gpt_oss;
   }
+  if (name == Family::mixtral) {
+    if (!(moe_enabled && !any_dense_layer() && !qk_norm && !attn_proj_bias && !attn_sinks &&
+          activation == Activation::silu && swiglu_limit == 0 && moe_score_func == RouterScore::softmax &&
+          moe_renormalize && !moe_shared_expert && !moe_router_bias && !moe_expert_bias &&
+          rope_scaling_type == RopeScalingType::none && (!sliding || std::count(layer_window.begin(), layer_window.end(), 0) == 0)))
+      return no("a mixtral ablation (MixtralForCausalLM fixes: MoE every layer, no qk_norm, no biases or sinks, silu, "
+                "softmax top-k renormalized, no RoPE scaling, one window on every layer or none)");
+    return HfClass::mixtral;
+  }
   if (attn_sinks) return no("attention sinks outside gpt_oss");
   if (activation == Activation::oai_swiglu || swiglu_limit > 0) return no("gpt-oss's clamped activation outside gpt_oss");
   if (moe_enabled) {
@@ -395,7 +422,8 @@ std::string Args::to_hf_json() const {
   std::string why;
   const HfClass arch = hf_class(&why);
   const RopeScaling rope = rope_scaling();
-  static constexpr std::array<const char*, 5> model_type = {"titan_decoder", "qwen3", "qwen3_moe", "gpt_oss", "llama"};
+  static constexpr std::array<const char*, 6> model_type = {"titan_decoder", "qwen3",  "qwen3_moe",
+                                                            "gpt_oss",       "llama", "mixtral"};
   json j;
   j["architectures"] = {arch};
   j["model_type"] = model_type[(size_t)arch];
@@ -405,7 +433,8 @@ std::string Args::to_hf_json() const {
     j[field_of(f)] = one[f.knob];
   }
   if (activation == Activation::oai_swiglu) j["hidden_act"] = Activation::silu;  // the class's clamp is swiglu_limit
-  if (arch == HfClass::none && name == Family::gpt_oss) j["intermediate_size"] = moe_hidden_dim;  // as GptOssConfig's
+  if (arch == HfClass::none && (name == Family::gpt_oss || name == Family::mixtral))
+    j["intermediate_size"] = moe_hidden_dim;  // the experts' size, as GptOssConfig and MixtralConfig name it
   // scaled RoPE: factor x original, so every HF version derives the same YaRN factor
   j["max_position_embeddings"] = rope.type == RopeScalingType::none
                                      ? max_position_embeddings
@@ -437,6 +466,11 @@ std::string Args::to_hf_json() const {
     j["sliding_window"] = sw > 0 ? sw : 128;
   } else if (arch == HfClass::llama) {
     j["mlp_bias"] = false;
+    j.erase("layer_types");
+  } else if (arch == HfClass::mixtral) {
+    j["sliding_window"] = sw > 0 ? json(sw) : json(nullptr);
+    j["router_aux_loss_coef"] = moe_aux_loss_coeff;
+    j["output_router_logits"] = false;
     j.erase("layer_types");
   } else {
     j["titan_decoder"] = titan_block(*this);

@@ -291,8 +291,13 @@ std::vector<std::pair<std::string, Tensor*>> Decoder::buffers() {
 }
 
 HfLayout Decoder::hf_layout(const std::vector<Region>& params) const {
-  // Qwen3-MoE keeps one nn.Linear per expert; titan's decoder exported as itself keeps them stacked
-  return args_.hf_class() == HfClass::qwen3_moe ? per_expert_layout(params) : same_layout(params);
+  // Qwen3-MoE and Mixtral keep one nn.Linear per expert (Mixtral's under block_sparse_moe: w1 gate, w3 up, w2 down);
+  // titan's decoder exported as itself keeps them stacked
+  switch (args_.hf_class()) {
+    case HfClass::qwen3_moe: return per_expert_layout(params);
+    case HfClass::mixtral: return per_expert_layout(params, {"block_sparse_moe", "w1", "w3", "w2"});
+    default: return same_layout(params);
+  }
 }
 
 void Decoder::init_weights(uint64_t seed) { hf_init_weights(named_parameters(), parameter_inits(), seed); }

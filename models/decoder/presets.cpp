@@ -25,6 +25,13 @@ const Args kGptOss{.name = Family::gpt_oss,
                    .rope_scaling_type = RopeScalingType::yarn,
                    .rope_scaling_factor = 32.0,
                    .rope_yarn_truncate = false};  // gpt-oss's config: truncate false
+// Mixtral (mistralai/Mixtral-8x7B-v0.1's config): every layer MoE, softmax top-2 renormalized, no QK-norm
+const Args kMixtral{.name = Family::mixtral,
+                    .qk_norm = false,
+                    .norm_eps = 1e-5,
+                    .rope_theta = 1000000.0,
+                    .moe_enabled = true,
+                    .moe_top_k = 2};
 const Args kLlama3{.name = Family::llama3,
                    .qk_norm = false,
                    .norm_eps = 1e-5,
@@ -32,7 +39,8 @@ const Args kLlama3{.name = Family::llama3,
                    .rope_original_max_position_embeddings = 8192};
 
 // model.flavor: each member's named sizes, the knobs each sets (values as YAML writes them). The published
-// configs: Qwen/Qwen3-*, Qwen/Qwen3-30B-A3B, openai/gpt-oss-*, meta-llama/Llama-2-*, Meta-Llama-3(.1)-*;
+// configs: Qwen/Qwen3-*, Qwen/Qwen3-30B-A3B, openai/gpt-oss-*, meta-llama/Llama-2-*, Meta-Llama-3(.1)-*,
+// mistralai/Mixtral-8x7B-v0.1 and -8x22B-v0.1;
 // "debug" / "bench": titan's small models (configs/*_debug.yaml, configs/qwen3_bench.yaml).
 struct Flavor {
   Family family;
@@ -83,6 +91,12 @@ const std::vector<Flavor>& flavor_table() {
       {Family::llama3, "debug",
        with(dense("256", "4", "4", "2", "64", "768", "256"),
             {{"rope_scaling_type", "llama3"}, {"rope_scaling_factor", "8"}, {"rope_original_max_position_embeddings", "64"}})},
+      {Family::mixtral, "debug",
+       with(all_moe("128", "4", "4", "2", "32", "128", "256"), {{"moe_num_experts", "8"}, {"moe_top_k", "2"}})},
+      {Family::mixtral, "8x7b",
+       with(all_moe("4096", "32", "32", "8", "128", "14336", "32000"), {{"moe_num_experts", "8"}, {"moe_top_k", "2"}})},
+      {Family::mixtral, "8x22b",
+       with(all_moe("6144", "56", "48", "8", "128", "16384", "32768"), {{"moe_num_experts", "8"}, {"moe_top_k", "2"}})},
       {Family::llama3, "llama2-7b", with(dense("4096", "32", "32", "32", "128", "11008", "32000"), {{"rope_theta", "10000"}})},
       {Family::llama3, "llama2-13b", with(dense("5120", "40", "40", "40", "128", "13824", "32000"), {{"rope_theta", "10000"}})},
       {Family::llama3, "llama3-8b", dense("4096", "32", "32", "8", "128", "14336", "128256")},
@@ -188,6 +202,7 @@ const Args& preset(Family f) {
     case Family::qwen3_moe: return kQwen3Moe;
     case Family::gpt_oss: return kGptOss;
     case Family::llama3: return kLlama3;
+    case Family::mixtral: return kMixtral;
     default: return kQwen3;
   }
 }
@@ -216,6 +231,11 @@ Args hf_defaults(Family f) {
       break;
     case Family::llama3:
       a.vocab_size = 32000, a.dim = 4096, a.hidden_dim = 11008, a.n_layers = 32, a.n_heads = 32;
+      break;
+    case Family::mixtral:  // MixtralConfig: Mixtral-8x7B
+      a.vocab_size = 32000, a.dim = 4096, a.hidden_dim = a.moe_hidden_dim = 14336, a.n_layers = 32, a.n_heads = 32;
+      a.n_kv_heads = 8, a.moe_enabled = true, a.moe_num_experts = 8, a.moe_top_k = 2, a.rope_theta = 1e6;
+      a.norm_eps = 1e-5;
       break;
   }
   a.activation = Activation::silu;

@@ -1,7 +1,7 @@
 // src/config/field.h — one configuration key bound to a value: how YAML, the
 // command line and --help reach every knob of a job.
 //
-// A Field is typed (bool, integer, number, string or a named enum), parses a
+// A Field is typed (bool, integer, number, string, a named enum or a TextValue), parses a
 // value as written and prints it back; parse errors name the key, where it
 // was written (file:line or --flag) and what is allowed, with a "did you
 // mean" for near misses.
@@ -21,7 +21,7 @@ namespace titan::config {
 
 struct Field {
   std::string key;   // section.name (or name inside a section's table)
-  std::string type;  // "a bool (true/false)", "an integer", "a number", "a string", "one of the choices"
+  std::string type;  // "a bool (true/false)", "an integer", "a number", "a string", "one of the choices", T::kind
   std::string help;  // one line of meaning (--help prints it)
   std::vector<std::string> choices;  // enumerated values ({} when free)
   std::function<void(const std::string& text, const std::string& where)> set;
