@@ -5,7 +5,8 @@ not cover: Hugging Face's Qwen3-MoE (norm_topk_prob, dense first layers),
 Llama-3.1 (llama3 RoPE scaling, projection biases) and Mixtral (every layer
 MoE under block_sparse_moe, experts' w1 / w3 / w2, softmax top-2
 renormalized, a sliding window on every layer), written from HF's
-definitions; and ablations no HF class has (gpt-oss with QK-norm and GELU,
+definitions; and ablations no HF class has (Gemma's embedding scale and Gemma 2's
+final-logit softcap on a tied Qwen3, gpt-oss with QK-norm and GELU,
 Qwen3 with sinks, a per-layer window pattern and LayerNorm, Qwen3-MoE with
 sigmoid scores, a shared expert, a router bias and MoE every second layer),
 from the formulas of the knobs. Functional, float64, experts computed densely.
@@ -35,7 +36,8 @@ BASE = dict(family="qwen3", vocab_size=64, dim=32, n_layers=3, n_heads=4, n_kv_h
             layer_window=[0, 0, 0], rope_theta=10000.0, rope=dict(type="none"), max_position_embeddings=128,
             activation="silu", swiglu_limit=0.0, moe=False, moe_experts=4, moe_top_k=2, moe_hidden_dim=24,
             moe_score="softmax", moe_renormalize=True, moe_shared_expert=False, moe_router_bias=False,
-            moe_expert_bias=False, moe_every=1, moe_first_dense=0, tie_embeddings=False)
+            moe_expert_bias=False, moe_every=1, moe_first_dense=0, tie_embeddings=False, embed_scale=1.0,
+            final_logit_softcap=0.0)
 
 VARIANTS = {
     # HF Qwen3MoeForCausalLM: layer 0 dense (mlp_only_layers [0]), norm_topk_prob
@@ -53,6 +55,8 @@ VARIANTS = {
                                 rope_theta=150000.0, moe=True, moe_router_bias=True, moe_expert_bias=True,
                                 rope=dict(type="yarn", factor=32.0, original_max_position_embeddings=4096,
                                           beta_fast=32.0, beta_slow=1.0, truncate=False)),
+    # Gemma's embedding scale (sqrt(dim)) and Gemma 2's final-logit softcap on a tied Qwen3
+    "gemma_scale_softcap": dict(embed_scale=math.sqrt(32), final_logit_softcap=3.0, tie_embeddings=True),
     "qwen3_sinks_pattern": dict(attn_sinks=True, layer_window=[0, 3, 0], norm_type="layernorm"),
     "qwen3_moe_sigmoid_shared": dict(moe=True, moe_score="sigmoid", moe_shared_expert=True, moe_router_bias=True,
                                      moe_every=2, moe_renormalize=False),
@@ -215,7 +219,7 @@ def forward(p, k, tokens):
     cos, sin = rope_cos_sin(k, S)
     pos = torch.arange(S)
     hb = k["attn_proj_bias"]
-    h = p["model.embed_tokens.weight"][tokens]
+    h = p["model.embed_tokens.weight"][tokens] * k["embed_scale"]
     for i in range(k["n_layers"]):
         pre = f"model.layers.{i}."
         x = norm(h, p, pre + "input_layernorm", k)
@@ -244,7 +248,9 @@ def forward(p, k, tokens):
         else:
             h = h + dense_mlp(p, pre + "mlp.", x, k)
     h = norm(h, p, "model.norm", k)
-    return h @ (p["model.embed_tokens.weight"] if k["tie_embeddings"] else p["lm_head.weight"]).T
+    logits = h @ (p["model.embed_tokens.weight"] if k["tie_embeddings"] else p["lm_head.weight"]).T
+    cap = k["final_logit_softcap"]
+    return cap * torch.tanh(logits / cap) if cap > 0 else logits
 
 
 def make_params(k, gen):

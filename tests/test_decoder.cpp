@@ -123,6 +123,7 @@ TEST(GptOssReference, MatchesPyTorch) { check_against_reference("gpt_oss_tiny.h5
 TEST(DecoderReference, Qwen3MoeMatchesHfDefinition) { check_against_reference("decoder_qwen3_moe.h5"); }
 TEST(DecoderReference, Llama31MatchesHfDefinition) { check_against_reference("decoder_llama31.h5"); }
 TEST(DecoderReference, MixtralMatchesHfDefinition) { check_against_reference("decoder_mixtral.h5"); }
+TEST(DecoderReference, GemmaEmbedScaleAndFinalLogitSoftcap) { check_against_reference("decoder_gemma_scale_softcap.h5"); }
 TEST(DecoderReference, GptOssWithQkNormAndGelu) { check_against_reference("decoder_gpt_oss_qknorm_gelu.h5"); }
 TEST(DecoderReference, Qwen3WithSinksLayerPatternLayerNorm) { check_against_reference("decoder_qwen3_sinks_pattern.h5"); }
 TEST(DecoderReference, Qwen3MoeSigmoidSharedExpertEverySecondLayer) {

@@ -117,6 +117,8 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
       {"moe_first_dense", {"model.moe_first_dense", "1"}, {}},
       {"moe_aux_loss_coeff", {"model.moe_aux_loss_coeff", "0.5"}, {}},
       {"moe_bias_update_rate", {"model.moe_bias_update_rate", "5.0"}, {}},
+      {"embed_scale", {"model.embed_scale", "2.0"}, {}},
+      {"final_logit_softcap", {"model.final_logit_softcap", "1.5"}, {}},
   };
   {  // every knob of models/decoder/knobs.def is in this matrix, or tested where named below: a new knob
      // cannot skip the check that it acts
@@ -200,7 +202,7 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
     std::printf("\n");
   }
   std::printf("%d applied, %d refused\n", applied, refused);
-  EXPECT_EQ(applied, 141);  // 33 knobs x 5 models, less the 12 MoE keys x 2 dense models
+  EXPECT_EQ(applied, 151);  // 35 knobs x 5 models, less the 12 MoE keys x 2 dense models
   EXPECT_EQ(refused, 24);
 }
 

@@ -373,6 +373,26 @@ TEST(Simulation, Qwen3_32BOn64RanksPlansOnMetaTensors) {
   }
 }
 
+// A new member plans at its published size: Mixtral-8x22B (141B) over 64 meta ranks, TP 8 x FSDP 8 with 8-way EP
+// (one expert per EP rank, split by TP: every rank holds 1/64 of the model). FSDP cuts dim 0 only, so a layout
+// whose FSDP degree over the experts exceeds their count (8 experts, dp_shard 64) leaves some ranks without them.
+TEST(Simulation, Mixtral8x22BPlansOnMetaTensors) {
+  JobConfig c = load_job_config_file("", {"model.name", "mixtral", "model.flavor", "8x22b", "training.seq_len", "4096",
+                                          "training.local_batch_size", "1", "parallelism.data_parallel_shard_degree", "8",
+                                          "parallelism.tensor_parallel_degree", "8", "parallelism.expert_parallel_degree",
+                                          "8", "activation_checkpoint.mode", "full"});
+  c.job.print_args = false;
+  StepPlan p = plan_step(c, 64);
+  const double params = 140630071296.0;
+  EXPECT_NEAR((double)p.memory.current[(int)MemoryCategory::Parameters], params * 4 / 64, params * 4 / 64 * 0.01);
+  // MFU's FLOPs per token count the routed experts only: 6 x (39B active matmul weights) + attention
+  EXPECT_NEAR(p.model_flops_per_token / (6.0 * (double)c.model.num_matmul_params()), 1.0, 0.15);
+  // a tp rank does 1/8 of its tokens' work; full activation checkpointing recomputes the forward (~8/6)
+  const double ratio = p.flops * 8 / (p.model_flops_per_token * (double)p.tokens_per_rank);
+  EXPECT_GT(ratio, 1.2);
+  EXPECT_LT(ratio, 1.5);
+}
+
 TEST(Simulation, BadLayoutsAreRefusedWithTheNumbers) {
   JobConfig c = sim_config("configs/qwen3_32b.yaml");
   c.simulation.world_size = 128;  // 32 chips at 4 per chip: a 16-chip instance cannot hold them

@@ -380,6 +380,8 @@ HfClass Args::hf_class(std::string* why) const {
               "class (titan's layout keeps them)");
   if (!attention().is_default()) return no("attention variant " + attention().describe() + " (no HF class has it)");
   if (norm_type != nn::NormKind::rmsnorm) return no("norm_type " + config::enum_name(norm_type));
+  if (embed_scale != 1.0) return no("embed_scale (no HF class titan exports scales its embedding)");
+  if (final_logit_softcap > 0) return no("final_logit_softcap (no HF class titan exports caps its logits)");
   bool sliding = false, uniform = true;
   for (auto w : layer_window) {
     sliding = sliding || w > 0;

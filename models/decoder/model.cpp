@@ -238,13 +238,17 @@ Tensor Decoder::forward_chunk(const Tensor& x, const Tensor& doc_ids, const Mode
     // [B, S, dim] (a plan's hooks may shard it: sequence parallel hands the blocks [B, S/tp, dim])
     Tensor h = c.first ? model->embed_tokens->call(in_x, [&](const Tensor& t) { return model->embed_tokens->forward(t); })
                        : in_x;
+    if (c.first && args_.embed_scale != 1.0) h = mul(h, args_.embed_scale);  // Gemma: sqrt(dim)
     h = model->layers->run(h, in, activation_checkpoint,
                            checkpoint_save_ops ? autograd::SavePolicy::TorchTitanOps : autograd::SavePolicy::None,
                            c.begin, end);
     if (!c.last) return h;
     h = model->norm->call(h, [&](const Tensor& t) { return model->norm->forward(t); });
-    if (!lm_head) return linear(h, model->embed_tokens->weight);  // [B, S, vocab]
-    return lm_head->call(h, [&](const Tensor& t) { return lm_head->forward(t); });  // (a vocab shard's, gathered by a hook)
+    // [B, S, vocab] (a vocab shard's under tensor parallel: the cap is elementwise)
+    Tensor logits = lm_head ? lm_head->call(h, [&](const Tensor& t) { return lm_head->forward(t); })
+                            : linear(h, model->embed_tokens->weight);
+    const double cap = args_.final_logit_softcap;
+    return cap > 0 ? mul(tanh(mul(logits, 1.0 / cap)), cap) : logits;
   });
 }
 
