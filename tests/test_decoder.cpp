@@ -153,6 +153,25 @@ TEST(Mixtral, CountsAndPublishedSizes) {
   EXPECT_EQ(m.num_parameters(), b.num_params());
   decoder::Args r = decoder::Args::from_hf_json(b.to_hf_json());
   EXPECT_EQ(r.to_hf_json(), b.to_hf_json());
+  // num_key_value_heads null: every head its own; what the class could not write back is refused, naming it
+  EXPECT_EQ(decoder::Args::from_hf_json(R"({"model_type": "mixtral", "num_key_value_heads": null})").n_kv_heads, 32);
+  auto refused = [](const std::string& text) {
+    try {
+      decoder::Args::from_hf_json(text);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(refused(R"({"model_type": "mixtral", "hidden_act": "gelu"})").find("hidden_act 'gelu'"), std::string::npos);
+  EXPECT_NE(refused(R"({"model_type": "mixtral", "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})").find("rope_scaling"),
+            std::string::npos);
+  EXPECT_NE(refused(R"({"model_type": "mixtral", "sliding_window": 0})").find("sliding_window 0 must be > 0 or null"),
+            std::string::npos);
+  EXPECT_NE(refused(R"({"model_type": "mixtral", "router_jitter_noise": 0.01})").find("router_jitter_noise"),
+            std::string::npos);
+  EXPECT_EQ(decoder::Args::from_hf_json(R"({"model_type": "mixtral", "rope_scaling": null, "router_jitter_noise": 0.0})")
+                .hf_class(), decoder::HfClass::mixtral);
 }
 
 TEST(GptOss, CountsAndPublishedSizes) {

@@ -206,7 +206,7 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
   EXPECT_EQ(refused, 24);
 }
 
-// The presets of the four members, and refusals naming the key.
+// The presets of the members, and refusals naming the key.
 TEST(ModelKnobs, FamilyPresetsAndRefusals) {
   JobConfig oss = load_job_config_file("", tiny("gpt_oss"));
   EXPECT_TRUE(oss.model.attn_sinks && oss.model.attn_proj_bias && oss.model.moe_enabled && !oss.model.qk_norm);

@@ -385,8 +385,10 @@ TEST(Simulation, Mixtral8x22BPlansOnMetaTensors) {
   StepPlan p = plan_step(c, 64);
   const double params = 140630071296.0;
   EXPECT_NEAR((double)p.memory.current[(int)MemoryCategory::Parameters], params * 4 / 64, params * 4 / 64 * 0.01);
-  // MFU's FLOPs per token count the routed experts only: 6 x (39B active matmul weights) + attention
-  EXPECT_NEAR(p.model_flops_per_token / (6.0 * (double)c.model.num_matmul_params()), 1.0, 0.15);
+  // MFU's FLOPs per token count the routed experts only: 6 x 38.96B active matmul weights (the head included,
+  // the embedding's lookup not) + attention
+  EXPECT_NEAR((double)c.model.num_matmul_params() / 1e9, 38.96, 0.01);
+  EXPECT_GT(p.model_flops_per_token, 6.0 * (double)c.model.num_matmul_params());
   // a tp rank does 1/8 of its tokens' work; full activation checkpointing recomputes the forward (~8/6)
   const double ratio = p.flops * 8 / (p.model_flops_per_token * (double)p.tokens_per_rank);
   EXPECT_GT(ratio, 1.2);

@@ -213,6 +213,7 @@ Args& Args::resolve() {
                                  attn_mask_type == nn::MaskKind::sliding_window))
         layer_window[i] = sliding_window;
     if (name == Family::gpt_oss) max_position_embeddings = 131072;
+    if (name == Family::mixtral) max_position_embeddings = 32768;  // Mixtral-8x7B's
     // a scaled context is factor x the original one (HF's YaRN derives its factor from this ratio in some
     // versions: keep the two consistent)
     if (rope_scaling_type != RopeScalingType::none)

@@ -233,8 +233,20 @@ Args mixtral_from_hf(const json& j) {
   if (!has(j, "num_key_value_heads")) a.n_kv_heads = 8;  // MixtralConfig's default (null: the heads)
   if (j.contains("num_key_value_heads") && j["num_key_value_heads"].is_null()) a.n_kv_heads = a.n_heads;
   if (!has(j, "head_dim")) a.head_dim = a.dim / a.n_heads;
-  set_rope(a, rope_from_hf(j, a.max_position_embeddings = int_value(j, "max_position_embeddings", 4096 * 32)));
-  a.layer_window.assign(a.n_layers, int_value(j, "sliding_window", 0));  // null: every layer full
+  a.max_position_embeddings = int_value(j, "max_position_embeddings", 4096 * 32);
+  // what titan's MixtralForCausalLM export could not write back (it would load as titan_decoder with stacked
+  // experts, and the file's per-expert tensors would not load): refused, not dropped
+  TITAN_CHECK(a.activation == Activation::silu, "mixtral config: hidden_act '", config::enum_name(a.activation),
+              "' is not supported for MixtralForCausalLM (silu)");
+  TITAN_CHECK(!has(j, "rope_scaling") || rope_from_hf(j, 0).type == RopeScalingType::none,
+              "mixtral config: rope_scaling is not supported for MixtralForCausalLM; drop it or use a titan_decoder config");
+  TITAN_CHECK(!has(j, "router_jitter_noise") || j["router_jitter_noise"] == 0,
+              "mixtral config: router_jitter_noise ", j.value("router_jitter_noise", json()).dump(),
+              " (training noise on the router) is not implemented by titan; set it to 0");
+  const int64_t sw = int_value(j, "sliding_window", 0);  // null: every layer full
+  TITAN_CHECK(!has(j, "sliding_window") || sw > 0, "mixtral config: sliding_window ", sw,
+              " must be > 0 or null (HF masks every key with a window of ", sw, ")");
+  a.layer_window.assign(a.n_layers, sw);
   return a;
 }
 

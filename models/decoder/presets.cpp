@@ -208,7 +208,7 @@ const Args& preset(Family f) {
 }
 
 Args hf_defaults(Family f) {
-  Args a;  // Qwen3Config, Qwen3MoeConfig, GptOssConfig, LlamaConfig defaults
+  Args a;  // Qwen3Config, Qwen3MoeConfig, GptOssConfig, LlamaConfig, MixtralConfig defaults
   a.name = f;
   a.rope_theta = 10000.0;
   a.norm_eps = 1e-6;
