@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <functional>
 
+#include "comms/hosts.h"
+
 namespace titan::comms {
 
 void MeshDegrees::check_sequence_length(int64_t S, bool sequence_parallel, const std::string& key) const {
@@ -50,26 +52,39 @@ MeshDegrees resolve_degrees(MeshDegrees d, int64_t world) {
   return d;
 }
 
-DeviceMesh::DeviceMesh(MeshDegrees d, bool fake, int fake_rank, int fake_world) {
+DeviceMesh::DeviceMesh(MeshDegrees d, bool fake, int fake_rank, int fake_world, std::vector<int> fake_hosts) {
+  fake_ = fake;
   world = fake ? fake_world : world_size();
   rank = fake ? fake_rank : world_rank();
   degrees = resolve_degrees(d, world);
   const int64_t S = degrees.dp_shard, T = degrees.tp, R = degrees.dp_replicate, C = degrees.cp;
-  // Each group: the world ranks of equal color, ordered by key (colors and keys are functions of a world
-  // rank, so a fake mesh lists every group's members without communicating).
-  auto tp_of = [T](int w) { return (int)(w % T); };
-  auto cp_of = [T, C](int w) { return (int)((w / T) % C); };
-  auto shard_of = [T, C, S](int w) { return (int)((w / (T * C)) % S); };
-  auto repl_of = [T, C, S, R](int w) { return (int)((w / (T * C * S)) % R); };
-  auto pp_of = [T, C, S, R](int w) { return (int)(w / (T * C * S * R)); };
-  tp_rank = tp_of(rank);
-  cp_rank = cp_of(rank);
-  shard_rank = shard_of(rank);
-  replicate_rank = repl_of(rank);
-  pp_rank = pp_of(rank);
+  // The mesh's coordinates are those of a rank's position, not of its world rank: positions put each host's
+  // ranks side by side (hosts(): MPI's nodes), so tp, cp and dp_shard, the inner dimensions, stay within a
+  // host whichever way mpirun numbered the ranks. A fake mesh: on the hosts it is given (default one).
+  if (fake && fake_hosts.empty()) fake_hosts.assign(world, 0);
+  TITAN_CHECK(!fake || (int)fake_hosts.size() == world, "DeviceMesh: fake_hosts lists ", fake_hosts.size(),
+              " ranks for a world of ", world);
+  order = host_major_order(fake ? fake_hosts : hosts().host_of);
+  std::vector<int> pos_of(world);
+  for (int p = 0; p < world; ++p) pos_of[order[p]] = p;
+  position = pos_of[rank];
+  // Each group: the world ranks of equal color, ordered by key (colors and keys are functions of a position,
+  // so a fake mesh lists every group's members without communicating).
+  auto tp_of = [T](int p) { return (int)(p % T); };
+  auto cp_of = [T, C](int p) { return (int)((p / T) % C); };
+  auto shard_of = [T, C, S](int p) { return (int)((p / (T * C)) % S); };
+  auto repl_of = [T, C, S, R](int p) { return (int)((p / (T * C * S)) % R); };
+  auto pp_of = [T, C, S, R](int p) { return (int)(p / (T * C * S * R)); };
+  tp_rank = tp_of(position);
+  cp_rank = cp_of(position);
+  shard_rank = shard_of(position);
+  replicate_rank = repl_of(position);
+  pp_rank = pp_of(position);
   const int slice = (int)(T * C * S * R);  // ranks per pipeline stage
-  auto group = [&](const std::function<int(int)>& color, const std::function<int(int)>& key,
+  auto group = [&](const std::function<int(int)>& color_of, const std::function<int(int)>& key_of,
                    const std::string& name) -> PG {
+    auto color = [&](int w) { return color_of(pos_of[w]); };
+    auto key = [&](int w) { return key_of(pos_of[w]); };
     if (fake) {
       std::vector<std::pair<int, int>> m;
       for (int w = 0; w < world; ++w)
@@ -89,16 +104,15 @@ DeviceMesh::DeviceMesh(MeshDegrees d, bool fake, int fake_rank, int fake_world) 
     MPI_Comm_free(&c);
     return pg;
   };
-  auto ident = [](int w) { return w; };
-  world_pg = group([](int) { return 0; }, ident, "world");
+  world_pg = group([](int) { return 0; }, [&](int p) { return order[p]; }, "world");  // by world rank
   // within a stage's slice of the world, as without pp (colors: the other coordinates, offset by the stage)
   auto color = [&](bool rep, bool shard, bool c, bool t) {
-    return [=](int w) {
-      int x = pp_of(w);
-      x = x * (int)R + (rep ? repl_of(w) : 0);
-      x = x * (int)S + (shard ? shard_of(w) : 0);
-      x = x * (int)C + (c ? cp_of(w) : 0);
-      return x * (int)T + (t ? tp_of(w) : 0);
+    return [=](int p) {
+      int x = pp_of(p);
+      x = x * (int)R + (rep ? repl_of(p) : 0);
+      x = x * (int)S + (shard ? shard_of(p) : 0);
+      x = x * (int)C + (c ? cp_of(p) : 0);
+      return x * (int)T + (t ? tp_of(p) : 0);
     };
   };
   tp = group(color(true, true, true, false), tp_of, "tp");
@@ -106,12 +120,12 @@ DeviceMesh::DeviceMesh(MeshDegrees d, bool fake, int fake_rank, int fake_world) 
   cp_p2p = C == 1 ? cp : group(color(true, true, false, true), cp_of, "cp_p2p");
   dp_shard = group(color(true, false, true, true), shard_of, "dp_shard");
   dp_shard_cp = C == 1 ? dp_shard
-                       : group(color(true, false, false, true), [&](int w) { return shard_of(w) * (int)C + cp_of(w); },
+                       : group(color(true, false, false, true), [&](int p) { return shard_of(p) * (int)C + cp_of(p); },
                                "dp_shard_cp");
   dp_replicate = group(color(false, true, true, true), repl_of, "dp_replicate");
-  dp = group(color(false, false, true, true), [&](int w) { return repl_of(w) * (int)S + shard_of(w); }, "dp");
-  pp = group([slice](int w) { return w % slice; }, pp_of, "pp");
-  pp_p2p = group([slice](int w) { return w % slice; }, pp_of, "pp_p2p");
+  dp = group(color(false, false, true, true), [&](int p) { return repl_of(p) * (int)S + shard_of(p); }, "dp");
+  pp = group([slice](int p) { return p % slice; }, pp_of, "pp");
+  pp_p2p = group([slice](int p) { return p % slice; }, pp_of, "pp_p2p");
 }
 
 std::string DeviceMesh::describe() const {
@@ -119,7 +133,20 @@ std::string DeviceMesh::describe() const {
          (degrees.pp > 1 ? "pp " + std::to_string(degrees.pp) + " x " : std::string()) + "dp_replicate " +
          std::to_string(degrees.dp_replicate) + " x dp_shard " + std::to_string(degrees.dp_shard) +
          (degrees.cp > 1 ? " x cp " + std::to_string(degrees.cp) : std::string()) + " x tp " +
-         std::to_string(degrees.tp);
+         std::to_string(degrees.tp) + over_hosts();
+}
+
+std::string DeviceMesh::over_hosts() const {
+  const Hosts& h = hosts();
+  if (fake_ || h.count() <= 1 || (int)h.host_of.size() != world) return "";
+  std::string s = " over " + std::to_string(h.count()) + " hosts (";
+  for (int i = 0; i < h.count(); ++i) {
+    s += (i ? "; " : "") + h.name[i] + ": ranks ";
+    bool first = true;
+    for (int w = 0; w < world; ++w)
+      if (h.host_of[w] == i) s += (first ? "" : ",") + std::to_string(w), first = false;
+  }
+  return s + ")";
 }
 
 }  // namespace titan::comms

@@ -1,8 +1,10 @@
 // comms/device_mesh.h — an N-D mesh of ranks with named dimensions, in
 // TorchTitan's order (pp, dp_replicate, dp_shard, cp, tp): pp is outermost and tp
-// innermost, so rank = (((pp_rank * dp_replicate + replicate) * dp_shard + shard) * cp + cp_rank) * tp + tp_rank.
+// innermost, so position = (((pp_rank * dp_replicate + replicate) * dp_shard + shard) * cp + cp_rank) * tp + tp_rank,
+// where a rank's position is its world rank when mpirun placed the ranks host by host (else comms/hosts.h).
 #pragma once
 #include <string>
+#include <vector>
 
 #include "comms/process_group.h"
 
@@ -27,10 +29,15 @@ MeshDegrees resolve_degrees(MeshDegrees d, int64_t world);
 
 class DeviceMesh {
  public:
-  // Splits MPI_COMM_WORLD (or builds fake groups for `rank` when fake).
-  DeviceMesh(MeshDegrees d, bool fake = false, int fake_rank = 0, int fake_world = 1);
+  // Splits MPI_COMM_WORLD (or builds fake groups for `rank` when fake: on one host, or on the hosts
+  // `fake_hosts` gives each world rank, as comms/hosts.h numbers them).
+  DeviceMesh(MeshDegrees d, bool fake = false, int fake_rank = 0, int fake_world = 1, std::vector<int> fake_hosts = {});
   MeshDegrees degrees;
   int rank = 0, world = 1;
+  // position -> world rank: the mesh's coordinates are those of a rank's position (the ranks of a host at
+  // consecutive positions, comms/hosts.h), equal to the world rank when mpirun placed the ranks host by host
+  std::vector<int> order;
+  int position = 0;
   int pp_rank = 0, replicate_rank = 0, shard_rank = 0, cp_rank = 0, tp_rank = 0;
   PG world_pg, dp_replicate, dp_shard, dp, tp;  // dp = replicate x shard (data-parallel ranks)
   // cp: the ranks sharing each sequence (equal coordinates but cp); cp_p2p: the same ranks, a communicator of
@@ -39,11 +46,15 @@ class DeviceMesh {
   PG cp, cp_p2p, dp_shard_cp;
   PG pp;      // the ranks of one pipeline: equal (dp_replicate, dp_shard, tp) coordinates, by pp rank
   PG pp_p2p;  // the same ranks, a communicator of its own for the stages' point-to-point transfers
-  // world rank of the member of this rank's pipeline at stage rank `s`
-  int pp_peer(int s) const { return rank + (s - pp_rank) * (int)(world / degrees.pp); }
   int64_t dp_size() const { return degrees.dp_replicate * degrees.dp_shard; }
   int64_t dp_rank() const { return replicate_rank * degrees.dp_shard + shard_rank; }
-  std::string describe() const;  // "world 4 = dp_replicate 1 x dp_shard 2 x tp 2" (pp first, cp before tp when > 1)
+  // "world 4 = dp_replicate 1 x dp_shard 2 x tp 2" (pp first, cp before tp when > 1); over several hosts
+  // followed by " over 2 hosts (h1: ranks 0,1; h2: ranks 2,3)"
+  std::string describe() const;
+
+ private:
+  bool fake_ = false;
+  std::string over_hosts() const;
 };
 
 }  // namespace titan::comms

@@ -1,5 +1,6 @@
 #include "comms/process_group.h"
 
+#include "comms/hosts.h"
 #include "comms/watchdog.h"
 
 #include <mpi.h>
@@ -227,6 +228,7 @@ void init(int* argc, char*** argv) {
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   g_init = true;
+  discover_hosts();
   watchdog_start(MPI_COMM_WORLD);
   set_collective_timeout(300, "comm.init_timeout_seconds");  // until the job sets its own
 }
@@ -265,7 +267,11 @@ int lowest_failing_rank(bool failed) {
 }
 
 void abort_job(const std::string& message, int code) {
-  std::cerr << "[titan rank " << world_rank() << "/" << world_size() << "] fatal: " << message << std::endl;
+  const Hosts& h = hosts();  // the host too when the job spans several
+  const int r = world_rank();
+  std::cerr << "[titan rank " << r << "/" << world_size()
+            << (h.count() > 1 && r < (int)h.host_of.size() ? " on " + h.name[h.host_of[r]] : std::string())
+            << "] fatal: " << message << std::endl;
   if (g_init) MPI_Abort(MPI_COMM_WORLD, code);
   std::exit(code);
 }

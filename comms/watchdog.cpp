@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 
+#include "comms/hosts.h"
 #include "comms/process_group.h"
 
 namespace titan::comms {
@@ -61,15 +62,19 @@ struct Watchdog {
       for (int m : members) {
         if (m == rank) continue;
         std::string what;
+        const Hosts& h = hosts();
+        const bool remote = (int)h.host_of.size() == world && m < world && h.host_of[m] != h.host_of[rank];
         if (!board || m >= world) {
           what = "unknown";
+        } else if (remote) {
+          what = "another host: not visible from " + h.name[h.host_of[rank]] + "'s board";
         } else {
           Slot& s = board[m];
           const int64_t t = s.start_ns.load(), alive = s.alive_ns.load();
           const double silent = alive == 0 ? 0.0 : (double)(now_ns() - alive) / 1e9;
           const bool arrived = t != 0 && s.group_id.load() == group_id && s.seq.load() >= seq;
           if (t == 0) {
-            what = "no collective recorded (another host, or none yet)";
+            what = "no collective recorded yet";
           } else if (arrived && silent < 1.0) {
             continue;  // there and alive
           } else {
@@ -81,11 +86,11 @@ struct Watchdog {
             what = buf;
           }
         }
-        missing += (missing.empty() ? "" : "; ") + std::string("rank ") + std::to_string(m) + " (" + what + ")";
+        missing += (missing.empty() ? "" : "; ") + rank_where(m) + " (" + what + ")";
       }
       char head[256];
-      std::snprintf(head, sizeof head, "collective watchdog: %s #%lld on group '%s' has not completed after %.1f s (%s = %g)",
-                    kind.c_str(), (long long)seq, group.c_str(), waited, key.c_str(), timeout_s);
+      std::snprintf(head, sizeof head, "collective watchdog (%s): %s #%lld on group '%s' has not completed after %.1f s (%s = %g)",
+                    rank_where(rank).c_str(), kind.c_str(), (long long)seq, group.c_str(), waited, key.c_str(), timeout_s);
       std::string ranks;
       for (int m : members) ranks += (ranks.empty() ? "" : ",") + std::to_string(m);
       const std::string msg = std::string(head) + "; group ranks [" + ranks + "]; not arrived or unresponsive: " +
@@ -116,8 +121,8 @@ void watchdog_start(MPI_Comm world) {
       if (p != MAP_FAILED) g_wd->board = (Slot*)p;
     }
     if (fd >= 0) close(fd);
-    MPI_Barrier(world);  // every rank of the node has it mapped: the name can go
-    if (g_wd->rank == 0) shm_unlink(name);
+    MPI_Barrier(world);  // every rank has it mapped: the name can go, on every host (a board per host)
+    if (hosts().local_rank[g_wd->rank] == 0) shm_unlink(name);
   }
   g_wd->th = std::thread([] { g_wd->loop(); });
 }

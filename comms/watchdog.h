@@ -7,8 +7,9 @@
 // exceeds the timeout (comm.init_timeout_seconds until training starts, then
 // comm.train_timeout_seconds), naming the collective, its group, its sequence
 // number and the ranks of the group that have not arrived at it (with what
-// each was last doing). Ranks on other hosts have no slot here: they are
-// reported as unknown.
+// each was last doing), each named with its host. A board is per host (shared
+// memory): ranks on other hosts are named as such, their own host's watchdog
+// reports what they were doing.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -15,6 +15,7 @@ PKGS=(
   bible-kjv bible-kjv-text
   python3-matplotlib python3-h5py python3-numpy
   libopenblas-openmp-dev
+  iproute2 iptables  # scripts/cluster.sh: hosts as network namespaces, links shaped (tc) and lossy (iptables)
 )
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

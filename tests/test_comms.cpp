@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "comms/device_mesh.h"
+#include "comms/hosts.h"
 #include "comms/functional.h"
 #include "comms/moe_dispatch.h"
 #include "tests/gradcheck.h"
@@ -274,6 +275,29 @@ TEST(Mesh, DegreesResolveOrFailClearly) {
   EXPECT_EQ(fake.tp_rank, 1);
   EXPECT_EQ(fake.shard_rank, 0);
   EXPECT_EQ(fake.replicate_rank, 1);
+}
+
+// Ranks numbered round-robin over hosts (mpirun --map-by node) still get their inner dimensions within a host:
+// the mesh's coordinates are host-major positions, not world ranks.
+TEST(Mesh, InnerDimensionsStayWithinAHost) {
+  EXPECT_EQ(host_major_order({0, 1, 0, 1}), (std::vector<int>{0, 2, 1, 3}));
+  EXPECT_EQ(host_major_order({0, 0, 1, 1}), (std::vector<int>{0, 1, 2, 3}));  // host by host: the identity
+  EXPECT_EQ(host_major_order({0, 1, 2, 0, 1, 2}), (std::vector<int>{0, 3, 1, 4, 2, 5}));
+  const std::vector<int> by_node = {0, 1, 0, 1};  // world ranks 0, 2 on host 0; 1, 3 on host 1
+  for (int r = 0; r < 4; ++r) {
+    DeviceMesh hsdp({2, 2, 1}, true, r, 4, by_node);  // HSDP: shard within a host, replicate across
+    EXPECT_EQ(hsdp.dp_shard->world_ranks(), r % 2 == 0 ? (std::vector<int>{0, 2}) : (std::vector<int>{1, 3})) << r;
+    // one replica per host: shard 0 is world rank 0 (h0) and 1 (h1), shard 1 is world ranks 2 and 3
+    EXPECT_EQ(hsdp.dp_replicate->world_ranks(), r < 2 ? (std::vector<int>{0, 1}) : (std::vector<int>{2, 3})) << r;
+    EXPECT_EQ(hsdp.world_pg->world_ranks(), (std::vector<int>{0, 1, 2, 3}));  // world stays by world rank
+    DeviceMesh tp({1, 2, 2}, true, r, 4, by_node);  // TP within a host, FSDP across
+    EXPECT_EQ(tp.tp->world_ranks(), r % 2 == 0 ? (std::vector<int>{0, 2}) : (std::vector<int>{1, 3})) << r;
+    EXPECT_EQ(tp.tp_rank, r / 2);
+    DeviceMesh pp({1, 2, 1, 2}, true, r, 4, by_node);  // PP across hosts: a stage's ranks on one host
+    EXPECT_EQ(pp.pp_rank, r % 2);
+    EXPECT_EQ(pp.pp->world_ranks(), r / 2 == 0 ? (std::vector<int>{0, 1}) : (std::vector<int>{2, 3})) << r;
+  }
+  EXPECT_THROW(DeviceMesh({1, 2, 1}, true, 0, 2, {0}), Error);
 }
 
 int main(int argc, char** argv) {

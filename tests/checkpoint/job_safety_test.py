@@ -153,7 +153,7 @@ def main():
     line = next((l for l in err.splitlines() if "collective watchdog" in l), "")
     import re
     check(p.returncode not in (0, None) and time.time() - t0 < 60 and
-          re.search(r"collective watchdog: [a-z_]+ #\d+ on group '[a-z_]+' has not completed after 3\.\d s "
+          re.search(r"collective watchdog \(rank [01]\): [a-z_]+ #\d+ on group '[a-z_]+' has not completed after 3\.\d s "
                     r"\(comm.train_timeout_seconds = 3\); group ranks \[0,1\]; not arrived or unresponsive: rank 1 \("
                     r"(entered|finished) .*(no heartbeat for [0-9.]+ s: stopped, hung or dead|not arrived)\)", line),
           f"a hung rank: the job ends in {time.time() - t0:.1f} s with the watchdog's message: {line[:220]}")

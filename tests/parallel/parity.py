@@ -144,6 +144,44 @@ def check_rs_overlap(trace_path):
     return len(rs)
 
 
+def run_layout(build, name, np_, ref_name, flags, launcher=None, where=""):
+    """Runs layout `flags` on np_ ranks (with `launcher`, an mpirun command line ending before the program;
+    default: mpirun on this machine) and holds it to reference run `ref_name`: losses, gradients after step 1,
+    the exports. Returns the job's folder."""
+    train = os.path.join(build, "titan-train")
+    work = os.path.join(build, "parity")
+    ref = os.path.join(work, ref_name)
+    layout = flags.split()
+    deg = dict(zip(layout[::2], layout[1::2]))
+    tp = int(deg.get("--parallelism.tensor_parallel_degree", 1))
+    pp = int(deg.get("--parallelism.pipeline_parallel_degree", 1))
+    cp = int(deg.get("--parallelism.context_parallel_degree", 1))
+    dp = np_ // (tp * pp * cp)
+    out = os.path.join(work, name or f"np{np_}")
+    shutil.rmtree(out, ignore_errors=True)
+    _, secs = run((launcher or mpirun(np_)) + [train] + common_with_steps(LAYOUT_STEPS) + layout + ["--checkpoint.export_at_end", "true"] +
+                  ["--job.dump_folder", out, "--training.local_batch_size", str(GLOBAL_BATCH // dp)])
+    got = losses(out)
+    assert sorted(got) == list(range(1, LAYOUT_STEPS + 1)), sorted(got)
+    lw = compare_losses(losses(ref), got, range(1, LAYOUT_STEPS + 1))
+    gw = compare_grads(os.path.join(ref, "grads_step_1.h5"), os.path.join(out, "grads_step_1.h5"))
+    # the HF-named export written from this layout holds the same weights (after as many steps as the reference)
+    ww = None
+    if LAYOUT_STEPS == REF_STEPS:
+        ww = compare_grads(os.path.join(ref, "export", "model.h5"), os.path.join(out, "export", "model.h5"), 1e-4)
+    # ... and its safetensors, each rank writing its own blocks (dim-0 FSDP / dim-1 TP shards), the same bytes
+    sw = safetensors_ref.read(os.path.join(out, "export"))
+    with h5py.File(os.path.join(out, "export", "model.h5"), "r") as h:
+        assert sorted(sw) == sorted(h.keys()), "safetensors and HDF5 exports hold different tensors"
+        for k in sw:
+            if not np.array_equal(sw[k], h[k][...]):
+                sys.exit(f"{k}: model.safetensors differs from model.h5 under {' '.join(layout)}")
+    wtxt = f"{ww:.2e}" if ww is not None else f"not compared ({LAYOUT_STEPS} of the reference's {REF_STEPS} steps)"
+    print(f"{name}: {np_} ranks{where} ({' '.join(layout)}): {LAYOUT_STEPS} steps, max loss rel err {lw:.2e}, "
+          f"max grad rel err {gw:.2e}, exported weights rel err {wtxt} ({secs:.1f} s)")
+    return out
+
+
 MATRIX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "matrix.txt")
 
 
@@ -207,34 +245,7 @@ def main():
         return
 
     if a.case == "layout":
-        layout = a.layout.split()
-        deg = dict(zip(layout[::2], layout[1::2]))
-        tp = int(deg.get("--parallelism.tensor_parallel_degree", 1))
-        pp = int(deg.get("--parallelism.pipeline_parallel_degree", 1))
-        cp = int(deg.get("--parallelism.context_parallel_degree", 1))
-        dp = a.np // (tp * pp * cp)
-        out = os.path.join(work, a.name or f"np{a.np}")
-        shutil.rmtree(out, ignore_errors=True)
-        _, secs = run(mpirun(a.np) + [train] + common_with_steps(LAYOUT_STEPS) + layout + ["--checkpoint.export_at_end", "true"] +
-                      ["--job.dump_folder", out, "--training.local_batch_size", str(GLOBAL_BATCH // dp)])
-        got = losses(out)
-        assert sorted(got) == list(range(1, LAYOUT_STEPS + 1)), sorted(got)
-        lw = compare_losses(losses(ref), got, range(1, LAYOUT_STEPS + 1))
-        gw = compare_grads(os.path.join(ref, "grads_step_1.h5"), os.path.join(out, "grads_step_1.h5"))
-        # the HF-named export written from this layout holds the same weights (after as many steps as the reference)
-        ww = None
-        if LAYOUT_STEPS == REF_STEPS:
-            ww = compare_grads(os.path.join(ref, "export", "model.h5"), os.path.join(out, "export", "model.h5"), 1e-4)
-        # ... and its safetensors, each rank writing its own blocks (dim-0 FSDP / dim-1 TP shards), the same bytes
-        sw = safetensors_ref.read(os.path.join(out, "export"))
-        with h5py.File(os.path.join(out, "export", "model.h5"), "r") as h:
-            assert sorted(sw) == sorted(h.keys()), "safetensors and HDF5 exports hold different tensors"
-            for k in sw:
-                if not np.array_equal(sw[k], h[k][...]):
-                    sys.exit(f"{k}: model.safetensors differs from model.h5 under {' '.join(layout)}")
-        wtxt = f"{ww:.2e}" if ww is not None else f"not compared ({LAYOUT_STEPS} of the reference's {REF_STEPS} steps)"
-        print(f"{a.name}: {a.np} ranks ({' '.join(layout)}): {LAYOUT_STEPS} steps, max loss rel err {lw:.2e}, "
-              f"max grad rel err {gw:.2e}, exported weights rel err {wtxt} ({secs:.1f} s)")
+        run_layout(build, a.name, a.np, a.ref, a.layout)
         return
 
     if a.case == "collectives":

@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""titan across hosts (issue 26), on a cluster of network namespaces made by scripts/cluster.sh: every host its
+own network stack, hostname and /dev/shm, ranks on different hosts talking TCP over veth links and a bridge.
+
+  multihost.py --build BUILD --case parity   2 hosts x 2 ranks: FSDP 4, HSDP 2 x 2 (shard within a host,
+                                             replicate across), FSDP 2 x TP 2 + SP (TP within a host), PP 2 x
+                                             FSDP 2 (a stage per host), EP 2 x HSDP (gpt-oss): losses, gradients
+                                             and exports equal to one rank (parity.py's contract); HSDP with
+                                             ranks numbered round-robin over hosts (mpirun --map-by node): the
+                                             mesh still shards within a host (its collectives' groups say so)
+  multihost.py --build BUILD --case resume   a checkpoint written on 4 hosts (FSDP 4, a rank each) resumes on 2
+                                             hosts and on one machine bit-exact, and as FSDP 2 x TP 2 on 2
+                                             hosts within parity's 1e-5
+  multihost.py --build BUILD --case faults   5% of packets dropped on every link: the same losses as one rank;
+                                             one host's ranks killed mid-run: the job ends within seconds on
+                                             every host, naming the ranks and their host; SIGTERM to one host's
+                                             ranks stops every host at the same step with its checkpoint
+Exit 77 (ctest: skipped, with the reason printed) where a cluster cannot be made (not root, no namespaces).
+Each case brings its cluster up and down; no namespace, link or process is left, also when a check fails.
+"""
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import parity  # noqa: E402
+from parity import GLOBAL_BATCH, read_collectives, read_matrix, run_layout  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from testlib import ENV, ROOT, Checks, ensure_data, losses  # noqa: E402
+
+CLUSTER = os.path.join(ROOT, "scripts", "cluster.sh")
+HOSTS, SLOTS = 2, 2
+NET = "10.213.0"  # scripts/cluster.sh's subnet: host i at NET.i
+
+
+def cluster(*args, check=True):
+    p = subprocess.run([CLUSTER, *args], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    if check and p.returncode != 0:
+        sys.exit(f"cluster.sh {' '.join(args)} failed ({p.returncode}): {p.stderr.strip()}")
+    return p
+
+
+def launcher(np_, *extra):
+    return [CLUSTER, "mpirun", *extra, "-x", "OMP_NUM_THREADS=1", "-x", "OMP_WAIT_POLICY", "-np", str(np_)]
+
+
+class Cluster:
+    """`with Cluster(...)`: up on entry, down on exit (also on a failed check or an exception)."""
+
+    def __init__(self, *shape, hosts=HOSTS):
+        self.shape, self.hosts = shape, hosts
+
+    def __enter__(self):
+        cluster("down", check=False)  # a cluster left by a killed earlier run
+        print(cluster("up", str(self.hosts), "--slots", str(SLOTS), *self.shape).stdout.strip())
+        return self
+
+    def __exit__(self, *exc):
+        cluster("down", check=False)
+        left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        if "titan-h" in left:
+            sys.exit(f"cluster.sh down left namespaces behind: {left}")
+        return False
+
+
+def case_parity(build, c):
+    _, layouts = read_matrix()
+    rows = ["fsdp4", "hsdp2x2", "fsdp2xtp2", "pp2_fsdp2", "oss_ep2_hsdp2x2"]
+    with Cluster():
+        for name in rows:
+            np_, ref, _, flags = layouts[name]
+            run_layout(build, "hosts2_" + name, np_, ref, flags, launcher(np_), where=f" on {HOSTS} hosts")
+            c(True, f"{name} on {HOSTS} hosts equals one rank")
+        # ranks numbered round-robin over hosts: world ranks 0, 2 on h1 and 1, 3 on h2; HSDP's shard groups must
+        # still be a host's ranks (the mesh lays its dimensions over hosts, not over world ranks)
+        np_, ref, _, flags = layouts["hsdp2x2"]
+        out = run_layout(build, "hosts2_hsdp2x2_by_node", np_, ref, flags + " --profiling.enable_profiling true "
+                         "--profiling.profile_step 2", launcher(np_, "--map-by", "node"), where=" (--map-by node)")
+        for r in range(np_):
+            groups = {(k, g): ranks for k, g, ranks, _, _ in read_collectives(os.path.join(out, f"collectives_rank{r}.tsv"))}
+            shard = groups.get(("all_gather", "dp_shard"))
+            repl = next((v for (k, g), v in groups.items() if g == "dp_replicate"), None)
+            want_shard = "0,2" if r % 2 == 0 else "1,3"  # a host's ranks
+            want_repl = "0,1" if r < 2 else "2,3"  # the same shard on each host
+            c(shard == want_shard and repl == want_repl,
+              f"--map-by node, rank {r} on h{r % 2 + 1}: FSDP shards over ranks {shard} (want {want_shard}: its host), "
+              f"replicates over {repl} (want {want_repl}: across hosts)")
+
+
+def case_faults(build, c):
+    _, layouts = read_matrix()
+    np_, ref, _, flags = layouts["fsdp4"]
+    with Cluster("--loss", "0.05"):
+        # 3 steps (the first, the optimizer's steady state, after warmup): TCP's retransmissions make each step
+        # ~10x slower at 5% loss
+        steps, parity.LAYOUT_STEPS = parity.LAYOUT_STEPS, 3
+        run_layout(build, "hosts2_fsdp4_loss5", np_, ref, flags, launcher(np_), where=" with 5% packet loss")
+        parity.LAYOUT_STEPS = steps
+        c(True, "5% packet loss on every link: the same losses and gradients as one rank")
+    with Cluster():
+        # preemption: SIGTERM to one host's ranks stops every host at the same step, with a checkpoint
+        job, out = start_job(build, "hosts2_sigterm", np_, flags, ["--checkpoint.enable", "true",
+                                                                   "--checkpoint.interval", "1000"])
+        if wait_steps(c, job, out, 3):
+            t_sig = signal_host(job, 2, signal.SIGTERM)
+            text = finish(c, job, 60, "SIGTERM to h2's ranks")
+            if text is not None:
+                took = time.time() - t_sig
+                last = max(losses(out))
+                ck = sorted(f for f in os.listdir(os.path.join(out, "checkpoint")) if f.startswith("step-"))
+                c(job.returncode != 0 and ck == [f"step-{last}.h5"] and took < 30,
+                  f"SIGTERM to h2's ranks: every host stops after step {last} with its checkpoint ({ck}), "
+                  f"{took:.1f} s, exit {job.returncode}")
+        # one host's ranks killed: the job ends on every host within seconds, naming them
+        job, out = start_job(build, "hosts2_kill", np_, flags, [])
+        if wait_steps(c, job, out, 3):
+            t_kill = signal_host(job, 2, signal.SIGKILL)
+            text = finish(c, job, 60, "h2's ranks killed")
+            if text is not None:
+                took = time.time() - t_kill
+                c(job.returncode != 0 and took < 30, f"h2's ranks killed: the job ends on every host {took:.1f} s "
+                                                     f"after, exit {job.returncode}")
+                # Open MPI's own report: "mpirun noticed that process rank 2 with PID ... on node 10.213.0.2 exited
+                # on signal 9 (Killed)"
+                named = [l for l in text.splitlines() if "process rank" in l and f"node {NET}.2" in l]
+                c(bool(named), "the end names a killed rank and its host: " + (named[0].strip() if named else text[-600:]))
+
+
+def start_job(build, name, np_, flags, extra):
+    """A long FSDP job across the cluster's hosts, in the background: (process, its folder)."""
+    out = os.path.join(build, "parity", name)
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = launcher(np_) + [os.path.join(build, "titan-train")] + parity.common_with_steps(100000) + flags.split() + \
+        extra + ["--job.dump_folder", out, "--training.local_batch_size", str(GLOBAL_BATCH // np_)]
+    return subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True), out
+
+
+def wait_steps(c, job, out, n, limit=120):
+    t0 = time.time()
+    got = 0
+    while time.time() - t0 < limit and job.poll() is None:
+        got = len(losses(out)) if os.path.exists(os.path.join(out, "metrics.jsonl")) else 0
+        if got >= n:
+            break
+        time.sleep(0.5)
+    c(got >= n, f"the job trains across hosts before the fault ({got} steps)")
+    if got < n:
+        os.killpg(job.pid, signal.SIGKILL)
+        print(job.communicate()[0][-3000:])
+    return got >= n
+
+
+def signal_host(job, host, sig):
+    """Sends `sig` to every titan-train process on host h<host>; returns when."""
+    pids = subprocess.run(["ip", "netns", "pids", f"titan-h{host}"], capture_output=True, text=True).stdout.split()
+    ranks = []
+    for p in pids:
+        try:
+            if b"titan-train" in open(f"/proc/{p}/cmdline", "rb").read():
+                ranks.append(int(p))
+        except OSError:
+            pass
+    t = time.time()
+    for p in ranks:
+        os.kill(p, sig)
+    if len(ranks) != SLOTS:
+        print(f"warning: {len(ranks)} titan-train processes on h{host}, expected {SLOTS}")
+    return t
+
+
+def finish(c, job, limit, what):
+    """The job's output once it ends within `limit` s (None, and a failed check, if it does not)."""
+    try:
+        return job.communicate(timeout=limit)[0]
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        print(job.communicate()[0][-3000:])
+        c(False, f"{what}: the job did not end within {limit} s")
+        return None
+
+
+def checkpoint_difference(a, b):
+    """None when every dataset of two checkpoint files holds the same bytes, else the first that differs."""
+    import h5py
+    import numpy as np
+    names = []
+    with h5py.File(a, "r") as x, h5py.File(b, "r") as y:
+        x.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+        for n in names:
+            if n not in y:
+                return f"{n} missing"
+            u, v = x[n][...], y[n][...]
+            if u.shape != v.shape or u.dtype != v.dtype or u.tobytes() != v.tobytes():
+                return f"{n} differs"
+    return None if names else "no tensors"
+
+
+def case_resume(build, c):
+    """A checkpoint written on 4 hosts resumes on 2 hosts and on one machine: bit-exact with the same layout
+    (FSDP 4: the same numerics, other hosts), within parity's 1e-5 with another (FSDP 2 x TP 2 on 2 hosts)."""
+    train = os.path.join(build, "titan-train")
+    work = os.path.join(build, "parity")
+    save = os.path.join(work, "hosts4_save")
+    shutil.rmtree(save, ignore_errors=True)
+    ck = ["--checkpoint.enable", "true", "--checkpoint.interval", "5"]
+    fsdp4 = ["--parallelism.data_parallel_shard_degree", "4", "--training.local_batch_size", "2"]
+    with Cluster(hosts=4):
+        parity.run(launcher(4, "--map-by", "node") + [train] + parity.COMMON + ck + fsdp4 + ["--job.dump_folder", save])
+        full = losses(save)
+        c(sorted(full) == list(range(1, 11)), f"FSDP 4 on 4 hosts (one rank each) trains 10 steps, checkpoint at 5")
+        two_hosts = ["--host", f"{NET}.1:2,{NET}.2:2"]
+        for name, launch, layout, exact in (
+                ("2 hosts, FSDP 4", launcher(4, *two_hosts), fsdp4, True),
+                ("1 machine, FSDP 4", parity.mpirun(4), fsdp4, True),
+                ("2 hosts, FSDP 2 x TP 2", launcher(4, *two_hosts),
+                 ["--parallelism.data_parallel_shard_degree", "2", "--parallelism.tensor_parallel_degree", "2",
+                  "--training.local_batch_size", "4"], False)):
+            out = os.path.join(work, "hosts4_resume_" + name.replace(" ", "_").replace(",", ""))
+            shutil.rmtree(out, ignore_errors=True)
+            shutil.copytree(save, out)
+            os.remove(os.path.join(out, "checkpoint", "step-10.h5"))
+            os.remove(os.path.join(out, "metrics.jsonl"))
+            p, _ = parity.run(launch + [train] + parity.COMMON + ck + layout + ["--job.dump_folder", out])
+            got = losses(out)
+            resumed = "resumed from" in p.stdout and "at step 5" in p.stdout
+            if exact:
+                same = sorted(got) == list(range(6, 11)) and all(got[s] == full[s] for s in got)
+                diff = checkpoint_difference(os.path.join(save, "checkpoint", "step-10.h5"),
+                                             os.path.join(out, "checkpoint", "step-10.h5"))
+                c(resumed and same and diff is None,
+                  f"saved on 4 hosts, resumed on {name}: steps 6-10 bit-exact (losses "
+                  f"{[got.get(s) for s in range(6, 11)]}; step 10's checkpoint: "
+                  f"{'every tensor bit-identical' if diff is None else diff})")
+            else:
+                w = max(abs(got[s] - full[s]) / abs(full[s]) for s in range(6, 11)) if sorted(got) == list(range(6, 11)) else 1
+                c(resumed and w <= 1e-5, f"saved on 4 hosts, resumed on {name}: steps 6-10 max loss rel err {w:.2e}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--case", required=True, choices=["parity", "faults", "resume"])
+    a = ap.parse_args()
+    chk = subprocess.run([CLUSTER, "check"], capture_output=True, text=True)
+    if chk.returncode == 77:
+        print(chk.stderr.strip())
+        sys.exit(77)
+    build = os.path.abspath(a.build)
+    ensure_data(build)
+    c = Checks()
+    {"parity": case_parity, "faults": case_faults, "resume": case_resume}[a.case](build, c)
+    sys.exit(c.exit_status())
+
+
+if __name__ == "__main__":
+    main()
