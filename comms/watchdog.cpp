@@ -58,16 +58,23 @@ struct Watchdog {
       if (stop || !busy || timeout_s <= 0) continue;
       const double waited = (double)(now_ns() - start_ns) / 1e9;
       if (waited < timeout_s) continue;
+      // This host's members from the board; members on other hosts, grouped by host, are that host's watchdog's
+      // to describe (it sees their slots). When every member that may be missing is on another host, this rank
+      // waits kRemoteGrace longer, so the watchdog that can name the culprit ends the job first.
+      const Hosts& h = hosts();
+      const bool placed = (int)h.host_of.size() == world;
       std::string missing;
+      bool local_missing = false;
+      std::vector<std::vector<int>> remote(placed ? h.count() : 0);
       for (int m : members) {
         if (m == rank) continue;
+        if (placed && m < world && h.host_of[m] != h.host_of[rank]) {
+          remote[h.host_of[m]].push_back(m);
+          continue;
+        }
         std::string what;
-        const Hosts& h = hosts();
-        const bool remote = (int)h.host_of.size() == world && m < world && h.host_of[m] != h.host_of[rank];
         if (!board || m >= world) {
           what = "unknown";
-        } else if (remote) {
-          what = "another host: not visible from " + h.name[h.host_of[rank]] + "'s board";
         } else {
           Slot& s = board[m];
           const int64_t t = s.start_ns.load(), alive = s.alive_ns.load();
@@ -87,7 +94,19 @@ struct Watchdog {
           }
         }
         missing += (missing.empty() ? "" : "; ") + rank_where(m) + " (" + what + ")";
+        local_missing = true;
       }
+      bool any_remote = false;
+      for (size_t i = 0; i < remote.size(); ++i) {
+        if (remote[i].empty()) continue;
+        any_remote = true;
+        std::string list;
+        for (int m : remote[i]) list += (list.empty() ? "" : ",") + std::to_string(m);
+        missing += (missing.empty() ? "" : "; ") + std::string(remote[i].size() > 1 ? "ranks " : "rank ") + list +
+                   " on " + h.name[i] + " (another host: not on " + h.name[h.host_of[rank]] + "'s board)";
+      }
+      constexpr double kRemoteGrace = 3.0;  // seconds
+      if (!local_missing && any_remote && waited < timeout_s + kRemoteGrace) continue;
       char head[256];
       std::snprintf(head, sizeof head, "collective watchdog (%s): %s #%lld on group '%s' has not completed after %.1f s (%s = %g)",
                     rank_where(rank).c_str(), kind.c_str(), (long long)seq, group.c_str(), waited, key.c_str(), timeout_s);

@@ -9,7 +9,8 @@
 // number and the ranks of the group that have not arrived at it (with what
 // each was last doing), each named with its host. A board is per host (shared
 // memory): ranks on other hosts are named as such, their own host's watchdog
-// reports what they were doing.
+// reports what they were doing; a watchdog that can only point at other hosts
+// waits 3 s longer, so the one that sees the culprit speaks first.
 #pragma once
 #include <cstdint>
 #include <string>

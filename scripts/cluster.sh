@@ -48,8 +48,8 @@ can_make() {
   for t in ip tc unshare mpirun; do command -v "$t" >/dev/null || skip "'$t' is not installed (scripts/setup.sh installs it)"; done
   local probe=titan-probe-$$ err
   err=$(ip netns add "$probe" 2>&1) || skip "network namespaces are not permitted: ip netns add: $err"
-  err=$(ip link add titanprobe$$ type veth peer name titanprobe$$b 2>&1) || { ip netns del "$probe"; skip "veth links are not permitted: $err"; }
-  ip link del titanprobe$$ 2>/dev/null || true
+  err=$(ip link add tprb$$ type veth peer name tprc$$ 2>&1) || { ip netns del "$probe"; skip "veth links are not permitted: $err"; }
+  ip link del tprb$$ 2>/dev/null || true
   ip netns del "$probe"
 }
 
@@ -158,9 +158,12 @@ EOF
 cluster_mpirun() {
   [ -f "$DIR/hostfile" ] || die "no cluster is up ('$ME up N' first)"
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  # TCP on the cluster's subnet only (the daemons' wire-up and the ranks' bytes), shared memory within a host
+  # TCP on the cluster's subnet only (the daemons' wire-up and the ranks' bytes), shared memory within a host;
+  # keepalives on the daemons' connections: mpirun ends the job ~8 s after a host becomes unreachable
+  # (Open MPI's default, 300 s idle + 9 x 20 s, or TCP's retransmissions, ~15 min, when data is in flight)
   exec mpirun --hostfile "$DIR/hostfile" --mca plm_rsh_agent "$DIR/agent" --mca plm_rsh_no_tree_spawn 1 \
-    --mca oob_tcp_if_include "$NET.0/24" --mca btl_tcp_if_include "$NET.0/24" --mca btl self,vader,tcp "$@"
+    --mca oob_tcp_if_include "$NET.0/24" --mca btl_tcp_if_include "$NET.0/24" --mca btl self,vader,tcp \
+    --mca oob_tcp_keepalive_time 3 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 5 "$@"
 }
 
 status() {

@@ -14,12 +14,16 @@ own network stack, hostname and /dev/shm, ranks on different hosts talking TCP o
   multihost.py --build BUILD --case faults   5% of packets dropped on every link: the same losses as one rank;
                                              one host's ranks killed mid-run: the job ends within seconds on
                                              every host, naming the ranks and their host; SIGTERM to one host's
-                                             ranks stops every host at the same step with its checkpoint
+                                             ranks stops every host at the same step with its checkpoint; a
+                                             host's link taken down ends the job on every host naming it, and
+                                             the rerun resumes from the last checkpoint bit-exact; a rank on
+                                             another host than rank 0 hung: its host's watchdog names it
 Exit 77 (ctest: skipped, with the reason printed) where a cluster cannot be made (not root, no namespaces).
 Each case brings its cluster up and down; no namespace, link or process is left, also when a check fails.
 """
 import argparse
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -116,6 +120,48 @@ def case_faults(build, c):
                 c(job.returncode != 0 and ck == [f"step-{last}.h5"] and took < 30,
                   f"SIGTERM to h2's ranks: every host stops after step {last} with its checkpoint ({ck}), "
                   f"{took:.1f} s, exit {job.returncode}")
+        # a host's link taken down mid-run: the job ends on every host (Open MPI's daemons lose each other: their
+        # keepalives, scripts/cluster.sh's mpirun), naming the unreachable host; the last checkpoint is intact and
+        # the rerun, on the healed network, resumes from it bit-exact (the steps the lost run logged after it)
+        extra = ["--checkpoint.enable", "true", "--checkpoint.interval", "5", "--comm.train_timeout_seconds", "30"]
+        job, out = start_job(build, "hosts2_link", np_, flags, extra, steps=40)
+        if wait_steps(c, job, out, 7):
+            t_cut = time.time()
+            cluster("link", "h2", "down")
+            text = finish(c, job, 90, "h2's link down")
+            if text is not None:
+                took = time.time() - t_cut
+                c(job.returncode != 0 and took < 30 + 10,
+                  f"h2's link down: the job ends on every host {took:.1f} s after (watchdog 30 s), exit {job.returncode}")
+                c(f"node {NET}.2" in text or "on h2" in text, "the end names the unreachable host: " +
+                  next((l.strip() for l in text.splitlines() if f"{NET}.2" in l or "on h2" in l), text[-600:]))
+                left = subprocess.run(["ip", "netns", "pids", "titan-h2"], capture_output=True, text=True).stdout.split()
+                c(not left, f"nothing left running on the cut-off host ({len(left)} processes)")
+                lost = losses(out)
+                cluster("link", "h2", "up")
+                p, _ = parity.run(job_command(build, out, np_, flags, extra, 40))
+                m = re.search(r"resumed from .* at step (\d+)", p.stdout)
+                start = int(m.group(1)) if m else -1
+                again = losses(out)
+                redone = [s for s in sorted(lost) if s > start]
+                c(m is not None and redone and all(again[s] == lost[s] for s in redone),
+                  f"the rerun resumes from step {start} and repeats steps {redone} bit-exact "
+                  f"({[again.get(s) for s in redone]} vs {[lost[s] for s in redone]})")
+        # a rank on h2 hung (SIGSTOP): the watchdog of its host names it, with its host, within the timeout (h1's
+        # watchdogs, which cannot see h2's board, give it a few seconds to)
+        job, out = start_job(build, "hosts2_hung", np_, flags, ["--comm.train_timeout_seconds", "5"])
+        if wait_steps(c, job, out, 3):
+            hung = rank_pid(2, np_ - 1)
+            t_stop = time.time()
+            os.kill(hung, signal.SIGSTOP)
+            text = finish(c, job, 60, "a rank on h2 stopped")
+            if text is not None:
+                took = time.time() - t_stop
+                line = next((l for l in text.splitlines() if "collective watchdog (rank" in l), "")
+                c(job.returncode != 0 and took < 5 + 10 and
+                  re.search(rf"collective watchdog \(rank {np_ - 2} on h2\): .*rank {np_ - 1} on h2 \((entered|finished) "
+                            r".*no heartbeat for [0-9.]+ s: stopped, hung or dead\)", line),
+                  f"rank {np_ - 1} on h2 stopped: the job ends in {took:.1f} s, its host's watchdog naming it: {line[:400]}")
         # one host's ranks killed: the job ends on every host within seconds, naming them
         job, out = start_job(build, "hosts2_kill", np_, flags, [])
         if wait_steps(c, job, out, 3):
@@ -131,14 +177,17 @@ def case_faults(build, c):
                 c(bool(named), "the end names a killed rank and its host: " + (named[0].strip() if named else text[-600:]))
 
 
-def start_job(build, name, np_, flags, extra):
+def job_command(build, out, np_, flags, extra, steps):
+    return launcher(np_) + [os.path.join(build, "titan-train")] + parity.common_with_steps(steps) + flags.split() + \
+        extra + ["--job.dump_folder", out, "--training.local_batch_size", str(GLOBAL_BATCH // np_)]
+
+
+def start_job(build, name, np_, flags, extra, steps=100000):
     """A long FSDP job across the cluster's hosts, in the background: (process, its folder)."""
     out = os.path.join(build, "parity", name)
     shutil.rmtree(out, ignore_errors=True)
-    cmd = launcher(np_) + [os.path.join(build, "titan-train")] + parity.common_with_steps(100000) + flags.split() + \
-        extra + ["--job.dump_folder", out, "--training.local_batch_size", str(GLOBAL_BATCH // np_)]
-    return subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True), out
+    return subprocess.Popen(job_command(build, out, np_, flags, extra, steps), cwd=ROOT, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True), out
 
 
 def wait_steps(c, job, out, n, limit=120):
@@ -154,6 +203,19 @@ def wait_steps(c, job, out, n, limit=120):
         os.killpg(job.pid, signal.SIGKILL)
         print(job.communicate()[0][-3000:])
     return got >= n
+
+
+def rank_pid(host, rank):
+    """The pid of world rank `rank`, a titan-train process on host h<host>."""
+    for p in subprocess.run(["ip", "netns", "pids", f"titan-h{host}"], capture_output=True, text=True).stdout.split():
+        try:
+            env = open(f"/proc/{p}/environ", "rb").read().split(b"\0")
+            if b"titan-train" in open(f"/proc/{p}/cmdline", "rb").read() and \
+                    f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
+                return int(p)
+        except OSError:
+            pass
+    sys.exit(f"no titan-train process of rank {rank} on h{host}")
 
 
 def signal_host(job, host, sig):
