@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comms/hosts.h"
 #include "job/peak_flops.h"
 
 namespace titan {
@@ -28,7 +29,8 @@ MetricsLogger::MetricsLogger(const JobConfig& cfg, const comms::DeviceMesh& mesh
       t_start_(t_start),
       flops_per_token_(job.model->flops_per_token(cfg.training.seq_len)),
       t_log_(0),
-      accumulation_(job.accumulation) {
+      accumulation_(job.accumulation),
+      probe_(mesh.world_pg) {
   const std::string path = cfg.job.dump_folder + "/metrics.jsonl";
   if (cfg.metrics.save_jsonl && mesh.rank == 0) {
     if (start > 0) truncate_metrics_after(path, start);  // resumed: rows past the checkpoint are redone
@@ -46,6 +48,12 @@ MetricsLogger::MetricsLogger(const JobConfig& cfg, const comms::DeviceMesh& mesh
              (p.threads > 1 ? "s" : "") + " (the fastest linear forward + backward, 1024 x 1024 x 1024, " +
              fmt("%.2f", p.seconds) + " s; metrics.peak_tflops sets it)");
   }
+  if (probe_.active() && cfg.metrics.link_probe_mib > 0)
+    log_info("links between hosts: " + std::to_string(cfg.metrics.link_probe_mib) + " MiB around the ring of " +
+             std::to_string(comms::hosts().count()) + " hosts at each step line, timed (metrics.link_probe_mib)");
+  else if (!probe_.active() && cfg.metrics.link_probe_mib != JobConfig::Metrics{}.link_probe_mib)
+    log_info("metrics.link_probe_mib (" + std::to_string(cfg.metrics.link_probe_mib) +
+             "): this job runs on one host, no links between hosts to time");
   auto& mem = MemoryTracker::get(Device::CPU);
   mem.reset_peak();
   run_peak_ = mem.stats();
@@ -132,8 +140,16 @@ void MetricsLogger::step(int64_t step, const StepResult& r, double lr) {
              " TFLOP/s) is below what this step ran at; set metrics.peak_tflops to this machine's peak per rank, or 0 "
              "to measure it");
   }
+  // across hosts: the links between them, timed (rank 0 is host 0's first rank: it has the times)
+  std::vector<double> links;
+  std::string straggler;
+  if (probe_.active() && cfg_.metrics.link_probe_mib > 0) {
+    const int64_t bytes = cfg_.metrics.link_probe_mib << 20;
+    links = probe_.measure(bytes);
+    if (!links.empty()) straggler = comms::LinkProbe::slowest(links, comms::hosts().name, bytes);
+  }
   sm.elapsed_s = process_seconds();
-  comms::CommLog::get().clear();  // the peak's agreement above is no step's communication
+  comms::CommLog::get().clear();  // the peak's agreement and the link probe above are no step's communication
   std::string line = format_step_line(sm);
   if (load_steps_ > 0) {
     line += "  experts: " + fmt("%.0f", load_min_ / load_steps_) + "/" + fmt("%.0f", load_mean_ / load_steps_) + "/" +
@@ -144,9 +160,10 @@ void MetricsLogger::step(int64_t step, const StepResult& r, double lr) {
   if (mesh_.world > 1)
     line += "  comm: " + fmt("%.0f", 100.0 * comm_exposed / dt) + "% exposed (" + fmt("%.0f", 100.0 * comm_busy / dt) +
             "% busy)";
+  if (!straggler.empty()) line += "  straggler: " + straggler;
   log_info(line + sim_suffix_);
   if (jsonl_) {
-    const nlohmann::ordered_json row = {{"step", step},
+    nlohmann::ordered_json row = {{"step", step},
                                         {"loss", rounded("%.8f", sm.loss)},
                                         {"grad_norm", rounded("%.8f", sm.grad_norm)},
                                         {"lr", rounded("%.6g", lr)},
@@ -157,6 +174,12 @@ void MetricsLogger::step(int64_t step, const StepResult& r, double lr) {
                                         {"comm_exposed_s", rounded("%.4f", comm_exposed)},
                                         {"comm_busy_s", rounded("%.4f", comm_busy)},
                                         {"elapsed_s", rounded("%.3f", sm.elapsed_s)}};
+    if (!links.empty()) {  // seconds for the probe's block to reach host i from host i-1
+      nlohmann::ordered_json l = nlohmann::ordered_json::array();
+      for (double t : links) l.push_back(rounded("%.5f", t));
+      row["link_in_s"] = l;
+      row["straggler"] = straggler;
+    }
     jsonl_->write(row_text(row));
   }
   fold_peak();

@@ -1,6 +1,6 @@
 // job/metrics_logger.h — what a run reports about its steps: TorchTitan's step line (loss, grad norm, lr,
-// memory, tps, tflops, mfu; the experts' load, the communication share, the simulated figures of the
-// layout), the rows of metrics.jsonl, the time to the first step, and the end-of-run memory and expert-load
+// memory, tps, tflops, mfu; the experts' load, the communication share, across hosts a straggler link, the
+// simulated figures of the layout), the rows of metrics.jsonl, the time to the first step, and the end-of-run memory and expert-load
 // lines. Throughput is measured between step lines, without the time validation and checkpoints took.
 #pragma once
 #include <memory>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "comms/device_mesh.h"
+#include "comms/link_probe.h"
 #include "job/metrics.h"
 #include "step/train_step.h"
 
@@ -43,6 +44,9 @@ class MetricsLogger {
   double load_min_ = 0, load_mean_ = 0, load_max_ = 0;
   int64_t load_steps_ = 0;
   std::vector<double> expert_total_;  // tokens per expert over the run, summed over MoE layers and ranks
+  // across hosts: the links timed at every step line (metrics.link_probe_mib per host, left out of the
+  // throughput), the straggler named on the line ("straggler: h3's link: ...") and the times in metrics.jsonl
+  comms::LinkProbe probe_;
   void fold_peak();
   double agreed_max(double v) const;  // the maximum of v over every rank (v itself on one rank)
 };

@@ -150,6 +150,9 @@ std::vector<Field> fields(JobConfig& c) {
                    "true: the step lines' figures and validation losses also in <dump_folder>/metrics.jsonl"),
       config::bind("metrics.peak_tflops", &c.metrics.peak_tflops,
                    "peak TFLOP/s per rank that MFU divides by; 0: measured at start (a large GEMM on this rank's threads)"),
+      config::bind("metrics.link_probe_mib", &c.metrics.link_probe_mib,
+                   "across hosts: MiB sent around the ring of hosts at each step line, timed; a host whose links take "
+                   "3x the others' and 20 ms more is named the straggler (0: off; larger on fast networks)"),
       config::bind("profiling.enable_profiling", &c.profiling.enable_profiling,
                    "true: profile_step's per-op table, collectives (collectives_rank<r>.tsv) and Chrome trace"),
       config::bind("profiling.profile_step", &c.profiling.profile_step,
@@ -309,6 +312,8 @@ void validate(const JobConfig& c) {
   pos(c.training.seq_len, "training.seq_len");
   pos(c.training.local_batch_size, "training.local_batch_size");
   pos(c.metrics.log_freq, "metrics.log_freq");
+  TITAN_CHECK(c.metrics.link_probe_mib >= 0 && c.metrics.link_probe_mib <= 4096,
+              "config error: metrics.link_probe_mib must be in [0, 4096] (MiB; 0: off), got ", c.metrics.link_probe_mib);
   // sizes beyond any machine, refused as written before they size anything (products in double: no overflow)
   TITAN_CHECK((double)c.training.seq_len * (double)c.training.local_batch_size <= double(int64_t(1) << 31),
               "config error: training.seq_len (", c.training.seq_len, ") x training.local_batch_size (",

@@ -150,6 +150,7 @@ struct JobConfig {
     int64_t log_freq = 10;
     bool save_jsonl = true;   // <dump>/metrics.jsonl
     double peak_tflops = 0;  // MFU denominator per rank; 0: measured at start (job/peak_flops.h)
+    int64_t link_probe_mib = 4;  // across hosts: the block timed around the ring of hosts at each step line; 0: off
   } metrics;
 
   struct Profiling {

@@ -10,6 +10,7 @@
 
 #include "comms/device_mesh.h"
 #include "comms/hosts.h"
+#include "comms/link_probe.h"
 #include "comms/functional.h"
 #include "comms/moe_dispatch.h"
 #include "tests/gradcheck.h"
@@ -298,6 +299,23 @@ TEST(Mesh, InnerDimensionsStayWithinAHost) {
     EXPECT_EQ(pp.pp->world_ranks(), r / 2 == 0 ? (std::vector<int>{0, 1}) : (std::vector<int>{2, 3})) << r;
   }
   EXPECT_THROW(DeviceMesh({1, 2, 1}, true, 0, 2, {0}), Error);
+}
+
+// The link probe's verdict: a host whose links in and out are both slow is named; even links name nobody;
+// with two hosts only an asymmetric pair of links can be told.
+TEST(LinkProbe, NamesTheHostWhoseLinksAreSlow) {
+  const std::vector<std::string> n4 = {"h1", "h2", "h3", "h4"};
+  // in_s[i]: into host i from host i-1; h3 (index 2) slow both ways: into h3 (2) and into h4 (3)
+  const std::string v = LinkProbe::slowest({0.003, 0.0032, 0.171, 0.170}, n4, 4 << 20);
+  EXPECT_EQ(v, "h3's link: 4 MiB in 171 ms into h3, 170 ms out (the other links' median 3.0 ms)") << v;
+  EXPECT_EQ(LinkProbe::slowest({0.003, 0.0032, 0.0041, 0.0035}, n4, 4 << 20), "");
+  EXPECT_EQ(LinkProbe::slowest({0.003, 0.0032, 0.0081, 0.0035}, n4, 4 << 20), "");  // one slow link: no host
+  EXPECT_EQ(LinkProbe::slowest({0.01, 0.011}, {"h1", "h2"}, 4 << 20), "");
+  EXPECT_EQ(LinkProbe::slowest({0.01, 0.2}, {"h1", "h2"}, 4 << 20),
+            "the link between h1 and h2: 4 MiB in 200 ms to h2, 10 ms back");
+  const std::vector<std::string> n3 = {"a", "b", "c"};  // three hosts: one link does not touch the slow one
+  EXPECT_EQ(LinkProbe::slowest({0.002, 0.3, 0.31}, n3, 1 << 20),
+            "b's link: 1 MiB in 300 ms into b, 310 ms out (the other links' median 2.0 ms)");
 }
 
 int main(int argc, char** argv) {

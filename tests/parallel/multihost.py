@@ -17,7 +17,8 @@ own network stack, hostname and /dev/shm, ranks on different hosts talking TCP o
                                              ranks stops every host at the same step with its checkpoint; a
                                              host's link taken down ends the job on every host naming it, and
                                              the rerun resumes from the last checkpoint bit-exact; a rank on
-                                             another host than rank 0 hung: its host's watchdog names it
+                                             another host than rank 0 hung: its host's watchdog names it; one of
+                                             4 hosts rate-limited: the step lines name its link
 Exit 77 (ctest: skipped, with the reason printed) where a cluster cannot be made (not root, no namespaces).
 Each case brings its cluster up and down; no namespace, link or process is left, also when a check fails.
 """
@@ -99,6 +100,7 @@ def case_parity(build, c):
 def case_faults(build, c):
     _, layouts = read_matrix()
     np_, ref, _, flags = layouts["fsdp4"]
+    straggler(build, c)
     with Cluster("--loss", "0.05"):
         # 3 steps (the first, the optimizer's steady state, after warmup): TCP's retransmissions make each step
         # ~10x slower at 5% loss
@@ -175,6 +177,33 @@ def case_faults(build, c):
                 # on signal 9 (Killed)"
                 named = [l for l in text.splitlines() if "process rank" in l and f"node {NET}.2" in l]
                 c(bool(named), "the end names a killed rank and its host: " + (named[0].strip() if named else text[-600:]))
+
+
+def straggler(build, c):
+    """4 hosts, one rank each, h3's link limited to 300 Mbit/s: the step lines name h3's link as the straggler
+    (the link probe: a block around the ring of hosts at each step line) and metrics.jsonl keeps the times."""
+    with Cluster(hosts=4):
+        cluster("shape", "h3", "--rate", "300mbit")
+        out = os.path.join(build, "parity", "hosts4_straggler")
+        shutil.rmtree(out, ignore_errors=True)
+        p, secs = parity.run(launcher(4, "--map-by", "node") + [os.path.join(build, "titan-train")] +
+                             parity.common_with_steps(3) + ["--parallelism.data_parallel_shard_degree", "4",
+                                                            "--training.local_batch_size", "2", "--job.dump_folder", out])
+        lines = [l for l in p.stdout.splitlines() if " step: " in l and "loss:" in l]
+        named = [l for l in lines if "straggler: h3's link: 4 MiB in" in l]
+        c(len(lines) == 3 and len(named) == 3, f"h3's link at 300 Mbit/s: {len(named)} of {len(lines)} step lines name it: "
+          + (named[-1][named[-1].index("straggler"):] if named else (lines[-1] if lines else p.stdout[-600:])))
+        import json
+        rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+        c(all(len(r.get("link_in_s", [])) == 4 and r["link_in_s"][2] > 3 * r["link_in_s"][0] for r in rows),
+          f"metrics.jsonl: the links' times per step line ({rows[-1].get('link_in_s')})")
+    with Cluster(hosts=4):  # unshaped: nobody named
+        out = os.path.join(build, "parity", "hosts4_even")
+        shutil.rmtree(out, ignore_errors=True)
+        p, _ = parity.run(launcher(4, "--map-by", "node") + [os.path.join(build, "titan-train")] +
+                          parity.common_with_steps(3) + ["--parallelism.data_parallel_shard_degree", "4",
+                                                         "--training.local_batch_size", "2", "--job.dump_folder", out])
+        c("straggler" not in p.stdout, "even links: no straggler named")
 
 
 def job_command(build, out, np_, flags, extra, steps):
