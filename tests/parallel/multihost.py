@@ -19,6 +19,7 @@ own network stack, hostname and /dev/shm, ranks on different hosts talking TCP o
                                              the rerun resumes from the last checkpoint bit-exact; a rank on
                                              another host than rank 0 hung: its host's watchdog names it; one of
                                              4 hosts rate-limited: the step lines name its link
+  multihost.py --build BUILD --case latency  50 ms added latency and 5% loss: one rank's losses (needs netem)
 Exit 77 (ctest: skipped, with the reason printed) where a cluster cannot be made (not root, no namespaces).
 Each case brings its cluster up and down; no namespace, link or process is left, also when a check fails.
 """
@@ -333,10 +334,27 @@ def case_resume(build, c):
                 c(resumed and w <= 1e-5, f"saved on 4 hosts, resumed on {name}: steps 6-10 max loss rel err {w:.2e}")
 
 
+def case_latency(build, c):
+    """50 ms added latency and 5% loss on every link: training goes on, slower, with one rank's losses. Needs the
+    kernel's netem (cluster.sh --delay): exit 77, saying so, where the kernel has none."""
+    chk = subprocess.run([CLUSTER, "check"], capture_output=True, text=True)
+    if "no netem" in chk.stdout + chk.stderr:
+        print("skipped: 50 ms of added latency needs the kernel's netem queueing discipline, which this kernel lacks "
+              "(scripts/cluster.sh --delay refuses it)")
+        sys.exit(77)
+    _, layouts = read_matrix()
+    np_, ref, _, flags = layouts["fsdp4"]
+    with Cluster("--loss", "0.05", "--delay", "50ms"):
+        steps, parity.LAYOUT_STEPS = parity.LAYOUT_STEPS, 2
+        run_layout(build, "hosts2_fsdp4_latency", np_, ref, flags, launcher(np_), where=" with 50 ms and 5% loss")
+        parity.LAYOUT_STEPS = steps
+        c(True, "50 ms added latency and 5% packet loss: the same losses and gradients as one rank")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
-    ap.add_argument("--case", required=True, choices=["parity", "faults", "resume"])
+    ap.add_argument("--case", required=True, choices=["parity", "faults", "resume", "latency"])
     a = ap.parse_args()
     chk = subprocess.run([CLUSTER, "check"], capture_output=True, text=True)
     if chk.returncode == 77:
@@ -345,7 +363,8 @@ def main():
     build = os.path.abspath(a.build)
     ensure_data(build)
     c = Checks()
-    {"parity": case_parity, "faults": case_faults, "resume": case_resume}[a.case](build, c)
+    {"parity": case_parity, "faults": case_faults, "resume": case_resume,
+     "latency": case_latency}[a.case](build, c)
     sys.exit(c.exit_status())
 
 
