@@ -139,12 +139,20 @@ std::string DeviceMesh::describe() const {
 std::string DeviceMesh::over_hosts() const {
   const Hosts& h = hosts();
   if (fake_ || h.count() <= 1 || (int)h.host_of.size() != world) return "";
-  std::string s = " over " + std::to_string(h.count()) + " hosts (";
-  for (int i = 0; i < h.count(); ++i) {
+  std::string s = " over " + std::to_string(h.count()) + " hosts";
+  if (h.count() > 16) return s;  // the list would outgrow the line
+  s += " (";
+  for (int i = 0; i < h.count(); ++i) {  // "h1: ranks 0-3; h2: ranks 4-7" (runs of consecutive ranks)
     s += (i ? "; " : "") + h.name[i] + ": ranks ";
     bool first = true;
-    for (int w = 0; w < world; ++w)
-      if (h.host_of[w] == i) s += (first ? "" : ",") + std::to_string(w), first = false;
+    for (int w = 0; w < world; ++w) {
+      if (h.host_of[w] != i) continue;
+      int e = w;
+      while (e + 1 < world && h.host_of[e + 1] == i) ++e;
+      s += (first ? "" : ",") + std::to_string(w) + (e > w ? "-" + std::to_string(e) : std::string());
+      first = false;
+      w = e;
+    }
   }
   return s + ")";
 }

@@ -47,12 +47,17 @@ void discover_hosts() {
 }
 
 const Hosts& hosts() {
-  if (!g_found) {
-    const int w = world_size();
-    g_hosts.host_of.assign(w, 0);
-    g_hosts.local_rank.resize(w);
-    std::iota(g_hosts.local_rank.begin(), g_hosts.local_rank.end(), 0);
-    g_hosts.name = {"localhost"};
+  if (!g_found) {  // before MPI starts (or without it): one host, set once
+    static const Hosts one = [] {
+      Hosts h;
+      const int w = world_size();
+      h.host_of.assign(w, 0);
+      h.local_rank.resize(w);
+      std::iota(h.local_rank.begin(), h.local_rank.end(), 0);
+      h.name = {"localhost"};
+      return h;
+    }();
+    return one;
   }
   return g_hosts;
 }

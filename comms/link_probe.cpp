@@ -22,7 +22,9 @@ std::vector<double> LinkProbe::measure(int64_t bytes) {
   if (!active_ || hosts().local_rank[world_rank()] != 0) return {};
   const int H = leaders_->size(), me = leaders_->rank();
   Tensor block = zeros({std::max<int64_t>(1, bytes / 4)}, DType::F32);  // [bytes / 4]
-  // the fastest of a few rounds: a rank descheduled or late to the barrier adds to one round, not to all
+  // the fastest of a few rounds (a rank descheduled or late to the barrier adds to one round, not to all), as
+  // many as fit in kBudgetSeconds: the ranks that do not probe wait for it in their next collective, under the
+  // collective timeout. The leaders agree on each further round (the slowest link's time, all-reduced).
   double in_s = 1e300;
   for (int round = 0; round < kRounds; ++round) {
     leaders_->barrier();  // every host's first rank here: the clocks below start together
@@ -30,8 +32,11 @@ std::vector<double> LinkProbe::measure(int64_t bytes) {
     auto [got, in] = leaders_p2p_->irecv(block.shape(), DType::F32, (me + H - 1) % H, 7);
     Work out = leaders_p2p_->isend(block, (me + 1) % H, 7);
     in.wait();
-    in_s = std::min(in_s, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    in_s = std::min(in_s, t);
     out.wait();
+    const double slowest = leaders_->all_reduce(from_vector<double>({t}, {1}), ReduceOp::Max).to_vector<double>()[0];
+    if ((double)(round + 2) * slowest > kBudgetSeconds) break;
   }
   return leaders_->all_gather(from_vector<double>({in_s}, {1})).to_vector<double>();  // [H]
 }

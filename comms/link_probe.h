@@ -18,9 +18,10 @@ class LinkProbe {
   explicit LinkProbe(const PG& world);
   bool active() const { return active_; }
   // Collective over world's ranks when active: seconds for `bytes` to reach host i from host i-1 (ring order),
-  // on every host's first rank ([hosts]); other ranks return {}. Each link's fastest of kRounds rounds.
+  // on every host's first rank ([hosts]); other ranks return {}. Each link's fastest of up to kRounds rounds.
   std::vector<double> measure(int64_t bytes);
   static constexpr int kRounds = 3;
+  static constexpr double kBudgetSeconds = 2.0;  // a further round only while the rounds fit in this
   // a straggler's links take `factor` times the others' median and kMarginSeconds more (a shorter lag is within
   // the scheduling noise of busy hosts; a larger block shows a smaller loss of bandwidth)
   static constexpr double kMarginSeconds = 0.020;

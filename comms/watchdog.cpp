@@ -84,6 +84,13 @@ struct Watchdog {
             what = "no collective recorded yet";
           } else if (arrived && silent < 1.0) {
             continue;  // there and alive
+          } else if (silent < 1.0 && s.busy.load()) {
+            // alive and inside an earlier collective of its own: waiting on someone too, not the culprit
+            char buf[160];
+            std::snprintf(buf, sizeof buf, "alive, still in %s #%lld on '%s': waiting itself", s.kind,
+                          (long long)s.seq.load(), s.group);
+            missing += (missing.empty() ? "" : "; ") + rank_where(m) + " (" + buf + ")";
+            continue;
           } else {
             char state[96], buf[256];
             if (silent >= 1.0) std::snprintf(state, sizeof state, "no heartbeat for %.1f s: stopped, hung or dead", silent);

@@ -140,15 +140,18 @@ void MetricsLogger::step(int64_t step, const StepResult& r, double lr) {
              " TFLOP/s) is below what this step ran at; set metrics.peak_tflops to this machine's peak per rank, or 0 "
              "to measure it");
   }
-  // across hosts: the links between them, timed (rank 0 is host 0's first rank: it has the times)
+  sm.elapsed_s = process_seconds();
+  // across hosts: the links between them, timed (rank 0 is host 0's first rank: it has the times); its blocks
+  // are no step's memory
   std::vector<double> links;
   std::string straggler;
   if (probe_.active() && cfg_.metrics.link_probe_mib > 0) {
     const int64_t bytes = cfg_.metrics.link_probe_mib << 20;
+    fold_peak();
     links = probe_.measure(bytes);
+    mem.reset_peak();
     if (!links.empty()) straggler = comms::LinkProbe::slowest(links, comms::hosts().name, bytes);
   }
-  sm.elapsed_s = process_seconds();
   comms::CommLog::get().clear();  // the peak's agreement and the link probe above are no step's communication
   std::string line = format_step_line(sm);
   if (load_steps_ > 0) {

@@ -61,6 +61,20 @@ has_netem() {
   return $ok
 }
 
+# check_shape: RATE LOSS DELAY are possible here and well-formed (before anything is made or changed)
+check_shape() {
+  if [ -n "$DELAY" ] && ! has_netem; then
+    echo "$ME: --delay $DELAY needs the kernel's netem queueing discipline (sch_netem), which this kernel does not have (tc: 'Specified qdisc kind is unknown'); --rate and --loss work without it" >&2
+    exit 77
+  fi
+  if [ -n "$LOSS" ]; then
+    command -v iptables >/dev/null || skip "--loss needs iptables (scripts/setup.sh installs it)"
+    awk -v p="$LOSS" 'BEGIN { exit !(p + 0 == p && p > 0 && p < 1) }' || usage "--loss takes a fraction in (0, 1), got '$LOSS'"
+  fi
+  [ -z "$RATE" ] || [[ $RATE =~ ^[0-9]+(\.[0-9]+)?([kmg]?bit|[kmg]?bps)$ ]] || usage "--rate takes a tc rate such as 10gbit or 100mbit, got '$RATE'"
+  [ -z "$DELAY" ] || [[ $DELAY =~ ^[0-9]+(\.[0-9]+)?(us|ms|s)$ ]] || usage "--delay takes a time such as 50ms or 100us, got '$DELAY'"
+}
+
 # shape_link I RATE LOSS DELAY: host I's link. Rate: tbf on both ends of its veth (the bridge side shapes
 # what goes in, the host side what goes out); delay: netem on the way out; loss: iptables in the host drops
 # that fraction of what comes in (each packet between two hosts passes one host's way in).
@@ -70,15 +84,12 @@ shape_link() {
   ip netns exec "$ns" tc qdisc del dev eth0 root 2>/dev/null || true
   ip netns exec "$ns" iptables -F INPUT 2>/dev/null || true
   if [ -n "$delay" ]; then
-    has_netem || { echo "$ME: --delay $delay needs the kernel's netem queueing discipline (sch_netem), which this kernel does not have (tc: 'Specified qdisc kind is unknown'); --rate and --loss work without it" >&2; exit 77; }
     ip netns exec "$ns" tc qdisc add dev eth0 root netem delay "$delay" ${rate:+rate "$rate"}
   elif [ -n "$rate" ]; then
     ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 400ms
   fi
   if [ -n "$rate" ]; then tc qdisc add dev "$v" root tbf rate "$rate" burst 256kb latency 400ms; fi
   if [ -n "$loss" ]; then
-    command -v iptables >/dev/null || skip "--loss needs iptables (scripts/setup.sh installs it)"
-    awk -v p="$loss" 'BEGIN { exit !(p > 0 && p < 1) }' || usage "--loss takes a fraction in (0, 1), got '$loss'"
     ip netns exec "$ns" iptables -A INPUT -m statistic --mode random --probability "$loss" -j DROP
   fi
   printf '%s\t%s\t%s\n' "${rate:--}" "${loss:--}" "${delay:--}" > "$DIR/shape.h$i"
@@ -120,7 +131,9 @@ up() {
   parse_shape "$@"
   can_make
   [ -z "$(hosts)" ] || die "a cluster is up already ($(hosts | tr '\n' ' ')): '$ME down' first"
-  trap 'echo "$ME: up failed; cleaning up" >&2; down' ERR
+  check_shape
+  # whatever ends `up` before the cluster is whole (a failed command, a refusal) takes the part made down with it
+  trap 'rc=$?; if [ $rc -ne 0 ]; then echo "$ME: up failed; cleaning up" >&2; down; fi; exit $rc' EXIT
   mkdir -p "$DIR"
   ip link add "$BRIDGE" type bridge
   ip addr add "$NET.254/24" dev "$BRIDGE"
@@ -150,7 +163,7 @@ exec ip netns exec $PREFIX\$i unshare --uts --mount --propagation private /bin/s
   'hostname "h\$0" && mount -t tmpfs -o mode=1777 titan-shm /dev/shm && eval "\$TITAN_CLUSTER_CMD"' "\$i"
 EOF
   chmod +x "$DIR/agent"
-  trap - ERR
+  trap - EXIT
   echo "$ME: $n hosts up (h1..h$n at $NET.1..$NET.$n, $SLOTS slots each; link: rate ${RATE:-unshaped}, loss ${LOSS:-0}, delay ${DELAY:-0})"
   echo "$ME: run with: $0 mpirun -np $((n * SLOTS)) titan-train --config ..."
 }
@@ -184,7 +197,8 @@ case $cmd in
   up) up "$@" ;;
   down) down; echo "$ME: down" ;;
   check) can_make; echo "$ME: a cluster can be made here$(has_netem || echo ' (without --delay: no netem in this kernel)')" ;;
-  shape) [ $# -ge 1 ] || usage "shape needs a host"; i=$(host_index "$1"); shift; parse_shape "$@"; shape_link "$i" "$RATE" "$LOSS" "$DELAY" ;;
+  shape) [ $# -ge 1 ] || usage "shape needs a host"; i=$(host_index "$1"); shift; parse_shape "$@"; check_shape
+         shape_link "$i" "$RATE" "$LOSS" "$DELAY" ;;
   link) [ $# -eq 2 ] || usage "link needs a host and down|up"; i=$(host_index "$1")
         case $2 in down|up) ip link set "titanv$i" "$2" ;; *) usage "link takes down or up, got '$2'" ;; esac ;;
   mpirun) cluster_mpirun "$@" ;;

@@ -312,8 +312,9 @@ void validate(const JobConfig& c) {
   pos(c.training.seq_len, "training.seq_len");
   pos(c.training.local_batch_size, "training.local_batch_size");
   pos(c.metrics.log_freq, "metrics.log_freq");
-  TITAN_CHECK(c.metrics.link_probe_mib >= 0 && c.metrics.link_probe_mib <= 4096,
-              "config error: metrics.link_probe_mib must be in [0, 4096] (MiB; 0: off), got ", c.metrics.link_probe_mib);
+  TITAN_CHECK(c.metrics.link_probe_mib >= 0 && c.metrics.link_probe_mib <= 256,
+              "config error: metrics.link_probe_mib must be in [0, 256] (MiB sent by each host at every step line; "
+              "0: off), got ", c.metrics.link_probe_mib);
   // sizes beyond any machine, refused as written before they size anything (products in double: no overflow)
   TITAN_CHECK((double)c.training.seq_len * (double)c.training.local_batch_size <= double(int64_t(1) << 31),
               "config error: training.seq_len (", c.training.seq_len, ") x training.local_batch_size (",

@@ -181,7 +181,7 @@ TEST(Comms, FakeGroupsKnowTheirMembersAsRealOnesDo) {
   EXPECT_EQ(real->ref().id, fake->ref().id);
   MeshDegrees d;
   d.tp = w->size() % 2 == 0 ? 2 : 1;
-  DeviceMesh rm(d), fm(d, /*fake=*/true, w->rank(), w->size());
+  DeviceMesh rm(d), fm(d, /*fake=*/true, w->rank(), w->size(), hosts().host_of);  // on the job's hosts
   for (auto [a, b] : {std::pair<PG, PG>{rm.world_pg, fm.world_pg}, {rm.tp, fm.tp}, {rm.dp_shard, fm.dp_shard},
                       {rm.dp_replicate, fm.dp_replicate}, {rm.dp, fm.dp}}) {
     EXPECT_EQ(a->world_ranks(), b->world_ranks()) << a->name();

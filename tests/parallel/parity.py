@@ -147,7 +147,7 @@ def check_rs_overlap(trace_path):
 def run_layout(build, name, np_, ref_name, flags, launcher=None, where=""):
     """Runs layout `flags` on np_ ranks (with `launcher`, an mpirun command line ending before the program;
     default: mpirun on this machine) and holds it to reference run `ref_name`: losses, gradients after step 1,
-    the exports. Returns the job's folder."""
+    the exports. Returns the job's folder and its output."""
     train = os.path.join(build, "titan-train")
     work = os.path.join(build, "parity")
     ref = os.path.join(work, ref_name)
@@ -159,7 +159,7 @@ def run_layout(build, name, np_, ref_name, flags, launcher=None, where=""):
     dp = np_ // (tp * pp * cp)
     out = os.path.join(work, name or f"np{np_}")
     shutil.rmtree(out, ignore_errors=True)
-    _, secs = run((launcher or mpirun(np_)) + [train] + common_with_steps(LAYOUT_STEPS) + layout + ["--checkpoint.export_at_end", "true"] +
+    p, secs = run((launcher or mpirun(np_)) + [train] + common_with_steps(LAYOUT_STEPS) + layout + ["--checkpoint.export_at_end", "true"] +
                   ["--job.dump_folder", out, "--training.local_batch_size", str(GLOBAL_BATCH // dp)])
     got = losses(out)
     assert sorted(got) == list(range(1, LAYOUT_STEPS + 1)), sorted(got)
@@ -179,7 +179,7 @@ def run_layout(build, name, np_, ref_name, flags, launcher=None, where=""):
     wtxt = f"{ww:.2e}" if ww is not None else f"not compared ({LAYOUT_STEPS} of the reference's {REF_STEPS} steps)"
     print(f"{name}: {np_} ranks{where} ({' '.join(layout)}): {LAYOUT_STEPS} steps, max loss rel err {lw:.2e}, "
           f"max grad rel err {gw:.2e}, exported weights rel err {wtxt} ({secs:.1f} s)")
-    return out
+    return out, p.stdout
 
 
 MATRIX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "matrix.txt")
