@@ -73,6 +73,7 @@ struct Watchdog {
           continue;
         }
         std::string what;
+        bool waiting_itself = false;
         if (!board || m >= world) {
           what = "unknown";
         } else {
@@ -89,8 +90,8 @@ struct Watchdog {
             char buf[160];
             std::snprintf(buf, sizeof buf, "alive, still in %s #%lld on '%s': waiting itself", s.kind,
                           (long long)s.seq.load(), s.group);
-            missing += (missing.empty() ? "" : "; ") + rank_where(m) + " (" + buf + ")";
-            continue;
+            what = buf;
+            waiting_itself = true;
           } else {
             char state[96], buf[256];
             if (silent >= 1.0) std::snprintf(state, sizeof state, "no heartbeat for %.1f s: stopped, hung or dead", silent);
@@ -101,7 +102,7 @@ struct Watchdog {
           }
         }
         missing += (missing.empty() ? "" : "; ") + rank_where(m) + " (" + what + ")";
-        local_missing = true;
+        local_missing = local_missing || !waiting_itself;
       }
       bool any_remote = false;
       for (size_t i = 0; i < remote.size(); ++i) {

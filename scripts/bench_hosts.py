@@ -22,17 +22,11 @@ import statistics
 import subprocess
 import sys
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_WAIT_POLICY="PASSIVE")
+from closed_loop import ROOT, calibrate, sim_figures
+from closed_loop import run as sh
+
 CLUSTER = os.path.join(ROOT, "scripts", "cluster.sh")
 RANKS = 4
-
-
-def sh(cmd, **kw):
-    p = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, **kw)
-    if p.returncode != 0:
-        sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
-    return p.stdout + p.stderr
 
 
 def scaled_chip(spec_dir, hosts, out_dir):
@@ -72,10 +66,7 @@ def run_layout(build, system, rpc, folder, flags, steps):
            "--metrics.log_freq", "1", "--job.print_args", "false", "--lr_scheduler.warmup_steps", "2",
            "--metrics.link_probe_mib", "0", "--simulation.system", system, "--simulation.ranks_per_chip", str(rpc),
            *flags]
-    text = sh(cmd, timeout=900)
-    sim = float(re.search(r"sim step: ([0-9.]+) s", text).group(1))
-    m = re.search(r"exposed communication ([0-9.]+) s", text)
-    sim_exposed = float(m.group(1)) if m else 0.0
+    sim, sim_exposed = sim_figures(sh(cmd, timeout=900))
     rows = [json.loads(l) for l in open(os.path.join(folder, "metrics.jsonl")) if '"tps"' in l]
     t = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(rows, rows[1:])][2:]
     exposed = [r["comm_exposed_s"] for r in rows[3:]]
@@ -99,8 +90,7 @@ def main():
     spec = os.path.abspath(a.spec) if a.spec else os.path.join(out, "spec")
     if not a.spec:
         print(f"titan-calibrate (mpirun -np 2) -> {spec}")
-        sh(["mpirun", "--oversubscribe", "--bind-to", "none", "-x", "OMP_NUM_THREADS=1", "-np", "2",
-            os.path.join(build, "titan-calibrate"), "--out", spec, "--budget", "10"])
+        calibrate(build, spec, 10)
     print(f"{'link':>8s} {'hosts':>5s} {'layout':22s} {'measured':>9s} {'simulated':>9s} {'sim/meas':>8s}   "
           f"{'exposed: measured':>17s} {'simulated':>9s}")
     for rate in a.rates.split(","):

@@ -241,29 +241,32 @@ def wait_steps(c, job, out, n, limit=120):
     return got >= n
 
 
-def rank_pid(host, rank):
-    """The pid of world rank `rank`, a titan-train process on host h<host>."""
+def titan_ranks(host):
+    """{world rank: pid} of the titan-train processes on host h<host>."""
+    out = {}
     for p in subprocess.run(["ip", "netns", "pids", f"titan-h{host}"], capture_output=True, text=True).stdout.split():
         try:
+            if b"titan-train" not in open(f"/proc/{p}/cmdline", "rb").read():
+                continue
             env = open(f"/proc/{p}/environ", "rb").read().split(b"\0")
-            if b"titan-train" in open(f"/proc/{p}/cmdline", "rb").read() and \
-                    f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
-                return int(p)
-        except OSError:
+            rank = next(int(v.split(b"=")[1]) for v in env if v.startswith(b"OMPI_COMM_WORLD_RANK="))
+            out[rank] = int(p)
+        except (OSError, StopIteration):
             pass
-    sys.exit(f"no titan-train process of rank {rank} on h{host}")
+    return out
+
+
+def rank_pid(host, rank):
+    """The pid of world rank `rank`, a titan-train process on host h<host>."""
+    pid = titan_ranks(host).get(rank)
+    if pid is None:
+        sys.exit(f"no titan-train process of rank {rank} on h{host}")
+    return pid
 
 
 def signal_host(job, host, sig):
     """Sends `sig` to every titan-train process on host h<host>; returns when."""
-    pids = subprocess.run(["ip", "netns", "pids", f"titan-h{host}"], capture_output=True, text=True).stdout.split()
-    ranks = []
-    for p in pids:
-        try:
-            if b"titan-train" in open(f"/proc/{p}/cmdline", "rb").read():
-                ranks.append(int(p))
-        except OSError:
-            pass
+    ranks = list(titan_ranks(host).values())
     t = time.time()
     for p in ranks:
         os.kill(p, sig)
@@ -286,7 +289,6 @@ def finish(c, job, limit, what):
 def checkpoint_difference(a, b):
     """None when every dataset of two checkpoint files holds the same bytes, else the first that differs."""
     import h5py
-    import numpy as np
     names = []
     with h5py.File(a, "r") as x, h5py.File(b, "r") as y:
         x.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
@@ -311,7 +313,7 @@ def case_resume(build, c):
     with Cluster(hosts=4):
         parity.run(launcher(4, "--map-by", "node") + [train] + parity.COMMON + ck + fsdp4 + ["--job.dump_folder", save])
         full = losses(save)
-        c(sorted(full) == list(range(1, 11)), f"FSDP 4 on 4 hosts (one rank each) trains 10 steps, checkpoint at 5")
+        c(sorted(full) == list(range(1, 11)), "FSDP 4 on 4 hosts (one rank each) trains 10 steps, checkpoint at 5")
         two_hosts = ["--host", f"{NET}.1:2,{NET}.2:2"]
         for name, launch, layout, exact in (
                 ("2 hosts, FSDP 4", launcher(4, *two_hosts), fsdp4, True),
