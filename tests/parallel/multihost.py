@@ -44,6 +44,15 @@ HOSTS, SLOTS = 2, 2
 NET = "10.213.0"  # scripts/cluster.sh's subnet: host i at NET.i
 
 
+def comm(pid):
+    """A process's command name, or '?' once it has gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
 def cluster(*args, check=True):
     p = subprocess.run([CLUSTER, *args], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
     if check and p.returncode != 0:
@@ -144,8 +153,16 @@ def case_faults(build, c):
                   f"h2's link down: the job ends on every host {took:.1f} s after (watchdog 30 s), exit {job.returncode}")
                 c(f"node {NET}.2" in text or "on h2" in text, "the end names the unreachable host: " +
                   next((l.strip() for l in text.splitlines() if f"{NET}.2" in l or "on h2" in l), text[-600:]))
-                left = subprocess.run(["ip", "netns", "pids", "titan-h2"], capture_output=True, text=True).stdout.split()
-                c(not left, f"nothing left running on the cut-off host ({len(left)} processes)")
+                # h2's daemon finds its lost peers by its own keepalives, on its own clock: give it 20 s after mpirun
+                t_end, left = time.time(), None
+                while left != [] and time.time() - t_end < 20:
+                    left = subprocess.run(["ip", "netns", "pids", "titan-h2"], capture_output=True,
+                                          text=True).stdout.split()
+                    if left:
+                        time.sleep(0.5)
+                names = [comm(p) for p in left]
+                c(not left, f"nothing left running on the cut-off host {time.time() - t_end:.1f} s after the job's "
+                            f"end ({len(left)} processes: {names})")
                 lost = losses(out)
                 cluster("link", "h2", "up")
                 p, _ = parity.run(job_command(build, out, np_, flags, extra, 40))
