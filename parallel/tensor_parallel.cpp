@@ -121,11 +121,22 @@ std::vector<Entry> block_plan(decoder::DecoderLayer* layer, const decoder::Args&
   linear(plan, at->o_proj, rowwise, q_rows);
   plan.push_back({&at->sinks, &headwise, 0, heads});
   if (at->variant.bias == nn::ScoreBias::relative) plan.push_back({&at->bias, &headwise, 0, heads});
-  if (at->q_norm)
+  if (at->q_norm && at->qk_norm_projection) {  // OLMo 2: the norms span the projections, split with their heads
+    TITAN_CHECK(kv_split, "config error: tensor parallel: model.qk_norm_scope projection normalizes k over all ",
+                a.n_kv_heads, " KV heads, which parallelism.tensor_parallel_degree ", tp,
+                " > model.n_kv_heads replicates rather than splits; use a degree that divides model.n_kv_heads (",
+                a.n_kv_heads, ") or qk_norm_scope head");
+    const auto kv_rows = times(even(a.n_kv_heads, tp, "model.n_kv_heads"), a.head_dim);
+    for (auto [n, rows] : {std::pair{at->q_norm, q_rows}, std::pair{at->k_norm, kv_rows}}) {
+      plan.push_back({&n->weight, &colwise, 0, rows});
+      plan.push_back({&n->bias, &colwise, 0, rows});
+    }
+  } else if (at->q_norm) {  // each head's: replicated, every rank's heads add to the gradient
     for (nn::Norm* n : {at->q_norm, at->k_norm}) {
       plan.push_back({&n->weight, &summed});
       plan.push_back({&n->bias, &summed});
     }
+  }
   if (layer->mlp) mlp(plan, layer->mlp, even(a.hidden_dim, tp, "model.hidden_dim"));
   if (auto* moe = layer->moe) {
     auto* ex = moe->experts;
@@ -143,7 +154,7 @@ std::vector<Entry> block_plan(decoder::DecoderLayer* layer, const decoder::Args&
     if (moe->shared_expert) mlp(plan, moe->shared_expert, ffn);
   }
   if (sequence_parallel)  // the norms see this rank's part of the sequence
-    for (nn::Norm* n : {layer->input_layernorm, layer->post_attention_layernorm}) {
+    for (nn::Norm* n : layer->norms()) {
       plan.push_back({&n->weight, &summed});
       plan.push_back({&n->bias, &summed});
     }
@@ -249,6 +260,7 @@ void TensorParallel::cut(std::vector<ShardSpec>& specs) {
     // what the plan's rows imply for the block's forward
     auto* at = layer->self_attn;
     at->o_proj->bias_scale = r == 0 ? 1.0 : 0.0;  // rowwise: the bias added once
+    if (at->qk_norm_projection) at->heads_group = mesh_.tp;  // the QK-norm's statistics over all heads
     if (at->variant.bias == nn::ScoreBias::alibi) {  // ALiBi slopes: a constant, sliced to this rank's heads
       NoGradGuard ng;
       const int64_t h = a.n_heads / tp;

@@ -2,10 +2,12 @@
 """Independent PyTorch reference of titan's decoder family's configurations
 that the per-model references (qwen3_reference.py, gpt_oss_reference.py) do
 not cover: Hugging Face's Qwen3-MoE (norm_topk_prob, dense first layers),
-Llama-3.1 (llama3 RoPE scaling, projection biases) and Mixtral (every layer
+Llama-3.1 (llama3 RoPE scaling, projection biases), Mixtral (every layer
 MoE under block_sparse_moe, experts' w1 / w3 / w2, softmax top-2
-renormalized, a sliding window on every layer), written from HF's
-definitions; and ablations no HF class has (Gemma's embedding scale and Gemma 2's
+renormalized, a sliding window on every layer) and OLMo 2 (norms after the
+attention and MLP outputs, QK-norm over the whole projections), written from HF's
+definitions; and ablations no HF class has (Gemma's sandwich norms with a
+projection-wide QK-norm and LayerNorm, Gemma's embedding scale and Gemma 2's
 final-logit softcap on a tied Qwen3, gpt-oss with QK-norm and GELU,
 Qwen3 with sinks, a per-layer window pattern and LayerNorm, Qwen3-MoE with
 sigmoid scores, a shared expert, a router bias and MoE every second layer),
@@ -37,7 +39,7 @@ BASE = dict(family="qwen3", vocab_size=64, dim=32, n_layers=3, n_heads=4, n_kv_h
             activation="silu", swiglu_limit=0.0, moe=False, moe_experts=4, moe_top_k=2, moe_hidden_dim=24,
             moe_score="softmax", moe_renormalize=True, moe_shared_expert=False, moe_router_bias=False,
             moe_expert_bias=False, moe_every=1, moe_first_dense=0, tie_embeddings=False, embed_scale=1.0,
-            final_logit_softcap=0.0)
+            final_logit_softcap=0.0, norm_placement="pre", qk_norm_scope="head")
 
 VARIANTS = {
     # HF Qwen3MoeForCausalLM: layer 0 dense (mlp_only_layers [0]), norm_topk_prob
@@ -49,7 +51,12 @@ VARIANTS = {
     # HF MixtralForCausalLM: no QK-norm, every layer MoE (intermediate_size is the experts'), a window of 5
     "mixtral": dict(family="mixtral", qk_norm=False, moe=True, moe_renormalize=True, norm_eps=1e-5, rope_theta=1e6,
                     layer_window=[5, 5, 5]),
+    # HF Olmo2ForCausalLM: norms after the attention and MLP outputs, QK-norm over the whole projections (GQA here,
+    # as OLMo-2-32B)
+    "olmo2": dict(family="olmo2", qk_norm_scope="projection", norm_placement="post", rope_theta=500000.0),
     # ablations (titan_decoder)
+    # Gemma 2 / 3's sandwich norms, with OLMo 2's projection-wide QK-norm, all LayerNorm
+    "sandwich_projection_ln": dict(norm_placement="sandwich", qk_norm_scope="projection", norm_type="layernorm"),
     "gpt_oss_qknorm_gelu": dict(family="gpt_oss", qk_norm=True, activation="gelu", swiglu_limit=7.0,
                                 attn_proj_bias=True, attn_sinks=True, layer_window=[3, 0, 3], norm_eps=1e-5,
                                 rope_theta=150000.0, moe=True, moe_router_bias=True, moe_expert_bias=True,
@@ -95,6 +102,8 @@ def hf_config(k):
                     model_type="mixtral", intermediate_size=k["moe_hidden_dim"], num_local_experts=k["moe_experts"],
                     num_experts_per_tok=k["moe_top_k"], sliding_window=k["layer_window"][0] or None,
                     router_aux_loss_coef=0.0)
+    if k["family"] == "olmo2":
+        return dict(common, architectures=["Olmo2ForCausalLM"], model_type="olmo2", intermediate_size=k["hidden_dim"])
     if k["family"] == "llama3":
         r = dict(k["rope"], rope_type="llama3")
         del r["type"]
@@ -222,11 +231,15 @@ def forward(p, k, tokens):
     h = p["model.embed_tokens.weight"][tokens] * k["embed_scale"]
     for i in range(k["n_layers"]):
         pre = f"model.layers.{i}."
-        x = norm(h, p, pre + "input_layernorm", k)
-        q = linear(p, pre + "self_attn.q_proj", x, hb).view(B, S, H, D)
-        kk = linear(p, pre + "self_attn.k_proj", x, hb).view(B, S, Hkv, D)
+        place = k["norm_placement"]  # pre: Llama / Qwen3; post: OLMo 2; sandwich: Gemma 2 / 3
+        x = h if place == "post" else norm(h, p, pre + "input_layernorm", k)
+        q = linear(p, pre + "self_attn.q_proj", x, hb)
+        kk = linear(p, pre + "self_attn.k_proj", x, hb)
+        if k["qk_norm"] and k["qk_norm_scope"] == "projection":  # OLMo 2: over all heads at once
+            q, kk = norm(q, p, pre + "self_attn.q_norm", k), norm(kk, p, pre + "self_attn.k_norm", k)
+        q, kk = q.view(B, S, H, D), kk.view(B, S, Hkv, D)
         v = linear(p, pre + "self_attn.v_proj", x, hb).view(B, S, Hkv, D).transpose(1, 2)
-        if k["qk_norm"]:
+        if k["qk_norm"] and k["qk_norm_scope"] == "head":
             q, kk = norm(q, p, pre + "self_attn.q_norm", k), norm(kk, p, pre + "self_attn.k_norm", k)
         q, kk = rotate(q.transpose(1, 2), cos, sin), rotate(kk.transpose(1, 2), cos, sin)
         kk, v = kk.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)
@@ -241,12 +254,15 @@ def forward(p, k, tokens):
         else:
             probs = torch.softmax(w, dim=-1)
         a = (probs @ v).transpose(1, 2).reshape(B, S, H * D)
-        h = h + linear(p, pre + "self_attn.o_proj", a, hb)
-        x = norm(h, p, pre + "post_attention_layernorm", k)
+        o = linear(p, pre + "self_attn.o_proj", a, hb)
+        h = h + (o if place == "pre" else norm(o, p, pre + "post_attention_layernorm", k))
+        x = {"pre": lambda: norm(h, p, pre + "post_attention_layernorm", k), "post": lambda: h,
+             "sandwich": lambda: norm(h, p, pre + "pre_feedforward_layernorm", k)}[place]()
         if is_moe_layer(k, i):
-            h = h + moe(p, pre + moe_module(k), x.reshape(B * S, -1), k).view(B, S, -1)
+            m = moe(p, pre + moe_module(k), x.reshape(B * S, -1), k).view(B, S, -1)
         else:
-            h = h + dense_mlp(p, pre + "mlp.", x, k)
+            m = dense_mlp(p, pre + "mlp.", x, k)
+        h = h + (m if place == "pre" else norm(m, p, pre + "post_feedforward_layernorm", k))
     h = norm(h, p, "model.norm", k)
     logits = h @ (p["model.embed_tokens.weight"] if k["tie_embeddings"] else p["lm_head.weight"]).T
     cap = k["final_logit_softcap"]
@@ -278,8 +294,9 @@ def make_params(k, gen):
         if hb:
             shapes[pre + "self_attn.o_proj.bias"] = (d,)
         if k["qk_norm"]:
-            add_norm(pre + "self_attn.q_norm", D)
-            add_norm(pre + "self_attn.k_norm", D)
+            whole = k["qk_norm_scope"] == "projection"
+            add_norm(pre + "self_attn.q_norm", H * D if whole else D)
+            add_norm(pre + "self_attn.k_norm", Hkv * D if whole else D)
         if k["attn_sinks"]:
             shapes[pre + "self_attn.sinks"] = (H,)
         if is_moe_layer(k, i):
@@ -313,8 +330,13 @@ def make_params(k, gen):
                 add_mlp(m + "shared_expert.", I)
         else:
             add_mlp(pre + "mlp.", f)
-        add_norm(pre + "input_layernorm", d)
+        if k["norm_placement"] != "post":
+            add_norm(pre + "input_layernorm", d)
         add_norm(pre + "post_attention_layernorm", d)
+        if k["norm_placement"] == "sandwich":
+            add_norm(pre + "pre_feedforward_layernorm", d)
+        if k["norm_placement"] != "pre":
+            add_norm(pre + "post_feedforward_layernorm", d)
     add_norm("model.norm", d)
     if not k["tie_embeddings"]:
         shapes["lm_head.weight"] = (V, d)

@@ -155,7 +155,11 @@ TEST(Config, ChangesBetweenConfigsForResume) {
   EXPECT_TRUE(config_changes(old, ta, {"model"}).empty());
   JobConfig c;
   c.model.qk_norm = !a.model.qk_norm;
-  EXPECT_EQ(config_changes(old, dump_job_config(c), {"model"}).size(), 1u);
+  // ... and a knob that stops acting with it (qk_norm_scope without a QK-norm) is left out of the new config
+  const auto ch2 = config_changes(old, dump_job_config(c), {"model"});
+  ASSERT_EQ(ch2.size(), 2u);
+  EXPECT_EQ(ch2[0], "model.qk_norm_scope: head -> (absent)");
+  EXPECT_EQ(ch2[1], "model.qk_norm: true -> false");
 }
 
 // model.flavor selects a member's size: it sets its keys, a later key overrides it (and the model says

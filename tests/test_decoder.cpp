@@ -123,6 +123,11 @@ TEST(GptOssReference, MatchesPyTorch) { check_against_reference("gpt_oss_tiny.h5
 TEST(DecoderReference, Qwen3MoeMatchesHfDefinition) { check_against_reference("decoder_qwen3_moe.h5"); }
 TEST(DecoderReference, Llama31MatchesHfDefinition) { check_against_reference("decoder_llama31.h5"); }
 TEST(DecoderReference, MixtralMatchesHfDefinition) { check_against_reference("decoder_mixtral.h5"); }
+// OLMo 2: norms after the sublayers, QK-norm over the whole (grouped-query) projections
+TEST(DecoderReference, Olmo2MatchesHfDefinition) { check_against_reference("decoder_olmo2.h5"); }
+TEST(DecoderReference, SandwichNormsProjectionQkNormLayerNorm) {
+  check_against_reference("decoder_sandwich_projection_ln.h5");
+}
 TEST(DecoderReference, GemmaEmbedScaleAndFinalLogitSoftcap) { check_against_reference("decoder_gemma_scale_softcap.h5"); }
 TEST(DecoderReference, GptOssWithQkNormAndGelu) { check_against_reference("decoder_gpt_oss_qknorm_gelu.h5"); }
 TEST(DecoderReference, Qwen3WithSinksLayerPatternLayerNorm) { check_against_reference("decoder_qwen3_sinks_pattern.h5"); }
@@ -172,6 +177,47 @@ TEST(Mixtral, CountsAndPublishedSizes) {
             std::string::npos);
   EXPECT_EQ(decoder::Args::from_hf_json(R"({"model_type": "mixtral", "rope_scaling": null, "router_jitter_noise": 0.0})")
                 .hf_class(), decoder::HfClass::mixtral);
+}
+
+TEST(Olmo2, CountsAndPublishedSizes) {
+  // allenai/OLMo-2-1124-7B: Olmo2Config's own defaults but for the vocabulary, RoPE base and epsilon
+  decoder::Args a = decoder::Args::from_hf_json(R"({"model_type": "olmo2", "vocab_size": 100352,
+      "rope_theta": 500000, "rms_norm_eps": 1e-6, "max_position_embeddings": 4096})");
+  EXPECT_EQ(a.hf_class(), decoder::HfClass::olmo2);
+  EXPECT_EQ(a.n_kv_heads, 32);  // num_key_value_heads absent: every head its own
+  EXPECT_EQ(a.qk_norm_scope, decoder::QkNormScope::projection);
+  EXPECT_EQ(a.norm_placement, decoder::NormPlacement::post);
+  // 7.30B: per layer 4 x 4096^2 attention + 3 x 4096 x 11008 MLP + q/k norms 2 x 4096 + 2 block norms x 4096
+  EXPECT_EQ(a.num_params(), 32 * (4LL * 4096 * 4096 + 3LL * 4096 * 11008 + 4 * 4096) + 4096 + 2LL * 100352 * 4096);
+  EXPECT_NEAR((double)a.num_params() / 1e9, 7.30, 0.01);
+  // the flavors: 1B (1.48B), 7B, 13B (13.7B), 32B (32.2B, grouped-query: k_norm over 8 heads x 128)
+  const std::vector<std::pair<std::string, double>> sizes = {{"1b", 1.485}, {"7b", 7.30}, {"13b", 13.72}, {"32b", 32.23}};
+  for (const auto& [flavor, billions] : sizes) {
+    JobConfig c = load_job_config_file("", {"model.name", "olmo2", "model.flavor", flavor});
+    EXPECT_NEAR((double)c.model.num_params() / 1e9, billions, 0.01) << flavor;
+    DeviceScope meta(Device::Meta);
+    decoder::Decoder m(c.model);
+    EXPECT_EQ(m.num_parameters(), c.model.num_params()) << flavor;
+    EXPECT_EQ(m.named_parameters()[1].first, "model.layers.0.self_attn.q_proj.weight");
+    decoder::Args r = decoder::Args::from_hf_json(c.model.to_hf_json());
+    EXPECT_EQ(r.to_hf_json(), decoder::Args(c.model).to_hf_json()) << flavor;
+    EXPECT_EQ(r.hf_class(), decoder::HfClass::olmo2) << flavor;
+  }
+  // the block's norms by placement, under HF's names
+  auto names = [](decoder::NormPlacement place) {
+    decoder::Args x;
+    x.n_layers = 1;
+    x.norm_placement = place;
+    decoder::Decoder m(x);
+    std::string out;
+    for (auto& [n, p] : m.named_parameters())
+      if (n.find("layernorm") != std::string::npos) out += n.substr(std::string("model.layers.0.").size()) + " ";
+    return out;
+  };
+  EXPECT_EQ(names(decoder::NormPlacement::pre), "input_layernorm.weight post_attention_layernorm.weight ");
+  EXPECT_EQ(names(decoder::NormPlacement::post), "post_attention_layernorm.weight post_feedforward_layernorm.weight ");
+  EXPECT_EQ(names(decoder::NormPlacement::sandwich), "input_layernorm.weight post_attention_layernorm.weight "
+                                                     "pre_feedforward_layernorm.weight post_feedforward_layernorm.weight ");
 }
 
 TEST(GptOss, CountsAndPublishedSizes) {

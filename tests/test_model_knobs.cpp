@@ -1,5 +1,5 @@
 // The knob matrix (issue 12): every architecture key of the model section on
-// every member of the decoder family (qwen3, qwen3_moe, gpt_oss, llama3),
+// every member of the decoder family (qwen3, qwen3_moe, gpt_oss, llama3, mixtral, olmo2),
 // loaded exactly as a user's YAML/command line is (family presets, then the
 // refusal of keys that cannot act). Each cell either moves the loss away from
 // the same model without the key, or is refused with an error naming the key.
@@ -79,7 +79,9 @@ const std::set<std::string> kTransient = {"name", "flavor", "sliding_window", "s
 TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
   const std::vector<Knob> knobs = {
       {"qk_norm", {"model.qk_norm", "flip"}, {}},
+      {"qk_norm_scope", {"model.qk_norm_scope", "other"}, {"model.qk_norm", "true"}},
       {"norm_type", {"model.norm_type", "layernorm"}, {}},
+      {"norm_placement", {"model.norm_placement", "sandwich"}, {}},
       {"norm_eps", {"model.norm_eps", "0.3"}, {}},
       {"activation", {"model.activation", "gelu"}, {}},
       {"swiglu_limit", {"model.swiglu_limit", "0.05"}, {}},
@@ -133,7 +135,7 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
       EXPECT_TRUE(here) << "model." << k.key << " (models/decoder/knobs.def) is in no knob matrix: add it above";
     }
   }
-  const std::vector<std::string> families = {"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral"};
+  const std::vector<std::string> families = {"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral", "olmo2"};
   std::map<std::string, std::map<std::string, std::string>> table;
   int applied = 0, refused = 0;
   for (const auto& fam : families) {
@@ -158,6 +160,8 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
                          : key == "moe_enabled" ? cb.model.moe_enabled : key == "moe_renormalize" ? cb.model.moe_renormalize
                          : key == "moe_router_bias" ? cb.model.moe_router_bias : cb.model.moe_expert_bias;
         v[1] = now ? "false" : "true";
+      } else if (v[1] == "other" && k.key == "qk_norm_scope") {
+        v[1] = cb.model.qk_norm_scope == decoder::QkNormScope::head ? "projection" : "head";
       } else if (v[1] == "other") {
         v[1] = cb.model.sliding_window_layers == decoder::SlidingLayers::all ? "alternate" : "all";
       }
@@ -202,8 +206,8 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
     std::printf("\n");
   }
   std::printf("%d applied, %d refused\n", applied, refused);
-  EXPECT_EQ(applied, 151);  // 35 knobs x 5 models, less the 12 MoE keys x 2 dense models
-  EXPECT_EQ(refused, 24);
+  EXPECT_EQ(applied, 186);  // 37 knobs x 6 models, less the 12 MoE keys x 3 dense models
+  EXPECT_EQ(refused, 36);
 }
 
 // The presets of the members, and refusals naming the key.
@@ -243,7 +247,15 @@ TEST(ModelKnobs, FamilyPresetsAndRefusals) {
   EXPECT_NE(err(o).find("leave none of the 2 layers MoE"), std::string::npos) << err(o);
   // the members; a config.json names its member; others are refused by name, with the members listed
   EXPECT_EQ(config::enum_choices<decoder::Family>(),
-            (std::vector<std::string>{"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral"}));
+            (std::vector<std::string>{"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral", "olmo2"}));
+  JobConfig olmo2 = load_job_config_file("", tiny("olmo2"));
+  EXPECT_TRUE(olmo2.model.qk_norm && olmo2.model.qk_norm_scope == decoder::QkNormScope::projection &&
+              olmo2.model.norm_placement == decoder::NormPlacement::post && !olmo2.model.moe_enabled);
+  EXPECT_EQ(olmo2.model.rope_theta, 500000.0);
+  o = tiny("llama3");
+  o.insert(o.end(), {"model.qk_norm_scope", "projection"});  // llama3 has no QK-norm for it to span
+  EXPECT_NE(err(o).find("model.qk_norm_scope does nothing for this model (model.name llama3): model.qk_norm is false"),
+            std::string::npos) << err(o);
   JobConfig mixtral = load_job_config_file("", tiny("mixtral"));
   EXPECT_TRUE(mixtral.model.moe_enabled && mixtral.model.moe_renormalize && !mixtral.model.qk_norm &&
               !mixtral.model.any_dense_layer() && !mixtral.model.attn_proj_bias);
@@ -252,7 +264,7 @@ TEST(ModelKnobs, FamilyPresetsAndRefusals) {
   EXPECT_EQ(decoder::Args::from_hf_json(std::make_unique<decoder::Decoder>(oss.model)->hf_config_json()).name,
             decoder::Family::gpt_oss);
   EXPECT_NE(err({"model.name", "mistral"}).find("model.name = 'mistral' is not allowed; allowed values: qwen3, "
-                                                "qwen3_moe, gpt_oss, llama3, mixtral"), std::string::npos)
+                                                "qwen3_moe, gpt_oss, llama3, mixtral, olmo2"), std::string::npos)
       << err({"model.name", "mistral"});
   // the saved config leaves out what did not act, and reads back to the same config
   JobConfig cq = load_job_config_file("", tiny("qwen3"));
@@ -326,6 +338,11 @@ TEST(ModelKnobs, ExportImportRoundTripPerArchitecture) {
       {"mixtral", {}, "MixtralForCausalLM", "mixtral", "model.layers.1.block_sparse_moe.experts.3.w2.weight"},
       {"mixtral", {"model.sliding_window", "3"}, "MixtralForCausalLM", "mixtral", "model.layers.0.block_sparse_moe.gate.weight"},
       {"mixtral", {"model.qk_norm", "true"}, "TitanDecoderForCausalLM", "titan_decoder", "model.layers.0.mlp.experts.gate_proj"},
+      {"olmo2", {}, "Olmo2ForCausalLM", "olmo2", "model.layers.0.post_feedforward_layernorm.weight"},
+      {"olmo2", {"model.qk_norm_scope", "head"}, "TitanDecoderForCausalLM", "titan_decoder",
+       "model.layers.1.post_attention_layernorm.weight"},
+      {"qwen3", {"model.norm_placement", "sandwich"}, "TitanDecoderForCausalLM", "titan_decoder",
+       "model.layers.1.pre_feedforward_layernorm.weight"},
       // ablations HF would load silently wrong as its own class: titan's decoder
       {"gpt_oss", {"model.qk_norm", "true"}, "TitanDecoderForCausalLM", "titan_decoder", "model.layers.0.self_attn.q_norm.weight"},
       {"qwen3", {"model.norm_type", "layernorm"}, "TitanDecoderForCausalLM", "titan_decoder", "model.norm.bias"},

@@ -43,7 +43,9 @@ T count_params(const Args& a) {
   const T hidden_dim = (T)a.hidden_dim, moe_hidden_dim = (T)a.moe_hidden_dim, experts = (T)a.moe_num_experts;
   const bool ln = a.norm_type == nn::NormKind::layernorm;
   const T norm = ln ? 2 * dim : dim;
-  const T qk = a.qk_norm ? (ln ? 4 : 2) * head_dim : 0;
+  const T block_norms = a.norm_placement == NormPlacement::sandwich ? 4 : 2;
+  const T qk_width = a.qk_norm_scope == QkNormScope::projection ? (n_heads + n_kv_heads) * head_dim : 2 * head_dim;
+  const T qk = a.qk_norm ? (ln ? 2 : 1) * qk_width : 0;
   const T rel = a.attn_bias == nn::ScoreBias::relative ? n_heads * (2 * (T)a.attn_relative_max_distance - 1) : 0;
   const T attn_p = dim * n_heads * head_dim * 2 + dim * n_kv_heads * head_dim * 2 +
                    (a.attn_proj_bias ? n_heads * head_dim + 2 * n_kv_heads * head_dim + dim : 0) +
@@ -55,7 +57,7 @@ T count_params(const Args& a) {
     if (a.is_moe_layer(i))
       mlp = dim * experts + (a.moe_router_bias ? experts : 0) + experts * expert +
             (a.moe_shared_expert ? 3 * dim * moe_hidden_dim : 0);
-    total += attn_p + 2 * norm + mlp;
+    total += attn_p + block_norms * norm + mlp;
   }
   return total + norm + (T)a.vocab_size * dim * (a.enable_weight_tying ? 1 : 2);
 }
@@ -102,6 +104,7 @@ std::string prefix_lm(const Args& m) {
 std::string relative_bias(const Args& m) {
   return m.attn_bias == nn::ScoreBias::relative ? "" : "model.attn_bias is not relative";
 }
+std::string qk_normed(const Args& m) { return m.qk_norm ? "" : "model.qk_norm is false (no QK-norm to span)"; }
 
 template <class T>
 Knob make_knob(const char* key, T Args::*m, const char* hf, std::string (*rule)(const T&),

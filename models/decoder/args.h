@@ -1,13 +1,13 @@
 // models/decoder/args.h — the architecture of titan's one decoder family.
 //
-// Qwen3, Qwen3-MoE, gpt-oss and Llama-3 are configurations of this one block
+// Qwen3, Qwen3-MoE, gpt-oss, Llama-3, Mixtral and OLMo 2 are configurations of this one block
 // (models/decoder/presets.h holds their presets); every knob applies to every
 // member or is refused (presets.h). The knobs are declared once, in
 // models/decoder/knobs.def: member, YAML key, default, HF field, check and
 // meaning in one row. The mapping to Hugging Face's config.json is honest: a
 // configuration one of HF's classes represents exactly is written as that
 // class (Qwen3ForCausalLM, Qwen3MoeForCausalLM, GptOssForCausalLM,
-// LlamaForCausalLM); anything else as titan's decoder (model_type
+// LlamaForCausalLM, MixtralForCausalLM, Olmo2ForCausalLM); anything else as titan's decoder (model_type
 // "titan_decoder", every knob under "titan_decoder"), never as a class HF
 // would load and run differently.
 #pragma once
@@ -23,9 +23,9 @@
 
 namespace titan::decoder {
 
-enum class Family { qwen3, qwen3_moe, gpt_oss, llama3, mixtral };
-constexpr std::array<std::string_view, 5> enum_names(Family) {
-  return {"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral"};
+enum class Family { qwen3, qwen3_moe, gpt_oss, llama3, mixtral, olmo2 };
+constexpr std::array<std::string_view, 6> enum_names(Family) {
+  return {"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral", "olmo2"};
 }
 enum class Activation { silu, gelu, oai_swiglu };
 constexpr std::array<std::string_view, 3> enum_names(Activation) { return {"silu", "gelu", "oai_swiglu"}; }
@@ -34,11 +34,19 @@ constexpr std::array<std::string_view, 2> enum_names(RouterScore) { return {"sof
 enum class RopeScalingType { none, yarn, llama3 };
 constexpr std::array<std::string_view, 3> enum_names(RopeScalingType) { return {"none", "yarn", "llama3"}; }
 enum class SlidingLayers { all, alternate };
+// Where a block's norms sit around its attention and MLP f: pre x + f(norm(x)) (Llama, Qwen3), post
+// x + norm(f(x)) (OLMo 2: after the sublayer, inside the residual), sandwich x + norm(f(norm(x))) (Gemma 2 / 3).
+enum class NormPlacement { pre, post, sandwich };
+constexpr std::array<std::string_view, 3> enum_names(NormPlacement) { return {"pre", "post", "sandwich"}; }
+// What the QK-norm normalizes over: each head's head_dim (Qwen3), or the whole q and k projections, all heads at
+// once (OLMo 2: weights [n_heads * head_dim] and [n_kv_heads * head_dim]).
+enum class QkNormScope { head, projection };
+constexpr std::array<std::string_view, 2> enum_names(QkNormScope) { return {"head", "projection"}; }
 // The Hugging Face class a configuration is exactly (none: titan's own decoder, TitanDecoderForCausalLM).
-enum class HfClass { none, qwen3, qwen3_moe, gpt_oss, llama, mixtral };
-constexpr std::array<std::string_view, 6> enum_names(HfClass) {
+enum class HfClass { none, qwen3, qwen3_moe, gpt_oss, llama, mixtral, olmo2 };
+constexpr std::array<std::string_view, 7> enum_names(HfClass) {
   return {"TitanDecoderForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM", "LlamaForCausalLM",
-          "MixtralForCausalLM"};
+          "MixtralForCausalLM", "Olmo2ForCausalLM"};
 }
 constexpr std::array<std::string_view, 2> enum_names(SlidingLayers) { return {"all", "alternate"}; }
 

@@ -223,6 +223,20 @@ Args llama_from_hf(const json& j) {
   return a;
 }
 
+Args olmo2_from_hf(const json& j) {
+  Args a = hf_defaults(Family::olmo2);
+  read_hf_fields(j, HfClass::olmo2, a);
+  // what Olmo2ForCausalLM fixes: QK-norm over the whole projections, norms after the sublayers, no sliding
+  a.qk_norm = true;
+  a.qk_norm_scope = QkNormScope::projection;
+  a.norm_placement = NormPlacement::post;
+  if (!has(j, "num_key_value_heads")) a.n_kv_heads = a.n_heads;  // Olmo2Config: None -> the heads
+  if (!has(j, "head_dim")) a.head_dim = a.dim / a.n_heads;
+  set_rope(a, rope_from_hf(j, a.max_position_embeddings = int_value(j, "max_position_embeddings", 2048)));
+  a.layer_window.assign(a.n_layers, 0);
+  return a;
+}
+
 Args mixtral_from_hf(const json& j) {
   Args a = hf_defaults(Family::mixtral);
   read_hf_fields(j, HfClass::mixtral, a);
@@ -366,7 +380,9 @@ Args from_hf_object(const json& j) {
     else if (fam == "gpt_oss") a = gpt_oss_from_hf(j);
     else if (fam == "llama") a = llama_from_hf(j);
     else if (fam == "mixtral") a = mixtral_from_hf(j);
-    else fail("model config: model_type '", fam, "' is not supported (qwen3, qwen3_moe, gpt_oss, llama, mixtral, titan_decoder)");
+    else if (fam == "olmo2") a = olmo2_from_hf(j);
+    else fail("model config: model_type '", fam,
+              "' is not supported (qwen3, qwen3_moe, gpt_oss, llama, mixtral, olmo2, titan_decoder)");
     attention_from_hf(j, a);
     if (mt == "titan_decoder") a.titan_layout = true;  // titan 0.8's titan_decoder (titan_attention)
   }
@@ -400,6 +416,17 @@ HfClass Args::hf_class(std::string* why) const {
     uniform = uniform && (w == 0 || w == *std::max_element(layer_window.begin(), layer_window.end()));
   }
   if (!uniform) return no("sliding layers with different windows");
+  const bool olmo2_blocks = qk_norm && qk_norm_scope == QkNormScope::projection && norm_placement == NormPlacement::post;
+  if (name == Family::olmo2) {
+    if (!(olmo2_blocks && !moe_enabled && !sliding && !attn_sinks && activation != Activation::oai_swiglu &&
+          swiglu_limit == 0))
+      return no("an olmo2 ablation (Olmo2ForCausalLM fixes: QK-norm over the projections, norms after the "
+                "attention and MLP, dense MLPs, no sliding layers, sinks or clamped activation)");
+    return HfClass::olmo2;
+  }
+  if (norm_placement != NormPlacement::pre)
+    return no("norm_placement " + config::enum_name(norm_placement) + " outside olmo2");
+  if (qk_norm && qk_norm_scope != QkNormScope::head) return no("qk_norm_scope projection outside olmo2");
   if (name == Family::gpt_oss) {
     if (!(moe_enabled && !any_dense_layer() && !qk_norm && attn_proj_bias && attn_sinks &&
           activation == Activation::oai_swiglu && swiglu_limit > 0 && moe_router_bias && moe_expert_bias &&
@@ -436,8 +463,8 @@ std::string Args::to_hf_json() const {
   std::string why;
   const HfClass arch = hf_class(&why);
   const RopeScaling rope = rope_scaling();
-  static constexpr std::array<const char*, 6> model_type = {"titan_decoder", "qwen3",  "qwen3_moe",
-                                                            "gpt_oss",       "llama", "mixtral"};
+  static constexpr std::array<const char*, 7> model_type = {"titan_decoder", "qwen3",   "qwen3_moe", "gpt_oss",
+                                                            "llama",         "mixtral", "olmo2"};
   json j;
   j["architectures"] = {arch};
   j["model_type"] = model_type[(size_t)arch];
@@ -480,6 +507,8 @@ std::string Args::to_hf_json() const {
     j["sliding_window"] = sw > 0 ? sw : 128;
   } else if (arch == HfClass::llama) {
     j["mlp_bias"] = false;
+    j.erase("layer_types");
+  } else if (arch == HfClass::olmo2) {
     j.erase("layer_types");
   } else if (arch == HfClass::mixtral) {
     j["sliding_window"] = sw > 0 ? json(sw) : json(nullptr);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "comms/functional.h"
 #include "comms/moe_dispatch.h"
 #include "models/decoder/rope.h"
 #include "models/hf_init.h"
@@ -30,22 +31,49 @@ Attention::Attention(const Args& a, int64_t w) : head_dim(a.head_dim), window(w)
   v_proj = &register_module("v_proj", std::make_unique<nn::Linear>(a.dim, a.n_kv_heads * a.head_dim, b));
   o_proj = &register_module("o_proj", std::make_unique<nn::Linear>(a.n_heads * a.head_dim, a.dim, b));
   if (a.qk_norm) {
-    q_norm = &register_module("q_norm", std::make_unique<nn::Norm>(a.head_dim, a.norm_type, a.norm_eps));
-    k_norm = &register_module("k_norm", std::make_unique<nn::Norm>(a.head_dim, a.norm_type, a.norm_eps));
+    qk_norm_projection = a.qk_norm_scope == QkNormScope::projection;
+    const int64_t qw = qk_norm_projection ? a.n_heads * a.head_dim : a.head_dim;
+    const int64_t kw = qk_norm_projection ? a.n_kv_heads * a.head_dim : a.head_dim;
+    q_norm = &register_module("q_norm", std::make_unique<nn::Norm>(qw, a.norm_type, a.norm_eps));
+    k_norm = &register_module("k_norm", std::make_unique<nn::Norm>(kw, a.norm_type, a.norm_eps));
   }
   if (a.attn_sinks) register_parameter("sinks", sinks, nn::new_parameter({a.n_heads}));
   bias = nn::attention_bias_tensor(variant, a.n_heads);
   if (variant.bias == nn::ScoreBias::relative) register_parameter("relative_bias", bias, bias, nn::ParamInit::zeros);
 }
 
+namespace {
+// A norm over the last dim of x [..., W_local] whose full width is split over `group` (a tensor-parallel rank's
+// heads): the statistics are sums over the group, each an all-reduce whose backward is an all-reduce too
+// (reduce_from(copy_to(.)): every rank's normalized shard depends on every rank's part). [..., 1] statistics
+// only: no rank gathers the projection. Null group: the norm's own op.
+Tensor split_width_norm(const nn::Norm& n, const Tensor& x, const comms::PG& group) {
+  if (!group || group->size() == 1) return n.forward(x);
+  const int64_t d = x.dim() - 1;
+  const double width = (double)x.size(d) * group->size();
+  auto group_sum = [&](const Tensor& t) { return comms::reduce_from(comms::copy_to(sum(t, {d}, true), group), group); };
+  Tensor c = x;
+  if (n.layernorm) c = sub(x, mul(group_sum(x), 1.0 / width));  // centred on the full width's mean
+  Tensor y = mul(c, rsqrt(add(mul(group_sum(mul(c, c)), 1.0 / width), n.eps)));  // [..., W_local]
+  y = mul(y, n.weight);
+  return n.layernorm ? add(y, n.bias) : y;
+}
+}  // namespace
+
 Tensor Attention::forward(const Tensor& x, const nn::AttentionInputs& in) const {
   const int64_t B = x.size(0), S = x.size(1);
   // heads from the projection width, so a tensor-parallel shard runs unchanged
   const int64_t hq = q_proj->weight.size(0) / head_dim, hkv = k_proj->weight.size(0) / head_dim;
-  Tensor q = q_proj->forward(x).reshape({B, S, hq, head_dim});   // [B, S, Hq, D]
-  Tensor k = k_proj->forward(x).reshape({B, S, hkv, head_dim});  // [B, S, Hkv, D]
+  Tensor q = q_proj->forward(x);  // [B, S, Hq * D]
+  Tensor k = k_proj->forward(x);  // [B, S, Hkv * D]
+  if (q_norm && qk_norm_projection) {  // OLMo 2: over the whole projections
+    q = split_width_norm(*q_norm, q, heads_group);
+    k = split_width_norm(*k_norm, k, heads_group);
+  }
+  q = q.reshape({B, S, hq, head_dim});                            // [B, S, Hq, D]
+  k = k.reshape({B, S, hkv, head_dim});                           // [B, S, Hkv, D]
   Tensor v = v_proj->forward(x).reshape({B, S, hkv, head_dim});  // [B, S, Hkv, D]
-  if (q_norm) {
+  if (q_norm && !qk_norm_projection) {  // each head's
     q = q_norm->forward(q);
     k = k_norm->forward(k);
   }
@@ -153,17 +181,33 @@ DecoderLayer::DecoderLayer(const Args& a, int64_t layer) {
   self_attn = &register_module("self_attn", std::make_unique<Attention>(a, a.layer_window[layer]));
   if (a.is_moe_layer(layer)) moe = &register_module("mlp", std::make_unique<MoE>(a));
   else mlp = &register_module("mlp", std::make_unique<MLP>(a, a.hidden_dim));
-  input_layernorm = &register_module("input_layernorm", std::make_unique<nn::Norm>(a.dim, a.norm_type, a.norm_eps));
-  post_attention_layernorm =
-      &register_module("post_attention_layernorm", std::make_unique<nn::Norm>(a.dim, a.norm_type, a.norm_eps));
+  auto norm = [&](const char* hf_name) {
+    return &register_module(hf_name, std::make_unique<nn::Norm>(a.dim, a.norm_type, a.norm_eps));
+  };
+  // registered in HF's order (the parameters' order: init, checkpoints)
+  const bool before = a.norm_placement != NormPlacement::post, after = a.norm_placement != NormPlacement::pre;
+  if (before) attn_in = norm("input_layernorm");
+  if (!after) ffn_in = norm("post_attention_layernorm");  // pre: Llama's name for the MLP's input norm
+  if (after) attn_out = norm("post_attention_layernorm");
+  if (before && after) ffn_in = norm("pre_feedforward_layernorm");
+  if (after) ffn_out = norm("post_feedforward_layernorm");
+}
+
+std::vector<nn::Norm*> DecoderLayer::norms() const {
+  std::vector<nn::Norm*> out;
+  for (nn::Norm* n : {attn_in, attn_out, ffn_in, ffn_out})
+    if (n) out.push_back(n);
+  return out;
 }
 
 Tensor DecoderLayer::forward(const Tensor& x, const nn::AttentionInputs& in) const {
-  Tensor h = add(x, self_attn->call(input_layernorm->forward(x),
-                                    [&](const Tensor& a) { return self_attn->forward(a, in); }));
+  auto maybe = [](const nn::Norm* n, const Tensor& t) { return n ? n->forward(t) : t; };
+  // [B, S, dim] (sequence parallel: this rank's S / tp; the sublayers' hooks gather and scatter it)
+  Tensor a = self_attn->call(maybe(attn_in, x), [&](const Tensor& t) { return self_attn->forward(t, in); });
+  Tensor h = add(x, maybe(attn_out, a));
   nn::Module* f = ffn();
-  return add(h, f->call(post_attention_layernorm->forward(h),
-                        [&](const Tensor& m) { return moe ? moe->forward(m) : mlp->forward(m); }));
+  Tensor m = f->call(maybe(ffn_in, h), [&](const Tensor& t) { return moe ? moe->forward(t) : mlp->forward(t); });
+  return add(h, maybe(ffn_out, m));
 }
 
 Backbone::Backbone(const Args& a) {

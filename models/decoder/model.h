@@ -1,5 +1,5 @@
-// models/decoder/model.h — titan's decoder: Qwen3, Qwen3-MoE, gpt-oss and
-// Llama-3 as configurations of one block (models/decoder/args.h), each
+// models/decoder/model.h — titan's decoder: Qwen3, Qwen3-MoE, gpt-oss,
+// Llama-3, Mixtral and OLMo 2 as configurations of one block (models/decoder/args.h), each
 // numerically as Hugging Face's class for that configuration.
 //
 // Parameter names are HF's state-dict keys (model.layers.0.self_attn.q_proj.weight,
@@ -34,8 +34,13 @@ class Attention : public nn::Module {
   // x [B, S, dim], in.cos/sin [S, head_dim/2] -> [B, S, dim]
   Tensor forward(const Tensor& x, const nn::AttentionInputs& in) const;
   nn::Linear *q_proj, *k_proj, *v_proj, *o_proj;
-  nn::Norm *q_norm = nullptr, *k_norm = nullptr;  // over head_dim, before RoPE
-  Tensor sinks;                                    // [Hq] (attn_sinks)
+  // before RoPE: over head_dim, or (qk_norm_scope projection) over the whole projection [Hq * D] / [Hkv * D]
+  nn::Norm *q_norm = nullptr, *k_norm = nullptr;
+  bool qk_norm_projection = false;
+  // Set by a tensor-parallel plan when this rank holds a part of the heads: a projection-wide QK-norm reduces
+  // its statistics over the group (null: all heads local).
+  comms::PG heads_group;
+  Tensor sinks;  // [Hq] (attn_sinks)
   int64_t head_dim, window;
   nn::AttentionVariant variant;
   // attn_bias: ALiBi slopes [Hq] (a constant) or the parameter relative_bias
@@ -85,11 +90,16 @@ class MoE : public nn::Module {
   mutable Tensor last_aux_loss;
 };
 
+// x + out(f(in(x))) for the attention and then the MLP, each norm present as model.norm_placement puts it
+// (pre: in only; post: out only; sandwich: both). HF names: pre's are input_layernorm and
+// post_attention_layernorm (the MLP's in, Llama's name); post / sandwich's post_attention_layernorm (the
+// attention's out), pre_feedforward_layernorm and post_feedforward_layernorm (OLMo 2, Gemma 3).
 class DecoderLayer : public nn::Module {
  public:
   DecoderLayer(const Args& a, int64_t layer);
   Tensor forward(const Tensor& x, const nn::AttentionInputs& in) const;
-  nn::Norm *input_layernorm, *post_attention_layernorm;
+  nn::Norm *attn_in = nullptr, *attn_out = nullptr, *ffn_in = nullptr, *ffn_out = nullptr;
+  std::vector<nn::Norm*> norms() const;  // the ones present, in the order above
   Attention* self_attn;
   MLP* mlp = nullptr;  // a dense layer
   MoE* moe = nullptr;  // an MoE layer (HF name "mlp" either way)

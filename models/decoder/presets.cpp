@@ -32,6 +32,12 @@ const Args kMixtral{.name = Family::mixtral,
                     .rope_theta = 1000000.0,
                     .moe_enabled = true,
                     .moe_top_k = 2};
+// OLMo 2 (allenai/OLMo-2-1124-7B's config): norms after the attention and MLP outputs, QK-norm over the whole
+// projections, no biases, RoPE base 500000
+const Args kOlmo2{.name = Family::olmo2,
+                  .qk_norm_scope = QkNormScope::projection,
+                  .norm_placement = NormPlacement::post,
+                  .rope_theta = 500000.0};
 const Args kLlama3{.name = Family::llama3,
                    .qk_norm = false,
                    .norm_eps = 1e-5,
@@ -40,7 +46,7 @@ const Args kLlama3{.name = Family::llama3,
 
 // model.flavor: each member's named sizes, the knobs each sets (values as YAML writes them). The published
 // configs: Qwen/Qwen3-*, Qwen/Qwen3-30B-A3B, openai/gpt-oss-*, meta-llama/Llama-2-*, Meta-Llama-3(.1)-*,
-// mistralai/Mixtral-8x7B-v0.1 and -8x22B-v0.1;
+// mistralai/Mixtral-8x7B-v0.1 and -8x22B-v0.1, allenai/OLMo-2-0425-1B, -1124-7B, -1124-13B and -0325-32B;
 // "debug" / "bench": titan's small models (configs/*_debug.yaml, configs/qwen3_bench.yaml).
 struct Flavor {
   Family family;
@@ -97,6 +103,11 @@ const std::vector<Flavor>& flavor_table() {
        with(all_moe("4096", "32", "32", "8", "128", "14336", "32000"), {{"moe_num_experts", "8"}, {"moe_top_k", "2"}})},
       {Family::mixtral, "8x22b",
        with(all_moe("6144", "56", "48", "8", "128", "16384", "32768"), {{"moe_num_experts", "8"}, {"moe_top_k", "2"}})},
+      {Family::olmo2, "debug", dense("256", "4", "4", "2", "64", "768", "256")},
+      {Family::olmo2, "1b", dense("2048", "16", "16", "16", "128", "8192", "100352")},
+      {Family::olmo2, "7b", dense("4096", "32", "32", "32", "128", "11008", "100352")},
+      {Family::olmo2, "13b", dense("5120", "40", "40", "40", "128", "13824", "100352")},
+      {Family::olmo2, "32b", dense("5120", "64", "40", "8", "128", "27648", "100352")},
       {Family::llama3, "llama2-7b", with(dense("4096", "32", "32", "32", "128", "11008", "32000"), {{"rope_theta", "10000"}})},
       {Family::llama3, "llama2-13b", with(dense("5120", "40", "40", "40", "128", "13824", "32000"), {{"rope_theta", "10000"}})},
       {Family::llama3, "llama3-8b", dense("4096", "32", "32", "8", "128", "14336", "128256")},
@@ -203,12 +214,13 @@ const Args& preset(Family f) {
     case Family::gpt_oss: return kGptOss;
     case Family::llama3: return kLlama3;
     case Family::mixtral: return kMixtral;
+    case Family::olmo2: return kOlmo2;
     default: return kQwen3;
   }
 }
 
 Args hf_defaults(Family f) {
-  Args a;  // Qwen3Config, Qwen3MoeConfig, GptOssConfig, LlamaConfig, MixtralConfig defaults
+  Args a;  // Qwen3Config, Qwen3MoeConfig, GptOssConfig, LlamaConfig, MixtralConfig, Olmo2Config defaults
   a.name = f;
   a.rope_theta = 10000.0;
   a.norm_eps = 1e-6;
@@ -236,6 +248,11 @@ Args hf_defaults(Family f) {
       a.vocab_size = 32000, a.dim = 4096, a.hidden_dim = a.moe_hidden_dim = 14336, a.n_layers = 32, a.n_heads = 32;
       a.n_kv_heads = 8, a.moe_enabled = true, a.moe_num_experts = 8, a.moe_top_k = 2, a.rope_theta = 1e6;
       a.norm_eps = 1e-5;
+      break;
+    case Family::olmo2:  // Olmo2Config: OLMo-1's 7B sizes; QK-norm over the projections, norms after
+      a.vocab_size = 50304, a.dim = 4096, a.hidden_dim = 11008, a.n_layers = 32, a.n_heads = 32;
+      a.norm_eps = 1e-5, a.qk_norm = true, a.qk_norm_scope = QkNormScope::projection;
+      a.norm_placement = NormPlacement::post;
       break;
   }
   a.activation = Activation::silu;
