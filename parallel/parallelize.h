@@ -1,5 +1,5 @@
 // parallel/parallelize.h — the TorchTitan-style plan of titan's decoder
-// family (every member: qwen3, qwen3_moe, gpt_oss, llama3): tensor parallel
+// family (every member: qwen3, qwen3_moe, gpt_oss, llama3, mixtral, olmo2, gemma3): tensor parallel
 // (Megatron, + sequence parallel), context parallel, expert parallel on MoE layers, then
 // FSDP/HSDP over the data-parallel (and context-parallel) ranks, applied to a built model from
 // outside (the model only exposes hooks). What each block gets follows from

@@ -39,7 +39,8 @@ BASE = dict(family="qwen3", vocab_size=64, dim=32, n_layers=3, n_heads=4, n_kv_h
             activation="silu", swiglu_limit=0.0, moe=False, moe_experts=4, moe_top_k=2, moe_hidden_dim=24,
             moe_score="softmax", moe_renormalize=True, moe_shared_expert=False, moe_router_bias=False,
             moe_expert_bias=False, moe_every=1, moe_first_dense=0, tie_embeddings=False, embed_scale=1.0,
-            final_logit_softcap=0.0, norm_placement="pre", qk_norm_scope="head")
+            final_logit_softcap=0.0, norm_placement="pre", qk_norm_scope="head", norm_unit_offset=False,
+            query_pre_attn_scalar=0.0, rope_local_theta=0.0)
 
 VARIANTS = {
     # HF Qwen3MoeForCausalLM: layer 0 dense (mlp_only_layers [0]), norm_topk_prob
@@ -54,6 +55,12 @@ VARIANTS = {
     # HF Olmo2ForCausalLM: norms after the attention and MLP outputs, QK-norm over the whole projections (GQA here,
     # as OLMo-2-32B)
     "olmo2": dict(family="olmo2", qk_norm_scope="projection", norm_placement="post", rope_theta=500000.0),
+    # HF Gemma3ForCausalLM (text): sandwich norms of (1 + weight), per-head QK-norm, GELU's tanh form, tied embeddings
+    # times sqrt(dim), scores over sqrt(query_pre_attn_scalar), sliding layers on their own RoPE base, the full layer's
+    # RoPE linearly scaled
+    "gemma3": dict(family="gemma3", norm_placement="sandwich", norm_unit_offset=True, activation="gelu_pytorch_tanh",
+                   tie_embeddings=True, embed_scale=math.sqrt(32), query_pre_attn_scalar=24.0, layer_window=[3, 3, 0],
+                   rope_theta=1e6, rope_local_theta=10000.0, rope=dict(type="linear", factor=8.0)),
     # ablations (titan_decoder)
     # Gemma 2 / 3's sandwich norms, with OLMo 2's projection-wide QK-norm, all LayerNorm
     "sandwich_projection_ln": dict(norm_placement="sandwich", qk_norm_scope="projection", norm_type="layernorm"),
@@ -102,6 +109,16 @@ def hf_config(k):
                     model_type="mixtral", intermediate_size=k["moe_hidden_dim"], num_local_experts=k["moe_experts"],
                     num_experts_per_tok=k["moe_top_k"], sliding_window=k["layer_window"][0] or None,
                     router_aux_loss_coef=0.0)
+    if k["family"] == "gemma3":
+        g = dict({kk: v for kk, v in common.items() if kk != "hidden_act"}, architectures=["Gemma3ForCausalLM"],
+                 model_type="gemma3_text", intermediate_size=k["hidden_dim"], hidden_activation=k["activation"],
+                 query_pre_attn_scalar=k["query_pre_attn_scalar"], rope_local_base_freq=k["rope_local_theta"],
+                 sliding_window=max(k["layer_window"]),
+                 layer_types=["sliding_attention" if w else "full_attention" for w in k["layer_window"]],
+                 final_logit_softcapping=None, attn_logit_softcapping=None)
+        if k["rope"]["type"] != "none":
+            g["rope_scaling"] = dict(rope_type=k["rope"]["type"], factor=k["rope"]["factor"])
+        return g
     if k["family"] == "olmo2":
         return dict(common, architectures=["Olmo2ForCausalLM"], model_type="olmo2", intermediate_size=k["hidden_dim"])
     if k["family"] == "llama3":
@@ -116,14 +133,18 @@ def hf_config(k):
 
 def norm(x, p, name, k):
     w = p[name + ".weight"]
+    if k["norm_unit_offset"]:  # Gemma: scales by 1 + weight
+        w = 1.0 + w
     if k["norm_type"] == "layernorm":
         return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, p[name + ".bias"], k["norm_eps"])
     return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + k["norm_eps"]))
 
 
-def inv_freq(k):
-    """HF's _compute_*_rope_parameters, float32."""
+def inv_freq(k, local=False):
+    """HF's _compute_*_rope_parameters, float32 (local: Gemma 3's sliding layers, their own base, unscaled)."""
     D, base, r = k["head_dim"], k["rope_theta"], k["rope"]
+    if local:
+        base, r = k["rope_local_theta"], dict(type="none")
     pos_freqs = base ** (torch.arange(0, D, 2, dtype=torch.int64).to(torch.float32) / D)
     inv = 1.0 / pos_freqs
     if r["type"] == "yarn":
@@ -150,11 +171,13 @@ def inv_freq(k):
         smoothed = (1 - smooth) * scaled / factor + smooth * scaled
         medium = ~(wavelen < high_wl) * ~(wavelen > low_wl)
         return torch.where(medium, smoothed, scaled), 1.0
+    if r["type"] == "linear":
+        return inv / r["factor"], 1.0
     return inv, 1.0
 
 
-def rope_cos_sin(k, seq):
-    inv, att = inv_freq(k)
+def rope_cos_sin(k, seq, local=False):
+    inv, att = inv_freq(k, local)
     ang = torch.arange(seq, dtype=torch.float32)[:, None] * inv[None, :]
     return (ang.cos() * att).to(torch.float64), (ang.sin() * att).to(torch.float64)
 
@@ -170,6 +193,8 @@ def gated(gate, up, k):
         gate, up = gate.clamp(max=lim), up.clamp(min=-lim, max=lim)
     if k["activation"] == "oai_swiglu":
         return (up + 1) * gate * torch.sigmoid(1.702 * gate)
+    if k["activation"] == "gelu_pytorch_tanh":
+        return torch.nn.functional.gelu(gate, approximate="tanh") * up
     a = gate * torch.sigmoid(gate) if k["activation"] == "silu" else 0.5 * gate * (1 + torch.erf(gate / math.sqrt(2)))
     return a * up
 
@@ -225,7 +250,8 @@ def moe(p, pre, x, k):
 def forward(p, k, tokens):
     B, S = tokens.shape
     H, Hkv, D = k["n_heads"], k["n_kv_heads"], k["head_dim"]
-    cos, sin = rope_cos_sin(k, S)
+    cos_g, sin_g = rope_cos_sin(k, S)
+    cos_l, sin_l = rope_cos_sin(k, S, local=True) if k["rope_local_theta"] > 0 else (cos_g, sin_g)
     pos = torch.arange(S)
     hb = k["attn_proj_bias"]
     h = p["model.embed_tokens.weight"][tokens] * k["embed_scale"]
@@ -241,9 +267,10 @@ def forward(p, k, tokens):
         v = linear(p, pre + "self_attn.v_proj", x, hb).view(B, S, Hkv, D).transpose(1, 2)
         if k["qk_norm"] and k["qk_norm_scope"] == "head":
             q, kk = norm(q, p, pre + "self_attn.q_norm", k), norm(kk, p, pre + "self_attn.k_norm", k)
+        cos, sin = (cos_l, sin_l) if k["layer_window"][i] > 0 else (cos_g, sin_g)
         q, kk = rotate(q.transpose(1, 2), cos, sin), rotate(kk.transpose(1, 2), cos, sin)
         kk, v = kk.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)
-        w = (q @ kk.transpose(-1, -2)) * D ** -0.5  # [B, H, S, S]
+        w = (q @ kk.transpose(-1, -2)) * (k["query_pre_attn_scalar"] or D) ** -0.5  # [B, H, S, S]
         allowed = pos[None, :] <= pos[:, None]
         if k["layer_window"][i] > 0:
             allowed &= (pos[:, None] - pos[None, :]) < k["layer_window"][i]

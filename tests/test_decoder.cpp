@@ -125,6 +125,9 @@ TEST(DecoderReference, Llama31MatchesHfDefinition) { check_against_reference("de
 TEST(DecoderReference, MixtralMatchesHfDefinition) { check_against_reference("decoder_mixtral.h5"); }
 // OLMo 2: norms after the sublayers, QK-norm over the whole (grouped-query) projections
 TEST(DecoderReference, Olmo2MatchesHfDefinition) { check_against_reference("decoder_olmo2.h5"); }
+// Gemma 3: sandwich norms of 1 + weight, GELU tanh, scores over sqrt(query_pre_attn_scalar), sliding layers on their
+// own RoPE base, the full layer's RoPE scaled linearly, tied embeddings times sqrt(dim)
+TEST(DecoderReference, Gemma3MatchesHfDefinition) { check_against_reference("decoder_gemma3.h5"); }
 TEST(DecoderReference, SandwichNormsProjectionQkNormLayerNorm) {
   check_against_reference("decoder_sandwich_projection_ln.h5");
 }
@@ -218,6 +221,49 @@ TEST(Olmo2, CountsAndPublishedSizes) {
   EXPECT_EQ(names(decoder::NormPlacement::post), "post_attention_layernorm.weight post_feedforward_layernorm.weight ");
   EXPECT_EQ(names(decoder::NormPlacement::sandwich), "input_layernorm.weight post_attention_layernorm.weight "
                                                      "pre_feedforward_layernorm.weight post_feedforward_layernorm.weight ");
+}
+
+TEST(Gemma3, CountsAndPublishedSizes) {
+  // Gemma3TextConfig's defaults: layer_types from sliding_window_pattern 6, embeddings tied, kv heads 4
+  decoder::Args a = decoder::Args::from_hf_json(R"({"model_type": "gemma3_text"})");
+  EXPECT_EQ(a.hf_class(), decoder::HfClass::gemma3);
+  EXPECT_EQ(a.layer_window[4], 4096);
+  EXPECT_EQ(a.layer_window[5], 0);
+  EXPECT_EQ(a.embed_multiplier(), std::sqrt(2304.0));
+  // google/gemma-3-*-pt text models (model cards: 1B; 4B, 12B and 27B less their 0.4B vision encoder):
+  // per layer q, k, v, o + gate, up, down + 4 norms of dim + q/k norms of head_dim; the embedding tied
+  const std::vector<std::pair<std::string, double>> sizes = {{"1b", 1.000}, {"4b", 3.880}, {"12b", 11.766}, {"27b", 27.009}};
+  for (const auto& [flavor, billions] : sizes) {
+    JobConfig c = load_job_config_file("", {"model.name", "gemma3", "model.flavor", flavor});
+    const decoder::Args& m = c.model;
+    EXPECT_EQ(m.num_params(), m.n_layers * (2 * m.dim * m.n_heads * m.head_dim + 2 * m.dim * m.n_kv_heads * m.head_dim +
+                                             3 * m.dim * m.hidden_dim + 4 * m.dim + 2 * m.head_dim) +
+                                  m.dim + m.vocab_size * m.dim) << flavor;
+    EXPECT_NEAR((double)m.num_params() / 1e9, billions, 0.002) << flavor;
+    int64_t full = 0;
+    for (auto w : m.layer_window) full += w == 0;
+    EXPECT_EQ(full, m.n_layers / 6) << flavor;  // 5 sliding : 1 full
+    DeviceScope meta(Device::Meta);
+    decoder::Decoder model(m);
+    EXPECT_EQ(model.num_parameters(), m.num_params()) << flavor;
+    decoder::Args r = decoder::Args::from_hf_json(m.to_hf_json());
+    EXPECT_EQ(r.hf_class(), decoder::HfClass::gemma3) << flavor;
+    EXPECT_EQ(r.to_hf_json(), m.to_hf_json()) << flavor;
+    EXPECT_EQ(r.layer_window, m.layer_window) << flavor;
+  }
+  auto refused = [](const std::string& text) {
+    try {
+      decoder::Args::from_hf_json(text);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(refused(R"({"model_type": "gemma3"})").find("give its text_config"), std::string::npos);
+  EXPECT_NE(refused(R"({"model_type": "gemma3_text", "use_bidirectional_attention": true})").find("bidirectional"),
+            std::string::npos);
+  EXPECT_NE(refused(R"({"model_type": "gemma3_text", "final_logit_softcapping": 0})").find("positive number or null"),
+            std::string::npos);
 }
 
 TEST(GptOss, CountsAndPublishedSizes) {

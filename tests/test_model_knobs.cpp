@@ -27,8 +27,9 @@ namespace {
 using Overrides = std::vector<std::string>;
 
 Overrides tiny(const std::string& family) {
-  return {"model.name", family, "model.dim", "32", "model.n_layers", "2", "model.n_heads", "4", "model.n_kv_heads", "2",
-          "model.head_dim", "8", "model.vocab_size", "50", "training.seq_len", "16"};
+  // gemma3: 6 layers, so that its preset's period (5 sliding, 1 full) has a full layer for the global RoPE keys
+  return {"model.name", family, "model.dim", "32", "model.n_layers", family == "gemma3" ? "6" : "2", "model.n_heads",
+          "4", "model.n_kv_heads", "2", "model.head_dim", "8", "model.vocab_size", "50", "training.seq_len", "16"};
 }
 
 constexpr int64_t B = 2, S = 16;
@@ -73,7 +74,7 @@ struct Knob {
 // Knobs an export does not carry by design: the member's name (an HF class names its own family), a label,
 // the sliding keys (resolved into the per-layer windows, compared as such) and training-only knobs (a loaded
 // model is not trained with the exporter's balancing).
-const std::set<std::string> kTransient = {"name", "flavor", "sliding_window", "sliding_window_layers",
+const std::set<std::string> kTransient = {"name", "flavor", "sliding_window", "sliding_window_layers", "sliding_window_period",
                                           "moe_aux_loss_coeff", "moe_bias_update_rate"};
 
 TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
@@ -81,7 +82,12 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
       {"qk_norm", {"model.qk_norm", "flip"}, {}},
       {"qk_norm_scope", {"model.qk_norm_scope", "other"}, {"model.qk_norm", "true"}},
       {"norm_type", {"model.norm_type", "layernorm"}, {}},
-      {"norm_placement", {"model.norm_placement", "sandwich"}, {}},
+      {"norm_placement", {"model.norm_placement", "other"}, {}},
+      {"norm_unit_offset", {"model.norm_unit_offset", "flip"}, {}},
+      {"query_pre_attn_scalar", {"model.query_pre_attn_scalar", "2.0"}, {}},
+      {"sliding_window_period", {"model.sliding_window_period", "2"},
+       {"model.sliding_window", "3", "model.sliding_window_layers", "periodic"}},
+      {"rope_local_theta", {"model.rope_local_theta", "50.0"}, {"model.sliding_window", "3"}},
       {"norm_eps", {"model.norm_eps", "0.3"}, {}},
       {"activation", {"model.activation", "gelu"}, {}},
       {"swiglu_limit", {"model.swiglu_limit", "0.05"}, {}},
@@ -90,7 +96,8 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
       {"sliding_window", {"model.sliding_window", "3"}, {}},
       {"sliding_window_layers", {"model.sliding_window_layers", "other"}, {"model.sliding_window", "3"}},
       {"rope_theta", {"model.rope_theta", "100.0"}, {}},
-      {"rope_scaling_type", {"model.rope_scaling_type", "llama3", "model.rope_scaling_factor", "8.0"}, {}},
+      {"rope_scaling_type", {"model.rope_scaling_type", "llama3", "model.rope_scaling_factor", "8.0",
+                             "model.rope_original_max_position_embeddings", "16"}, {}},
       {"rope_scaling_factor", {"model.rope_scaling_factor", "2.0"},
        {"model.rope_scaling_type", "yarn", "model.rope_scaling_factor", "4.0"}},
       {"rope_original_max_position_embeddings", {"model.rope_original_max_position_embeddings", "8"},
@@ -104,7 +111,7 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
       {"rope_high_freq_factor", {"model.rope_high_freq_factor", "8.0"},
        {"model.rope_scaling_type", "llama3", "model.rope_scaling_factor", "8.0",
         "model.rope_original_max_position_embeddings", "16"}},
-      {"enable_weight_tying", {"model.enable_weight_tying", "true"}, {}},
+      {"enable_weight_tying", {"model.enable_weight_tying", "flip"}, {}},
       {"hidden_dim", {"model.hidden_dim", "24"}, {}},
       {"moe_enabled", {"model.moe_enabled", "flip"}, {}},
       {"moe_num_experts", {"model.moe_num_experts", "3"}, {}},
@@ -135,7 +142,7 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
       EXPECT_TRUE(here) << "model." << k.key << " (models/decoder/knobs.def) is in no knob matrix: add it above";
     }
   }
-  const std::vector<std::string> families = {"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral", "olmo2"};
+  const std::vector<std::string> families = {"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral", "olmo2", "gemma3"};
   std::map<std::string, std::map<std::string, std::string>> table;
   int applied = 0, refused = 0;
   for (const auto& fam : families) {
@@ -158,12 +165,16 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
         const bool now = key == "qk_norm" ? cb.model.qk_norm : key == "attn_proj_bias" ? cb.model.attn_proj_bias
                          : key == "attn_sinks" ? cb.model.attn_sinks : key == "rope_yarn_truncate" ? cb.model.rope_yarn_truncate
                          : key == "moe_enabled" ? cb.model.moe_enabled : key == "moe_renormalize" ? cb.model.moe_renormalize
-                         : key == "moe_router_bias" ? cb.model.moe_router_bias : cb.model.moe_expert_bias;
+                         : key == "moe_router_bias" ? cb.model.moe_router_bias
+                         : key == "norm_unit_offset" ? cb.model.norm_unit_offset
+                         : key == "enable_weight_tying" ? cb.model.enable_weight_tying : cb.model.moe_expert_bias;
         v[1] = now ? "false" : "true";
+      } else if (v[1] == "other" && k.key == "norm_placement") {
+        v[1] = cb.model.norm_placement == decoder::NormPlacement::sandwich ? "post" : "sandwich";
       } else if (v[1] == "other" && k.key == "qk_norm_scope") {
         v[1] = cb.model.qk_norm_scope == decoder::QkNormScope::head ? "projection" : "head";
       } else if (v[1] == "other") {
-        v[1] = cb.model.sliding_window_layers == decoder::SlidingLayers::all ? "alternate" : "all";
+        v[1] = cb.model.sliding_window_layers == decoder::SlidingLayers::alternate ? "all" : "alternate";
       }
       with.insert(with.end(), v.begin(), v.end());
       JobConfig cw;
@@ -206,8 +217,8 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
     std::printf("\n");
   }
   std::printf("%d applied, %d refused\n", applied, refused);
-  EXPECT_EQ(applied, 186);  // 37 knobs x 6 models, less the 12 MoE keys x 3 dense models
-  EXPECT_EQ(refused, 36);
+  EXPECT_EQ(applied, 239);  // 41 knobs x 7 models, less the 12 MoE keys x 4 dense models
+  EXPECT_EQ(refused, 48);
 }
 
 // The presets of the members, and refusals naming the key.
@@ -247,7 +258,15 @@ TEST(ModelKnobs, FamilyPresetsAndRefusals) {
   EXPECT_NE(err(o).find("leave none of the 2 layers MoE"), std::string::npos) << err(o);
   // the members; a config.json names its member; others are refused by name, with the members listed
   EXPECT_EQ(config::enum_choices<decoder::Family>(),
-            (std::vector<std::string>{"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral", "olmo2"}));
+            (std::vector<std::string>{"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral", "olmo2", "gemma3"}));
+  JobConfig gemma3 = load_job_config_file("", tiny("gemma3"));
+  EXPECT_TRUE(gemma3.model.norm_unit_offset && gemma3.model.norm_placement == decoder::NormPlacement::sandwich &&
+              gemma3.model.enable_weight_tying && gemma3.model.embed_multiplier() == std::sqrt(32.0));
+  EXPECT_EQ(load_job_config_file("", {"model.name", "gemma3", "model.n_layers", "7"}).model.layer_window,
+            (std::vector<int64_t>{1024, 1024, 1024, 1024, 1024, 0, 1024}));  // the preset's period 6: layer 5 full
+  o = tiny("gemma3");
+  o.insert(o.end(), {"model.rope_original_max_position_embeddings", "64"});  // gemma3 scales RoPE linearly or not at all
+  EXPECT_NE(err(o).find("model.rope_original_max_position_embeddings does nothing"), std::string::npos) << err(o);
   JobConfig olmo2 = load_job_config_file("", tiny("olmo2"));
   EXPECT_TRUE(olmo2.model.qk_norm && olmo2.model.qk_norm_scope == decoder::QkNormScope::projection &&
               olmo2.model.norm_placement == decoder::NormPlacement::post && !olmo2.model.moe_enabled);
@@ -264,7 +283,7 @@ TEST(ModelKnobs, FamilyPresetsAndRefusals) {
   EXPECT_EQ(decoder::Args::from_hf_json(std::make_unique<decoder::Decoder>(oss.model)->hf_config_json()).name,
             decoder::Family::gpt_oss);
   EXPECT_NE(err({"model.name", "mistral"}).find("model.name = 'mistral' is not allowed; allowed values: qwen3, "
-                                                "qwen3_moe, gpt_oss, llama3, mixtral, olmo2"), std::string::npos)
+                                                "qwen3_moe, gpt_oss, llama3, mixtral, olmo2, gemma3"), std::string::npos)
       << err({"model.name", "mistral"});
   // the saved config leaves out what did not act, and reads back to the same config
   JobConfig cq = load_job_config_file("", tiny("qwen3"));
@@ -343,6 +362,12 @@ TEST(ModelKnobs, ExportImportRoundTripPerArchitecture) {
        "model.layers.1.post_attention_layernorm.weight"},
       {"qwen3", {"model.norm_placement", "sandwich"}, "TitanDecoderForCausalLM", "titan_decoder",
        "model.layers.1.pre_feedforward_layernorm.weight"},
+      {"gemma3", {}, "Gemma3ForCausalLM", "gemma3_text", "model.layers.1.pre_feedforward_layernorm.weight"},
+      {"gemma3", {"model.rope_scaling_type", "linear", "model.rope_scaling_factor", "8",
+                  "model.final_logit_softcap", "30"}, "Gemma3ForCausalLM", "gemma3_text", "model.layers.5.self_attn.q_norm.weight"},
+      {"gemma3", {"model.norm_unit_offset", "false"}, "TitanDecoderForCausalLM", "titan_decoder", "model.norm.weight"},
+      {"qwen3", {"model.query_pre_attn_scalar", "4", "model.activation", "gelu_pytorch_tanh"}, "TitanDecoderForCausalLM",
+       "titan_decoder", "model.norm.weight"},
       // ablations HF would load silently wrong as its own class: titan's decoder
       {"gpt_oss", {"model.qk_norm", "true"}, "TitanDecoderForCausalLM", "titan_decoder", "model.layers.0.self_attn.q_norm.weight"},
       {"qwen3", {"model.norm_type", "layernorm"}, "TitanDecoderForCausalLM", "titan_decoder", "model.norm.bias"},

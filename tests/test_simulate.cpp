@@ -395,6 +395,36 @@ TEST(Simulation, Mixtral8x22BPlansOnMetaTensors) {
   EXPECT_LT(ratio, 1.5);
 }
 
+// Gemma 3 27B (text, tied, 5 sliding : 1 full) over 64 meta ranks, TP 8 x FSDP 8: 1/64 of the weights per rank; the
+// sliding layers' attention FLOPs count their window (1024 of the 4096 tokens). OLMo 2's projection-wide QK-norm
+// under TP needs every KV head split: tp 2 over the debug flavor's 2 KV heads plans, tp 4 is refused naming the key.
+TEST(Simulation, Gemma3AndOlmo2PlanOnMetaTensors) {
+  JobConfig c = load_job_config_file("", {"model.name", "gemma3", "model.flavor", "27b", "training.seq_len", "4096",
+                                          "training.local_batch_size", "1", "parallelism.data_parallel_shard_degree", "8",
+                                          "parallelism.tensor_parallel_degree", "8", "activation_checkpoint.mode", "full"});
+  c.job.print_args = false;
+  StepPlan p = plan_step(c, 64);
+  const double params = (double)c.model.num_params();
+  EXPECT_NEAR(params / 1e9, 27.009, 0.001);
+  EXPECT_NEAR((double)p.memory.current[(int)MemoryCategory::Parameters], params * 4 / 64, params * 4 / 64 * 0.01);
+  const auto& m = c.model;
+  const double attn = 12.0 * m.n_heads * m.head_dim * (52 * 1024.0 + 10 * 4096.0);  // 52 sliding, 10 full layers
+  EXPECT_NEAR(c.model.flops_per_token(4096), 6.0 * (double)m.num_matmul_params() + attn, 1.0);
+  for (const char* tp : {"2", "4"}) {  // the debug flavor's 2 KV heads
+    JobConfig o = load_job_config_file("", {"model.name", "olmo2", "model.flavor", "debug", "training.seq_len", "256",
+                                            "training.local_batch_size", "1", "parallelism.tensor_parallel_degree", tp,
+                                            "parallelism.data_parallel_shard_degree", "1"});
+    o.job.print_args = false;
+    try {
+      plan_step(o, std::stoi(tp));
+      EXPECT_EQ(std::string(tp), "2");
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(tp), "4") << e.what();
+      EXPECT_NE(std::string(e.what()).find("model.qk_norm_scope projection"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Simulation, BadLayoutsAreRefusedWithTheNumbers) {
   JobConfig c = sim_config("configs/qwen3_32b.yaml");
   c.simulation.world_size = 128;  // 32 chips at 4 per chip: a 16-chip instance cannot hold them

@@ -104,6 +104,22 @@ std::string prefix_lm(const Args& m) {
 std::string relative_bias(const Args& m) {
   return m.attn_bias == nn::ScoreBias::relative ? "" : "model.attn_bias is not relative";
 }
+std::string periodic_layers(const Args& m) {
+  const std::string why = sliding_layers(m);
+  if (!why.empty()) return why;
+  return m.sliding_window_layers == SlidingLayers::periodic
+             ? ""
+             : "model.sliding_window_layers is " + config::enum_name(m.sliding_window_layers) + ", not periodic";
+}
+std::string some_sliding(const Args& m) {
+  return m.sliding_window > 0 ? "" : "model.sliding_window is 0 (no sliding layers)";
+}
+std::string rope_context(const Args& m) {
+  return m.rope_scaling_type == RopeScalingType::yarn || m.rope_scaling_type == RopeScalingType::llama3
+             ? ""
+             : "model.rope_scaling_type is " + config::enum_name(m.rope_scaling_type) +
+                   " (only yarn and llama3 scale from an original context)";
+}
 std::string qk_normed(const Args& m) { return m.qk_norm ? "" : "model.qk_norm is false (no QK-norm to span)"; }
 
 template <class T>
@@ -211,15 +227,20 @@ Args& Args::resolve() {
   if (!from_config_json) {
     // sliding layers: every layer, or alternate ones (0, 2, ...); attn_mask_type sliding_window: every layer
     layer_window.assign(std::max<int64_t>(n_layers, 0), 0);
-    for (int64_t i = 0; i < n_layers; ++i)
-      if (sliding_window > 0 && (sliding_window_layers == SlidingLayers::all || i % 2 == 0 ||
-                                 attn_mask_type == nn::MaskKind::sliding_window))
+    for (int64_t i = 0; i < n_layers; ++i) {
+      const bool slides = sliding_window_layers == SlidingLayers::all ||
+                          (sliding_window_layers == SlidingLayers::alternate && i % 2 == 0) ||
+                          (sliding_window_layers == SlidingLayers::periodic && (i + 1) % sliding_window_period != 0);
+      if (sliding_window > 0 && (slides || attn_mask_type == nn::MaskKind::sliding_window))
         layer_window[i] = sliding_window;
+    }
     if (name == Family::gpt_oss) max_position_embeddings = 131072;
     if (name == Family::mixtral) max_position_embeddings = 32768;  // Mixtral-8x7B's
     // a scaled context is factor x the original one (HF's YaRN derives its factor from this ratio in some
     // versions: keep the two consistent)
-    if (rope_scaling_type != RopeScalingType::none)
+    if (name == Family::gemma3) max_position_embeddings = 131072;  // Gemma 3 4B - 27B's
+    if (name == Family::olmo2) max_position_embeddings = 4096;     // OLMo-2-1124's
+    if (rope_scaling_type == RopeScalingType::yarn || rope_scaling_type == RopeScalingType::llama3)
       max_position_embeddings = std::llround(rope_scaling_factor * (double)rope_original_max_position_embeddings);
     moe_route_bias = moe_enabled && moe_bias_update_rate > 0;
   }
@@ -251,6 +272,8 @@ void Args::validate(bool hf_import) const {
     TITAN_CHECK(any_moe, head, key("moe_every"), " ", moe_every, " and ", key("moe_first_dense"), " ",
                 moe_first_dense, " leave none of the ", n_layers, " layers MoE");
   }
+  TITAN_CHECK(sliding_window_period >= 2 || !periodic_layers(*this).empty(), head, key("sliding_window_period"),
+              " must be >= 2 (every period-th layer full, the rest sliding), got ", sliding_window_period);
   TITAN_CHECK(rope_scaling_type == RopeScalingType::none || rope_scaling_factor > 1.0, head,
               key("rope_scaling_type"), " ", config::enum_name(rope_scaling_type), " with ",
               key("rope_scaling_factor"), " ", rope_scaling_factor,

@@ -1,16 +1,17 @@
 // models/decoder/args.h — the architecture of titan's one decoder family.
 //
-// Qwen3, Qwen3-MoE, gpt-oss, Llama-3, Mixtral and OLMo 2 are configurations of this one block
+// Qwen3, Qwen3-MoE, gpt-oss, Llama-3, Mixtral, OLMo 2 and Gemma 3 are configurations of this one block
 // (models/decoder/presets.h holds their presets); every knob applies to every
 // member or is refused (presets.h). The knobs are declared once, in
 // models/decoder/knobs.def: member, YAML key, default, HF field, check and
 // meaning in one row. The mapping to Hugging Face's config.json is honest: a
 // configuration one of HF's classes represents exactly is written as that
 // class (Qwen3ForCausalLM, Qwen3MoeForCausalLM, GptOssForCausalLM,
-// LlamaForCausalLM, MixtralForCausalLM, Olmo2ForCausalLM); anything else as titan's decoder (model_type
+// LlamaForCausalLM, MixtralForCausalLM, Olmo2ForCausalLM, Gemma3ForCausalLM); anything else as titan's decoder (model_type
 // "titan_decoder", every knob under "titan_decoder"), never as a class HF
 // would load and run differently.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -23,17 +24,22 @@
 
 namespace titan::decoder {
 
-enum class Family { qwen3, qwen3_moe, gpt_oss, llama3, mixtral, olmo2 };
-constexpr std::array<std::string_view, 6> enum_names(Family) {
-  return {"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral", "olmo2"};
+enum class Family { qwen3, qwen3_moe, gpt_oss, llama3, mixtral, olmo2, gemma3 };
+constexpr std::array<std::string_view, 7> enum_names(Family) {
+  return {"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral", "olmo2", "gemma3"};
 }
-enum class Activation { silu, gelu, oai_swiglu };
-constexpr std::array<std::string_view, 3> enum_names(Activation) { return {"silu", "gelu", "oai_swiglu"}; }
+// gelu: erf's; gelu_pytorch_tanh: the tanh approximation (HF's name for it; Gemma)
+enum class Activation { silu, gelu, oai_swiglu, gelu_pytorch_tanh };
+constexpr std::array<std::string_view, 4> enum_names(Activation) {
+  return {"silu", "gelu", "oai_swiglu", "gelu_pytorch_tanh"};
+}
 enum class RouterScore { softmax, sigmoid };
 constexpr std::array<std::string_view, 2> enum_names(RouterScore) { return {"softmax", "sigmoid"}; }
-enum class RopeScalingType { none, yarn, llama3 };
-constexpr std::array<std::string_view, 3> enum_names(RopeScalingType) { return {"none", "yarn", "llama3"}; }
-enum class SlidingLayers { all, alternate };
+enum class RopeScalingType { none, yarn, llama3, linear };
+constexpr std::array<std::string_view, 4> enum_names(RopeScalingType) { return {"none", "yarn", "llama3", "linear"}; }
+// Which layers slide: every one, alternate ones (0, 2, ...: gpt-oss), or all but every period-th (Gemma 3: 5 sliding,
+// then 1 full)
+enum class SlidingLayers { all, alternate, periodic };
 // Where a block's norms sit around its attention and MLP f: pre x + f(norm(x)) (Llama, Qwen3), post
 // x + norm(f(x)) (OLMo 2: after the sublayer, inside the residual), sandwich x + norm(f(norm(x))) (Gemma 2 / 3).
 enum class NormPlacement { pre, post, sandwich };
@@ -43,12 +49,12 @@ constexpr std::array<std::string_view, 3> enum_names(NormPlacement) { return {"p
 enum class QkNormScope { head, projection };
 constexpr std::array<std::string_view, 2> enum_names(QkNormScope) { return {"head", "projection"}; }
 // The Hugging Face class a configuration is exactly (none: titan's own decoder, TitanDecoderForCausalLM).
-enum class HfClass { none, qwen3, qwen3_moe, gpt_oss, llama, mixtral, olmo2 };
-constexpr std::array<std::string_view, 7> enum_names(HfClass) {
+enum class HfClass { none, qwen3, qwen3_moe, gpt_oss, llama, mixtral, olmo2, gemma3 };
+constexpr std::array<std::string_view, 8> enum_names(HfClass) {
   return {"TitanDecoderForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM", "LlamaForCausalLM",
-          "MixtralForCausalLM", "Olmo2ForCausalLM"};
+          "MixtralForCausalLM", "Olmo2ForCausalLM", "Gemma3ForCausalLM"};
 }
-constexpr std::array<std::string_view, 2> enum_names(SlidingLayers) { return {"all", "alternate"}; }
+constexpr std::array<std::string_view, 3> enum_names(SlidingLayers) { return {"all", "alternate", "periodic"}; }
 
 // RoPE frequency scaling (HF's rope_scaling): the rope_* knobs as rope.cpp reads them.
 struct RopeScaling {
@@ -83,6 +89,8 @@ struct Args {
   // key (model.<name>), or the config.json field when `hf_import` (the file's values were read, not typed).
   void validate(bool hf_import = false) const;
 
+  double embed_multiplier() const { return embed_scale > 0 ? embed_scale : std::sqrt((double)dim); }
+  double norm_weight_offset() const { return norm_unit_offset ? 1.0 : 0.0; }  // nn::Norm's
   bool is_moe_layer(int64_t i) const { return moe_enabled && i >= moe_first_dense && (i + 1) % moe_every == 0; }
   bool any_dense_layer() const;
   bool every_layer_moe() const { return moe_enabled && moe_every == 1 && moe_first_dense == 0; }

@@ -42,17 +42,18 @@ struct HfField {
   bool read = true;
 };
 std::vector<HfField> class_fields(HfClass c) {
-  const bool oss = c == HfClass::gpt_oss, mixtral = c == HfClass::mixtral;
+  const bool oss = c == HfClass::gpt_oss, mixtral = c == HfClass::mixtral, gemma3 = c == HfClass::gemma3;
   std::vector<HfField> f = {{"vocab_size"}, {"dim"},      {"n_layers"},            {"n_heads"},   {"n_kv_heads"},
                             {"head_dim"},   {"norm_eps"}, {"enable_weight_tying"}, {"rope_theta"}};
   // GptOssConfig's and MixtralConfig's intermediate_size is the experts' size (no layer is dense); gpt-oss fixes
   // the activation, both the projections' biases
   f.push_back(oss || mixtral ? HfField{"moe_hidden_dim", "intermediate_size"} : HfField{"hidden_dim"});
-  f.push_back({"activation", "", !oss});
+  f.push_back({"activation", gemma3 ? "hidden_activation" : "", !oss});
   f.push_back({"attn_proj_bias", "", !oss && !mixtral});
   if (c == HfClass::qwen3_moe)
     f.insert(f.end(), {{"moe_num_experts"}, {"moe_top_k"}, {"moe_hidden_dim"}, {"moe_renormalize"}, {"moe_every"}});
   if (mixtral) f.insert(f.end(), {{"moe_num_experts", "num_local_experts"}, {"moe_top_k"}});
+  if (gemma3) f.insert(f.end(), {{"query_pre_attn_scalar"}, {"rope_local_theta"}});
   if (oss)
     f.insert(f.end(), {{"moe_num_experts", "num_local_experts"}, {"moe_top_k"},
                        {"moe_top_k", "experts_per_token", false}, {"swiglu_limit"}});
@@ -74,15 +75,16 @@ RopeScaling rope_from_hf(const json& j, int64_t default_original) {
   TITAN_CHECK(rs.is_object(), "model config: rope_scaling must be an object or null, got ", rs.dump());
   const std::string type = rs.value("rope_type", rs.value("type", std::string("default")));
   if (type == "default") return RopeScaling{};
-  TITAN_CHECK(type == "yarn" || type == "llama3", "model config: rope_scaling type '", type,
-              "' is not supported (yarn, llama3)");
-  r.type = type == "yarn" ? RopeScalingType::yarn : RopeScalingType::llama3;
+  TITAN_CHECK(type == "yarn" || type == "llama3" || type == "linear", "model config: rope_scaling type '", type,
+              "' is not supported (yarn, llama3, linear)");
+  r.type = type == "yarn" ? RopeScalingType::yarn : type == "llama3" ? RopeScalingType::llama3 : RopeScalingType::linear;
   // keys titan would otherwise drop (attention_factor, mscale, ...) are refused, not ignored
   for (auto it = rs.begin(); it != rs.end(); ++it) {
     static const std::vector<std::string> common{"rope_type", "type", "factor", "original_max_position_embeddings"};
     static const std::vector<std::string> yarn{"beta_fast", "beta_slow", "truncate"};
     static const std::vector<std::string> llama{"low_freq_factor", "high_freq_factor"};
-    const auto& own = r.type == RopeScalingType::yarn ? yarn : llama;
+    static const std::vector<std::string> linear{};
+    const auto& own = r.type == RopeScalingType::yarn ? yarn : r.type == RopeScalingType::llama3 ? llama : linear;
     TITAN_CHECK(std::find(common.begin(), common.end(), it.key()) != common.end() ||
                     std::find(own.begin(), own.end(), it.key()) != own.end(),
                 "model config: rope_scaling key '", it.key(), "' (", type, ") is not supported by titan");
@@ -110,8 +112,9 @@ void set_rope(Args& a, const RopeScaling& r) {
 
 json rope_to_hf(const RopeScaling& r) {
   if (r.type == RopeScalingType::none) return json(nullptr);
-  json j = {{"rope_type", r.type}, {"factor", r.factor},
-            {"original_max_position_embeddings", r.original_max_position_embeddings}};
+  json j = {{"rope_type", r.type}, {"factor", r.factor}};
+  if (r.type == RopeScalingType::linear) return j;
+  j["original_max_position_embeddings"] = r.original_max_position_embeddings;
   if (r.type == RopeScalingType::yarn) {
     j["beta_fast"] = r.beta_fast;
     j["beta_slow"] = r.beta_slow;
@@ -237,6 +240,41 @@ Args olmo2_from_hf(const json& j) {
   return a;
 }
 
+// A softcap field: null (HF's "none") or a positive number.
+double softcap_from_hf(const json& j, const char* field) {
+  if (!has(j, field)) return 0.0;
+  TITAN_CHECK(j[field].is_number() && j[field].get<double>() > 0, "gemma3 config: ", field, " = ", j[field].dump(),
+              " must be a positive number or null");
+  return j[field].get<double>();
+}
+
+Args gemma3_from_hf(const json& j) {
+  Args a = hf_defaults(Family::gemma3);
+  read_hf_fields(j, HfClass::gemma3, a);
+  // what Gemma3ForCausalLM fixes: sandwich norms of 1 + weight, per-head QK-norm, embeddings times sqrt(dim)
+  a.qk_norm = a.norm_unit_offset = true;
+  a.qk_norm_scope = QkNormScope::head;
+  a.norm_placement = NormPlacement::sandwich;
+  a.embed_scale = 0.0;
+  if (!has(j, "num_key_value_heads")) a.n_kv_heads = 4;
+  TITAN_CHECK(!j.value("use_bidirectional_attention", false),
+              "gemma3 config: use_bidirectional_attention true (an encoder's mask) is not supported");
+  a.final_logit_softcap = softcap_from_hf(j, "final_logit_softcapping");
+  a.attn_logit_softcap = softcap_from_hf(j, "attn_logit_softcapping");
+  set_rope(a, rope_from_hf(j, a.max_position_embeddings = int_value(j, "max_position_embeddings", 131072)));
+  const int64_t sw = int_value(j, "sliding_window", 4096);
+  TITAN_CHECK(sw > 0, "gemma3 config: sliding_window ", sw, " must be > 0");
+  if (has(j, "layer_types")) {
+    windows_from_hf(j, a, sw, "gemma3");
+  } else {  // Gemma3TextConfig: sliding_window_pattern (6): every 6th layer full
+    const int64_t every = int_value(j, "sliding_window_pattern", 6);
+    TITAN_CHECK(every > 0, "gemma3 config: sliding_window_pattern ", every, " must be > 0");
+    a.layer_window.assign(a.n_layers, 0);
+    for (int64_t i = 0; i < a.n_layers; ++i) a.layer_window[i] = (i + 1) % every ? sw : 0;
+  }
+  return a;
+}
+
 Args mixtral_from_hf(const json& j) {
   Args a = hf_defaults(Family::mixtral);
   read_hf_fields(j, HfClass::mixtral, a);
@@ -294,8 +332,8 @@ std::vector<std::string> block_path(const std::string& key) {
 // What the block leaves out: a label, the knobs resolved into layer_window, and training-only knobs (a loaded
 // model is not trained with the exporter's balancing: 0.9's block had none of them).
 bool in_block(const std::string& key) {
-  static const std::set<std::string> out = {"flavor", "sliding_window", "sliding_window_layers", "moe_aux_loss_coeff",
-                                            "moe_bias_update_rate"};
+  static const std::set<std::string> out = {"flavor", "sliding_window", "sliding_window_layers", "sliding_window_period",
+                                            "moe_aux_loss_coeff", "moe_bias_update_rate"};
   return !out.count(key);
 }
 
@@ -381,8 +419,12 @@ Args from_hf_object(const json& j) {
     else if (fam == "llama") a = llama_from_hf(j);
     else if (fam == "mixtral") a = mixtral_from_hf(j);
     else if (fam == "olmo2") a = olmo2_from_hf(j);
+    else if (fam == "gemma3_text") a = gemma3_from_hf(j);
+    else if (fam == "gemma3")
+      fail("model config: model_type gemma3 is Gemma3ForConditionalGeneration (text and vision); titan trains the "
+           "text model: give its text_config as a config of model_type gemma3_text");
     else fail("model config: model_type '", fam,
-              "' is not supported (qwen3, qwen3_moe, gpt_oss, llama, mixtral, olmo2, titan_decoder)");
+              "' is not supported (qwen3, qwen3_moe, gpt_oss, llama, mixtral, olmo2, gemma3_text, titan_decoder)");
     attention_from_hf(j, a);
     if (mt == "titan_decoder") a.titan_layout = true;  // titan 0.8's titan_decoder (titan_attention)
   }
@@ -406,15 +448,32 @@ HfClass Args::hf_class(std::string* why) const {
   if (moe_enabled && moe_route_bias)
     return no("auxiliary-loss-free balancing: the expert biases that steer its routing have no place in the HF "
               "class (titan's layout keeps them)");
-  if (!attention().is_default()) return no("attention variant " + attention().describe() + " (no HF class has it)");
-  if (norm_type != nn::NormKind::rmsnorm) return no("norm_type " + config::enum_name(norm_type));
-  if (embed_scale != 1.0) return no("embed_scale (no HF class titan exports scales its embedding)");
-  if (final_logit_softcap > 0) return no("final_logit_softcap (no HF class titan exports caps its logits)");
   bool sliding = false, uniform = true;
   for (auto w : layer_window) {
     sliding = sliding || w > 0;
     uniform = uniform && (w == 0 || w == *std::max_element(layer_window.begin(), layer_window.end()));
   }
+  if (name == Family::gemma3) {
+    const nn::AttentionVariant v = attention();
+    if (!(qk_norm && qk_norm_scope == QkNormScope::head && norm_unit_offset &&
+          norm_placement == NormPlacement::sandwich && norm_type == nn::NormKind::rmsnorm &&
+          embed_multiplier() == std::sqrt((double)dim) && !moe_enabled && !attn_sinks && swiglu_limit == 0 &&
+          activation != Activation::oai_swiglu && v.mask == nn::MaskKind::causal && v.bias == nn::ScoreBias::none &&
+          uniform && (!sliding || rope_local_theta > 0) && rope_scaling_type != RopeScalingType::yarn &&
+          rope_scaling_type != RopeScalingType::llama3))
+      return no("a gemma3 ablation (Gemma3ForCausalLM fixes: sandwich RMSNorms of 1 + weight, per-head QK-norm, "
+                "embeddings times sqrt(dim), dense MLPs, a causal mask with one window and their own RoPE base on "
+                "the sliding layers, linear RoPE scaling or none, no sinks or clamped activation)");
+    return HfClass::gemma3;
+  }
+  if (!attention().is_default()) return no("attention variant " + attention().describe() + " (no HF class has it)");
+  if (norm_type != nn::NormKind::rmsnorm) return no("norm_type " + config::enum_name(norm_type));
+  if (embed_scale != 1.0) return no("embed_scale outside gemma3");
+  if (norm_unit_offset) return no("norm_unit_offset outside gemma3");
+  if (query_pre_attn_scalar > 0) return no("query_pre_attn_scalar outside gemma3");
+  if (rope_local_theta > 0 && sliding) return no("rope_local_theta outside gemma3");
+  if (rope_scaling_type == RopeScalingType::linear) return no("linear RoPE scaling outside gemma3");
+  if (final_logit_softcap > 0) return no("final_logit_softcap outside gemma3");
   if (!uniform) return no("sliding layers with different windows");
   const bool olmo2_blocks = qk_norm && qk_norm_scope == QkNormScope::projection && norm_placement == NormPlacement::post;
   if (name == Family::olmo2) {
@@ -463,8 +522,8 @@ std::string Args::to_hf_json() const {
   std::string why;
   const HfClass arch = hf_class(&why);
   const RopeScaling rope = rope_scaling();
-  static constexpr std::array<const char*, 7> model_type = {"titan_decoder", "qwen3",   "qwen3_moe", "gpt_oss",
-                                                            "llama",         "mixtral", "olmo2"};
+  static constexpr std::array<const char*, 8> model_type = {"titan_decoder", "qwen3", "qwen3_moe", "gpt_oss",
+                                                            "llama", "mixtral", "olmo2", "gemma3_text"};
   json j;
   j["architectures"] = {arch};
   j["model_type"] = model_type[(size_t)arch];
@@ -477,9 +536,9 @@ std::string Args::to_hf_json() const {
   if (arch == HfClass::none && (name == Family::gpt_oss || name == Family::mixtral))
     j["intermediate_size"] = moe_hidden_dim;  // the experts' size, as GptOssConfig and MixtralConfig name it
   // scaled RoPE: factor x original, so every HF version derives the same YaRN factor
-  j["max_position_embeddings"] = rope.type == RopeScalingType::none
-                                     ? max_position_embeddings
-                                     : std::llround(rope.factor * rope.original_max_position_embeddings);
+  const bool from_original = rope.type == RopeScalingType::yarn || rope.type == RopeScalingType::llama3;
+  j["max_position_embeddings"] = from_original ? std::llround(rope.factor * rope.original_max_position_embeddings)
+                                               : max_position_embeddings;
   j["rope_scaling"] = rope_to_hf(rope);
   j["attention_dropout"] = 0.0;
   j["initializer_range"] = 0.02;
@@ -510,6 +569,14 @@ std::string Args::to_hf_json() const {
     j.erase("layer_types");
   } else if (arch == HfClass::olmo2) {
     j.erase("layer_types");
+  } else if (arch == HfClass::gemma3) {
+    j["sliding_window"] = sw > 0 ? sw : 4096;
+    j["final_logit_softcapping"] = final_logit_softcap > 0 ? json(final_logit_softcap) : json(nullptr);
+    j["attn_logit_softcapping"] = attn_logit_softcap > 0 ? json(attn_logit_softcap) : json(nullptr);
+    j["use_bidirectional_attention"] = false;
+    // HF always builds both RoPE tables and scales by this scalar: titan's 0s (unused local base, sqrt(head_dim)) as values
+    if (rope_local_theta == 0) j["rope_local_base_freq"] = rope_theta;  // no sliding layer uses it (hf_class)
+    if (query_pre_attn_scalar == 0) j["query_pre_attn_scalar"] = head_dim;
   } else if (arch == HfClass::mixtral) {
     j["sliding_window"] = sw > 0 ? json(sw) : json(nullptr);
     j["router_aux_loss_coef"] = moe_aux_loss_coeff;

@@ -19,12 +19,18 @@ Tensor gated_activation(const Tensor& gate, const Tensor& up, Activation act, do
     u = clamp(u, -limit, limit);
   }
   if (act == Activation::oai_swiglu) return mul(add(u, 1.0), mul(g, sigmoid(mul(g, 1.702))));
+  if (act == Activation::gelu_pytorch_tanh) {  // 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))
+    Tensor inner = mul(add(g, mul(mul(mul(g, g), g), 0.044715)), std::sqrt(2.0 / M_PI));
+    return mul(mul(mul(g, 0.5), add(tanh(inner), 1.0)), u);
+  }
   return mul(act == Activation::gelu ? gelu(g) : silu(g), u);
 }
 
 // ---- attention ----
 
 Attention::Attention(const Args& a, int64_t w) : head_dim(a.head_dim), window(w), variant(a.attention()) {
+  local_rope = w > 0 && a.rope_local_theta > 0;
+  if (a.query_pre_attn_scalar > 0) q_scale = std::sqrt((double)a.head_dim / a.query_pre_attn_scalar);
   const bool b = a.attn_proj_bias;
   q_proj = &register_module("q_proj", std::make_unique<nn::Linear>(a.dim, a.n_heads * a.head_dim, b));
   k_proj = &register_module("k_proj", std::make_unique<nn::Linear>(a.dim, a.n_kv_heads * a.head_dim, b));
@@ -34,8 +40,9 @@ Attention::Attention(const Args& a, int64_t w) : head_dim(a.head_dim), window(w)
     qk_norm_projection = a.qk_norm_scope == QkNormScope::projection;
     const int64_t qw = qk_norm_projection ? a.n_heads * a.head_dim : a.head_dim;
     const int64_t kw = qk_norm_projection ? a.n_kv_heads * a.head_dim : a.head_dim;
-    q_norm = &register_module("q_norm", std::make_unique<nn::Norm>(qw, a.norm_type, a.norm_eps));
-    k_norm = &register_module("k_norm", std::make_unique<nn::Norm>(kw, a.norm_type, a.norm_eps));
+    const double off = a.norm_weight_offset();
+    q_norm = &register_module("q_norm", std::make_unique<nn::Norm>(qw, a.norm_type, a.norm_eps, off));
+    k_norm = &register_module("k_norm", std::make_unique<nn::Norm>(kw, a.norm_type, a.norm_eps, off));
   }
   if (a.attn_sinks) register_parameter("sinks", sinks, nn::new_parameter({a.n_heads}));
   bias = nn::attention_bias_tensor(variant, a.n_heads);
@@ -55,7 +62,7 @@ Tensor split_width_norm(const nn::Norm& n, const Tensor& x, const comms::PG& gro
   Tensor c = x;
   if (n.layernorm) c = sub(x, mul(group_sum(x), 1.0 / width));  // centred on the full width's mean
   Tensor y = mul(c, rsqrt(add(mul(group_sum(mul(c, c)), 1.0 / width), n.eps)));  // [..., W_local]
-  y = mul(y, n.weight);
+  y = mul(y, n.scale());
   return n.layernorm ? add(y, n.bias) : y;
 }
 }  // namespace
@@ -77,8 +84,11 @@ Tensor Attention::forward(const Tensor& x, const nn::AttentionInputs& in) const 
     q = q_norm->forward(q);
     k = k_norm->forward(k);
   }
-  q = rope(q, in.cos, in.sin);
-  k = rope(k, in.cos, in.sin);
+  const Tensor& cos = local_rope ? in.cos_local : in.cos;
+  const Tensor& sin = local_rope ? in.sin_local : in.sin;
+  q = rope(q, cos, sin);
+  k = rope(k, cos, sin);
+  if (q_scale != 1.0) q = mul(q, q_scale);  // scores / sqrt(query_pre_attn_scalar) where the kernel divides by sqrt(D)
   // [B, S, Hq, D]; context parallel: S is this rank's chunks, in.attend the attention over the whole sequence
   Tensor o = nn::variant_attention(q, k, v, sinks, variant, window, in.doc_ids, bias, in.attend);
   return o_proj->forward(o.reshape({B, S, hq * head_dim}));
@@ -182,7 +192,7 @@ DecoderLayer::DecoderLayer(const Args& a, int64_t layer) {
   if (a.is_moe_layer(layer)) moe = &register_module("mlp", std::make_unique<MoE>(a));
   else mlp = &register_module("mlp", std::make_unique<MLP>(a, a.hidden_dim));
   auto norm = [&](const char* hf_name) {
-    return &register_module(hf_name, std::make_unique<nn::Norm>(a.dim, a.norm_type, a.norm_eps));
+    return &register_module(hf_name, std::make_unique<nn::Norm>(a.dim, a.norm_type, a.norm_eps, a.norm_weight_offset()));
   };
   // registered in HF's order (the parameters' order: init, checkpoints)
   const bool before = a.norm_placement != NormPlacement::post, after = a.norm_placement != NormPlacement::pre;
@@ -214,7 +224,7 @@ Backbone::Backbone(const Args& a) {
   embed_tokens = &register_module("embed_tokens", std::make_unique<nn::Embedding>(a.vocab_size, a.dim));
   layers = &register_module("layers", std::make_unique<LayerList>());
   for (int64_t i = 0; i < a.n_layers; ++i) layers->add(std::make_unique<DecoderLayer>(a, i));
-  norm = &register_module("norm", std::make_unique<nn::Norm>(a.dim, a.norm_type, a.norm_eps));
+  norm = &register_module("norm", std::make_unique<nn::Norm>(a.dim, a.norm_type, a.norm_eps, a.norm_weight_offset()));
 }
 
 Decoder::Decoder(const Args& a) : args_(Args(a).resolve()) {
@@ -273,16 +283,20 @@ Tensor Decoder::forward_chunk(const Tensor& x, const Tensor& doc_ids, const Mode
     if (!cos_.defined() || cos_.size(0) != S || cos_.device() != dev || rope_shard_ != std::make_pair(cp.parts, cp.index)) {
       if (cp.sharded()) std::tie(cos_, sin_) = rope_tables(cp.positions(S), args_.head_dim, args_.rope_theta, args_.rope_scaling(), dev);
       else std::tie(cos_, sin_) = rope_tables(S, args_.head_dim, args_.rope_theta, args_.rope_scaling(), dev);
+      if (args_.rope_local_theta > 0)  // the sliding layers': their own base, unscaled (Gemma 3)
+        std::tie(cos_local_, sin_local_) =
+            cp.sharded() ? rope_tables(cp.positions(S), args_.head_dim, args_.rope_local_theta, RopeScaling{}, dev)
+                         : rope_tables(S, args_.head_dim, args_.rope_local_theta, RopeScaling{}, dev);
       rope_shard_ = {cp.parts, cp.index};
     }
     TITAN_CHECK(!cp.sharded() || !doc_ids.defined() || doc_ids.size(1) == cp.global_len(S), "Decoder::forward_chunk: "
                 "context parallel: doc_ids ", shape_str(doc_ids.shape()), " must cover the whole sequence (", cp.global_len(S),
                 " tokens), this rank holds ", S);
-    const nn::AttentionInputs in{cos_, sin_, doc_ids, cp.attend};
+    const nn::AttentionInputs in{cos_, sin_, cos_local_, sin_local_, doc_ids, cp.attend};
     // [B, S, dim] (a plan's hooks may shard it: sequence parallel hands the blocks [B, S/tp, dim])
     Tensor h = c.first ? model->embed_tokens->call(in_x, [&](const Tensor& t) { return model->embed_tokens->forward(t); })
                        : in_x;
-    if (c.first && args_.embed_scale != 1.0) h = mul(h, args_.embed_scale);  // Gemma: sqrt(dim)
+    if (c.first && args_.embed_multiplier() != 1.0) h = mul(h, args_.embed_multiplier());  // Gemma: sqrt(dim)
     h = model->layers->run(h, in, activation_checkpoint,
                            checkpoint_save_ops ? autograd::SavePolicy::TorchTitanOps : autograd::SavePolicy::None,
                            c.begin, end);

@@ -37,6 +37,8 @@ class Attention : public nn::Module {
   // before RoPE: over head_dim, or (qk_norm_scope projection) over the whole projection [Hq * D] / [Hkv * D]
   nn::Norm *q_norm = nullptr, *k_norm = nullptr;
   bool qk_norm_projection = false;
+  bool local_rope = false;  // a sliding layer with its own RoPE tables (rope_local_theta)
+  double q_scale = 1.0;     // query_pre_attn_scalar: q times sqrt(head_dim / scalar) after RoPE
   // Set by a tensor-parallel plan when this rank holds a part of the heads: a projection-wide QK-norm reduces
   // its statistics over the group (null: all heads local).
   comms::PG heads_group;
@@ -193,6 +195,7 @@ class Decoder : public nn::Module {
  private:
   Args args_;
   Tensor cos_, sin_;  // RoPE tables [S, head_dim/2] for the last seq_len seen
+  Tensor cos_local_, sin_local_;  // the sliding layers' (rope_local_theta > 0)
   std::pair<int64_t, int64_t> rope_shard_{1, 0};  // the sequence shard (parts, index) they were built for
 };
 

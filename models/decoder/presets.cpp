@@ -38,6 +38,19 @@ const Args kOlmo2{.name = Family::olmo2,
                   .qk_norm_scope = QkNormScope::projection,
                   .norm_placement = NormPlacement::post,
                   .rope_theta = 500000.0};
+// Gemma 3 text (google/gemma-3-4b-pt's text config): sandwich norms scaling by 1 + weight, per-head QK-norm, GELU's
+// tanh form, tied embeddings times sqrt(dim), scores over sqrt(256), 5 sliding layers (RoPE base 10000) to 1 full
+// (1e6); the sizes' windows and RoPE scaling are the flavors'
+const Args kGemma3{.name = Family::gemma3,
+                   .norm_unit_offset = true,
+                   .norm_placement = NormPlacement::sandwich,
+                   .activation = Activation::gelu_pytorch_tanh,
+                   .enable_weight_tying = true,
+                   .sliding_window = 1024,
+                   .sliding_window_layers = SlidingLayers::periodic,
+                   .rope_local_theta = 10000.0,
+                   .query_pre_attn_scalar = 256.0,
+                   .embed_scale = 0.0};
 const Args kLlama3{.name = Family::llama3,
                    .qk_norm = false,
                    .norm_eps = 1e-5,
@@ -46,7 +59,8 @@ const Args kLlama3{.name = Family::llama3,
 
 // model.flavor: each member's named sizes, the knobs each sets (values as YAML writes them). The published
 // configs: Qwen/Qwen3-*, Qwen/Qwen3-30B-A3B, openai/gpt-oss-*, meta-llama/Llama-2-*, Meta-Llama-3(.1)-*,
-// mistralai/Mixtral-8x7B-v0.1 and -8x22B-v0.1, allenai/OLMo-2-0425-1B, -1124-7B, -1124-13B and -0325-32B;
+// mistralai/Mixtral-8x7B-v0.1 and -8x22B-v0.1, allenai/OLMo-2-0425-1B, -1124-7B, -1124-13B and -0325-32B,
+// google/gemma-3-{1b,4b,12b,27b}-pt (text);
 // "debug" / "bench": titan's small models (configs/*_debug.yaml, configs/qwen3_bench.yaml).
 struct Flavor {
   Family family;
@@ -108,6 +122,16 @@ const std::vector<Flavor>& flavor_table() {
       {Family::olmo2, "7b", dense("4096", "32", "32", "32", "128", "11008", "100352")},
       {Family::olmo2, "13b", dense("5120", "40", "40", "40", "128", "13824", "100352")},
       {Family::olmo2, "32b", dense("5120", "64", "40", "8", "128", "27648", "100352")},
+      {Family::gemma3, "debug", with(dense("256", "6", "4", "2", "64", "768", "256"),
+                                     {{"sliding_window", "64"}, {"query_pre_attn_scalar", "64"}})},
+      {Family::gemma3, "1b", with(dense("1152", "26", "4", "1", "256", "6912", "262144"), {{"sliding_window", "512"}})},
+      {Family::gemma3, "4b", with(dense("2560", "34", "8", "4", "256", "10240", "262208"),
+                                  {{"rope_scaling_type", "linear"}, {"rope_scaling_factor", "8"}})},
+      {Family::gemma3, "12b", with(dense("3840", "48", "16", "8", "256", "15360", "262208"),
+                                   {{"rope_scaling_type", "linear"}, {"rope_scaling_factor", "8"}})},
+      {Family::gemma3, "27b", with(dense("5376", "62", "32", "16", "128", "21504", "262208"),
+                                   {{"rope_scaling_type", "linear"}, {"rope_scaling_factor", "8"},
+                                    {"query_pre_attn_scalar", "168"}})},
       {Family::llama3, "llama2-7b", with(dense("4096", "32", "32", "32", "128", "11008", "32000"), {{"rope_theta", "10000"}})},
       {Family::llama3, "llama2-13b", with(dense("5120", "40", "40", "40", "128", "13824", "32000"), {{"rope_theta", "10000"}})},
       {Family::llama3, "llama3-8b", dense("4096", "32", "32", "8", "128", "14336", "128256")},
@@ -215,12 +239,13 @@ const Args& preset(Family f) {
     case Family::llama3: return kLlama3;
     case Family::mixtral: return kMixtral;
     case Family::olmo2: return kOlmo2;
+    case Family::gemma3: return kGemma3;
     default: return kQwen3;
   }
 }
 
 Args hf_defaults(Family f) {
-  Args a;  // Qwen3Config, Qwen3MoeConfig, GptOssConfig, LlamaConfig, MixtralConfig, Olmo2Config defaults
+  Args a;  // Qwen3Config, Qwen3MoeConfig, GptOssConfig, LlamaConfig, MixtralConfig, Olmo2Config, Gemma3TextConfig defaults
   a.name = f;
   a.rope_theta = 10000.0;
   a.norm_eps = 1e-6;
@@ -254,9 +279,15 @@ Args hf_defaults(Family f) {
       a.norm_eps = 1e-5, a.qk_norm = true, a.qk_norm_scope = QkNormScope::projection;
       a.norm_placement = NormPlacement::post;
       break;
+    case Family::gemma3:  // Gemma3TextConfig: gemma-3 "2b"-like sizes; what Gemma3ForCausalLM fixes
+      a.vocab_size = 262208, a.dim = 2304, a.hidden_dim = 9216, a.n_layers = 26, a.n_heads = 8, a.n_kv_heads = 4;
+      a.head_dim = 256, a.rope_theta = 1e6, a.qk_norm = true, a.norm_unit_offset = true;
+      a.norm_placement = NormPlacement::sandwich, a.query_pre_attn_scalar = 256, a.rope_local_theta = 10000;
+      a.embed_scale = 0.0, a.max_position_embeddings = 131072;
+      break;
   }
-  a.activation = Activation::silu;
-  a.enable_weight_tying = false;
+  a.activation = f == Family::gemma3 ? Activation::gelu_pytorch_tanh : Activation::silu;
+  a.enable_weight_tying = f == Family::gemma3;
   a.attn_proj_bias = false;
   return a;
 }

@@ -2,7 +2,7 @@
 // refused.
 //
 // model.name picks a member of titan's one decoder family (qwen3, qwen3_moe,
-// gpt_oss, llama3). A member is a preset: the values it gives the knobs the
+// gpt_oss, llama3, mixtral, olmo2, gemma3). A member is a preset: the values it gives the knobs the
 // YAML and command line leave unset. Every knob applies to every member,
 // except where the configuration has nothing for it to act on (MoE keys
 // without MoE layers, YaRN keys without YaRN, ...): such a key, when given, is

@@ -71,6 +71,8 @@ std::pair<Tensor, Tensor> rope_tables(const std::vector<int64_t>& positions, int
     attention_factor = (float)(0.1 * std::log(r.factor) + 1.0);
   } else if (r.type == RopeScalingType::llama3) {
     inv = llama3(inv, r);
+  } else if (r.type == RopeScalingType::linear) {  // HF _compute_linear_scaling_rope_parameters
+    for (auto& f : inv) f /= (float)r.factor;
   }
   float* pc = c.data<float>();
   float* ps = s.data<float>();

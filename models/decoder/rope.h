@@ -1,6 +1,6 @@
 // models/decoder/rope.h — RoPE cos/sin tables as Hugging Face computes them
 // (float32 inverse frequencies, float32 angles): the default frequencies,
-// YaRN (gpt-oss) and Llama-3.1's scaling.
+// YaRN (gpt-oss), Llama-3.1's scaling and linear scaling (Gemma 3).
 #pragma once
 #include <utility>
 #include <vector>

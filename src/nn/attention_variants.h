@@ -39,6 +39,7 @@ struct SequenceShard {
 // sequence (undefined: flex attention on this rank).
 struct AttentionInputs {
   Tensor cos, sin;
+  Tensor cos_local, sin_local;  // the sliding layers' own RoPE tables, when they have one (Gemma 3)
   Tensor doc_ids;
   AttendFn attend;
 };

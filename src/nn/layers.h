@@ -39,15 +39,18 @@ class Embedding : public Module {
 enum class NormKind { rmsnorm, layernorm };
 constexpr std::array<std::string_view, 2> enum_names(NormKind) { return {"rmsnorm", "layernorm"}; }
 
-// RMSNorm (weight) or LayerNorm (weight, bias) over the last dim.
+// RMSNorm (weight) or LayerNorm (weight, bias) over the last dim. weight_offset: the norm scales by
+// (offset + weight), the weight starting at 0 (Gemma's (1 + weight) norms); 0: by the weight, starting at 1.
 class Norm : public Module {
  public:
-  Norm(int64_t dim, NormKind kind, double eps);
+  Norm(int64_t dim, NormKind kind, double eps, double weight_offset = 0.0);
   Tensor forward(const Tensor& x) const;
+  Tensor scale() const;  // what multiplies the normalized x: weight, or offset + weight
   Tensor weight;  // [dim]
   Tensor bias;    // [dim], layernorm only
   bool layernorm;
   double eps;
+  double weight_offset;
 };
 
 }  // namespace titan::nn

@@ -83,7 +83,7 @@ def main():
         byte_level["model"]["merges"].append(f"{a} {b}")
     put("tokenizer", "bpe", json.dumps(byte_level) + "\0hello world, héllo<|endoftext|>hello 123")
 
-    for cfg in ("qwen3_debug", "qwen3_moe_debug", "gpt_oss_debug", "llama3_debug", "mixtral_debug", "olmo2_debug"):
+    for cfg in ("qwen3_debug", "qwen3_moe_debug", "gpt_oss_debug", "llama3_debug", "mixtral_debug", "olmo2_debug", "gemma3_debug"):
         with open(os.path.join(SRC, "configs", cfg + ".yaml")) as f:
             text = f.read()
         put("job_config", cfg, text)
@@ -107,6 +107,12 @@ def main():
                                             "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 64,
                                             "router_aux_loss_coef": 0.02, "output_router_logits": False}))
     put("hf_config", "olmo2", json.dumps({"architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", **base}))
+    put("hf_config", "gemma3", json.dumps({"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+                                           **{k: v for k, v in base.items() if k != "tie_word_embeddings"},
+                                           "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 16,
+                                           "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"],
+                                           "rope_local_base_freq": 10000.0, "final_logit_softcapping": None,
+                                           "rope_scaling": {"rope_type": "linear", "factor": 8.0}}))
     put("hf_config", "llama", json.dumps({"model_type": "llama", **base,
                                           "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
                                                            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
