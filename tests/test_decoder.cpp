@@ -266,6 +266,41 @@ TEST(Gemma3, CountsAndPublishedSizes) {
             std::string::npos);
 }
 
+// transformers 5's rope_parameters read as 4.x's rope_theta / rope_scaling (/ Gemma 3's rope_local_base_freq)
+TEST(HfConfig, RopeParametersOfTransformers5) {
+  auto same = [](const std::string& v5, const std::string& v4) {
+    return decoder::Args::from_hf_json(v5).to_hf_json() == decoder::Args::from_hf_json(v4).to_hf_json();
+  };
+  EXPECT_TRUE(same(R"({"model_type": "llama", "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0,
+      "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})",
+                   R"({"model_type": "llama", "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3",
+      "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})"));
+  EXPECT_EQ(decoder::Args::from_hf_json(R"({"model_type": "qwen3", "rope_parameters": {"rope_type": "default",
+      "rope_theta": 5000.0}})").rope_theta, 5000.0);
+  decoder::Args g = decoder::Args::from_hf_json(R"({"model_type": "gemma3_text", "rope_parameters": {
+      "full_attention": {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 8.0},
+      "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}})");
+  EXPECT_EQ(g.rope_scaling_type, decoder::RopeScalingType::linear);
+  EXPECT_EQ(g.rope_scaling_factor, 8.0);
+  EXPECT_EQ(g.rope_local_theta, 10000.0);
+  auto refused = [](const std::string& text) {
+    try {
+      decoder::Args::from_hf_json(text);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(refused(R"({"model_type": "qwen3", "rope_theta": 1000.0, "rope_parameters": {"rope_theta": 5000.0}})")
+                .find("rope_parameters gives rope_theta = 5000.0 but the file's rope_theta is 1000.0"), std::string::npos);
+  EXPECT_NE(refused(R"({"model_type": "qwen3", "rope_parameters": {"sliding_attention": {"rope_theta": 5.0}}})")
+                .find("is Gemma 3's"), std::string::npos);
+  EXPECT_NE(refused(R"({"model_type": "gemma3_text", "rope_parameters": {"sliding_attention": {"rope_type": "linear",
+      "rope_theta": 5.0, "factor": 2.0}}})").find("unscaled"), std::string::npos);
+  EXPECT_NE(refused(R"({"model_type": "qwen3", "rope_parameters": {"rope_type": "default"}})").find("numeric rope_theta"),
+            std::string::npos);
+}
+
 TEST(GptOss, CountsAndPublishedSizes) {
   decoder::Args a = decoder::Args::from_hf_json(R"({"model_type": "gpt_oss", "num_hidden_layers": 24,
       "num_local_experts": 32})");  // gpt-oss-20b; other keys take HF's defaults

@@ -406,7 +406,52 @@ Args Args::from_hf_json(const std::string& text) {
 }
 
 namespace {
-Args from_hf_object(const json& j) {
+// transformers 5 writes RoPE as rope_parameters ({rope_type, rope_theta, factor, ...}; Gemma 3: one such object per
+// layer type) where 4.x wrote rope_theta and rope_scaling (and Gemma 3's rope_local_base_freq): read into the 4.x
+// fields, which the readers below know. A value the two forms both give must agree; any other shape is refused.
+json with_legacy_rope(const json& in) {
+  if (!in.contains("rope_parameters") || in["rope_parameters"].is_null()) return in;
+  json j = in;
+  const json& rp = in["rope_parameters"];
+  TITAN_CHECK(rp.is_object(), "model config: rope_parameters must be an object, got ", rp.dump().substr(0, 80));
+  auto put = [&](const char* field, const json& v) {
+    TITAN_CHECK(!has(in, field) || in[field] == v, "model config: rope_parameters gives ", field, " = ",
+                v.dump().substr(0, 80), " but the file's ", field, " is ", in[field].dump().substr(0, 80));
+    j[field] = v;
+  };
+  auto one = [&](const json& p, const char* theta_field, bool scaling, const std::string& where) {
+    TITAN_CHECK(p.is_object() && p.contains("rope_theta") && p["rope_theta"].is_number(), "model config: ", where,
+                " must be an object with a numeric rope_theta, got ", p.dump().substr(0, 120));
+    put(theta_field, p["rope_theta"]);
+    json rs = p;
+    rs.erase("rope_theta");
+    const std::string type = rs.value("rope_type", std::string("default"));
+    if (scaling) {
+      if (type != "default") put("rope_scaling", rs);
+    } else {
+      TITAN_CHECK(type == "default", "model config: ", where, " has rope_type '", type,
+                  "'; titan's sliding layers take RoPE unscaled (default)");
+    }
+  };
+  if (rp.contains("full_attention") || rp.contains("sliding_attention")) {  // per layer type (Gemma 3)
+    TITAN_CHECK(in.value("model_type", std::string()) == "gemma3_text", "model config: rope_parameters per layer "
+                "type (full_attention / sliding_attention) is Gemma 3's; model_type ",
+                in.value("model_type", json("(none)")).dump(), " has one RoPE");
+    for (auto it = rp.begin(); it != rp.end(); ++it)
+      TITAN_CHECK(it.key() == "full_attention" || it.key() == "sliding_attention", "model config: rope_parameters."
+                  , it.key(), " is not a layer type titan knows (full_attention, sliding_attention)");
+    if (rp.contains("full_attention")) one(rp["full_attention"], "rope_theta", true, "rope_parameters.full_attention");
+    if (rp.contains("sliding_attention"))
+      one(rp["sliding_attention"], "rope_local_base_freq", false, "rope_parameters.sliding_attention");
+  } else {
+    one(rp, "rope_theta", true, "rope_parameters");
+  }
+  j.erase("rope_parameters");
+  return j;
+}
+
+Args from_hf_object(const json& file) {
+  const json j = with_legacy_rope(file);
   const std::string mt = j.value("model_type", std::string("qwen3"));
   Args a;
   if (mt == "titan_decoder" && j.contains("titan_decoder")) {

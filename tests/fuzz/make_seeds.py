@@ -113,6 +113,9 @@ def main():
                                            "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"],
                                            "rope_local_base_freq": 10000.0, "final_logit_softcapping": None,
                                            "rope_scaling": {"rope_type": "linear", "factor": 8.0}}))
+    put("hf_config", "gemma3_rope_parameters", json.dumps({"model_type": "gemma3_text", **base, "rope_parameters": {
+        "full_attention": {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 8.0},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}))
     put("hf_config", "llama", json.dumps({"model_type": "llama", **base,
                                           "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
                                                            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
