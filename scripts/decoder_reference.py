@@ -4,9 +4,12 @@ that the per-model references (qwen3_reference.py, gpt_oss_reference.py) do
 not cover: Hugging Face's Qwen3-MoE (norm_topk_prob, dense first layers),
 Llama-3.1 (llama3 RoPE scaling, projection biases), Mixtral (every layer
 MoE under block_sparse_moe, experts' w1 / w3 / w2, softmax top-2
-renormalized, a sliding window on every layer) and OLMo 2 (norms after the
-attention and MLP outputs, QK-norm over the whole projections), written from HF's
-definitions; and ablations no HF class has (Gemma's sandwich norms with a
+renormalized, a sliding window on every layer), OLMo 2 (norms after the
+attention and MLP outputs, QK-norm over the whole projections) and Gemma 3
+text (sandwich norms of 1 + weight, GELU tanh, tied embeddings times
+sqrt(dim), scores over sqrt(query_pre_attn_scalar), sliding layers on their
+own unscaled RoPE base, the full layers' RoPE scaled linearly), written from HF's
+definitions into one knob-driven forward; and ablations no HF class has (Gemma's sandwich norms with a
 projection-wide QK-norm and LayerNorm, Gemma's embedding scale and Gemma 2's
 final-logit softcap on a tied Qwen3, gpt-oss with QK-norm and GELU,
 Qwen3 with sinks, a per-layer window pattern and LayerNorm, Qwen3-MoE with

@@ -264,9 +264,11 @@ TEST(ModelKnobs, FamilyPresetsAndRefusals) {
               gemma3.model.enable_weight_tying && gemma3.model.embed_multiplier() == std::sqrt(32.0));
   EXPECT_EQ(load_job_config_file("", {"model.name", "gemma3", "model.n_layers", "7"}).model.layer_window,
             (std::vector<int64_t>{1024, 1024, 1024, 1024, 1024, 0, 1024}));  // the preset's period 6: layer 5 full
-  o = tiny("gemma3");
-  o.insert(o.end(), {"model.rope_original_max_position_embeddings", "64"});  // gemma3 scales RoPE linearly or not at all
-  EXPECT_NE(err(o).find("model.rope_original_max_position_embeddings does nothing"), std::string::npos) << err(o);
+  o = tiny("gemma3");  // linear scaling has no original context to scale from
+  o.insert(o.end(), {"model.rope_scaling_type", "linear", "model.rope_scaling_factor", "8",
+                     "model.rope_original_max_position_embeddings", "64"});
+  EXPECT_NE(err(o).find("model.rope_original_max_position_embeddings does nothing for this model (model.name gemma3): "
+                        "model.rope_scaling_type is linear"), std::string::npos) << err(o);
   JobConfig olmo2 = load_job_config_file("", tiny("olmo2"));
   EXPECT_TRUE(olmo2.model.qk_norm && olmo2.model.qk_norm_scope == decoder::QkNormScope::projection &&
               olmo2.model.norm_placement == decoder::NormPlacement::post && !olmo2.model.moe_enabled);
@@ -363,6 +365,8 @@ TEST(ModelKnobs, ExportImportRoundTripPerArchitecture) {
       {"qwen3", {"model.norm_placement", "sandwich"}, "TitanDecoderForCausalLM", "titan_decoder",
        "model.layers.1.pre_feedforward_layernorm.weight"},
       {"gemma3", {}, "Gemma3ForCausalLM", "gemma3_text", "model.layers.1.pre_feedforward_layernorm.weight"},
+      {"llama3", {"model.rope_scaling_type", "linear", "model.rope_scaling_factor", "4"}, "LlamaForCausalLM", "llama",
+       "model.layers.0.input_layernorm.weight"},
       {"gemma3", {"model.rope_scaling_type", "linear", "model.rope_scaling_factor", "8",
                   "model.final_logit_softcap", "30"}, "Gemma3ForCausalLM", "gemma3_text", "model.layers.5.self_attn.q_norm.weight"},
       {"gemma3", {"model.norm_unit_offset", "false"}, "TitanDecoderForCausalLM", "titan_decoder", "model.norm.weight"},

@@ -74,7 +74,7 @@ std::string dense_mlp(const Args& m) {
                              : "";
 }
 std::string rope_scaled(const Args& m) {
-  return m.rope_scaling_type == RopeScalingType::none ? "model.rope_scaling_type is none (set yarn or llama3)" : "";
+  return m.rope_scaling_type == RopeScalingType::none ? "model.rope_scaling_type is none (set yarn, llama3 or linear)" : "";
 }
 std::string yarn(const Args& m) {
   return m.rope_scaling_type == RopeScalingType::yarn
@@ -225,7 +225,8 @@ void check_each_knob(const Args& a, bool hf_import) {
 Args& Args::resolve() {
   check_each_knob(*this, from_config_json);  // n_layers sizes the table below
   if (!from_config_json) {
-    // sliding layers: every layer, or alternate ones (0, 2, ...); attn_mask_type sliding_window: every layer
+    // sliding layers: every layer, alternate ones (0, 2, ...) or all but every period-th; attn_mask_type
+    // sliding_window: every layer
     layer_window.assign(std::max<int64_t>(n_layers, 0), 0);
     for (int64_t i = 0; i < n_layers; ++i) {
       const bool slides = sliding_window_layers == SlidingLayers::all ||
@@ -236,10 +237,10 @@ Args& Args::resolve() {
     }
     if (name == Family::gpt_oss) max_position_embeddings = 131072;
     if (name == Family::mixtral) max_position_embeddings = 32768;  // Mixtral-8x7B's
-    // a scaled context is factor x the original one (HF's YaRN derives its factor from this ratio in some
-    // versions: keep the two consistent)
-    if (name == Family::gemma3) max_position_embeddings = 131072;  // Gemma 3 4B - 27B's
+    if (name == Family::gemma3) max_position_embeddings = 131072;  // Gemma 3 4B - 27B's (1B's is 32768)
     if (name == Family::olmo2) max_position_embeddings = 4096;     // OLMo-2-1124's
+    // a context scaled from an original one (yarn, llama3) is factor x the original (HF's YaRN derives its factor
+    // from this ratio in some versions: keep the two consistent)
     if (rope_scaling_type == RopeScalingType::yarn || rope_scaling_type == RopeScalingType::llama3)
       max_position_embeddings = std::llround(rope_scaling_factor * (double)rope_original_max_position_embeddings);
     moe_route_bias = moe_enabled && moe_bias_update_rate > 0;

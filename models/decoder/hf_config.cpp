@@ -517,7 +517,6 @@ HfClass Args::hf_class(std::string* why) const {
   if (norm_unit_offset) return no("norm_unit_offset outside gemma3");
   if (query_pre_attn_scalar > 0) return no("query_pre_attn_scalar outside gemma3");
   if (rope_local_theta > 0 && sliding) return no("rope_local_theta outside gemma3");
-  if (rope_scaling_type == RopeScalingType::linear) return no("linear RoPE scaling outside gemma3");
   if (final_logit_softcap > 0) return no("final_logit_softcap outside gemma3");
   if (!uniform) return no("sliding layers with different windows");
   const bool olmo2_blocks = qk_norm && qk_norm_scope == QkNormScope::projection && norm_placement == NormPlacement::post;
@@ -616,6 +615,15 @@ std::string Args::to_hf_json() const {
     j.erase("layer_types");
   } else if (arch == HfClass::gemma3) {
     j["sliding_window"] = sw > 0 ? sw : 4096;
+    // transformers 4.50 - 4.52 read the pattern, not layer_types: written when the layers follow one
+    for (int64_t p = 1; p <= n_layers && sw > 0; ++p) {
+      bool fits = true;
+      for (int64_t i = 0; i < n_layers; ++i) fits = fits && (layer_window[i] == 0) == ((i + 1) % p == 0);
+      if (fits) {
+        j["sliding_window_pattern"] = p;
+        break;
+      }
+    }
     j["final_logit_softcapping"] = final_logit_softcap > 0 ? json(final_logit_softcap) : json(nullptr);
     j["attn_logit_softcapping"] = attn_logit_softcap > 0 ? json(attn_logit_softcap) : json(nullptr);
     j["use_bidirectional_attention"] = false;

@@ -30,7 +30,7 @@ Tensor gated_activation(const Tensor& gate, const Tensor& up, Activation act, do
 
 Attention::Attention(const Args& a, int64_t w) : head_dim(a.head_dim), window(w), variant(a.attention()) {
   local_rope = w > 0 && a.rope_local_theta > 0;
-  if (a.query_pre_attn_scalar > 0) q_scale = std::sqrt((double)a.head_dim / a.query_pre_attn_scalar);
+  if (a.query_pre_attn_scalar > 0) score_scale = 1.0 / std::sqrt(a.query_pre_attn_scalar);
   const bool b = a.attn_proj_bias;
   q_proj = &register_module("q_proj", std::make_unique<nn::Linear>(a.dim, a.n_heads * a.head_dim, b));
   k_proj = &register_module("k_proj", std::make_unique<nn::Linear>(a.dim, a.n_kv_heads * a.head_dim, b));
@@ -88,9 +88,8 @@ Tensor Attention::forward(const Tensor& x, const nn::AttentionInputs& in) const 
   const Tensor& sin = local_rope ? in.sin_local : in.sin;
   q = rope(q, cos, sin);
   k = rope(k, cos, sin);
-  if (q_scale != 1.0) q = mul(q, q_scale);  // scores / sqrt(query_pre_attn_scalar) where the kernel divides by sqrt(D)
   // [B, S, Hq, D]; context parallel: S is this rank's chunks, in.attend the attention over the whole sequence
-  Tensor o = nn::variant_attention(q, k, v, sinks, variant, window, in.doc_ids, bias, in.attend);
+  Tensor o = nn::variant_attention(q, k, v, sinks, variant, window, in.doc_ids, bias, in.attend, score_scale);
   return o_proj->forward(o.reshape({B, S, hq * head_dim}));
 }
 

@@ -38,7 +38,7 @@ class Attention : public nn::Module {
   nn::Norm *q_norm = nullptr, *k_norm = nullptr;
   bool qk_norm_projection = false;
   bool local_rope = false;  // a sliding layer with its own RoPE tables (rope_local_theta)
-  double q_scale = 1.0;     // query_pre_attn_scalar: q times sqrt(head_dim / scalar) after RoPE
+  double score_scale = 0;   // what multiplies q.k: query_pre_attn_scalar^-0.5 (0: head_dim^-0.5)
   // Set by a tensor-parallel plan when this rank holds a part of the heads: a projection-wide QK-norm reduces
   // its statistics over the group (null: all heads local).
   comms::PG heads_group;

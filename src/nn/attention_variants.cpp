@@ -86,8 +86,9 @@ ScoreMod layer_score_mod(const AttentionVariant& v, const Tensor& bias_param) {
 
 Tensor variant_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks,
                          const AttentionVariant& variant, int64_t window, const Tensor& doc_ids, const Tensor& bias,
-                         const AttendFn& attend) {
+                         const AttendFn& attend, double scale) {
   FlexOptions f;
+  f.scale = scale;
   f.mask_mod = layer_mask(variant, window, doc_ids);
   f.score_mod = layer_score_mod(variant, bias.defined() && bias.dtype() != q.dtype() ? bias.to(q.dtype()) : bias);
   f.sinks = sinks;

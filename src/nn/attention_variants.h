@@ -84,9 +84,10 @@ Tensor alibi_slopes(int64_t n_heads);
 // score_mod over `bias` (ALiBi slopes or the relative table of these heads)
 // and optional sinks [Hq].
 // `attend` (undefined: flex attention) runs it (context parallel: over the whole sequence).
+// scale: what multiplies q.k (0: head_dim^-0.5; Gemma 3: query_pre_attn_scalar^-0.5), before the score mods.
 Tensor variant_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks,
                          const AttentionVariant& variant, int64_t window, const Tensor& doc_ids, const Tensor& bias,
-                         const AttendFn& attend = nullptr);
+                         const AttendFn& attend = nullptr, double scale = 0);
 
 // The tensor a layer's attn_bias needs for n_heads heads: ALiBi's slopes
 // (a constant, on the default device), the relative table (zeros; register it
