@@ -138,6 +138,16 @@ TEST(DecoderReference, Qwen3MoeSigmoidSharedExpertEverySecondLayer) {
   check_against_reference("decoder_qwen3_moe_sigmoid_shared.h5");
 }
 
+// The error importing an HF config.json gives ("" when it loads).
+std::string import_error(const std::string& text) {
+  try {
+    decoder::Args::from_hf_json(text);
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+  return std::string();
+}
+
 TEST(Mixtral, CountsAndPublishedSizes) {
   // mistralai/Mixtral-8x7B-v0.1's config.json (HF's MixtralConfig defaults are this model's)
   decoder::Args a = decoder::Args::from_hf_json(R"({"model_type": "mixtral", "max_position_embeddings": 32768})");
@@ -163,14 +173,7 @@ TEST(Mixtral, CountsAndPublishedSizes) {
   EXPECT_EQ(r.to_hf_json(), b.to_hf_json());
   // num_key_value_heads null: every head its own; what the class could not write back is refused, naming it
   EXPECT_EQ(decoder::Args::from_hf_json(R"({"model_type": "mixtral", "num_key_value_heads": null})").n_kv_heads, 32);
-  auto refused = [](const std::string& text) {
-    try {
-      decoder::Args::from_hf_json(text);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
+  const auto refused = import_error;
   EXPECT_NE(refused(R"({"model_type": "mixtral", "hidden_act": "gelu"})").find("hidden_act 'gelu'"), std::string::npos);
   EXPECT_NE(refused(R"({"model_type": "mixtral", "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})").find("rope_scaling"),
             std::string::npos);
@@ -251,14 +254,7 @@ TEST(Gemma3, CountsAndPublishedSizes) {
     EXPECT_EQ(r.to_hf_json(), m.to_hf_json()) << flavor;
     EXPECT_EQ(r.layer_window, m.layer_window) << flavor;
   }
-  auto refused = [](const std::string& text) {
-    try {
-      decoder::Args::from_hf_json(text);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
+  const auto refused = import_error;
   EXPECT_NE(refused(R"({"model_type": "gemma3"})").find("give its text_config"), std::string::npos);
   EXPECT_NE(refused(R"({"model_type": "gemma3_text", "use_bidirectional_attention": true})").find("bidirectional"),
             std::string::npos);
@@ -283,14 +279,7 @@ TEST(HfConfig, RopeParametersOfTransformers5) {
   EXPECT_EQ(g.rope_scaling_type, decoder::RopeScalingType::linear);
   EXPECT_EQ(g.rope_scaling_factor, 8.0);
   EXPECT_EQ(g.rope_local_theta, 10000.0);
-  auto refused = [](const std::string& text) {
-    try {
-      decoder::Args::from_hf_json(text);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
+  const auto refused = import_error;
   EXPECT_NE(refused(R"({"model_type": "qwen3", "rope_theta": 1000.0, "rope_parameters": {"rope_theta": 5000.0}})")
                 .find("rope_parameters gives rope_theta = 5000.0 but the file's rope_theta is 1000.0"), std::string::npos);
   EXPECT_NE(refused(R"({"model_type": "qwen3", "rope_parameters": {"sliding_attention": {"rope_theta": 5.0}}})")
