@@ -254,6 +254,16 @@ TEST(Gemma3, CountsAndPublishedSizes) {
     EXPECT_EQ(r.to_hf_json(), m.to_hf_json()) << flavor;
     EXPECT_EQ(r.layer_window, m.layer_window) << flavor;
   }
+  // the exported pattern (what transformers 4.50-4.52 read instead of layer_types) states the same layers
+  auto pattern = [](const std::string& types) {
+    const auto a = decoder::Args::from_hf_json(R"({"model_type": "gemma3_text", "num_hidden_layers": 3, "layer_types": )" +
+                                               types + "}");
+    return nlohmann::json::parse(a.to_hf_json()).value("sliding_window_pattern", -1);
+  };
+  EXPECT_EQ(pattern(R"(["sliding_attention", "sliding_attention", "full_attention"])"), 3);
+  EXPECT_EQ(pattern(R"(["full_attention", "full_attention", "full_attention"])"), 1);
+  EXPECT_EQ(pattern(R"(["sliding_attention", "sliding_attention", "sliding_attention"])"), 4);
+  EXPECT_EQ(pattern(R"(["full_attention", "sliding_attention", "sliding_attention"])"), -1);  // no pattern: none written
   const auto refused = import_error;
   EXPECT_NE(refused(R"({"model_type": "gemma3"})").find("give its text_config"), std::string::npos);
   EXPECT_NE(refused(R"({"model_type": "gemma3_text", "use_bidirectional_attention": true})").find("bidirectional"),
@@ -288,6 +298,17 @@ TEST(HfConfig, RopeParametersOfTransformers5) {
       "rope_theta": 5.0, "factor": 2.0}}})").find("unscaled"), std::string::npos);
   EXPECT_NE(refused(R"({"model_type": "qwen3", "rope_parameters": {"rope_type": "default"}})").find("numeric rope_theta"),
             std::string::npos);
+  // a default RoPE's extra keys (which it would drop) refused; a default that contradicts the file's scaling refused;
+  // gpt-oss's class default (YaRN) does not survive an explicit default
+  EXPECT_NE(refused(R"({"model_type": "llama", "rope_parameters": {"rope_type": "default", "rope_theta": 5.0,
+      "partial_rotary_factor": 0.5}})").find("rope_parameters.partial_rotary_factor is not supported"), std::string::npos);
+  EXPECT_NE(refused(R"({"model_type": "llama", "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+      "rope_parameters": {"rope_type": "default", "rope_theta": 5.0}})").find("rope_parameters gives rope_scaling"),
+            std::string::npos);
+  EXPECT_EQ(decoder::Args::from_hf_json(R"({"model_type": "gpt_oss", "rope_parameters": {"rope_type": "default",
+      "rope_theta": 150000.0}})").rope_scaling_type, decoder::RopeScalingType::none);
+  EXPECT_EQ(decoder::Args::from_hf_json(R"({"model_type": "llama", "rope_parameters": {"type": "linear",
+      "rope_theta": 5.0, "factor": 2.0}})").rope_scaling_type, decoder::RopeScalingType::linear);
 }
 
 TEST(GptOss, CountsAndPublishedSizes) {

@@ -425,9 +425,13 @@ json with_legacy_rope(const json& in) {
     put(theta_field, p["rope_theta"]);
     json rs = p;
     rs.erase("rope_theta");
-    const std::string type = rs.value("rope_type", std::string("default"));
-    if (scaling) {
-      if (type != "default") put("rope_scaling", rs);
+    const std::string type = rs.value("rope_type", rs.value("type", std::string("default")));
+    if (type == "default")  // what a default RoPE would drop (partial_rotary_factor, a factor, ...) is refused
+      for (auto it = rs.begin(); it != rs.end(); ++it)
+        TITAN_CHECK(it.key() == "rope_type" || it.key() == "type", "model config: ", where, ".", it.key(),
+                    " is not supported by titan with rope_type default");
+    if (scaling) {  // default too: a family whose class defaults to a scaling (gpt-oss's YaRN) takes none
+      put("rope_scaling", type == "default" ? json{{"rope_type", "default"}} : rs);
     } else {
       TITAN_CHECK(type == "default", "model config: ", where, " has rope_type '", type,
                   "'; titan's sliding layers take RoPE unscaled (default)");
@@ -616,7 +620,7 @@ std::string Args::to_hf_json() const {
   } else if (arch == HfClass::gemma3) {
     j["sliding_window"] = sw > 0 ? sw : 4096;
     // transformers 4.50 - 4.52 read the pattern, not layer_types: written when the layers follow one
-    for (int64_t p = 1; p <= n_layers && sw > 0; ++p) {
+    for (int64_t p = 1; p <= n_layers + 1; ++p) {  // every layer full: 1; every layer sliding: n_layers + 1
       bool fits = true;
       for (int64_t i = 0; i < n_layers; ++i) fits = fits && (layer_window[i] == 0) == ((i + 1) % p == 0);
       if (fits) {
