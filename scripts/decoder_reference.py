@@ -370,7 +370,10 @@ def make_params(k, gen):
     add_norm("model.norm", d)
     if not k["tie_embeddings"]:
         shapes["lm_head.weight"] = (V, d)
-    return random_params(shapes, gen)
+    p = random_params(shapes, gen)
+    if k["norm_unit_offset"]:  # weights around 0 under (1 + weight): every norm scales by ~1, as in the other variants
+        p = {n: t - 1.0 if n.endswith("norm.weight") else t for n, t in p.items()}
+    return p
 
 
 def main():
