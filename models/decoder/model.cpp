@@ -280,12 +280,13 @@ Tensor Decoder::forward_chunk(const Tensor& x, const Tensor& doc_ids, const Mode
     const Device dev = in_x.device();
     const nn::SequenceShard& cp = sequence_shard;  // context parallel: S of the sequence's positions
     if (!cos_.defined() || cos_.size(0) != S || cos_.device() != dev || rope_shard_ != std::make_pair(cp.parts, cp.index)) {
-      if (cp.sharded()) std::tie(cos_, sin_) = rope_tables(cp.positions(S), args_.head_dim, args_.rope_theta, args_.rope_scaling(), dev);
-      else std::tie(cos_, sin_) = rope_tables(S, args_.head_dim, args_.rope_theta, args_.rope_scaling(), dev);
+      auto tables = [&](double theta, const RopeScaling& r) {  // at this rank's positions
+        return cp.sharded() ? rope_tables(cp.positions(S), args_.head_dim, theta, r, dev)
+                            : rope_tables(S, args_.head_dim, theta, r, dev);
+      };
+      std::tie(cos_, sin_) = tables(args_.rope_theta, args_.rope_scaling());
       if (args_.rope_local_theta > 0)  // the sliding layers': their own base, unscaled (Gemma 3)
-        std::tie(cos_local_, sin_local_) =
-            cp.sharded() ? rope_tables(cp.positions(S), args_.head_dim, args_.rope_local_theta, RopeScaling{}, dev)
-                         : rope_tables(S, args_.head_dim, args_.rope_local_theta, RopeScaling{}, dev);
+        std::tie(cos_local_, sin_local_) = tables(args_.rope_local_theta, RopeScaling{});
       rope_shard_ = {cp.parts, cp.index};
     }
     TITAN_CHECK(!cp.sharded() || !doc_ids.defined() || doc_ids.size(1) == cp.global_len(S), "Decoder::forward_chunk: "
