@@ -121,10 +121,10 @@ Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor
                                   const nn::SequenceShard& shard, const comms::PG& cp, const comms::PG& cp_p2p,
                                   RotateMethod method) {
   const char* op = "context_parallel_attention";
-  TITAN_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && k.shape() == v.shape() && q.size(0) == k.size(0) &&
-                  q.size(1) == k.size(1) && q.size(3) == k.size(3),
-              op, ": expected q [B, S_local, Hq, D], k/v [B, S_local, Hkv, D], got ", shape_str(q.shape()), ", ",
-              shape_str(k.shape()), ", ", shape_str(v.shape()));
+  TITAN_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && q.size(0) == k.size(0) && q.size(1) == k.size(1) &&
+                  q.size(3) == k.size(3) && v.size(0) == k.size(0) && v.size(1) == k.size(1) && v.size(2) == k.size(2),
+              op, ": expected q [B, S_local, Hq, D], k [B, S_local, Hkv, D], v [B, S_local, Hkv, Dv], got ",
+              shape_str(q.shape()), ", ", shape_str(k.shape()), ", ", shape_str(v.shape()));
   TITAN_CHECK(cp->size() == shard.parts && cp->rank() == shard.index, op, ": the sequence shard (rank ", shard.index,
               " of ", shard.parts, ") is not this rank of the cp group (", cp->rank(), " of ", cp->size(), ")");
   TITAN_CHECK(!opt.block_mask.defined() && opt.q_offset == 0 && opt.kv_offset == 0, op,
@@ -134,7 +134,9 @@ Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor
   const int64_t B = q.size(0), c = q.size(1) / 2, Hq = q.size(2), n = shard.parts, r = shard.index;
   Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   const Tensor q_chunks[2] = {chunk_of(qc, 0, c), chunk_of(qc, 1, c)};
-  const Shape block = kc.shape();
+  const Shape block = kc.shape(), vblock = vc.shape();  // [B, 2c, Hkv, D], [B, 2c, Hkv, Dv]
+  Shape out_chunk = q_chunks[0].shape();
+  out_chunk[3] = vc.size(3);  // [B, c, Hq, Dv]
 
   // ---- forward: the blocks in ring order, each merged into its query chunk's running result
   auto pieces = std::make_shared<std::vector<std::vector<Piece>>>(plan_pieces(opt, shard, B, Hq, c));
@@ -142,7 +144,7 @@ Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor
     NoGradGuard ng;
     Tensor acc[2], acc_lse[2];
     for (int64_t a = 0; a < 2; ++a) {
-      acc[a] = zeros(q_chunks[a].shape(), q.dtype(), q.device());
+      acc[a] = zeros(out_chunk, q.dtype(), q.device());
       acc_lse[a] = full({B, Hq, c}, -std::numeric_limits<double>::infinity(), q.dtype(), q.device());
     }
     auto attend_block = [&](int64_t src, const Tensor& kb, const Tensor& vb) {
@@ -169,7 +171,7 @@ Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor
           comms::Work a, b;  // prices a neighbour it does not play as this rank)
           w = {cp_p2p->isend(kb, next_of(cp_p2p), kK), cp_p2p->isend(vb, next_of(cp_p2p), kV)};
           std::tie(kn, a) = cp_p2p->irecv(block, q.dtype(), prev_of(cp_p2p), kK);
-          std::tie(vn, b) = cp_p2p->irecv(block, q.dtype(), prev_of(cp_p2p), kV);
+          std::tie(vn, b) = cp_p2p->irecv(vblock, q.dtype(), prev_of(cp_p2p), kV);
           w.push_back(a);
           w.push_back(b);
         }
@@ -181,7 +183,7 @@ Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor
     }
     return std::vector<Tensor>{concat({acc[0], acc[1]}, 1), concat({acc_lse[0], acc_lse[1]}, 2)};
   });
-  Tensor out = fwd[0], lse = fwd[1];  // [B, 2c, Hq, D], [B, Hq, 2c]
+  Tensor out = fwd[0], lse = fwd[1];  // [B, 2c, Hq, Dv], [B, Hq, 2c]
 
   std::vector<Tensor> inputs = {qc, kc, vc};
   const bool has_sinks = opt.sinks.defined();
@@ -191,7 +193,7 @@ Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor
   return autograd::record(
       "context_parallel_attention", inputs, out,
       [qs = autograd::saved(qc), ks = autograd::saved(kc), vs = autograd::saved(vc), os = autograd::saved(out),
-       ls = autograd::saved(lse), base, pieces, cp, cp_p2p, method, has_sinks, c, n, r, block](const std::vector<Tensor>& g) {
+       ls = autograd::saved(lse), base, pieces, cp, cp_p2p, method, has_sinks, c, n, r, block, vblock](const std::vector<Tensor>& g) {
         NoGradGuard ng;
         Tensor go = g[0].contiguous();
         Tensor qch[2], och[2], goch[2], lch[2], dq[2];
@@ -206,7 +208,7 @@ Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor
         std::vector<Tensor> dcaps;
         // block `src`'s share of dK / dV ([B, 2c, Hkv, D] each), dQ, dsinks and dcaps added
         auto block_grads = [&](int64_t src, const Tensor& kb, const Tensor& vb) {
-          Tensor dk = zeros(block, qs.dtype(), qs.device()), dv = zeros(block, qs.dtype(), qs.device());
+          Tensor dk = zeros(block, qs.dtype(), qs.device()), dv = zeros(vblock, qs.dtype(), qs.device());
           for (const Piece& p : (*pieces)[(size_t)((r - src + n) % n)]) {
             flex::BlockGrads bg = flex::attention_block_backward(goch[p.qa], qch[p.qa], chunk_of(kb, p.kb, c),
                                                                  chunk_of(vb, p.kb, c), p.opt, och[p.qa], lch[p.qa],
@@ -220,9 +222,10 @@ Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor
         if (method == RotateMethod::AllGather) {
           auto [kg, wk] = cp->all_gather_async(ks, 1);  // gathered again: the forward kept only this rank's block
           auto [vg, wv] = cp->all_gather_async(vs, 1);
-          Shape all = block;
+          Shape all = block, vall = vblock;
           all[1] *= n;
-          Tensor dk_all = zeros(all, qs.dtype(), qs.device()), dv_all = zeros(all, qs.dtype(), qs.device());
+          vall[1] *= n;
+          Tensor dk_all = zeros(all, qs.dtype(), qs.device()), dv_all = zeros(vall, qs.dtype(), qs.device());
           auto put = [&](int64_t s, const std::pair<Tensor, Tensor>& d) {
             add_into(dk_all, 2 * c * s, d.first);
             add_into(dv_all, 2 * c * s, d.second);
@@ -249,14 +252,14 @@ Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor
               comms::Work a, b;
               w = {cp_p2p->isend(kb, next_of(cp_p2p), kK), cp_p2p->isend(vb, next_of(cp_p2p), kV)};
               std::tie(kn, a) = cp_p2p->irecv(block, qs.dtype(), prev_of(cp_p2p), kK);
-              std::tie(vn, b) = cp_p2p->irecv(block, qs.dtype(), prev_of(cp_p2p), kV);
+              std::tie(vn, b) = cp_p2p->irecv(vblock, qs.dtype(), prev_of(cp_p2p), kV);
               w.push_back(a);
               w.push_back(b);
             }
             comms::Work wdk, wdv;
             if (t > 0) {
               std::tie(dk_in, wdk) = cp_p2p->irecv(block, qs.dtype(), prev_of(cp_p2p), kDK);
-              std::tie(dv_in, wdv) = cp_p2p->irecv(block, qs.dtype(), prev_of(cp_p2p), kDV);
+              std::tie(dv_in, wdv) = cp_p2p->irecv(vblock, qs.dtype(), prev_of(cp_p2p), kDV);
             }
             auto [dk, dv] = block_grads(ring_src(r, t, n), kb, vb);
             if (t > 0) {
@@ -274,7 +277,7 @@ Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor
             vb = vn;
           }
           auto [dk_home, wa] = cp_p2p->irecv(block, qs.dtype(), prev_of(cp_p2p), kDK);
-          auto [dv_home, wb] = cp_p2p->irecv(block, qs.dtype(), prev_of(cp_p2p), kDV);
+          auto [dv_home, wb] = cp_p2p->irecv(vblock, qs.dtype(), prev_of(cp_p2p), kDV);
           wa.wait();
           wb.wait();
           for (auto& x : pending) x.wait();

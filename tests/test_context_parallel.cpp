@@ -36,6 +36,7 @@ struct Case {
   // the options over the whole sequence; `cap` is the captured tensor when the variant has one
   std::function<FlexOptions(const Tensor& doc_ids, const Tensor& cap)> options;
   std::function<Tensor()> capture;  // undefined: none
+  int64_t dv = 0;                    // v's head width (0: q's and k's; MLA's differs)
 };
 
 // [B, S] documents whose boundaries fall inside chunks and on their edges
@@ -128,6 +129,8 @@ std::vector<Case> cases() {
   v.push_back({"sinks_sliding", 2, true,
                [](const Tensor&, const Tensor&) { return FlexOptions{.mask_mod = sliding_window_mask(17)}; }});
   v.push_back({"sinks_causal_mqa", 1, true, [](const Tensor&, const Tensor&) { return FlexOptions{.mask_mod = causal_mask()}; }});
+  v.push_back({"mla_widths_documents", 4, false,
+               [](const Tensor& d, const Tensor&) { return FlexOptions{.mask_mod = document_causal_mask(d)}; }, {}, 5});
   return v;
 }
 
@@ -141,7 +144,8 @@ TEST(ContextParallelAttention, EveryVariantEqualsOneRankForBothExchanges) {
   for (const Case& cs : cases()) {
     Generator g(11);  // the same data on every rank
     Tensor q = randn({B, S, Hq, D}, g, DType::F64), k = randn({B, S, cs.hkv, D}, g, DType::F64);
-    Tensor v = randn({B, S, cs.hkv, D}, g, DType::F64), w = randn({B, S, Hq, D}, g, DType::F64);
+    const int64_t Dv = cs.dv > 0 ? cs.dv : D;
+    Tensor v = randn({B, S, cs.hkv, Dv}, g, DType::F64), w = randn({B, S, Hq, Dv}, g, DType::F64);
     Tensor sinks = cs.sinks ? randn({Hq}, g, DType::F64) : Tensor();
     Tensor cap = cs.capture ? cs.capture() : Tensor();
     const Grads ref = attend(cs, q, k, v, w, sinks, cap, docs, nullptr, parallel::RotateMethod::AllGather);

@@ -24,13 +24,14 @@ using testing::rand_t;
 
 using RefScore = std::function<double(double s, int64_t b, int64_t h, int64_t q, int64_t kv)>;
 
-// Dense attention in double with the score and mask as plain functions: [B, Sq, Hq, D].
+// Dense attention in double with the score and mask as plain functions: [B, Sq, Hq, Dv] (v [B, Skv, Hkv, Dv]).
 std::vector<double> naive(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks, const RefScore& mod,
                           const MaskMod& mask) {
   const int64_t B = q.size(0), Sq = q.size(1), Hq = q.size(2), D = q.size(3), Skv = k.size(1), Hkv = k.size(2);
+  const int64_t Dv = v.size(3);
   auto qv = q.to_vector<double>(), kv = k.to_vector<double>(), vv = v.to_vector<double>();
   auto sk = sinks.defined() ? sinks.to_vector<double>() : std::vector<double>();
-  std::vector<double> out(q.numel(), 0);
+  std::vector<double> out((size_t)(B * Sq * Hq * Dv), 0);
   const double scale = 1 / std::sqrt((double)D);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < Hq; ++h) {
@@ -50,7 +51,8 @@ std::vector<double> naive(const Tensor& q, const Tensor& k, const Tensor& v, con
         for (int64_t j = 0; j < Skv; ++j) z += std::exp(sc[j] - m);
         for (int64_t j = 0; j < Skv; ++j) {
           const double p = std::exp(sc[j] - m) / z;
-          for (int64_t c = 0; c < D; ++c) out[((b * Sq + i) * Hq + h) * D + c] += p * vv[((b * Skv + j) * Hkv + g) * D + c];
+          for (int64_t c = 0; c < Dv; ++c)
+            out[((b * Sq + i) * Hq + h) * Dv + c] += p * vv[((b * Skv + j) * Hkv + g) * Dv + c];
         }
       }
     }
@@ -174,6 +176,43 @@ TEST(FlexAttention, VariantsForwardAndGradcheck) {
     for (int i = 0; i < 3; ++i) row[i] = in[i].slice(0, 0, 1).contiguous();
     gradcheck([&](const std::vector<Tensor>& t) { return run(var, t, 4, 3); }, row);
   }
+}
+
+// Multi-head latent attention's shape: v (and the output) narrower or wider than q and k. Every variant, every
+// tiling, both backward schedules.
+TEST(FlexAttention, ValueWidthDiffersFromQueryKeyWidth) {
+  for (int64_t Dv : {5, 2}) {
+    Tensor q = rand_t({B, S, Hq, D}, 31), k = rand_t({B, S, Hkv, D}, 32), v = rand_t({B, S, Hkv, Dv}, 33);
+    Tensor sinks = rand_t({Hq}, 34);
+    for (const Variant& var : variants()) {
+      std::vector<Tensor> in = {q, k, v};
+      if (var.sinks) in.push_back(sinks);
+      for (const Tensor& c : var.captures) in.push_back(c);
+      const auto ref = naive(q, k, v, var.sinks ? sinks : Tensor(), var.ref(var.captures), var.mask());
+      for (auto [qb, kb] : {std::pair<int64_t, int64_t>{128, 128}, {5, 3}}) {
+        SCOPED_TRACE(var.name + " Dv " + std::to_string(Dv) + " tiles " + std::to_string(qb) + "x" + std::to_string(kb));
+        Tensor y = run(var, in, qb, kb);
+        EXPECT_EQ(y.shape(), (Shape{B, S, Hq, Dv}));
+        expect_near_vec(y.to_vector<double>(), ref, 1e-13);
+      }
+      SCOPED_TRACE(var.name + " Dv " + std::to_string(Dv) + " gradcheck");
+      gradcheck([&](const std::vector<Tensor>& t) { return run(var, t, 4, 3); }, in);
+      std::vector<Tensor> row = in;  // the split backward schedule
+      for (int i = 0; i < 3; ++i) row[i] = in[i].slice(0, 0, 1).contiguous();
+      gradcheck([&](const std::vector<Tensor>& t) { return run(var, t, 4, 3); }, row);
+    }
+  }
+  // the FLOPs: q.k over D, p.v over Dv (forward 2 D + 2 Dv per pair, backward 6 D + 4 Dv)
+  Tensor mq = empty({1, 256, 2, 192}, DType::F32, Device::Meta), mk = empty({1, 256, 2, 192}, DType::F32, Device::Meta);
+  Tensor mv = empty({1, 256, 2, 128}, DType::F32, Device::Meta);
+  CostScope cs;
+  Tensor y = flex_attention(mq, mk, mv, FlexOptions());
+  EXPECT_EQ(y.shape(), (Shape{1, 256, 2, 128}));
+  EXPECT_DOUBLE_EQ(cs.flops(), 256.0 * 256 * 2 * (2.0 * 192 + 2.0 * 128 + 5.0));
+  // v must agree with k on everything but its width
+  Tensor q = rand_t({B, S, Hq, D}, 31), k = rand_t({B, S, Hkv, D}, 32);
+  EXPECT_THROW(flex_attention(q, k, rand_t({B, S, Hkv + 1, 5}, 35), FlexOptions()), Error);
+  EXPECT_THROW(flex_attention(q, k, rand_t({B, S + 1, Hkv, 5}, 36), FlexOptions()), Error);
 }
 
 TEST(FlexAttention, GqaMqaAndCrossLengths) {

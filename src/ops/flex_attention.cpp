@@ -218,6 +218,7 @@ double BlockMask::density() const {
 namespace {
 struct Dims {
   int64_t B, Sq, Skv, Hq, Hkv, D, group;
+  int64_t Dv;  // v's and the output's head width (MLA: != D, q's and k's)
 };
 
 template <typename T>
@@ -252,7 +253,7 @@ struct Problem {
   std::vector<Tensor> caps;  // contiguous captured tensors
 };
 
-// -> out [B, Sq, Hq, D], lse [B, Hq, Sq]
+// -> out [B, Sq, Hq, Dv], lse [B, Hq, Sq]
 template <typename T>
 void forward_kernel(const Problem& p, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks,
                     Tensor& out, Tensor& lse) {
@@ -268,12 +269,13 @@ void forward_kernel(const Problem& p, const Tensor& q, const Tensor& k, const Te
   T* pl = lse.data<T>();
   const auto caps = captured_views<T>(p.caps);
   const int64_t QB = bm.q_block, KB = bm.kv_block, D = d.D, ldq = d.Hq * D, ldk = d.Hkv * D;
+  const int64_t Dv = d.Dv, ldv = d.Hkv * Dv, ldo = d.Hq * Dv;
   const int64_t nqb = bm.nq(), nkb = bm.nkv(), qo = bm.q_offset, ko = bm.kv_offset;
   const T ninf = -std::numeric_limits<T>::infinity();
   TaskErrors errors;
 #pragma omp parallel
   {
-    AlignedVec<T> S((size_t)(QB * KB)), acc((size_t)(QB * D)), m(QB), l(QB);
+    AlignedVec<T> S((size_t)(QB * KB)), acc((size_t)(QB * Dv)), m(QB), l(QB);
     std::vector<uint8_t> keep((size_t)(QB * KB));
 #pragma omp for schedule(dynamic)
     for (int64_t t = 0; t < d.B * d.Hq * nqb; ++t) errors.run([&] {
@@ -284,13 +286,13 @@ void forward_kernel(const Problem& p, const Tensor& q, const Tensor& k, const Te
         m[i] = psink ? psink[h] : ninf;  // the sink starts every row: exp(sink - m) = 1
         l[i] = psink ? T(1) : T(0);
       }
-      std::fill(acc.begin(), acc.begin() + nq * D, T(0));
+      std::fill(acc.begin(), acc.begin() + nq * Dv, T(0));
       for (int64_t kb = 0; kb < nkb; ++kb) {
         const BlockKind kind = bm.at(b, h, qb, kb);
         if (kind == BlockKind::Empty) continue;
         const int64_t k0 = kb * KB, nk = std::min(KB, d.Skv - k0);
         const T* kg = pk + (b * d.Skv + k0) * ldk + g * D;
-        const T* vg = pv + (b * d.Skv + k0) * ldk + g * D;
+        const T* vg = pv + (b * d.Skv + k0) * ldv + g * Dv;
         gemm<T>(false, true, nq, nk, D, T(p.scale), qh, ldq, kg, ldk, T(0), S.data(), KB);  // [nq, nk]
         const uint8_t* kp = nullptr;
         if (kind == BlockKind::Partial) {
@@ -312,19 +314,19 @@ void forward_kernel(const Problem& p, const Tensor& q, const Tensor& k, const Te
           const T alpha = std::exp(m[i] - mx);
           const T sum = exp_rows(row, nk, mx);
           if (alpha != T(1)) {
-            T* a = acc.data() + i * D;
-            for (int64_t c = 0; c < D; ++c) a[c] *= alpha;
+            T* a = acc.data() + i * Dv;
+            for (int64_t c = 0; c < Dv; ++c) a[c] *= alpha;
           }
           l[i] = l[i] * alpha + sum;
           m[i] = mx;
         }
-        gemm<T>(false, false, nq, D, nk, T(1), S.data(), KB, vg, ldk, T(1), acc.data(), D);  // += P V
+        gemm<T>(false, false, nq, Dv, nk, T(1), S.data(), KB, vg, ldv, T(1), acc.data(), Dv);  // += P V
       }
-      T* oh = po + (b * d.Sq + q0) * ldq + h * D;
+      T* oh = po + (b * d.Sq + q0) * ldo + h * Dv;
       T* lh = pl + (b * d.Hq + h) * d.Sq + q0;
       for (int64_t i = 0; i < nq; ++i) {
         const T inv = l[i] > 0 ? T(1) / l[i] : T(0);
-        for (int64_t c = 0; c < D; ++c) oh[i * ldq + c] = acc[i * D + c] * inv;
+        for (int64_t c = 0; c < Dv; ++c) oh[i * ldo + c] = acc[i * Dv + c] * inv;
         lh[i] = l[i] > 0 ? m[i] + std::log(l[i]) : ninf;
       }
     });
@@ -365,6 +367,7 @@ void backward_kernel(const Problem& p, const Tensor& dout, const Tensor& q, cons
   T* pdv = dv.data<T>();
   const auto caps = captured_views<T>(p.caps);
   const int64_t QB = bm.q_block, KB = bm.kv_block, D = d.D, ldq = d.Hq * D, ldk = d.Hkv * D;
+  const int64_t Dv = d.Dv, ldv = d.Hkv * Dv, ldo = d.Hq * Dv;
   const int64_t nqb = bm.nq(), nkb = bm.nkv(), qo = bm.q_offset, ko = bm.kv_offset;
   const bool fused = d.B * d.Hkv >= kFusedTasks || sm.defined();
   const int64_t tasks = fused ? d.B * d.Hkv : d.B * d.Hkv * nkb;  // the tasks that see every score once
@@ -381,10 +384,10 @@ void backward_kernel(const Problem& p, const Tensor& dout, const Tensor& q, cons
     const int64_t b = bh / d.Hq, h = bh % d.Hq;
     T* di = Di.data() + bh * d.Sq;
     for (int64_t i = 0; i < d.Sq; ++i) {
-      const T* o = pO + (b * d.Sq + i) * ldq + h * D;
-      const T* go = pdO + (b * d.Sq + i) * ldq + h * D;
+      const T* o = pO + (b * d.Sq + i) * ldo + h * Dv;
+      const T* go = pdO + (b * d.Sq + i) * ldo + h * Dv;
       T acc = 0;
-      for (int64_t c = 0; c < D; ++c) acc += go[c] * o[c];
+      for (int64_t c = 0; c < Dv; ++c) acc += go[c] * o[c];
       di[i] = acc;
     }
     if (psink) {
@@ -403,13 +406,13 @@ void backward_kernel(const Problem& p, const Tensor& dout, const Tensor& q, cons
                         double* const* cap_grad) {
     const int64_t g = h / d.group;
     const T* qh = pq + (b * d.Sq + q0) * ldq + h * D;
-    const T* doh = pdO + (b * d.Sq + q0) * ldq + h * D;
+    const T* doh = pdO + (b * d.Sq + q0) * ldo + h * Dv;
     const T* kg = pk + (b * d.Skv + k0) * ldk + g * D;
-    const T* vg = pv + (b * d.Skv + k0) * ldk + g * D;
+    const T* vg = pv + (b * d.Skv + k0) * ldv + g * Dv;
     const T* lh = pl + (b * d.Hq + h) * d.Sq + q0;
     const T* di = Di.data() + (b * d.Hq + h) * d.Sq + q0;
     gemm<T>(false, true, nq, nk, D, T(p.scale), qh, ldq, kg, ldk, T(0), w.S.data(), KB);  // scores
-    gemm<T>(false, true, nq, nk, D, T(1), doh, ldq, vg, ldk, T(0), w.dP.data(), KB);      // dO V^T
+    gemm<T>(false, true, nq, nk, Dv, T(1), doh, ldo, vg, ldv, T(0), w.dP.data(), KB);     // dO V^T
     const uint8_t* kp = nullptr;
     if (kind == BlockKind::Partial) {
       mm.fill(w.keep.data(), KB, nq, nk, b, h, qo + q0, ko + k0);
@@ -445,7 +448,7 @@ void backward_kernel(const Problem& p, const Tensor& dout, const Tensor& q, cons
     const int64_t k0 = kb * KB, nk = std::min(KB, d.Skv - k0);
     const T* kg = pk + (b * d.Skv + k0) * ldk + g * D;
     std::fill(dKt.begin(), dKt.begin() + nk * D, T(0));
-    std::fill(dVt.begin(), dVt.begin() + nk * D, T(0));
+    std::fill(dVt.begin(), dVt.begin() + nk * Dv, T(0));
     for (int64_t h = g * d.group; h < (g + 1) * d.group; ++h)
       for (int64_t qb = 0; qb < nqb; ++qb) {
         const BlockKind kind = bm.at(b, h, qb, kb);
@@ -453,8 +456,8 @@ void backward_kernel(const Problem& p, const Tensor& dout, const Tensor& q, cons
         const int64_t q0 = qb * QB, nq = std::min(QB, d.Sq - q0);
         tile_grads(w, b, h, q0, nq, k0, nk, kind, cg);
         const T* qh = pq + (b * d.Sq + q0) * ldq + h * D;
-        const T* doh = pdO + (b * d.Sq + q0) * ldq + h * D;
-        gemm<T>(true, false, nk, D, nq, T(1), w.P.data(), KB, doh, ldq, T(1), dVt.data(), D);  // dV += P^T dO
+        const T* doh = pdO + (b * d.Sq + q0) * ldo + h * Dv;
+        gemm<T>(true, false, nk, Dv, nq, T(1), w.P.data(), KB, doh, ldo, T(1), dVt.data(), Dv);  // dV += P^T dO
         if (with_dq)
           gemm<T>(false, false, nq, D, nk, T(p.scale), w.dS.data(), KB, kg, ldk, T(1),
                   pdq + (b * d.Sq + q0) * ldq + h * D, ldq);                                      // dQ += dS K
@@ -462,14 +465,14 @@ void backward_kernel(const Problem& p, const Tensor& dout, const Tensor& q, cons
       }
     for (int64_t j = 0; j < nk; ++j) {
       std::copy(dKt.begin() + j * D, dKt.begin() + (j + 1) * D, pdk + (b * d.Skv + k0 + j) * ldk + g * D);
-      std::copy(dVt.begin() + j * D, dVt.begin() + (j + 1) * D, pdv + (b * d.Skv + k0 + j) * ldk + g * D);
+      std::copy(dVt.begin() + j * Dv, dVt.begin() + (j + 1) * Dv, pdv + (b * d.Skv + k0 + j) * ldv + g * Dv);
     }
   };
 #pragma omp parallel
   {
     Tile w{AlignedVec<T>((size_t)(QB * KB)), AlignedVec<T>((size_t)(QB * KB)), AlignedVec<T>((size_t)(QB * KB)),
            AlignedVec<T>((size_t)(QB * KB)), std::vector<uint8_t>((size_t)(QB * KB))};
-    AlignedVec<T> dKt((size_t)(KB * D)), dVt((size_t)(KB * D));
+    AlignedVec<T> dKt((size_t)(KB * D)), dVt((size_t)(KB * Dv));
     std::vector<double*> cap_grad(p.caps.size());
     auto task_caps = [&](int64_t t) {
       for (size_t c = 0; c < p.caps.size(); ++c) cap_grad[c] = cap_part.data() + t * cap_off.back() + cap_off[c];
@@ -541,10 +544,10 @@ void record_costs(const Problem& p, const std::vector<const Tensor*>& io, bool b
                 KernelClass::EagerOnly);
   if (backward)
     // eager: the flash backward plus the dO*O row-sum preprocessing kernel
-    record_cost("flex_attention_backward", pairs * (10.0 * p.d.D + 6.0 + mod_flops), bytes, GemmShape{},
+    record_cost("flex_attention_backward", pairs * (6.0 * p.d.D + 4.0 * p.d.Dv + 6.0 + mod_flops), bytes, GemmShape{},
                 KernelClass::Attention, EagerSplit{2, 1.2});
   else
-    record_cost("flex_attention", pairs * (4.0 * p.d.D + 5.0 + mod_flops), bytes, KernelClass::Attention);
+    record_cost("flex_attention", pairs * (2.0 * p.d.D + 2.0 * p.d.Dv + 5.0 + mod_flops), bytes, KernelClass::Attention);
 }
 }  // namespace
 
@@ -556,11 +559,13 @@ Problem prepare(const char* op, const Tensor& q, const Tensor& k, const Tensor& 
   need_float(op, q);
   same_dtype(op, q, k);
   same_dtype(op, q, v);
-  TITAN_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op, ": expected q [B, Sq, Hq, D], k/v [B, Skv, Hkv, D], got ",
-              shape_str(q.shape()), ", ", shape_str(k.shape()), ", ", shape_str(v.shape()));
-  Dims d{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3), 0};
-  TITAN_CHECK(k.shape() == v.shape() && k.size(0) == d.B && k.size(3) == d.D, op, ": k ", shape_str(k.shape()),
-              " and v ", shape_str(v.shape()), " must be [", d.B, ", Skv, Hkv, ", d.D, "] for q ", shape_str(q.shape()));
+  TITAN_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op, ": expected q [B, Sq, Hq, D], k [B, Skv, Hkv, D], "
+              "v [B, Skv, Hkv, Dv], got ", shape_str(q.shape()), ", ", shape_str(k.shape()), ", ", shape_str(v.shape()));
+  Dims d{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3), 0, v.size(3)};
+  TITAN_CHECK(k.size(0) == d.B && k.size(3) == d.D && v.size(0) == d.B && v.size(1) == d.Skv && v.size(2) == d.Hkv &&
+                  d.Dv > 0,
+              op, ": k ", shape_str(k.shape()), " must be [", d.B, ", Skv, Hkv, ", d.D, "] for q ", shape_str(q.shape()),
+              " and v ", shape_str(v.shape()), " [", d.B, ", Skv, Hkv, Dv] (Dv, v's head width, may differ from D: MLA)");
   TITAN_CHECK(d.Hkv > 0 && d.Hq % d.Hkv == 0, op, ": query heads ", d.Hq, " must be a multiple of key/value heads ",
               d.Hkv, " (q ", shape_str(q.shape()), ", k ", shape_str(k.shape()), ")");
   TITAN_CHECK(opt.q_offset >= 0 && opt.kv_offset >= 0, op, ": q_offset ", opt.q_offset, " and kv_offset ",
@@ -605,7 +610,7 @@ Tensor flex_attention(const Tensor& q, const Tensor& k, const Tensor& v, const F
   Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   Tensor sc = opt.sinks.defined() ? opt.sinks.contiguous() : Tensor();
   auto fwd = autograd::sac_forward(autograd::SacOp::Attention, [&] {
-    Tensor out = empty({d.B, d.Sq, d.Hq, d.D}, q.dtype(), q.device());
+    Tensor out = empty({d.B, d.Sq, d.Hq, d.Dv}, q.dtype(), q.device());
     Tensor lse = empty({d.B, d.Hq, d.Sq}, q.dtype(), q.device());
     record_costs(p, {&qc, &kc, &vc, &out, &lse}, false);
     if (!q.is_meta()) {
@@ -653,7 +658,7 @@ BlockOut attention_block_forward(const Tensor& q, const Tensor& k, const Tensor&
   const Dims& d = p.d;
   Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   Tensor sc = opt.sinks.defined() ? opt.sinks.contiguous() : Tensor();
-  BlockOut r{empty({d.B, d.Sq, d.Hq, d.D}, q.dtype(), q.device()), empty({d.B, d.Hq, d.Sq}, q.dtype(), q.device())};
+  BlockOut r{empty({d.B, d.Sq, d.Hq, d.Dv}, q.dtype(), q.device()), empty({d.B, d.Hq, d.Sq}, q.dtype(), q.device())};
   record_costs(p, {&qc, &kc, &vc, &r.out, &r.lse}, false);
   if (!q.is_meta())
     dispatch_float(q.dtype(), op, [&]<typename T>() { forward_kernel<T>(p, qc, kc, vc, sc, r.out, r.lse); });
@@ -667,10 +672,10 @@ BlockGrads attention_block_backward(const Tensor& dout, const Tensor& q, const T
   BlockMask built;
   Problem p = prepare(op, q, k, v, opt, built);
   const Dims& d = p.d;
-  TITAN_CHECK(dout.shape() == q.shape() && out.shape() == q.shape() &&
-                  lse.shape() == (Shape{d.B, d.Hq, d.Sq}),
-              op, ": dout ", shape_str(dout.shape()), " and out ", shape_str(out.shape()), " must be q's ",
-              shape_str(q.shape()), ", lse ", shape_str(lse.shape()), " [", d.B, ", ", d.Hq, ", ", d.Sq, "]");
+  const Shape out_shape{d.B, d.Sq, d.Hq, d.Dv};
+  TITAN_CHECK(dout.shape() == out_shape && out.shape() == out_shape && lse.shape() == (Shape{d.B, d.Hq, d.Sq}), op,
+              ": dout ", shape_str(dout.shape()), " and out ", shape_str(out.shape()), " must be ",
+              shape_str(out_shape), ", lse ", shape_str(lse.shape()), " [", d.B, ", ", d.Hq, ", ", d.Sq, "]");
   Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous(), go = dout.contiguous();
   Tensor oc = out.contiguous(), lc = lse.contiguous();
   Tensor sc = opt.sinks.defined() ? opt.sinks.contiguous() : Tensor();

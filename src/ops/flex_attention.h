@@ -296,7 +296,8 @@ struct FlexOptions {
   int64_t q_offset = 0, kv_offset = 0;
 };
 
-// q [B, Sq, Hq, D], k/v [B, Skv, Hkv, D] (Hq % Hkv == 0) -> [B, Sq, Hq, D].
+// q [B, Sq, Hq, D], k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv] (Hq % Hkv == 0) -> [B, Sq, Hq, Dv]. Dv may differ from
+// D (multi-head latent attention: q.k over nope + rope dims, v narrower); the scale defaults to D's.
 // Rows that see no key (and no sink) give 0, as PyTorch's flex_attention.
 Tensor flex_attention(const Tensor& q, const Tensor& k, const Tensor& v, const FlexOptions& opt);
 
@@ -307,7 +308,7 @@ Tensor flex_attention(const Tensor& q, const Tensor& k, const Tensor& v, const F
 // results, the visible tiles' work recorded.
 namespace flex {
 struct BlockOut {
-  Tensor out;  // [B, Sq, Hq, D], normalized within the block
+  Tensor out;  // [B, Sq, Hq, Dv], normalized within the block
   Tensor lse;  // [B, Hq, Sq]: the block's log-sum-exp, -inf where it sees no key (and no sink)
 };
 BlockOut attention_block_forward(const Tensor& q, const Tensor& k, const Tensor& v, const FlexOptions& opt);
