@@ -21,6 +21,9 @@ HfLayout per_expert_layout(const std::vector<Region>& params, const ExpertNames&
       l.regions.push_back(r);
       const size_t router = n.find(".mlp.gate.");  // the router moves with its module
       if (router != std::string::npos) l.regions.back().name = n.substr(0, router) + "." + names.module + n.substr(router + 4);
+      const std::string bias = ".mlp.expert_bias";
+      if (!names.route_bias.empty() && n.size() > bias.size() && n.compare(n.size() - bias.size(), bias.size(), bias) == 0)
+        l.regions.back().name = n.substr(0, n.size() - bias.size()) + "." + names.module + "." + names.route_bias;
       continue;
     }
     TITAN_CHECK(r.full_shape.size() == 3, "per_expert_layout: ", n, " is not stacked [E, in, out]");

@@ -32,6 +32,9 @@ HfLayout same_layout(const std::vector<Region>& params);
 struct ExpertNames {
   std::string module = "mlp";  // Qwen3-MoE: mlp; Mixtral: block_sparse_moe
   std::string gate = "gate_proj", up = "up_proj", down = "down_proj";  // Mixtral: w1, w3, w2
+  // the router's selection biases (titan's <prefix>.mlp.expert_bias buffer) under the class's name, relative to
+  // the module ("": titan's name; DeepSeek-V3: gate.e_score_correction_bias)
+  std::string route_bias;
 };
 // Stacked experts [E, in, out] named <prefix>.mlp.experts.<proj> become per-expert linears
 // <prefix>.<module>.experts.<e>.<hf proj>.weight [out, in] (HF's Qwen3-MoE, Mixtral); the router

@@ -112,13 +112,25 @@ std::vector<Entry> block_plan(decoder::DecoderLayer* layer, const decoder::Args&
                               bool sequence_parallel) {
   std::vector<Entry> plan;
   auto* at = layer->self_attn;
-  const auto q_rows = times(even(a.n_heads, tp, "model.n_heads"), a.head_dim);
   const auto heads = even(a.n_heads, tp, "model.n_heads");
-  linear(plan, at->q_proj, colwise, q_rows);  // this rank's query heads
-  for (nn::Linear* lin : {at->k_proj, at->v_proj})
-    if (kv_split) linear(plan, lin, colwise, times(even(a.n_kv_heads, tp, "model.n_kv_heads"), a.head_dim));
-    else plan.insert(plan.end(), {{&lin->weight, &kv_head}, {&lin->bias, &kv_head}});
-  linear(plan, at->o_proj, rowwise, q_rows);
+  const auto q_rows = times(heads, a.qk_dim());
+  if (at->kv_a_proj) {
+    // MLA: the latents' projections and norms replicated (each rank's heads add to their gradients), the
+    // expansions split by heads, o rowwise by the heads' values
+    for (nn::Linear* lin : {at->q_a_proj, at->kv_a_proj})
+      if (lin) plan.insert(plan.end(), {{&lin->weight, &summed}, {&lin->bias, &summed}});
+    for (nn::Norm* n : {at->q_a_norm, at->kv_a_norm})
+      if (n) plan.insert(plan.end(), {{&n->weight, &summed}, {&n->bias, &summed}});
+    linear(plan, at->q_proj ? at->q_proj : at->q_b_proj, colwise, q_rows);
+    linear(plan, at->kv_b_proj, colwise, times(heads, a.qk_nope_head_dim + a.v_head_dim));
+    linear(plan, at->o_proj, rowwise, times(heads, a.v_head_dim));
+  } else {
+    linear(plan, at->q_proj, colwise, q_rows);  // this rank's query heads
+    for (nn::Linear* lin : {at->k_proj, at->v_proj})
+      if (kv_split) linear(plan, lin, colwise, times(even(a.n_kv_heads, tp, "model.n_kv_heads"), a.head_dim));
+      else plan.insert(plan.end(), {{&lin->weight, &kv_head}, {&lin->bias, &kv_head}});
+    linear(plan, at->o_proj, rowwise, q_rows);
+  }
   plan.push_back({&at->sinks, &headwise, 0, heads});
   if (at->variant.bias == nn::ScoreBias::relative) plan.push_back({&at->bias, &headwise, 0, heads});
   if (at->q_norm && at->qk_norm_projection) {  // OLMo 2: the norms span the projections, split with their heads

@@ -8,7 +8,10 @@ renormalized, a sliding window on every layer), OLMo 2 (norms after the
 attention and MLP outputs, QK-norm over the whole projections) and Gemma 3
 text (sandwich norms of 1 + weight, GELU tanh, tied embeddings times
 sqrt(dim), scores over sqrt(query_pre_attn_scalar), sliding layers on their
-own unscaled RoPE base, the full layers' RoPE scaled linearly), written from HF's
+own unscaled RoPE base, the full layers' RoPE scaled linearly) and DeepSeek-V3
+(multi-head latent attention with and without the query latent, RoPE on interleaved
+dims, YaRN with DeepSeek's mscale, sigmoid group-limited routing renormalized and
+scaled, a shared MLP of n experts, dense first layers), written from HF's
 definitions into one knob-driven forward; and ablations no HF class has (Gemma's sandwich norms with a
 projection-wide QK-norm and LayerNorm, Gemma's embedding scale and Gemma 2's
 final-logit softcap on a tied Qwen3, gpt-oss with QK-norm and GELU,
@@ -43,7 +46,9 @@ BASE = dict(family="qwen3", vocab_size=64, dim=32, n_layers=3, n_heads=4, n_kv_h
             moe_score="softmax", moe_renormalize=True, moe_shared_expert=False, moe_router_bias=False,
             moe_expert_bias=False, moe_every=1, moe_first_dense=0, tie_embeddings=False, embed_scale=1.0,
             final_logit_softcap=0.0, norm_placement="pre", qk_norm_scope="head", norm_unit_offset=False,
-            query_pre_attn_scalar=0.0, rope_local_theta=0.0)
+            query_pre_attn_scalar=0.0, rope_local_theta=0.0, kv_lora_rank=0, q_lora_rank=0, qk_nope_head_dim=0,
+            qk_rope_head_dim=0, v_head_dim=0, rope_interleave=False, moe_n_group=1, moe_topk_group=1,
+            moe_routed_scale=1.0, moe_shared_width=1)
 
 VARIANTS = {
     # HF Qwen3MoeForCausalLM: layer 0 dense (mlp_only_layers [0]), norm_topk_prob
@@ -64,6 +69,22 @@ VARIANTS = {
     "gemma3": dict(family="gemma3", norm_placement="sandwich", norm_unit_offset=True, activation="gelu_pytorch_tanh",
                    tie_embeddings=True, embed_scale=math.sqrt(32), query_pre_attn_scalar=24.0, layer_window=[3, 3, 0],
                    rope_theta=1e6, rope_local_theta=10000.0, rope=dict(type="linear", factor=8.0)),
+    # HF DeepseekV3ForCausalLM: MLA (q latent 12, kv latent 10, heads of 6 + 4 rope dims, values of 5), RoPE on
+    # interleaved dims with YaRN (original context 4, so the test's 8 positions extend it) and mscale 1 / 1 (the
+    # scores scale by m^2), 8 experts in 4 groups of which 2 are kept, top-2 renormalized and scaled by 2.5, a shared
+    # MLP 2 experts wide, layer 0 dense
+    "deepseek_v3": dict(family="deepseek_v3", qk_norm=False, n_kv_heads=4, head_dim=4, kv_lora_rank=10,
+                        q_lora_rank=12, qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=5, rope_interleave=True,
+                        moe=True, moe_experts=8, moe_top_k=2, moe_score="sigmoid", moe_renormalize=True,
+                        moe_shared_expert=True, moe_shared_width=2, moe_first_dense=1, moe_n_group=4,
+                        moe_topk_group=2, moe_routed_scale=2.5, max_position_embeddings=16,
+                        rope=dict(type="yarn", factor=4.0, original_max_position_embeddings=4, beta_fast=32.0,
+                                  beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0)),
+    # the same class without the query latent (q_proj), RoPE on halves, one group, no RoPE scaling
+    "deepseek_v3_q_proj": dict(family="deepseek_v3", qk_norm=False, n_kv_heads=4, head_dim=4, kv_lora_rank=10,
+                               q_lora_rank=0, qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=7, moe=True,
+                               moe_experts=4, moe_top_k=2, moe_score="sigmoid", moe_renormalize=False,
+                               moe_shared_expert=True, moe_first_dense=2, moe_routed_scale=1.5),
     # ablations (titan_decoder)
     # Gemma 2 / 3's sandwich norms, with OLMo 2's projection-wide QK-norm, all LayerNorm
     "sandwich_projection_ln": dict(norm_placement="sandwich", qk_norm_scope="projection", norm_type="layernorm"),
@@ -124,6 +145,21 @@ def hf_config(k):
         return g
     if k["family"] == "olmo2":
         return dict(common, architectures=["Olmo2ForCausalLM"], model_type="olmo2", intermediate_size=k["hidden_dim"])
+    if k["family"] == "deepseek_v3":
+        d = dict({kk: v for kk, v in common.items() if kk != "head_dim"}, architectures=["DeepseekV3ForCausalLM"],
+                 model_type="deepseek_v3", intermediate_size=k["hidden_dim"], moe_intermediate_size=k["moe_hidden_dim"],
+                 n_routed_experts=k["moe_experts"], num_experts_per_tok=k["moe_top_k"],
+                 n_shared_experts=k["moe_shared_width"], routed_scaling_factor=k["moe_routed_scale"],
+                 n_group=k["moe_n_group"], topk_group=k["moe_topk_group"], norm_topk_prob=k["moe_renormalize"],
+                 first_k_dense_replace=k["moe_first_dense"], kv_lora_rank=k["kv_lora_rank"],
+                 q_lora_rank=k["q_lora_rank"] or None, qk_nope_head_dim=k["qk_nope_head_dim"],
+                 qk_rope_head_dim=k["qk_rope_head_dim"], v_head_dim=k["v_head_dim"],
+                 rope_interleave=k["rope_interleave"])
+        if k["rope"]["type"] != "none":
+            r = dict(k["rope"], rope_type=k["rope"]["type"])
+            del r["type"]
+            d["rope_scaling"] = r
+        return d
     if k["family"] == "llama3":
         r = dict(k["rope"], rope_type="llama3")
         del r["type"]
@@ -164,7 +200,10 @@ def inv_freq(k, local=False):
             high += 0.001
         ramp = ((torch.arange(D // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
         ef = 1 - ramp
-        return (1.0 / (factor * pos_freqs)) * (1 - ef) + (1.0 / pos_freqs) * ef, 0.1 * math.log(factor) + 1.0
+        def m(s):  # HF's get_mscale
+            return 1.0 if factor <= 1 else 0.1 * s * math.log(factor) + 1.0
+        att = m(r["mscale"]) / m(r["mscale_all_dim"]) if r.get("mscale") and r.get("mscale_all_dim") else m(1.0)
+        return (1.0 / (factor * pos_freqs)) * (1 - ef) + (1.0 / pos_freqs) * ef, att
     if r["type"] == "llama3":
         factor, lo, hi, old = r["factor"], r["low_freq_factor"], r["high_freq_factor"], r["original_max_position_embeddings"]
         low_wl, high_wl = old / lo, old / hi
@@ -188,6 +227,42 @@ def rope_cos_sin(k, seq, local=False):
 def rotate(x, cos, sin):  # x [..., S, D], cos/sin [S, D/2]: HF's rotate_half convention
     a, b = torch.chunk(x, 2, dim=-1)
     return torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
+
+
+def deinterleave(x):  # HF's apply_rotary_pos_emb_interleave: adjacent pairs -> halves
+    *lead, d = x.shape
+    return x.view(*lead, d // 2, 2).transpose(-1, -2).reshape(*lead, d)
+
+
+def mla(p, pre, x, k, cos, sin, allowed):
+    """HF DeepseekV3Attention: x [B, S, dim] -> [B, S, dim]."""
+    B, S, _ = x.shape
+    H, dn, dr, dv, R = k["n_heads"], k["qk_nope_head_dim"], k["qk_rope_head_dim"], k["v_head_dim"], k["kv_lora_rank"]
+    if k["q_lora_rank"]:
+        q = linear(p, pre + "q_b_proj", norm(linear(p, pre + "q_a_proj", x, False), p, pre + "q_a_layernorm", k), False)
+    else:
+        q = linear(p, pre + "q_proj", x, False)
+    q = q.view(B, S, H, dn + dr).transpose(1, 2)  # [B, H, S, dn + dr]
+    q_pass, q_rot = q[..., :dn], q[..., dn:]
+    ckv = linear(p, pre + "kv_a_proj_with_mqa", x, False)
+    k_pass, k_rot = ckv[..., :R], ckv[..., R:]
+    kv = linear(p, pre + "kv_b_proj", norm(k_pass, p, pre + "kv_a_layernorm", k), False).view(B, S, H, dn + dv)
+    kv = kv.transpose(1, 2)
+    k_pass, v = kv[..., :dn], kv[..., dn:]
+    k_rot = k_rot.view(B, 1, S, dr)
+    if k["rope_interleave"]:
+        q_rot, k_rot = deinterleave(q_rot), deinterleave(k_rot)
+    q_rot, k_rot = rotate(q_rot, cos, sin), rotate(k_rot, cos, sin)
+    q = torch.cat((q_pass, q_rot), dim=-1)
+    kk = torch.cat((k_pass, k_rot.expand(B, H, S, dr)), dim=-1)
+    scale = (dn + dr) ** -0.5
+    r = k["rope"]
+    if r["type"] == "yarn" and r.get("mscale_all_dim"):
+        m = 0.1 * r["mscale_all_dim"] * math.log(r["factor"]) + 1.0
+        scale = scale * m * m
+    w = (q @ kk.transpose(-1, -2)) * scale
+    probs = torch.softmax(w.masked_fill(~allowed, float("-inf")), dim=-1)
+    return linear(p, pre + "o_proj", (probs @ v).transpose(1, 2).reshape(B, S, H * dv), False)
 
 
 def gated(gate, up, k):
@@ -220,12 +295,24 @@ def moe(p, pre, x, k):
         scores = torch.sigmoid(logits)
     else:
         scores = torch.softmax(logits, dim=-1)
-    tw, ti = torch.topk(scores, K, dim=-1)
-    if k["moe_renormalize"]:
-        tw = tw / tw.sum(-1, keepdim=True)
+    if k["family"] == "deepseek_v3":  # HF DeepseekV3MoE.route_tokens_to_experts (selection biases zero here)
+        G, T = k["moe_n_group"], x.shape[0]
+        group_scores = scores.view(T, G, E // G).topk(2, dim=-1)[0].sum(-1)
+        group_idx = torch.topk(group_scores, k=k["moe_topk_group"], dim=-1, sorted=False)[1]
+        group_mask = torch.zeros_like(group_scores).scatter(1, group_idx, 1)
+        score_mask = group_mask.unsqueeze(-1).expand(T, G, E // G).reshape(T, E)
+        ti = torch.topk(scores.masked_fill(~score_mask.bool(), 0.0), k=K, dim=-1, sorted=False)[1]
+        tw = scores.gather(1, ti)
+        if k["moe_renormalize"]:
+            tw = tw / (tw.sum(-1, keepdim=True) + 1e-20)
+        tw = tw * k["moe_routed_scale"]
+    else:
+        tw, ti = torch.topk(scores, K, dim=-1)
+        if k["moe_renormalize"]:
+            tw = tw / tw.sum(-1, keepdim=True)
     weights = torch.zeros_like(logits).scatter(1, ti, tw)  # [T, E]
     out = torch.zeros_like(x)
-    if k["family"] == "qwen3_moe":  # HF: one nn.Linear per expert
+    if k["family"] in ("qwen3_moe", "deepseek_v3"):  # HF: one nn.Linear per expert
         for e in range(E):
             ep = pre + f"experts.{e}."
             out = out + weights[:, e:e + 1] * dense_mlp(p, ep, x, k)
@@ -246,7 +333,7 @@ def moe(p, pre, x, k):
             y = gated(gate, up, k) @ p[pre + "experts.down_proj"][e] + (p[pre + "experts.down_proj_bias"][e] if b else 0)
             out = out + weights[:, e:e + 1] * y
     if k["moe_shared_expert"]:
-        out = out + dense_mlp(p, pre + "shared_expert.", x, k)
+        out = out + dense_mlp(p, pre + ("shared_experts." if k["family"] == "deepseek_v3" else "shared_expert."), x, k)
     return out
 
 
@@ -262,6 +349,13 @@ def forward(p, k, tokens):
         pre = f"model.layers.{i}."
         place = k["norm_placement"]  # pre: Llama / Qwen3; post: OLMo 2; sandwich: Gemma 2 / 3
         x = h if place == "post" else norm(h, p, pre + "input_layernorm", k)
+        if k["kv_lora_rank"]:
+            allowed = pos[None, :] <= pos[:, None]
+            h = h + mla(p, pre + "self_attn.", x, k, cos_g, sin_g, allowed)
+            m = moe(p, pre + "mlp.", norm(h, p, pre + "post_attention_layernorm", k).reshape(B * S, -1), k).view(B, S, -1) \
+                if is_moe_layer(k, i) else dense_mlp(p, pre + "mlp.", norm(h, p, pre + "post_attention_layernorm", k), k)
+            h = h + m
+            continue
         q = linear(p, pre + "self_attn.q_proj", x, hb)
         kk = linear(p, pre + "self_attn.k_proj", x, hb)
         if k["qk_norm"] and k["qk_norm_scope"] == "projection":  # OLMo 2: over all heads at once
@@ -316,13 +410,27 @@ def make_params(k, gen):
 
     for i in range(k["n_layers"]):
         pre = f"model.layers.{i}."
-        for n, rows in (("q_proj", H * D), ("k_proj", Hkv * D), ("v_proj", Hkv * D)):
-            shapes[pre + f"self_attn.{n}.weight"] = (rows, d)
+        if k["kv_lora_rank"]:  # MLA, HF's order
+            a = pre + "self_attn."
+            dq, R = k["qk_nope_head_dim"] + k["qk_rope_head_dim"], k["kv_lora_rank"]
+            if k["q_lora_rank"]:
+                shapes[a + "q_a_proj.weight"] = (k["q_lora_rank"], d)
+                add_norm(a + "q_a_layernorm", k["q_lora_rank"])
+                shapes[a + "q_b_proj.weight"] = (H * dq, k["q_lora_rank"])
+            else:
+                shapes[a + "q_proj.weight"] = (H * dq, d)
+            shapes[a + "kv_a_proj_with_mqa.weight"] = (R + k["qk_rope_head_dim"], d)
+            add_norm(a + "kv_a_layernorm", R)
+            shapes[a + "kv_b_proj.weight"] = (H * (k["qk_nope_head_dim"] + k["v_head_dim"]), R)
+            shapes[a + "o_proj.weight"] = (d, H * k["v_head_dim"])
+        else:
+            for n, rows in (("q_proj", H * D), ("k_proj", Hkv * D), ("v_proj", Hkv * D)):
+                shapes[pre + f"self_attn.{n}.weight"] = (rows, d)
+                if hb:
+                    shapes[pre + f"self_attn.{n}.bias"] = (rows,)
+            shapes[pre + "self_attn.o_proj.weight"] = (d, H * D)
             if hb:
-                shapes[pre + f"self_attn.{n}.bias"] = (rows,)
-        shapes[pre + "self_attn.o_proj.weight"] = (d, H * D)
-        if hb:
-            shapes[pre + "self_attn.o_proj.bias"] = (d,)
+                shapes[pre + "self_attn.o_proj.bias"] = (d,)
         if k["qk_norm"]:
             whole = k["qk_norm_scope"] == "projection"
             add_norm(pre + "self_attn.q_norm", H * D if whole else D)
@@ -335,7 +443,7 @@ def make_params(k, gen):
             shapes[m + ("router" if fused else "gate") + ".weight"] = (E, d)
             if k["moe_router_bias"]:
                 shapes[m + ("router" if fused else "gate") + ".bias"] = (E,)
-            if k["family"] == "qwen3_moe":
+            if k["family"] in ("qwen3_moe", "deepseek_v3"):
                 for e in range(E):
                     add_mlp(m + f"experts.{e}.", I)
             elif k["family"] == "mixtral":
@@ -357,7 +465,10 @@ def make_params(k, gen):
                 if eb:
                     shapes[m + "experts.down_proj_bias"] = (E, d)
             if k["moe_shared_expert"]:
-                add_mlp(m + "shared_expert.", I)
+                if k["family"] == "deepseek_v3":
+                    add_mlp(m + "shared_experts.", I * k["moe_shared_width"])
+                else:
+                    add_mlp(m + "shared_expert.", I)
         else:
             add_mlp(pre + "mlp.", f)
         if k["norm_placement"] != "post":

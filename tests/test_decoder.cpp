@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "models/decoder/model.h"
+#include "models/moe_routing.h"
 #include "step/job_config.h"
 #include "src/autograd/grad_mode.h"
 #include "src/checkpoint/checkpoint.h"
@@ -128,6 +129,11 @@ TEST(DecoderReference, Olmo2MatchesHfDefinition) { check_against_reference("deco
 // Gemma 3: sandwich norms of 1 + weight, GELU tanh, scores over sqrt(query_pre_attn_scalar), sliding layers on their
 // own RoPE base, the full layer's RoPE scaled linearly, tied embeddings times sqrt(dim)
 TEST(DecoderReference, Gemma3MatchesHfDefinition) { check_against_reference("decoder_gemma3.h5"); }
+// DeepSeek-V3: multi-head latent attention (query latent, interleaved RoPE dims, YaRN with mscale scaling the
+// scores), sigmoid routing limited to 2 of 4 groups, renormalized and scaled, a shared MLP two experts wide, a dense
+// first layer; and the class without the query latent (q_proj), RoPE on halves, one group
+TEST(DecoderReference, DeepseekV3MatchesHfDefinition) { check_against_reference("decoder_deepseek_v3.h5"); }
+TEST(DecoderReference, DeepseekV3WithoutQueryLatent) { check_against_reference("decoder_deepseek_v3_q_proj.h5"); }
 TEST(DecoderReference, SandwichNormsProjectionQkNormLayerNorm) {
   check_against_reference("decoder_sandwich_projection_ln.h5");
 }
@@ -224,6 +230,82 @@ TEST(Olmo2, CountsAndPublishedSizes) {
   EXPECT_EQ(names(decoder::NormPlacement::post), "post_attention_layernorm.weight post_feedforward_layernorm.weight ");
   EXPECT_EQ(names(decoder::NormPlacement::sandwich), "input_layernorm.weight post_attention_layernorm.weight "
                                                      "pre_feedforward_layernorm.weight post_feedforward_layernorm.weight ");
+}
+
+TEST(DeepseekV3, CountsAndPublishedSizes) {
+  // deepseek-ai/DeepSeek-V3: 671B parameters, 37B activated (the paper; the 14B of the multi-token prediction module
+  // are not built, as HF's class drops them); moonshotai/Kimi-K2: 1.04T, 32B activated
+  const std::vector<std::tuple<std::string, double, double>> sizes = {{"671b", 671.0, 37.5}, {"kimi-k2", 1026.4, 32.6}};
+  for (const auto& [flavor, total, active] : sizes) {
+    JobConfig c = load_job_config_file("", {"model.name", "deepseek_v3", "model.flavor", flavor});
+    const decoder::Args& m = c.model;
+    EXPECT_NEAR((double)m.num_params() / 1e9, total, 0.6) << flavor;
+    EXPECT_NEAR((double)(m.num_active_params() + m.num_embedding_params()) / 1e9, active, 0.6) << flavor;
+    EXPECT_EQ(m.n_kv_heads, m.n_heads) << flavor;  // a key and a value per head
+    EXPECT_EQ(m.head_dim, 64) << flavor;            // HF's head_dim: the RoPE part
+    DeviceScope meta(Device::Meta);
+    decoder::Decoder model(m);
+    EXPECT_EQ(model.num_parameters(), m.num_params()) << flavor;
+    decoder::Args r = decoder::Args::from_hf_json(m.to_hf_json());
+    EXPECT_EQ(r.hf_class(), decoder::HfClass::deepseek_v3) << flavor;
+    EXPECT_EQ(r.to_hf_json(), m.to_hf_json()) << flavor;
+  }
+  // MLA's FLOPs per token: 6 x matmul parameters + 6 x heads x (q.k dims + value dims) x seq per layer
+  JobConfig c = load_job_config_file("", {"model.name", "deepseek_v3", "model.flavor", "671b"});
+  const decoder::Args& m = c.model;
+  EXPECT_DOUBLE_EQ(m.flops_per_token(4096),
+                   6.0 * (double)m.num_matmul_params() + 61 * 6.0 * 128 * (192 + 128) * 4096.0);
+  // DeepseekV3Config's defaults are DeepSeek-V3's sizes; q_lora_rank null is a q_proj; the selection biases are
+  // the class's (e_score_correction_bias) and its export names them so
+  decoder::Args d = decoder::Args::from_hf_json(R"({"model_type": "deepseek_v3", "q_lora_rank": null,
+      "num_hidden_layers": 2, "first_k_dense_replace": 1, "n_routed_experts": 8, "n_group": 2, "topk_group": 1,
+      "num_experts_per_tok": 2, "hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2,
+      "vocab_size": 32, "moe_intermediate_size": 16, "intermediate_size": 32, "kv_lora_rank": 8})");
+  EXPECT_EQ(d.hf_class(), decoder::HfClass::deepseek_v3);
+  EXPECT_EQ(d.q_lora_rank, 0);
+  EXPECT_TRUE(d.moe_route_bias);
+  {
+    decoder::Decoder model(d);
+    EXPECT_EQ(model.named_parameters()[1].first, "model.layers.0.self_attn.q_proj.weight");
+    std::vector<Region> regions = whole(model.named_parameters());
+    for (auto& [n, t] : model.buffers()) regions.push_back({n, t, t->shape(), Shape(t->dim(), 0), true});
+    bool named = false;
+    for (const Region& r : model.hf_layout(regions).regions)
+      named = named || r.name == "model.layers.1.mlp.gate.e_score_correction_bias";
+    EXPECT_TRUE(named);
+  }
+  auto refused = [](const std::string& j) {
+    try {
+      decoder::Args::from_hf_json(j);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refused(R"({"model_type": "deepseek_v3", "num_key_value_heads": 8})").find("num_key_value_heads 8 must equal"),
+            std::string::npos);
+  EXPECT_NE(refused(R"({"model_type": "deepseek_v3", "topk_method": "greedy"})").find("noaux_tc"), std::string::npos);
+  EXPECT_NE(refused(R"({"model_type": "deepseek_v3", "n_group": 3})").find("n_group"), std::string::npos);
+  // the knobs under other members: MLA, interleaved RoPE and grouped routing make a titan_decoder
+  JobConfig q = load_job_config_file("", {"model.name", "qwen3", "model.qk_norm", "false", "model.kv_lora_rank", "16",
+                                          "model.qk_nope_head_dim", "8", "model.qk_rope_head_dim", "8",
+                                          "model.v_head_dim", "8", "model.n_layers", "1"});
+  EXPECT_EQ(q.model.hf_class(), decoder::HfClass::none);
+  EXPECT_THROW(load_job_config_file("", {"model.name", "qwen3", "model.kv_lora_rank", "16"}), Error);  // qk_norm
+  EXPECT_THROW(load_job_config_file("", {"model.name", "deepseek_v3", "model.head_dim", "32"}), Error);  // MLA sizes it
+  EXPECT_THROW(load_job_config_file("", {"model.name", "qwen3", "model.v_head_dim", "32"}), Error);  // no MLA
+}
+
+// Group-limited routing as HF's DeepseekV3MoE: groups scored by their 2 best, the rest of the experts set to 0
+TEST(DeepseekV3, GroupLimitedRoutingKeepsTheBestGroups) {
+  // 1 token, 8 experts in 4 groups: group sums (0.9 + 0.1), (0.5 + 0.4), (0.8 + 0.7), (0.2 + 0.05)
+  Tensor s = from_vector<float>({0.9f, 0.1f, 0.5f, 0.4f, 0.8f, 0.7f, 0.2f, 0.05f}, {1, 8});
+  auto kept = moe::limit_to_groups(s, 4, 2).to_vector<float>();
+  EXPECT_EQ(kept, (std::vector<float>{0.9f, 0.1f, 0.f, 0.f, 0.8f, 0.7f, 0.f, 0.f}));
+  // the top-2 then takes 0.9 and 0.8, never the 0.5 of a dropped group
+  EXPECT_EQ(topk(moe::limit_to_groups(s, 4, 2), 2).second.to_vector<int64_t>(), (std::vector<int64_t>{0, 4}));
+  EXPECT_EQ(moe::limit_to_groups(s, 4, 4).to_vector<float>(), s.to_vector<float>());  // every group kept
+  EXPECT_THROW(moe::limit_to_groups(s, 3, 1), Error);  // 8 experts do not split in 3
 }
 
 TEST(Gemma3, CountsAndPublishedSizes) {

@@ -1,5 +1,5 @@
 // The knob matrix (issue 12): every architecture key of the model section on
-// every member of the decoder family (qwen3, qwen3_moe, gpt_oss, llama3, mixtral, olmo2),
+// every member of the decoder family (qwen3, qwen3_moe, gpt_oss, llama3, mixtral, olmo2, gemma3, deepseek_v3),
 // loaded exactly as a user's YAML/command line is (family presets, then the
 // refusal of keys that cannot act). Each cell either moves the loss away from
 // the same model without the key, or is refused with an error naming the key.
@@ -27,6 +27,14 @@ namespace {
 using Overrides = std::vector<std::string>;
 
 Overrides tiny(const std::string& family) {
+  // deepseek_v3: MLA's sizes instead of the KV heads' and head_dim, 8 experts in 2 groups of which 1 is kept, every
+  // layer MoE (as the other MoE members' tiny models)
+  if (family == "deepseek_v3")
+    return {"model.name", family, "model.dim", "32", "model.n_layers", "2", "model.n_heads", "4", "model.vocab_size",
+            "50", "training.seq_len", "16", "model.kv_lora_rank", "8", "model.q_lora_rank", "8",
+            "model.qk_nope_head_dim", "4", "model.qk_rope_head_dim", "4", "model.v_head_dim", "6",
+            "model.moe_num_experts", "8", "model.moe_hidden_dim", "12", "model.moe_n_group", "2", "model.moe_topk_group",
+            "1", "model.moe_first_dense", "0"};
   // gemma3: 6 layers, so that its preset's period (5 sliding, 1 full) has a full layer for the global RoPE keys
   return {"model.name", family, "model.dim", "32", "model.n_layers", family == "gemma3" ? "6" : "2", "model.n_heads",
           "4", "model.n_kv_heads", "2", "model.head_dim", "8", "model.vocab_size", "50", "training.seq_len", "16"};
@@ -89,6 +97,12 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
        {"model.sliding_window", "3", "model.sliding_window_layers", "periodic"}},
       {"rope_local_theta", {"model.rope_local_theta", "50.0"}, {"model.sliding_window", "3"}},
       {"norm_eps", {"model.norm_eps", "0.3"}, {}},
+      {"kv_lora_rank", {"model.kv_lora_rank", "6"}, {}},
+      {"q_lora_rank", {"model.q_lora_rank", "4"}, {}},
+      {"qk_nope_head_dim", {"model.qk_nope_head_dim", "2"}, {}},
+      {"qk_rope_head_dim", {"model.qk_rope_head_dim", "2"}, {}},
+      {"v_head_dim", {"model.v_head_dim", "3"}, {}},
+      {"rope_interleave", {"model.rope_interleave", "flip"}, {}},
       {"activation", {"model.activation", "gelu"}, {}},
       {"swiglu_limit", {"model.swiglu_limit", "0.05"}, {}},
       {"attn_proj_bias", {"model.attn_proj_bias", "flip"}, {}},
@@ -105,6 +119,10 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
       {"rope_yarn_beta_fast", {"model.rope_yarn_beta_fast", "1.5"}, {"model.rope_scaling_type", "yarn", "model.rope_scaling_factor", "4.0"}},
       {"rope_yarn_beta_slow", {"model.rope_yarn_beta_slow", "0.01"}, {"model.rope_scaling_type", "yarn", "model.rope_scaling_factor", "4.0"}},
       {"rope_yarn_truncate", {"model.rope_yarn_truncate", "flip"}, {"model.rope_scaling_type", "yarn", "model.rope_scaling_factor", "4.0"}},
+      {"rope_yarn_mscale", {"model.rope_yarn_mscale", "0.5"},
+       {"model.rope_scaling_type", "yarn", "model.rope_scaling_factor", "4.0", "model.rope_yarn_mscale_all_dim", "0.5"}},
+      {"rope_yarn_mscale_all_dim", {"model.rope_yarn_mscale_all_dim", "0.5"},
+       {"model.rope_scaling_type", "yarn", "model.rope_scaling_factor", "4.0"}},
       {"rope_low_freq_factor", {"model.rope_low_freq_factor", "2.0"},
        {"model.rope_scaling_type", "llama3", "model.rope_scaling_factor", "8.0",
         "model.rope_original_max_position_embeddings", "16"}},
@@ -117,9 +135,13 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
       {"moe_num_experts", {"model.moe_num_experts", "3"}, {}},
       {"moe_top_k", {"model.moe_top_k", "1"}, {}},
       {"moe_hidden_dim", {"model.moe_hidden_dim", "8"}, {}},
-      {"moe_score_func", {"model.moe_score_func", "sigmoid"}, {}},
+      {"moe_score_func", {"model.moe_score_func", "other"}, {}},
       {"moe_renormalize", {"model.moe_renormalize", "flip"}, {}},
-      {"moe_shared_expert", {"model.moe_shared_expert", "true"}, {}},
+      {"moe_shared_expert", {"model.moe_shared_expert", "flip"}, {}},
+      {"moe_shared_expert_width", {"model.moe_shared_expert_width", "2"}, {"model.moe_shared_expert", "true"}},
+      {"moe_n_group", {"model.moe_n_group", "4"}, {}},
+      {"moe_topk_group", {"model.moe_topk_group", "2"}, {"model.moe_n_group", "4"}},
+      {"moe_routed_scale", {"model.moe_routed_scale", "2.0"}, {}},
       {"moe_router_bias", {"model.moe_router_bias", "flip"}, {}},
       {"moe_expert_bias", {"model.moe_expert_bias", "flip"}, {}},
       {"moe_every", {"model.moe_every", "2"}, {}},
@@ -142,7 +164,8 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
       EXPECT_TRUE(here) << "model." << k.key << " (models/decoder/knobs.def) is in no knob matrix: add it above";
     }
   }
-  const std::vector<std::string> families = {"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral", "olmo2", "gemma3"};
+  const std::vector<std::string> families = {"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral",
+                                             "olmo2", "gemma3", "deepseek_v3"};
   std::map<std::string, std::map<std::string, std::string>> table;
   int applied = 0, refused = 0;
   for (const auto& fam : families) {
@@ -167,10 +190,14 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
                          : key == "moe_enabled" ? cb.model.moe_enabled : key == "moe_renormalize" ? cb.model.moe_renormalize
                          : key == "moe_router_bias" ? cb.model.moe_router_bias
                          : key == "norm_unit_offset" ? cb.model.norm_unit_offset
+                         : key == "rope_interleave" ? cb.model.rope_interleave
+                         : key == "moe_shared_expert" ? cb.model.moe_shared_expert
                          : key == "enable_weight_tying" ? cb.model.enable_weight_tying : cb.model.moe_expert_bias;
         v[1] = now ? "false" : "true";
       } else if (v[1] == "other" && k.key == "norm_placement") {
         v[1] = cb.model.norm_placement == decoder::NormPlacement::sandwich ? "post" : "sandwich";
+      } else if (v[1] == "other" && k.key == "moe_score_func") {
+        v[1] = cb.model.moe_score_func == decoder::RouterScore::sigmoid ? "softmax" : "sigmoid";
       } else if (v[1] == "other" && k.key == "qk_norm_scope") {
         v[1] = cb.model.qk_norm_scope == decoder::QkNormScope::head ? "projection" : "head";
       } else if (v[1] == "other") {
@@ -217,8 +244,11 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
     std::printf("\n");
   }
   std::printf("%d applied, %d refused\n", applied, refused);
-  EXPECT_EQ(applied, 239);  // 41 knobs x 7 models, less the 12 MoE keys x 4 dense models
-  EXPECT_EQ(refused, 48);
+  // 53 knobs x 8 models = 424: 9 cells whose precondition is refused (-: a shared expert or groups on a dense
+  // model, QK-norm on MLA), 95 refused (the 15 MoE keys on 4 dense models, MLA's 5 sizes on the 7 members with KV
+  // heads, ...)
+  EXPECT_EQ(applied, 320);
+  EXPECT_EQ(refused, 95);
 }
 
 // The presets of the members, and refusals naming the key.
@@ -258,7 +288,8 @@ TEST(ModelKnobs, FamilyPresetsAndRefusals) {
   EXPECT_NE(err(o).find("leave none of the 2 layers MoE"), std::string::npos) << err(o);
   // the members; a config.json names its member; others are refused by name, with the members listed
   EXPECT_EQ(config::enum_choices<decoder::Family>(),
-            (std::vector<std::string>{"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral", "olmo2", "gemma3"}));
+            (std::vector<std::string>{"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral", "olmo2", "gemma3",
+                                      "deepseek_v3"}));
   JobConfig gemma3 = load_job_config_file("", tiny("gemma3"));
   EXPECT_TRUE(gemma3.model.norm_unit_offset && gemma3.model.norm_placement == decoder::NormPlacement::sandwich &&
               gemma3.model.enable_weight_tying && gemma3.model.embed_multiplier() == std::sqrt(32.0));
@@ -285,7 +316,8 @@ TEST(ModelKnobs, FamilyPresetsAndRefusals) {
   EXPECT_EQ(decoder::Args::from_hf_json(std::make_unique<decoder::Decoder>(oss.model)->hf_config_json()).name,
             decoder::Family::gpt_oss);
   EXPECT_NE(err({"model.name", "mistral"}).find("model.name = 'mistral' is not allowed; allowed values: qwen3, "
-                                                "qwen3_moe, gpt_oss, llama3, mixtral, olmo2, gemma3"), std::string::npos)
+                                                "qwen3_moe, gpt_oss, llama3, mixtral, olmo2, gemma3, deepseek_v3"),
+            std::string::npos)
       << err({"model.name", "mistral"});
   // the saved config leaves out what did not act, and reads back to the same config
   JobConfig cq = load_job_config_file("", tiny("qwen3"));
@@ -377,6 +409,13 @@ TEST(ModelKnobs, ExportImportRoundTripPerArchitecture) {
       {"qwen3", {"model.norm_type", "layernorm"}, "TitanDecoderForCausalLM", "titan_decoder", "model.norm.bias"},
       {"qwen3_moe", {"model.moe_shared_expert", "true"}, "TitanDecoderForCausalLM", "titan_decoder",
        "model.layers.0.mlp.shared_expert.up_proj.weight"},
+      // DeepSeek-V3: MLA, per-expert tensors, the selection biases (set off zero below) as the class's buffer
+      {"deepseek_v3", {}, "DeepseekV3ForCausalLM", "deepseek_v3", "model.layers.1.mlp.gate.e_score_correction_bias"},
+      {"deepseek_v3", {"model.q_lora_rank", "0", "model.attn_proj_bias", "true"}, "DeepseekV3ForCausalLM",
+       "deepseek_v3", "model.layers.0.self_attn.kv_a_proj_with_mqa.bias"},
+      {"deepseek_v3", {"model.moe_score_func", "softmax"}, "TitanDecoderForCausalLM", "titan_decoder",
+       "model.layers.0.mlp.shared_experts.down_proj.weight"},
+      {"qwen3", {"model.rope_interleave", "true"}, "TitanDecoderForCausalLM", "titan_decoder", "model.norm.weight"},
       // routing steered by the biases of auxiliary-loss-free balancing: titan's layout carries them
       {"qwen3_moe", {"model.moe_bias_update_rate", "0.5"}, "TitanDecoderForCausalLM", "titan_decoder",
        "model.layers.0.mlp.expert_bias"},

@@ -425,6 +425,38 @@ TEST(Simulation, Gemma3AndOlmo2PlanOnMetaTensors) {
   }
 }
 
+// DeepSeek-V3 671B as DeepSeek trained it (PP 16 x EP 64 over 2048 GPUs, the dense rest data-parallel) and Kimi K2
+// (1.04T) under EP 64 x FSDP: planned on meta tensors, MLA's attention in the FLOPs, the experts split over EP.
+TEST(Simulation, DeepseekV3AndKimiK2PlanOnMetaTensors) {
+  JobConfig c = load_job_config_file("", {"model.name", "deepseek_v3", "model.flavor", "671b", "training.seq_len",
+                                          "4096", "training.local_batch_size", "1", "parallelism.pipeline_parallel_degree",
+                                          "16", "parallelism.pipeline_parallel_microbatch_size", "1",
+                                          "parallelism.data_parallel_shard_degree", "128",
+                                          "parallelism.expert_parallel_degree", "64", "activation_checkpoint.mode",
+                                          "full"});
+  c.job.print_args = false;
+  const auto& m = c.model;
+  EXPECT_DOUBLE_EQ(m.flops_per_token(4096), 6.0 * (double)m.num_matmul_params() +
+                                                6.0 * 61 * 128 * (128 + 64 + 128) * 4096.0);
+  StepPlan p = plan_step(c, 2048);
+  // rank 0: stage 0 (the embedding and blocks 0-3: 61 over 16 stages of at most 4; blocks 0-2 dense), of its one MoE
+  // layer 4 of the 256 experts (EP 64), each sharded over the 2 ranks holding the same experts; the rest over 128
+  const double held = (double)p.memory.current[(int)MemoryCategory::Parameters] / 4;  // float32
+  const double expert = 3.0 * 7168 * 2048, dense_block = 3.0 * 7168 * 18432 + 190e6;  // MLP + MLA (~187M)
+  EXPECT_GT(held, 4 * expert / 2);
+  EXPECT_LT(held, 4 * expert / 2 + (129280.0 * 7168 + 4 * dense_block) / 128);
+  JobConfig k = load_job_config_file("", {"model.name", "deepseek_v3", "model.flavor", "kimi-k2", "training.seq_len",
+                                          "4096", "training.local_batch_size", "1", "parallelism.data_parallel_shard_degree",
+                                          "64", "parallelism.expert_parallel_degree", "64", "activation_checkpoint.mode",
+                                          "full"});
+  k.job.print_args = false;
+  StepPlan q = plan_step(k, 64);
+  const double kimi = (double)k.model.num_params();
+  EXPECT_NEAR(kimi / 1e12, 1.026, 0.001);
+  // every parameter sharded 64 ways (the experts by EP, the rest by FSDP)
+  EXPECT_NEAR((double)q.memory.current[(int)MemoryCategory::Parameters], kimi * 4 / 64, kimi * 4 / 64 * 0.02);
+}
+
 TEST(Simulation, BadLayoutsAreRefusedWithTheNumbers) {
   JobConfig c = sim_config("configs/qwen3_32b.yaml");
   c.simulation.world_size = 128;  // 32 chips at 4 per chip: a 16-chip instance cannot hold them

@@ -47,16 +47,24 @@ T count_params(const Args& a) {
   const T qk_width = a.qk_norm_scope == QkNormScope::projection ? (n_heads + n_kv_heads) * head_dim : 2 * head_dim;
   const T qk = a.qk_norm ? (ln ? 2 : 1) * qk_width : 0;
   const T rel = a.attn_bias == nn::ScoreBias::relative ? n_heads * (2 * (T)a.attn_relative_max_distance - 1) : 0;
-  const T attn_p = dim * n_heads * head_dim * 2 + dim * n_kv_heads * head_dim * 2 +
-                   (a.attn_proj_bias ? n_heads * head_dim + 2 * n_kv_heads * head_dim + dim : 0) +
-                   (a.attn_sinks ? n_heads : 0) + qk + rel;
+  T attn_p = dim * n_heads * head_dim * 2 + dim * n_kv_heads * head_dim * 2 +
+             (a.attn_proj_bias ? n_heads * head_dim + 2 * n_kv_heads * head_dim + dim : 0);
+  if (a.mla()) {  // q (through its latent), kv_a -> [latent, rope key], kv_b -> [nope key, value] per head, o
+    const T qr = (T)a.q_lora_rank, kr = (T)a.kv_lora_rank, dn = (T)a.qk_nope_head_dim, dr = (T)a.qk_rope_head_dim;
+    const T dv = (T)a.v_head_dim, b = a.attn_proj_bias ? 1 : 0;
+    const T q = a.q_lora_rank > 0 ? dim * qr + b * qr + (ln ? 2 : 1) * qr + qr * n_heads * (dn + dr)
+                                  : dim * n_heads * (dn + dr);
+    attn_p = q + dim * (kr + dr) + b * (kr + dr) + (ln ? 2 : 1) * kr + kr * n_heads * (dn + dv) +
+             n_heads * dv * dim + b * dim;
+  }
+  attn_p += (a.attn_sinks ? n_heads : 0) + qk + rel;
   const T expert = 3 * dim * moe_hidden_dim + (a.moe_expert_bias ? 2 * moe_hidden_dim + dim : 0);
   T total = 0;
   for (int64_t i = 0; i < a.n_layers; ++i) {
     T mlp = 3 * dim * hidden_dim;
     if (a.is_moe_layer(i))
       mlp = dim * experts + (a.moe_router_bias ? experts : 0) + experts * expert +
-            (a.moe_shared_expert ? 3 * dim * moe_hidden_dim : 0);
+            3 * dim * (T)a.shared_expert_hidden();
     total += attn_p + block_norms * norm + mlp;
   }
   return total + norm + (T)a.vocab_size * dim * (a.enable_weight_tying ? 1 : 2);
@@ -121,6 +129,22 @@ std::string rope_context(const Args& m) {
                    " (only yarn and llama3 scale from an original context)";
 }
 std::string qk_normed(const Args& m) { return m.qk_norm ? "" : "model.qk_norm is false (no QK-norm to span)"; }
+std::string gqa(const Args& m) {
+  return m.mla() ? "model.kv_lora_rank > 0: multi-head latent attention gives every head its own key and value, "
+                   "sized by qk_nope_head_dim, qk_rope_head_dim and v_head_dim"
+                 : "";
+}
+std::string mla(const Args& m) {
+  return m.mla() ? "" : "model.kv_lora_rank is 0 (no multi-head latent attention; set it > 0 for DeepSeek's MLA)";
+}
+std::string shared_expert(const Args& m) {
+  const std::string why = moe_layers(m);
+  return !why.empty() ? why : m.moe_shared_expert ? "" : "model.moe_shared_expert is false (no shared expert to size)";
+}
+std::string grouped_routing(const Args& m) {
+  const std::string why = moe_layers(m);
+  return !why.empty() ? why : m.moe_n_group > 1 ? "" : "model.moe_n_group is 1 (one group: routing is not group-limited)";
+}
 
 template <class T>
 Knob make_knob(const char* key, T Args::*m, const char* hf, std::string (*rule)(const T&),
@@ -200,7 +224,16 @@ RopeScaling Args::rope_scaling() const {
   if (rope_scaling_type == RopeScalingType::none) return RopeScaling{};
   return RopeScaling{rope_scaling_type,  rope_scaling_factor,  rope_original_max_position_embeddings,
                      rope_yarn_beta_fast, rope_yarn_beta_slow, rope_yarn_truncate,
-                     rope_low_freq_factor, rope_high_freq_factor};
+                     rope_yarn_mscale,    rope_yarn_mscale_all_dim, rope_low_freq_factor, rope_high_freq_factor};
+}
+
+double Args::attention_scale() const {
+  double s = 1.0 / std::sqrt(query_pre_attn_scalar > 0 ? query_pre_attn_scalar : (double)qk_dim());
+  if (rope_scaling_type == RopeScalingType::yarn && rope_yarn_mscale_all_dim > 0 && rope_scaling_factor > 1) {
+    const double m = 0.1 * rope_yarn_mscale_all_dim * std::log(rope_scaling_factor) + 1.0;  // HF yarn_get_mscale
+    s *= m * m;
+  }
+  return s;
 }
 
 namespace {
@@ -243,8 +276,14 @@ Args& Args::resolve() {
     // from this ratio in some versions: keep the two consistent)
     if (rope_scaling_type == RopeScalingType::yarn || rope_scaling_type == RopeScalingType::llama3)
       max_position_embeddings = std::llround(rope_scaling_factor * (double)rope_original_max_position_embeddings);
-    moe_route_bias = moe_enabled && moe_bias_update_rate > 0;
+    // DeepSeek-V3's router always carries its selection biases (HF's e_score_correction_bias): model state
+    moe_route_bias = moe_enabled && (moe_bias_update_rate > 0 || name == Family::deepseek_v3);
   }
+  if (mla()) {  // what HF's DeepseekV3Config derives: a key and value per head, head_dim the RoPE part's
+    n_kv_heads = n_heads;
+    head_dim = qk_rope_head_dim;
+  }
+  if (moe_n_group == 1) moe_topk_group = 1;  // one group, kept (a topk_group given with it is refused as inert)
   validate();
   return *this;
 }
@@ -273,6 +312,27 @@ void Args::validate(bool hf_import) const {
     TITAN_CHECK(any_moe, head, key("moe_every"), " ", moe_every, " and ", key("moe_first_dense"), " ",
                 moe_first_dense, " leave none of the ", n_layers, " layers MoE");
   }
+  if (mla()) {
+    TITAN_CHECK(n_kv_heads == n_heads && head_dim == qk_rope_head_dim, head, "multi-head latent attention (",
+                key("kv_lora_rank"), " ", kv_lora_rank, ") gives every head its own key: ", key("n_kv_heads"), " ",
+                n_kv_heads, " must equal ", key("n_heads"), " ", n_heads, " and ", key("head_dim"), " ", head_dim,
+                " the RoPE part's ", key("qk_rope_head_dim"), " ", qk_rope_head_dim);
+    TITAN_CHECK(!qk_norm, head, key("qk_norm"), " with multi-head latent attention (", key("kv_lora_rank"), " ",
+                kv_lora_rank, "): MLA normalizes its latents instead (q_a_layernorm, kv_a_layernorm); set qk_norm false");
+  }
+  TITAN_CHECK(!moe_enabled || moe_topk_group <= moe_n_group, head, key("moe_topk_group"), " ", moe_topk_group,
+              " must be <= ", key("moe_n_group"), " ", moe_n_group);
+  if (moe_enabled && moe_n_group > 1) {
+    TITAN_CHECK(moe_num_experts % moe_n_group == 0 && moe_num_experts / moe_n_group >= 2, head, key("moe_n_group"),
+                " ", moe_n_group, " must divide ", key("moe_num_experts"), " ", moe_num_experts,
+                " into groups of at least 2 experts (a group scores its 2 best)");
+    TITAN_CHECK(moe_topk_group <= moe_n_group && moe_top_k <= moe_topk_group * (moe_num_experts / moe_n_group), head,
+                key("moe_topk_group"), " ", moe_topk_group, " must be <= ", key("moe_n_group"), " ", moe_n_group,
+                " and its groups must hold ", key("moe_top_k"), " ", moe_top_k, " experts");
+  }
+  TITAN_CHECK((rope_yarn_mscale > 0) == (rope_yarn_mscale_all_dim > 0) || rope_yarn_mscale == 0, head,
+              key("rope_yarn_mscale"), " ", rope_yarn_mscale, " needs ", key("rope_yarn_mscale_all_dim"),
+              " > 0 too (the attention factor is their ratio)");
   TITAN_CHECK(sliding_window_period >= 2 || !periodic_layers(*this).empty(), head, key("sliding_window_period"),
               " must be >= 2 (every period-th layer full, the rest sliding), got ", sliding_window_period);
   TITAN_CHECK(rope_scaling_type == RopeScalingType::none || rope_scaling_factor > 1.0, head,
@@ -314,19 +374,25 @@ int64_t Args::num_active_params() const {
 }
 
 int64_t Args::num_matmul_params() const {
-  const int64_t attn_mm = dim * n_heads * head_dim * 2 + dim * n_kv_heads * head_dim * 2;  // q, o, k, v
+  int64_t attn_mm = dim * n_heads * head_dim * 2 + dim * n_kv_heads * head_dim * 2;  // q, o, k, v
+  if (mla()) {  // q (or its latent and expansion), kv_a, kv_b, o
+    const int64_t dq = n_heads * qk_dim();
+    attn_mm = (q_lora_rank > 0 ? dim * q_lora_rank + q_lora_rank * dq : dim * dq) +
+              dim * (kv_lora_rank + qk_rope_head_dim) + kv_lora_rank * n_heads * (qk_nope_head_dim + v_head_dim) +
+              n_heads * v_head_dim * dim;
+  }
   int64_t total = 0;
   for (int64_t i = 0; i < n_layers; ++i)
-    total += attn_mm + (is_moe_layer(i) ? dim * moe_num_experts + (moe_top_k + (moe_shared_expert ? 1 : 0)) * 3 *
-                                                                      dim * moe_hidden_dim
+    total += attn_mm + (is_moe_layer(i) ? dim * moe_num_experts + moe_top_k * 3 * dim * moe_hidden_dim +
+                                              3 * dim * shared_expert_hidden()
                                         : 3 * dim * hidden_dim);
   return total + vocab_size * dim;  // + lm_head
 }
 
 double Args::flops_per_token(int64_t seq_len) const {
-  double attn_f = 0;
+  double attn_f = 0;  // q.k over qk_dim and p.v over v_dim per visible pair, 3x for the backward
   for (auto w : layer_window)
-    attn_f += 12.0 * n_heads * head_dim * (double)(w > 0 ? std::min(w, seq_len) : seq_len);
+    attn_f += 6.0 * n_heads * (double)(qk_dim() + v_dim()) * (double)(w > 0 ? std::min(w, seq_len) : seq_len);
   return 6.0 * (double)num_matmul_params() + attn_f;
 }
 
@@ -336,14 +402,21 @@ std::string Args::describe() const {
     int64_t n_moe = 0;
     for (int64_t i = 0; i < n_layers; ++i) n_moe += is_moe_layer(i);
     ffn = std::to_string(moe_num_experts) + " experts (top-" + std::to_string(moe_top_k) + ", " +
-          config::enum_name(moe_score_func) + (moe_shared_expert ? ", + shared" : "") + ") x ffn " +
+          config::enum_name(moe_score_func) + (moe_n_group > 1 ? ", " + std::to_string(moe_topk_group) + " of " +
+                                                                     std::to_string(moe_n_group) + " groups"
+                                                               : std::string()) +
+          (moe_shared_expert ? ", + shared" : "") + ") x ffn " +
           std::to_string(moe_hidden_dim) +
           (n_moe < n_layers ? " in " + std::to_string(n_moe) + " layers, dense ffn " + std::to_string(hidden_dim)
                             : "");
   }
+  const std::string heads =
+      mla() ? "MLA heads " + std::to_string(n_heads) + " x (" + std::to_string(qk_nope_head_dim) + " + " +
+                  std::to_string(qk_rope_head_dim) + " rope, v " + std::to_string(v_head_dim) + "), kv latent " +
+                  std::to_string(kv_lora_rank) + (q_lora_rank > 0 ? ", q latent " + std::to_string(q_lora_rank) : "")
+            : "heads " + std::to_string(n_heads) + "/" + std::to_string(n_kv_heads) + " x " + std::to_string(head_dim);
   std::string s = config::enum_name(name) + ": " + std::to_string(n_layers) + " layers, dim " + std::to_string(dim) +
-                  ", heads " + std::to_string(n_heads) + "/" + std::to_string(n_kv_heads) + " x " +
-                  std::to_string(head_dim) + ", " + ffn + ", vocab " + std::to_string(vocab_size);
+                  ", " + heads + ", " + ffn + ", vocab " + std::to_string(vocab_size);
   if (moe_enabled)
     s += "; " + std::to_string(num_params()) + " parameters, " + std::to_string(num_active_params()) + " active";
   return s;

@@ -24,9 +24,9 @@
 
 namespace titan::decoder {
 
-enum class Family { qwen3, qwen3_moe, gpt_oss, llama3, mixtral, olmo2, gemma3 };
-constexpr std::array<std::string_view, 7> enum_names(Family) {
-  return {"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral", "olmo2", "gemma3"};
+enum class Family { qwen3, qwen3_moe, gpt_oss, llama3, mixtral, olmo2, gemma3, deepseek_v3 };
+constexpr std::array<std::string_view, 8> enum_names(Family) {
+  return {"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral", "olmo2", "gemma3", "deepseek_v3"};
 }
 // gelu: erf's; gelu_pytorch_tanh: the tanh approximation (HF's name for it; Gemma)
 enum class Activation { silu, gelu, oai_swiglu, gelu_pytorch_tanh };
@@ -49,10 +49,10 @@ constexpr std::array<std::string_view, 3> enum_names(NormPlacement) { return {"p
 enum class QkNormScope { head, projection };
 constexpr std::array<std::string_view, 2> enum_names(QkNormScope) { return {"head", "projection"}; }
 // The Hugging Face class a configuration is exactly (none: titan's own decoder, TitanDecoderForCausalLM).
-enum class HfClass { none, qwen3, qwen3_moe, gpt_oss, llama, mixtral, olmo2, gemma3 };
-constexpr std::array<std::string_view, 8> enum_names(HfClass) {
+enum class HfClass { none, qwen3, qwen3_moe, gpt_oss, llama, mixtral, olmo2, gemma3, deepseek_v3 };
+constexpr std::array<std::string_view, 9> enum_names(HfClass) {
   return {"TitanDecoderForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM", "LlamaForCausalLM",
-          "MixtralForCausalLM", "Olmo2ForCausalLM", "Gemma3ForCausalLM"};
+          "MixtralForCausalLM", "Olmo2ForCausalLM", "Gemma3ForCausalLM", "DeepseekV3ForCausalLM"};
 }
 constexpr std::array<std::string_view, 3> enum_names(SlidingLayers) { return {"all", "alternate", "periodic"}; }
 
@@ -63,6 +63,7 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 4096;
   double beta_fast = 32.0, beta_slow = 1.0;  // yarn
   bool truncate = true;                      // yarn: HF's default; gpt-oss sets false
+  double mscale = 0, mscale_all_dim = 0;     // yarn: DeepSeek's attention factor m(mscale) / m(mscale_all_dim)
   double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
   bool operator==(const RopeScaling&) const = default;
 };
@@ -90,10 +91,19 @@ struct Args {
   void validate(bool hf_import = false) const;
 
   double embed_multiplier() const { return embed_scale > 0 ? embed_scale : std::sqrt((double)dim); }
+  // Multi-head latent attention (kv_lora_rank > 0): q.k over qk_nope_head_dim + qk_rope_head_dim dims, values of
+  // v_head_dim; resolve() sets n_kv_heads to n_heads and head_dim to the RoPE part's width (as HF's config).
+  bool mla() const { return kv_lora_rank > 0; }
+  int64_t qk_dim() const { return mla() ? qk_nope_head_dim + qk_rope_head_dim : head_dim; }  // q.k's width
+  int64_t v_dim() const { return mla() ? v_head_dim : head_dim; }                            // a value's
+  // What multiplies q.k: query_pre_attn_scalar^-1/2 or qk_dim^-1/2, times m(rope_yarn_mscale_all_dim)^2 under
+  // YaRN (DeepSeek-V3).
+  double attention_scale() const;
   double norm_weight_offset() const { return norm_unit_offset ? 1.0 : 0.0; }  // nn::Norm's
   bool is_moe_layer(int64_t i) const { return moe_enabled && i >= moe_first_dense && (i + 1) % moe_every == 0; }
   bool any_dense_layer() const;
   bool every_layer_moe() const { return moe_enabled && moe_every == 1 && moe_first_dense == 0; }
+  int64_t shared_expert_hidden() const { return moe_shared_expert ? moe_shared_expert_width * moe_hidden_dim : 0; }
   // gpt-oss's storage: experts' gate and up interleaved in one [E, dim, 2I] tensor, router "router"
   bool fused_experts() const { return name == Family::gpt_oss; }
   nn::AttentionVariant attention() const;  // the attn_* knobs
@@ -115,8 +125,8 @@ struct Args {
   int64_t num_embedding_params() const { return vocab_size * dim; }
   int64_t num_active_params() const;  // MoE: top_k experts counted, the embedding lookup not (OpenAI's card)
   int64_t num_matmul_params() const;  // projections (MoE: the active experts) + router + lm_head
-  // 6 * matmul params (lm_head included) + 12 * sum over layers of
-  // heads * head_dim * min(window, seq): fwd + bwd FLOPs per token.
+  // 6 * matmul params (lm_head included) + 6 * sum over layers of
+  // heads * (qk_dim + v_dim) * min(window, seq) (12 heads head_dim ... without MLA): fwd + bwd FLOPs per token.
   double flops_per_token(int64_t seq_len) const;
   std::string describe() const;
 };

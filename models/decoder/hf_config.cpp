@@ -43,6 +43,20 @@ struct HfField {
 };
 std::vector<HfField> class_fields(HfClass c) {
   const bool oss = c == HfClass::gpt_oss, mixtral = c == HfClass::mixtral, gemma3 = c == HfClass::gemma3;
+  if (c == HfClass::deepseek_v3)  // DeepseekV3Config: head_dim is derived (qk_rope_head_dim), q_lora_rank by hand
+    return {{"vocab_size"},        {"dim"},
+            {"n_layers"},          {"n_heads"},
+            {"n_kv_heads"},        {"norm_eps"},
+            {"enable_weight_tying"}, {"rope_theta"},
+            {"hidden_dim"},        {"activation"},
+            {"attn_proj_bias"},    {"kv_lora_rank"},
+            {"qk_nope_head_dim"},  {"qk_rope_head_dim"},
+            {"v_head_dim"},        {"rope_interleave"},
+            {"moe_num_experts", "n_routed_experts"}, {"moe_top_k"},
+            {"moe_hidden_dim"},    {"moe_renormalize"},
+            {"moe_first_dense", "first_k_dense_replace"}, {"moe_shared_expert_width"},
+            {"moe_n_group"},       {"moe_topk_group"},
+            {"moe_routed_scale"}};
   std::vector<HfField> f = {{"vocab_size"}, {"dim"},      {"n_layers"},            {"n_heads"},   {"n_kv_heads"},
                             {"head_dim"},   {"norm_eps"}, {"enable_weight_tying"}, {"rope_theta"}};
   // GptOssConfig's and MixtralConfig's intermediate_size is the experts' size (no layer is dense); gpt-oss fixes
@@ -81,7 +95,7 @@ RopeScaling rope_from_hf(const json& j, int64_t default_original) {
   // keys titan would otherwise drop (attention_factor, mscale, ...) are refused, not ignored
   for (auto it = rs.begin(); it != rs.end(); ++it) {
     static const std::vector<std::string> common{"rope_type", "type", "factor", "original_max_position_embeddings"};
-    static const std::vector<std::string> yarn{"beta_fast", "beta_slow", "truncate"};
+    static const std::vector<std::string> yarn{"beta_fast", "beta_slow", "truncate", "mscale", "mscale_all_dim"};
     static const std::vector<std::string> llama{"low_freq_factor", "high_freq_factor"};
     static const std::vector<std::string> linear{};
     const auto& own = r.type == RopeScalingType::yarn ? yarn : r.type == RopeScalingType::llama3 ? llama : linear;
@@ -94,6 +108,10 @@ RopeScaling rope_from_hf(const json& j, int64_t default_original) {
   r.beta_fast = rs.value("beta_fast", r.beta_fast);
   r.beta_slow = rs.value("beta_slow", r.beta_slow);
   r.truncate = rs.value("truncate", true);
+  r.mscale = rs.value("mscale", 0.0);
+  r.mscale_all_dim = rs.value("mscale_all_dim", 0.0);
+  TITAN_CHECK(r.mscale >= 0 && r.mscale_all_dim >= 0, "model config: rope_scaling mscale ", r.mscale,
+              " and mscale_all_dim ", r.mscale_all_dim, " must be >= 0");
   r.low_freq_factor = rs.value("low_freq_factor", r.low_freq_factor);
   r.high_freq_factor = rs.value("high_freq_factor", r.high_freq_factor);
   return r;
@@ -106,6 +124,8 @@ void set_rope(Args& a, const RopeScaling& r) {
   a.rope_yarn_beta_fast = r.beta_fast;
   a.rope_yarn_beta_slow = r.beta_slow;
   a.rope_yarn_truncate = r.truncate;
+  a.rope_yarn_mscale = r.mscale;
+  a.rope_yarn_mscale_all_dim = r.mscale_all_dim;
   a.rope_low_freq_factor = r.low_freq_factor;
   a.rope_high_freq_factor = r.high_freq_factor;
 }
@@ -119,6 +139,8 @@ json rope_to_hf(const RopeScaling& r) {
     j["beta_fast"] = r.beta_fast;
     j["beta_slow"] = r.beta_slow;
     j["truncate"] = r.truncate;
+    if (r.mscale > 0) j["mscale"] = r.mscale;
+    if (r.mscale_all_dim > 0) j["mscale_all_dim"] = r.mscale_all_dim;
   } else {
     j["low_freq_factor"] = r.low_freq_factor;
     j["high_freq_factor"] = r.high_freq_factor;
@@ -302,6 +324,36 @@ Args mixtral_from_hf(const json& j) {
   return a;
 }
 
+Args deepseek_v3_from_hf(const json& j) {
+  Args a = hf_defaults(Family::deepseek_v3);
+  read_hf_fields(j, HfClass::deepseek_v3, a);
+  // what DeepseekV3ForCausalLM fixes: MLA without QK-norm, sigmoid routing with selection biases, a shared MLP of
+  // n_shared_experts experts, pre-norms, no sliding layers
+  a.qk_norm = false;
+  a.moe_enabled = a.moe_shared_expert = true;
+  a.moe_score_func = RouterScore::sigmoid;
+  a.moe_every = 1;
+  a.moe_route_bias = true;  // e_score_correction_bias
+  if (j.contains("q_lora_rank")) a.q_lora_rank = j["q_lora_rank"].is_null() ? 0 : json_int(j["q_lora_rank"], "q_lora_rank");
+  TITAN_CHECK(a.q_lora_rank >= 0 && a.kv_lora_rank > 0, "deepseek_v3 config: q_lora_rank ", a.q_lora_rank,
+              " must be >= 0 (or null) and kv_lora_rank ", a.kv_lora_rank, " > 0");
+  TITAN_CHECK(a.n_kv_heads == a.n_heads, "deepseek_v3 config: num_key_value_heads ", a.n_kv_heads,
+              " must equal num_attention_heads ", a.n_heads, " (MLA expands a key and value for every head)");
+  a.head_dim = a.qk_rope_head_dim;
+  const std::string scoring = j.value("scoring_func", std::string("sigmoid")), method = j.value("topk_method", std::string("noaux_tc"));
+  TITAN_CHECK(scoring == "sigmoid" && method == "noaux_tc", "deepseek_v3 config: scoring_func '", scoring,
+              "' / topk_method '", method, "': DeepseekV3ForCausalLM routes by sigmoid with noaux_tc (group-limited, "
+              "biased choice); others are DeepSeek-V2's");
+  TITAN_CHECK(int_value(j, "moe_layer_freq", 1) == 1, "deepseek_v3 config: moe_layer_freq ",
+              j.value("moe_layer_freq", json()).dump(), " is not supported (every layer after the dense ones is MoE)");
+  a.moe_shared_expert_width = std::max<int64_t>(a.moe_shared_expert_width, 1);
+  TITAN_CHECK(int_value(j, "n_shared_experts", 1) >= 1, "deepseek_v3 config: n_shared_experts must be >= 1");
+  set_rope(a, rope_from_hf(j, a.max_position_embeddings = int_value(j, "max_position_embeddings", 4096)));
+  a.layer_window.assign(a.n_layers, 0);
+  // num_nextn_predict_layers (multi-token prediction): HF's class drops those layers' weights and so does titan
+  return a;
+}
+
 // titan_decoder's block: every knob, plus what was resolved from them. Its field names are the decoder's
 // (titan 0.9's format, which older titans read): the knobs by name, but for five renamed ones and the RoPE
 // scaling / attention variant knobs grouped under "rope" / "attn".
@@ -469,11 +521,13 @@ Args from_hf_object(const json& file) {
     else if (fam == "mixtral") a = mixtral_from_hf(j);
     else if (fam == "olmo2") a = olmo2_from_hf(j);
     else if (fam == "gemma3_text") a = gemma3_from_hf(j);
+    else if (fam == "deepseek_v3" || fam == "kimi_k2") a = deepseek_v3_from_hf(j);
     else if (fam == "gemma3")
       fail("model config: model_type gemma3 is Gemma3ForConditionalGeneration (text and vision); titan trains the "
            "text model: give its text_config as a config of model_type gemma3_text");
     else fail("model config: model_type '", fam,
-              "' is not supported (qwen3, qwen3_moe, gpt_oss, llama, mixtral, olmo2, gemma3_text, titan_decoder)");
+              "' is not supported (qwen3, qwen3_moe, gpt_oss, llama, mixtral, olmo2, gemma3_text, deepseek_v3, "
+              "kimi_k2, titan_decoder)");
     attention_from_hf(j, a);
     if (mt == "titan_decoder") a.titan_layout = true;  // titan 0.8's titan_decoder (titan_attention)
   }
@@ -494,6 +548,25 @@ HfClass Args::hf_class(std::string* why) const {
     std::string w;
     return no(plain.hf_class(&w) == HfClass::none ? w : "read from a titan_decoder config: its tensors are in titan's layout");
   }
+  if (name == Family::deepseek_v3) {
+    const nn::AttentionVariant v = attention();
+    bool sliding = false;
+    for (auto w : layer_window) sliding = sliding || w > 0;
+    if (!(mla() && !qk_norm && norm_placement == NormPlacement::pre && norm_type == nn::NormKind::rmsnorm &&
+          !norm_unit_offset && embed_scale == 1.0 && query_pre_attn_scalar == 0 && final_logit_softcap == 0 &&
+          v.is_default() && !sliding && !attn_sinks && activation == Activation::silu && swiglu_limit == 0 &&
+          moe_enabled && moe_every == 1 && moe_score_func == RouterScore::sigmoid && moe_shared_expert &&
+          !moe_router_bias && !moe_expert_bias))
+      return no("a deepseek_v3 ablation (DeepseekV3ForCausalLM fixes: multi-head latent attention without QK-norm, "
+                "pre-norms, causal full attention, silu, every layer after the dense ones MoE with sigmoid routing, "
+                "a shared expert, no router or expert biases)");
+    return HfClass::deepseek_v3;
+  }
+  if (mla()) return no("multi-head latent attention outside deepseek_v3");
+  if (rope_interleave) return no("rope_interleave outside deepseek_v3");
+  if (moe_enabled && (moe_n_group > 1 || moe_routed_scale != 1.0 || moe_shared_expert_width != 1))
+    return no("group-limited routing, a routed scale or a wider shared expert outside deepseek_v3");
+  if (rope_yarn_mscale_all_dim > 0) return no("YaRN's mscale_all_dim outside deepseek_v3");
   if (moe_enabled && moe_route_bias)
     return no("auxiliary-loss-free balancing: the expert biases that steer its routing have no place in the HF "
               "class (titan's layout keeps them)");
@@ -570,8 +643,8 @@ std::string Args::to_hf_json() const {
   std::string why;
   const HfClass arch = hf_class(&why);
   const RopeScaling rope = rope_scaling();
-  static constexpr std::array<const char*, 8> model_type = {"titan_decoder", "qwen3", "qwen3_moe", "gpt_oss",
-                                                            "llama", "mixtral", "olmo2", "gemma3_text"};
+  static constexpr std::array<const char*, 9> model_type = {"titan_decoder", "qwen3", "qwen3_moe", "gpt_oss", "llama",
+                                                            "mixtral", "olmo2", "gemma3_text", "deepseek_v3"};
   json j;
   j["architectures"] = {arch};
   j["model_type"] = model_type[(size_t)arch];
@@ -634,6 +707,14 @@ std::string Args::to_hf_json() const {
     // HF always builds both RoPE tables and scales by this scalar: titan's 0s (unused local base, sqrt(head_dim)) as values
     if (rope_local_theta == 0) j["rope_local_base_freq"] = rope_theta;  // no sliding layer uses it (hf_class)
     if (query_pre_attn_scalar == 0) j["query_pre_attn_scalar"] = head_dim;
+  } else if (arch == HfClass::deepseek_v3) {
+    j["q_lora_rank"] = q_lora_rank > 0 ? json(q_lora_rank) : json(nullptr);
+    j["head_dim"] = qk_rope_head_dim;
+    j["scoring_func"] = "sigmoid";
+    j["topk_method"] = "noaux_tc";
+    j["moe_layer_freq"] = 1;
+    j["num_nextn_predict_layers"] = 0;
+    j.erase("layer_types");
   } else if (arch == HfClass::mixtral) {
     j["sliding_window"] = sw > 0 ? json(sw) : json(nullptr);
     j["router_aux_loss_coef"] = moe_aux_loss_coeff;

@@ -7,6 +7,7 @@
 #include "models/decoder/rope.h"
 #include "models/hf_init.h"
 #include "models/moe_balance.h"
+#include "models/moe_routing.h"
 #include "src/autograd/grad_mode.h"
 #include "src/ops/ops.h"
 
@@ -28,14 +29,33 @@ Tensor gated_activation(const Tensor& gate, const Tensor& up, Activation act, do
 
 // ---- attention ----
 
-Attention::Attention(const Args& a, int64_t w) : head_dim(a.head_dim), window(w), variant(a.attention()) {
+Attention::Attention(const Args& a, int64_t w)
+    : rope_interleave(a.rope_interleave), head_dim(a.qk_dim()), window(w), variant(a.attention()) {
   local_rope = w > 0 && a.rope_local_theta > 0;
-  if (a.query_pre_attn_scalar > 0) score_scale = 1.0 / std::sqrt(a.query_pre_attn_scalar);
+  if (a.attention_scale() != 1.0 / std::sqrt((double)a.qk_dim())) score_scale = a.attention_scale();
   const bool b = a.attn_proj_bias;
-  q_proj = &register_module("q_proj", std::make_unique<nn::Linear>(a.dim, a.n_heads * a.head_dim, b));
-  k_proj = &register_module("k_proj", std::make_unique<nn::Linear>(a.dim, a.n_kv_heads * a.head_dim, b));
-  v_proj = &register_module("v_proj", std::make_unique<nn::Linear>(a.dim, a.n_kv_heads * a.head_dim, b));
-  o_proj = &register_module("o_proj", std::make_unique<nn::Linear>(a.n_heads * a.head_dim, a.dim, b));
+  if (a.mla()) {  // HF's registration order (DeepseekV3Attention); attention_bias on q_a, kv_a and o only
+    nope_dim = a.qk_nope_head_dim, rope_dim = a.qk_rope_head_dim, v_dim = a.v_head_dim, kv_rank = a.kv_lora_rank;
+    const int64_t qk = a.n_heads * a.qk_dim();
+    if (a.q_lora_rank > 0) {
+      q_a_proj = &register_module("q_a_proj", std::make_unique<nn::Linear>(a.dim, a.q_lora_rank, b));
+      q_a_norm = &register_module("q_a_layernorm", std::make_unique<nn::Norm>(a.q_lora_rank, a.norm_type, a.norm_eps,
+                                                                             a.norm_weight_offset()));
+      q_b_proj = &register_module("q_b_proj", std::make_unique<nn::Linear>(a.q_lora_rank, qk, false));
+    } else {
+      q_proj = &register_module("q_proj", std::make_unique<nn::Linear>(a.dim, qk, false));
+    }
+    kv_a_proj = &register_module("kv_a_proj_with_mqa", std::make_unique<nn::Linear>(a.dim, kv_rank + rope_dim, b));
+    kv_a_norm = &register_module("kv_a_layernorm", std::make_unique<nn::Norm>(kv_rank, a.norm_type, a.norm_eps,
+                                                                             a.norm_weight_offset()));
+    kv_b_proj = &register_module("kv_b_proj", std::make_unique<nn::Linear>(kv_rank, a.n_heads * (nope_dim + v_dim), false));
+    o_proj = &register_module("o_proj", std::make_unique<nn::Linear>(a.n_heads * v_dim, a.dim, b));
+  } else {
+    q_proj = &register_module("q_proj", std::make_unique<nn::Linear>(a.dim, a.n_heads * a.head_dim, b));
+    k_proj = &register_module("k_proj", std::make_unique<nn::Linear>(a.dim, a.n_kv_heads * a.head_dim, b));
+    v_proj = &register_module("v_proj", std::make_unique<nn::Linear>(a.dim, a.n_kv_heads * a.head_dim, b));
+    o_proj = &register_module("o_proj", std::make_unique<nn::Linear>(a.n_heads * a.head_dim, a.dim, b));
+  }
   if (a.qk_norm) {
     qk_norm_projection = a.qk_norm_scope == QkNormScope::projection;
     const int64_t qw = qk_norm_projection ? a.n_heads * a.head_dim : a.head_dim;
@@ -67,7 +87,44 @@ Tensor split_width_norm(const nn::Norm& n, const Tensor& x, const comms::PG& gro
 }
 }  // namespace
 
+namespace {
+// x [..., D] with its dims in adjacent pairs (0, 1), (2, 3), ... -> [evens | odds], so RoPE's halves rotate the
+// pairs (HF's apply_rotary_pos_emb_interleave: DeepSeek's weights)
+Tensor deinterleave(const Tensor& x) {  // [B, S, H, D] -> [B, S, H, D/2, 2] -> [B, S, H, 2, D/2] -> [B, S, H, D]
+  const Shape s = x.shape();
+  const int64_t D = s[3];
+  return transpose(x.reshape({s[0], s[1], s[2], D / 2, 2}), 3, 4).contiguous().reshape(s);
+}
+}  // namespace
+
+Tensor Attention::forward_mla(const Tensor& x, const nn::AttentionInputs& in) const {
+  const int64_t B = x.size(0), S = x.size(1);
+  // heads from the projection width, so a tensor-parallel shard runs unchanged
+  const int64_t h = kv_b_proj->weight.size(0) / (nope_dim + v_dim);
+  Tensor q = q_proj ? q_proj->forward(x) : q_b_proj->forward(q_a_norm->forward(q_a_proj->forward(x)));
+  q = q.reshape({B, S, h, nope_dim + rope_dim});                          // [B, S, H, Dn + Dr]
+  Tensor ckv = kv_a_proj->forward(x);                                     // [B, S, R + Dr]
+  Tensor kv = kv_b_proj->forward(kv_a_norm->forward(ckv.slice(2, 0, kv_rank)))
+                  .reshape({B, S, h, nope_dim + v_dim});                  // [B, S, H, Dn + Dv]
+  Tensor q_rot = q.slice(3, nope_dim, nope_dim + rope_dim);              // [B, S, H, Dr]
+  Tensor k_rot = ckv.slice(2, kv_rank, kv_rank + rope_dim).reshape({B, S, 1, rope_dim});  // [B, S, 1, Dr]
+  if (rope_interleave) {
+    q_rot = deinterleave(q_rot);
+    k_rot = deinterleave(k_rot);
+  }
+  const Tensor& cos = local_rope ? in.cos_local : in.cos;
+  const Tensor& sin = local_rope ? in.sin_local : in.sin;
+  q_rot = rope(q_rot, cos, sin);
+  k_rot = broadcast_to(rope(k_rot, cos, sin), {B, S, h, rope_dim});     // one rotated key part for every head
+  q = concat({q.slice(3, 0, nope_dim), q_rot}, 3);                       // [B, S, H, Dn + Dr]
+  Tensor k = concat({kv.slice(3, 0, nope_dim), k_rot}, 3);               // [B, S, H, Dn + Dr]
+  Tensor v = kv.slice(3, nope_dim, nope_dim + v_dim);                    // [B, S, H, Dv]
+  Tensor o = nn::variant_attention(q, k, v, sinks, variant, window, in.doc_ids, bias, in.attend, score_scale);
+  return o_proj->forward(o.reshape({B, S, h * v_dim}));                  // [B, S, H, Dv] -> [B, S, dim]
+}
+
 Tensor Attention::forward(const Tensor& x, const nn::AttentionInputs& in) const {
+  if (kv_a_proj) return forward_mla(x, in);
   const int64_t B = x.size(0), S = x.size(1);
   // heads from the projection width, so a tensor-parallel shard runs unchanged
   const int64_t hq = q_proj->weight.size(0) / head_dim, hkv = k_proj->weight.size(0) / head_dim;
@@ -83,6 +140,10 @@ Tensor Attention::forward(const Tensor& x, const nn::AttentionInputs& in) const 
   if (q_norm && !qk_norm_projection) {  // each head's
     q = q_norm->forward(q);
     k = k_norm->forward(k);
+  }
+  if (rope_interleave) {
+    q = deinterleave(q);
+    k = deinterleave(k);
   }
   const Tensor& cos = local_rope ? in.cos_local : in.cos;
   const Tensor& sin = local_rope ? in.sin_local : in.sin;
@@ -147,10 +208,13 @@ MoE::MoE(const Args& a)
       sigmoid_scores(a.moe_score_func == RouterScore::sigmoid),
       renormalize(a.moe_renormalize),
       aux_loss_coeff(a.moe_aux_loss_coeff) {
+  n_group = a.moe_n_group, topk_group = a.moe_topk_group, routed_scale = a.moe_routed_scale;
   router = &register_module(a.fused_experts() ? "router" : "gate",
                             std::make_unique<nn::Linear>(a.dim, a.moe_num_experts, a.moe_router_bias));
   experts = &register_module("experts", std::make_unique<Experts>(a));
-  if (a.moe_shared_expert) shared_expert = &register_module("shared_expert", std::make_unique<MLP>(a, a.moe_hidden_dim));
+  if (a.moe_shared_expert)
+    shared_expert = &register_module(a.name == Family::deepseek_v3 ? "shared_experts" : "shared_expert",
+                                     std::make_unique<MLP>(a, a.shared_expert_hidden()));
   expert_bias = zeros({a.moe_num_experts});
 }
 
@@ -168,6 +232,7 @@ Tensor MoE::forward(const Tensor& x) const {
     NoGradGuard ng;  // the choice (biased when balancing) carries no gradient
     Tensor choose = scores.defined() ? scores.detach() : logits.detach();
     if (biased) choose = add(choose, expert_bias);
+    if (n_group > 1) choose = moe::limit_to_groups(choose, n_group, topk_group);
     idx = topk(choose, top_k).second;
   }
   Tensor w;  // [T, k]
@@ -176,6 +241,7 @@ Tensor MoE::forward(const Tensor& x) const {
     w = gather(scores, 1, idx);
     if (renormalize) w = div(w, sum(w, {1}, true));
   }
+  if (routed_scale != 1.0) w = mul(w, routed_scale);
   auto d = comms::dispatch(h, idx, w, num_experts, ep_group);
   last_routed = moe::count_routed(idx, num_experts);
   last_aux_loss = aux_loss_coeff > 0 ? moe::switch_aux_loss(softmax(logits, -1), last_routed, aux_loss_coeff * aux_loss_scale) : Tensor();
@@ -358,6 +424,8 @@ HfLayout Decoder::hf_layout(const std::vector<Region>& params) const {
   switch (args_.hf_class()) {
     case HfClass::qwen3_moe: return per_expert_layout(params);
     case HfClass::mixtral: return per_expert_layout(params, {"block_sparse_moe", "w1", "w3", "w2"});
+    case HfClass::deepseek_v3:
+      return per_expert_layout(params, {"mlp", "gate_proj", "up_proj", "down_proj", "gate.e_score_correction_bias"});
     default: return same_layout(params);
   }
 }

@@ -28,17 +28,27 @@ namespace titan::decoder {
 // gate * sigmoid(1.702 gate) * (up + 1).
 Tensor gated_activation(const Tensor& gate, const Tensor& up, Activation activation, double limit);
 
+// Grouped-query attention (q/k/v projections), or multi-head latent attention (kv_lora_rank > 0, DeepSeek-V2/V3):
+// q from x (q_proj) or from a normed latent (q_a_proj -> q_a_layernorm -> q_b_proj) as [nope | rope] per head;
+// kv_a_proj_with_mqa gives each token a latent [kv_lora_rank] and one RoPE key part [qk_rope_head_dim] shared by
+// every head; kv_b_proj expands the normed latent to each head's [nope key | value]. HF's names.
 class Attention : public nn::Module {
  public:
   Attention(const Args& a, int64_t window);
-  // x [B, S, dim], in.cos/sin [S, head_dim/2] -> [B, S, dim]
+  // x [B, S, dim], in.cos/sin [S, rope dims/2] -> [B, S, dim]
   Tensor forward(const Tensor& x, const nn::AttentionInputs& in) const;
-  nn::Linear *q_proj, *k_proj, *v_proj, *o_proj;
+  nn::Linear *q_proj = nullptr, *k_proj = nullptr, *v_proj = nullptr, *o_proj = nullptr;
+  // MLA (null otherwise; q_a_proj / q_b_proj only with q_lora_rank > 0, else q_proj)
+  nn::Linear *q_a_proj = nullptr, *q_b_proj = nullptr, *kv_a_proj = nullptr, *kv_b_proj = nullptr;
+  nn::Norm *q_a_norm = nullptr, *kv_a_norm = nullptr;
+  int64_t nope_dim = 0, rope_dim = 0, v_dim = 0, kv_rank = 0;  // MLA's widths
+  bool rope_interleave = false;  // the rotated dims come in adjacent pairs (DeepSeek's weights)
+  Tensor forward_mla(const Tensor& x, const nn::AttentionInputs& in) const;
   // before RoPE: over head_dim, or (qk_norm_scope projection) over the whole projection [Hq * D] / [Hkv * D]
   nn::Norm *q_norm = nullptr, *k_norm = nullptr;
   bool qk_norm_projection = false;
   bool local_rope = false;  // a sliding layer with its own RoPE tables (rope_local_theta)
-  double score_scale = 0;   // what multiplies q.k: query_pre_attn_scalar^-0.5 (0: head_dim^-0.5)
+  double score_scale = 0;   // what multiplies q.k (Args::attention_scale; 0: head_dim^-0.5)
   // Set by a tensor-parallel plan when this rank holds a part of the heads: a projection-wide QK-norm reduces
   // its statistics over the group (null: all heads local).
   comms::PG heads_group;
@@ -79,8 +89,10 @@ class MoE : public nn::Module {
   Tensor forward(const Tensor& x) const;  // [B, S, dim]
   nn::Linear* router;  // HF name: "router" (gpt-oss) or "gate" (Qwen3-MoE)
   Experts* experts;
-  MLP* shared_expert = nullptr;
+  MLP* shared_expert = nullptr;  // HF name: shared_experts (DeepSeek-V3), else shared_expert
   int64_t num_experts, top_k;
+  int64_t n_group = 1, topk_group = 1;  // group-limited routing (DeepSeek-V3)
+  double routed_scale = 1.0;            // the chosen weights times this
   bool sigmoid_scores, renormalize;
   double aux_loss_coeff;
   double aux_loss_scale = 1.0;  // tensor parallel: 0 on all tp ranks but one (they route alike)

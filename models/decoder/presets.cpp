@@ -51,6 +51,30 @@ const Args kGemma3{.name = Family::gemma3,
                    .rope_local_theta = 10000.0,
                    .query_pre_attn_scalar = 256.0,
                    .embed_scale = 0.0};
+// DeepSeek-V3 (deepseek-ai/DeepSeek-V3's config): multi-head latent attention with the query latent, RoPE on 64
+// interleaved dims per head, YaRN with DeepSeek's mscale; sigmoid routing with selection biases, 8 of 256 experts
+// from 4 of 8 groups, renormalized and scaled by 2.5, one shared expert, the first 3 layers dense. Multi-token
+// prediction (num_nextn_predict_layers) is not built: HF's DeepseekV3ForCausalLM drops those layers too.
+const Args kDeepseekV3{.name = Family::deepseek_v3,
+                       .kv_lora_rank = 512,
+                       .q_lora_rank = 1536,
+                       .qk_nope_head_dim = 128,
+                       .qk_rope_head_dim = 64,
+                       .v_head_dim = 128,
+                       .qk_norm = false,
+                       .rope_theta = 10000.0,
+                       .rope_interleave = true,
+                       .moe_enabled = true,
+                       .moe_score_func = RouterScore::sigmoid,
+                       .moe_shared_expert = true,
+                       .moe_n_group = 8,
+                       .moe_topk_group = 4,
+                       .moe_routed_scale = 2.5,
+                       .moe_first_dense = 3,
+                       .rope_scaling_type = RopeScalingType::yarn,
+                       .rope_scaling_factor = 40.0,
+                       .rope_yarn_mscale = 1.0,
+                       .rope_yarn_mscale_all_dim = 1.0};
 const Args kLlama3{.name = Family::llama3,
                    .qk_norm = false,
                    .norm_eps = 1e-5,
@@ -133,6 +157,22 @@ const std::vector<Flavor>& flavor_table() {
       {Family::gemma3, "27b", with(dense("5376", "62", "32", "16", "128", "21504", "262208"),
                                    {{"rope_scaling_type", "linear"}, {"rope_scaling_factor", "8"},
                                     {"query_pre_attn_scalar", "168"}})},
+      // DeepSeek-V3 and Kimi K2 (moonshotai/Kimi-K2-Base: DeepseekV3ForCausalLM, 384 experts in one group, 64
+      // heads, one dense layer); debug: titan's small MLA + grouped-routing model
+      {Family::deepseek_v3, "debug",
+       {{"dim", "128"}, {"n_layers", "4"}, {"n_heads", "4"}, {"vocab_size", "256"}, {"hidden_dim", "256"},
+        {"kv_lora_rank", "32"}, {"q_lora_rank", "48"}, {"qk_nope_head_dim", "24"}, {"qk_rope_head_dim", "16"},
+        {"v_head_dim", "20"}, {"moe_num_experts", "8"}, {"moe_top_k", "2"}, {"moe_hidden_dim", "64"},
+        {"moe_n_group", "4"}, {"moe_topk_group", "2"}, {"moe_first_dense", "1"}, {"rope_scaling_factor", "4"},
+        {"rope_original_max_position_embeddings", "64"}}},
+      {Family::deepseek_v3, "671b",
+       {{"dim", "7168"}, {"n_layers", "61"}, {"n_heads", "128"}, {"vocab_size", "129280"}, {"hidden_dim", "18432"},
+        {"moe_num_experts", "256"}, {"moe_top_k", "8"}, {"moe_hidden_dim", "2048"}}},
+      {Family::deepseek_v3, "kimi-k2",
+       {{"dim", "7168"}, {"n_layers", "61"}, {"n_heads", "64"}, {"vocab_size", "163840"}, {"hidden_dim", "18432"},
+        {"moe_num_experts", "384"}, {"moe_top_k", "8"}, {"moe_hidden_dim", "2048"}, {"moe_n_group", "1"},
+        {"moe_routed_scale", "2.827"}, {"moe_first_dense", "1"}, {"rope_theta", "50000"},
+        {"rope_scaling_factor", "32"}, {"rope_yarn_beta_fast", "1"}}},
       {Family::llama3, "llama2-7b", with(dense("4096", "32", "32", "32", "128", "11008", "32000"), {{"rope_theta", "10000"}})},
       {Family::llama3, "llama2-13b", with(dense("5120", "40", "40", "40", "128", "13824", "32000"), {{"rope_theta", "10000"}})},
       {Family::llama3, "llama3-8b", dense("4096", "32", "32", "8", "128", "14336", "128256")},
@@ -241,6 +281,7 @@ const Args& preset(Family f) {
     case Family::mixtral: return kMixtral;
     case Family::olmo2: return kOlmo2;
     case Family::gemma3: return kGemma3;
+    case Family::deepseek_v3: return kDeepseekV3;
     default: return kQwen3;
   }
 }
@@ -285,6 +326,14 @@ Args hf_defaults(Family f) {
       a.head_dim = 256, a.rope_theta = 1e6, a.qk_norm = true, a.norm_unit_offset = true;
       a.norm_placement = NormPlacement::sandwich, a.query_pre_attn_scalar = 256, a.rope_local_theta = 10000;
       a.embed_scale = 0.0, a.max_position_embeddings = 131072;
+      break;
+    case Family::deepseek_v3:  // DeepseekV3Config: DeepSeek-V3's sizes; YaRN only when the file scales RoPE
+      a = preset(Family::deepseek_v3);
+      a.vocab_size = 129280, a.dim = 7168, a.hidden_dim = 18432, a.moe_hidden_dim = 2048, a.n_layers = 61;
+      a.n_heads = a.n_kv_heads = 128, a.moe_num_experts = 256, a.moe_top_k = 8, a.rope_theta = 10000;
+      a.rope_scaling_type = RopeScalingType::none, a.rope_scaling_factor = 1.0;
+      a.rope_yarn_mscale = a.rope_yarn_mscale_all_dim = 0;
+      a.max_position_embeddings = 4096;
       break;
   }
   a.activation = f == Family::gemma3 ? Activation::gelu_pytorch_tanh : Activation::silu;

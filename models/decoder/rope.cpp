@@ -68,7 +68,10 @@ std::pair<Tensor, Tensor> rope_tables(const std::vector<int64_t>& positions, int
   float attention_factor = 1.0f;
   if (r.type == RopeScalingType::yarn) {
     inv = yarn(pos_freq, D, theta, r);
-    attention_factor = (float)(0.1 * std::log(r.factor) + 1.0);
+    // HF: get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when both are given (DeepSeek), else
+    // get_mscale(factor)
+    auto m = [&](double s) { return r.factor <= 1 ? 1.0 : 0.1 * s * std::log(r.factor) + 1.0; };
+    attention_factor = (float)(r.mscale > 0 && r.mscale_all_dim > 0 ? m(r.mscale) / m(r.mscale_all_dim) : m(1.0));
   } else if (r.type == RopeScalingType::llama3) {
     inv = llama3(inv, r);
   } else if (r.type == RopeScalingType::linear) {  // HF _compute_linear_scaling_rope_parameters

@@ -11,7 +11,7 @@
 namespace titan::decoder {
 
 // [S, head_dim/2] each, already multiplied by the scaling's attention factor
-// (YaRN: 0.1 ln(factor) + 1; otherwise 1).
+// (YaRN: 0.1 ln(factor) + 1, or DeepSeek's ratio of two such; otherwise 1).
 std::pair<Tensor, Tensor> rope_tables(int64_t seq_len, int64_t head_dim, double theta, const RopeScaling& scaling,
                                       Device d);
 // The rows of the given positions (a context-parallel rank's chunks), [positions.size(), head_dim/2] each.
