@@ -83,7 +83,8 @@ def main():
         byte_level["model"]["merges"].append(f"{a} {b}")
     put("tokenizer", "bpe", json.dumps(byte_level) + "\0hello world, héllo<|endoftext|>hello 123")
 
-    for cfg in ("qwen3_debug", "qwen3_moe_debug", "gpt_oss_debug", "llama3_debug", "mixtral_debug", "olmo2_debug", "gemma3_debug"):
+    for cfg in ("qwen3_debug", "qwen3_moe_debug", "gpt_oss_debug", "llama3_debug", "mixtral_debug", "olmo2_debug", "gemma3_debug",
+                "deepseek_v3_debug"):
         with open(os.path.join(SRC, "configs", cfg + ".yaml")) as f:
             text = f.read()
         put("job_config", cfg, text)
@@ -116,6 +117,18 @@ def main():
     put("hf_config", "gemma3_rope_parameters", json.dumps({"model_type": "gemma3_text", **base, "rope_parameters": {
         "full_attention": {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 8.0},
         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}))
+    put("hf_config", "deepseek_v3", json.dumps({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+                                                **{k: v for k, v in base.items() if k != "num_key_value_heads"},
+                                                "num_key_value_heads": 4, "kv_lora_rank": 16, "q_lora_rank": None,
+                                                "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 12,
+                                                "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 4,
+                                                "topk_group": 2, "n_shared_experts": 2, "routed_scaling_factor": 2.5,
+                                                "first_k_dense_replace": 1, "moe_intermediate_size": 16,
+                                                "rope_interleave": True,
+                                                "rope_scaling": {"type": "yarn", "factor": 4.0, "mscale": 1.0,
+                                                                 "mscale_all_dim": 1.0, "beta_fast": 32.0,
+                                                                 "beta_slow": 1.0,
+                                                                 "original_max_position_embeddings": 128}}))
     put("hf_config", "llama", json.dumps({"model_type": "llama", **base,
                                           "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
                                                            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
