@@ -163,7 +163,8 @@ std::vector<Entry> block_plan(decoder::DecoderLayer* layer, const decoder::Args&
     plan.push_back({&ex->down_proj_bias, &summed});
     plan.push_back({&moe->router->weight, &summed});
     plan.push_back({&moe->router->bias, &summed});
-    if (moe->shared_expert) mlp(plan, moe->shared_expert, ffn);
+    if (moe->shared_expert)  // moe_shared_expert_width experts wide
+      mlp(plan, moe->shared_expert, even(a.shared_expert_hidden(), tp, "model.moe_shared_expert_width x model.moe_hidden_dim"));
   }
   if (sequence_parallel)  // the norms see this rank's part of the sequence
     for (nn::Norm* n : layer->norms()) {

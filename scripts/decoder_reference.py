@@ -48,7 +48,7 @@ BASE = dict(family="qwen3", vocab_size=64, dim=32, n_layers=3, n_heads=4, n_kv_h
             final_logit_softcap=0.0, norm_placement="pre", qk_norm_scope="head", norm_unit_offset=False,
             query_pre_attn_scalar=0.0, rope_local_theta=0.0, kv_lora_rank=0, q_lora_rank=0, qk_nope_head_dim=0,
             qk_rope_head_dim=0, v_head_dim=0, rope_interleave=False, moe_n_group=1, moe_topk_group=1,
-            moe_routed_scale=1.0, moe_shared_width=1)
+            moe_routed_scale=1.0, moe_shared_width=1, route_bias=0.0)
 
 VARIANTS = {
     # HF Qwen3MoeForCausalLM: layer 0 dense (mlp_only_layers [0]), norm_topk_prob
@@ -70,18 +70,20 @@ VARIANTS = {
                    tie_embeddings=True, embed_scale=math.sqrt(32), query_pre_attn_scalar=24.0, layer_window=[3, 3, 0],
                    rope_theta=1e6, rope_local_theta=10000.0, rope=dict(type="linear", factor=8.0)),
     # HF DeepseekV3ForCausalLM: MLA (q latent 12, kv latent 10, heads of 6 + 4 rope dims, values of 5), RoPE on
-    # interleaved dims with YaRN (original context 4, so the test's 8 positions extend it) and mscale 1 / 1 (the
-    # scores scale by m^2), 8 experts in 4 groups of which 2 are kept, top-2 renormalized and scaled by 2.5, a shared
-    # MLP 2 experts wide, layer 0 dense
+    # interleaved dims with YaRN (original context 4, so the test's 8 positions extend it) and mscale 0.7 / 1 (the
+    # tables scale by their ratio, the scores by m(1)^2), 8 experts in 4 groups of which 2 are kept, chosen with
+    # selection biases (some below -score: a masked expert's 0 can win, as in HF), top-2 renormalized and scaled by
+    # 2.5, a shared MLP 2 experts wide, layer 0 dense
     "deepseek_v3": dict(family="deepseek_v3", qk_norm=False, n_kv_heads=4, head_dim=4, kv_lora_rank=10,
                         q_lora_rank=12, qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=5, rope_interleave=True,
                         moe=True, moe_experts=8, moe_top_k=2, moe_score="sigmoid", moe_renormalize=True,
                         moe_shared_expert=True, moe_shared_width=2, moe_first_dense=1, moe_n_group=4,
                         moe_topk_group=2, moe_routed_scale=2.5, max_position_embeddings=16,
                         rope=dict(type="yarn", factor=4.0, original_max_position_embeddings=4, beta_fast=32.0,
-                                  beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0)),
-    # the same class without the query latent (q_proj), RoPE on halves, one group, no RoPE scaling
-    "deepseek_v3_q_proj": dict(family="deepseek_v3", qk_norm=False, n_kv_heads=4, head_dim=4, kv_lora_rank=10,
+                                  beta_slow=1.0, mscale=0.7, mscale_all_dim=1.0), route_bias=0.5),
+    # the same class without the query latent (q_proj), RoPE on halves, one group, no RoPE scaling, rms_norm_eps 1e-5
+    # (the latents' norms keep HF's 1e-6)
+    "deepseek_v3_q_proj": dict(family="deepseek_v3", qk_norm=False, norm_eps=1e-5, n_kv_heads=4, head_dim=4, kv_lora_rank=10,
                                q_lora_rank=0, qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=7, moe=True,
                                moe_experts=4, moe_top_k=2, moe_score="sigmoid", moe_renormalize=False,
                                moe_shared_expert=True, moe_first_dense=2, moe_routed_scale=1.5),
@@ -239,14 +241,16 @@ def mla(p, pre, x, k, cos, sin, allowed):
     B, S, _ = x.shape
     H, dn, dr, dv, R = k["n_heads"], k["qk_nope_head_dim"], k["qk_rope_head_dim"], k["v_head_dim"], k["kv_lora_rank"]
     if k["q_lora_rank"]:
-        q = linear(p, pre + "q_b_proj", norm(linear(p, pre + "q_a_proj", x, False), p, pre + "q_a_layernorm", k), False)
+        q = linear(p, pre + "q_b_proj", norm(linear(p, pre + "q_a_proj", x, False), p, pre + "q_a_layernorm",
+                                             dict(k, norm_eps=1e-6)), False)
     else:
         q = linear(p, pre + "q_proj", x, False)
     q = q.view(B, S, H, dn + dr).transpose(1, 2)  # [B, H, S, dn + dr]
     q_pass, q_rot = q[..., :dn], q[..., dn:]
     ckv = linear(p, pre + "kv_a_proj_with_mqa", x, False)
     k_pass, k_rot = ckv[..., :R], ckv[..., R:]
-    kv = linear(p, pre + "kv_b_proj", norm(k_pass, p, pre + "kv_a_layernorm", k), False).view(B, S, H, dn + dv)
+    latent = dict(k, norm_eps=1e-6)  # HF's DeepseekV3RMSNorm(rank): its default epsilon, not rms_norm_eps
+    kv = linear(p, pre + "kv_b_proj", norm(k_pass, p, pre + "kv_a_layernorm", latent), False).view(B, S, H, dn + dv)
     kv = kv.transpose(1, 2)
     k_pass, v = kv[..., :dn], kv[..., dn:]
     k_rot = k_rot.view(B, 1, S, dr)
@@ -295,13 +299,15 @@ def moe(p, pre, x, k):
         scores = torch.sigmoid(logits)
     else:
         scores = torch.softmax(logits, dim=-1)
-    if k["family"] == "deepseek_v3":  # HF DeepseekV3MoE.route_tokens_to_experts (selection biases zero here)
+    if k["family"] == "deepseek_v3":  # HF DeepseekV3MoE.route_tokens_to_experts
         G, T = k["moe_n_group"], x.shape[0]
-        group_scores = scores.view(T, G, E // G).topk(2, dim=-1)[0].sum(-1)
+        bias = p.get(pre + "gate.e_score_correction_bias")
+        choice = scores + bias if bias is not None else scores
+        group_scores = choice.view(T, G, E // G).topk(2, dim=-1)[0].sum(-1)
         group_idx = torch.topk(group_scores, k=k["moe_topk_group"], dim=-1, sorted=False)[1]
         group_mask = torch.zeros_like(group_scores).scatter(1, group_idx, 1)
         score_mask = group_mask.unsqueeze(-1).expand(T, G, E // G).reshape(T, E)
-        ti = torch.topk(scores.masked_fill(~score_mask.bool(), 0.0), k=K, dim=-1, sorted=False)[1]
+        ti = torch.topk(choice.masked_fill(~score_mask.bool(), 0.0), k=K, dim=-1, sorted=False)[1]
         tw = scores.gather(1, ti)
         if k["moe_renormalize"]:
             tw = tw / (tw.sum(-1, keepdim=True) + 1e-20)
@@ -500,11 +506,19 @@ def main():
     tokens = torch.randint(0, k["vocab_size"], (a.steps, B, S + 1), generator=gen)
     hp = dict(lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, max_norm=1.0)
 
+    # DeepSeek-V3's selection biases (model state, not trained here): drawn so that some push a score below 0
+    bufs = {}
+    if k["route_bias"] > 0:
+        for i in range(k["n_layers"]):
+            if is_moe_layer(k, i):
+                bufs[f"model.layers.{i}.mlp.gate.e_score_correction_bias"] = \
+                    (k["route_bias"] * torch.randn(k["moe_experts"], generator=gen)).to(torch.float32).to(torch.float64)
+
     def loss_of(params, cfg, batch):
-        logits = forward(params, k, batch[:, :-1])
+        logits = forward({**params, **bufs}, k, batch[:, :-1])
         return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
 
-    make_golden(a.out, hf_config(k), p, tokens, loss_of, hp)
+    make_golden(a.out, hf_config(k), p, tokens, loss_of, hp, bufs)
 
 
 if __name__ == "__main__":

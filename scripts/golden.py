@@ -20,8 +20,10 @@ def random_params(shapes, gen):
     return p
 
 
-def make_golden(out, cfg, params, tokens, loss_of, hp):
-    """loss/grads of batch 0, then len(tokens) AdamW steps (decay on matrices only, clip by global norm)."""
+def make_golden(out, cfg, params, tokens, loss_of, hp, buffers=None):
+    """loss/grads of batch 0, then len(tokens) AdamW steps (decay on matrices only, clip by global norm).
+    buffers: HF-named model state that is not trained (DeepSeek-V3's selection biases), written beside the
+    parameters; loss_of reads them itself."""
     leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
     loss = loss_of(leaves, cfg, tokens[0])
     loss.backward()
@@ -39,7 +41,7 @@ def make_golden(out, cfg, params, tokens, loss_of, hp):
         losses.append(l.item())
     with h5py.File(out, "w") as f:
         f.attrs["config"] = json.dumps(cfg)
-        for k, v in params.items():
+        for k, v in list(params.items()) + list((buffers or {}).items()):
             f.create_dataset(k, data=v.numpy().astype(np.float32))
         f.create_dataset("inputs/tokens", data=tokens.numpy().astype(np.int64))
         f.create_dataset("ref/loss", data=np.array([loss.item()]))

@@ -41,10 +41,17 @@ struct Golden {
     tokens = empty(f.shape("inputs/tokens"), DType::I64, Device::CPU);
     f.read_into("inputs/tokens", tokens);
   }
-  // the file holds the HF class's tensors (Qwen3-MoE: per expert): read through the model's HF layout
+  // the file holds the HF class's tensors (Qwen3-MoE: per expert): read through the model's HF layout; the
+  // model's buffers too where the file has them (DeepSeek-V3's selection biases)
   void load(decoder::Decoder& m) {
-    const HfLayout l = m.hf_layout(whole(m.named_parameters()));
-    for (const Region& r : l.regions) f.read_into(r.name, *r.local);
+    std::vector<Region> regions = whole(m.named_parameters());
+    for (auto& [n, t] : m.buffers()) {
+      regions.push_back({n, t, t->shape(), Shape(t->dim(), 0), true});
+      regions.back().optional = true;
+    }
+    const HfLayout l = m.hf_layout(regions);
+    for (const Region& r : l.regions)
+      if (!r.optional || f.has(r.name)) f.read_into(r.name, *r.local);
     l.after_load();
   }
   std::pair<Tensor, Tensor> batch(int64_t s) {
@@ -235,12 +242,12 @@ TEST(Olmo2, CountsAndPublishedSizes) {
 TEST(DeepseekV3, CountsAndPublishedSizes) {
   // deepseek-ai/DeepSeek-V3: 671B parameters, 37B activated (the paper; the 14B of the multi-token prediction module
   // are not built, as HF's class drops them); moonshotai/Kimi-K2: 1.04T, 32B activated
-  const std::vector<std::tuple<std::string, double, double>> sizes = {{"671b", 671.0, 37.5}, {"kimi-k2", 1026.4, 32.6}};
+  const std::vector<std::tuple<std::string, double, double>> sizes = {{"671b", 671.03, 37.55}, {"kimi-k2", 1026.41, 32.86}};
   for (const auto& [flavor, total, active] : sizes) {
     JobConfig c = load_job_config_file("", {"model.name", "deepseek_v3", "model.flavor", flavor});
     const decoder::Args& m = c.model;
-    EXPECT_NEAR((double)m.num_params() / 1e9, total, 0.6) << flavor;
-    EXPECT_NEAR((double)(m.num_active_params() + m.num_embedding_params()) / 1e9, active, 0.6) << flavor;
+    EXPECT_NEAR((double)m.num_params() / 1e9, total, 0.01) << flavor;
+    EXPECT_NEAR((double)(m.num_active_params() + m.num_embedding_params()) / 1e9, active, 0.01) << flavor;
     EXPECT_EQ(m.n_kv_heads, m.n_heads) << flavor;  // a key and a value per head
     EXPECT_EQ(m.head_dim, 64) << flavor;            // HF's head_dim: the RoPE part
     DeviceScope meta(Device::Meta);
@@ -291,9 +298,30 @@ TEST(DeepseekV3, CountsAndPublishedSizes) {
                                           "model.qk_nope_head_dim", "8", "model.qk_rope_head_dim", "8",
                                           "model.v_head_dim", "8", "model.n_layers", "1"});
   EXPECT_EQ(q.model.hf_class(), decoder::HfClass::none);
-  EXPECT_THROW(load_job_config_file("", {"model.name", "qwen3", "model.kv_lora_rank", "16"}), Error);  // qk_norm
-  EXPECT_THROW(load_job_config_file("", {"model.name", "deepseek_v3", "model.head_dim", "32"}), Error);  // MLA sizes it
-  EXPECT_THROW(load_job_config_file("", {"model.name", "qwen3", "model.v_head_dim", "32"}), Error);  // no MLA
+  auto config_error = [](const std::vector<std::string>& o) {
+    try {
+      load_job_config_file("", o);
+      decoder::Decoder m(load_job_config_file("", o).model);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  std::string e = config_error({"model.name", "qwen3", "model.kv_lora_rank", "16"});
+  EXPECT_NE(e.find("model.qk_norm with multi-head latent attention (model.kv_lora_rank 16)"), std::string::npos) << e;
+  e = config_error({"model.name", "deepseek_v3", "model.head_dim", "32"});
+  EXPECT_NE(e.find("model.head_dim does nothing for this model (model.name deepseek_v3): model.kv_lora_rank > 0"),
+            std::string::npos) << e;
+  e = config_error({"model.name", "qwen3", "model.v_head_dim", "32"});
+  EXPECT_NE(e.find("model.v_head_dim does nothing for this model (model.name qwen3): model.kv_lora_rank is 0"),
+            std::string::npos) << e;
+  // DeepSeek's YaRN mscale keys are refused on other members' configs (their attention does not rescale scores)
+  EXPECT_NE(refused(R"({"model_type": "llama", "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+      "mscale_all_dim": 1.0}})").find("rope_scaling key 'mscale_all_dim'"), std::string::npos);
+  EXPECT_NE(refused(R"({"model_type": "deepseek_v3", "q_lora_rank": 0})").find("q_lora_rank 0 must be > 0, or null"),
+            std::string::npos);
+  EXPECT_NE(refused(R"({"model_type": "deepseek_v3", "head_dim": 128})").find("must equal qk_rope_head_dim 64"),
+            std::string::npos);
 }
 
 // Group-limited routing as HF's DeepseekV3MoE: groups scored by their 2 best, the rest of the experts set to 0
@@ -306,6 +334,14 @@ TEST(DeepseekV3, GroupLimitedRoutingKeepsTheBestGroups) {
   EXPECT_EQ(topk(moe::limit_to_groups(s, 4, 2), 2).second.to_vector<int64_t>(), (std::vector<int64_t>{0, 4}));
   EXPECT_EQ(moe::limit_to_groups(s, 4, 4).to_vector<float>(), s.to_vector<float>());  // every group kept
   EXPECT_THROW(moe::limit_to_groups(s, 3, 1), Error);  // 8 experts do not split in 3
+  // biased scores below 0 in a kept group lose to a dropped group's 0 (HF's masked_fill), as HF routes them
+  Tensor b = from_vector<float>({-0.3f, -0.4f, 0.9f, 0.8f, -0.1f, -0.2f, 0.1f, 0.05f}, {1, 8});
+  Tensor kept_b = moe::limit_to_groups(b, 4, 2);  // groups (-0.7), (1.7), (-0.3), (0.15): keep 1 and 3
+  EXPECT_EQ(kept_b.to_vector<float>(), (std::vector<float>{0.f, 0.f, 0.9f, 0.8f, 0.f, 0.f, 0.1f, 0.05f}));
+  Tensor neg = from_vector<float>({-0.3f, -0.4f, 0.9f, -0.8f, -0.1f, -0.2f, -0.1f, -0.5f}, {1, 8});
+  // groups (-0.7), (0.1), (-0.3), (-0.6): keep 1 and 2; the top-2 is then 0.9 and a masked 0 (expert 0), not -0.1
+  EXPECT_EQ(topk(moe::limit_to_groups(neg, 4, 2), 2).second.to_vector<int64_t>()[0], 2);
+  EXPECT_EQ(moe::limit_to_groups(neg, 4, 2).to_vector<float>()[0], 0.f);
 }
 
 TEST(Gemma3, CountsAndPublishedSizes) {

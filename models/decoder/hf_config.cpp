@@ -81,7 +81,8 @@ void read_hf_fields(const json& j, HfClass c, Args& a) {
     if (f.read && has(j, field_of(f).c_str())) find_knob(f.knob)->from_json(j, a, field_of(f));
 }
 
-RopeScaling rope_from_hf(const json& j, int64_t default_original) {
+// mscale: DeepSeek's YaRN keys (its attention scales the scores by them too), read only for deepseek_v3
+RopeScaling rope_from_hf(const json& j, int64_t default_original, bool mscale = false) {
   RopeScaling r;
   r.original_max_position_embeddings = default_original;
   if (!has(j, "rope_scaling")) return r;
@@ -95,7 +96,8 @@ RopeScaling rope_from_hf(const json& j, int64_t default_original) {
   // keys titan would otherwise drop (attention_factor, mscale, ...) are refused, not ignored
   for (auto it = rs.begin(); it != rs.end(); ++it) {
     static const std::vector<std::string> common{"rope_type", "type", "factor", "original_max_position_embeddings"};
-    static const std::vector<std::string> yarn{"beta_fast", "beta_slow", "truncate", "mscale", "mscale_all_dim"};
+    static const std::vector<std::string> yarn{"beta_fast", "beta_slow", "truncate"};
+    if (mscale && r.type == RopeScalingType::yarn && (it.key() == "mscale" || it.key() == "mscale_all_dim")) continue;
     static const std::vector<std::string> llama{"low_freq_factor", "high_freq_factor"};
     static const std::vector<std::string> linear{};
     const auto& own = r.type == RopeScalingType::yarn ? yarn : r.type == RopeScalingType::llama3 ? llama : linear;
@@ -335,8 +337,13 @@ Args deepseek_v3_from_hf(const json& j) {
   a.moe_every = 1;
   a.moe_route_bias = true;  // e_score_correction_bias
   if (j.contains("q_lora_rank")) a.q_lora_rank = j["q_lora_rank"].is_null() ? 0 : json_int(j["q_lora_rank"], "q_lora_rank");
-  TITAN_CHECK(a.q_lora_rank >= 0 && a.kv_lora_rank > 0, "deepseek_v3 config: q_lora_rank ", a.q_lora_rank,
-              " must be >= 0 (or null) and kv_lora_rank ", a.kv_lora_rank, " > 0");
+  TITAN_CHECK(!j.contains("q_lora_rank") || j["q_lora_rank"].is_null() || a.q_lora_rank > 0,
+              "deepseek_v3 config: q_lora_rank ", a.q_lora_rank, " must be > 0, or null for one q_proj (HF builds a "
+              "rank-0 query latent from 0)");
+  TITAN_CHECK(a.kv_lora_rank > 0, "deepseek_v3 config: kv_lora_rank ", a.kv_lora_rank, " must be > 0");
+  TITAN_CHECK(!has(j, "head_dim") || json_int(j["head_dim"], "head_dim") == a.qk_rope_head_dim,
+              "deepseek_v3 config: head_dim ", j.value("head_dim", json()).dump(), " must equal qk_rope_head_dim ",
+              a.qk_rope_head_dim, " (HF's DeepseekV3 rotates head_dim dims of the RoPE part)");
   TITAN_CHECK(a.n_kv_heads == a.n_heads, "deepseek_v3 config: num_key_value_heads ", a.n_kv_heads,
               " must equal num_attention_heads ", a.n_heads, " (MLA expands a key and value for every head)");
   a.head_dim = a.qk_rope_head_dim;
@@ -346,11 +353,11 @@ Args deepseek_v3_from_hf(const json& j) {
               "biased choice); others are DeepSeek-V2's");
   TITAN_CHECK(int_value(j, "moe_layer_freq", 1) == 1, "deepseek_v3 config: moe_layer_freq ",
               j.value("moe_layer_freq", json()).dump(), " is not supported (every layer after the dense ones is MoE)");
-  a.moe_shared_expert_width = std::max<int64_t>(a.moe_shared_expert_width, 1);
-  TITAN_CHECK(int_value(j, "n_shared_experts", 1) >= 1, "deepseek_v3 config: n_shared_experts must be >= 1");
-  set_rope(a, rope_from_hf(j, a.max_position_embeddings = int_value(j, "max_position_embeddings", 4096)));
+  set_rope(a, rope_from_hf(j, a.max_position_embeddings = int_value(j, "max_position_embeddings", 4096), true));
   a.layer_window.assign(a.n_layers, 0);
-  // num_nextn_predict_layers (multi-token prediction): HF's class drops those layers' weights and so does titan
+  // num_nextn_predict_layers (multi-token prediction): titan builds no such layer (nor does HF's class, which
+  // ignores model.layers.<n_layers>.* on load); a checkpoint that stores them is refused by the loader, naming the
+  // tensor
   return a;
 }
 

@@ -39,14 +39,14 @@ Attention::Attention(const Args& a, int64_t w)
     const int64_t qk = a.n_heads * a.qk_dim();
     if (a.q_lora_rank > 0) {
       q_a_proj = &register_module("q_a_proj", std::make_unique<nn::Linear>(a.dim, a.q_lora_rank, b));
-      q_a_norm = &register_module("q_a_layernorm", std::make_unique<nn::Norm>(a.q_lora_rank, a.norm_type, a.norm_eps,
+      q_a_norm = &register_module("q_a_layernorm", std::make_unique<nn::Norm>(a.q_lora_rank, a.norm_type, kLatentNormEps,
                                                                              a.norm_weight_offset()));
       q_b_proj = &register_module("q_b_proj", std::make_unique<nn::Linear>(a.q_lora_rank, qk, false));
     } else {
       q_proj = &register_module("q_proj", std::make_unique<nn::Linear>(a.dim, qk, false));
     }
     kv_a_proj = &register_module("kv_a_proj_with_mqa", std::make_unique<nn::Linear>(a.dim, kv_rank + rope_dim, b));
-    kv_a_norm = &register_module("kv_a_layernorm", std::make_unique<nn::Norm>(kv_rank, a.norm_type, a.norm_eps,
+    kv_a_norm = &register_module("kv_a_layernorm", std::make_unique<nn::Norm>(kv_rank, a.norm_type, kLatentNormEps,
                                                                              a.norm_weight_offset()));
     kv_b_proj = &register_module("kv_b_proj", std::make_unique<nn::Linear>(kv_rank, a.n_heads * (nope_dim + v_dim), false));
     o_proj = &register_module("o_proj", std::make_unique<nn::Linear>(a.n_heads * v_dim, a.dim, b));
@@ -226,7 +226,8 @@ Tensor MoE::forward(const Tensor& x) const {
                                                               expert_bias.data<float>() + num_experts,
                                                               [](float b) { return b != 0.0f; });
   Tensor scores;  // [T, E]
-  if (sigmoid_scores || !renormalize || biased) scores = sigmoid_scores ? sigmoid(logits) : softmax(logits, -1);
+  // the scores (a group ranks by its best scores, not logits)
+  if (sigmoid_scores || !renormalize || biased || n_group > 1) scores = sigmoid_scores ? sigmoid(logits) : softmax(logits, -1);
   Tensor idx;     // [T, k]
   {
     NoGradGuard ng;  // the choice (biased when balancing) carries no gradient

@@ -43,6 +43,8 @@ class Attention : public nn::Module {
   nn::Norm *q_a_norm = nullptr, *kv_a_norm = nullptr;
   int64_t nope_dim = 0, rope_dim = 0, v_dim = 0, kv_rank = 0;  // MLA's widths
   bool rope_interleave = false;  // the rotated dims come in adjacent pairs (DeepSeek's weights)
+  // the latents' RMSNorms: HF's DeepseekV3RMSNorm(rank) at its default epsilon, whatever rms_norm_eps says
+  static constexpr double kLatentNormEps = 1e-6;
   Tensor forward_mla(const Tensor& x, const nn::AttentionInputs& in) const;
   // before RoPE: over head_dim, or (qk_norm_scope projection) over the whole projection [Hq * D] / [Hkv * D]
   nn::Norm *q_norm = nullptr, *k_norm = nullptr;

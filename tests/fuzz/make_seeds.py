@@ -118,7 +118,7 @@ def main():
         "full_attention": {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 8.0},
         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}))
     put("hf_config", "deepseek_v3", json.dumps({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
-                                                **{k: v for k, v in base.items() if k != "num_key_value_heads"},
+                                                **{k: v for k, v in base.items() if k not in ("num_key_value_heads", "head_dim")},
                                                 "num_key_value_heads": 4, "kv_lora_rank": 16, "q_lora_rank": None,
                                                 "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 12,
                                                 "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 4,
