@@ -157,51 +157,41 @@ Tensor run(const Variant& v, const std::vector<Tensor>& t, int64_t qb, int64_t k
   return flex_attention(t[0], t[1], t[2], o);
 }
 
-TEST(FlexAttention, VariantsForwardAndGradcheck) {
-  Tensor q = rand_t({B, S, Hq, D}, 1), k = rand_t({B, S, Hkv, D}, 2), v = rand_t({B, S, Hkv, D}, 3);
-  Tensor sinks = rand_t({Hq}, 4);
+// Every variant on q, k, v (v may be narrower or wider than q and k): the forward at each tiling against the
+// naive reference, then gradchecks of the fused backward and, on one batch row (fewer than 4 (batch, KV head)
+// tasks, without a score_mod), of the split one.
+void check_variants(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks,
+                    std::initializer_list<std::pair<int64_t, int64_t>> tilings, const std::string& label) {
   for (const Variant& var : variants()) {
     std::vector<Tensor> in = {q, k, v};
     if (var.sinks) in.push_back(sinks);
     for (const Tensor& c : var.captures) in.push_back(c);
     const auto ref = naive(q, k, v, var.sinks ? sinks : Tensor(), var.ref(var.captures), var.mask());
-    for (auto [qb, kb] : {std::pair<int64_t, int64_t>{128, 128}, {4, 4}, {5, 3}, {1, 13}}) {
-      SCOPED_TRACE(var.name + " tiles " + std::to_string(qb) + "x" + std::to_string(kb));
-      expect_near_vec(run(var, in, qb, kb).to_vector<double>(), ref, 1e-13);
+    for (auto [qb, kb] : tilings) {
+      SCOPED_TRACE(var.name + label + " tiles " + std::to_string(qb) + "x" + std::to_string(kb));
+      Tensor y = run(var, in, qb, kb);
+      EXPECT_EQ(y.shape(), (Shape{q.size(0), q.size(1), q.size(2), v.size(3)}));
+      expect_near_vec(y.to_vector<double>(), ref, 1e-13);
     }
-    SCOPED_TRACE(var.name + " gradcheck");
+    SCOPED_TRACE(var.name + label + " gradcheck");
     gradcheck([&](const std::vector<Tensor>& t) { return run(var, t, 4, 3); }, in);
-    // one batch row: fewer than 4 (batch, KV head) tasks takes the split backward schedule (without a score_mod)
     std::vector<Tensor> row = in;
     for (int i = 0; i < 3; ++i) row[i] = in[i].slice(0, 0, 1).contiguous();
     gradcheck([&](const std::vector<Tensor>& t) { return run(var, t, 4, 3); }, row);
   }
 }
 
+TEST(FlexAttention, VariantsForwardAndGradcheck) {
+  check_variants(rand_t({B, S, Hq, D}, 1), rand_t({B, S, Hkv, D}, 2), rand_t({B, S, Hkv, D}, 3), rand_t({Hq}, 4),
+                 {{128, 128}, {4, 4}, {5, 3}, {1, 13}}, "");
+}
+
 // Multi-head latent attention's shape: v (and the output) narrower or wider than q and k. Every variant, every
 // tiling, both backward schedules.
 TEST(FlexAttention, ValueWidthDiffersFromQueryKeyWidth) {
-  for (int64_t Dv : {5, 2}) {
-    Tensor q = rand_t({B, S, Hq, D}, 31), k = rand_t({B, S, Hkv, D}, 32), v = rand_t({B, S, Hkv, Dv}, 33);
-    Tensor sinks = rand_t({Hq}, 34);
-    for (const Variant& var : variants()) {
-      std::vector<Tensor> in = {q, k, v};
-      if (var.sinks) in.push_back(sinks);
-      for (const Tensor& c : var.captures) in.push_back(c);
-      const auto ref = naive(q, k, v, var.sinks ? sinks : Tensor(), var.ref(var.captures), var.mask());
-      for (auto [qb, kb] : {std::pair<int64_t, int64_t>{128, 128}, {5, 3}}) {
-        SCOPED_TRACE(var.name + " Dv " + std::to_string(Dv) + " tiles " + std::to_string(qb) + "x" + std::to_string(kb));
-        Tensor y = run(var, in, qb, kb);
-        EXPECT_EQ(y.shape(), (Shape{B, S, Hq, Dv}));
-        expect_near_vec(y.to_vector<double>(), ref, 1e-13);
-      }
-      SCOPED_TRACE(var.name + " Dv " + std::to_string(Dv) + " gradcheck");
-      gradcheck([&](const std::vector<Tensor>& t) { return run(var, t, 4, 3); }, in);
-      std::vector<Tensor> row = in;  // the split backward schedule
-      for (int i = 0; i < 3; ++i) row[i] = in[i].slice(0, 0, 1).contiguous();
-      gradcheck([&](const std::vector<Tensor>& t) { return run(var, t, 4, 3); }, row);
-    }
-  }
+  for (int64_t Dv : {5, 2})
+    check_variants(rand_t({B, S, Hq, D}, 31), rand_t({B, S, Hkv, D}, 32), rand_t({B, S, Hkv, Dv}, 33), rand_t({Hq}, 34),
+                   {{128, 128}, {5, 3}}, " Dv " + std::to_string(Dv));
   // the FLOPs: q.k over D, p.v over Dv (forward 2 D + 2 Dv per pair, backward 6 D + 4 Dv)
   Tensor mq = empty({1, 256, 2, 192}, DType::F32, Device::Meta), mk = empty({1, 256, 2, 192}, DType::F32, Device::Meta);
   Tensor mv = empty({1, 256, 2, 128}, DType::F32, Device::Meta);

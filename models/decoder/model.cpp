@@ -97,6 +97,12 @@ Tensor deinterleave(const Tensor& x) {  // [B, S, H, D] -> [B, S, H, D/2, 2] -> 
 }
 }  // namespace
 
+Tensor Attention::rotary(const Tensor& x, const nn::AttentionInputs& in) const {
+  const Tensor& cos = local_rope ? in.cos_local : in.cos;
+  const Tensor& sin = local_rope ? in.sin_local : in.sin;
+  return rope(rope_interleave ? deinterleave(x) : x, cos, sin);
+}
+
 Tensor Attention::forward_mla(const Tensor& x, const nn::AttentionInputs& in) const {
   const int64_t B = x.size(0), S = x.size(1);
   // heads from the projection width, so a tensor-parallel shard runs unchanged
@@ -106,16 +112,9 @@ Tensor Attention::forward_mla(const Tensor& x, const nn::AttentionInputs& in) co
   Tensor ckv = kv_a_proj->forward(x);                                     // [B, S, R + Dr]
   Tensor kv = kv_b_proj->forward(kv_a_norm->forward(ckv.slice(2, 0, kv_rank)))
                   .reshape({B, S, h, nope_dim + v_dim});                  // [B, S, H, Dn + Dv]
-  Tensor q_rot = q.slice(3, nope_dim, nope_dim + rope_dim);              // [B, S, H, Dr]
-  Tensor k_rot = ckv.slice(2, kv_rank, kv_rank + rope_dim).reshape({B, S, 1, rope_dim});  // [B, S, 1, Dr]
-  if (rope_interleave) {
-    q_rot = deinterleave(q_rot);
-    k_rot = deinterleave(k_rot);
-  }
-  const Tensor& cos = local_rope ? in.cos_local : in.cos;
-  const Tensor& sin = local_rope ? in.sin_local : in.sin;
-  q_rot = rope(q_rot, cos, sin);
-  k_rot = broadcast_to(rope(k_rot, cos, sin), {B, S, h, rope_dim});     // one rotated key part for every head
+  Tensor q_rot = rotary(q.slice(3, nope_dim, nope_dim + rope_dim), in);  // [B, S, H, Dr]
+  Tensor k_rot = rotary(ckv.slice(2, kv_rank, kv_rank + rope_dim).reshape({B, S, 1, rope_dim}), in);  // [B, S, 1, Dr]
+  k_rot = broadcast_to(k_rot, {B, S, h, rope_dim});                       // one rotated key part for every head
   q = concat({q.slice(3, 0, nope_dim), q_rot}, 3);                       // [B, S, H, Dn + Dr]
   Tensor k = concat({kv.slice(3, 0, nope_dim), k_rot}, 3);               // [B, S, H, Dn + Dr]
   Tensor v = kv.slice(3, nope_dim, nope_dim + v_dim);                    // [B, S, H, Dv]
@@ -141,14 +140,8 @@ Tensor Attention::forward(const Tensor& x, const nn::AttentionInputs& in) const 
     q = q_norm->forward(q);
     k = k_norm->forward(k);
   }
-  if (rope_interleave) {
-    q = deinterleave(q);
-    k = deinterleave(k);
-  }
-  const Tensor& cos = local_rope ? in.cos_local : in.cos;
-  const Tensor& sin = local_rope ? in.sin_local : in.sin;
-  q = rope(q, cos, sin);
-  k = rope(k, cos, sin);
+  q = rotary(q, in);
+  k = rotary(k, in);
   // [B, S, Hq, D]; context parallel: S is this rank's chunks, in.attend the attention over the whole sequence
   Tensor o = nn::variant_attention(q, k, v, sinks, variant, window, in.doc_ids, bias, in.attend, score_scale);
   return o_proj->forward(o.reshape({B, S, hq * head_dim}));

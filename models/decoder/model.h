@@ -46,6 +46,9 @@ class Attention : public nn::Module {
   // the latents' RMSNorms: HF's DeepseekV3RMSNorm(rank) at its default epsilon, whatever rms_norm_eps says
   static constexpr double kLatentNormEps = 1e-6;
   Tensor forward_mla(const Tensor& x, const nn::AttentionInputs& in) const;
+  // RoPE on x [B, S, H, Dr] with this layer's tables (the sliding layers' own under rope_local_theta), its dims
+  // taken as adjacent pairs first under rope_interleave
+  Tensor rotary(const Tensor& x, const nn::AttentionInputs& in) const;
   // before RoPE: over head_dim, or (qk_norm_scope projection) over the whole projection [Hq * D] / [Hkv * D]
   nn::Norm *q_norm = nullptr, *k_norm = nullptr;
   bool qk_norm_projection = false;
