@@ -82,7 +82,7 @@ std::vector<int64_t> meta_routed_counts(int64_t pairs, int64_t E, int64_t P) {
 }
 
 Dispatched dispatch(const Tensor& hidden, const Tensor& topk_idx, const Tensor& topk_weight, int64_t E,
-                    const PG& group) {
+                    const PG& group, bool weights_on_inputs) {
   TITAN_CHECK(hidden.dim() == 2 && topk_idx.dim() == 2 && topk_weight.shape() == topk_idx.shape() &&
                   topk_idx.size(0) == hidden.size(0),
               "dispatch: expected hidden [T, H], topk_idx [T, k], topk_weight [T, k], got ",
@@ -125,6 +125,8 @@ Dispatched dispatch(const Tensor& hidden, const Tensor& topk_idx, const Tensor& 
   Tensor order_t = index_tensor(order, meta);
   h->weight_of_row = index_select(topk_weight.reshape({-1}), 0, order_t).reshape({T * k, 1});
   Tensor rows = index_select(hidden, 0, h->token_of_row);  // [T*k, H], grouped by expert
+  h->weights_on_inputs = weights_on_inputs;
+  if (weights_on_inputs) rows = mul(rows, h->weight_of_row);  // [T*k, H] x [T*k, 1]
   Dispatched d;
   d.handle = h;
   if (P == 1) {
@@ -183,7 +185,7 @@ Tensor combine(const Tensor& y, const DispatchHandle& h) {
   }
   TITAN_CHECK(rows.size(0) == h.token_of_row.size(0), "combine: got ", rows.size(0), " rows for ",
               h.token_of_row.size(0), " dispatched (token, expert) pairs");
-  Tensor weighted = mul(rows, h.weight_of_row);  // [T*k, H]
+  Tensor weighted = h.weights_on_inputs ? rows : mul(rows, h.weight_of_row);  // [T*k, H]
   Tensor out = zeros({h.num_tokens, y.size(1)}, y.dtype(), y.device());
   return index_add(out, 0, h.token_of_row, weighted);  // rows in expert order: a fixed summation order
 }

@@ -6,7 +6,7 @@
 //
 // Both are differentiable: dispatch's backward is a combine of the gradients
 // (rows summed back to their tokens) and combine's backward a dispatch;
-// gradients reach the router through topk_weight, which combine applies.
+// gradients reach the router through topk_weight, which combine applies (or dispatch, weights_on_inputs).
 // Dropless: every (token, k) pair is routed; an expert with no tokens works.
 // combine sums each token's k contributions in expert order (deterministic).
 //
@@ -27,6 +27,7 @@ struct DispatchHandle {
   int64_t num_tokens = 0, num_experts = 0, local_experts = 0;
   Tensor token_of_row;          // int64 [T*k]: token of each expert-sorted (token, k) row (this rank's)
   Tensor weight_of_row;         // [T*k, 1] its routing weight (differentiable)
+  bool weights_on_inputs = false;  // the weight scaled the expert's input (dispatch), not its output (combine)
   std::vector<int64_t> send_rows, recv_rows;  // per rank, for the all-to-all-v
   Tensor regroup;               // int64 [R]: received row -> position grouped by local expert
   Tensor ungroup;               // its inverse
@@ -59,8 +60,10 @@ struct Dispatched {
   std::shared_ptr<DispatchHandle> handle;
 };
 
+// weights_on_inputs: each (token, k) row is scaled by its weight before the experts (Llama 4: an expert sees
+// w x, its output joins the token unweighted), else combine weights the outputs.
 Dispatched dispatch(const Tensor& hidden, const Tensor& topk_idx, const Tensor& topk_weight, int64_t num_experts,
-                    const PG& group = nullptr);
+                    const PG& group = nullptr, bool weights_on_inputs = false);
 Tensor combine(const Tensor& expert_output, const DispatchHandle& handle);
 
 // Rows exchanged by all-to-all-v as a differentiable op (backward: the reverse exchange).

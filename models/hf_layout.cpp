@@ -60,4 +60,29 @@ HfLayout per_expert_layout(const std::vector<Region>& params, const ExpertNames&
   return l;
 }
 
+HfLayout fused_halves_layout(const std::vector<Region>& params, const FusedExpertNames& names) {
+  HfLayout l;
+  for (const Region& r : params) {
+    Region out = r;
+    const size_t at = r.name.find(".mlp.");
+    if (at != std::string::npos) {
+      const std::string prefix = r.name.substr(0, at) + "." + names.module + ".";
+      const std::string rest = r.name.substr(at + 5);
+      if (rest == "experts.gate_proj" || rest == "experts.up_proj") {
+        TITAN_CHECK(r.full_shape.size() == 3, "fused_halves_layout: ", r.name, " is not stacked [E, in, out]");
+        const int64_t I = r.full_shape[2];
+        out.name = prefix + "experts." + names.fused;
+        out.full_shape = {r.full_shape[0], r.full_shape[1], 2 * I};
+        if (rest == "experts.up_proj") out.offset[2] += I;  // the second half
+      } else if (rest.rfind("gate.", 0) == 0) {
+        out.name = prefix + names.router + rest.substr(4);
+      } else {
+        out.name = prefix + rest;
+      }
+    }
+    l.regions.push_back(out);
+  }
+  return l;
+}
+
 }  // namespace titan

@@ -40,5 +40,13 @@ struct ExpertNames {
 // <prefix>.<module>.experts.<e>.<hf proj>.weight [out, in] (HF's Qwen3-MoE, Mixtral); the router
 // (<prefix>.mlp.gate.*) is renamed with its module.
 HfLayout per_expert_layout(const std::vector<Region>& params, const ExpertNames& hf = {});
+// Stacked experts kept stacked, their gate and up as the two halves of one [E, in, 2 out] tensor
+// <prefix>.<module>.experts.<fused> (Llama 4's gate_up_proj: gate first): each parameter's block (any plan's)
+// lands at its offset in its half, so one HF tensor comes in two blocks of a rank (the writers take that). Every
+// layer's `mlp` is renamed to `module`, its router `mlp.gate` to `<module>.<router>`.
+struct FusedExpertNames {
+  std::string module = "feed_forward", fused = "gate_up_proj", router = "router";
+};
+HfLayout fused_halves_layout(const std::vector<Region>& params, const FusedExpertNames& hf = {});
 
 }  // namespace titan

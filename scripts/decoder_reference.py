@@ -11,7 +11,10 @@ sqrt(dim), scores over sqrt(query_pre_attn_scalar), sliding layers on their
 own unscaled RoPE base, the full layers' RoPE scaled linearly) and DeepSeek-V3
 (multi-head latent attention with and without the query latent, RoPE on interleaved
 dims, YaRN with DeepSeek's mscale, sigmoid group-limited routing renormalized and
-scaled, a shared MLP of n experts, dense first layers), written from HF's
+scaled, a shared MLP of n experts, dense first layers) and Llama 4 text (iRoPE: chunked
+RoPE layers on complex pairs with L2-normed q and k, NoPE layers with tuned query
+temperature; a shared expert, sigmoid top-k scaling the experts' inputs, fused
+gate_up_proj halves, dense and MoE layers interleaved), written from HF's
 definitions into one knob-driven forward; and ablations no HF class has (Gemma's sandwich norms with a
 projection-wide QK-norm and LayerNorm, Gemma's embedding scale and Gemma 2's
 final-logit softcap on a tied Qwen3, gpt-oss with QK-norm and GELU,
@@ -48,7 +51,8 @@ BASE = dict(family="qwen3", vocab_size=64, dim=32, n_layers=3, n_heads=4, n_kv_h
             final_logit_softcap=0.0, norm_placement="pre", qk_norm_scope="head", norm_unit_offset=False,
             query_pre_attn_scalar=0.0, rope_local_theta=0.0, kv_lora_rank=0, q_lora_rank=0, qk_nope_head_dim=0,
             qk_rope_head_dim=0, v_head_dim=0, rope_interleave=False, moe_n_group=1, moe_topk_group=1,
-            moe_routed_scale=1.0, moe_shared_width=1, route_bias=0.0)
+            moe_routed_scale=1.0, moe_shared_width=1, route_bias=0.0, qk_l2_norm=False, nope_interval=0,
+            attn_chunk=0, attn_scale=0.0, floor_scale=8192)
 
 VARIANTS = {
     # HF Qwen3MoeForCausalLM: layer 0 dense (mlp_only_layers [0]), norm_topk_prob
@@ -87,6 +91,15 @@ VARIANTS = {
                                q_lora_rank=0, qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=7, moe=True,
                                moe_experts=4, moe_top_k=2, moe_score="sigmoid", moe_renormalize=False,
                                moe_shared_expert=True, moe_first_dense=2, moe_routed_scale=1.5),
+    # HF Llama4ForCausalLM (text): iRoPE with layer 2 of 3 NoPE (full attention, queries' temperature tuned with
+    # attn_scale 0.5 and floor_scale 2 so the test's 8 positions feel it), the RoPE layers chunked by 3 with complex
+    # (interleaved-pair) RoPE, Llama-3 scaling with Scout's equal frequency factors and their q and k L2-normed after
+    # it; layer 1 MoE (interleave_moe_layer_step 2): 4 experts with fused gate_up_proj, sigmoid top-2 of the logits
+    # scaling the experts' inputs, a shared expert; layers 0 and 2 dense of intermediate_size_mlp
+    "llama4": dict(family="llama4", qk_norm=False, qk_l2_norm=True, norm_eps=1e-5, rope_theta=500000.0,
+                   rope=dict(type="llama3", factor=8.0, original_max_position_embeddings=16, low_freq_factor=1.0,
+                             high_freq_factor=1.0), nope_interval=3, attn_chunk=3, attn_scale=0.5, floor_scale=2,
+                   moe=True, moe_every=2, moe_score="sigmoid", moe_renormalize=False, moe_shared_expert=True),
     # ablations (titan_decoder)
     # Gemma 2 / 3's sandwich norms, with OLMo 2's projection-wide QK-norm, all LayerNorm
     "sandwich_projection_ln": dict(norm_placement="sandwich", qk_norm_scope="projection", norm_type="layernorm"),
@@ -114,7 +127,7 @@ def is_moe_layer(k, i):
 
 
 def moe_module(k):
-    return "block_sparse_moe." if k["family"] == "mixtral" else "mlp."
+    return {"mixtral": "block_sparse_moe.", "llama4": "feed_forward."}.get(k["family"], "mlp.")
 
 
 def hf_config(k):
@@ -162,6 +175,16 @@ def hf_config(k):
             del r["type"]
             d["rope_scaling"] = r
         return d
+    if k["family"] == "llama4":
+        r = dict(k["rope"], rope_type="llama3")
+        del r["type"]
+        return dict(common, architectures=["Llama4ForCausalLM"], model_type="llama4_text",
+                    intermediate_size=k["moe_hidden_dim"], intermediate_size_mlp=k["hidden_dim"],
+                    num_local_experts=k["moe_experts"], num_experts_per_tok=k["moe_top_k"],
+                    interleave_moe_layer_step=k["moe_every"], use_qk_norm=k["qk_l2_norm"],
+                    no_rope_layer_interval=k["nope_interval"], attention_chunk_size=k["attn_chunk"],
+                    attn_temperature_tuning=True, floor_scale=k["floor_scale"], attn_scale=k["attn_scale"],
+                    rope_scaling=r, router_aux_loss_coef=0.0, router_jitter_noise=0.0)
     if k["family"] == "llama3":
         r = dict(k["rope"], rope_type="llama3")
         del r["type"]
@@ -343,6 +366,57 @@ def moe(p, pre, x, k):
     return out
 
 
+def llama4_rope(x, freqs_cis):
+    """HF Llama4's apply_rotary_emb: adjacent pairs of x [B, S, H, D] as complex numbers times e^(i pos f)."""
+    xc = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2).contiguous())
+    return torch.view_as_real(xc * freqs_cis[None, :, None, :]).flatten(3)
+
+
+def llama4_layer(p, pre, h, k, i, freqs_cis):
+    """HF Llama4TextDecoderLayer (training path, no cache): h [B, S, dim] -> [B, S, dim]."""
+    B, S, _ = h.shape
+    H, Hkv, D = k["n_heads"], k["n_kv_heads"], k["head_dim"]
+    pos = torch.arange(S)
+    x = norm(h, p, pre + "input_layernorm", k)
+    a = pre + "self_attn."
+    q = linear(p, a + "q_proj", x, False).view(B, S, H, D)
+    kk = linear(p, a + "k_proj", x, False).view(B, S, Hkv, D)
+    v = linear(p, a + "v_proj", x, False).view(B, S, Hkv, D).transpose(1, 2)
+    use_rope = (i + 1) % k["nope_interval"] != 0  # HF's no_rope_layers[i] (1: RoPE)
+    if use_rope:
+        q, kk = llama4_rope(q, freqs_cis), llama4_rope(kk, freqs_cis)
+        if k["qk_l2_norm"]:  # Llama4TextL2Norm(rms_norm_eps): no weight
+            q = q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + k["norm_eps"])
+            kk = kk * torch.rsqrt(kk.pow(2).mean(-1, keepdim=True) + k["norm_eps"])
+    else:  # attention temperature tuning on the NoPE layers, in float32 as HF
+        scales = torch.log1p(torch.floor((pos.float() + 1.0) / k["floor_scale"])) * k["attn_scale"] + 1.0
+        q = q * scales.to(torch.float64).view(1, S, 1, 1)
+    q, kk = q.transpose(1, 2), kk.transpose(1, 2)
+    kk, v = kk.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)
+    w = (q @ kk.transpose(-1, -2)) * D ** -0.5
+    allowed = pos[None, :] <= pos[:, None]
+    if use_rope:  # create_chunked_causal_mask: same chunk of attention_chunk_size
+        allowed &= (pos[None, :] // k["attn_chunk"]) == (pos[:, None] // k["attn_chunk"])
+    probs = torch.softmax(w.masked_fill(~allowed, float("-inf")), dim=-1)
+    h = h + linear(p, a + "o_proj", (probs @ v).transpose(1, 2).reshape(B, S, H * D), False)
+    x = norm(h, p, pre + "post_attention_layernorm", k)
+    f = pre + "feed_forward."
+    if not is_moe_layer(k, i):
+        return h + dense_mlp(p, f, x, k)
+    t = x.reshape(B * S, -1)  # Llama4TextMoe
+    logits = linear(p, f + "router", t, False)
+    top, idx = torch.topk(logits, k["moe_top_k"], dim=1)
+    scores = torch.sigmoid(torch.full_like(logits, float("-inf")).scatter(1, idx, top))  # [T, E], 0 unchosen
+    out = dense_mlp(p, f + "shared_expert.", t, k)
+    I = k["moe_hidden_dim"]
+    for e in range(k["moe_experts"]):
+        routed_in = t * scores[:, e:e + 1]
+        gu = routed_in @ p[f + "experts.gate_up_proj"][e]
+        gate, up = gu[:, :I], gu[:, I:]
+        out = out + (up * (gate * torch.sigmoid(gate))) @ p[f + "experts.down_proj"][e]
+    return h + out.view(B, S, -1)
+
+
 def forward(p, k, tokens):
     B, S = tokens.shape
     H, Hkv, D = k["n_heads"], k["n_kv_heads"], k["head_dim"]
@@ -351,8 +425,15 @@ def forward(p, k, tokens):
     pos = torch.arange(S)
     hb = k["attn_proj_bias"]
     h = p["model.embed_tokens.weight"][tokens] * k["embed_scale"]
+    if k["family"] == "llama4":
+        inv, _ = inv_freq(k)
+        ang = torch.arange(S, dtype=torch.float32)[:, None] * inv[None, :]
+        freqs_cis = torch.polar(torch.ones_like(ang), ang).to(torch.complex128)
     for i in range(k["n_layers"]):
         pre = f"model.layers.{i}."
+        if k["family"] == "llama4":
+            h = llama4_layer(p, pre, h, k, i, freqs_cis)
+            continue
         place = k["norm_placement"]  # pre: Llama / Qwen3; post: OLMo 2; sandwich: Gemma 2 / 3
         x = h if place == "post" else norm(h, p, pre + "input_layernorm", k)
         if k["kv_lora_rank"]:
@@ -443,7 +524,16 @@ def make_params(k, gen):
             add_norm(pre + "self_attn.k_norm", Hkv * D if whole else D)
         if k["attn_sinks"]:
             shapes[pre + "self_attn.sinks"] = (H,)
-        if is_moe_layer(k, i):
+        if k["family"] == "llama4":
+            f = pre + "feed_forward."
+            if is_moe_layer(k, i):
+                shapes[f + "router.weight"] = (E, d)
+                shapes[f + "experts.gate_up_proj"] = (E, d, 2 * I)
+                shapes[f + "experts.down_proj"] = (E, I, d)
+                add_mlp(f + "shared_expert.", I)
+            else:
+                add_mlp(f, k["hidden_dim"])
+        elif is_moe_layer(k, i):
             m = pre + moe_module(k)
             fused = k["family"] == "gpt_oss"
             shapes[m + ("router" if fused else "gate") + ".weight"] = (E, d)

@@ -409,3 +409,38 @@ TEST(MoeDispatch, LocalGradcheckThroughDispatchExpertsCombine) {
       },
       {x, W, w});
 }
+
+// weights_on_inputs (Llama 4): each chosen expert sees its weight times the token, its output joins the token
+// unweighted: against that sum computed by hand, and gradchecked through a nonlinear expert (where the two
+// placements differ)
+TEST(MoeDispatch, WeightsOnInputsScaleTheExpertsInputs) {
+  if (world()->rank() != 0) return;
+  Generator g(5);
+  Tensor x = randn({4, 3}, g, DType::F64), W = randn({3, 3, 2}, g, DType::F64);
+  Tensor idx = from_vector<int64_t>({0, 2, 2, 0, 0, 1, 2, 1}, {4, 2});
+  Tensor w = sigmoid(randn({4, 2}, g, DType::F64));
+  auto expert = [](const Tensor& rows, const Tensor& Wt, const std::vector<int64_t>& counts) {
+    return tanh(grouped_linear(rows, Wt, Tensor(), counts));  // [R, 2]: nonlinear in its input
+  };
+  auto d = dispatch(x, idx, w, 3, nullptr, true);
+  const std::vector<double> got = combine(expert(d.expert_input, W, d.tokens_per_local_expert), *d.handle).to_vector<double>();
+  const auto xv = x.to_vector<double>(), Wv = W.to_vector<double>(), wv = w.to_vector<double>();
+  const auto iv = idx.to_vector<int64_t>();
+  for (int64_t t = 0; t < 4; ++t)
+    for (int64_t o = 0; o < 2; ++o) {
+      double want = 0;
+      for (int64_t k = 0; k < 2; ++k) {
+        const int64_t e = iv[t * 2 + k];
+        double a = 0;
+        for (int64_t i = 0; i < 3; ++i) a += wv[t * 2 + k] * xv[t * 3 + i] * Wv[(e * 3 + i) * 2 + o];
+        want += std::tanh(a);
+      }
+      EXPECT_NEAR(got[t * 2 + o], want, 1e-12) << "token " << t << " out " << o;
+    }
+  titan::testing::gradcheck(
+      [&](const std::vector<Tensor>& t) {
+        auto dd = dispatch(t[0], idx, t[2], 3, nullptr, true);
+        return combine(expert(dd.expert_input, t[1], dd.tokens_per_local_expert), *dd.handle);
+      },
+      {x, W, w});
+}

@@ -109,6 +109,9 @@ std::vector<Case> cases() {
                  return FlexOptions{.mask_mod = and_masks(document_causal_mask(d), sliding_window_mask(9))};
                }});
   v.push_back({"prefix_lm", 2, false, [](const Tensor&, const Tensor&) { return FlexOptions{.mask_mod = prefix_lm_mask(21)}; }});
+  v.push_back({"documents_chunked", 2, false, [](const Tensor& d, const Tensor&) {
+                 return FlexOptions{.mask_mod = and_masks(document_causal_mask(d), chunked_causal_mask(11))};
+               }});
   v.push_back({"alibi", 2, false,
                [](const Tensor&, const Tensor& slopes) {
                  return FlexOptions{.score_mod = nn::alibi_mod(slopes), .mask_mod = causal_mask()};

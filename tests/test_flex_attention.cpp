@@ -92,6 +92,7 @@ std::vector<Variant> variants() {
   vs.push_back({"causal", {}, false, [] { return causal_mask(); }, none, ident});
   vs.push_back({"sliding_window", {}, false, [] { return sliding_window_mask(4); }, none, ident});
   vs.push_back({"prefix_lm", {}, false, [] { return prefix_lm_mask(5); }, none, ident});
+  vs.push_back({"chunked", {}, false, [] { return chunked_causal_mask(5); }, none, ident});
   static const std::vector<int64_t> docs = doc_ids_of({0, 4, 9}, {0, 1, 7, 12});
   vs.push_back({"document", {}, false, [] { return document_causal_mask(from_vector<int64_t>(docs, {B, S})); }, none,
                 ident});
@@ -243,7 +244,8 @@ TEST(FlexAttention, BlockMaskClassifiersMatchThePredicate) {
   // the O(1)-per-tile classifiers of the built-in masks against the predicate on every element
   static const std::vector<int64_t> docs = doc_ids_of({0, 4, 9}, {0, 1, 7, 12});
   std::vector<MaskMod> masks = {causal_mask(), sliding_window_mask(1), sliding_window_mask(5), prefix_lm_mask(6),
-                                document_causal_mask(from_vector<int64_t>(docs, {B, S})),
+                                chunked_causal_mask(1), chunked_causal_mask(3), chunked_causal_mask(4),
+                                chunked_causal_mask(64), document_causal_mask(from_vector<int64_t>(docs, {B, S})),
                                 and_masks(document_causal_mask(from_vector<int64_t>(docs, {B, S})), sliding_window_mask(3))};
   for (const MaskMod& m : masks)
     for (auto [qb, kb] : {std::pair<int64_t, int64_t>{1, 1}, {2, 3}, {4, 4}, {5, 2}, {13, 13}}) {
@@ -268,7 +270,8 @@ TEST(FlexAttention, BlockMaskClassifiersMatchThePredicate) {
 TEST(FlexAttention, OffsetsPlaceABlockAtItsGlobalPositions) {
   static const std::vector<int64_t> docs = doc_ids_of({0, 4, 9}, {0, 1, 7, 12});
   const Tensor doc_t = from_vector<int64_t>(docs, {B, S});
-  std::vector<MaskMod> masks = {causal_mask(), sliding_window_mask(3), prefix_lm_mask(6), document_causal_mask(doc_t),
+  std::vector<MaskMod> masks = {causal_mask(), sliding_window_mask(3), prefix_lm_mask(6), chunked_causal_mask(5),
+                                document_causal_mask(doc_t),
                                 and_masks(document_causal_mask(doc_t), sliding_window_mask(4))};
   for (const MaskMod& m : masks)
     for (auto [q0, k0, nq, nk] : {std::array<int64_t, 4>{0, 0, S, S}, {5, 0, 8, 5}, {7, 2, 4, 9}, {0, 9, 4, 4}, {9, 0, 4, 4}}) {

@@ -1,5 +1,6 @@
 // The knob matrix (issue 12): every architecture key of the model section on
-// every member of the decoder family (qwen3, qwen3_moe, gpt_oss, llama3, mixtral, olmo2, gemma3, deepseek_v3),
+// every member of the decoder family (qwen3, qwen3_moe, gpt_oss, llama3, mixtral, olmo2, gemma3, deepseek_v3,
+// llama4),
 // loaded exactly as a user's YAML/command line is (family presets, then the
 // refusal of keys that cannot act). Each cell either moves the loss away from
 // the same model without the key, or is refused with an error naming the key.
@@ -35,6 +36,12 @@ Overrides tiny(const std::string& family) {
             "model.qk_nope_head_dim", "4", "model.qk_rope_head_dim", "4", "model.v_head_dim", "6",
             "model.moe_num_experts", "8", "model.moe_hidden_dim", "12", "model.moe_n_group", "2", "model.moe_topk_group",
             "1", "model.moe_first_dense", "0"};
+  // llama4: 4 layers (its preset's NoPE interval 4 has a NoPE layer), RoPE layers chunked by 8 and the NoPE layer's
+  // temperature stepping every 2 positions, so that both act within the 16 tokens; top-2 (the matrix's top_k 1 moves it)
+  if (family == "llama4")
+    return {"model.name", family, "model.dim", "32", "model.n_layers", "4", "model.n_heads", "4", "model.n_kv_heads",
+            "2", "model.head_dim", "8", "model.vocab_size", "50", "training.seq_len", "16", "model.attn_chunk_size", "8",
+            "model.nope_floor_scale", "2", "model.moe_top_k", "2"};
   // gemma3: 6 layers, so that its preset's period (5 sliding, 1 full) has a full layer for the global RoPE keys
   return {"model.name", family, "model.dim", "32", "model.n_layers", family == "gemma3" ? "6" : "2", "model.n_heads",
           "4", "model.n_kv_heads", "2", "model.head_dim", "8", "model.vocab_size", "50", "training.seq_len", "16"};
@@ -103,6 +110,13 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
       {"qk_rope_head_dim", {"model.qk_rope_head_dim", "2"}, {}},
       {"v_head_dim", {"model.v_head_dim", "3"}, {}},
       {"rope_interleave", {"model.rope_interleave", "flip"}, {}},
+      {"qk_l2_norm", {"model.qk_l2_norm", "flip"}, {}},
+      {"nope_layer_interval", {"model.nope_layer_interval", "2"}, {}},
+      {"attn_chunk_size", {"model.attn_chunk_size", "3"}, {}},
+      {"nope_attn_scale", {"model.nope_attn_scale", "0.5", "model.nope_floor_scale", "2"},
+       {"model.nope_layer_interval", "2"}},
+      {"nope_floor_scale", {"model.nope_floor_scale", "3"}, {"model.nope_layer_interval", "2", "model.nope_attn_scale", "0.5"}},
+      {"moe_score_before_experts", {"model.moe_score_before_experts", "flip"}, {}},
       {"activation", {"model.activation", "gelu"}, {}},
       {"swiglu_limit", {"model.swiglu_limit", "0.05"}, {}},
       {"attn_proj_bias", {"model.attn_proj_bias", "flip"}, {}},
@@ -165,7 +179,7 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
     }
   }
   const std::vector<std::string> families = {"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral",
-                                             "olmo2", "gemma3", "deepseek_v3"};
+                                             "olmo2", "gemma3", "deepseek_v3", "llama4"};
   std::map<std::string, std::map<std::string, std::string>> table;
   int applied = 0, refused = 0;
   for (const auto& fam : families) {
@@ -191,6 +205,8 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
                          : key == "moe_router_bias" ? cb.model.moe_router_bias
                          : key == "norm_unit_offset" ? cb.model.norm_unit_offset
                          : key == "rope_interleave" ? cb.model.rope_interleave
+                         : key == "qk_l2_norm" ? cb.model.qk_l2_norm
+                         : key == "moe_score_before_experts" ? cb.model.moe_score_before_experts
                          : key == "moe_shared_expert" ? cb.model.moe_shared_expert
                          : key == "enable_weight_tying" ? cb.model.enable_weight_tying : cb.model.moe_expert_bias;
         v[1] = now ? "false" : "true";
@@ -244,11 +260,11 @@ TEST(ModelKnobs, EveryKnobMovesTheLossOnEveryModelOrIsRefused) {
     std::printf("\n");
   }
   std::printf("%d applied, %d refused\n", applied, refused);
-  // 53 knobs x 8 models = 424: 9 cells whose precondition is refused (-: a shared expert or groups on a dense
-  // model, QK-norm on MLA), 95 refused (the 15 MoE keys on 4 dense models, MLA's 5 sizes on the 7 members with KV
-  // heads, ...)
-  EXPECT_EQ(applied, 320);
-  EXPECT_EQ(refused, 95);
+  // 59 knobs x 9 models = 531: 9 cells whose precondition is refused (-: a shared expert or groups on a dense
+  // model, QK-norm on MLA), 108 refused (the 16 MoE keys on 4 dense models, MLA's 5 sizes on the 8 members with KV
+  // heads, YaRN's table scale under Llama 4's L2 norm, ...)
+  EXPECT_EQ(applied, 414);
+  EXPECT_EQ(refused, 108);
 }
 
 // The presets of the members, and refusals naming the key.
@@ -289,7 +305,7 @@ TEST(ModelKnobs, FamilyPresetsAndRefusals) {
   // the members; a config.json names its member; others are refused by name, with the members listed
   EXPECT_EQ(config::enum_choices<decoder::Family>(),
             (std::vector<std::string>{"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral", "olmo2", "gemma3",
-                                      "deepseek_v3"}));
+                                      "deepseek_v3", "llama4"}));
   JobConfig gemma3 = load_job_config_file("", tiny("gemma3"));
   EXPECT_TRUE(gemma3.model.norm_unit_offset && gemma3.model.norm_placement == decoder::NormPlacement::sandwich &&
               gemma3.model.enable_weight_tying && gemma3.model.embed_multiplier() == std::sqrt(32.0));
@@ -316,7 +332,7 @@ TEST(ModelKnobs, FamilyPresetsAndRefusals) {
   EXPECT_EQ(decoder::Args::from_hf_json(std::make_unique<decoder::Decoder>(oss.model)->hf_config_json()).name,
             decoder::Family::gpt_oss);
   EXPECT_NE(err({"model.name", "mistral"}).find("model.name = 'mistral' is not allowed; allowed values: qwen3, "
-                                                "qwen3_moe, gpt_oss, llama3, mixtral, olmo2, gemma3, deepseek_v3"),
+                                                "qwen3_moe, gpt_oss, llama3, mixtral, olmo2, gemma3, deepseek_v3, llama4"),
             std::string::npos)
       << err({"model.name", "mistral"});
   // the saved config leaves out what did not act, and reads back to the same config

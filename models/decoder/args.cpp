@@ -89,6 +89,11 @@ std::string yarn(const Args& m) {
              ? ""
              : "model.rope_scaling_type is " + config::enum_name(m.rope_scaling_type) + ", not yarn";
 }
+std::string yarn_table_scale(const Args& m) {  // the RoPE tables' scale, which an L2 norm after RoPE cancels
+  const std::string why = yarn(m);
+  if (!why.empty()) return why;
+  return m.qk_l2_norm && !m.mla() ? "model.qk_l2_norm normalizes q and k after RoPE, cancelling the tables' scale" : "";
+}
 std::string llama3_rope(const Args& m) {
   return m.rope_scaling_type == RopeScalingType::llama3
              ? ""
@@ -144,6 +149,14 @@ std::string shared_expert(const Args& m) {
 std::string grouped_routing(const Args& m) {
   const std::string why = moe_layers(m);
   return !why.empty() ? why : m.moe_n_group > 1 ? "" : "model.moe_n_group is 1 (one group: routing is not group-limited)";
+}
+
+std::string nope_layers(const Args& m) {
+  return m.nope_layer_interval > 0 ? "" : "model.nope_layer_interval is 0 (every layer has RoPE; no NoPE layer to tune)";
+}
+std::string temperature_tuned(const Args& m) {
+  const std::string why = nope_layers(m);
+  return !why.empty() ? why : m.nope_attn_scale > 0 ? "" : "model.nope_attn_scale is 0 (no temperature tuning)";
 }
 
 template <class T>
@@ -272,6 +285,7 @@ Args& Args::resolve() {
     if (name == Family::mixtral) max_position_embeddings = 32768;  // Mixtral-8x7B's
     if (name == Family::gemma3) max_position_embeddings = 131072;  // Gemma 3 4B - 27B's (1B's is 32768)
     if (name == Family::olmo2) max_position_embeddings = 4096;     // OLMo-2-1124's
+    if (name == Family::llama4) max_position_embeddings = 131072;  // Llama4TextConfig's default
     // a context scaled from an original one (yarn, llama3) is factor x the original (HF's YaRN derives its factor
     // from this ratio in some versions: keep the two consistent)
     if (rope_scaling_type == RopeScalingType::yarn || rope_scaling_type == RopeScalingType::llama3)
@@ -320,6 +334,15 @@ void Args::validate(bool hf_import) const {
     TITAN_CHECK(!qk_norm, head, key("qk_norm"), " with multi-head latent attention (", key("kv_lora_rank"), " ",
                 kv_lora_rank, "): MLA normalizes its latents instead (q_a_layernorm, kv_a_layernorm); set qk_norm false");
   }
+  if (nope_layer_interval > 0) {
+    TITAN_CHECK(nope_layer_interval <= n_layers, head, key("nope_layer_interval"), " ", nope_layer_interval,
+                " is beyond the ", n_layers, " layers (", key("n_layers"), "): no layer would go without RoPE");
+  }
+  TITAN_CHECK(attn_chunk_size == 0 || nope_layer_interval != 1, head, key("attn_chunk_size"), " ", attn_chunk_size,
+              " chunks the RoPE layers' attention and ", key("nope_layer_interval"),
+              " 1 leaves none: drop one of them");
+  TITAN_CHECK(attn_chunk_size == 0 || attn_mask_type != nn::MaskKind::prefix_lm, head, key("attn_chunk_size"),
+              " with model.attn_mask_type prefix_lm is not supported (a chunk boundary would hide the prefix)");
   TITAN_CHECK(!moe_enabled || moe_topk_group <= moe_n_group, head, key("moe_topk_group"), " ", moe_topk_group,
               " must be <= ", key("moe_n_group"), " ", moe_n_group);
   if (moe_enabled && moe_n_group > 1) {
@@ -339,8 +362,9 @@ void Args::validate(bool hf_import) const {
               key("rope_scaling_type"), " ", config::enum_name(rope_scaling_type), " with ",
               key("rope_scaling_factor"), " ", rope_scaling_factor,
               " scales nothing: give a factor > 1 (the context extension, e.g. 8 for Llama-3.1, 32 for gpt-oss)");
-  TITAN_CHECK(rope_high_freq_factor > rope_low_freq_factor, head, "RoPE scaling needs 0 < ",
-              key("rope_low_freq_factor"), " < ", key("rope_high_freq_factor"), ", got ", rope_low_freq_factor,
+  // equal factors: no smoothed band, every frequency scaled or kept (Llama 4 Scout's 1 and 1)
+  TITAN_CHECK(rope_high_freq_factor >= rope_low_freq_factor, head, "RoPE scaling needs 0 < ",
+              key("rope_low_freq_factor"), " <= ", key("rope_high_freq_factor"), ", got ", rope_low_freq_factor,
               " and ", rope_high_freq_factor);
   attention().validate();
   TITAN_CHECK((int64_t)layer_window.size() == n_layers, "decoder: layer_window has ", layer_window.size(),
@@ -391,8 +415,12 @@ int64_t Args::num_matmul_params() const {
 
 double Args::flops_per_token(int64_t seq_len) const {
   double attn_f = 0;  // q.k over qk_dim and p.v over v_dim per visible pair, 3x for the backward
-  for (auto w : layer_window)
-    attn_f += 6.0 * n_heads * (double)(qk_dim() + v_dim()) * (double)(w > 0 ? std::min(w, seq_len) : seq_len);
+  for (int64_t i = 0; i < (int64_t)layer_window.size(); ++i) {
+    int64_t keys = seq_len;  // TorchTitan's count: every key of the sequence (a window's or a chunk's at most)
+    if (layer_window[i] > 0) keys = std::min(keys, layer_window[i]);
+    if (layer_chunk(i) > 0) keys = std::min(keys, layer_chunk(i));
+    attn_f += 6.0 * n_heads * (double)(qk_dim() + v_dim()) * (double)keys;
+  }
   return 6.0 * (double)num_matmul_params() + attn_f;
 }
 
@@ -417,6 +445,9 @@ std::string Args::describe() const {
             : "heads " + std::to_string(n_heads) + "/" + std::to_string(n_kv_heads) + " x " + std::to_string(head_dim);
   std::string s = config::enum_name(name) + ": " + std::to_string(n_layers) + " layers, dim " + std::to_string(dim) +
                   ", " + heads + ", " + ffn + ", vocab " + std::to_string(vocab_size);
+  if (nope_layer_interval > 0 || attn_chunk_size > 0)
+    s += (nope_layer_interval > 0 ? ", NoPE every " + std::to_string(nope_layer_interval) + " layers" : std::string()) +
+         (attn_chunk_size > 0 ? ", RoPE layers chunked by " + std::to_string(attn_chunk_size) : std::string());
   if (moe_enabled)
     s += "; " + std::to_string(num_params()) + " parameters, " + std::to_string(num_active_params()) + " active";
   return s;

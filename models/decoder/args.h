@@ -1,6 +1,6 @@
 // models/decoder/args.h — the architecture of titan's one decoder family.
 //
-// Qwen3, Qwen3-MoE, gpt-oss, Llama-3, Mixtral, OLMo 2 and Gemma 3 are configurations of this one block
+// Qwen3, Qwen3-MoE, gpt-oss, Llama-3, Mixtral, OLMo 2, Gemma 3, DeepSeek-V3 and Llama 4 are configurations of this one block
 // (models/decoder/presets.h holds their presets); every knob applies to every
 // member or is refused (presets.h). The knobs are declared once, in
 // models/decoder/knobs.def: member, YAML key, default, HF field, check and
@@ -24,9 +24,9 @@
 
 namespace titan::decoder {
 
-enum class Family { qwen3, qwen3_moe, gpt_oss, llama3, mixtral, olmo2, gemma3, deepseek_v3 };
-constexpr std::array<std::string_view, 8> enum_names(Family) {
-  return {"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral", "olmo2", "gemma3", "deepseek_v3"};
+enum class Family { qwen3, qwen3_moe, gpt_oss, llama3, mixtral, olmo2, gemma3, deepseek_v3, llama4 };
+constexpr std::array<std::string_view, 9> enum_names(Family) {
+  return {"qwen3", "qwen3_moe", "gpt_oss", "llama3", "mixtral", "olmo2", "gemma3", "deepseek_v3", "llama4"};
 }
 // gelu: erf's; gelu_pytorch_tanh: the tanh approximation (HF's name for it; Gemma)
 enum class Activation { silu, gelu, oai_swiglu, gelu_pytorch_tanh };
@@ -49,10 +49,10 @@ constexpr std::array<std::string_view, 3> enum_names(NormPlacement) { return {"p
 enum class QkNormScope { head, projection };
 constexpr std::array<std::string_view, 2> enum_names(QkNormScope) { return {"head", "projection"}; }
 // The Hugging Face class a configuration is exactly (none: titan's own decoder, TitanDecoderForCausalLM).
-enum class HfClass { none, qwen3, qwen3_moe, gpt_oss, llama, mixtral, olmo2, gemma3, deepseek_v3 };
-constexpr std::array<std::string_view, 9> enum_names(HfClass) {
+enum class HfClass { none, qwen3, qwen3_moe, gpt_oss, llama, mixtral, olmo2, gemma3, deepseek_v3, llama4 };
+constexpr std::array<std::string_view, 10> enum_names(HfClass) {
   return {"TitanDecoderForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM", "LlamaForCausalLM",
-          "MixtralForCausalLM", "Olmo2ForCausalLM", "Gemma3ForCausalLM", "DeepseekV3ForCausalLM"};
+          "MixtralForCausalLM", "Olmo2ForCausalLM", "Gemma3ForCausalLM", "DeepseekV3ForCausalLM", "Llama4ForCausalLM"};
 }
 constexpr std::array<std::string_view, 3> enum_names(SlidingLayers) { return {"all", "alternate", "periodic"}; }
 
@@ -100,6 +100,14 @@ struct Args {
   // YaRN (DeepSeek-V3).
   double attention_scale() const;
   double norm_weight_offset() const { return norm_unit_offset ? 1.0 : 0.0; }  // nn::Norm's
+  // iRoPE (Llama 4): layer i takes no RoPE (and attends globally) when nope_layer_interval divides i + 1; the
+  // other layers attend within chunks of attn_chunk_size tokens (0: globally)
+  bool nope_layer(int64_t i) const { return nope_layer_interval > 0 && (i + 1) % nope_layer_interval == 0; }
+  int64_t layer_chunk(int64_t i) const { return nope_layer(i) ? 0 : attn_chunk_size; }
+  // what the NoPE layers' queries are multiplied by at `position` (attention temperature tuning; 1 when off)
+  double nope_query_scale(int64_t position) const {
+    return 1.0 + nope_attn_scale * std::log1p(std::floor((double)(position + 1) / (double)nope_floor_scale));
+  }
   bool is_moe_layer(int64_t i) const { return moe_enabled && i >= moe_first_dense && (i + 1) % moe_every == 0; }
   bool any_dense_layer() const;
   bool every_layer_moe() const { return moe_enabled && moe_every == 1 && moe_first_dense == 0; }

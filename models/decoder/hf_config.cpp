@@ -57,6 +57,13 @@ std::vector<HfField> class_fields(HfClass c) {
             {"moe_first_dense", "first_k_dense_replace"}, {"moe_shared_expert_width"},
             {"moe_n_group"},       {"moe_topk_group"},
             {"moe_routed_scale"}};
+  if (c == HfClass::llama4)  // Llama4TextConfig: the dense layers' size is intermediate_size_mlp, the experts'
+                             // intermediate_size; the NoPE layers, the temperature switch and the MoE layers by hand
+    return {{"vocab_size"},   {"dim"},      {"n_layers"},            {"n_heads"},   {"n_kv_heads"},
+            {"head_dim"},     {"norm_eps"}, {"enable_weight_tying"}, {"rope_theta"},
+            {"hidden_dim", "intermediate_size_mlp"}, {"moe_hidden_dim", "intermediate_size"},
+            {"activation"},   {"attn_proj_bias"}, {"moe_num_experts", "num_local_experts"}, {"moe_top_k"},
+            {"moe_every", "interleave_moe_layer_step"}, {"qk_l2_norm"}, {"nope_floor_scale"}};
   std::vector<HfField> f = {{"vocab_size"}, {"dim"},      {"n_layers"},            {"n_heads"},   {"n_kv_heads"},
                             {"head_dim"},   {"norm_eps"}, {"enable_weight_tying"}, {"rope_theta"}};
   // GptOssConfig's and MixtralConfig's intermediate_size is the experts' size (no layer is dense); gpt-oss fixes
@@ -361,6 +368,82 @@ Args deepseek_v3_from_hf(const json& j) {
   return a;
 }
 
+// A per-layer 0 / 1 list of a Llama 4 config.json (no_rope_layers), checked as written.
+std::vector<int64_t> int_list(const json& j, const char* field, int64_t n) {
+  const json& v = j[field];
+  TITAN_CHECK(v.is_array() && (int64_t)v.size() == n, "llama4 config: ", field, " must list ", n, " layers, got ",
+              v.dump().substr(0, 120));
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < v.size(); ++i) out.push_back(json_int(v[i], std::string(field) + "[" + std::to_string(i) + "]"));
+  return out;
+}
+
+Args llama4_from_hf(const json& j) {
+  Args a = hf_defaults(Family::llama4);
+  read_hf_fields(j, HfClass::llama4, a);
+  // what Llama4ForCausalLM fixes: pre-norms without QK-norm weights, RoPE on interleaved pairs, every MoE layer
+  // with one shared expert of the experts' size, sigmoid top-k unnormalized scaling the experts' inputs
+  a.qk_norm = false;
+  a.rope_interleave = a.moe_enabled = a.moe_shared_expert = a.moe_score_before_experts = true;
+  a.moe_score_func = RouterScore::sigmoid;
+  a.moe_renormalize = false;
+  if (!has(j, "num_key_value_heads") && j.contains("num_key_value_heads")) a.n_kv_heads = a.n_heads;  // null
+  if (!has(j, "head_dim") && j.contains("head_dim")) a.head_dim = a.dim / a.n_heads;
+  // the NoPE layers: no_rope_layers (1: RoPE) when given and non-empty, else every no_rope_layer_interval-th;
+  // titan's knob is an interval: a list of another pattern is refused, not approximated
+  const int64_t interval = int_value(j, "no_rope_layer_interval", 4);
+  TITAN_CHECK(interval > 0, "llama4 config: no_rope_layer_interval ", interval, " must be > 0");
+  std::vector<int64_t> rope(a.n_layers);
+  for (int64_t i = 0; i < a.n_layers; ++i) rope[i] = (i + 1) % interval != 0;
+  if (has(j, "no_rope_layers") && !j["no_rope_layers"].empty()) rope = int_list(j, "no_rope_layers", a.n_layers);
+  int64_t first_nope = 0;
+  while (first_nope < a.n_layers && rope[first_nope] == 1) ++first_nope;
+  a.nope_layer_interval = first_nope < a.n_layers ? first_nope + 1 : 0;
+  for (int64_t i = 0; i < a.n_layers; ++i)
+    TITAN_CHECK(rope[i] == (a.nope_layer(i) ? 0 : 1), "llama4 config: no_rope_layers ", j.value("no_rope_layers", json()).dump().substr(0, 120),
+                " is not every n-th layer without RoPE (layer ", i, "); titan's model.nope_layer_interval takes that pattern only");
+  TITAN_CHECK(!j.contains("attention_chunk_size") || has(j, "attention_chunk_size"),
+              "llama4 config: attention_chunk_size null (HF's chunked layers need a size)");
+  a.attn_chunk_size = int_value(j, "attention_chunk_size", 8192);
+  TITAN_CHECK(a.attn_chunk_size > 0, "llama4 config: attention_chunk_size ", a.attn_chunk_size, " must be > 0");
+  // attn_temperature_tuning: a bool (HF's type) or a number whose truth HF takes (Llama-4-Scout's config: 4)
+  const json tt = j.value("attn_temperature_tuning", json(true));
+  TITAN_CHECK(tt.is_boolean() || tt.is_number(), "llama4 config: attn_temperature_tuning = ", tt.dump(), " is not a bool");
+  const bool tuned = tt.is_boolean() ? tt.get<bool>() : tt.get<double>() != 0;
+  a.nope_attn_scale = tuned && a.nope_layer_interval > 0 ? j.value("attn_scale", 0.1) : 0.0;
+  TITAN_CHECK(a.nope_attn_scale >= 0 && std::isfinite(a.nope_attn_scale), "llama4 config: attn_scale ",
+              a.nope_attn_scale, " must be >= 0");
+  if (a.nope_attn_scale == 0 || a.nope_layer_interval == 0) a.nope_floor_scale = preset(Family::llama4).nope_floor_scale;
+  // which layers are MoE: moe_layers when given, else every interleave_moe_layer_step-th; titan's is moe_every
+  a.moe_first_dense = 0;
+  if (has(j, "moe_layers")) {
+    const json& ml = j["moe_layers"];
+    TITAN_CHECK(ml.is_array(), "llama4 config: moe_layers must be a list, got ", ml.dump().substr(0, 120));
+    std::vector<int64_t> want;
+    for (int64_t i = 0; i < a.n_layers; ++i)
+      if (a.is_moe_layer(i)) want.push_back(i);
+    std::vector<int64_t> got;
+    for (size_t i = 0; i < ml.size(); ++i) got.push_back(json_int(ml[i], "moe_layers[" + std::to_string(i) + "]"));
+    TITAN_CHECK(got == want, "llama4 config: moe_layers ", ml.dump().substr(0, 120), " is not every ", a.moe_every,
+                "-th layer (interleave_moe_layer_step); titan's model.moe_every takes that pattern only");
+  }
+  if (has(j, "layer_types")) {
+    const json& lt = j["layer_types"];
+    TITAN_CHECK(lt.is_array() && (int64_t)lt.size() == a.n_layers, "llama4 config: layer_types must list ", a.n_layers,
+                " entries");
+    for (int64_t i = 0; i < a.n_layers; ++i)
+      TITAN_CHECK(lt[i] == (a.nope_layer(i) ? "full_attention" : "chunked_attention"), "llama4 config: layer_types[",
+                  i, "] is ", lt[i].dump(), "; Llama 4 chunks its RoPE layers and attends globally on the others (",
+                  a.nope_layer(i) ? "full_attention" : "chunked_attention", ")");
+  }
+  TITAN_CHECK(!has(j, "router_jitter_noise") || j["router_jitter_noise"] == 0, "llama4 config: router_jitter_noise ",
+              j.value("router_jitter_noise", json()).dump(), " (training noise on the router) is not implemented by "
+              "titan; set it to 0");
+  set_rope(a, rope_from_hf(j, a.max_position_embeddings = int_value(j, "max_position_embeddings", 131072)));
+  a.layer_window.assign(a.n_layers, 0);
+  return a;
+}
+
 // titan_decoder's block: every knob, plus what was resolved from them. Its field names are the decoder's
 // (titan 0.9's format, which older titans read): the knobs by name, but for five renamed ones and the RoPE
 // scaling / attention variant knobs grouped under "rope" / "attn".
@@ -529,11 +612,15 @@ Args from_hf_object(const json& file) {
     else if (fam == "olmo2") a = olmo2_from_hf(j);
     else if (fam == "gemma3_text") a = gemma3_from_hf(j);
     else if (fam == "deepseek_v3" || fam == "kimi_k2") a = deepseek_v3_from_hf(j);
+    else if (fam == "llama4_text") a = llama4_from_hf(j);
+    else if (fam == "llama4")
+      fail("model config: model_type llama4 is Llama4ForConditionalGeneration (text and vision); titan trains the "
+           "text model: give its text_config as a config of model_type llama4_text");
     else if (fam == "gemma3")
       fail("model config: model_type gemma3 is Gemma3ForConditionalGeneration (text and vision); titan trains the "
            "text model: give its text_config as a config of model_type gemma3_text");
     else fail("model config: model_type '", fam,
-              "' is not supported (qwen3, qwen3_moe, gpt_oss, llama, mixtral, olmo2, gemma3_text, deepseek_v3, "
+              "' is not supported (qwen3, qwen3_moe, gpt_oss, llama, mixtral, olmo2, gemma3_text, deepseek_v3, llama4_text, "
               "kimi_k2, titan_decoder)");
     attention_from_hf(j, a);
     if (mt == "titan_decoder") a.titan_layout = true;  // titan 0.8's titan_decoder (titan_attention)
@@ -555,6 +642,26 @@ HfClass Args::hf_class(std::string* why) const {
     std::string w;
     return no(plain.hf_class(&w) == HfClass::none ? w : "read from a titan_decoder config: its tensors are in titan's layout");
   }
+  const bool llama4_knobs = qk_l2_norm || nope_layer_interval > 0 || attn_chunk_size > 0 ||
+                           (moe_enabled && moe_score_before_experts);
+  if (name == Family::llama4) {
+    bool sliding = false;
+    for (auto w : layer_window) sliding = sliding || w > 0;
+    if (!(!mla() && !qk_norm && norm_placement == NormPlacement::pre && norm_type == nn::NormKind::rmsnorm &&
+          !norm_unit_offset && embed_scale == 1.0 && query_pre_attn_scalar == 0 && final_logit_softcap == 0 &&
+          attention().is_default() && !sliding && !attn_sinks && activation != Activation::oai_swiglu &&
+          swiglu_limit == 0 && rope_interleave && attn_chunk_size > 0 && moe_enabled && moe_first_dense == 0 &&
+          moe_score_func == RouterScore::sigmoid && !moe_renormalize && moe_shared_expert &&
+          moe_shared_expert_width == 1 && moe_score_before_experts && moe_n_group == 1 && moe_routed_scale == 1.0 &&
+          !moe_router_bias && !moe_expert_bias && !moe_route_bias && rope_scaling_type != RopeScalingType::yarn))
+      return no("a llama4 ablation (Llama4ForCausalLM fixes: grouped-query attention without QK-norm weights, RoPE on "
+                "interleaved pairs, chunked RoPE layers, pre-norms, causal attention without sinks or windows, MoE "
+                "layers every moe_every-th with one shared expert of the experts' size, sigmoid routing "
+                "unnormalized and unscaled scaling the experts' inputs, no router or expert biases, no YaRN)");
+    return HfClass::llama4;
+  }
+  if (llama4_knobs) return no("Llama 4's attention (qk_l2_norm, nope_layer_interval, attn_chunk_size) or its experts' "
+                              "input scaling (moe_score_before_experts) outside llama4");
   if (name == Family::deepseek_v3) {
     const nn::AttentionVariant v = attention();
     bool sliding = false;
@@ -650,8 +757,9 @@ std::string Args::to_hf_json() const {
   std::string why;
   const HfClass arch = hf_class(&why);
   const RopeScaling rope = rope_scaling();
-  static constexpr std::array<const char*, 9> model_type = {"titan_decoder", "qwen3", "qwen3_moe", "gpt_oss", "llama",
-                                                            "mixtral", "olmo2", "gemma3_text", "deepseek_v3"};
+  static constexpr std::array<const char*, 10> model_type = {"titan_decoder", "qwen3",   "qwen3_moe",   "gpt_oss",
+                                                             "llama",         "mixtral", "olmo2",       "gemma3_text",
+                                                             "deepseek_v3",   "llama4_text"};
   json j;
   j["architectures"] = {arch};
   j["model_type"] = model_type[(size_t)arch];
@@ -722,6 +830,24 @@ std::string Args::to_hf_json() const {
     j["moe_layer_freq"] = 1;
     j["num_nextn_predict_layers"] = 0;
     j.erase("layer_types");
+  } else if (arch == HfClass::llama4) {
+    json rope_layers = json::array(), moe_layers = json::array(), types = json::array();
+    for (int64_t i = 0; i < n_layers; ++i) {
+      rope_layers.push_back(nope_layer(i) ? 0 : 1);
+      types.push_back(nope_layer(i) ? "full_attention" : "chunked_attention");
+      if (is_moe_layer(i)) moe_layers.push_back(i);
+    }
+    j["no_rope_layers"] = rope_layers;
+    // HF derives a default list from the interval first (i + 1) % interval: never 0
+    j["no_rope_layer_interval"] = nope_layer_interval > 0 ? nope_layer_interval : n_layers + 1;
+    j["layer_types"] = types;
+    j["moe_layers"] = moe_layers;
+    j["attention_chunk_size"] = attn_chunk_size;
+    j["attn_temperature_tuning"] = nope_attn_scale > 0;
+    j["attn_scale"] = nope_attn_scale > 0 ? nope_attn_scale : 0.1;
+    j["router_aux_loss_coef"] = moe_aux_loss_coeff;
+    j["router_jitter_noise"] = 0.0;
+    j["output_router_logits"] = false;
   } else if (arch == HfClass::mixtral) {
     j["sliding_window"] = sw > 0 ? json(sw) : json(nullptr);
     j["router_aux_loss_coef"] = moe_aux_loss_coeff;

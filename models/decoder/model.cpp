@@ -29,9 +29,16 @@ Tensor gated_activation(const Tensor& gate, const Tensor& up, Activation act, do
 
 // ---- attention ----
 
-Attention::Attention(const Args& a, int64_t w)
-    : rope_interleave(a.rope_interleave), head_dim(a.qk_dim()), window(w), variant(a.attention()) {
-  local_rope = w > 0 && a.rope_local_theta > 0;
+Attention::Attention(const Args& a, int64_t layer)
+    : rope_interleave(a.rope_interleave),
+      nope(a.nope_layer(layer)),
+      chunk(a.layer_chunk(layer)),
+      head_dim(a.qk_dim()),
+      window(a.layer_window[layer]),
+      variant(a.attention()) {
+  local_rope = window > 0 && a.rope_local_theta > 0;
+  if (a.qk_l2_norm && !nope) l2_norm_eps = a.norm_eps;
+  tuned_temperature = nope && a.nope_attn_scale > 0;
   if (a.attention_scale() != 1.0 / std::sqrt((double)a.qk_dim())) score_scale = a.attention_scale();
   const bool b = a.attn_proj_bias;
   if (a.mla()) {  // HF's registration order (DeepseekV3Attention); attention_bias on q_a, kv_a and o only
@@ -98,6 +105,7 @@ Tensor deinterleave(const Tensor& x) {  // [B, S, H, D] -> [B, S, H, D/2, 2] -> 
 }  // namespace
 
 Tensor Attention::rotary(const Tensor& x, const nn::AttentionInputs& in) const {
+  if (nope) return x;  // iRoPE's global layers: no position in q or k
   const Tensor& cos = local_rope ? in.cos_local : in.cos;
   const Tensor& sin = local_rope ? in.sin_local : in.sin;
   return rope(rope_interleave ? deinterleave(x) : x, cos, sin);
@@ -116,9 +124,10 @@ Tensor Attention::forward_mla(const Tensor& x, const nn::AttentionInputs& in) co
   Tensor k_rot = rotary(ckv.slice(2, kv_rank, kv_rank + rope_dim).reshape({B, S, 1, rope_dim}), in);  // [B, S, 1, Dr]
   k_rot = broadcast_to(k_rot, {B, S, h, rope_dim});                       // one rotated key part for every head
   q = concat({q.slice(3, 0, nope_dim), q_rot}, 3);                       // [B, S, H, Dn + Dr]
+  if (tuned_temperature) q = mul(q, in.nope_q_scale);                     // [S, 1, 1] broadcast
   Tensor k = concat({kv.slice(3, 0, nope_dim), k_rot}, 3);               // [B, S, H, Dn + Dr]
   Tensor v = kv.slice(3, nope_dim, nope_dim + v_dim);                    // [B, S, H, Dv]
-  Tensor o = nn::variant_attention(q, k, v, sinks, variant, window, in.doc_ids, bias, in.attend, score_scale);
+  Tensor o = nn::variant_attention(q, k, v, sinks, variant, window, in.doc_ids, bias, in.attend, score_scale, chunk);
   return o_proj->forward(o.reshape({B, S, h * v_dim}));                  // [B, S, H, Dv] -> [B, S, dim]
 }
 
@@ -142,8 +151,14 @@ Tensor Attention::forward(const Tensor& x, const nn::AttentionInputs& in) const 
   }
   q = rotary(q, in);
   k = rotary(k, in);
+  if (l2_norm_eps > 0) {  // Llama 4's RoPE layers: each head's q and k over their root mean square, no weight
+    auto l2 = [&](const Tensor& t) { return mul(t, rsqrt(add(mean(mul(t, t), {3}, true), l2_norm_eps))); };
+    q = l2(q);
+    k = l2(k);
+  }
+  if (tuned_temperature) q = mul(q, in.nope_q_scale);  // [B, S, Hq, D] x [S, 1, 1]
   // [B, S, Hq, D]; context parallel: S is this rank's chunks, in.attend the attention over the whole sequence
-  Tensor o = nn::variant_attention(q, k, v, sinks, variant, window, in.doc_ids, bias, in.attend, score_scale);
+  Tensor o = nn::variant_attention(q, k, v, sinks, variant, window, in.doc_ids, bias, in.attend, score_scale, chunk);
   return o_proj->forward(o.reshape({B, S, hq * head_dim}));
 }
 
@@ -202,6 +217,7 @@ MoE::MoE(const Args& a)
       renormalize(a.moe_renormalize),
       aux_loss_coeff(a.moe_aux_loss_coeff) {
   n_group = a.moe_n_group, topk_group = a.moe_topk_group, routed_scale = a.moe_routed_scale;
+  score_before_experts = a.moe_score_before_experts;
   router = &register_module(a.fused_experts() ? "router" : "gate",
                             std::make_unique<nn::Linear>(a.dim, a.moe_num_experts, a.moe_router_bias));
   experts = &register_module("experts", std::make_unique<Experts>(a));
@@ -236,7 +252,7 @@ Tensor MoE::forward(const Tensor& x) const {
     if (renormalize) w = div(w, sum(w, {1}, true));
   }
   if (routed_scale != 1.0) w = mul(w, routed_scale);
-  auto d = comms::dispatch(h, idx, w, num_experts, ep_group);
+  auto d = comms::dispatch(h, idx, w, num_experts, ep_group, score_before_experts);
   last_routed = moe::count_routed(idx, num_experts);
   last_aux_loss = aux_loss_coeff > 0 ? moe::switch_aux_loss(softmax(logits, -1), last_routed, aux_loss_coeff * aux_loss_scale) : Tensor();
   Tensor y = comms::combine(experts->forward(d.expert_input, d.tokens_per_local_expert), *d.handle);  // [T, H]
@@ -247,7 +263,7 @@ Tensor MoE::forward(const Tensor& x) const {
 // ---- blocks ----
 
 DecoderLayer::DecoderLayer(const Args& a, int64_t layer) {
-  self_attn = &register_module("self_attn", std::make_unique<Attention>(a, a.layer_window[layer]));
+  self_attn = &register_module("self_attn", std::make_unique<Attention>(a, layer));
   if (a.is_moe_layer(layer)) moe = &register_module("mlp", std::make_unique<MoE>(a));
   else mlp = &register_module("mlp", std::make_unique<MLP>(a, a.hidden_dim));
   auto norm = [&](const char* hf_name) {
@@ -347,12 +363,20 @@ Tensor Decoder::forward_chunk(const Tensor& x, const Tensor& doc_ids, const Mode
       std::tie(cos_, sin_) = tables(args_.rope_theta, args_.rope_scaling());
       if (args_.rope_local_theta > 0)  // the sliding layers': their own base, unscaled (Gemma 3)
         std::tie(cos_local_, sin_local_) = tables(args_.rope_local_theta, RopeScaling{});
+      if (args_.nope_layer_interval > 0 && args_.nope_attn_scale > 0) {  // Llama 4's temperature, per position
+        std::vector<int64_t> pos = cp.sharded() ? cp.positions(S) : std::vector<int64_t>();
+        if (!cp.sharded())
+          for (int64_t i = 0; i < S; ++i) pos.push_back(i);
+        nope_q_scale_ = empty({S, 1, 1}, DType::F32, dev);
+        if (dev != Device::Meta)
+          for (int64_t i = 0; i < S; ++i) nope_q_scale_.data<float>()[i] = (float)args_.nope_query_scale(pos[(size_t)i]);
+      }
       rope_shard_ = {cp.parts, cp.index};
     }
     TITAN_CHECK(!cp.sharded() || !doc_ids.defined() || doc_ids.size(1) == cp.global_len(S), "Decoder::forward_chunk: "
                 "context parallel: doc_ids ", shape_str(doc_ids.shape()), " must cover the whole sequence (", cp.global_len(S),
                 " tokens), this rank holds ", S);
-    const nn::AttentionInputs in{cos_, sin_, cos_local_, sin_local_, doc_ids, cp.attend};
+    const nn::AttentionInputs in{cos_, sin_, cos_local_, sin_local_, nope_q_scale_, doc_ids, cp.attend};
     // [B, S, dim] (a plan's hooks may shard it: sequence parallel hands the blocks [B, S/tp, dim])
     Tensor h = c.first ? model->embed_tokens->call(in_x, [&](const Tensor& t) { return model->embed_tokens->forward(t); })
                        : in_x;
@@ -420,6 +444,7 @@ HfLayout Decoder::hf_layout(const std::vector<Region>& params) const {
     case HfClass::mixtral: return per_expert_layout(params, {"block_sparse_moe", "w1", "w3", "w2"});
     case HfClass::deepseek_v3:
       return per_expert_layout(params, {"mlp", "gate_proj", "up_proj", "down_proj", "gate.e_score_correction_bias"});
+    case HfClass::llama4: return fused_halves_layout(params);
     default: return same_layout(params);
   }
 }

@@ -34,7 +34,7 @@ Tensor gated_activation(const Tensor& gate, const Tensor& up, Activation activat
 // every head; kv_b_proj expands the normed latent to each head's [nope key | value]. HF's names.
 class Attention : public nn::Module {
  public:
-  Attention(const Args& a, int64_t window);
+  Attention(const Args& a, int64_t layer);  // layer: its window, RoPE and chunk (Args::layer_window, nope_layer, layer_chunk)
   // x [B, S, dim], in.cos/sin [S, rope dims/2] -> [B, S, dim]
   Tensor forward(const Tensor& x, const nn::AttentionInputs& in) const;
   nn::Linear *q_proj = nullptr, *k_proj = nullptr, *v_proj = nullptr, *o_proj = nullptr;
@@ -42,7 +42,11 @@ class Attention : public nn::Module {
   nn::Linear *q_a_proj = nullptr, *q_b_proj = nullptr, *kv_a_proj = nullptr, *kv_b_proj = nullptr;
   nn::Norm *q_a_norm = nullptr, *kv_a_norm = nullptr;
   int64_t nope_dim = 0, rope_dim = 0, v_dim = 0, kv_rank = 0;  // MLA's widths
-  bool rope_interleave = false;  // the rotated dims come in adjacent pairs (DeepSeek's weights)
+  bool rope_interleave = false;  // the rotated dims come in adjacent pairs (DeepSeek's and Llama 4's weights)
+  bool nope = false;              // no RoPE: a global layer of iRoPE (Llama 4)
+  int64_t chunk = 0;              // > 0: chunked local attention
+  double l2_norm_eps = 0;         // > 0: q and k RMS-normed per head after RoPE, without weights (qk_l2_norm)
+  bool tuned_temperature = false;  // a NoPE layer's queries times in.nope_q_scale (nope_attn_scale)
   // the latents' RMSNorms: HF's DeepseekV3RMSNorm(rank) at its default epsilon, whatever rms_norm_eps says
   static constexpr double kLatentNormEps = 1e-6;
   Tensor forward_mla(const Tensor& x, const nn::AttentionInputs& in) const;
@@ -98,6 +102,7 @@ class MoE : public nn::Module {
   int64_t num_experts, top_k;
   int64_t n_group = 1, topk_group = 1;  // group-limited routing (DeepSeek-V3)
   double routed_scale = 1.0;            // the chosen weights times this
+  bool score_before_experts = false;    // the weights scale the experts' inputs (Llama 4), not their outputs
   bool sigmoid_scores, renormalize;
   double aux_loss_coeff;
   double aux_loss_scale = 1.0;  // tensor parallel: 0 on all tp ranks but one (they route alike)
@@ -213,6 +218,7 @@ class Decoder : public nn::Module {
   Args args_;
   Tensor cos_, sin_;  // RoPE tables [S, head_dim/2] for the last seq_len seen
   Tensor cos_local_, sin_local_;  // the sliding layers' (rope_local_theta > 0)
+  Tensor nope_q_scale_;  // [S, 1, 1]: the NoPE layers' query temperature (nope_attn_scale > 0)
   std::pair<int64_t, int64_t> rope_shard_{1, 0};  // the sequence shard (parts, index) they were built for
 };
 

@@ -75,6 +75,30 @@ const Args kDeepseekV3{.name = Family::deepseek_v3,
                        .rope_scaling_factor = 40.0,
                        .rope_yarn_mscale = 1.0,
                        .rope_yarn_mscale_all_dim = 1.0};
+// Llama 4 (meta-llama/Llama-4-Scout-17B-16E's text config): iRoPE (every 4th layer without RoPE, attending
+// globally with its queries' temperature tuned; the others chunked by 8192, RoPE on interleaved pairs, their q and k
+// L2-normed after it), Llama-3 RoPE scaling; MoE with a shared expert, sigmoid top-1 routing whose weight scales
+// the expert's input. Maverick (flavor maverick) alternates dense and MoE layers and drops the L2 norm.
+const Args kLlama4{.name = Family::llama4,
+                   .qk_norm = false,
+                   .qk_l2_norm = true,
+                   .norm_eps = 1e-5,
+                   .rope_theta = 500000.0,
+                   .rope_interleave = true,
+                   .nope_layer_interval = 4,
+                   .attn_chunk_size = 8192,
+                   .nope_attn_scale = 0.1,
+                   .moe_enabled = true,
+                   .moe_top_k = 1,
+                   .moe_score_func = RouterScore::sigmoid,
+                   .moe_renormalize = false,
+                   .moe_shared_expert = true,
+                   .moe_score_before_experts = true,
+                   .rope_scaling_type = RopeScalingType::llama3,
+                   .rope_scaling_factor = 16.0,
+                   .rope_original_max_position_embeddings = 8192,
+                   .rope_low_freq_factor = 1.0,
+                   .rope_high_freq_factor = 1.0};
 const Args kLlama3{.name = Family::llama3,
                    .qk_norm = false,
                    .norm_eps = 1e-5,
@@ -173,6 +197,19 @@ const std::vector<Flavor>& flavor_table() {
         {"moe_num_experts", "384"}, {"moe_top_k", "8"}, {"moe_hidden_dim", "2048"}, {"moe_n_group", "1"},
         {"moe_routed_scale", "2.827"}, {"moe_first_dense", "1"}, {"rope_theta", "50000"},
         {"rope_scaling_factor", "32"}, {"rope_yarn_beta_fast", "1"}}},
+      // Llama 4 (meta-llama/Llama-4-Scout-17B-16E and -Maverick-17B-128E, text); debug: titan's small iRoPE MoE
+      {Family::llama4, "debug",
+       {{"dim", "128"}, {"n_layers", "4"}, {"n_heads", "4"}, {"n_kv_heads", "2"}, {"head_dim", "32"},
+        {"vocab_size", "256"}, {"hidden_dim", "256"}, {"moe_num_experts", "8"}, {"moe_top_k", "1"},
+        {"moe_hidden_dim", "128"}, {"moe_every", "2"}, {"attn_chunk_size", "32"}, {"nope_layer_interval", "2"},
+        {"nope_floor_scale", "16"}, {"rope_original_max_position_embeddings", "32"}}},
+      {Family::llama4, "scout",
+       {{"dim", "5120"}, {"n_layers", "48"}, {"n_heads", "40"}, {"n_kv_heads", "8"}, {"head_dim", "128"},
+        {"vocab_size", "202048"}, {"hidden_dim", "16384"}, {"moe_num_experts", "16"}, {"moe_hidden_dim", "8192"}}},
+      {Family::llama4, "maverick",
+       {{"dim", "5120"}, {"n_layers", "48"}, {"n_heads", "40"}, {"n_kv_heads", "8"}, {"head_dim", "128"},
+        {"vocab_size", "202048"}, {"hidden_dim", "16384"}, {"moe_num_experts", "128"}, {"moe_hidden_dim", "8192"},
+        {"moe_every", "2"}, {"qk_l2_norm", "false"}, {"rope_scaling_type", "none"}}},
       {Family::llama3, "llama2-7b", with(dense("4096", "32", "32", "32", "128", "11008", "32000"), {{"rope_theta", "10000"}})},
       {Family::llama3, "llama2-13b", with(dense("5120", "40", "40", "40", "128", "13824", "32000"), {{"rope_theta", "10000"}})},
       {Family::llama3, "llama3-8b", dense("4096", "32", "32", "8", "128", "14336", "128256")},
@@ -282,6 +319,7 @@ const Args& preset(Family f) {
     case Family::olmo2: return kOlmo2;
     case Family::gemma3: return kGemma3;
     case Family::deepseek_v3: return kDeepseekV3;
+    case Family::llama4: return kLlama4;
     default: return kQwen3;
   }
 }
@@ -334,6 +372,14 @@ Args hf_defaults(Family f) {
       a.rope_scaling_type = RopeScalingType::none, a.rope_scaling_factor = 1.0;
       a.rope_yarn_mscale = a.rope_yarn_mscale_all_dim = 0;
       a.max_position_embeddings = 4096;
+      break;
+    case Family::llama4:  // Llama4TextConfig: Llama 4 Scout's sizes, no RoPE scaling unless the file gives one
+      a = preset(Family::llama4);
+      a.vocab_size = 202048, a.dim = 5120, a.hidden_dim = 16384, a.moe_hidden_dim = 8192, a.n_layers = 48;
+      a.n_heads = 40, a.n_kv_heads = 8, a.head_dim = 128, a.moe_num_experts = 16, a.moe_top_k = 1;
+      a.rope_theta = 500000.0, a.norm_eps = 1e-5;
+      a.rope_scaling_type = RopeScalingType::none, a.rope_scaling_factor = 1.0;
+      a.max_position_embeddings = 131072;
       break;
   }
   a.activation = f == Family::gemma3 ? Activation::gelu_pytorch_tanh : Activation::silu;

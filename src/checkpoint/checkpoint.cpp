@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <map>
 #include <cmath>
 #include <sstream>
 #include <filesystem>
@@ -351,18 +352,34 @@ void prune_checkpoints(const std::string& folder, int64_t keep) {
 void export_hf(const std::string& path, const std::vector<Region>& params, const std::string& cfg, DType stored,
                MPI_Comm comm) {
   agree_on_datasets(params, {}, path, comm);
+  // a name may come in several blocks of one rank (an HF tensor fusing two parameters): one dataset, its
+  // checksum the sum of the blocks'
   std::vector<std::string> names;
   std::vector<uint64_t> sums;
+  std::vector<std::vector<const Region*>> blocks;
+  std::map<std::string, size_t> at;
   for (auto& r : params) {
-    names.push_back(r.name);
-    sums.push_back(stored_checksum(r, *r.local, stored));
+    auto [it, fresh] = at.emplace(r.name, names.size());
+    if (fresh) {
+      names.push_back(r.name);
+      sums.push_back(0);
+      blocks.emplace_back();
+    }
+    TITAN_CHECK(blocks[it->second].empty() || blocks[it->second][0]->full_shape == r.full_shape, "export: '", r.name,
+                "' comes in blocks of different logical shapes");
+    sums[it->second] += stored_checksum(r, *r.local, stored);
+    blocks[it->second].push_back(&r);
   }
   const std::string lines = checksum_lines(names, sums, comm);
   Progress progress("writing " + path, local_bytes(params));
   write_atomic(path, comm, [&](h5::File& f) {
-    for (auto& r : params) {
-      f.write_region(r.name, r.full_shape, r.offset, *r.local, r.writer, stored);
-      progress.add(r.local->numel() * 4);
+    for (const auto& bs : blocks) {
+      std::vector<h5::File::Box> boxes;
+      for (const Region* r : bs) {
+        boxes.push_back({r->offset, r->local, r->writer});
+        progress.add(r->local->numel() * 4);
+      }
+      f.write_boxes(bs[0]->name, bs[0]->full_shape, boxes, stored);
     }
     f.set_attr("config", cfg);
     f.set_attr("checksums", lines);

@@ -141,56 +141,72 @@ void File::write(const std::string& name, const Tensor& t, DType stored) {
 
 void File::write_region(const std::string& name, const Shape& full_shape, const Shape& offset, const Tensor& t,
                         bool writer, DType stored) {
-  TITAN_CHECK(!t.is_meta(), "hdf5: cannot write meta tensor '", name, "'");
-  TITAN_CHECK(full_shape.size() == t.shape().size() && offset.size() == full_shape.size(), "hdf5: region of '", name,
-              "' has rank ", t.dim(), ", logical shape ", shape_str(full_shape));
+  write_boxes(name, full_shape, {Box{offset, &t, writer}}, stored);
+}
+
+void File::write_boxes(const std::string& name, const Shape& full_shape, const std::vector<Box>& boxes, DType stored) {
+  TITAN_CHECK(!boxes.empty(), "hdf5: no block of '", name, "' to write");
+  for (const Box& b : boxes) {
+    TITAN_CHECK(!b.local->is_meta(), "hdf5: cannot write meta tensor '", name, "'");
+    TITAN_CHECK(full_shape.size() == b.local->shape().size() && b.offset.size() == full_shape.size(), "hdf5: region of '",
+                name, "' has rank ", b.local->dim(), ", logical shape ", shape_str(full_shape));
+  }
   ensure_groups(name);
   std::vector<hsize_t> dims(full_shape.begin(), full_shape.end());
   Handle fsp{H5Screate_simple((int)dims.size(), dims.data(), nullptr), H5Sclose};
-  Tensor c = t.contiguous();
-  hid_t ftype, mtype;
-  std::vector<uint16_t> bf;
-  const void* buf = nullptr;
+  const bool ints = boxes[0].local->dtype() == DType::I64;
   Handle own{-1, H5Tclose};
-  Tensor f32;
-  if (t.dtype() == DType::I64) {
+  hid_t ftype, mtype;
+  if (ints) {
     ftype = H5T_STD_I64LE;
     mtype = H5T_NATIVE_INT64;
-    buf = c.data<int64_t>();
+  } else if (stored == DType::BF16) {
+    own.id = bf16_type();
+    ftype = mtype = own.id;
   } else {
-    f32 = c.dtype() == DType::F32 ? c : cast(c, DType::F32);
-    if (stored == DType::BF16) {
-      const float* p = f32.data<float>();
-      bf.resize(f32.numel());
-      for (int64_t i = 0; i < f32.numel(); ++i) bf[i] = to_bf16(p[i]);
-      own.id = bf16_type();
-      ftype = mtype = own.id;
-      buf = bf.data();
-    } else {
-      ftype = H5T_IEEE_F32LE;
-      mtype = H5T_NATIVE_FLOAT;
-      buf = f32.data<float>();
-    }
+    ftype = H5T_IEEE_F32LE;
+    mtype = H5T_NATIVE_FLOAT;
   }
   Handle d{H5Dcreate2(id_, name.c_str(), ftype, fsp.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose};
   TITAN_CHECK(d.id >= 0, "hdf5: cannot create dataset '", name, "' in '", path_, "'");
-  std::vector<hsize_t> off(offset.begin(), offset.end()), cnt(t.shape().begin(), t.shape().end());
-  const bool any = writer && t.numel() > 0;
-  // an empty block (a pipeline stage's parameter held elsewhere) still joins the collective write: with a
-  // one-element memory space selecting nothing (a zero-extent space takes HDF5 down a path that skips
-  // the collective and hangs the other ranks)
-  std::vector<hsize_t> one(cnt.size(), 1);
-  Handle msp{H5Screate_simple((int)cnt.size(), t.numel() > 0 ? cnt.data() : one.data(), nullptr), H5Sclose};
-  if (any) {
-    H5Sselect_hyperslab(fsp.id, H5S_SELECT_SET, off.data(), nullptr, cnt.data(), nullptr);
-  } else {
-    H5Sselect_none(fsp.id);
-    H5Sselect_none(msp.id);
+  for (const Box& b : boxes) {  // one collective write per block (every rank lists the same blocks)
+    const Tensor& t = *b.local;
+    TITAN_CHECK((t.dtype() == DType::I64) == ints, "hdf5: the blocks of '", name, "' mix integer and float types");
+    Tensor c = t.contiguous();
+    std::vector<uint16_t> bf;
+    const void* buf = nullptr;
+    Tensor f32;
+    if (ints) {
+      buf = c.data<int64_t>();
+    } else {
+      f32 = c.dtype() == DType::F32 ? c : cast(c, DType::F32);
+      if (stored == DType::BF16) {
+        const float* p = f32.data<float>();
+        bf.resize(f32.numel());
+        for (int64_t i = 0; i < f32.numel(); ++i) bf[i] = to_bf16(p[i]);
+        buf = bf.data();
+      } else {
+        buf = f32.data<float>();
+      }
+    }
+    std::vector<hsize_t> off(b.offset.begin(), b.offset.end()), cnt(t.shape().begin(), t.shape().end());
+    const bool any = b.writer && t.numel() > 0;
+    // an empty block (a pipeline stage's parameter held elsewhere) still joins the collective write: with a
+    // one-element memory space selecting nothing (a zero-extent space takes HDF5 down a path that skips
+    // the collective and hangs the other ranks)
+    std::vector<hsize_t> one(cnt.size(), 1);
+    Handle msp{H5Screate_simple((int)cnt.size(), t.numel() > 0 ? cnt.data() : one.data(), nullptr), H5Sclose};
+    if (any) {
+      H5Sselect_hyperslab(fsp.id, H5S_SELECT_SET, off.data(), nullptr, cnt.data(), nullptr);
+    } else {
+      H5Sselect_none(fsp.id);
+      H5Sselect_none(msp.id);
+    }
+    Handle dx{H5Pcreate(H5P_DATASET_XFER), H5Pclose};
+    if (parallel_) H5Pset_dxpl_mpio(dx.id, H5FD_MPIO_COLLECTIVE);
+    TITAN_CHECK(H5Dwrite(d.id, mtype, msp.id, fsp.id, dx.id, any ? buf : nullptr) >= 0, "hdf5: writing '", name,
+                "' to '", path_, "' failed (disk full?)");
   }
-  Handle dx{H5Pcreate(H5P_DATASET_XFER), H5Pclose};
-  if (parallel_) H5Pset_dxpl_mpio(dx.id, H5FD_MPIO_COLLECTIVE);
-  TITAN_CHECK(H5Dwrite(d.id, mtype, msp.id, fsp.id, dx.id, any ? buf : nullptr) >= 0, "hdf5: writing '", name,
-              "' to '", path_, "' failed (disk full?)");
 }
 
 void File::write_1d(const std::string& name, const void* data, int64_t n, int64_t file_type, int64_t mem_type) {

@@ -41,6 +41,15 @@ class File {
   // parallel file every rank calls this for every tensor (collective).
   void write_region(const std::string& name, const Shape& full_shape, const Shape& offset, const Tensor& local,
                     bool writer, DType stored = DType::F32);
+  // One tensor written from several blocks of this rank (an HF tensor fusing two parameters, each cut by a
+  // plan): every block at its offset; the same collective rules.
+  struct Box {
+    Shape offset;
+    const Tensor* local;
+    bool writer;
+  };
+  void write_boxes(const std::string& name, const Shape& full_shape, const std::vector<Box>& boxes,
+                   DType stored = DType::F32);
   // Reads the block of `name` at `offset` with dst's shape into dst.
   void read_region(const std::string& name, const Shape& offset, const Tensor& dst) const;
   void write_u32(const std::string& name, const std::vector<uint32_t>& v);

@@ -287,7 +287,19 @@ std::vector<std::string> save_safetensors(const std::string& folder, const std::
   };
   std::vector<Entry> entries;
   std::vector<uint64_t> shard_bytes{0};
+  // a name may come in several blocks of one rank (an HF tensor fusing two parameters): one tensor, each block
+  // written at its offset
+  std::vector<size_t> entry_of;  // per region
+  std::map<std::string, size_t> by_name;
   for (const auto& r : params) {
+    if (auto it = by_name.find(r.name); it != by_name.end()) {
+      TITAN_CHECK(entries[it->second].r->full_shape == r.full_shape, "safetensors: '", r.name,
+                  "' comes in blocks of different logical shapes");
+      entry_of.push_back(it->second);
+      continue;
+    }
+    by_name[r.name] = entries.size();
+    entry_of.push_back(entries.size());
     int64_t numel = 1;
     for (auto d : r.full_shape) numel *= d;
     const uint64_t bytes = (uint64_t)numel * st_size(dtype);
@@ -303,18 +315,17 @@ std::vector<std::string> save_safetensors(const std::string& folder, const std::
     names.push_back(n_shards == 1 ? "model.safetensors" : buf);
   }
   // checksums of the values as stored (what each tensor reads back as), summed over the ranks' blocks
-  std::vector<uint64_t> sums;
-  for (const auto& e : entries) {
-    uint64_t h = 0;
-    if (e.r->writer && !e.r->local->is_meta()) {
-      Tensor c = e.r->local->contiguous().clone();
+  std::vector<uint64_t> sums(entries.size(), 0);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Region& r = params[i];
+    if (r.writer && !r.local->is_meta()) {
+      Tensor c = r.local->contiguous().clone();
       float* p = c.data<float>();
-      for (int64_t i = 0; i < c.numel(); ++i)
-        p[i] = dtype == SafetensorsDType::F32 ? p[i] : dtype == SafetensorsDType::BF16 ? bf16_to_f32(f32_to_bf16(p[i]))
-                                                                                      : f16_to_f32(f32_to_f16(p[i]));
-      h = block_checksum(e.r->full_shape, e.r->offset, c.shape(), p);
+      for (int64_t j = 0; j < c.numel(); ++j)
+        p[j] = dtype == SafetensorsDType::F32 ? p[j] : dtype == SafetensorsDType::BF16 ? bf16_to_f32(f32_to_bf16(p[j]))
+                                                                                      : f16_to_f32(f32_to_f16(p[j]));
+      sums[entry_of[i]] += block_checksum(r.full_shape, r.offset, c.shape(), p);
     }
-    sums.push_back(h);
   }
   if (comm) MPI_Allreduce(MPI_IN_PLACE, sums.data(), (int)sums.size(), MPI_UINT64_T, MPI_SUM, comm);
   std::vector<uint64_t> data_start(n_shards);
@@ -358,12 +369,15 @@ std::vector<std::string> save_safetensors(const std::string& folder, const std::
   barrier(comm);
   {
     uint64_t total = 0;
-    for (const auto& e : entries) total += e.r->writer ? e.bytes : 0;
+    for (const auto& r : params) total += r.writer && !r.local->is_meta() ? (uint64_t)r.local->numel() * st_size(dtype) : 0;
     Progress progress("writing safetensors " + folder, (int64_t)std::max<uint64_t>(total, 1));
     std::vector<int> fds(n_shards, -1);
     std::vector<char> buf;
-    for (const auto& e : entries) {
-      if (!e.r->writer || e.r->local->is_meta()) continue;
+    for (size_t ri = 0; ri < params.size(); ++ri) {
+      const Region* block = &params[ri];
+      if (!block->writer || block->local->is_meta()) continue;
+      Entry e = entries[entry_of[ri]];
+      e.r = block;  // this block, at the tensor's place in the file
       const std::string tmp = folder + "/" + names[e.shard] + ".tmp";
       if (fds[e.shard] < 0) {
         fds[e.shard] = ::open(tmp.c_str(), O_WRONLY);
@@ -383,7 +397,7 @@ std::vector<std::string> save_safetensors(const std::string& folder, const std::
         }
         pwrite_all(fds[e.shard], buf.data(), buf.size(), (off_t)(data_start[e.shard] + e.begin + (uint64_t)fo * es), tmp);
       });
-      progress.add((int64_t)e.bytes);
+      progress.add(block->local->numel() * (int64_t)st_size(dtype));
     }
     for (int s = 0; s < n_shards; ++s)
       if (fds[s] >= 0) {

@@ -38,13 +38,15 @@ std::string AttentionVariant::describe() const {
   return o.str();
 }
 
-MaskMod layer_mask(const AttentionVariant& v, int64_t window, const Tensor& doc_ids) {
+MaskMod layer_mask(const AttentionVariant& v, int64_t window, const Tensor& doc_ids, int64_t chunk) {
   MaskMod base;
   if (window > 0) base = sliding_window_mask(window);
   else if (v.mask == MaskKind::prefix_lm) base = prefix_lm_mask(v.prefix_len);
   else base = causal_mask();  // causal, and block_causal's causal part
   TITAN_CHECK(v.mask != MaskKind::sliding_window || window > 0,
               "attention: attn_mask_type sliding_window needs model.sliding_window > 0");
+  if (chunk > 0) base = window > 0 || v.mask == MaskKind::prefix_lm ? and_masks(chunked_causal_mask(chunk), base)
+                                                                    : chunked_causal_mask(chunk);
   if (v.mask != MaskKind::block_causal) return base;
   TITAN_CHECK(doc_ids.defined(), "attention: model.attn_mask_type block_causal needs the document ids of the batch "
                                  "(the data loader's /doc_starts); none were passed to the model's forward");
@@ -86,10 +88,10 @@ ScoreMod layer_score_mod(const AttentionVariant& v, const Tensor& bias_param) {
 
 Tensor variant_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks,
                          const AttentionVariant& variant, int64_t window, const Tensor& doc_ids, const Tensor& bias,
-                         const AttendFn& attend, double scale) {
+                         const AttendFn& attend, double scale, int64_t chunk) {
   FlexOptions f;
   f.scale = scale;
-  f.mask_mod = layer_mask(variant, window, doc_ids);
+  f.mask_mod = layer_mask(variant, window, doc_ids, chunk);
   f.score_mod = layer_score_mod(variant, bias.defined() && bias.dtype() != q.dtype() ? bias.to(q.dtype()) : bias);
   f.sinks = sinks;
   return attend ? attend(q, k, v, f) : flex_attention(q, k, v, f);

@@ -40,6 +40,7 @@ struct SequenceShard {
 struct AttentionInputs {
   Tensor cos, sin;
   Tensor cos_local, sin_local;  // the sliding layers' own RoPE tables, when they have one (Gemma 3)
+  Tensor nope_q_scale;  // [S, 1, 1]: the NoPE layers' query temperature at this rank's positions (Llama 4)
   Tensor doc_ids;
   AttendFn attend;
 };
@@ -66,9 +67,10 @@ struct AttentionVariant {
 };
 
 // The mask of one layer: `window` > 0 makes it a sliding layer (within the
-// document under block_causal); otherwise the variant's mask. doc_ids int64
+// document under block_causal); otherwise the variant's mask. `chunk` > 0 also keeps each query within its
+// chunk of `chunk` tokens (chunked local attention: Llama 4's RoPE layers). doc_ids int64
 // [B, S] (block_causal) is the document index of every token.
-MaskMod layer_mask(const AttentionVariant& v, int64_t window, const Tensor& doc_ids);
+MaskMod layer_mask(const AttentionVariant& v, int64_t window, const Tensor& doc_ids, int64_t chunk = 0);
 
 // The score_mod: bias (ALiBi slopes [H] or relative table [H, 2R-1], the
 // layer's local heads), then the softcap. Undefined when neither is on.
@@ -85,9 +87,10 @@ Tensor alibi_slopes(int64_t n_heads);
 // and optional sinks [Hq].
 // `attend` (undefined: flex attention) runs it (context parallel: over the whole sequence).
 // scale: what multiplies q.k (0: head_dim^-0.5; Gemma 3: query_pre_attn_scalar^-0.5), before the score mods.
+// chunk > 0: chunked local attention (layer_mask).
 Tensor variant_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks,
                          const AttentionVariant& variant, int64_t window, const Tensor& doc_ids, const Tensor& bias,
-                         const AttendFn& attend = nullptr, double scale = 0);
+                         const AttendFn& attend = nullptr, double scale = 0, int64_t chunk = 0);
 
 // The tensor a layer's attn_bias needs for n_heads heads: ALiBi's slopes
 // (a constant, on the default device), the relative table (zeros; register it

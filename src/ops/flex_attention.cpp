@@ -89,6 +89,25 @@ MaskMod sliding_window_mask(int64_t w) {
       });
 }
 
+MaskMod chunked_causal_mask(int64_t chunk) {
+  TITAN_CHECK(chunk > 0, "chunked_causal_mask: chunk size must be > 0, got ", chunk);
+  return MaskMod("chunked(" + std::to_string(chunk) + ")",
+                 [chunk](int64_t, int64_t, int64_t q, int64_t kv) { return kv <= q && kv / chunk == q / chunk; }, false,
+                 false)
+      .with_classifier([chunk](int64_t, int64_t, int64_t q0, int64_t q1, int64_t k0, int64_t k1) {
+        if (k0 > q1 - 1) return BlockKind::Empty;  // every key after every query
+        const int64_t c = q0 / chunk;
+        if (k1 - 1 <= q0 && (q1 - 1) / chunk == c && k0 / chunk == c) return BlockKind::Full;  // one chunk, all causal
+        // a query q sees [max(k0, its chunk's start), min(k1 - 1, q)]: the last query of each chunk sees the most
+        // of it; the tile is empty when no chunk's last query in [q0, q1) sees a key
+        for (int64_t cq = c; cq <= (q1 - 1) / chunk && cq * chunk <= k1 - 1; ++cq) {
+          const int64_t q = std::min(q1 - 1, (cq + 1) * chunk - 1);
+          if (std::max(k0, cq * chunk) <= std::min(k1 - 1, q)) return BlockKind::Partial;
+        }
+        return BlockKind::Empty;
+      });
+}
+
 MaskMod prefix_lm_mask(int64_t prefix) {
   TITAN_CHECK(prefix >= 0, "prefix_lm_mask: prefix length must be >= 0, got ", prefix);
   return MaskMod("prefix_lm(" + std::to_string(prefix) + ")",

@@ -256,6 +256,7 @@ class MaskMod {
 
 MaskMod causal_mask();                       // kv <= q
 MaskMod sliding_window_mask(int64_t window);  // q - window < kv <= q
+MaskMod chunked_causal_mask(int64_t chunk);  // kv <= q within chunks of `chunk` tokens (Llama 4's local layers)
 MaskMod prefix_lm_mask(int64_t prefix);       // kv <= q, or kv < prefix (the prefix is seen by every query)
 // Causal within each document: doc_ids int64 [B, S], non-decreasing along S
 // (document index of each token). A meta doc_ids prices as causal (an upper bound).
