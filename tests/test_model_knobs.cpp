@@ -335,6 +335,24 @@ TEST(ModelKnobs, FamilyPresetsAndRefusals) {
                                                 "qwen3_moe, gpt_oss, llama3, mixtral, olmo2, gemma3, deepseek_v3, llama4"),
             std::string::npos)
       << err({"model.name", "mistral"});
+  // llama4: iRoPE (layer 3 of 4 NoPE and global, the others chunked), L2 QK-norm, the experts' inputs scaled
+  JobConfig l4 = load_job_config_file("", tiny("llama4"));
+  EXPECT_TRUE(l4.model.qk_l2_norm && !l4.model.qk_norm && l4.model.rope_interleave && l4.model.moe_score_before_experts &&
+              l4.model.moe_shared_expert && !l4.model.moe_renormalize);
+  EXPECT_EQ(l4.model.moe_score_func, decoder::RouterScore::sigmoid);
+  EXPECT_EQ((std::vector<int64_t>{l4.model.layer_chunk(0), l4.model.layer_chunk(2), l4.model.layer_chunk(3)}),
+            (std::vector<int64_t>{8, 8, 0}));
+  EXPECT_TRUE(l4.model.nope_layer(3) && !l4.model.nope_layer(2));
+  EXPECT_DOUBLE_EQ(l4.model.nope_query_scale(0), 1.0);  // floor((0 + 1) / 2) = 0
+  EXPECT_DOUBLE_EQ(l4.model.nope_query_scale(5), 1.0 + 0.1 * std::log1p(3.0));
+  o = tiny("llama4");
+  o.insert(o.end(), {"model.nope_layer_interval", "8"});
+  EXPECT_NE(err(o).find("model.nope_layer_interval 8 is beyond the 4 layers (model.n_layers)"), std::string::npos)
+      << err(o);
+  o = tiny("llama4");
+  o.insert(o.end(), {"model.nope_layer_interval", "1"});  // every layer NoPE: no RoPE layer to chunk
+  EXPECT_NE(err(o).find("model.attn_chunk_size 8 chunks the RoPE layers' attention and model.nope_layer_interval 1 "
+                        "leaves none"), std::string::npos) << err(o);
   // the saved config leaves out what did not act, and reads back to the same config
   JobConfig cq = load_job_config_file("", tiny("qwen3"));
   const std::string dumped = dump_job_config(cq);
@@ -432,6 +450,14 @@ TEST(ModelKnobs, ExportImportRoundTripPerArchitecture) {
       {"deepseek_v3", {"model.moe_score_func", "softmax"}, "TitanDecoderForCausalLM", "titan_decoder",
        "model.layers.0.mlp.shared_experts.down_proj.weight"},
       {"qwen3", {"model.rope_interleave", "true"}, "TitanDecoderForCausalLM", "titan_decoder", "model.norm.weight"},
+      // Llama 4: iRoPE, dense and MoE layers interleaved, the experts' gate and up as the halves of gate_up_proj
+      {"llama4", {"model.moe_every", "2"}, "Llama4ForCausalLM", "llama4_text",
+       "model.layers.1.feed_forward.experts.gate_up_proj"},
+      {"llama4", {"model.qk_l2_norm", "false", "model.rope_scaling_type", "none"}, "Llama4ForCausalLM", "llama4_text",
+       "model.layers.0.feed_forward.shared_expert.gate_proj.weight"},
+      {"llama4", {"model.moe_score_before_experts", "false"}, "TitanDecoderForCausalLM", "titan_decoder",
+       "model.layers.0.mlp.experts.gate_proj"},
+      {"qwen3", {"model.attn_chunk_size", "4"}, "TitanDecoderForCausalLM", "titan_decoder", "model.norm.weight"},
       // routing steered by the biases of auxiliary-loss-free balancing: titan's layout carries them
       {"qwen3_moe", {"model.moe_bias_update_rate", "0.5"}, "TitanDecoderForCausalLM", "titan_decoder",
        "model.layers.0.mlp.expert_bias"},

@@ -457,6 +457,26 @@ TEST(Simulation, DeepseekV3AndKimiK2PlanOnMetaTensors) {
   EXPECT_NEAR((double)q.memory.current[(int)MemoryCategory::Parameters], kimi * 4 / 64, kimi * 4 / 64 * 0.02);
 }
 
+// Llama 4 Maverick (400B: 128 experts in every second layer, top-1 plus a shared expert) planned on meta tensors at
+// 16k tokens: its FLOPs count the chunked layers' 8192 keys and the NoPE layers' whole sequence; every parameter is
+// sharded 128 ways (the experts by EP 128, one per rank; the rest by FSDP)
+TEST(Simulation, Llama4MaverickPlansOnMetaTensors) {
+  JobConfig c = load_job_config_file("", {"model.name", "llama4", "model.flavor", "maverick", "training.seq_len",
+                                          "16384", "training.local_batch_size", "1",
+                                          "parallelism.data_parallel_shard_degree", "128",
+                                          "parallelism.expert_parallel_degree", "128", "activation_checkpoint.mode",
+                                          "full"});
+  c.job.print_args = false;
+  const auto& m = c.model;
+  EXPECT_NEAR((double)m.num_params() / 1e9, 400.7, 0.1);        // Meta's card: 400B total
+  EXPECT_NEAR((double)m.num_active_params() / 1e9, 16.2, 0.1);  // 17B with the embedding
+  EXPECT_DOUBLE_EQ(m.flops_per_token(16384),
+                   6.0 * (double)m.num_matmul_params() + 6.0 * 40 * (128 + 128) * (36 * 8192.0 + 12 * 16384.0));
+  StepPlan p = plan_step(c, 128);
+  const double total = (double)m.num_params();
+  EXPECT_NEAR((double)p.memory.current[(int)MemoryCategory::Parameters], total * 4 / 128, total * 4 / 128 * 0.02);
+}
+
 TEST(Simulation, BadLayoutsAreRefusedWithTheNumbers) {
   JobConfig c = sim_config("configs/qwen3_32b.yaml");
   c.simulation.world_size = 128;  // 32 chips at 4 per chip: a 16-chip instance cannot hold them

@@ -151,8 +151,15 @@ std::string grouped_routing(const Args& m) {
   return !why.empty() ? why : m.moe_n_group > 1 ? "" : "model.moe_n_group is 1 (one group: routing is not group-limited)";
 }
 
+std::string nope_fits(const Args& m) {
+  return m.nope_layer_interval <= m.n_layers
+             ? ""
+             : "model.nope_layer_interval " + std::to_string(m.nope_layer_interval) + " is beyond the " +
+                   std::to_string(m.n_layers) + " layers (model.n_layers): no layer goes without RoPE";
+}
 std::string nope_layers(const Args& m) {
-  return m.nope_layer_interval > 0 ? "" : "model.nope_layer_interval is 0 (every layer has RoPE; no NoPE layer to tune)";
+  if (m.nope_layer_interval == 0) return "model.nope_layer_interval is 0 (every layer has RoPE; no NoPE layer to tune)";
+  return nope_fits(m);
 }
 std::string temperature_tuned(const Args& m) {
   const std::string why = nope_layers(m);
@@ -334,10 +341,6 @@ void Args::validate(bool hf_import) const {
     TITAN_CHECK(!qk_norm, head, key("qk_norm"), " with multi-head latent attention (", key("kv_lora_rank"), " ",
                 kv_lora_rank, "): MLA normalizes its latents instead (q_a_layernorm, kv_a_layernorm); set qk_norm false");
   }
-  if (nope_layer_interval > 0) {
-    TITAN_CHECK(nope_layer_interval <= n_layers, head, key("nope_layer_interval"), " ", nope_layer_interval,
-                " is beyond the ", n_layers, " layers (", key("n_layers"), "): no layer would go without RoPE");
-  }
   TITAN_CHECK(attn_chunk_size == 0 || nope_layer_interval != 1, head, key("attn_chunk_size"), " ", attn_chunk_size,
               " chunks the RoPE layers' attention and ", key("nope_layer_interval"),
               " 1 leaves none: drop one of them");
@@ -446,7 +449,7 @@ std::string Args::describe() const {
   std::string s = config::enum_name(name) + ": " + std::to_string(n_layers) + " layers, dim " + std::to_string(dim) +
                   ", " + heads + ", " + ffn + ", vocab " + std::to_string(vocab_size);
   if (nope_layer_interval > 0 || attn_chunk_size > 0)
-    s += (nope_layer_interval > 0 ? ", NoPE every " + std::to_string(nope_layer_interval) + " layers" : std::string()) +
+    s += (nope_layer_interval > 0 && nope_layer_interval <= n_layers ? ", NoPE every " + std::to_string(nope_layer_interval) + " layers" : std::string()) +
          (attn_chunk_size > 0 ? ", RoPE layers chunked by " + std::to_string(attn_chunk_size) : std::string());
   if (moe_enabled)
     s += "; " + std::to_string(num_params()) + " parameters, " + std::to_string(num_active_params()) + " active";

@@ -84,11 +84,12 @@ def main():
     put("tokenizer", "bpe", json.dumps(byte_level) + "\0hello world, héllo<|endoftext|>hello 123")
 
     for cfg in ("qwen3_debug", "qwen3_moe_debug", "gpt_oss_debug", "llama3_debug", "mixtral_debug", "olmo2_debug", "gemma3_debug",
-                "deepseek_v3_debug"):
+                "deepseek_v3_debug", "llama4_debug"):
         with open(os.path.join(SRC, "configs", cfg + ".yaml")) as f:
             text = f.read()
         put("job_config", cfg, text)
-        put("job_config", cfg + "_overrides", text + "\0training.steps\n3\nmodel.n_layers\n2\n")
+        layers = "4" if cfg == "llama4_debug" else "2"  # llama4's NoPE layer is its 4th (its keys would not act on 2)
+        put("job_config", cfg + "_overrides", text + "\0training.steps\n3\nmodel.n_layers\n" + layers + "\n")
     put("job_config", "flavor", "model:\n  name: qwen3\n  flavor: 0.6b\nparallelism:\n  tensor_parallel_degree: 2\n")
 
     base = {"vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -129,6 +130,15 @@ def main():
                                                                  "mscale_all_dim": 1.0, "beta_fast": 32.0,
                                                                  "beta_slow": 1.0,
                                                                  "original_max_position_embeddings": 128}}))
+    put("hf_config", "llama4", json.dumps({"architectures": ["Llama4ForCausalLM"], "model_type": "llama4_text", **base,
+                                           "intermediate_size_mlp": 96, "num_local_experts": 4,
+                                           "num_experts_per_tok": 1, "interleave_moe_layer_step": 2,
+                                           "no_rope_layers": [1, 0], "attention_chunk_size": 8,
+                                           "attn_temperature_tuning": 4, "floor_scale": 8, "attn_scale": 0.1,
+                                           "use_qk_norm": True,
+                                           "rope_scaling": {"rope_type": "llama3", "factor": 16.0,
+                                                            "low_freq_factor": 1.0, "high_freq_factor": 1.0,
+                                                            "original_max_position_embeddings": 64}}))
     put("hf_config", "llama", json.dumps({"model_type": "llama", **base,
                                           "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
                                                            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -249,6 +259,17 @@ def regressions():
     regression("job_config", "gpt_oss_flavor_hidden_dim", legacy, "model.hidden_dim does nothing for this model")
     regression("specs", "units_huge", b"\1name: x\nchip: trainium2\nchips: 4\nlevels:\n  - {topology: ring, units: 1e300,"
                b" bandwidth_gbps: 1, latency_us: 1, efficiency: 0.5}\n", "must be a whole number in [1, 10000000]")
+    llama4 = {"model_type": "llama4_text", "vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 4,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 32,
+              "intermediate_size_mlp": 96, "num_local_experts": 4, "attention_chunk_size": 8}
+    regression("hf_config", "llama4_rope_pattern", json.dumps(dict(llama4, no_rope_layers=[1, 0, 0, 1])),
+               "is not every n-th layer without RoPE (layer 2)")
+    regression("hf_config", "llama4_null_chunk", json.dumps(dict(llama4, attention_chunk_size=None)),
+               "attention_chunk_size null")
+    regression("hf_config", "llama4_moe_layers", json.dumps(dict(llama4, moe_layers=[0, 2])),
+               "llama4 config: moe_layers [0,2] is not every 1-th layer")
+    regression("hf_config", "llama4_multimodal", json.dumps(dict(llama4, model_type="llama4")),
+               "give its text_config as a config of model_type llama4_text")
     regression("specs", "list_as_key", b"\0? [a]\n: 1\n", "is not a plain name")
     regression("corpus", "damaged_gz", b"\1" + gzip.compress(b'{"text": "abc"}\n', mtime=0)[:-6],
                "ends inside its compressed data")
