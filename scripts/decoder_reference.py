@@ -91,14 +91,16 @@ VARIANTS = {
                                q_lora_rank=0, qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=7, moe=True,
                                moe_experts=4, moe_top_k=2, moe_score="sigmoid", moe_renormalize=False,
                                moe_shared_expert=True, moe_first_dense=2, moe_routed_scale=1.5),
-    # HF Llama4ForCausalLM (text): iRoPE with layer 2 of 3 NoPE (full attention, queries' temperature tuned with
-    # attn_scale 0.5 and floor_scale 2 so the test's 8 positions feel it), the RoPE layers chunked by 3 with complex
-    # (interleaved-pair) RoPE, Llama-3 scaling with Scout's equal frequency factors and their q and k L2-normed after
-    # it; layer 1 MoE (interleave_moe_layer_step 2): 4 experts with fused gate_up_proj, sigmoid top-2 of the logits
-    # scaling the experts' inputs, a shared expert; layers 0 and 2 dense of intermediate_size_mlp
-    "llama4": dict(family="llama4", qk_norm=False, qk_l2_norm=True, norm_eps=1e-5, rope_theta=500000.0,
+    # HF Llama4ForCausalLM (text): iRoPE with layer 3 of 4 NoPE (HF's every 4th: full attention, queries' temperature
+    # tuned with attn_scale 0.5 and floor_scale 2 so the test's 8 positions feel it), the RoPE layers chunked by 3
+    # with complex (interleaved-pair) RoPE, Llama-3 scaling with Scout's equal frequency factors and their q and k
+    # L2-normed after it; layers 1 and 3 MoE (interleave_moe_layer_step 2): 4 experts with fused gate_up_proj,
+    # sigmoid top-2 of the logits scaling the experts' inputs, a shared expert; layers 0 and 2 dense of
+    # intermediate_size_mlp
+    "llama4": dict(family="llama4", n_layers=4, layer_window=[0, 0, 0, 0], qk_norm=False, qk_l2_norm=True,
+                   norm_eps=1e-5, rope_theta=500000.0,
                    rope=dict(type="llama3", factor=8.0, original_max_position_embeddings=16, low_freq_factor=1.0,
-                             high_freq_factor=1.0), nope_interval=3, attn_chunk=3, attn_scale=0.5, floor_scale=2,
+                             high_freq_factor=1.0), nope_interval=4, attn_chunk=3, attn_scale=0.5, floor_scale=2,
                    moe=True, moe_every=2, moe_score="sigmoid", moe_renormalize=False, moe_shared_expert=True),
     # ablations (titan_decoder)
     # Gemma 2 / 3's sandwich norms, with OLMo 2's projection-wide QK-norm, all LayerNorm

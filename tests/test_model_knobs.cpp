@@ -350,9 +350,18 @@ TEST(ModelKnobs, FamilyPresetsAndRefusals) {
   EXPECT_NE(err(o).find("model.nope_layer_interval 8 is beyond the 4 layers (model.n_layers)"), std::string::npos)
       << err(o);
   o = tiny("llama4");
-  o.insert(o.end(), {"model.nope_layer_interval", "1"});  // every layer NoPE: no RoPE layer to chunk
-  EXPECT_NE(err(o).find("model.attn_chunk_size 8 chunks the RoPE layers' attention and model.nope_layer_interval 1 "
-                        "leaves none"), std::string::npos) << err(o);
+  o.insert(o.end(), {"model.nope_layer_interval", "1"});  // every layer NoPE: every RoPE key inert
+  EXPECT_NE(err(o).find("model.nope_layer_interval must be 0 (off) or >= 2: 1 takes RoPE off every layer"),
+            std::string::npos) << err(o);
+  // an interval other than 4 is not Llama4ForCausalLM (older transformers and vLLM hard-code every 4th layer)
+  o = tiny("llama4");
+  o.insert(o.end(), {"model.nope_layer_interval", "2"});
+  {
+    const JobConfig c2 = load_job_config_file("", o);
+    std::string why;
+    EXPECT_EQ(c2.model.hf_class(&why), decoder::HfClass::none);
+    EXPECT_NE(why.find("every 4th layer without RoPE"), std::string::npos) << why;
+  }
   // the saved config leaves out what did not act, and reads back to the same config
   JobConfig cq = load_job_config_file("", tiny("qwen3"));
   const std::string dumped = dump_job_config(cq);

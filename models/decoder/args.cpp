@@ -28,6 +28,14 @@ std::string even_positive(const T& v) {
   return v <= 0 ? "must be > 0" : v % 2 ? "must be even for RoPE (it rotates pairs of dims)" : "";
 }
 
+template <class T>
+std::string nope_interval(const T& v) {
+  return v < 0 ? "must be >= 0 (0 = off)"
+         : v == 1 ? "must be 0 (off) or >= 2: 1 takes RoPE off every layer, leaving the rope_* keys inert (titan "
+                    "builds no position-free model)"
+                  : "";
+}
+
 // The most decoder blocks titan builds: far beyond any published model (hundreds), small enough that a per-layer
 // table from an untrusted config.json is never a huge allocation.
 constexpr int64_t kMaxLayers = 65536;
@@ -341,9 +349,6 @@ void Args::validate(bool hf_import) const {
     TITAN_CHECK(!qk_norm, head, key("qk_norm"), " with multi-head latent attention (", key("kv_lora_rank"), " ",
                 kv_lora_rank, "): MLA normalizes its latents instead (q_a_layernorm, kv_a_layernorm); set qk_norm false");
   }
-  TITAN_CHECK(attn_chunk_size == 0 || nope_layer_interval != 1, head, key("attn_chunk_size"), " ", attn_chunk_size,
-              " chunks the RoPE layers' attention and ", key("nope_layer_interval"),
-              " 1 leaves none: drop one of them");
   TITAN_CHECK(attn_chunk_size == 0 || attn_mask_type != nn::MaskKind::prefix_lm, head, key("attn_chunk_size"),
               " with model.attn_mask_type prefix_lm is not supported (a chunk boundary would hide the prefix)");
   TITAN_CHECK(!moe_enabled || moe_topk_group <= moe_n_group, head, key("moe_topk_group"), " ", moe_topk_group,

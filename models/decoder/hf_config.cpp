@@ -440,6 +440,10 @@ Args llama4_from_hf(const json& j) {
               j.value("router_jitter_noise", json()).dump(), " (training noise on the router) is not implemented by "
               "titan; set it to 0");
   set_rope(a, rope_from_hf(j, a.max_position_embeddings = int_value(j, "max_position_embeddings", 131072)));
+  // HF's Llama 4 RoPE is llama3's whenever rope_scaling is given (older versions: whatever its type says)
+  TITAN_CHECK(a.rope_scaling_type == RopeScalingType::none || a.rope_scaling_type == RopeScalingType::llama3,
+              "llama4 config: rope_scaling type '", config::enum_name(a.rope_scaling_type),
+              "' is not supported for Llama4ForCausalLM (llama3 or none)");
   a.layer_window.assign(a.n_layers, 0);
   return a;
 }
@@ -653,11 +657,14 @@ HfClass Args::hf_class(std::string* why) const {
           swiglu_limit == 0 && rope_interleave && attn_chunk_size > 0 && moe_enabled && moe_first_dense == 0 &&
           moe_score_func == RouterScore::sigmoid && !moe_renormalize && moe_shared_expert &&
           moe_shared_expert_width == 1 && moe_score_before_experts && moe_n_group == 1 && moe_routed_scale == 1.0 &&
-          !moe_router_bias && !moe_expert_bias && !moe_route_bias && rope_scaling_type != RopeScalingType::yarn))
+          !moe_router_bias && !moe_expert_bias && !moe_route_bias && nope_layer_interval == 4 &&
+          (rope_scaling_type == RopeScalingType::none || rope_scaling_type == RopeScalingType::llama3)))
       return no("a llama4 ablation (Llama4ForCausalLM fixes: grouped-query attention without QK-norm weights, RoPE on "
-                "interleaved pairs, chunked RoPE layers, pre-norms, causal attention without sinks or windows, MoE "
-                "layers every moe_every-th with one shared expert of the experts' size, sigmoid routing "
-                "unnormalized and unscaled scaling the experts' inputs, no router or expert biases, no YaRN)");
+                "interleaved pairs, every 4th layer without RoPE (earlier transformers releases, vLLM and others "
+                "hard-code it, whatever no_rope_layers says) and the others chunked, pre-norms, causal attention without sinks "
+                "or windows, MoE layers every moe_every-th with one shared expert of the experts' size, sigmoid "
+                "routing unnormalized and unscaled scaling the experts' inputs, no router or expert biases, RoPE "
+                "scaling llama3 or none)");
     return HfClass::llama4;
   }
   if (llama4_knobs) return no("Llama 4's attention (qk_l2_norm, nope_layer_interval, attn_chunk_size) or its experts' "

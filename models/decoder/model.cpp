@@ -240,7 +240,10 @@ Tensor MoE::forward(const Tensor& x) const {
   Tensor idx;     // [T, k]
   {
     NoGradGuard ng;  // the choice (biased when balancing) carries no gradient
-    Tensor choose = scores.defined() ? scores.detach() : logits.detach();
+    // unbiased, ungrouped sigmoid scores rank as their logits do: chosen on the logits, as HF's Llama 4 (a
+    // float32 sigmoid saturates at 1 above ~17, where the scores would tie)
+    const bool by_logits = !scores.defined() || (sigmoid_scores && !biased && n_group == 1);
+    Tensor choose = by_logits ? logits.detach() : scores.detach();
     if (biased) choose = add(choose, expert_bias);
     if (n_group > 1) choose = moe::limit_to_groups(choose, n_group, topk_group);
     idx = topk(choose, top_k).second;
