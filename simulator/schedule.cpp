@@ -44,6 +44,9 @@ struct Lane {
     std::string kind;
     int64_t span;
     bool recv;  // a pipeline receive: waiting for it is bubble, not exposed communication
+    // a collective with members on other simulated stages: when the last of them issued it (-1: none). Waiting
+    // until then is waiting for the other stages (bubble), only the rest exposed communication.
+    double synced = -1;
   };
   std::map<int64_t, Pending> inflight;
   struct Fused {
@@ -319,6 +322,7 @@ class Schedule {
       l.host_charged = l.next;
     }
     double issued = std::max(l.tc, l.th);  // after the compute stream's work before it, once the host issued it
+    double synced = -1;
     if (!others.empty()) {
       const int64_t k = l.collectives_seen[sorted];
       auto& arrived = issue_times_[{sorted, k}];
@@ -329,6 +333,7 @@ class Schedule {
       for (int o : others)
         if (!arrived.count(o)) return false;
       for (auto& [rk, t] : arrived) issued = std::max(issued, t);
+      synced = issued;
       ++l.collectives_seen[sorted];
       l.registered = false;
     }
@@ -349,7 +354,7 @@ class Schedule {
       idx = (int64_t)l.r.spans.size();
       l.r.spans.push_back({stream, e.op, "comm", start, end - start, 0, e.bytes * scale, -1, l.stage});
     }
-    l.inflight[e.comm_id] = {end, e.op, idx, false};
+    l.inflight[e.comm_id] = {end, e.op, idx, false, synced};
     return true;
   }
   void wait(Lane& l, const CostEvent& e) {
@@ -357,6 +362,12 @@ class Schedule {
     auto it = l.inflight.find(e.comm_id);
     if (it == l.inflight.end()) return;
     const Lane::Pending& p = it->second;
+    if (!p.recv && p.synced > l.tc) {  // the other stages are not there yet (a stage-spanning collective after
+                                       // the pipeline: the loss or gradient-norm all-reduce): their bubble
+      const double w = std::min(p.synced, p.end) - l.tc;
+      l.r.spans.push_back({"compute", "wait stages", "bubble", l.tc, w, 0, 0, -1, l.stage});
+      l.tc += w;
+    }
     if (p.end > l.tc) {
       const double w = p.end - l.tc;
       if (p.span >= 0) l.r.spans[p.span].flow_to = (int64_t)l.r.spans.size();

@@ -964,6 +964,14 @@ TEST(Simulation, PipelineBubbleIsTheTextbookFraction) {
                                                       << " vs " << want;
     // the trace shows the stages: every stage's compute and its waits
     for (const auto& st : r.stages) EXPECT_GT(st.compute_s, 0);
+    // a stage done early waits for the others in the collectives that span the stages (the loss and gradient
+    // norm all-reduces): bubble, not exposed communication, so every stage of a uniform pipeline reports about
+    // the same exposed communication and bubble (before, stage k's exposed grew by k backward passes)
+    for (const auto& st : r.stages) {
+      EXPECT_NEAR(st.exposed_comm_s, r.stages[0].exposed_comm_s, 0.02 * r.step_s) << "pp " << pp << " m " << m;
+      EXPECT_NEAR(st.bubble_s, r.stages[0].bubble_s, 0.05 * r.stages[0].bubble_s + 0.02 * r.step_s)
+          << "pp " << pp << " m " << m;
+    }
   }
   const SimResult one = simulate_step(uniform_pipeline(4, 8, "1F1B"), 4);
   const SimResult gpipe = simulate_step(uniform_pipeline(4, 8, "GPipe"), 4);
