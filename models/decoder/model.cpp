@@ -218,6 +218,7 @@ MoE::MoE(const Args& a)
       aux_loss_coeff(a.moe_aux_loss_coeff) {
   n_group = a.moe_n_group, topk_group = a.moe_topk_group, routed_scale = a.moe_routed_scale;
   score_before_experts = a.moe_score_before_experts;
+  route_bias_state = a.moe_route_bias;
   router = &register_module(a.fused_experts() ? "router" : "gate",
                             std::make_unique<nn::Linear>(a.dim, a.moe_num_experts, a.moe_router_bias));
   experts = &register_module("experts", std::make_unique<Experts>(a));
@@ -240,9 +241,10 @@ Tensor MoE::forward(const Tensor& x) const {
   Tensor idx;     // [T, k]
   {
     NoGradGuard ng;  // the choice (biased when balancing) carries no gradient
-    // unbiased, ungrouped sigmoid scores rank as their logits do: chosen on the logits, as HF's Llama 4 (a
-    // float32 sigmoid saturates at 1 above ~17, where the scores would tie)
-    const bool by_logits = !scores.defined() || (sigmoid_scores && !biased && n_group == 1);
+    // sigmoid scores without selection biases or groups rank as their logits do: chosen on the logits, as HF's
+    // Llama 4 (a float32 sigmoid saturates at 1 above ~17, where the scores would tie); a router that carries
+    // selection biases (DeepSeek-V3's, zero or not) chooses on the scores, as HF's
+    const bool by_logits = !scores.defined() || (sigmoid_scores && !route_bias_state && n_group == 1);
     Tensor choose = by_logits ? logits.detach() : scores.detach();
     if (biased) choose = add(choose, expert_bias);
     if (n_group > 1) choose = moe::limit_to_groups(choose, n_group, topk_group);

@@ -103,6 +103,7 @@ class MoE : public nn::Module {
   int64_t n_group = 1, topk_group = 1;  // group-limited routing (DeepSeek-V3)
   double routed_scale = 1.0;            // the chosen weights times this
   bool score_before_experts = false;    // the weights scale the experts' inputs (Llama 4), not their outputs
+  bool route_bias_state = false;        // the choice adds selection biases kept as model state (Args::moe_route_bias)
   bool sigmoid_scores, renormalize;
   double aux_loss_coeff;
   double aux_loss_scale = 1.0;  // tensor parallel: 0 on all tp ranks but one (they route alike)
