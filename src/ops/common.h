@@ -59,4 +59,8 @@ template <typename T>
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
           int64_t ldb, T beta, T* C, int64_t ldc);
 
+// matmul's kernel (a [..., M, K] @ b [..., K, N]): no graph, no selective-checkpoint bookkeeping; for ops whose
+// own forward or backward multiplies (the float8 linear).
+Tensor matmul_forward(const Tensor& a, const Tensor& b);
+
 }  // namespace titan::detail

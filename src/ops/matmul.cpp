@@ -62,6 +62,9 @@ std::vector<int64_t> batch_offsets(const Tensor& x, const Shape& batch) {
   return offs;
 }
 
+}  // namespace
+
+namespace detail {
 Tensor matmul_forward(const Tensor& a, const Tensor& b) {
   Device dev = same_device("matmul", {&a, &b});
   same_dtype("matmul", a, b);
@@ -101,7 +104,7 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b) {
   });
   return out;
 }
-}  // namespace
+}  // namespace detail
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   Tensor out = autograd::sac_forward(autograd::SacOp::Matmul, [&] { return matmul_forward(a, b); });

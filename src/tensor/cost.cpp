@@ -12,6 +12,7 @@ thread_local int t_timed = 0;              // timed scopes alive on this thread
 thread_local const char* t_last_op = nullptr;
 thread_local double t_last_time = 0;
 thread_local int t_paused = 0;             // CostRecordPause scopes alive on this thread
+thread_local GemmPrecision t_precision = GemmPrecision::high;  // the innermost GemmPrecisionScope's
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -67,6 +68,7 @@ void record_cost(const char* op, double flops, double bytes, const GemmShape& ge
     e.flops = flops;
     e.bytes = bytes;
     e.gemm = gemm;
+    if (gemm.batch > 0) e.gemm.precision = t_precision;
     e.cls = cls;
     e.eager = eager;
     e.t = t_trace->elapsed();
@@ -91,6 +93,10 @@ void record_cost(const char* op, double flops, double bytes, const GemmShape& ge
 namespace {
 thread_local bool t_gradients = false;
 }
+GemmPrecisionScope::GemmPrecisionScope(GemmPrecision p) : prev_(t_precision) { t_precision = p; }
+GemmPrecisionScope::~GemmPrecisionScope() { t_precision = prev_; }
+GemmPrecision GemmPrecisionScope::current() { return t_precision; }
+
 GradientReductionScope::GradientReductionScope() : prev_(t_gradients) { t_gradients = true; }
 GradientReductionScope::~GradientReductionScope() { t_gradients = prev_; }
 bool GradientReductionScope::active() { return t_gradients; }

@@ -23,8 +23,26 @@ namespace titan {
 
 // The [M, K] x [K, N] problem of a matmul-like kernel (batch GEMMs of one call).
 // The simulator prices GEMMs with a shape-dependent efficiency.
+// The precision a GEMM's operands are multiplied in: high (the activation dtype), FP8 (float8 training's
+// per-tensor / per-row scales) or MXFP8 (32-element blocks with e8m0 scales); the simulator prices each at the
+// chip's rate for it.
+enum class GemmPrecision : uint8_t { high, fp8, mxfp8 };
 struct GemmShape {
   int64_t batch = 0, m = 0, n = 0, k = 0;  // batch 0: not a GEMM
+  GemmPrecision precision = GemmPrecision::high;  // set from the GemmPrecisionScope alive at the record
+};
+
+// RAII: GEMMs recorded on this thread while alive run in `p` (the float8 linear's casts open one).
+class GemmPrecisionScope {
+ public:
+  explicit GemmPrecisionScope(GemmPrecision p);
+  ~GemmPrecisionScope();
+  GemmPrecisionScope(const GemmPrecisionScope&) = delete;
+  GemmPrecisionScope& operator=(const GemmPrecisionScope&) = delete;
+  static GemmPrecision current();
+
+ private:
+  GemmPrecision prev_;
 };
 
 // The kind of kernel a record describes, declared by the op (the simulator

@@ -1,0 +1,78 @@
+// src/ops/float8.h — FP8 training numerics, emulated exactly on the CPU.
+//
+// torchao's float8 training (dynamic scaling: each operand's scale from its amax at every use) and MX
+// (32-element blocks sharing an e8m0 power-of-two scale), with the formats' exact rounding (to nearest, ties to
+// even) and saturation. What a GEMM multiplies is an operand cast to FP8 and back (its "round trip"): the FP8
+// values divided by their scale in float32, exactly what torchao's emulated _scaled_mm multiplies, so an FP8 loss
+// curve can be studied on a machine without FP8 units.
+//
+// A float8 linear y = x @ w^T casts each operand for each of its three GEMMs as the recipe says:
+//   output       y  [M, N] = q(x  [M, K], along K) @ q(w [N, K], along K)^T
+//   grad_input   dx [M, K] = q(dy [M, N], along N) @ q(w [N, K], along N)
+//   grad_weight  dw [N, K] = q(dy [M, N], along M)^T @ q(x [M, K], along M)
+// ("along" is the GEMM's contraction axis, the one an axiswise scale or an MX block spans; a tensorwise scale
+// spans the whole tensor).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "src/tensor/tensor.h"
+
+namespace titan {
+
+enum class Fp8Format : uint8_t { e4m3, e5m2 };  // OCP float8_e4m3fn (max 448, no inf) / float8_e5m2 (max 57344)
+const char* fp8_format_name(Fp8Format f);
+float fp8_max(Fp8Format f);
+// float32 -> FP8 bits: rounded to nearest (ties to even), saturated to +-max (an infinity too); NaN stays NaN.
+uint8_t fp8_encode(float v, Fp8Format f);
+float fp8_decode(uint8_t bits, Fp8Format f);
+
+// How one operand of one GEMM is cast.
+enum class Fp8Scaling : uint8_t {
+  tensorwise,  // one scale: max / amax(tensor)
+  axiswise,    // one scale per row of the contraction axis (torchao's rowwise): max / amax(row)
+  mx_floor,    // MX: 32-element blocks along the contraction axis, scale 2^(floor(log2 amax) - emax) (OCP MX spec)
+  mx_rceil,    // MX: scale amax / max rounded up to a power of two (cuBLAS / Blackwell's conversion)
+};
+struct Fp8Cast {
+  bool high_precision = false;  // true: this operand is not cast (the GEMM runs in float32)
+  Fp8Format format = Fp8Format::e4m3;
+  Fp8Scaling scaling = Fp8Scaling::tensorwise;
+  bool pow2_scales = false;  // tensorwise / axiswise: the scale rounded down to a power of two
+  bool operator==(const Fp8Cast&) const = default;
+};
+constexpr int64_t kMxBlock = 32;
+
+// The scale(s) of x [R, C] for contraction along `axis` (1: each row's scale spans its C columns, 0: each
+// column's spans its R rows), as torchao computes them: amax in float32, max / max(amax, 1e-12) in float64
+// rounded to float32 (then down to a power of two when asked); MX: the power of two each block's values are
+// divided by (2^e, e in [-127, 127]). Returned as float32: [1] tensorwise, [R] / [C] axiswise,
+// [R, C / 32] / [R / 32, C] MX.
+Tensor fp8_scales(const Tensor& x, const Fp8Cast& c, int axis);
+// x [R, C] float32 -> the values the FP8 GEMM multiplies, float32 [R, C]: tensorwise / axiswise
+// decode(encode(x * s)) / s; MX decode(encode(x / 2^e)) * 2^e. Records no graph (a float8 GEMM's operand).
+Tensor fp8_round_trip(const Tensor& x, const Fp8Cast& c, int axis);
+
+// torchao's recipes: which operand of which GEMM is cast how.
+enum class Float8Recipe : uint8_t { tensorwise, rowwise, rowwise_with_gw_hp, mxfp8, mxfp8_rceil };
+constexpr std::array<std::string_view, 5> enum_names(Float8Recipe) {
+  return {"tensorwise", "rowwise", "rowwise_with_gw_hp", "mxfp8", "mxfp8_rceil"};
+}
+struct Float8Casts {
+  Fp8Cast input, weight, grad_output;                                          // the output / grad_input GEMMs
+  Fp8Cast input_for_grad_weight, weight_for_grad_input, grad_output_for_grad_weight;
+  bool mx = false;  // MX blocks: each contraction length a multiple of kMxBlock
+};
+// tensorwise: e4m3 x and w, e5m2 dy, float32 scales (torchao's default). rowwise: e4m3 everywhere, axiswise,
+// power-of-two scales. rowwise_with_gw_hp: rowwise, but w tensorwise for grad_input and grad_weight's GEMM in
+// float32. mxfp8 / mxfp8_rceil: e4m3 everywhere in 32-blocks, floor / rceil scales.
+Float8Casts float8_casts(Float8Recipe r);
+
+// y = x [..., K] @ w [N, K]^T + bias [N] with each GEMM's operands cast as `casts` says; differentiable in x, w,
+// bias (the gradients' GEMMs cast as the recipe says; the bias added and its gradient summed in float32).
+// float32 only. Its GEMMs are recorded as FP8 GEMMs (the simulator prices them at the chip's FP8 rate).
+Tensor float8_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const Float8Casts& casts);
+
+}  // namespace titan

@@ -1,0 +1,173 @@
+// FP8 training numerics (src/ops/float8.h) against an independent numpy model of the formats and of torchao's
+// scaling (scripts/float8_reference.py -> tests/golden/float8.h5): the casts bit for bit, the scales and round
+// trips bit for bit, the float8 linear's output and gradients to float32 GEMM rounding.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+
+#include "src/autograd/engine.h"
+#include "src/checkpoint/h5.h"
+#include "src/ops/float8.h"
+#include "src/ops/ops.h"
+#include "src/tensor/cost.h"
+
+namespace titan {
+namespace {
+
+h5::File golden() {
+  return h5::File(std::string(TITAN_SOURCE_DIR) + "/tests/golden/float8.h5", h5::File::Read);
+}
+
+uint32_t bits(float v) { return std::bit_cast<uint32_t>(v); }
+
+// Bitwise equality of two float32 tensors (NaN == NaN of any payload); the first difference reported.
+void expect_bitwise(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const auto g = got.contiguous().to_vector<float>(), w = want.contiguous().to_vector<float>();
+  int64_t bad = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(g[i]) && std::isnan(w[i])) continue;
+    if (bits(g[i]) != bits(w[i]) && bad++ == 0)
+      ADD_FAILURE() << what << ": element " << i << " is " << g[i] << ", the reference " << w[i];
+  }
+  EXPECT_EQ(bad, 0) << what << ": elements differing from the reference";
+}
+
+TEST(Float8, CastsEveryValueAsTheFormatSays) {
+  h5::File f = golden();
+  const auto x = f.read_f32("cast/inputs").to_vector<float>();
+  for (Fp8Format fmt : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+    const std::string name = fmt == Fp8Format::e4m3 ? "e4m3" : "e5m2";
+    const auto want = f.read_i64("cast/" + name);
+    ASSERT_EQ(want.size(), x.size());
+    int64_t bad = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const uint8_t got = fp8_encode(x[i], fmt);
+      if (got != (uint8_t)want[i] && bad++ < 5)
+        ADD_FAILURE() << name << ": " << x[i] << " (bits 0x" << std::hex << bits(x[i]) << ") encodes to 0x" << (int)got
+                      << ", the reference 0x" << want[i] << std::dec;
+      // decode(encode(v)) is the round trip's value for every finite code
+      const float back = fp8_decode(got, fmt);
+      if (!std::isnan(back)) EXPECT_EQ(fp8_encode(back, fmt), got) << name << " " << x[i];
+    }
+    EXPECT_EQ(bad, 0) << name << ": values cast differently from the reference";
+  }
+  EXPECT_EQ(fp8_max(Fp8Format::e4m3), 448.0f);
+  EXPECT_EQ(fp8_max(Fp8Format::e5m2), 57344.0f);
+  EXPECT_EQ(fp8_encode(1e9f, Fp8Format::e4m3), 0x7E);   // saturated, never NaN
+  EXPECT_EQ(fp8_encode(-INFINITY, Fp8Format::e5m2), 0xFB);  // saturated, never -inf
+}
+
+TEST(Float8, ScalesAndRoundTripsMatchTorchaosRecipes) {
+  h5::File f = golden();
+  const Tensor x = f.read_f32("scale/x");
+  int cases = 0;
+  for (Fp8Format fmt : {Fp8Format::e4m3, Fp8Format::e5m2})
+    for (Fp8Scaling sc : {Fp8Scaling::tensorwise, Fp8Scaling::axiswise, Fp8Scaling::mx_floor, Fp8Scaling::mx_rceil})
+      for (bool pow2 : {false, true}) {
+        const bool mx = sc == Fp8Scaling::mx_floor || sc == Fp8Scaling::mx_rceil;
+        if (mx && pow2) continue;
+        for (int axis : {0, 1}) {
+          const char* sn[] = {"tensorwise", "axiswise", "mx_floor", "mx_rceil"};
+          const std::string k = std::string("scale/") + (fmt == Fp8Format::e4m3 ? "e4m3" : "e5m2") + "/" +
+                                sn[(int)sc] + "/" + (pow2 ? "1" : "0") + "/" + std::to_string(axis);
+          const Fp8Cast c{false, fmt, sc, pow2};
+          expect_bitwise(fp8_scales(x, c, axis), f.read_f32(k + "/scales"), k + " scales");
+          expect_bitwise(fp8_round_trip(x, c, axis), f.read_f32(k + "/round_trip"), k + " round trip");
+          ++cases;
+        }
+      }
+  EXPECT_EQ(cases, 24);
+}
+
+// Relative error of a tensor against a reference, by the reference's largest magnitude.
+double rel_err(const Tensor& got, const Tensor& want) {
+  const auto g = got.contiguous().to_vector<float>(), w = want.contiguous().to_vector<float>();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < g.size(); ++i) num = std::max(num, std::fabs((double)g[i] - w[i])), den = std::max(den, std::fabs((double)w[i]));
+  return num / std::max(den, 1e-30);
+}
+
+TEST(Float8, LinearForwardAndBackwardFollowEachRecipe) {
+  h5::File f = golden();
+  const Tensor x0 = f.read_f32("linear/x"), w0 = f.read_f32("linear/w"), dy = f.read_f32("linear/dy");
+  for (Float8Recipe r : {Float8Recipe::tensorwise, Float8Recipe::rowwise, Float8Recipe::rowwise_with_gw_hp,
+                         Float8Recipe::mxfp8, Float8Recipe::mxfp8_rceil}) {
+    const std::string k = "linear/" + std::string(enum_names(Float8Recipe{})[(int)r]);
+    Tensor x = x0.detach(), w = w0.detach();
+    x.requires_grad_(true);
+    w.requires_grad_(true);
+    // x as [2, 32, K]: the op folds leading dims into the GEMM's rows
+    Tensor y = float8_linear(reshape(x, {2, 32, x0.size(1)}), w, Tensor(), float8_casts(r));
+    ASSERT_EQ(y.shape(), (Shape{2, 32, w0.size(0)}));
+    autograd::backward({y}, {reshape(dy, {2, 32, w0.size(0)})});
+    EXPECT_LT(rel_err(reshape(y, {-1, w0.size(0)}), f.read_f32(k + "/y")), 2e-6) << k;
+    EXPECT_LT(rel_err(x.grad(), f.read_f32(k + "/dx")), 2e-6) << k;
+    EXPECT_LT(rel_err(w.grad(), f.read_f32(k + "/dw")), 2e-6) << k;
+    // FP8 is not float32: each recipe moves the output measurably away from the plain linear
+    EXPECT_GT(rel_err(reshape(y, {-1, w0.size(0)}), linear(x0, w0)), 1e-4) << k;
+  }
+}
+
+TEST(Float8, HighPrecisionCastsAreThePlainLinear) {
+  Float8Casts k;  // every operand high precision
+  k.input.high_precision = k.weight.high_precision = k.grad_output.high_precision = true;
+  k.input_for_grad_weight = k.weight_for_grad_input = k.grad_output_for_grad_weight = k.input;
+  h5::File f = golden();
+  Tensor x = f.read_f32("linear/x"), w = f.read_f32("linear/w"), b = zeros({w.size(0)});
+  for (Tensor* t : {&x, &w, &b}) t->requires_grad_(true);
+  Tensor y = float8_linear(x, w, b, k);
+  Tensor dy = f.read_f32("linear/dy");
+  autograd::backward({y}, {dy});
+  const Tensor gx = x.grad(), gw = w.grad(), gb = b.grad();
+  Tensor x2 = x.detach(), w2 = w.detach(), b2 = b.detach();
+  for (Tensor* t : {&x2, &w2, &b2}) t->requires_grad_(true);
+  Tensor y2 = linear(x2, w2, b2);
+  autograd::backward({y2}, {dy});
+  EXPECT_LT(rel_err(y, y2), 1e-6);
+  EXPECT_LT(rel_err(gx, x2.grad()), 1e-6);
+  EXPECT_LT(rel_err(gw, w2.grad()), 1e-6);
+  EXPECT_LT(rel_err(gb, b2.grad()), 1e-6);
+}
+
+TEST(Float8, MetaTensorsGiveShapesAndFp8GemmRecords) {
+  Tensor x = empty({4, 64, 128}, DType::F32, Device::Meta), w = empty({256, 128}, DType::F32, Device::Meta);
+  x.requires_grad_(true);
+  w.requires_grad_(true);
+  CostTrace trace;
+  Tensor y = float8_linear(x, w, Tensor(), float8_casts(Float8Recipe::mxfp8));
+  EXPECT_EQ(y.shape(), (Shape{4, 64, 256}));
+  EXPECT_TRUE(y.is_meta());
+  autograd::backward({y}, {empty({4, 64, 256}, DType::F32, Device::Meta)});
+  int gemms = 0, casts = 0;
+  for (const CostEvent& e : trace.events()) {
+    if (e.gemm.batch > 0) {
+      EXPECT_EQ(e.gemm.precision, GemmPrecision::mxfp8) << e.op;
+      ++gemms;
+    }
+    casts += std::string(e.op) == "fp8_cast";
+  }
+  EXPECT_EQ(gemms, 3);  // output, grad_input, grad_weight
+  EXPECT_EQ(casts, 6);
+}
+
+TEST(Float8, RefusesWhatItCannotCast) {
+  const Tensor w = zeros({32, 48});
+  try {  // MX: the contraction length must hold whole blocks
+    float8_linear(zeros({32, 48}), w, Tensor(), float8_casts(Float8Recipe::mxfp8));
+    FAIL() << "48 columns accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("multiple of 32"), std::string::npos) << e.what();
+  }
+  try {
+    float8_linear(zeros({8, 48}, DType::F64), zeros({32, 48}, DType::F64), Tensor(),
+                  float8_casts(Float8Recipe::tensorwise));
+    FAIL() << "float64 accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("float32"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace titan
