@@ -74,6 +74,13 @@ TrainJob assemble(const JobConfig& cfg, comms::DeviceMesh& mesh, DataLoader& loa
     TITAN_CHECK(full.num_parameters() == n_params, "internal: parameter count mismatch");
   });
   decoder::Decoder& model = *job.model;
+  if (cfg.converters.contains("float8"))
+    log_info("float8 training (emulated in float32 on this CPU): recipe " + config::enum_name(cfg.float8.recipe) + ", " +
+             std::to_string(job.float8.converted.size()) + " linear layers converted" +
+             (job.float8.filtered.empty() ? std::string()
+                                          : ", " + std::to_string(job.float8.filtered.size()) +
+                                                " left in float32 by float8.filter_fqns " + cfg.float8.filter_fqns.text()) +
+             "; the MoE experts' grouped GEMMs stay float32");
   log_info("model parameters: " + with_commas((double)n_params) + " total, " +
            with_commas((double)(n_params - model.num_embedding_params())) + " non-embedding; " +
            fmt("%.4g", model.flops_per_token(S)) + " training FLOPs per token (seq " + std::to_string(S) + ")");

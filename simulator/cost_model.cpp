@@ -6,6 +6,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "src/tensor/error.h"
+
 namespace titan::sim {
 
 Collective parse_collective(const std::string& s) {
@@ -31,6 +33,17 @@ double pad(long long x, int t) { return (double)((x + t - 1) / t * t); }
 bool pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
 }  // namespace
 
+double gemm_peak_tflops(const ChipSpec& c, GemmPrecision p) {
+  if (p == GemmPrecision::high) return c.peak_tflops;
+  const bool mx = p == GemmPrecision::mxfp8;
+  const double v = mx ? c.mxfp8_tflops : c.fp8_tflops;
+  TITAN_CHECK(v > 0, "simulator: chip ", c.name, " (", c.file, ") has no ", mx ? "MXFP8" : "FP8", " GEMM rate (",
+              mx ? "mxfp8_tflops" : "fp8_tflops", " in its spec): the step's float8 GEMMs (model.converters float8, "
+              "float8.recipe) cannot be priced on it; choose a chip with ", mx ? "MXFP8 (B200, GB200, GB300, Trainium3)"
+              : "FP8 (H100, H200, B200, GB200, GB300, Trainium2, Trainium3)", " or drop the converter");
+  return c.peak_tflops * v / c.headline_tflops;
+}
+
 KernelTime kernel_time(const ChipSpec& c, int rpc, const Kernel& k, ExecMode mode) {
   KernelTime t;
   const double peak = c.peak_tflops * 1e12 / rpc;
@@ -42,9 +55,11 @@ KernelTime kernel_time(const ChipSpec& c, int rpc, const Kernel& k, ExecMode mod
     // a table measured on the whole chip: a rank's call fills its 1/rpc share as a call rpc times larger fills
     // the chip (gemm_efficiency_per: chip); a table of one rank's share is read at the call's size
     const double fill = c.gemm_table_per_chip ? rpc : 1.0;
-    double rate = peak * gemm_efficiency(c, fill * real / b / 1e9);  // FLOP/s this rank's share of the chip reaches
-    if (c.gemm_power_limit_tflops > 0) rate = std::min(rate, c.gemm_power_limit_tflops * 1e12 / rpc);
-    t.efficiency = rate / peak * real / padded;
+    const double ratio = gemm_peak_tflops(c, k.precision) / c.peak_tflops;  // 1 in the activation dtype
+    const double gpeak = peak * ratio;
+    double rate = gpeak * gemm_efficiency(c, fill * real / b / 1e9);  // FLOP/s this rank's share of the chip reaches
+    if (c.gemm_power_limit_tflops > 0) rate = std::min(rate, ratio * c.gemm_power_limit_tflops * 1e12 / rpc);
+    t.efficiency = rate / gpeak * real / padded;
     t.compute_s = padded / rate;
   } else if (k.kind == KernelKind::Attention) {
     t.efficiency = c.attention_efficiency;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "simulator/hardware.h"
+#include "src/tensor/cost.h"
 #include "src/config/enum_names.h"
 
 namespace titan::sim {
@@ -43,7 +44,13 @@ struct Kernel {
   KernelKind kind = KernelKind::Other;
   double flops = 0, bytes = 0;
   long long batch = 1, m = 0, n = 0, k = 0;  // GEMM shape
+  GemmPrecision precision = GemmPrecision::high;  // GEMM: priced at the chip's peak for it
 };
+
+// The dense peak (TFLOP/s per chip) a GEMM of this precision is priced against: peak_tflops, or for FP8 /
+// MXFP8 peak_tflops x their headline / headline_tflops; a precision the chip has no rate for is refused, naming
+// the chip and the spec key.
+double gemm_peak_tflops(const ChipSpec& chip, GemmPrecision p);
 
 struct KernelTime {
   double seconds = 0, compute_s = 0, memory_s = 0, overhead_s = 0;

@@ -181,7 +181,8 @@ ChipSpec read_chip(const std::string& file) {
              {"name", "cores", "peak_tflops", "headline_tflops", "mfu_peak_tflops", "vector_tflops", "hbm_gib",
               "hbm_tbps", "memory_efficiency", "attention_efficiency", "eager_launch_us", "compiled_launch_us",
               "comm_interference", "gemm_tile", "gemm_efficiency", "attention_kernels", "gemm_power_limit_tflops",
-              "eager_host_us", "compiled_host_us", "local_comm_gbps", "local_comm_latency_us", "gemm_efficiency_per"},
+              "eager_host_us", "compiled_host_us", "local_comm_gbps", "local_comm_latency_us", "gemm_efficiency_per",
+              "fp8_tflops", "mxfp8_tflops"},
              file, "");
   ChipSpec c;
   c.file = file;
@@ -191,6 +192,8 @@ ChipSpec read_chip(const std::string& file) {
   c.headline_tflops = n["headline_tflops"] ? number(n, "headline_tflops", file) : c.peak_tflops;
   c.mfu_peak_tflops = n["mfu_peak_tflops"] ? number(n, "mfu_peak_tflops", file) : c.peak_tflops;
   c.vector_tflops = number(n, "vector_tflops", file);
+  c.fp8_tflops = n["fp8_tflops"] ? number(n, "fp8_tflops", file) : 0.0;
+  c.mxfp8_tflops = n["mxfp8_tflops"] ? number(n, "mxfp8_tflops", file) : 0.0;
   c.hbm_gib = number(n, "hbm_gib", file);
   c.hbm_tbps = number(n, "hbm_tbps", file);
   c.memory_efficiency = number(n, "memory_efficiency", file);

@@ -29,6 +29,13 @@ struct ChipSpec {
   double peak_tflops = 0;          // dense bf16 tensor-engine peak the kernels are priced against
   double headline_tflops = 0;      // vendor's headline dense bf16 figure (reported, not priced)
   double mfu_peak_tflops = 0;      // MFU denominator (TorchTitan / vendor convention)
+  // Dense FP8 / MXFP8 tensor-engine headlines (vendor figures, as headline_tflops is BF16's; 0: the chip has
+  // none, a float8 step is refused). A GEMM recorded in FP8 (model.converters float8) is priced at
+  // peak_tflops x fp8 / headline (the vendors' FP8 : BF16 ratio on the peak a GEMM reaches) with the same
+  // gemm_efficiency table, and gemm_power_limit_tflops scaled by the same ratio (an assumption: no published
+  // FP8 sweep per chip yet); a step with FP8 GEMMs reports MFU against mfu_peak_tflops x that ratio.
+  double fp8_tflops = 0;
+  double mxfp8_tflops = 0;
   double vector_tflops = 0;        // non-GEMM arithmetic throughput (elementwise, reductions)
   double hbm_gib = 0;              // memory capacity
   double hbm_tbps = 0;             // memory bandwidth, TB/s

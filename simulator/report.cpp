@@ -15,7 +15,11 @@ std::vector<std::string> describe_simulation(const SimResult& r) {
   out.push_back("sim step: " + fmt("%.3f", r.step_s) + " s  tps: " + fmt("%.0f", r.tokens_per_s) + " (" +
                 fmt("%.1f", r.tokens_per_s_per_chip) + " per chip)  tflops: " + fmt("%.1f", r.tflops_per_chip) +
                 " per chip  mfu: " + fmt("%.2f", 100 * r.mfu) + "%  (hardware FLOPs incl. recompute: " +
-                fmt("%.2f", 100 * r.hfu) + "%)");
+                fmt("%.2f", 100 * r.hfu) + "%" +
+                (r.mfu_precision.empty() ? std::string()
+                                         : "; of the " + r.mfu_precision + " peak, " + fmt("%.0f", r.mfu_peak_tflops) +
+                                               " TFLOP/s: the step's linear layers compute in " + r.mfu_precision) +
+                ")");
   std::string cb = "sim time: compute " + fmt("%.3f", r.compute_s) + " s (";
   bool first = true;
   for (auto& [k, v] : r.compute_by_class) {

@@ -51,6 +51,8 @@ struct SimResult {
   double tokens_per_step = 0, tokens_per_s = 0, tokens_per_s_per_chip = 0;
   double tokens_per_s_per_rank = 0;  // TorchTitan's logged tps: total / world (tp ranks share their tokens)
   double model_flops_per_token = 0, tflops_per_chip = 0, mfu = 0, hfu = 0;
+  double mfu_peak_tflops = 0;  // MFU's denominator per chip: the chip's in the fastest precision the GEMMs use
+  std::string mfu_precision;   // empty (the activation dtype's peak), FP8 or MXFP8
   double hardware_flops_per_rank = 0;
   SimMemory memory;  // per chip
   double hbm_bytes = 0;

@@ -228,6 +228,7 @@ class Schedule {
     k.m = e.gemm.m;
     k.n = e.gemm.n;
     k.k = e.gemm.k;
+    k.precision = e.gemm.precision;
     if (e.cls == KernelClass::HostSync) {  // the host waits for the device to get here
       flush_fused(l);
       l.th = std::max(l.th, l.tc);

@@ -150,11 +150,20 @@ SimResult simulate_step(const JobConfig& cfg, int world) {
   r.tokens_per_s_per_rank = r.tokens_per_s / r.world;
   r.model_flops_per_token = plan.model_flops_per_token;
   r.tflops_per_chip = r.tokens_per_s * plan.model_flops_per_token / r.chips / 1e12;
-  r.mfu = r.tflops_per_chip / chip.mfu_peak_tflops;
+  // MFU's denominator: the chip's peak in the fastest precision the step's GEMMs use (FP8 GEMMs: the FP8 peak,
+  // so MFU stays below 100%)
+  GemmPrecision fastest = GemmPrecision::high;
+  for (const StepPlan& p : plans)
+    for (const CostEvent& e : p.events)
+      if (e.gemm.batch > 0 && gemm_peak_tflops(chip, e.gemm.precision) > gemm_peak_tflops(chip, fastest))
+        fastest = e.gemm.precision;
+  r.mfu_peak_tflops = chip.mfu_peak_tflops * gemm_peak_tflops(chip, fastest) / chip.peak_tflops;
+  r.mfu_precision = fastest == GemmPrecision::high ? "" : fastest == GemmPrecision::fp8 ? "FP8" : "MXFP8";
+  r.mfu = r.tflops_per_chip / r.mfu_peak_tflops;
   double flops = 0;  // per rank, averaged over the stages
   for (const StepPlan& p : plans) flops += p.flops / (double)plans.size();
   r.hardware_flops_per_rank = flops;
-  r.hfu = r.step_s > 0 ? flops * rpc / r.step_s / 1e12 / chip.mfu_peak_tflops : 0;
+  r.hfu = r.step_s > 0 ? flops * rpc / r.step_s / 1e12 / r.mfu_peak_tflops : 0;
 
   // ---- memory per chip: each stage's peak; the step's is the fullest stage's ----
   for (size_t s = 0; s < plans.size(); ++s) {

@@ -38,6 +38,16 @@ std::vector<Field> fields(JobConfig& c) {
                    "true: log the effective config (the YAML saved as <dump_folder>/config.yaml) at start"),
   };
   for (const auto& k : decoder::knobs()) fs.push_back(k.bind(c.model));
+  fs.push_back(config::bind("model.converters", &c.converters,
+                            "what the model's layers become: [float8] = the linear layers' GEMMs in FP8 (float8.*); "
+                            "[] = none (a training choice: not in the exported config.json)"));
+  fs.push_back(config::bind("float8.recipe", &c.float8.recipe,
+                            "torchao's recipe: tensorwise (e4m3, dy e5m2, one scale a tensor), rowwise (e4m3, a "
+                            "power-of-two scale a row), rowwise_with_gw_hp (grad_weight in float32), mxfp8 / "
+                            "mxfp8_rceil (32-blocks, e8m0 scales: floor / rceil)"));
+  fs.push_back(config::bind("float8.filter_fqns", &c.float8.filter_fqns,
+                            "linear layers left in float32: those whose name contains an entry (e.g. [lm_head] as "
+                            "TorchTitan's [output]; MoE routers: [gate] / [router])"));
   std::vector<Field> more = {
       config::bind("optimizer.name", &c.optimizer.name, "the optimizer: AdamW (decoupled weight decay, PyTorch's update order), the only one", {"AdamW"}),
       config::bind("optimizer.lr", &c.optimizer.lr,
@@ -271,9 +281,21 @@ void apply_yaml(JobConfig& c, const std::string& path) {
       if (!f)
         fail("config error: ", path, ":", kl, ": unknown key '", sec, ".", k, "'", suggestion(k, keys),
              "; keys in [", sec, "]: ", join(keys));
-      TITAN_CHECK(kv->second.IsScalar(), "config error: ", path, ":", kl, ": ", f->key, " must be ", f->type);
-      f->set(kv->second.Scalar(), path + ":" + std::to_string(kl));
-      if (sec == "model") c.model_given.insert(k), c.model_where[k] = path + ":" + std::to_string(kl);
+      std::string text;
+      if (kv->second.IsSequence()) {  // a list key's YAML list: its items as the list's text (other keys refuse it)
+        std::vector<std::string> items;
+        for (const auto& item : kv->second) {
+          TITAN_CHECK(item.IsScalar(), "config error: ", path, ":", kl, ": ", f->key, " must be ", f->type);
+          items.push_back(item.Scalar());
+        }
+        text = "[" + join(items) + "]";
+      } else {
+        TITAN_CHECK(kv->second.IsScalar(), "config error: ", path, ":", kl, ": ", f->key, " must be ", f->type);
+        text = kv->second.Scalar();
+      }
+      f->set(text, path + ":" + std::to_string(kl));
+      c.given.insert(sec + "." + k);
+      if (sec == "model" && decoder::find_knob(k)) c.model_given.insert(k), c.model_where[k] = path + ":" + std::to_string(kl);
     }
   }
 }
@@ -298,7 +320,9 @@ void apply_override(JobConfig& c, const std::string& key, const std::string& val
   const Field* f = find(fs, key);
   if (!f) unknown_flag(fs, key);
   f->set(value, "--" + key);
-  if (key.rfind("model.", 0) == 0) c.model_given.insert(key.substr(6)), c.model_where[key.substr(6)] = "--" + key;
+  c.given.insert(key);
+  if (key.rfind("model.", 0) == 0 && decoder::find_knob(key.substr(6)))
+    c.model_given.insert(key.substr(6)), c.model_where[key.substr(6)] = "--" + key;
 }
 
 void validate(const JobConfig& c) {
@@ -307,6 +331,31 @@ void validate(const JobConfig& c) {
               "config error: activation_checkpoint.selective_ac_option ('", c.activation_checkpoint.selective_ac_option.text(),
               "') applies only with activation_checkpoint.mode selective (it is ", config::enum_name(c.activation_checkpoint.mode),
               "); set the mode or drop the key");
+  {  // model converters and the float8 section
+    for (const std::string& conv : c.converters.items)
+      TITAN_CHECK(conv == "float8", "config error: model.converters: unknown converter '", conv, "' in ",
+                  c.converters.text(), "; converters: float8",
+                  conv == "mx" ? " (MXFP8 is float8.recipe mxfp8 or mxfp8_rceil)" : "");
+    const bool fp8 = c.converters.contains("float8");
+    for (const char* k : {"float8.recipe", "float8.filter_fqns"})
+      TITAN_CHECK(fp8 || !c.given.count(k), "config error: ", k, " is given but model.converters (",
+                  c.converters.text(), ") has no float8: it would do nothing; add float8 to model.converters or "
+                  "drop the key");
+    const auto& p = c.parallelism;
+    TITAN_CHECK(!fp8 || p.tensor_parallel_degree == 1, "config error: model.converters float8 with "
+                "parallelism.tensor_parallel_degree ", p.tensor_parallel_degree, ": a tensor-parallel shard's FP8 "
+                "scales need the amax reduced over the group, which titan does not do yet; use data, pipeline, "
+                "context or expert parallelism with float8, or tensor_parallel_degree 1");
+    if (fp8 && float8_casts(c.float8.recipe).mx) {
+      const int64_t rows = (p.pipeline_parallel_degree > 1 ? p.pipeline_parallel_microbatch_size
+                                                            : c.training.local_batch_size) *
+                           c.training.seq_len / std::max<int64_t>(p.context_parallel_degree, 1);
+      TITAN_CHECK(rows % kMxBlock == 0, "config error: float8.recipe ", config::enum_name(c.float8.recipe),
+                  ": a micro-batch holds ", rows, " tokens (training.seq_len ", c.training.seq_len,
+                  " x its sequences / context_parallel_degree), not a multiple of ", kMxBlock,
+                  "; MX blocks run along the tokens in grad_weight's GEMM");
+    }
+  }
   auto pos = [](int64_t v, const char* k) { TITAN_CHECK(v > 0, "config error: ", k, " must be > 0, got ", v); };
   pos(c.training.steps, "training.steps");
   pos(c.training.seq_len, "training.seq_len");
@@ -643,8 +692,15 @@ std::vector<std::string> config_changes(const std::string& old_yaml, const std::
     for (auto sec = root.begin(); sec != root.end(); ++sec)
       if (sec->first.IsScalar() && sec->second.IsMap())
         for (auto kv = sec->second.begin(); kv != sec->second.end(); ++kv)
-          if (kv->first.IsScalar())
-            m[sec->first.Scalar() + "." + kv->first.Scalar()] = kv->second.IsScalar() ? kv->second.Scalar() : "?";
+          if (kv->first.IsScalar()) {
+            std::string v = kv->second.IsScalar() ? kv->second.Scalar() : "?";
+            if (kv->second.IsSequence()) {  // a list key: its items, as dump_job_config writes them
+              std::vector<std::string> items;
+              for (const auto& item : kv->second) items.push_back(item.IsScalar() ? item.Scalar() : "?");
+              v = "[" + join(items) + "]";
+            }
+            m[sec->first.Scalar() + "." + kv->first.Scalar()] = v;
+          }
     return m;
   };
   const auto a = flat(old_yaml), b = flat(new_yaml), d = flat(dump_job_config(JobConfig{}));

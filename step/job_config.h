@@ -18,6 +18,8 @@
 #include "parallel/pipeline.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/optim/adamw.h"
+#include "src/config/name_list.h"
+#include "src/ops/float8.h"
 
 namespace titan {
 
@@ -37,6 +39,16 @@ struct JobConfig {
   std::map<std::string, std::string> model_where;  // where each was given: "FILE:LINE" or "--model.KEY"
   std::vector<std::string> notes;  // what loading decided that the log should say (a flavor made custom)
   std::vector<std::string> overridden;  // the section.key flags the command line gave (the table's order)
+  std::set<std::string> given;          // every section.key the YAML or the command line set
+
+  // model.converters (TorchTitan's key; a training choice, not an architecture knob: config.json does not carry
+  // it): what the built model's layers become before parallelizing (models/converters.h). float8: the linear
+  // layers' GEMMs in FP8 as the float8 section says.
+  config::NameList converters;
+  struct Float8 {  // TorchTitan's float8 section (torchao's recipes; emulated exactly on the CPU)
+    Float8Recipe recipe = Float8Recipe::rowwise;  // tensorwise | rowwise | rowwise_with_gw_hp | mxfp8 | mxfp8_rceil
+    config::NameList filter_fqns;                 // linear layers whose name contains one of these stay float32
+  } float8;
 
   struct Optimizer {
     std::string name = "AdamW";

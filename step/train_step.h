@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comms/device_mesh.h"
+#include "models/converters.h"
 #include "models/decoder/model.h"
 #include "parallel/parallelize.h"
 #include "parallel/pipeline.h"
@@ -38,6 +39,7 @@ struct TrainJob {
   double max_norm = 0;       // training.max_norm (<= 0: no clipping)
   bool reduce_every_microbatch = true;  // parallelism.fsdp_reduce_every_microbatch
   std::shared_ptr<parallel::Pipeline> pipeline;  // pipeline_parallel_degree > 1: runs each micro-batch's schedule
+  models::Float8Conversion float8;  // model.converters float8: the linear layers converted and those filtered
 };
 
 // The stages of parallelism.pipeline_parallel_* over model.n_layers.

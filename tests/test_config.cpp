@@ -138,6 +138,53 @@ TEST(Config, StrictDuplicatesCliTyposValuesAndWarnings) {
   EXPECT_TRUE(config_warnings(JobConfig()).empty());
 }
 
+TEST(Config, Float8KeysApplyOrAreRefused) {
+  std::string d = tmpdir("cfgfp8");
+  JobConfig c = load_job_config_file(write_file(d + "/f.yaml",
+                                                "model:\n  converters: [float8]\nfloat8:\n  recipe: tensorwise\n"
+                                                "  filter_fqns:\n    - lm_head\n    - gate\n"));
+  EXPECT_EQ(c.converters.items, (std::vector<std::string>{"float8"}));
+  EXPECT_EQ(c.float8.recipe, Float8Recipe::tensorwise);
+  EXPECT_EQ(c.float8.filter_fqns.items, (std::vector<std::string>{"lm_head", "gate"}));
+  EXPECT_FALSE(c.model_given.count("converters"));  // not an architecture knob
+  write_file(d + "/dump.yaml", dump_job_config(c));  // the lists read back as written
+  EXPECT_EQ(dump_job_config(load_job_config_file(d + "/dump.yaml")), dump_job_config(c));
+  // the command line: a,b or [a, b]
+  JobConfig k = load_job_config_file("", {"model.converters", "float8", "float8.filter_fqns", "[lm_head, router]"});
+  EXPECT_TRUE(k.converters.contains("float8"));
+  EXPECT_EQ(k.float8.filter_fqns.items, (std::vector<std::string>{"lm_head", "router"}));
+  EXPECT_EQ(k.float8.recipe, Float8Recipe::rowwise);  // TorchTitan's default recipe
+  // a resume notices a changed list
+  JobConfig k2 = load_job_config_file("", {"model.converters", "float8", "float8.filter_fqns", "lm_head"});
+  const auto ch = config_changes(dump_job_config(k), dump_job_config(k2), {"model", "float8"});
+  ASSERT_EQ(ch.size(), 1u);
+  EXPECT_NE(ch[0].find("float8.filter_fqns"), std::string::npos) << ch[0];
+  // refused, naming the key and the value as written
+  std::string e = error_of([&] { load_job_config_file("", {"model.converters", "[mx]"}); });
+  EXPECT_NE(e.find("unknown converter 'mx'"), std::string::npos) << e;
+  EXPECT_NE(e.find("mxfp8"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file("", {"float8.recipe", "tensorwise"}); });
+  EXPECT_NE(e.find("float8.recipe is given but model.converters ([]) has no float8"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file(write_file(d + "/g.yaml", "float8:\n  filter_fqns: [lm_head]\n")); });
+  EXPECT_NE(e.find("float8.filter_fqns is given"), std::string::npos) << e;
+  e = error_of([&] {
+    load_job_config_file("", {"model.converters", "float8", "parallelism.tensor_parallel_degree", "2"});
+  });
+  EXPECT_NE(e.find("tensor_parallel_degree 2"), std::string::npos) << e;
+  e = error_of([&] {
+    load_job_config_file("", {"model.converters", "float8", "float8.recipe", "mxfp8", "training.seq_len", "20",
+                              "training.local_batch_size", "1"});
+  });
+  EXPECT_NE(e.find("20 tokens"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file("", {"float8.recipe", "fp4"}); });
+  EXPECT_NE(e.find("tensorwise, rowwise, rowwise_with_gw_hp, mxfp8, mxfp8_rceil"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file(write_file(d + "/h.yaml", "model:\n  dim: [1, 2]\n")); });
+  EXPECT_NE(e.find("h.yaml:2"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.dim"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file("", {"float8.filter_fqns", "[a, , b]"}); });
+  EXPECT_NE(e.find("a list of names"), std::string::npos) << e;
+}
+
 TEST(Config, ChangesBetweenConfigsForResume) {
   JobConfig a, b;
   b.optimizer.lr = 1e-3;

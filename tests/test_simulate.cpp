@@ -98,6 +98,30 @@ TEST(CostModel, RooflineGemmIsComputeBoundWithTableEfficiency) {
   EXPECT_NEAR(t1.overhead_s, 10e-6, 1e-15);
 }
 
+// FP8 GEMMs: priced at peak x (FP8 headline / BF16 headline) with the same efficiency table and power limit;
+// a precision the chip has no rate for is refused, naming the chip and the key.
+TEST(CostModel, Fp8GemmsArePricedAtTheChipsFp8Rate) {
+  ChipSpec c = test_chip();
+  c.headline_tflops = 110;  // the priced peak (100) is below the headline: FP8 scales it by 220 / 110
+  c.fp8_tflops = 220;
+  c.gemm_power_limit_tflops = 80;
+  Kernel k;
+  k.kind = KernelKind::Gemm;
+  k.m = k.n = k.k = 4096;
+  k.flops = 2.0 * 4096 * 4096 * 4096;
+  const KernelTime hi = kernel_time(c, 1, k, ExecMode::Compiled);
+  EXPECT_NEAR(hi.compute_s, k.flops / 80e12, 1e-12);  // 0.9 x 100 capped at the power limit
+  k.precision = GemmPrecision::fp8;
+  const KernelTime f8 = kernel_time(c, 1, k, ExecMode::Compiled);
+  EXPECT_NEAR(f8.compute_s, k.flops / 160e12, 1e-12);  // both scaled by 2
+  EXPECT_NEAR(f8.efficiency, hi.efficiency, 1e-12);   // the same fraction of its own peak
+  EXPECT_DOUBLE_EQ(gemm_peak_tflops(c, GemmPrecision::fp8), 200);
+  k.precision = GemmPrecision::mxfp8;
+  const std::string e = error_of([&] { kernel_time(c, 1, k, ExecMode::Compiled); });
+  EXPECT_NE(e.find("chip test"), std::string::npos) << e;
+  EXPECT_NE(e.find("mxfp8_tflops"), std::string::npos) << e;
+}
+
 TEST(CostModel, RooflineElementwiseIsMemoryBound) {
   ChipSpec c = test_chip();
   Kernel k;
@@ -635,6 +659,41 @@ TEST(Simulation, ReproducesPublishedGpuRuns) {
   EXPECT_NEAR(l405.tokens_per_s_per_chip, 109, 0.15 * 109);
   EXPECT_GT(l405.comm_busy_by_group.count("tp"), 0u);
   EXPECT_FALSE(l405.oom);
+}
+
+// float8 (model.converters): the step's linear GEMMs priced at the chip's FP8 rate, their casts as kernels,
+// MFU against the FP8 peak (never above 100%); a chip without FP8 refuses the step, naming itself.
+TEST(Simulation, Float8StepPricesItsGemmsAtTheFp8Rate) {
+  const std::string cfg = "configs/validation/llama31_8b_h100x8.yaml";
+  SimResult bf = simulate_step(sim_config(cfg, {"simulation.mode", "compiled"}), 8);
+  SimResult f8 = simulate_step(sim_config(cfg, {"simulation.mode", "compiled", "model.converters", "float8",
+                                                "float8.recipe", "tensorwise"}), 8);
+  // every GEMM of a dense Llama is a linear layer: the GEMM time is BF16's x 989 / 1979 (the 500 W part's
+  // peak scaled by the H100's FP8 : BF16 headlines)
+  EXPECT_NEAR(f8.compute_by_class.at("gemm") / bf.compute_by_class.at("gemm"), 989.0 / 1979.0, 1e-9);
+  EXPECT_GT(f8.compute_by_class.at("elementwise"), bf.compute_by_class.at("elementwise"));  // the casts
+  EXPECT_GT(f8.kernels, bf.kernels);
+  EXPECT_DOUBLE_EQ(f8.compute_by_class.at("attention"), bf.compute_by_class.at("attention"));
+  EXPECT_LT(f8.step_s, bf.step_s);
+  EXPECT_EQ(f8.mfu_precision, "FP8");
+  EXPECT_NEAR(f8.mfu_peak_tflops, 989.0 * 1979.0 / 989.0, 1e-9);
+  EXPECT_GT(f8.mfu, 0.1);
+  EXPECT_LT(f8.mfu, 1.0);
+  EXPECT_LT(f8.mfu, bf.mfu);  // more tokens per second against twice the peak
+  EXPECT_EQ(bf.mfu_precision, "");
+  std::string e = error_of([&] {
+    simulate_step(sim_config("configs/validation/llama3_8b_a100x64.yaml", {"model.converters", "float8"}), 64);
+  });
+  EXPECT_NE(e.find("a100"), std::string::npos) << e;
+  EXPECT_NE(e.find("no FP8 GEMM rate"), std::string::npos) << e;
+  e = error_of([&] {
+    simulate_step(sim_config(cfg, {"model.converters", "float8", "float8.recipe", "mxfp8"}), 8);
+  });
+  EXPECT_NE(e.find("no MXFP8 GEMM rate"), std::string::npos) << e;
+  SimResult mx = simulate_step(sim_config(cfg, {"model.converters", "float8", "float8.recipe", "mxfp8",
+                                                "simulation.system", "b200-hgx"}), 8);
+  EXPECT_EQ(mx.mfu_precision, "MXFP8");
+  EXPECT_LT(mx.mfu, 1.0);
 }
 
 // Gradient accumulation is in the simulated step: k micro-batches, each backward reducing its FSDP units

@@ -40,6 +40,42 @@ TEST(Train, LossFallsAndSameSeedIsBitIdentical) {
   EXPECT_TRUE(fs::exists(c.job.dump_folder + "/config.yaml"));
 }
 
+// float8 training follows the float32 run closely without being it; MX refuses a layer its blocks do not fit.
+TEST(Train, Float8FollowsFloat32AndRefusesWhatMxCannotBlock) {
+  std::string d = tmpdir("fp8");
+  JobConfig c = tiny_job(d);
+  c.training.steps = 30;
+  c.validation.enabled = false;
+  const TrainResult f32 = train(c);
+  for (Float8Recipe r : {Float8Recipe::tensorwise, Float8Recipe::rowwise}) {
+    JobConfig k = c;
+    k.converters.items = {"float8"};
+    k.float8.recipe = r;
+    fs::remove_all(k.job.dump_folder);
+    const TrainResult f8 = train(k);
+    ASSERT_EQ(f8.losses.size(), f32.losses.size());
+    double worst = 0;
+    for (size_t i = 0; i < f8.losses.size(); ++i)
+      worst = std::max(worst, std::fabs(f8.losses[i] - f32.losses[i]) / f32.losses[i]);
+    // FP8's rounding moves every step after the first GEMM, by a few percent at most on this model
+    EXPECT_GT(worst, 1e-5) << config::enum_name(r) << ": the converter changed nothing";
+    EXPECT_LT(worst, 0.03) << config::enum_name(r);
+    EXPECT_LT(f8.losses.back(), f8.losses.front() - 1.0) << config::enum_name(r);
+  }
+  // MX: the tiny model's k / v projections have 16 outputs (2 heads x 8), not whole 32-blocks
+  JobConfig m = c;
+  m.converters.items = {"float8"};
+  m.float8.recipe = Float8Recipe::mxfp8;
+  fs::remove_all(m.job.dump_folder);
+  const std::string e = error_of([&] { train(m); });
+  EXPECT_NE(e.find("k_proj has weight [16, 32]"), std::string::npos) << e;
+  EXPECT_NE(e.find("float8.filter_fqns"), std::string::npos) << e;
+  m.float8.filter_fqns.items = {"k_proj", "v_proj"};
+  m.training.steps = 4;
+  fs::remove_all(m.job.dump_folder);
+  EXPECT_EQ(train(m).losses.size(), 4u);
+}
+
 TEST(Train, ResumeReproducesTheUninterruptedRun) {
   std::string d = tmpdir("resume");
   JobConfig c = tiny_job(d);

@@ -137,4 +137,34 @@ void check_nesting(const std::string& text, const std::string& where, int max_de
   }
 }
 
+std::optional<NameList> NameList::parse(const std::string& text) {
+  auto trim = [](std::string t) {
+    const size_t a = t.find_first_not_of(" \t"), b = t.find_last_not_of(" \t");
+    return a == std::string::npos ? std::string() : t.substr(a, b - a + 1);
+  };
+  std::string body = trim(text);
+  if (!body.empty() && body.front() == '[') {
+    if (body.back() != ']') return std::nullopt;
+    body = trim(body.substr(1, body.size() - 2));
+  }
+  NameList l;
+  if (body.empty()) return l;
+  size_t at = 0;
+  while (true) {
+    const size_t comma = body.find(',', at);
+    const std::string item = trim(body.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (item.empty() || item.find_first_of("[]{}'\" \t") != std::string::npos) return std::nullopt;
+    l.items.push_back(item);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return l;
+}
+
+std::string NameList::text() const { return "[" + join(items) + "]"; }
+
+bool NameList::contains(const std::string& s) const {
+  return std::find(items.begin(), items.end(), s) != items.end();
+}
+
 }  // namespace titan::config

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "src/config/enum_names.h"
+#include "src/config/name_list.h"
 
 namespace titan::config {
 

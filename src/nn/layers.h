@@ -1,10 +1,12 @@
 // src/nn/layers.h — the basic parameterized layers shared by the model zoo.
 #pragma once
+#include <optional>
 #include "src/config/enum_names.h"
 #include <functional>
 #include <string>
 
 #include "src/nn/module.h"
+#include "src/ops/float8.h"
 #include "src/ops/ops.h"
 
 namespace titan::nn {
@@ -18,13 +20,18 @@ class Linear : public Module {
  public:
   Linear(int64_t in, int64_t out, bool bias);
   Tensor forward(const Tensor& x) const {
-    return bias_scale == 1.0 || !bias.defined() ? linear(x, weight, bias) : add(linear(x, weight), mul(bias, bias_scale));
+    const bool once = bias_scale == 1.0 || !bias.defined();
+    const Tensor b = once ? bias : Tensor();
+    Tensor y = float8 ? float8_linear(x, weight, b, *float8) : linear(x, weight, b);
+    return once ? y : add(y, mul(bias, bias_scale));
   }
   Tensor weight;  // [out, in]
   Tensor bias;    // [out] or undefined
   // 0 on all but one rank of a row-parallel (tensor-parallel) group, whose
   // partial outputs are summed: the bias is added once (its gradient still flows)
   double bias_scale = 1.0;
+  // Set by the float8 converter (models/converters.h): the GEMMs run in FP8, each operand cast as the recipe says
+  std::optional<Float8Casts> float8;
 };
 
 class Embedding : public Module {

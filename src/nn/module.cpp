@@ -30,6 +30,15 @@ std::vector<std::pair<std::string, Tensor*>> Module::named_parameters(const std:
   return out;
 }
 
+std::vector<std::pair<std::string, Module*>> Module::named_modules(const std::string& prefix) {
+  std::vector<std::pair<std::string, Module*>> out = {{prefix, this}};
+  for (auto& [n, c] : children_) {
+    auto sub = c->named_modules(prefix.empty() ? n : prefix + "." + n);
+    out.insert(out.end(), sub.begin(), sub.end());
+  }
+  return out;
+}
+
 std::vector<Tensor*> Module::parameters() {
   std::vector<Tensor*> out;
   for (auto& [n, p] : named_parameters()) out.push_back(p);

@@ -31,6 +31,9 @@ class Module {
   // The initialization each parameter declared, in named_parameters() order.
   std::vector<ParamInit> parameter_inits();
   std::vector<Tensor*> parameters();
+  // This module ("" or `prefix` without its dot) and every descendant, depth-first in registration order, named
+  // as named_parameters() names their parameters' owners.
+  std::vector<std::pair<std::string, Module*>> named_modules(const std::string& prefix = "");
   int64_t num_parameters();
   void zero_grad();
 

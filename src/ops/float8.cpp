@@ -17,35 +17,31 @@ struct Format {
   int mbits, bias;
   float max;         // the largest finite value
   uint8_t max_bits;  // its bits (without the sign)
+  float min_normal;  // 2^(1 - bias)
+  float magic;       // 2^(1 - bias - mbits + 23): a float32 whose ulp is the subnormal quantum
 };
 constexpr Format spec(Fp8Format f) {
-  return f == Fp8Format::e4m3 ? Format{3, 7, 448.0f, 0x7E} : Format{2, 15, 57344.0f, 0x7B};
+  return f == Fp8Format::e4m3 ? Format{3, 7, 448.0f, 0x7E, 0x1p-6f, 0x1p14f}
+                              : Format{2, 15, 57344.0f, 0x7B, 0x1p-14f, 0x1p7f};
 }
 
-// |v| (finite, below the format's max) rounded to the format's nearest value, ties to even. Below the smallest
-// normal the values are multiples of the subnormal quantum 2^(1 - bias - mbits): adding a float32 whose ulp is
-// that quantum rounds to them (float32's own round to nearest even); above, dropping 23 - mbits mantissa bits
-// with a carry that rounds to nearest even.
-inline float round_magnitude(float a, const Format& s) {
-  const float min_normal = std::ldexp(1.0f, 1 - s.bias);
-  if (a < min_normal) {
-    const float magic = std::ldexp(1.0f, 1 - s.bias - s.mbits + 23);
-    volatile float t = a + magic;  // volatile: the compiler must not fold (a + m) - m to a
-    return t - magic;
-  }
+// v rounded to the format's nearest value, ties to even, saturated at +-max (infinities too); NaN stays NaN.
+// Below the smallest normal the values are multiples of the subnormal quantum 2^(1 - bias - mbits): adding a
+// float32 whose ulp is that quantum rounds to them (float32's own round to nearest even; without -ffast-math
+// (a + m) - m is not folded); above, dropping 23 - mbits mantissa bits with a carry that rounds to nearest even.
+// Branch-free, so the casting loops vectorize.
+inline float round_fp8(float v, const Format& s) {
+  const float a = std::fabs(v);
+  const float sub = (a + s.magic) - s.magic;
   const int shift = 23 - s.mbits;
   uint32_t b = std::bit_cast<uint32_t>(a);
   b += ((1u << (shift - 1)) - 1) + ((b >> shift) & 1u);
   b &= ~((1u << shift) - 1);
-  return std::bit_cast<float>(b);
-}
-
-// v rounded to the format, saturated at +-max (infinities too); NaN stays NaN.
-inline float round_fp8(float v, const Format& s) {
-  if (std::isnan(v)) return v;
-  const float a = std::fabs(v);
-  const float r = a >= s.max ? s.max : std::min(round_magnitude(a, s), s.max);
-  return std::signbit(v) ? -r : r;
+  float r = a < s.min_normal ? sub : std::bit_cast<float>(b);
+  r = a >= s.max ? s.max : r;  // saturate (the carry cannot pass max below it: max is a format value)
+  r = r > s.max ? s.max : r;
+  r = a != a ? a : r;          // NaN
+  return std::copysign(r, v);
 }
 }  // namespace
 
@@ -130,34 +126,66 @@ void check_operand(const char* op, const Tensor& x, const Fp8Cast& c, int axis) 
               " has ", x.size(axis), " along axis ", axis, " (a float8 recipe without MX, or a size that divides)");
 }
 
-// The groups one scale spans, as rows of a [G, L] view of x laid out with the contraction axis last.
-struct Groups {
-  Tensor rows;  // [R, C] contiguous with the contraction axis last (x, or x^T copied)
-  int64_t group = 0;  // elements per scale within a row (C: axiswise; kMxBlock: MX; all: tensorwise)
+// Where x [R, C]'s scales sit: element (i, j)'s is scale (i / bi) * cols + j / bj.
+struct ScaleGrid {
+  int64_t rows = 1, cols = 1;  // the grid of scales: [1, 1] tensorwise, [R, 1] / [1, C] axiswise, MX blocks
+  int64_t bi = 1, bj = 1;      // elements per scale along R and along C
 };
-Groups groups_of(const Tensor& x, const Fp8Cast& c, int axis) {
-  Groups g;
-  g.rows = axis == 1 ? x.contiguous() : transpose(x, 0, 1).contiguous();
-  const int64_t C = g.rows.size(1);
-  g.group = c.scaling == Fp8Scaling::tensorwise ? g.rows.numel() : is_mx(c.scaling) ? kMxBlock : C;
+ScaleGrid grid_of(const Tensor& x, const Fp8Cast& c, int axis) {
+  const int64_t R = x.size(0), C = x.size(1);
+  ScaleGrid g;
+  if (c.scaling == Fp8Scaling::tensorwise) {
+    g.bi = std::max<int64_t>(R, 1), g.bj = std::max<int64_t>(C, 1);
+  } else {
+    const int64_t span = is_mx(c.scaling) ? kMxBlock : (axis == 1 ? C : R);  // along the contraction axis
+    g.bi = axis == 0 ? std::max<int64_t>(span, 1) : 1;
+    g.bj = axis == 1 ? std::max<int64_t>(span, 1) : 1;
+  }
+  g.rows = (R + g.bi - 1) / g.bi, g.cols = (C + g.bj - 1) / g.bj;
   return g;
 }
 
-float amax_of(const float* p, int64_t n) {
-  float m = 0;
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(p[i]));  // NaN: fabs(NaN) compares false (skipped)
-  for (int64_t i = 0; i < n; ++i)
-    if (std::isnan(p[i])) return NAN;
-  return m;
+// Every scale's amax (float32 |x| maxima; NaN when a NaN is among its elements), rows in parallel.
+std::vector<float> amaxes(const float* p, int64_t R, int64_t C, const ScaleGrid& g) {
+  std::vector<float> part((size_t)R * g.cols, 0.0f);  // each row's maximum per scale column
+  std::vector<uint8_t> nan_row(R, 0);
+#pragma omp parallel for schedule(static) if (R * C >= kParallelGrain && R > 1)
+  for (int64_t i = 0; i < R; ++i) {
+    float* m = part.data() + i * g.cols;
+    bool nan = false;
+    for (int64_t jc = 0; jc < g.cols; ++jc) {
+      float slot = 0;
+      for (int64_t j = jc * g.bj, end = std::min(C, j + g.bj); j < end; ++j) {
+        const float v = std::fabs(p[i * C + j]);
+        nan |= v != v;
+        slot = v > slot ? v : slot;
+      }
+      m[jc] = slot;
+    }
+    nan_row[i] = nan;
+  }
+  std::vector<float> amax((size_t)g.rows * g.cols, 0.0f);
+  std::vector<uint8_t> nan((size_t)g.rows * g.cols, 0);
+  for (int64_t i = 0; i < R; ++i)
+    for (int64_t jc = 0; jc < g.cols; ++jc) {
+      float& a = amax[(i / g.bi) * g.cols + jc];
+      a = std::max(a, part[i * g.cols + jc]);
+      if (nan_row[i]) {  // which of the row's scales holds it
+        for (int64_t j = jc * g.bj; j < std::min(C, (jc + 1) * g.bj); ++j)
+          if (p[i * C + j] != p[i * C + j]) nan[(i / g.bi) * g.cols + jc] = 1;
+      }
+    }
+  for (size_t k = 0; k < amax.size(); ++k)
+    if (nan[k]) amax[k] = NAN;
+  return amax;
 }
 
-// Every group's multiplier m (the FP8 value is round(x * m)) and its inverse (what the FP8 value is scaled back by).
+// A scale's multiplier m (the FP8 value is round(x * m)) and what the FP8 value is scaled back by.
 struct GroupScale {
-  float mul, back;  // tensorwise / axiswise: mul = scale, back: divide by scale (torchao: data / scale)
-  bool divide;      // true: x = fp8 / back; false: x = fp8 * back (MX)
+  float mul, back;
+  bool divide;  // true: x = fp8 / back (tensorwise / axiswise: torchao's data / scale); false: fp8 * back (MX)
 };
-GroupScale group_scale(const float* p, int64_t n, const Fp8Cast& c) {
-  const float amax = amax_of(p, n);
+GroupScale group_scale(float amax, const Fp8Cast& c) {
   if (is_mx(c.scaling)) {
     const int e = mx_exponent(amax, c);
     return {e8m0_reciprocal(e), e8m0_value(e), false};
@@ -165,25 +193,25 @@ GroupScale group_scale(const float* p, int64_t n, const Fp8Cast& c) {
   const float s = amax_to_scale(amax, c);
   return {s, s, true};
 }
+
+std::vector<GroupScale> group_scales(const Tensor& x, const Fp8Cast& c, const ScaleGrid& g) {
+  const std::vector<float> amax = amaxes(x.data<float>(), x.size(0), x.size(1), g);
+  std::vector<GroupScale> out;
+  out.reserve(amax.size());
+  for (float a : amax) out.push_back(group_scale(a, c));
+  return out;
+}
 }  // namespace
 
 Tensor fp8_scales(const Tensor& x, const Fp8Cast& c, int axis) {
   check_operand("fp8_scales", x, c, axis);
-  Groups g = groups_of(x, c, axis);
-  const int64_t n = g.rows.numel(), ng = n / std::max<int64_t>(g.group, 1);
-  Shape os = c.scaling == Fp8Scaling::tensorwise ? Shape{1}
-             : c.scaling == Fp8Scaling::axiswise ? Shape{x.size(1 - axis)}
-             : axis == 1                         ? Shape{x.size(0), x.size(1) / kMxBlock}
-                                                 : Shape{x.size(0) / kMxBlock, x.size(1)};
-  std::vector<float> s(ng);
-  const float* p = g.rows.data<float>();
-  for (int64_t i = 0; i < ng; ++i) {
-    const GroupScale gs = group_scale(p + i * g.group, g.group, c);
-    s[i] = gs.divide ? gs.mul : gs.back;
-  }
-  Tensor out = from_vector(s, {ng});
-  if (is_mx(c.scaling) && axis == 0) return transpose(reshape(out, {x.size(1), x.size(0) / kMxBlock}), 0, 1).contiguous();
-  return reshape(out, os);
+  const Tensor xc = x.contiguous();
+  const ScaleGrid g = grid_of(xc, c, axis);
+  std::vector<float> s;
+  for (const GroupScale& gs : group_scales(xc, c, g)) s.push_back(gs.divide ? gs.mul : gs.back);
+  if (c.scaling == Fp8Scaling::tensorwise) return from_vector(s, {1});
+  if (c.scaling == Fp8Scaling::axiswise) return from_vector(s, {axis == 1 ? g.rows : g.cols});
+  return from_vector(s, {g.rows, g.cols});
 }
 
 Tensor fp8_round_trip(const Tensor& x, const Fp8Cast& c, int axis) {
@@ -193,30 +221,44 @@ Tensor fp8_round_trip(const Tensor& x, const Fp8Cast& c, int axis) {
   record_cost("fp8_cast", 4.0 * (double)x.numel(), 2.0 * 4.0 * (double)x.numel() + (double)x.numel(),
               EagerSplit{3, 1.5});
   if (x.is_meta()) return empty(x.shape(), DType::F32, Device::Meta);
-  Groups g = groups_of(x, c, axis);
-  Tensor out = empty(g.rows.shape(), DType::F32, x.device());
+  const Tensor xc = x.contiguous();
+  const int64_t R = xc.size(0), C = xc.size(1);
+  const ScaleGrid g = grid_of(xc, c, axis);
+  const std::vector<GroupScale> sc = group_scales(xc, c, g);
+  Tensor out = empty({R, C}, DType::F32, x.device());
   const Format s = spec(c.format);
-  const int64_t n = g.rows.numel(), ng = n / std::max<int64_t>(g.group, 1);
-  const float* p = g.rows.data<float>();
+  const float* p = xc.data<float>();
   float* o = out.data<float>();
-  auto cast_group = [&](int64_t i) {
-    const float* src = p + i * g.group;
-    float* dst = o + i * g.group;
-    const GroupScale gs = group_scale(src, g.group, c);
-    for (int64_t j = 0; j < g.group; ++j) {
-      const float q = round_fp8(src[j] * gs.mul, s);
-      dst[j] = gs.divide ? q / gs.back : q * gs.back;
+  const bool divide = sc.empty() || sc[0].divide;  // one rule per tensor: / scale (float8), * 2^e (MX)
+#pragma omp parallel if (R * C >= kParallelGrain && R > 1)
+  {
+    std::vector<float> mul(g.cols == 1 ? 0 : C), back(g.cols == 1 ? 0 : C);  // a scale row spread over C
+    int64_t spread = -1;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < R; ++i) {
+      const float* src = p + i * C;
+      float* dst = o + i * C;
+      const int64_t sr = i / g.bi;
+      if (g.cols == 1) {  // one scale for the row
+        const float m = sc[sr].mul, k = sc[sr].back;
+        if (divide)
+          for (int64_t j = 0; j < C; ++j) dst[j] = round_fp8(src[j] * m, s) / k;
+        else
+          for (int64_t j = 0; j < C; ++j) dst[j] = round_fp8(src[j] * m, s) * k;
+        continue;
+      }
+      if (sr != spread) {
+        for (int64_t j = 0; j < C; ++j) mul[j] = sc[sr * g.cols + j / g.bj].mul, back[j] = sc[sr * g.cols + j / g.bj].back;
+        spread = sr;
+      }
+      const float *m = mul.data(), *k = back.data();
+      if (divide)
+        for (int64_t j = 0; j < C; ++j) dst[j] = round_fp8(src[j] * m[j], s) / k[j];
+      else
+        for (int64_t j = 0; j < C; ++j) dst[j] = round_fp8(src[j] * m[j], s) * k[j];
     }
-  };
-  if (c.scaling == Fp8Scaling::tensorwise) {  // one scale: parallel over elements
-    const GroupScale gs = group_scale(p, n, c);
-#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-    for (int64_t j = 0; j < n; ++j) o[j] = round_fp8(p[j] * gs.mul, s) / gs.back;
-  } else {
-#pragma omp parallel for schedule(static) if (n >= kParallelGrain && ng > 1)
-    for (int64_t i = 0; i < ng; ++i) cast_group(i);
   }
-  return axis == 1 ? out : transpose(out, 0, 1).contiguous();
+  return out;
 }
 
 // ---- recipes -------------------------------------------------------------------

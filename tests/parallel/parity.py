@@ -163,12 +163,17 @@ def run_layout(build, name, np_, ref_name, flags, launcher=None, where=""):
                   ["--job.dump_folder", out, "--training.local_batch_size", str(GLOBAL_BATCH // dp)])
     got = losses(out)
     assert sorted(got) == list(range(1, LAYOUT_STEPS + 1)), sorted(got)
-    lw = compare_losses(losses(ref), got, range(1, LAYOUT_STEPS + 1))
+    # float8: step 1 (the same weights, the same micro-batches: the same scales and casts) as tight as float32;
+    # afterwards a float32 reduction-order difference in the weights can move one value across an FP8 rounding
+    # boundary (a step of 1/16 of it under e4m3), so later steps are held to what that can do
+    fp8 = "float8" in deg.get("--model.converters", "")
+    later_tol, weight_tol = (1e-3, 1e-2) if fp8 else (1e-5, 1e-4)
+    lw = max(compare_losses(losses(ref), got, [1]), compare_losses(losses(ref), got, range(2, LAYOUT_STEPS + 1), later_tol))
     gw = compare_grads(os.path.join(ref, "grads_step_1.h5"), os.path.join(out, "grads_step_1.h5"))
     # the HF-named export written from this layout holds the same weights (after as many steps as the reference)
     ww = None
     if LAYOUT_STEPS == REF_STEPS:
-        ww = compare_grads(os.path.join(ref, "export", "model.h5"), os.path.join(out, "export", "model.h5"), 1e-4)
+        ww = compare_grads(os.path.join(ref, "export", "model.h5"), os.path.join(out, "export", "model.h5"), weight_tol)
     # ... and its safetensors, each rank writing its own blocks (dim-0 FSDP / dim-1 TP shards), the same bytes
     sw = safetensors_ref.read(os.path.join(out, "export"))
     with h5py.File(os.path.join(out, "export", "model.h5"), "r") as h:
@@ -239,8 +244,10 @@ def main():
 
     if a.case == "ref":
         shutil.rmtree(ref, ignore_errors=True)
-        run([train] + COMMON + a.layout.split() + ["--job.dump_folder", ref, "--training.local_batch_size",
-                                                   str(GLOBAL_BATCH), "--checkpoint.export_at_end", "true"])
+        # the whole global batch in one micro-batch, unless the row sets its own (float8: the layouts' micro-batches)
+        own = "--training.local_batch_size" in a.layout.split()
+        run([train] + COMMON + a.layout.split() + ["--job.dump_folder", ref, "--checkpoint.export_at_end", "true"] +
+            ([] if own else ["--training.local_batch_size", str(GLOBAL_BATCH)]))
         print("reference losses:", [round(v, 6) for v in losses(ref).values()])
         return
 

@@ -1,0 +1,29 @@
+// models/converters.h — model converters (TorchTitan's model.converters): what a built model's layers become
+// before any parallel plan sees them.
+//
+// float8: every linear layer whose name contains none of filter_fqns computes its three GEMMs (output,
+// grad_input, grad_weight) in FP8 as the recipe says (src/ops/float8.h; emulated exactly on the CPU, priced at
+// the chip's FP8 rate by the simulator). Parameters, optimizer state, checkpoints and exports stay float32;
+// the MoE experts' grouped GEMMs are not linear layers and stay in float32 (TorchTitan converts them with a
+// separate grouped-experts converter).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "src/nn/module.h"
+#include "src/ops/float8.h"
+
+namespace titan::models {
+
+struct Float8Conversion {
+  std::vector<std::string> converted;  // the linear layers' names (HF's module names)
+  std::vector<std::string> filtered;   // linear layers left in float32 by filter_fqns
+};
+
+// Converts model's linear layers (names as named_modules() gives them; a filter entry matches a name containing
+// it, torchao's rule). MX recipes need every converted layer's in and out features to be multiples of 32 (a
+// block spans 32 along each GEMM's contraction axis): a layer that is not is refused, naming it, its shape and
+// the filter that would leave it in float32.
+Float8Conversion convert_to_float8(nn::Module& model, Float8Recipe recipe, const std::vector<std::string>& filter_fqns);
+
+}  // namespace titan::models
