@@ -7,6 +7,8 @@
 // Forward = 2*N*in*out FLOPs; backward = dx and dW GEMMs = 4*N*in*out FLOPs.
 // Each figure is the best of N repetitions, interleaved (sgemm, fwd, bwd, ...)
 // so a slow spell of the machine hits all three alike.
+// Then the float8 linear (src/ops/float8.h, FP8 emulated in float32: each operand cast and cast back, the GEMMs
+// float32) per recipe against the float32 linear, forward + backward interleaved: the cost of emulating FP8.
 #include <cblas.h>
 
 #include <CLI/CLI.hpp>
@@ -19,6 +21,7 @@
 #include "src/autograd/engine.h"
 #include "src/config/version.h"
 #include "src/log/log.h"
+#include "src/ops/float8.h"
 #include "src/ops/ops.h"
 
 using namespace titan;
@@ -84,5 +87,31 @@ int main(int argc, char** argv) {
     ok = ok && fwd / peak >= 0.8 && bwd / peak >= 0.8;
   }
   std::printf("target: every ratio >= 0.80 -> %s\n", ok ? "met" : "NOT met");
+
+  // FP8 emulation: float8_linear fwd + bwd per recipe / linear fwd + bwd, best of reps each, interleaved
+  std::printf("\nfloat8 linear (emulated) fwd+bwd time / float32 linear's, [2048,4096]x[4096,1024]:\n");
+  {
+    Generator g(1);
+    Tensor x = randn({2048, 4096}, g).requires_grad_(true);
+    Tensor w = randn({1024, 4096}, g, DType::F32, 0.02).requires_grad_(true);
+    Tensor dy = randn({2048, 1024}, g);
+    const std::vector<Float8Recipe> recipes = {Float8Recipe::tensorwise, Float8Recipe::rowwise,
+                                               Float8Recipe::rowwise_with_gw_hp, Float8Recipe::mxfp8};
+    std::vector<double> best(recipes.size() + 1, 1e30);
+    for (int r = 0; r < reps + 1; ++r)
+      for (size_t i = 0; i <= recipes.size(); ++i) {
+        const double t0 = now();
+        Tensor y = i == 0 ? linear(x, w) : float8_linear(x, w, Tensor(), float8_casts(recipes[i - 1]));
+        y.backward(dy);
+        const double t1 = now();
+        x.zero_grad();
+        w.zero_grad();
+        if (r > 0) best[i] = std::min(best[i], t1 - t0);
+      }
+    std::printf("  float32 linear %.1f ms\n", 1e3 * best[0]);
+    for (size_t i = 0; i < recipes.size(); ++i)
+      std::printf("  %-20s %.1f ms  x%.2f\n", std::string(enum_names(Float8Recipe{})[(int)recipes[i]]).c_str(),
+                  1e3 * best[i + 1], best[i + 1] / best[0]);
+  }
   return 0;
 }

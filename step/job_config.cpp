@@ -738,6 +738,7 @@ std::string dump_job_config(const JobConfig& cc) {
   std::ostringstream os;
   const auto fs = fields(c);
   for (const std::string& sec : sections_of(fs)) {  // one block per section, whatever the table's order
+    if (sec == "float8" && !c.converters.contains("float8")) continue;  // would do nothing (and is refused so)
     os << sec << ":\n";
     for (const auto& f : fs) {
       if (f.key.rfind(sec + ".", 0) != 0) continue;
