@@ -87,8 +87,9 @@ DeviceMesh::DeviceMesh(MeshDegrees d, bool fake, int fake_rank, int fake_world, 
     auto key = [&](int w) { return key_of(pos_of[w]); };
     if (fake) {
       std::vector<std::pair<int, int>> m;
+      const int mine = color(rank);
       for (int w = 0; w < world; ++w)
-        if (color(w) == color(rank)) m.emplace_back(key(w), w);
+        if (color(w) == mine) m.emplace_back(key(w), w);
       std::sort(m.begin(), m.end());
       std::vector<int> members;
       int me = 0;

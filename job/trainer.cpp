@@ -80,6 +80,10 @@ TrainJob assemble(const JobConfig& cfg, comms::DeviceMesh& mesh, DataLoader& loa
              (job.float8.filtered.empty() ? std::string()
                                           : ", " + std::to_string(job.float8.filtered.size()) +
                                                 " left in float32 by float8.filter_fqns " + cfg.float8.filter_fqns.text()) +
+             (job.float8.unaligned.empty()
+                  ? std::string()
+                  : ", " + std::to_string(job.float8.unaligned.size()) + " left in float32 for features not multiples "
+                        "of 16 (e.g. " + job.float8.unaligned.front() + ")") +
              "; the MoE experts' grouped GEMMs stay float32");
   log_info("model parameters: " + with_commas((double)n_params) + " total, " +
            with_commas((double)(n_params - model.num_embedding_params())) + " non-embedding; " +

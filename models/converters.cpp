@@ -19,6 +19,10 @@ Float8Conversion convert_to_float8(nn::Module& model, Float8Recipe recipe, const
       continue;
     }
     const int64_t out = lin->weight.size(0), in = lin->weight.size(1);
+    if (in % 16 != 0 || out % 16 != 0) {
+      r.unaligned.push_back(name);
+      continue;
+    }
     TITAN_CHECK(!casts.mx || (in % kMxBlock == 0 && out % kMxBlock == 0), "config error: float8.recipe ",
                 config::enum_name(recipe), ": linear layer ", name, " has weight [", out, ", ", in,
                 "]; MX blocks of ", kMxBlock, " need both features to be multiples of ", kMxBlock,

@@ -1,7 +1,8 @@
 // models/converters.h — model converters (TorchTitan's model.converters): what a built model's layers become
 // before any parallel plan sees them.
 //
-// float8: every linear layer whose name contains none of filter_fqns computes its three GEMMs (output,
+// float8: every linear layer whose name contains none of filter_fqns and whose in and out features are multiples of
+// 16 (FP8 tensor cores need them; TorchTitan's module filter skips the others) computes its three GEMMs (output,
 // grad_input, grad_weight) in FP8 as the recipe says (src/ops/float8.h; emulated exactly on the CPU, priced at
 // the chip's FP8 rate by the simulator). Parameters, optimizer state, checkpoints and exports stay float32;
 // the MoE experts' grouped GEMMs are not linear layers and stay in float32 (TorchTitan converts them with a
@@ -18,6 +19,7 @@ namespace titan::models {
 struct Float8Conversion {
   std::vector<std::string> converted;  // the linear layers' names (HF's module names)
   std::vector<std::string> filtered;   // linear layers left in float32 by filter_fqns
+  std::vector<std::string> unaligned;  // left in float32: a feature count not a multiple of 16 (e.g. an 8-expert router)
 };
 
 // Converts model's linear layers (names as named_modules() gives them; a filter entry matches a name containing

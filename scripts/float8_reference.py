@@ -192,6 +192,7 @@ def main():
         f.create_dataset("cast/inputs", data=v)
         for fmt in FORMATS:
             f.create_dataset(f"cast/{fmt}", data=encode(v, fmt).astype(np.int64))
+            f.create_dataset(f"cast/{fmt}_values", data=TABLES[fmt].astype(F32))  # each code's value (NaN: NaN)
         # scales and round trips on a [64, 96] matrix with rows of very different magnitudes, a zero row, a row
         # of float32 subnormals, one of huge values
         x = (rng.standard_normal((64, 96)) * np.exp(rng.uniform(-8, 8, (64, 1)))).astype(F32)

@@ -48,17 +48,21 @@ CASES = [
     ("Kimi K2 1T, 256 H100, PP8 x VP4 x EP32 x FSDP32", "configs/validation/kimi_k2_h100x256.yaml", [], 0.15),
     # expressible since FP8 training numerics (issue 27): every Float8 row of TorchTitan's 2024-12 H100 benchmark
     # titan can express (its Tables 1 and 3 FSDP rows, Table 2's FSDP x CP rows; Tables 4-6 use TP, which titan's
-    # float8 refuses), torchao's default tensorwise recipe, added before the errors of all but the first were seen
+    # float8 refuses), torchao's default tensorwise recipe with the output layer left in bf16 (TorchTitan's float8.py
+    # at the time: module_filter_fn fqn != "output"), added before the errors of all but the first were seen
     ("Llama 3.1 8B, 8 H100, FSDP8, op SAC, compiled, Float8", "configs/validation/llama31_8b_h100x8.yaml",
      ["--simulation.mode", "compiled", "--model.converters", "float8", "--float8.recipe", "tensorwise",
+      "--float8.filter_fqns", "lm_head",
       "--simulation.published_tps", "8532"], 0.15),
     ("Llama 3.1 8B, 128 H100, FSDP128, op SAC, compiled, Float8", "configs/validation/llama31_8b_h100x8.yaml",
      ["--simulation.mode", "compiled", "--model.converters", "float8", "--float8.recipe", "tensorwise",
+      "--float8.filter_fqns", "lm_head",
       "--simulation.world_size", "128", "--simulation.num_systems", "16", "--simulation.published_tps", "8380"], 0.15),
 ] + [
     (f"Llama 3.1 8B, 8 H100, FSDP{8 // cp} x CP{cp}, seq {32 * cp}k, full AC, Float8",
      "configs/validation/llama31_8b_h100x8.yaml",
      ["--simulation.mode", "compiled", "--model.converters", "float8", "--float8.recipe", "tensorwise",
+      "--float8.filter_fqns", "lm_head",
       "--training.seq_len", str(32768 * cp), "--training.local_batch_size", "1", "--activation_checkpoint.mode",
       "full", "--activation_checkpoint.selective_ac_option", "2", "--parallelism.context_parallel_degree", str(cp),
       "--parallelism.data_parallel_shard_degree", str(8 // cp), "--simulation.published_tps", str(tps)], 0.15)
@@ -97,19 +101,21 @@ OPEN = {
     "Kimi K2 1T, 256 H100, PP8 x VP4 x EP32 x FSDP32": ("simulated slow: exposed expert all-to-all", -0.231),
     # TorchTitan's Float8 rows, simulated fast (the bf16 compiled row of the same model is already +7.8%): FP8 GEMMs
     # are priced at the bf16 table's fraction of the FP8 peak, for want of a published FP8 GEMM sweep of the part;
-    # torchao's casts, amax reductions and FSDP's float8 all-gather as titan's (docs/simulator.md, 'FP8')
-    "Llama 3.1 8B, 8 H100, FSDP8, op SAC, compiled, Float8": ("simulated fast: FP8 GEMM efficiency unmeasured", 0.205),
+    # torchao's casts, amax reductions and FSDP's float8 all-gather as titan's (docs/simulator.md, 'FP8'). Recorded
+    # first with the output layer converted too (+20.5%, +21.0%, +17.5%, +8.6%, +44.0%, +49.5%), then expressed as
+    # TorchTitan ran them (output in bf16), which a review pointed out
+    "Llama 3.1 8B, 8 H100, FSDP8, op SAC, compiled, Float8": ("simulated fast: FP8 GEMM efficiency unmeasured", 0.172),
     "Llama 3.1 8B, 128 H100, FSDP128, op SAC, compiled, Float8": (
-        "simulated fast: FP8 GEMM efficiency unmeasured", 0.210),
+        "simulated fast: FP8 GEMM efficiency unmeasured", 0.177),
     "Llama 3.1 8B, 8 H100, FSDP8 x CP1, seq 32k, full AC, Float8": (
-        "simulated fast: FP8 GEMM efficiency unmeasured", 0.175),
+        "simulated fast: FP8 GEMM efficiency unmeasured", 0.160),
     # the longest sequences: attention is 87-93% of the simulated step; the published per-chip rate falls 2.4x
     # from CP 2 to CP 4 where the simulated one falls 1.8x (what the ring or the attention kernel loses at
     # 128k-256k tokens is not modelled)
     "Llama 3.1 8B, 8 H100, FSDP2 x CP4, seq 128k, full AC, Float8": (
-        "simulated fast: long-context attention under CP", 0.440),
+        "simulated fast: long-context attention under CP", 0.434),
     "Llama 3.1 8B, 8 H100, FSDP1 x CP8, seq 256k, full AC, Float8": (
-        "simulated fast: long-context attention under CP", 0.495),
+        "simulated fast: long-context attention under CP", 0.492),
 }
 
 LINE = re.compile(r"sim step: ([0-9.]+) s\s+tps: ([0-9.]+) \(([0-9.]+) per chip\)")

@@ -282,7 +282,7 @@ void apply_yaml(JobConfig& c, const std::string& path) {
         fail("config error: ", path, ":", kl, ": unknown key '", sec, ".", k, "'", suggestion(k, keys),
              "; keys in [", sec, "]: ", join(keys));
       std::string text;
-      if (kv->second.IsSequence()) {  // a list key's YAML list: its items as the list's text (other keys refuse it)
+      if (kv->second.IsSequence() && f->type == config::NameList::kind) {  // a list key's YAML list: its items
         std::vector<std::string> items;
         for (const auto& item : kv->second) {
           TITAN_CHECK(item.IsScalar(), "config error: ", path, ":", kl, ": ", f->key, " must be ", f->type);

@@ -154,7 +154,8 @@ TEST(Config, Float8KeysApplyOrAreRefused) {
   EXPECT_TRUE(k.converters.contains("float8"));
   EXPECT_EQ(k.float8.filter_fqns.items, (std::vector<std::string>{"lm_head", "router"}));
   EXPECT_EQ(k.float8.recipe, Float8Recipe::rowwise);  // TorchTitan's default recipe
-  // a resume notices a changed list
+  // config_changes compares lists item by item (the checkpointer compares model.* and optimizer.*: a changed
+  // model.converters is a change; float8.* is not compared, no state depends on it)
   JobConfig k2 = load_job_config_file("", {"model.converters", "float8", "float8.filter_fqns", "lm_head"});
   const auto ch = config_changes(dump_job_config(k), dump_job_config(k2), {"model", "float8"});
   ASSERT_EQ(ch.size(), 1u);
@@ -181,6 +182,8 @@ TEST(Config, Float8KeysApplyOrAreRefused) {
   e = error_of([&] { load_job_config_file(write_file(d + "/h.yaml", "model:\n  dim: [1, 2]\n")); });
   EXPECT_NE(e.find("h.yaml:2"), std::string::npos) << e;
   EXPECT_NE(e.find("model.dim"), std::string::npos) << e;
+  e = error_of([&] { load_job_config_file(write_file(d + "/i.yaml", "job:\n  dump_folder: [out]\n")); });
+  EXPECT_NE(e.find("job.dump_folder must be a string"), std::string::npos) << e;  // only list keys take a list
   e = error_of([&] { load_job_config_file("", {"float8.filter_fqns", "[a, , b]"}); });
   EXPECT_NE(e.find("a list of names"), std::string::npos) << e;
 }

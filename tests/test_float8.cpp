@@ -6,7 +6,10 @@
 #include <bit>
 #include <cmath>
 
+#include "models/converters.h"
+#include "src/autograd/checkpoint.h"
 #include "src/autograd/engine.h"
+#include "src/nn/layers.h"
 #include "src/checkpoint/h5.h"
 #include "src/ops/float8.h"
 #include "src/ops/ops.h"
@@ -52,6 +55,16 @@ TEST(Float8, CastsEveryValueAsTheFormatSays) {
       if (!std::isnan(back)) EXPECT_EQ(fp8_encode(back, fmt), got) << name << " " << x[i];
     }
     EXPECT_EQ(bad, 0) << name << ": values cast differently from the reference";
+  }
+  for (Fp8Format fmt : {Fp8Format::e4m3, Fp8Format::e5m2}) {  // every code decodes to the format's value
+    const std::string name = fmt == Fp8Format::e4m3 ? "e4m3" : "e5m2";
+    const auto values = f.read_f32("cast/" + name + "_values").to_vector<float>();
+    ASSERT_EQ(values.size(), 256u);
+    for (int code = 0; code < 256; ++code) {
+      const float got = fp8_decode((uint8_t)code, fmt);
+      if (std::isnan(values[code])) EXPECT_TRUE(std::isnan(got)) << name << " code " << code;
+      else EXPECT_EQ(bits(got), bits(values[code])) << name << " code " << code << ": " << got << " vs " << values[code];
+    }
   }
   EXPECT_EQ(fp8_max(Fp8Format::e4m3), 448.0f);
   EXPECT_EQ(fp8_max(Fp8Format::e5m2), 57344.0f);
@@ -115,7 +128,8 @@ TEST(Float8, HighPrecisionCastsAreThePlainLinear) {
   k.input.high_precision = k.weight.high_precision = k.grad_output.high_precision = true;
   k.input_for_grad_weight = k.weight_for_grad_input = k.grad_output_for_grad_weight = k.input;
   h5::File f = golden();
-  Tensor x = f.read_f32("linear/x"), w = f.read_f32("linear/w"), b = zeros({w.size(0)});
+  Generator g(3);
+  Tensor x = f.read_f32("linear/x"), w = f.read_f32("linear/w"), b = randn({w.size(0)}, g);
   for (Tensor* t : {&x, &w, &b}) t->requires_grad_(true);
   Tensor y = float8_linear(x, w, b, k);
   Tensor dy = f.read_f32("linear/dy");
@@ -129,6 +143,59 @@ TEST(Float8, HighPrecisionCastsAreThePlainLinear) {
   EXPECT_LT(rel_err(gx, x2.grad()), 1e-6);
   EXPECT_LT(rel_err(gw, w2.grad()), 1e-6);
   EXPECT_LT(rel_err(gb, b2.grad()), 1e-6);
+}
+
+// Op-level selective checkpointing keeps or recomputes the float8 linear as one matmul-like op: the gradients
+// (bias included) are those of the run without checkpointing, bit for bit.
+TEST(Float8, SelectiveCheckpointingRecomputesTheSameCasts) {
+  Generator g(5);
+  const Tensor x0 = randn({64, 32}, g), w1 = randn({48, 32}, g, DType::F32, 0.2), w2 = randn({32, 48}, g, DType::F32, 0.2);
+  const Tensor b1 = randn({48}, g), b2 = randn({32}, g), dy = randn({64, 32}, g);
+  const Float8Casts k = float8_casts(Float8Recipe::rowwise);
+  auto run = [&](bool ckpt) {
+    std::vector<Tensor> p = {x0.detach(), w1.detach(), b1.detach(), w2.detach(), b2.detach()};
+    for (Tensor& t : p) t.requires_grad_(true);
+    autograd::BlockFn block = [&](const std::vector<Tensor>& in) {  // two float8 linears and a nonlinearity between
+      return std::vector<Tensor>{float8_linear(silu(float8_linear(in[0], in[1], in[2], k)), in[3], in[4], k)};
+    };
+    Tensor y = ckpt ? autograd::checkpoint(block, p, autograd::SavePolicy::TorchTitanOps)[0] : block(p)[0];
+    autograd::backward({y}, {dy});
+    std::vector<Tensor> grads;
+    for (Tensor& t : p) grads.push_back(t.grad());
+    return grads;
+  };
+  const auto plain = run(false), ckpt = run(true);
+  for (size_t i = 0; i < plain.size(); ++i) expect_bitwise(ckpt[i], plain[i], "grad " + std::to_string(i));
+}
+
+// The converter: every linear layer but those the filter names and those whose features are not multiples of 16
+// (left float32, as TorchTitan's filter leaves them); MX refuses a converted layer without whole 32-blocks.
+TEST(Float8, ConverterPicksTheLinearLayers) {
+  struct Net : nn::Module {
+    Net() {
+      a = &register_module("attn_proj", std::make_unique<nn::Linear>(32, 64, false));
+      r = &register_module("router", std::make_unique<nn::Linear>(32, 8, false));  // 8 experts: not 16-aligned
+      h = &register_module("lm_head", std::make_unique<nn::Linear>(64, 32, false));
+    }
+    nn::Linear *a, *r, *h;
+  };
+  Net n;
+  const auto c = models::convert_to_float8(n, Float8Recipe::tensorwise, {"lm_"});
+  EXPECT_EQ(c.converted, (std::vector<std::string>{"attn_proj"}));
+  EXPECT_EQ(c.filtered, (std::vector<std::string>{"lm_head"}));
+  EXPECT_EQ(c.unaligned, (std::vector<std::string>{"router"}));
+  EXPECT_TRUE(n.a->float8.has_value());
+  EXPECT_FALSE(n.r->float8.has_value());
+  EXPECT_FALSE(n.h->float8.has_value());
+  struct Odd : nn::Module {
+    Odd() { register_module("proj", std::make_unique<nn::Linear>(48, 32, false)); }
+  } odd;
+  try {
+    models::convert_to_float8(odd, Float8Recipe::mxfp8, {});
+    FAIL() << "a 48-feature layer converted to MX";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("linear layer proj has weight [32, 48]"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Float8, MetaTensorsGiveShapesAndFp8GemmRecords) {

@@ -1315,6 +1315,24 @@ TEST(Simulation, PipelinedPlanOn16kChipsIsQuick) {
   EXPECT_GT(r.step_s, 0);
   EXPECT_EQ(r.stages.size(), 16u);
   EXPECT_LT(r.bubble_fraction, 0.5);
+  // the largest pipeline: PP 64 interleaved (2 virtual stages each, the embedding and the head counted
+  // as blocks) x TP 4 x FSDP 64 on 16384 H100, 64 micro-batches, full AC
+  JobConfig d = sim_config("configs/validation/llama31_405b_h100x128.yaml",
+                           {"training.local_batch_size", "64", "activation_checkpoint.mode", "full",
+                            "parallelism.tensor_parallel_degree", "4", "parallelism.data_parallel_shard_degree", "64",
+                            "parallelism.pipeline_parallel_degree", "64",
+                            "parallelism.pipeline_parallel_schedule", "Interleaved1F1B",
+                            "parallelism.pipeline_parallel_first_stage_less_layers", "1",
+                            "parallelism.pipeline_parallel_last_stage_less_layers", "1", "simulation.system",
+                            "meta-h100-roce", "simulation.num_systems", "2048", "simulation.world_size", "16384",
+                            "simulation.allow_oom", "true"});
+  const double t1 = process_seconds();
+  const SimResult r64 = simulate_step(d, 16384);
+  const double secs64 = process_seconds() - t1;
+  std::printf("405B, TP 4 x PP 64 (x2 virtual) x FSDP 64 on 16384 H100: planned in %.2f s, step %.2f s, bubble "
+              "%.1f%%\n", secs64, r64.step_s, 100 * r64.bubble_fraction);
+  EXPECT_LT(secs64, 2.0);
+  EXPECT_EQ(r64.stages.size(), 64u);
 }
 
 // Layouts context parallel cannot run are refused before anything is built, naming the key and what it expects.

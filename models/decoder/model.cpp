@@ -127,7 +127,8 @@ Tensor Attention::forward_mla(const Tensor& x, const nn::AttentionInputs& in) co
   if (tuned_temperature) q = mul(q, in.nope_q_scale);                     // [S, 1, 1] broadcast
   Tensor k = concat({kv.slice(3, 0, nope_dim), k_rot}, 3);               // [B, S, H, Dn + Dr]
   Tensor v = kv.slice(3, nope_dim, nope_dim + v_dim);                    // [B, S, H, Dv]
-  Tensor o = nn::variant_attention(q, k, v, sinks, variant, window, in.doc_ids, bias, in.attend, score_scale, chunk);
+  Tensor o = nn::variant_attention(q, k, v, sinks, variant, window, in.doc_ids, bias, in.attend, score_scale, chunk,
+                                       in.masks);
   return o_proj->forward(o.reshape({B, S, h * v_dim}));                  // [B, S, H, Dv] -> [B, S, dim]
 }
 
@@ -158,7 +159,8 @@ Tensor Attention::forward(const Tensor& x, const nn::AttentionInputs& in) const 
   }
   if (tuned_temperature) q = mul(q, in.nope_q_scale);  // [B, S, Hq, D] x [S, 1, 1]
   // [B, S, Hq, D]; context parallel: S is this rank's chunks, in.attend the attention over the whole sequence
-  Tensor o = nn::variant_attention(q, k, v, sinks, variant, window, in.doc_ids, bias, in.attend, score_scale, chunk);
+  Tensor o = nn::variant_attention(q, k, v, sinks, variant, window, in.doc_ids, bias, in.attend, score_scale, chunk,
+                                       in.masks);
   return o_proj->forward(o.reshape({B, S, hq * head_dim}));
 }
 
@@ -381,7 +383,7 @@ Tensor Decoder::forward_chunk(const Tensor& x, const Tensor& doc_ids, const Mode
     TITAN_CHECK(!cp.sharded() || !doc_ids.defined() || doc_ids.size(1) == cp.global_len(S), "Decoder::forward_chunk: "
                 "context parallel: doc_ids ", shape_str(doc_ids.shape()), " must cover the whole sequence (", cp.global_len(S),
                 " tokens), this rank holds ", S);
-    const nn::AttentionInputs in{cos_, sin_, cos_local_, sin_local_, nope_q_scale_, doc_ids, cp.attend};
+    const nn::AttentionInputs in{cos_, sin_, cos_local_, sin_local_, nope_q_scale_, doc_ids, cp.attend, &masks_};
     // [B, S, dim] (a plan's hooks may shard it: sequence parallel hands the blocks [B, S/tp, dim])
     Tensor h = c.first ? model->embed_tokens->call(in_x, [&](const Tensor& t) { return model->embed_tokens->forward(t); })
                        : in_x;

@@ -219,6 +219,7 @@ class Decoder : public nn::Module {
   Args args_;
   Tensor cos_, sin_;  // RoPE tables [S, head_dim/2] for the last seq_len seen
   Tensor cos_local_, sin_local_;  // the sliding layers' (rope_local_theta > 0)
+  nn::BlockMaskCache masks_;      // every layer's block mask, built once per kind and size
   Tensor nope_q_scale_;  // [S, 1, 1]: the NoPE layers' query temperature (nope_attn_scale > 0)
   std::pair<int64_t, int64_t> rope_shard_{1, 0};  // the sequence shard (parts, index) they were built for
 };

@@ -1,7 +1,7 @@
 // src/config/name_list.h — a config value that is a list of names (model.converters, float8.filter_fqns).
 //
-// Written as YAML's list (`[float8]`, or one item per `- ` line) or on the command line as `a,b` / `[a, b]`;
-// printed back as `[a, b]` (YAML's flow list, which reads back as written).
+// Written as YAML's list (`[float8]`, or one item per `- ` line; only keys of this type take a YAML list) or on
+// the command line as `a,b` / `[a, b]`; printed back as the quoted text "[a, b]", which reads back as written.
 #pragma once
 #include <optional>
 #include <string>

@@ -88,13 +88,24 @@ ScoreMod layer_score_mod(const AttentionVariant& v, const Tensor& bias_param) {
 
 Tensor variant_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks,
                          const AttentionVariant& variant, int64_t window, const Tensor& doc_ids, const Tensor& bias,
-                         const AttendFn& attend, double scale, int64_t chunk) {
+                         const AttendFn& attend, double scale, int64_t chunk, BlockMaskCache* masks) {
   FlexOptions f;
   f.scale = scale;
   f.mask_mod = layer_mask(variant, window, doc_ids, chunk);
   f.score_mod = layer_score_mod(variant, bias.defined() && bias.dtype() != q.dtype() ? bias.to(q.dtype()) : bias);
   f.sinks = sinks;
+  if (!attend && masks && !f.mask_mod.per_batch() && q.dim() == 4 && k.dim() == 4) {  // [B, S, H, D]; no data read
+    const AttentionVariantKey key{variant, window, chunk, q.size(0), q.size(2), q.size(1), k.size(1)};
+    f.block_mask = masks->get(key, [&] { return create_block_mask(f.mask_mod, key.B, key.H, key.q_len, key.kv_len); });
+  }
   return attend ? attend(q, k, v, f) : flex_attention(q, k, v, f);
+}
+
+const BlockMask& BlockMaskCache::get(const AttentionVariantKey& key, const std::function<BlockMask()>& build) {
+  for (const auto& [k, m] : masks_)
+    if (k == key) return m;
+  masks_.emplace_back(key, build());
+  return masks_.back().second;
 }
 
 std::vector<int64_t> SequenceShard::positions(int64_t local_len) const {

@@ -33,6 +33,8 @@ struct SequenceShard {
   int64_t global_len(int64_t local_len) const { return local_len * parts; }
 };
 
+class BlockMaskCache;
+
 // What every attention layer of one forward reads: the RoPE tables
 // [S, head_dim/2] (rows: this rank's positions), the document index of every token of the whole sequence,
 // int64 [B, S_global] (block_causal; undefined when the batch carries none), and the attention over the
@@ -43,6 +45,7 @@ struct AttentionInputs {
   Tensor nope_q_scale;  // [S, 1, 1]: the NoPE layers' query temperature at this rank's positions (Llama 4)
   Tensor doc_ids;
   AttendFn attend;
+  BlockMaskCache* masks = nullptr;  // the model's (null: every call builds its mask)
 };
 
 // The mask of the full-attention layers, and the bias added to the scores.
@@ -64,6 +67,27 @@ struct AttentionVariant {
   // Checks the values (names the key); `seq_len` > 0 also checks prefix_len against it.
   void validate(int64_t seq_len = 0) const;
   std::string describe() const;  // e.g. "block_causal, alibi, softcap 50"
+};
+
+// What decides a layer's block mask (when it reads no data): the variant, the layer's window and chunk, the
+// attention's sizes.
+struct AttentionVariantKey {
+  AttentionVariant variant;
+  int64_t window = 0, chunk = 0, B = 0, H = 0, q_len = 0, kv_len = 0;
+  bool operator==(const AttentionVariantKey&) const = default;
+};
+
+// Block masks built once per model and reused by every layer and micro-batch that attends alike: the same
+// variant, window, chunk and sizes (a 405B plan's 126 layers x 64 micro-batches x forward, recompute and
+// backward classify the same 64 x 64 tiles otherwise). Masks that differ per batch row (block_causal's
+// documents: MaskMod::per_batch) or that a context-parallel plan builds per chunk pair are not cached.
+class BlockMaskCache {
+ public:
+  // The mask of `key`, built by `build` the first time.
+  const BlockMask& get(const AttentionVariantKey& key, const std::function<BlockMask()>& build);
+
+ private:
+  std::vector<std::pair<AttentionVariantKey, BlockMask>> masks_;  // few: one per kind of layer and size
 };
 
 // The mask of one layer: `window` > 0 makes it a sliding layer (within the
@@ -88,9 +112,11 @@ Tensor alibi_slopes(int64_t n_heads);
 // `attend` (undefined: flex attention) runs it (context parallel: over the whole sequence).
 // scale: what multiplies q.k (0: head_dim^-0.5; Gemma 3: query_pre_attn_scalar^-0.5), before the score mods.
 // chunk > 0: chunked local attention (layer_mask).
+// masks: the model's cache of block masks (null: built here every call).
 Tensor variant_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks,
                          const AttentionVariant& variant, int64_t window, const Tensor& doc_ids, const Tensor& bias,
-                         const AttendFn& attend = nullptr, double scale = 0, int64_t chunk = 0);
+                         const AttendFn& attend = nullptr, double scale = 0, int64_t chunk = 0,
+                         BlockMaskCache* masks = nullptr);
 
 // The tensor a layer's attn_bias needs for n_heads heads: ALiBi's slopes
 // (a constant, on the default device), the relative table (zeros; register it

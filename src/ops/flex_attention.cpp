@@ -218,12 +218,17 @@ BlockMask create_block_mask(const MaskMod& mask, int64_t B, int64_t H, int64_t q
 }
 
 double BlockMask::computed_pairs(int64_t b, int64_t h) const {
+  // the (b, h) slice's tiles row by row: full tiles are q_block x kv_block, the last row / column's the rest
+  const int64_t NQ = nq(), NK = nkv();
+  const BlockKind* t = kinds.data() + (((B == 1 ? 0 : b) * H + (H == 1 ? 0 : h)) * NQ) * NK;
+  const double last_k = (double)(kv_len - (NK - 1) * kv_block);
   double n = 0;
-  for (int64_t qb = 0; qb < nq(); ++qb)
-    for (int64_t kb = 0; kb < nkv(); ++kb)
-      if (at(b, h, qb, kb) != BlockKind::Empty)
-        n += (double)(std::min(q_len, (qb + 1) * q_block) - qb * q_block) *
-             (double)(std::min(kv_len, (kb + 1) * kv_block) - kb * kv_block);
+  for (int64_t qb = 0; qb < NQ; ++qb, t += NK) {
+    int64_t full = 0;  // the row's non-empty tiles before the last column
+    for (int64_t kb = 0; kb + 1 < NK; ++kb) full += t[kb] != BlockKind::Empty;
+    const double cols = (double)full * (double)kv_block + (t[NK - 1] != BlockKind::Empty ? last_k : 0.0);
+    n += cols * (double)(std::min(q_len, (qb + 1) * q_block) - qb * q_block);
+  }
   return n;
 }
 

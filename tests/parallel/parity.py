@@ -167,7 +167,7 @@ def run_layout(build, name, np_, ref_name, flags, launcher=None, where=""):
     # afterwards a float32 reduction-order difference in the weights can move one value across an FP8 rounding
     # boundary (a step of 1/16 of it under e4m3), so later steps are held to what that can do
     fp8 = "float8" in deg.get("--model.converters", "")
-    later_tol, weight_tol = (1e-3, 1e-2) if fp8 else (1e-5, 1e-4)
+    later_tol, weight_tol = (1e-3, 5e-3) if fp8 else (1e-5, 1e-4)
     lw = max(compare_losses(losses(ref), got, [1]), compare_losses(losses(ref), got, range(2, LAYOUT_STEPS + 1), later_tol))
     gw = compare_grads(os.path.join(ref, "grads_step_1.h5"), os.path.join(out, "grads_step_1.h5"))
     # the HF-named export written from this layout holds the same weights (after as many steps as the reference)
