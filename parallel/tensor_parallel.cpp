@@ -35,7 +35,25 @@ struct Entry {
   const Style* style;
   int64_t dim = 0;
   std::vector<int64_t> sizes = {};
+  nn::Linear* lin = nullptr;  // a colwise / rowwise linear's weight: the layer (its float8 casts learn the cut)
 };
+
+// A float8 linear cut over the group: its scales spanning the cut dim take the group's amax (float8.h).
+void float8_shard(nn::Linear* lin, bool out_cut, const comms::PG& pg) {
+  if (!lin || !lin->float8) return;
+  auto tp = std::make_shared<Fp8TensorParallel>();
+  tp->out_sharded = out_cut;
+  tp->in_sharded = !out_cut;
+  tp->reduce_max = [pg](std::vector<float>& amax) {
+    const int64_t n = (int64_t)amax.size();
+    if (default_device() == Device::Meta) {  // a plan: the collective priced, the values unchanged
+      pg->all_reduce(empty({n}, DType::F32), comms::ReduceOp::Max);
+      return;
+    }
+    amax = pg->all_reduce(from_vector<float>(amax, {n}), comms::ReduceOp::Max).to_vector<float>();
+  };
+  lin->float8->tp = std::move(tp);
+}
 
 // identity forward, the gradient summed over `g` (after FSDP's pre-hook bound the weight)
 void sum_grads(Tensor& w, const comms::PG& g) {
@@ -93,10 +111,10 @@ void linear(std::vector<Entry>& plan, nn::Linear* lin, const Style& style, const
   TITAN_CHECK(&style == &colwise || &style == &rowwise, "tensor parallel: linear() takes colwise or rowwise, not ",
               style.name, "; give the weight and bias their own rows in block_plan");
   if (&style == &colwise) {
-    plan.push_back({&lin->weight, &colwise, 0, sizes});
+    plan.push_back({&lin->weight, &colwise, 0, sizes, lin});
     plan.push_back({&lin->bias, &colwise, 0, sizes});
   } else {
-    plan.push_back({&lin->weight, &rowwise, 1, sizes});
+    plan.push_back({&lin->weight, &rowwise, 1, sizes, lin});
     plan.push_back({&lin->bias, &summed});
   }
 }
@@ -237,7 +255,10 @@ void vocab_parallel(decoder::Decoder& model, const Ownership& own, bool loss_par
       return comms::vocab_parallel_embedding(w, ids, vocab_start, pg);
     };
   }
-  if (model.lm_head && own.head) shard_param(model.lm_head->weight, 0, vocab, r, specs);
+  if (model.lm_head && own.head) {
+    shard_param(model.lm_head->weight, 0, vocab, r, specs);
+    float8_shard(model.lm_head, /*out_cut=*/true, pg);  // the vocabulary: the head's output features
+  }
   if (loss_parallel)
     model.sharded_loss = [pg, vocab_start](const Tensor& logits, const Tensor& targets) {
       return comms::vocab_parallel_cross_entropy(logits, targets, vocab_start, pg);
@@ -269,7 +290,10 @@ void TensorParallel::cut(std::vector<ShardSpec>& specs) {
     if (!own_.layer[li]) continue;  // another pipeline stage's
     decoder::DecoderLayer* layer = layers[li];
     for (const Entry& e : block_plan(layer, a, tp, !kv_group_, opt_.sequence_parallel))
-      if (e.param->defined() && e.style->cut) e.style->cut(e, ctx, specs);
+      if (e.param->defined() && e.style->cut) {
+        e.style->cut(e, ctx, specs);
+        if (e.lin) float8_shard(e.lin, e.style == &colwise, mesh_.tp);
+      }
     // what the plan's rows imply for the block's forward
     auto* at = layer->self_attn;
     at->o_proj->bias_scale = r == 0 ? 1.0 : 0.0;  // rowwise: the bias added once

@@ -342,10 +342,6 @@ void validate(const JobConfig& c) {
                   c.converters.text(), ") has no float8: it would do nothing; add float8 to model.converters or "
                   "drop the key");
     const auto& p = c.parallelism;
-    TITAN_CHECK(!fp8 || p.tensor_parallel_degree == 1, "config error: model.converters float8 with "
-                "parallelism.tensor_parallel_degree ", p.tensor_parallel_degree, ": a tensor-parallel shard's FP8 "
-                "scales need the amax reduced over the group, which titan does not do yet; use data, pipeline, "
-                "context or expert parallelism with float8, or tensor_parallel_degree 1");
     if (fp8 && float8_casts(c.float8.recipe).mx) {
       const int64_t rows = (p.pipeline_parallel_degree > 1 ? p.pipeline_parallel_microbatch_size
                                                             : c.training.local_batch_size) *

@@ -169,10 +169,6 @@ TEST(Config, Float8KeysApplyOrAreRefused) {
   e = error_of([&] { load_job_config_file(write_file(d + "/g.yaml", "float8:\n  filter_fqns: [lm_head]\n")); });
   EXPECT_NE(e.find("float8.filter_fqns is given"), std::string::npos) << e;
   e = error_of([&] {
-    load_job_config_file("", {"model.converters", "float8", "parallelism.tensor_parallel_degree", "2"});
-  });
-  EXPECT_NE(e.find("tensor_parallel_degree 2"), std::string::npos) << e;
-  e = error_of([&] {
     load_job_config_file("", {"model.converters", "float8", "float8.recipe", "mxfp8", "training.seq_len", "20",
                               "training.local_batch_size", "1"});
   });

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <cmath>
 
 #include "models/converters.h"
@@ -195,6 +198,88 @@ TEST(Float8, ConverterPicksTheLinearLayers) {
     FAIL() << "a 48-feature layer converted to MX";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("linear layer proj has weight [32, 48]"), std::string::npos) << e.what();
+  }
+}
+
+// Tensor parallel: two shards of a float8 linear, run by two threads whose amax all-reduce (max) meets in the
+// middle, cast exactly as one rank does. Colwise (w cut along N): the output columns and dw rows are one rank's,
+// dx the sum of the shards'; rowwise (w and x cut along K): the output the sum of the shards', dx columns and
+// dw columns one rank's. Every recipe; the sums are float32 sums of two partial GEMMs (1e-6).
+TEST(Float8, TensorParallelShardsCastAsOneRank) {
+  struct Exchange {  // a max all-reduce of two participants, called in the same order by both
+    std::mutex m;
+    std::condition_variable cv;
+    int arrived = 0;
+    int64_t round = 0;
+    std::vector<float> acc, result;
+    void reduce(std::vector<float>& v) {
+      std::unique_lock<std::mutex> l(m);
+      const int64_t mine = round;
+      if (arrived == 0) acc = v;
+      else
+        for (size_t i = 0; i < v.size(); ++i) acc[i] = std::max(acc[i], v[i]);
+      if (++arrived == 2) {
+        result = acc;
+        arrived = 0;
+        ++round;
+        cv.notify_all();
+      } else {
+        cv.wait(l, [&] { return round != mine; });
+      }
+      v = result;
+    }
+  };
+  Generator g(11);
+  const int64_t M = 64, K = 64, N = 128;  // shards of 32 and 64: whole MX blocks
+  const Tensor x = randn({M, K}, g), w = randn({N, K}, g, DType::F32, 0.1), dy = randn({M, N}, g, DType::F32, 0.01);
+  for (Float8Recipe r : {Float8Recipe::tensorwise, Float8Recipe::rowwise, Float8Recipe::rowwise_with_gw_hp,
+                         Float8Recipe::mxfp8}) {
+    const std::string name(enum_names(Float8Recipe{})[(int)r]);
+    auto one = [&](const Tensor& xi, const Tensor& wi, const Tensor& dyi, const Float8Casts& k) {
+      Tensor a = xi.detach().contiguous(), b = wi.detach().contiguous();
+      a.requires_grad_(true);
+      b.requires_grad_(true);
+      Tensor y = float8_linear(a, b, Tensor(), k);
+      autograd::backward({y}, {dyi.contiguous()});
+      return std::vector<Tensor>{y.detach(), a.grad(), b.grad()};
+    };
+    const auto full = one(x, w, dy, float8_casts(r));
+    for (bool colwise : {true, false}) {
+      Exchange ex;
+      auto tp = std::make_shared<Fp8TensorParallel>();
+      tp->out_sharded = colwise;
+      tp->in_sharded = !colwise;
+      tp->reduce_max = [&ex](std::vector<float>& v) { ex.reduce(v); };
+      Float8Casts k = float8_casts(r);
+      k.tp = tp;
+      std::vector<std::vector<Tensor>> got(2);
+      std::vector<std::string> errors(2);
+      std::vector<std::thread> ranks;
+      for (int rank = 0; rank < 2; ++rank)
+        ranks.emplace_back([&, rank] {
+          try {
+          if (colwise) {  // w rows, dy columns
+            got[rank] = one(x, slice(w, 0, rank * N / 2, (rank + 1) * N / 2), slice(dy, 1, rank * N / 2, (rank + 1) * N / 2), k);
+          } else {  // x and w columns
+            got[rank] = one(slice(x, 1, rank * K / 2, (rank + 1) * K / 2), slice(w, 1, rank * K / 2, (rank + 1) * K / 2), dy, k);
+          }
+          } catch (const std::exception& e) {
+            errors[rank] = e.what();
+          }
+        });
+      for (auto& t : ranks) t.join();
+      ASSERT_EQ(errors[0] + errors[1], "");
+      const std::string what = name + (colwise ? " colwise" : " rowwise");
+      if (colwise) {
+        expect_bitwise(concat({got[0][0], got[1][0]}, 1), full[0], what + " y");
+        EXPECT_LT(rel_err(add(got[0][1], got[1][1]), full[1]), 1e-6) << what << " dx";
+        expect_bitwise(concat({got[0][2], got[1][2]}, 0), full[2], what + " dw");
+      } else {
+        EXPECT_LT(rel_err(add(got[0][0], got[1][0]), full[0]), 1e-6) << what << " y";
+        expect_bitwise(concat({got[0][1], got[1][1]}, 1), full[1], what + " dx");
+        expect_bitwise(concat({got[0][2], got[1][2]}, 1), full[2], what + " dw");
+      }
+    }
   }
 }
 

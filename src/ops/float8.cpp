@@ -194,8 +194,17 @@ GroupScale group_scale(float amax, const Fp8Cast& c) {
   return {s, s, true};
 }
 
-std::vector<GroupScale> group_scales(const Tensor& x, const Fp8Cast& c, const ScaleGrid& g) {
-  const std::vector<float> amax = amaxes(x.data<float>(), x.size(0), x.size(1), g);
+// Whether the scales span a dim the tensor-parallel group cuts (their amax is then all-reduced).
+bool spans_cut(const Fp8Cast& c, int axis, bool rows_cut, bool cols_cut) {
+  if (is_mx(c.scaling)) return false;  // blocks of 32 within a shard
+  const bool tw = c.scaling == Fp8Scaling::tensorwise;
+  return (rows_cut && (tw || axis == 0)) || (cols_cut && (tw || axis == 1));
+}
+
+std::vector<GroupScale> group_scales(const Tensor& x, const Fp8Cast& c, const ScaleGrid& g,
+                                     const std::function<void(std::vector<float>&)>* reduce_max) {
+  std::vector<float> amax = amaxes(x.data<float>(), x.size(0), x.size(1), g);
+  if (reduce_max) (*reduce_max)(amax);
   std::vector<GroupScale> out;
   out.reserve(amax.size());
   for (float a : amax) out.push_back(group_scale(a, c));
@@ -208,23 +217,33 @@ Tensor fp8_scales(const Tensor& x, const Fp8Cast& c, int axis) {
   const Tensor xc = x.contiguous();
   const ScaleGrid g = grid_of(xc, c, axis);
   std::vector<float> s;
-  for (const GroupScale& gs : group_scales(xc, c, g)) s.push_back(gs.divide ? gs.mul : gs.back);
+  for (const GroupScale& gs : group_scales(xc, c, g, nullptr)) s.push_back(gs.divide ? gs.mul : gs.back);
   if (c.scaling == Fp8Scaling::tensorwise) return from_vector(s, {1});
   if (c.scaling == Fp8Scaling::axiswise) return from_vector(s, {axis == 1 ? g.rows : g.cols});
   return from_vector(s, {g.rows, g.cols});
 }
 
-Tensor fp8_round_trip(const Tensor& x, const Fp8Cast& c, int axis) {
+Tensor fp8_round_trip(const Tensor& x, const Fp8Cast& c, int axis, bool rows_cut, bool cols_cut,
+                      const std::function<void(std::vector<float>&)>* reduce_max) {
   check_operand("fp8_round_trip", x, c, axis);
   if (c.high_precision) return x;
+  TITAN_CHECK(!(rows_cut || cols_cut) || reduce_max, "fp8_round_trip: operand ", shape_str(x.shape()),
+              " is cut by a tensor-parallel group but no max all-reduce was given");
+  const auto* reduce = spans_cut(c, axis, rows_cut, cols_cut) ? reduce_max : nullptr;
   // amax, then scale + cast: x read twice, one FP8 byte written (the GEMM reads it)
   record_cost("fp8_cast", 4.0 * (double)x.numel(), 2.0 * 4.0 * (double)x.numel() + (double)x.numel(),
               EagerSplit{3, 1.5});
-  if (x.is_meta()) return empty(x.shape(), DType::F32, Device::Meta);
+  const int64_t R = x.size(0), C = x.size(1);
+  const ScaleGrid g = grid_of(x, c, axis);
+  if (x.is_meta()) {  // shapes only; the amax all-reduce still runs (priced)
+    if (reduce) {
+      std::vector<float> amax((size_t)(g.rows * g.cols), 0.0f);
+      (*reduce)(amax);
+    }
+    return empty(x.shape(), DType::F32, Device::Meta);
+  }
   const Tensor xc = x.contiguous();
-  const int64_t R = xc.size(0), C = xc.size(1);
-  const ScaleGrid g = grid_of(xc, c, axis);
-  const std::vector<GroupScale> sc = group_scales(xc, c, g);
+  const std::vector<GroupScale> sc = group_scales(xc, c, g, reduce);
   Tensor out = empty({R, C}, DType::F32, x.device());
   const Format s = spec(c.format);
   const float* p = xc.data<float>();
@@ -313,6 +332,9 @@ Tensor float8_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const
               " last dim must equal the weight's in_features (weight ", shape_str(w.shape()), ")");
   TITAN_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == w.size(0)), "float8_linear: bias ",
               shape_str(bias.shape()), " must be [", w.size(0), "] for weight ", shape_str(w.shape()));
+  // a tensor-parallel shard: x [M, K] cut along K (rowwise), w [N, K] along N (colwise) or K, dy [M, N] along N
+  const bool out_cut = k.tp && k.tp->out_sharded, in_cut = k.tp && k.tp->in_sharded;
+  const std::function<void(std::vector<float>&)>* reduce = k.tp ? &k.tp->reduce_max : nullptr;
   Tensor x2, y;
   Shape os = x.shape();
   os.back() = w.size(0);
@@ -323,7 +345,8 @@ Tensor float8_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const
                 x2.size(0), " rows of ", shape_str(x.shape()), ") to be a multiple of ", kMxBlock,
                 " (grad_weight's blocks run along them); choose local_batch_size x seq_len accordingly");
     Tensor y2 = autograd::sac_forward(autograd::SacOp::Matmul, [&] {
-      const Tensor xq = fp8_round_trip(x2, k.input, 1), wq = fp8_round_trip(w, k.weight, 1);  // along K
+      const Tensor xq = fp8_round_trip(x2, k.input, 1, false, in_cut, reduce);  // along K
+      const Tensor wq = fp8_round_trip(w, k.weight, 1, out_cut, in_cut, reduce);
       Tensor r = cast_gemm(xq, transpose(wq, 0, 1), !k.input.high_precision, k.mx);            // [M, N]
       return bias.defined() ? add(r, bias) : r;
     });
@@ -336,14 +359,16 @@ Tensor float8_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const
                 [xs = saved(x2), ws = saved(w), xshape = x.shape(), has_b, gx, gw, k](const std::vector<Tensor>& g) {
                   const Tensor dy = reshape(g[0], {-1, g[0].size(-1)}).contiguous();  // [M, N]
                   Tensor dx, dw, db;
+                  const bool out_cut = k.tp && k.tp->out_sharded, in_cut = k.tp && k.tp->in_sharded;
+                  const auto* reduce = k.tp ? &k.tp->reduce_max : nullptr;
                   if (gx) {  // dx [M, K] = q(dy, along N) @ q(w, along N)
-                    const Tensor dyq = fp8_round_trip(dy, k.grad_output, 1);
-                    const Tensor wq = fp8_round_trip(ws, k.weight_for_grad_input, 0);
+                    const Tensor dyq = fp8_round_trip(dy, k.grad_output, 1, false, out_cut, reduce);
+                    const Tensor wq = fp8_round_trip(ws, k.weight_for_grad_input, 0, out_cut, in_cut, reduce);
                     dx = reshape(cast_gemm(dyq, wq, !k.grad_output.high_precision, k.mx), xshape);
                   }
                   if (gw) {  // dw [N, K] = q(dy, along M)^T @ q(x, along M)
-                    const Tensor dyq = fp8_round_trip(dy, k.grad_output_for_grad_weight, 0);
-                    const Tensor xq = fp8_round_trip(xs, k.input_for_grad_weight, 0);
+                    const Tensor dyq = fp8_round_trip(dy, k.grad_output_for_grad_weight, 0, false, out_cut, reduce);
+                    const Tensor xq = fp8_round_trip(xs, k.input_for_grad_weight, 0, false, in_cut, reduce);
                     dw = cast_gemm(transpose(dyq, 0, 1), xq, !k.grad_output_for_grad_weight.high_precision, k.mx);
                   }
                   if (has_b) db = sum(dy, {0}, false);

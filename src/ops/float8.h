@@ -14,6 +14,9 @@
 // spans the whole tensor).
 #pragma once
 #include <array>
+#include <functional>
+#include <memory>
+#include <vector>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -53,17 +56,29 @@ constexpr int64_t kMxBlock = 32;
 Tensor fp8_scales(const Tensor& x, const Fp8Cast& c, int axis);
 // x [R, C] float32 -> the values the FP8 GEMM multiplies, float32 [R, C]: tensorwise / axiswise
 // decode(encode(x * s)) / s; MX decode(encode(x / 2^e)) * 2^e. Records no graph (a float8 GEMM's operand).
-Tensor fp8_round_trip(const Tensor& x, const Fp8Cast& c, int axis);
+// rows_cut / cols_cut: x's dims a tensor-parallel group cuts; a scale spanning one is all-reduced (max) with
+// reduce_max (on meta tensors too: the plan prices the collective).
+Tensor fp8_round_trip(const Tensor& x, const Fp8Cast& c, int axis, bool rows_cut = false, bool cols_cut = false,
+                      const std::function<void(std::vector<float>&)>* reduce_max = nullptr);
 
 // torchao's recipes: which operand of which GEMM is cast how.
 enum class Float8Recipe : uint8_t { tensorwise, rowwise, rowwise_with_gw_hp, mxfp8, mxfp8_rceil };
 constexpr std::array<std::string_view, 5> enum_names(Float8Recipe) {
   return {"tensorwise", "rowwise", "rowwise_with_gw_hp", "mxfp8", "mxfp8_rceil"};
 }
+// A tensor-parallel shard of a float8 linear: which of the weight's dims the group cuts (out: colwise, in:
+// rowwise) and the group's max all-reduce. A scale spanning a cut dim (a tensorwise scale; an axiswise one along
+// it) is then the whole tensor's, as torchao's amax of a DTensor is: the same casts as one rank. MX blocks stay
+// within a shard (each rank's contraction lengths are multiples of 32). Set by the tensor-parallel plan.
+struct Fp8TensorParallel {
+  bool out_sharded = false, in_sharded = false;
+  std::function<void(std::vector<float>& amax)> reduce_max;  // every rank of the group, in the same order
+};
 struct Float8Casts {
   Fp8Cast input, weight, grad_output;                                          // the output / grad_input GEMMs
   Fp8Cast input_for_grad_weight, weight_for_grad_input, grad_output_for_grad_weight;
   bool mx = false;  // MX blocks: each contraction length a multiple of kMxBlock
+  std::shared_ptr<const Fp8TensorParallel> tp;  // null: the layer is whole on this rank
 };
 // tensorwise: e4m3 x and w, e5m2 dy, float32 scales (torchao's default). rowwise: e4m3 everywhere, axiswise,
 // power-of-two scales. rowwise_with_gw_hp: rowwise, but w tensorwise for grad_input and grad_weight's GEMM in
