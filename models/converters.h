@@ -1,8 +1,9 @@
 // models/converters.h — model converters (TorchTitan's model.converters): what a built model's layers become
 // before any parallel plan sees them.
 //
-// float8 (the tensor-parallel plan then tells a cut layer's casts its group: Fp8TensorParallel): every linear
-// layer whose name contains none of filter_fqns and whose in and out features are multiples of
+// float8 (the tensor-parallel plan then tells a colwise / rowwise layer's casts its group, Fp8TensorParallel, and
+// refuses a converted layer it replicates with summed gradients): every linear layer whose name contains none of
+// filter_fqns and whose in and out features are multiples of
 // 16 (FP8 tensor cores need them; TorchTitan's module filter skips the others) computes its three GEMMs (output,
 // grad_input, grad_weight) in FP8 as the recipe says (src/ops/float8.h; emulated exactly on the CPU, priced at
 // the chip's FP8 rate by the simulator). Parameters, optimizer state, checkpoints and exports stay float32;

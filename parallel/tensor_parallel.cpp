@@ -136,7 +136,7 @@ std::vector<Entry> block_plan(decoder::DecoderLayer* layer, const decoder::Args&
     // MLA: the latents' projections and norms replicated (each rank's heads add to their gradients), the
     // expansions split by heads, o rowwise by the heads' values
     for (nn::Linear* lin : {at->q_a_proj, at->kv_a_proj})
-      if (lin) plan.insert(plan.end(), {{&lin->weight, &summed}, {&lin->bias, &summed}});
+      if (lin) plan.insert(plan.end(), {{&lin->weight, &summed, 0, {}, lin}, {&lin->bias, &summed}});
     for (nn::Norm* n : {at->q_a_norm, at->kv_a_norm})
       if (n) plan.insert(plan.end(), {{&n->weight, &summed}, {&n->bias, &summed}});
     linear(plan, at->q_proj ? at->q_proj : at->q_b_proj, colwise, q_rows);
@@ -146,7 +146,7 @@ std::vector<Entry> block_plan(decoder::DecoderLayer* layer, const decoder::Args&
     linear(plan, at->q_proj, colwise, q_rows);  // this rank's query heads
     for (nn::Linear* lin : {at->k_proj, at->v_proj})
       if (kv_split) linear(plan, lin, colwise, times(even(a.n_kv_heads, tp, "model.n_kv_heads"), a.head_dim));
-      else plan.insert(plan.end(), {{&lin->weight, &kv_head}, {&lin->bias, &kv_head}});
+      else plan.insert(plan.end(), {{&lin->weight, &kv_head, 0, {}, lin}, {&lin->bias, &kv_head}});
     linear(plan, at->o_proj, rowwise, q_rows);
   }
   plan.push_back({&at->sinks, &headwise, 0, heads});
@@ -179,7 +179,7 @@ std::vector<Entry> block_plan(decoder::DecoderLayer* layer, const decoder::Args&
     for (Tensor* t : {&ex->gate_proj_bias, &ex->up_proj_bias}) plan.push_back({t, &colwise, 1, ffn});
     plan.push_back({&ex->down_proj, &rowwise, 1, ffn});
     plan.push_back({&ex->down_proj_bias, &summed});
-    plan.push_back({&moe->router->weight, &summed});
+    plan.push_back({&moe->router->weight, &summed, 0, {}, moe->router});
     plan.push_back({&moe->router->bias, &summed});
     if (moe->shared_expert)  // moe_shared_expert_width experts wide
       mlp(plan, moe->shared_expert, even(a.shared_expert_hidden(), tp, "model.moe_shared_expert_width x model.moe_hidden_dim"));
@@ -289,11 +289,22 @@ void TensorParallel::cut(std::vector<ShardSpec>& specs) {
   for (size_t li = 0; li < layers.size(); ++li) {
     if (!own_.layer[li]) continue;  // another pipeline stage's
     decoder::DecoderLayer* layer = layers[li];
-    for (const Entry& e : block_plan(layer, a, tp, !kv_group_, opt_.sequence_parallel))
+    for (const Entry& e : block_plan(layer, a, tp, !kv_group_, opt_.sequence_parallel)) {
+      // a replicated linear whose gradient is summed over ranks (each rank's dy a part of the whole) cannot cast
+      // its dy as one rank does: FP8 of a sum is not the sum of FP8s
+      TITAN_CHECK(!e.lin || !e.lin->float8 || e.style == &colwise || e.style == &rowwise,
+                  "config error: model.converters float8 with parallelism.tensor_parallel_degree ", tp, ": layer ",
+                  li, "'s ", e.lin == layer->self_attn->k_proj ? "k_proj" : e.lin == layer->self_attn->v_proj ? "v_proj"
+                  : layer->moe && e.lin == layer->moe->router ? "router" : "latent projection",
+                  " is replicated over the tensor-parallel ranks with its gradient summed over them (",
+                  e.style->name, "), which FP8 casts cannot split; add it to float8.filter_fqns (e.g. k_proj, v_proj, "
+                  "gate, router, q_a_proj, kv_a_proj_with_mqa)", e.style == &kv_head ? " or use a tensor_parallel_degree "
+                  "that divides model.n_kv_heads" : "");
       if (e.param->defined() && e.style->cut) {
         e.style->cut(e, ctx, specs);
-        if (e.lin) float8_shard(e.lin, e.style == &colwise, mesh_.tp);
+        if (e.lin && (e.style == &colwise || e.style == &rowwise)) float8_shard(e.lin, e.style == &colwise, mesh_.tp);
       }
+    }
     // what the plan's rows imply for the block's forward
     auto* at = layer->self_attn;
     at->o_proj->bias_scale = r == 0 ? 1.0 : 0.0;  // rowwise: the bias added once

@@ -690,6 +690,19 @@ TEST(Simulation, Float8StepPricesItsGemmsAtTheFp8Rate) {
     simulate_step(sim_config(cfg, {"model.converters", "float8", "float8.recipe", "mxfp8"}), 8);
   });
   EXPECT_NE(e.find("no MXFP8 GEMM rate"), std::string::npos) << e;
+  // tensor parallel beyond the KV heads replicates k / v with summed gradients: refused, naming the layer
+  e = error_of([&] {
+    simulate_step(sim_config(cfg, {"model.converters", "float8", "parallelism.tensor_parallel_degree", "16",
+                                   "parallelism.data_parallel_shard_degree", "1", "simulation.world_size", "16",
+                                   "simulation.num_systems", "2"}), 16);
+  });
+  EXPECT_NE(e.find("k_proj is replicated"), std::string::npos) << e;
+  EXPECT_NE(e.find("float8.filter_fqns"), std::string::npos) << e;
+  SimResult tp = simulate_step(sim_config(cfg, {"model.converters", "float8", "float8.filter_fqns", "k_proj,v_proj",
+                                                "parallelism.tensor_parallel_degree", "16",
+                                                "parallelism.data_parallel_shard_degree", "1",
+                                                "simulation.world_size", "16", "simulation.num_systems", "2"}), 16);
+  EXPECT_GT(tp.step_s, 0);
   SimResult mx = simulate_step(sim_config(cfg, {"model.converters", "float8", "float8.recipe", "mxfp8",
                                                 "simulation.system", "b200-hgx"}), 8);
   EXPECT_EQ(mx.mfu_precision, "MXFP8");
