@@ -152,11 +152,13 @@ SimResult simulate_step(const JobConfig& cfg, int world) {
   r.tflops_per_chip = r.tokens_per_s * plan.model_flops_per_token / r.chips / 1e12;
   // MFU's denominator: the chip's peak in the fastest precision the step's GEMMs use (FP8 GEMMs: the FP8 peak,
   // so MFU stays below 100%)
-  GemmPrecision fastest = GemmPrecision::high;
+  bool used[3] = {};  // the precisions the GEMMs use (GemmPrecision's values)
   for (const StepPlan& p : plans)
     for (const CostEvent& e : p.events)
-      if (e.gemm.batch > 0 && gemm_peak_tflops(chip, e.gemm.precision) > gemm_peak_tflops(chip, fastest))
-        fastest = e.gemm.precision;
+      if (e.gemm.batch > 0) used[(int)e.gemm.precision] = true;
+  GemmPrecision fastest = GemmPrecision::high;
+  for (GemmPrecision q : {GemmPrecision::fp8, GemmPrecision::mxfp8})
+    if (used[(int)q] && gemm_peak_tflops(chip, q) > gemm_peak_tflops(chip, fastest)) fastest = q;
   r.mfu_peak_tflops = chip.mfu_peak_tflops * gemm_peak_tflops(chip, fastest) / chip.peak_tflops;
   r.mfu_precision = fastest == GemmPrecision::high ? "" : fastest == GemmPrecision::fp8 ? "FP8" : "MXFP8";
   r.mfu = r.tflops_per_chip / r.mfu_peak_tflops;

@@ -145,38 +145,25 @@ ScaleGrid grid_of(const Tensor& x, const Fp8Cast& c, int axis) {
   return g;
 }
 
+// max that keeps a NaN once it has seen one (torch.amax propagates NaN)
+inline float nan_max(float a, float b) { return b > a || b != b ? b : a; }
+
 // Every scale's amax (float32 |x| maxima; NaN when a NaN is among its elements), rows in parallel.
 std::vector<float> amaxes(const float* p, int64_t R, int64_t C, const ScaleGrid& g) {
   std::vector<float> part((size_t)R * g.cols, 0.0f);  // each row's maximum per scale column
-  std::vector<uint8_t> nan_row(R, 0);
 #pragma omp parallel for schedule(static) if (R * C >= kParallelGrain && R > 1)
-  for (int64_t i = 0; i < R; ++i) {
-    float* m = part.data() + i * g.cols;
-    bool nan = false;
+  for (int64_t i = 0; i < R; ++i)
     for (int64_t jc = 0; jc < g.cols; ++jc) {
       float slot = 0;
-      for (int64_t j = jc * g.bj, end = std::min(C, j + g.bj); j < end; ++j) {
-        const float v = std::fabs(p[i * C + j]);
-        nan |= v != v;
-        slot = v > slot ? v : slot;
-      }
-      m[jc] = slot;
+      for (int64_t j = jc * g.bj, end = std::min(C, j + g.bj); j < end; ++j) slot = nan_max(slot, std::fabs(p[i * C + j]));
+      part[i * g.cols + jc] = slot;
     }
-    nan_row[i] = nan;
-  }
   std::vector<float> amax((size_t)g.rows * g.cols, 0.0f);
-  std::vector<uint8_t> nan((size_t)g.rows * g.cols, 0);
   for (int64_t i = 0; i < R; ++i)
     for (int64_t jc = 0; jc < g.cols; ++jc) {
       float& a = amax[(i / g.bi) * g.cols + jc];
-      a = std::max(a, part[i * g.cols + jc]);
-      if (nan_row[i]) {  // which of the row's scales holds it
-        for (int64_t j = jc * g.bj; j < std::min(C, (jc + 1) * g.bj); ++j)
-          if (p[i * C + j] != p[i * C + j]) nan[(i / g.bi) * g.cols + jc] = 1;
-      }
+      a = nan_max(a, part[i * g.cols + jc]);
     }
-  for (size_t k = 0; k < amax.size(); ++k)
-    if (nan[k]) amax[k] = NAN;
   return amax;
 }
 
