@@ -21,6 +21,8 @@
 #include "src/autograd/engine.h"
 #include "src/config/version.h"
 #include "src/log/log.h"
+#include "src/ops/autocast.h"
+#include "src/ops/common.h"
 #include "src/ops/float8.h"
 #include "src/ops/ops.h"
 
@@ -89,7 +91,8 @@ int main(int argc, char** argv) {
   std::printf("target: every ratio >= 0.80 -> %s\n", ok ? "met" : "NOT met");
 
   // FP8 emulation: float8_linear fwd + bwd per recipe / linear fwd + bwd, best of reps each, interleaved
-  std::printf("\nfloat8 linear (emulated) fwd+bwd time / float32 linear's, [2048,4096]x[4096,1024]:\n");
+  std::printf("\nfloat8 linear (emulated) and bf16 linear (autocast) fwd+bwd time / float32 linear's, "
+              "[2048,4096]x[4096,1024]; bf16 GEMM kernel: %s\n", detail::gemm_bf16_kernel().c_str());
   {
     Generator g(1);
     Tensor x = randn({2048, 4096}, g).requires_grad_(true);
@@ -97,11 +100,13 @@ int main(int argc, char** argv) {
     Tensor dy = randn({2048, 1024}, g);
     const std::vector<Float8Recipe> recipes = {Float8Recipe::tensorwise, Float8Recipe::rowwise,
                                                Float8Recipe::rowwise_with_gw_hp, Float8Recipe::mxfp8};
-    std::vector<double> best(recipes.size() + 1, 1e30);
+    std::vector<double> best(recipes.size() + 2, 1e30);  // float32, the recipes, bf16
     for (int r = 0; r < reps + 1; ++r)
-      for (size_t i = 0; i <= recipes.size(); ++i) {
+      for (size_t i = 0; i <= recipes.size() + 1; ++i) {
         const double t0 = now();
-        Tensor y = i == 0 ? linear(x, w) : float8_linear(x, w, Tensor(), float8_casts(recipes[i - 1]));
+        AutocastScope mode(i == recipes.size() + 1 ? DType::BF16 : DType::F32);
+        Tensor y = i == 0 || i == recipes.size() + 1 ? linear(x, w)
+                                                     : float8_linear(x, w, Tensor(), float8_casts(recipes[i - 1]));
         y.backward(dy);
         const double t1 = now();
         x.zero_grad();
@@ -112,6 +117,9 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < recipes.size(); ++i)
       std::printf("  %-20s %.1f ms  x%.2f\n", std::string(enum_names(Float8Recipe{})[(int)recipes[i]]).c_str(),
                   1e3 * best[i + 1], best[i + 1] / best[0]);
+    const double b16 = best.back();
+    std::printf("  %-20s %.1f ms  x%.2f  (float32 / bf16: %.2fx)\n", "bf16 autocast", 1e3 * b16, b16 / best[0],
+                best[0] / b16);
   }
   return 0;
 }

@@ -15,6 +15,7 @@ PKGS=(
   bible-kjv bible-kjv-text
   python3-matplotlib python3-h5py python3-numpy
   libopenblas-openmp-dev
+  libdnnl-dev  # bf16 GEMMs (mixed precision): oneDNN picks AMX / AVX512-BF16 at run time
   iproute2 iptables  # scripts/cluster.sh: hosts as network namespaces, links shaped (tc) and lossy (iptables)
 )
 SUDO=""

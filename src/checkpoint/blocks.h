@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "src/tensor/bfloat16.h"
 #include "src/tensor/shape.h"
 
 namespace titan {
@@ -51,16 +52,6 @@ inline uint64_t checksum_term(uint64_t index, float v) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
-}
-// float32 -> bfloat16 (round to nearest even, NaN kept) -> float32: the value a bf16 file reads back as.
-inline float round_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) u |= 0x400000u;
-  else u += 0x7FFFu + ((u >> 16) & 1u);
-  u &= 0xFFFF0000u;
-  std::memcpy(&f, &u, 4);
-  return f;
 }
 inline uint64_t block_checksum(const Shape& full, const Shape& off, const Shape& local, const float* data) {
   uint64_t h = 0;

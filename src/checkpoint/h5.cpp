@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "src/ops/ops.h"
+#include "src/tensor/bfloat16.h"
 #include "src/tensor/memory.h"
 
 namespace titan::h5 {
@@ -35,13 +36,6 @@ hid_t bf16_type() {
   return t;
 }
 
-uint16_t to_bf16(float f) {  // round to nearest even
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40);  // NaN stays NaN
-  u += 0x7fff + ((u >> 16) & 1);
-  return (uint16_t)(u >> 16);
-}
 }  // namespace
 
 File::File(const std::string& path, Mode mode, MPI_Comm comm) : path_(path), parallel_(comm != nullptr) {
@@ -183,7 +177,7 @@ void File::write_boxes(const std::string& name, const Shape& full_shape, const s
       if (stored == DType::BF16) {
         const float* p = f32.data<float>();
         bf.resize(f32.numel());
-        for (int64_t i = 0; i < f32.numel(); ++i) bf[i] = to_bf16(p[i]);
+        for (int64_t i = 0; i < f32.numel(); ++i) bf[i] = float_to_bf16_bits(p[i]);
         buf = bf.data();
       } else {
         buf = f32.data<float>();

@@ -30,19 +30,6 @@ using ojson = nlohmann::ordered_json;
 const char* st_name(SafetensorsDType d) { return d == SafetensorsDType::F32 ? "F32" : d == SafetensorsDType::BF16 ? "BF16" : "F16"; }
 size_t st_size(SafetensorsDType d) { return d == SafetensorsDType::F32 ? 4 : 2; }
 
-uint16_t f32_to_bf16(float f) {  // round to nearest even; NaN stays NaN
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-float bf16_to_f32(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 uint16_t f32_to_f16(float f) {  // IEEE binary16, round to nearest even, subnormals, overflow to inf
   uint32_t u;
   std::memcpy(&u, &f, 4);
@@ -322,7 +309,7 @@ std::vector<std::string> save_safetensors(const std::string& folder, const std::
       Tensor c = r.local->contiguous().clone();
       float* p = c.data<float>();
       for (int64_t j = 0; j < c.numel(); ++j)
-        p[j] = dtype == SafetensorsDType::F32 ? p[j] : dtype == SafetensorsDType::BF16 ? bf16_to_f32(f32_to_bf16(p[j]))
+        p[j] = dtype == SafetensorsDType::F32 ? p[j] : dtype == SafetensorsDType::BF16 ? round_to_bf16(p[j])
                                                                                       : f16_to_f32(f32_to_f16(p[j]));
       sums[entry_of[i]] += block_checksum(r.full_shape, r.offset, c.shape(), p);
     }
@@ -393,7 +380,7 @@ std::vector<std::string> save_safetensors(const std::string& folder, const std::
         if (dtype == SafetensorsDType::F32) std::memcpy(buf.data(), p + lo, (size_t)n * 4);
         else {
           auto* o = (uint16_t*)buf.data();
-          for (int64_t i = 0; i < n; ++i) o[i] = dtype == SafetensorsDType::BF16 ? f32_to_bf16(p[lo + i]) : f32_to_f16(p[lo + i]);
+          for (int64_t i = 0; i < n; ++i) o[i] = dtype == SafetensorsDType::BF16 ? float_to_bf16_bits(p[lo + i]) : f32_to_f16(p[lo + i]);
         }
         pwrite_all(fds[e.shard], buf.data(), buf.size(), (off_t)(data_start[e.shard] + e.begin + (uint64_t)fo * es), tmp);
       });
@@ -464,7 +451,7 @@ void load_safetensors(const std::string& path, const std::vector<Region>& params
         pread_all(f.fd, raw.data(), raw.size(), (off_t)s.begin, s.file);
         const auto* h = (const uint16_t*)raw.data();
         for (int64_t k = 0; k < n; ++k)
-          vals[(size_t)k] = es == 4 ? ((const float*)raw.data())[k] : s.dtype == "BF16" ? bf16_to_f32(h[k]) : f16_to_f32(h[k]);
+          vals[(size_t)k] = es == 4 ? ((const float*)raw.data())[k] : s.dtype == "BF16" ? bf16_bits_to_float(h[k]) : f16_to_f32(h[k]);
         try {
           check_values(name, vals.data(), s.shape, s.checksum);
         } catch (const std::exception& e) {
@@ -516,7 +503,7 @@ void load_safetensors(const std::string& path, const std::vector<Region>& params
       if (es == 4) std::memcpy(dst + lo, buf.data(), buf.size());
       else {
         const auto* h = (const uint16_t*)buf.data();
-        for (int64_t i = 0; i < n; ++i) dst[lo + i] = s.dtype == "BF16" ? bf16_to_f32(h[i]) : f16_to_f32(h[i]);
+        for (int64_t i = 0; i < n; ++i) dst[lo + i] = s.dtype == "BF16" ? bf16_bits_to_float(h[i]) : f16_to_f32(h[i]);
       }
     });
     progress.add(r.local->numel());

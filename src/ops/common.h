@@ -2,6 +2,7 @@
 #pragma once
 #include <initializer_list>
 #include <omp.h>
+#include <type_traits>
 
 #include "src/autograd/function.h"
 #include "src/ops/ops.h"
@@ -59,8 +60,25 @@ template <typename T>
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
           int64_t ldb, T beta, T* C, int64_t ldc);
 
+// The same GEMM on float32 operands read as bfloat16 (each rounded to nearest even) with float32 accumulation:
+// a bf16 mixed-precision region's GEMM (oneDNN where this CPU has a bf16 kernel, else sgemm on the roundings).
+void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+               const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// gemm<T>, or for float32 under bf16 autocast (bf16 = true) gemm_bf16.
+template <typename T>
+inline void gemm_as(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+                    const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>)
+    if (bf16) return gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+// Rounds a contiguous float32 tensor's values to bfloat16 in place (a bf16 op's output).
+void round_to_bf16_(Tensor& t);
+// What gemm_bf16 runs on this CPU (oneDNN's implementation, or the sgemm fallback).
+std::string gemm_bf16_kernel();
+
 // matmul's kernel (a [..., M, K] @ b [..., K, N]): no graph, no selective-checkpoint bookkeeping; for ops whose
-// own forward or backward multiplies (the float8 linear).
-Tensor matmul_forward(const Tensor& a, const Tensor& b);
+// own forward or backward multiplies (the float8 linear). bf16: autocast's bf16 GEMM, output rounded to bf16.
+Tensor matmul_forward(const Tensor& a, const Tensor& b, bool bf16 = false);
 
 }  // namespace titan::detail

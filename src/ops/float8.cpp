@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "src/autograd/checkpoint.h"
+#include "src/ops/autocast.h"
 #include "src/ops/common.h"
 
 namespace titan {
@@ -304,10 +305,14 @@ Float8Casts float8_casts(Float8Recipe r) {
 
 // ---- the float8 linear ---------------------------------------------------------
 namespace {
-// A GEMM whose operands are the round trips: recorded as an FP8 (or MX) GEMM unless both stay float32.
-Tensor cast_gemm(const Tensor& a, const Tensor& b, bool fp8, bool mx) {
+// A GEMM whose operands are the round trips: recorded as an FP8 (or MX) GEMM unless both stay in high precision.
+// Under bf16 autocast (bf16) the output is bf16 (torchao's output dtype is the input's), and a high-precision
+// GEMM is a bf16 GEMM.
+Tensor cast_gemm(const Tensor& a, const Tensor& b, bool fp8, bool mx, bool bf16) {
   GemmPrecisionScope scope(fp8 ? (mx ? GemmPrecision::mxfp8 : GemmPrecision::fp8) : GemmPrecision::high);
-  return matmul_forward(a, b);
+  Tensor r = matmul_forward(a, b, bf16 && !fp8);
+  if (bf16 && fp8) round_to_bf16_(r);
+  return r;
 }
 }  // namespace
 
@@ -322,6 +327,7 @@ Tensor float8_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const
   // a tensor-parallel shard: x [M, K] cut along K (rowwise), w [N, K] along N (colwise) or K, dy [M, N] along N
   const bool out_cut = k.tp && k.tp->out_sharded, in_cut = k.tp && k.tp->in_sharded;
   const std::function<void(std::vector<float>&)>* reduce = k.tp ? &k.tp->reduce_max : nullptr;
+  const bool bf16 = autocast_bf16(x);
   Tensor x2, y;
   Shape os = x.shape();
   os.back() = w.size(0);
@@ -334,8 +340,11 @@ Tensor float8_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const
     Tensor y2 = autograd::sac_forward(autograd::SacOp::Matmul, [&] {
       const Tensor xq = fp8_round_trip(x2, k.input, 1, false, in_cut, reduce);  // along K
       const Tensor wq = fp8_round_trip(w, k.weight, 1, out_cut, in_cut, reduce);
-      Tensor r = cast_gemm(xq, transpose(wq, 0, 1), !k.input.high_precision, k.mx);            // [M, N]
-      return bias.defined() ? add(r, bias) : r;
+      Tensor r = cast_gemm(xq, transpose(wq, 0, 1), !k.input.high_precision, k.mx, bf16);      // [M, N]
+      if (!bias.defined()) return r;
+      r = add(r, bias);
+      if (bf16) round_to_bf16_(r);
+      return r;
     });
     y = reshape(y2, os);
   }
@@ -343,7 +352,7 @@ Tensor float8_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const
   std::vector<Tensor> inputs = {x, w};
   if (has_b) inputs.push_back(bias);
   return record("float8_linear", inputs, y,
-                [xs = saved(x2), ws = saved(w), xshape = x.shape(), has_b, gx, gw, k](const std::vector<Tensor>& g) {
+                [xs = saved(x2), ws = saved(w), xshape = x.shape(), has_b, gx, gw, k, bf16](const std::vector<Tensor>& g) {
                   const Tensor dy = reshape(g[0], {-1, g[0].size(-1)}).contiguous();  // [M, N]
                   Tensor dx, dw, db;
                   const bool out_cut = k.tp && k.tp->out_sharded, in_cut = k.tp && k.tp->in_sharded;
@@ -351,14 +360,18 @@ Tensor float8_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const
                   if (gx) {  // dx [M, K] = q(dy, along N) @ q(w, along N)
                     const Tensor dyq = fp8_round_trip(dy, k.grad_output, 1, false, out_cut, reduce);
                     const Tensor wq = fp8_round_trip(ws, k.weight_for_grad_input, 0, out_cut, in_cut, reduce);
-                    dx = reshape(cast_gemm(dyq, wq, !k.grad_output.high_precision, k.mx), xshape);
+                    dx = reshape(cast_gemm(dyq, wq, !k.grad_output.high_precision, k.mx, bf16), xshape);
                   }
                   if (gw) {  // dw [N, K] = q(dy, along M)^T @ q(x, along M)
                     const Tensor dyq = fp8_round_trip(dy, k.grad_output_for_grad_weight, 0, false, out_cut, reduce);
                     const Tensor xq = fp8_round_trip(xs, k.input_for_grad_weight, 0, false, in_cut, reduce);
-                    dw = cast_gemm(transpose(dyq, 0, 1), xq, !k.grad_output_for_grad_weight.high_precision, k.mx);
+                    dw = cast_gemm(transpose(dyq, 0, 1), xq, !k.grad_output_for_grad_weight.high_precision, k.mx,
+                                   bf16);
                   }
-                  if (has_b) db = sum(dy, {0}, false);
+                  if (has_b) {
+                    db = sum(dy, {0}, false);
+                    if (bf16) round_to_bf16_(db);
+                  }
                   std::vector<Tensor> out = {dx, dw};
                   if (has_b) out.push_back(db);
                   return out;

@@ -1,7 +1,9 @@
 // Grouped linear for MoE experts: rows of x are grouped by expert
 // (contiguous, counts[e] rows for expert e); each group is one GEMM with its
 // expert's weight. y[rows of e] = x[rows of e] @ W[e] + b[e].
+#include "src/ops/autocast.h"
 #include "src/ops/common.h"
+#include "src/tensor/bfloat16.h"
 
 namespace titan {
 using namespace detail;
@@ -14,7 +16,9 @@ std::vector<int64_t> offsets_of(const std::vector<int64_t>& counts) {
 }
 
 // x [R, K], W [E, K, N], b [E, N] -> y [R, N]
-Tensor grouped_linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const std::vector<int64_t>& counts) {
+// bf16: autocast's bf16 GEMMs (operands and bias read as bf16, the output rounded to bf16)
+Tensor grouped_linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const std::vector<int64_t>& counts,
+                              bool bf16) {
   const int64_t R = x.size(0), K = x.size(1), N = w.size(2);
   Tensor y = empty({R, N}, x.dtype(), x.device());
   record_cost("grouped_linear", 2.0 * R * K * N + (b.defined() ? (double)R * N : 0.0), bytes_of({&x, &w, &b, &y}),
@@ -35,15 +39,18 @@ Tensor grouped_linear_forward(const Tensor& x, const Tensor& w, const Tensor& b,
         for (int64_t i = 0; i < n; ++i) std::copy(pb + e * N, pb + (e + 1) * N, ye + i * N);
         beta = 1;
       }
-      gemm<T>(false, false, n, N, K, T(1), px + off[e] * K, K, pw + (int64_t)e * K * N, N, beta, ye, N);
+      if constexpr (std::is_same_v<T, float>)
+        if (bf16 && pb) round_to_bf16(ye, n * N);  // the bias as the bf16 GEMM reads it
+      gemm_as<T>(bf16, false, false, n, N, K, T(1), px + off[e] * K, K, pw + (int64_t)e * K * N, N, beta, ye, N);
     }
   });
+  if (bf16) round_to_bf16_(y);
   return y;
 }
 
 // dy [R, N] -> dx [R, K], dW [E, K, N], db [E, N]
 std::vector<Tensor> grouped_linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, bool has_b,
-                                            const std::vector<int64_t>& counts) {
+                                            const std::vector<int64_t>& counts, bool bf16) {
   const int64_t R = x.size(0), K = x.size(1), N = w.size(2), E = w.size(0);
   Tensor dx = empty({R, K}, x.dtype(), x.device());
   Tensor dw = zeros({E, K, N}, x.dtype(), x.device());
@@ -53,6 +60,10 @@ std::vector<Tensor> grouped_linear_backward(const Tensor& dy, const Tensor& x, c
   if (x.is_meta()) return {dx, dw, db};
   auto off = offsets_of(counts);
   Tensor g = dy.contiguous();
+  if (bf16 && has_b) {  // the bias gradient sums the bf16 gradient
+    g = g.clone();
+    round_to_bf16_(g);
+  }
   dispatch_float(x.dtype(), "grouped_linear_backward", [&]<typename T>() {
     const T* pg = g.data<T>();
     const T* px = x.data<T>();
@@ -63,8 +74,10 @@ std::vector<Tensor> grouped_linear_backward(const Tensor& dy, const Tensor& x, c
       const int64_t n = counts[e];
       if (n == 0) continue;
       const T* ge = pg + off[e] * N;
-      gemm<T>(false, true, n, K, N, T(1), ge, N, pw + (int64_t)e * K * N, N, T(0), pdx + off[e] * K, K);  // dy W^T
-      gemm<T>(true, false, K, N, n, T(1), px + off[e] * K, K, ge, N, T(0), pdw + (int64_t)e * K * N, N);  // x^T dy
+      gemm_as<T>(bf16, false, true, n, K, N, T(1), ge, N, pw + (int64_t)e * K * N, N, T(0), pdx + off[e] * K,
+                 K);  // dy W^T
+      gemm_as<T>(bf16, true, false, K, N, n, T(1), px + off[e] * K, K, ge, N, T(0), pdw + (int64_t)e * K * N,
+                 N);  // x^T dy
       if (has_b) {
         T* pdb = db.data<T>() + e * N;
         for (int64_t i = 0; i < n; ++i)
@@ -72,6 +85,11 @@ std::vector<Tensor> grouped_linear_backward(const Tensor& dy, const Tensor& x, c
       }
     }
   });
+  if (bf16) {
+    round_to_bf16_(dx);
+    round_to_bf16_(dw);
+    if (has_b) round_to_bf16_(db);
+  }
   return {dx, dw, db};
 }
 }  // namespace
@@ -95,12 +113,13 @@ Tensor grouped_linear(const Tensor& x, const Tensor& w, const Tensor& b, const s
     TITAN_CHECK(b.shape() == (Shape{w.size(0), w.size(2)}), op, ": bias ", shape_str(b.shape()), " must be [",
                 w.size(0), ", ", w.size(2), "]");
   Tensor xc = x.contiguous(), wc = w.contiguous(), bc = b.defined() ? b.contiguous() : Tensor();
-  Tensor y = grouped_linear_forward(xc, wc, bc, counts);
+  const bool bf16 = autocast_bf16(x);
+  Tensor y = grouped_linear_forward(xc, wc, bc, counts, bf16);
   std::vector<Tensor> in = {xc, wc};
   if (bc.defined()) in.push_back(bc);
   return record("grouped_linear", in, y,
-                [xs = saved(xc), ws = saved(wc), has_b = bc.defined(), counts](const std::vector<Tensor>& g) {
-                  auto r = grouped_linear_backward(g[0], xs, ws, has_b, counts);
+                [xs = saved(xc), ws = saved(wc), has_b = bc.defined(), counts, bf16](const std::vector<Tensor>& g) {
+                  auto r = grouped_linear_backward(g[0], xs, ws, has_b, counts, bf16);
                   if (!has_b) r.pop_back();
                   return r;
                 });

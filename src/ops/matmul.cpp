@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include "src/autograd/checkpoint.h"
+#include "src/ops/autocast.h"
 #include "src/ops/common.h"
 
 namespace titan {
@@ -62,10 +63,18 @@ std::vector<int64_t> batch_offsets(const Tensor& x, const Shape& batch) {
   return offs;
 }
 
+// A bf16 op's output: its values rounded to bfloat16 (`t` is the op's own fresh result).
+Tensor bf16_out(Tensor t) {
+  if (!t.defined()) return t;
+  if (!t.is_contiguous()) t = t.contiguous();
+  round_to_bf16_(t);
+  return t;
+}
+
 }  // namespace
 
 namespace detail {
-Tensor matmul_forward(const Tensor& a, const Tensor& b) {
+Tensor matmul_forward(const Tensor& a, const Tensor& b, bool bf16) {
   Device dev = same_device("matmul", {&a, &b});
   same_dtype("matmul", a, b);
   need_float("matmul", a);
@@ -92,7 +101,7 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b) {
     const T* pb = B.t.template data<T>();
     T* po = out.data<T>();
     auto one = [&](int64_t i) {
-      gemm<T>(A.trans, B.trans, M, N, K, T(1), pa + oa[i], A.ld, pb + ob[i], B.ld, T(0), po + i * M * N, N);
+      gemm_as<T>(bf16, A.trans, B.trans, M, N, K, T(1), pa + oa[i], A.ld, pb + ob[i], B.ld, T(0), po + i * M * N, N);
     };
     // many small GEMMs: one per thread; few big ones: BLAS threads each
     if (nb >= 2 * omp_get_max_threads() && M * N * K < (1 << 21)) {
@@ -102,23 +111,29 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b) {
       for (int64_t i = 0; i < nb; ++i) one(i);
     }
   });
+  if (bf16) round_to_bf16_(out);
   return out;
 }
 }  // namespace detail
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  Tensor out = autograd::sac_forward(autograd::SacOp::Matmul, [&] { return matmul_forward(a, b); });
+  const bool bf16 = autocast_bf16(a);
+  Tensor out = autograd::sac_forward(autograd::SacOp::Matmul, [&] { return matmul_forward(a, b, bf16); });
   bool ga = a.requires_grad(), gb = b.requires_grad();
-  return record("matmul", {a, b}, out, [sa = saved(a), sb = saved(b), ga, gb](const std::vector<Tensor>& g) {
+  return record("matmul", {a, b}, out, [sa = saved(a), sb = saved(b), ga, gb, bf16](const std::vector<Tensor>& g) {
     Tensor da, db;
-    if (ga) da = sum_to(matmul_forward(g[0], transpose(sb, -1, -2)), sa.shape());
+    if (ga) da = sum_to(matmul_forward(g[0], transpose(sb, -1, -2), bf16), sa.shape());
     if (gb) {
       if (sb.dim() == 2 && sa.dim() > 2) {  // shared b: fold a's batch into rows
         Tensor a2 = reshape(sa, {-1, sa.size(-1)}), g2 = reshape(g[0], {-1, g[0].size(-1)});
-        db = matmul_forward(transpose(a2, 0, 1), g2);
+        db = matmul_forward(transpose(a2, 0, 1), g2, bf16);
       } else {
-        db = sum_to(matmul_forward(transpose(sa, -1, -2), g[0]), sb.shape());
+        db = sum_to(matmul_forward(transpose(sa, -1, -2), g[0], bf16), sb.shape());
       }
+    }
+    if (bf16) {  // a broadcast operand's gradient is summed in float32, then rounded like any bf16 result
+      da = bf16_out(da);
+      db = bf16_out(db);
     }
     return std::vector<Tensor>{da, db};
   });
@@ -127,7 +142,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 // ---- linear ----------------------------------------------------------------
 namespace {
 // x2 [N, in], w [out, in], bias [out] -> y [N, out]
-Tensor linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias) {
+// bf16: autocast's bf16 GEMM (operands and bias read as bf16, the output rounded to bf16)
+Tensor linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias, bool bf16) {
   const int64_t N = x2.size(0), in = x2.size(1), out_f = w.size(0);
   Tensor y = empty({N, out_f}, x2.dtype(), x2.device());
   record_cost("linear", 2.0 * N * in * out_f + (bias.defined() ? (double)N * out_f : 0.0),
@@ -143,33 +159,41 @@ Tensor linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias) {
 #pragma omp parallel for schedule(static) if (N * out_f >= kParallelGrain)
       for (int64_t i = 0; i < N; ++i) std::copy(pb, pb + out_f, py + i * out_f);
       beta = T(1);
+      if (bf16) round_to_bf16_(y);  // the bias as the bf16 addmm reads it
     }
     // y = x2 @ w^T: op(B) = w^T, so flip w's own transpose flag
-    gemm<T>(false, !W.trans, N, out_f, in, T(1), x2.data<T>(), in, W.t.template data<T>(), W.ld, beta, py, out_f);
+    gemm_as<T>(bf16, false, !W.trans, N, out_f, in, T(1), x2.data<T>(), in, W.t.template data<T>(), W.ld, beta, py,
+               out_f);
   });
+  if (bf16) round_to_bf16_(y);
   return y;
 }
 
 // g [N, out] -> dx [N, in], dw [out, in], db [out]
 std::vector<Tensor> linear_backward(const Tensor& g, const Tensor& x2, const Tensor& w, bool has_bias, bool need_x,
-                                    bool need_w) {
+                                    bool need_w, bool bf16) {
   const int64_t N = x2.size(0), in = x2.size(1), out_f = w.size(0);
   Tensor dx, dw, db;
   if (need_x) dx = empty({N, in}, g.dtype(), g.device());
   if (need_w) dw = empty({out_f, in}, g.dtype(), g.device());
   record_cost("linear_backward", (need_x ? 2.0 * N * in * out_f : 0) + (need_w ? 2.0 * N * in * out_f : 0),
               bytes_of({&g, &x2, &w, &dx, &dw}), GemmShape{(int64_t)need_x + (int64_t)need_w, N, in, out_f});
-  if (has_bias) db = sum(g, {0}, false);
+  if (has_bias) db = bf16 ? bf16_out(sum(bf16_out(g.clone()), {0}, false)) : sum(g, {0}, false);
   if (g.is_meta()) return {dx, dw, db};
   Tensor gc = g.contiguous();
   BlasMat W = blas_mat(w);
   dispatch_float(g.dtype(), "linear_backward", [&]<typename T>() {
     if (need_x)  // dx = g @ w
-      gemm<T>(false, W.trans, N, in, out_f, T(1), gc.data<T>(), out_f, W.t.template data<T>(), W.ld, T(0),
-              dx.data<T>(), in);
+      gemm_as<T>(bf16, false, W.trans, N, in, out_f, T(1), gc.data<T>(), out_f, W.t.template data<T>(), W.ld, T(0),
+                 dx.data<T>(), in);
     if (need_w)  // dw = g^T @ x2
-      gemm<T>(true, false, out_f, in, N, T(1), gc.data<T>(), out_f, x2.data<T>(), in, T(0), dw.data<T>(), in);
+      gemm_as<T>(bf16, true, false, out_f, in, N, T(1), gc.data<T>(), out_f, x2.data<T>(), in, T(0), dw.data<T>(),
+                 in);
   });
+  if (bf16) {
+    if (need_x) round_to_bf16_(dx);
+    if (need_w) round_to_bf16_(dw);
+  }
   return {dx, dw, db};
 }
 }  // namespace
@@ -191,7 +215,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
     NoGradGuard ng;  // the reshape is folded into this op's own backward
     x2 = reshape(x, {-1, x.size(-1)}).contiguous();
   }
-  Tensor y2 = autograd::sac_forward(autograd::SacOp::Matmul, [&] { return linear_forward(x2, w, bias); });
+  const bool bf16 = autocast_bf16(x);
+  Tensor y2 = autograd::sac_forward(autograd::SacOp::Matmul, [&] { return linear_forward(x2, w, bias, bf16); });
   Shape os = x.shape();
   os.back() = w.size(0);
   Tensor y;
@@ -203,10 +228,10 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   std::vector<Tensor> inputs = {x, w};
   if (bias.defined()) inputs.push_back(bias);
   return record("linear", inputs, y,
-                [xs = saved(x2), ws = saved(w), xshape = x.shape(), has_b = bias.defined(), gx,
-                 gw](const std::vector<Tensor>& g) {
+                [xs = saved(x2), ws = saved(w), xshape = x.shape(), has_b = bias.defined(), gx, gw,
+                 bf16](const std::vector<Tensor>& g) {
                   Tensor g2 = reshape(g[0], {-1, g[0].size(-1)});
-                  auto r = linear_backward(g2, xs, ws, has_b, gx, gw);
+                  auto r = linear_backward(g2, xs, ws, has_b, gx, gw, bf16);
                   std::vector<Tensor> out = {gx ? reshape(r[0], xshape) : Tensor(), r[1]};
                   if (has_b) out.push_back(r[2]);
                   return out;

@@ -1,0 +1,31 @@
+// src/ops/autocast.h — bf16 autocast: the mode in which GEMMs multiply bfloat16 operands.
+//
+// RAII, as PyTorch's torch.autocast(dtype=torch.bfloat16): while an AutocastScope(DType::BF16) is alive on this
+// thread, the GEMM ops (matmul, linear, grouped_linear) read their float32 operands as bfloat16 (rounded to
+// nearest even), accumulate in float32, and round their outputs to bfloat16; their backward does the same with
+// the incoming gradient (a bf16 output's gradient is bf16), and a weight's gradient is the bf16 GEMM's result
+// (autocast's cast back to the float32 parameter's grad is exact). Everything else (norms, softmax, RoPE, the
+// loss, the router, the optimizer) computes in float32 on whatever values arrive, as autocast runs them.
+// The mode is read when an op records, and its backward keeps it: recomputation inside the scope matches.
+// Values stay in float32 tensors (bf16-valued); see docs/training.md, "Precision".
+#pragma once
+#include "src/tensor/tensor.h"
+
+namespace titan {
+
+class AutocastScope {
+ public:
+  explicit AutocastScope(DType compute);  // DType::BF16, or DType::F32 (turns it off within)
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+  static DType current();  // F32 outside any scope
+
+ private:
+  DType prev_;
+};
+
+// True when an op on `x` computes its GEMMs in bf16 now (float32 operands inside a bf16 scope).
+inline bool autocast_bf16(const Tensor& x) { return x.dtype() == DType::F32 && AutocastScope::current() == DType::BF16; }
+
+}  // namespace titan

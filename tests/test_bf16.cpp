@@ -1,0 +1,243 @@
+// bfloat16: the rounding, the bf16 GEMM (oneDNN or the sgemm fallback) and bf16 autocast's GEMM ops.
+// Numeric contracts: a bf16 GEMM is the exact product of the bf16-rounded operands up to float32 accumulation's
+// error, on whichever kernel this CPU runs (ctest runs this file again with oneDNN capped below AVX512-BF16
+// and below AVX512: the bound is the same, so the kernels agree to float32 accumulation).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+
+#include "src/ops/autocast.h"
+#include "src/ops/common.h"
+#include "src/tensor/bfloat16.h"
+#include "tests/gradcheck.h"
+
+using namespace titan;
+using namespace titan::testing;
+
+namespace {
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+bool cpu_has(const std::string& flag) {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("flags", 0) == 0) return (line + " ").find(" " + flag + " ") != std::string::npos;
+  return false;
+}
+bool is_bf16(float v) { return std::isnan(v) || bits(v) == bits(round_to_bf16(v)); }
+std::vector<float> randv(size_t n, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+}  // namespace
+
+TEST(Bf16, RoundsToNearestEvenKeepsNaNAndOverflowsToInfinity) {
+  EXPECT_EQ(bits(round_to_bf16(from_bits(0x3F808000u))), 0x3F800000u);  // tie, even below
+  EXPECT_EQ(bits(round_to_bf16(from_bits(0x3F818000u))), 0x3F820000u);  // tie, even above
+  EXPECT_EQ(bits(round_to_bf16(from_bits(0x3F808001u))), 0x3F810000u);  // past the tie
+  EXPECT_EQ(bits(round_to_bf16(from_bits(0x3F807FFFu))), 0x3F800000u);
+  EXPECT_EQ(bits(round_to_bf16(from_bits(0x7F7FFFFFu))), 0x7F800000u);  // float32 max: past bf16's, to inf
+  EXPECT_EQ(bits(round_to_bf16(-INFINITY)), 0xFF800000u);
+  EXPECT_TRUE(std::isnan(round_to_bf16(from_bits(0x7F800001u))));  // a NaN whose payload is in the low bits only
+  EXPECT_EQ(float_to_bf16_bits(1.0f), 0x3F80);
+  EXPECT_EQ(bf16_bits_to_float(0xC040), -3.0f);
+  // the vectorized loop equals the scalar rounding on every class of bit pattern
+  std::mt19937 g(7);
+  std::vector<float> v(1 << 16), w;
+  for (auto& x : v) x = from_bits(g());
+  w = v;
+  round_to_bf16(w.data(), (int64_t)w.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const float s = round_to_bf16(v[i]);
+    if (std::isnan(s)) ASSERT_TRUE(std::isnan(w[i])) << i;
+    else ASSERT_EQ(bits(w[i]), bits(s)) << std::hex << bits(v[i]);
+  }
+}
+
+// C = alpha op(A) op(B) + beta C against the exact (double) product of the bf16 roundings: within float32
+// accumulation's bound, on this CPU's kernel; and measurably not the float32 product.
+TEST(Bf16Gemm, IsTheProductOfRoundedOperandsToFloat32Accumulation) {
+  const std::string kernel = detail::gemm_bf16_kernel();
+  std::printf("[bf16 gemm] kernel: %s\n", kernel.c_str());
+  if (const char* want = std::getenv("TITAN_BF16_GEMM_EXPECT")) {
+    EXPECT_NE(kernel.find(want), std::string::npos) << "expected a kernel matching '" << want << "', got " << kernel;
+  } else if (!std::getenv("DNNL_MAX_CPU_ISA") && cpu_has("avx512_bf16")) {
+    EXPECT_EQ(kernel.rfind("onednn", 0), 0u) << "this CPU has AVX512-BF16 but the bf16 GEMM runs " << kernel;
+  }
+  struct Case {
+    bool ta, tb;
+    int64_t m, n, k;
+    float alpha, beta;
+    int64_t pad;  // extra leading-dimension elements
+  };
+  const std::vector<Case> cases = {{false, false, 64, 64, 64, 1, 0, 0},   {false, true, 37, 29, 101, 1, 0, 3},
+                                   {true, false, 5, 130, 17, 1, 1, 0},    {true, true, 1, 7, 300, 0.5f, 0, 1},
+                                   {false, false, 257, 96, 1, 1, 0, 0},   {false, true, 300, 200, 500, 1, 1, 5},
+                                   {true, false, 128, 1, 128, 2, 0.25f, 0}};
+  double worst_vs_f32 = 0;
+  for (const Case& c : cases) {
+    const int64_t ar = c.ta ? c.k : c.m, ac = (c.ta ? c.m : c.k), lda = ac + c.pad;
+    const int64_t br = c.tb ? c.n : c.k, bc = (c.tb ? c.k : c.n), ldb = bc + c.pad, ldc = c.n + c.pad;
+    auto A = randv(ar * lda, 1 + c.m), B = randv(br * ldb, 2 + c.n), C = randv(c.m * ldc, 3 + c.k);
+    std::vector<float> out = C;
+    detail::gemm_bf16(c.ta, c.tb, c.m, c.n, c.k, c.alpha, A.data(), lda, B.data(), ldb, c.beta, out.data(), ldc);
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t j = 0; j < c.n; ++j) {
+        double exact = 0, mag = 0, f32 = 0;
+        for (int64_t p = 0; p < c.k; ++p) {
+          const float a = c.ta ? A[p * lda + i] : A[i * lda + p], b = c.tb ? B[j * ldb + p] : B[p * ldb + j];
+          exact += (double)round_to_bf16(a) * round_to_bf16(b);
+          mag += std::fabs((double)round_to_bf16(a) * round_to_bf16(b));
+          f32 += (double)a * b;
+        }
+        const double ref = c.alpha * exact + c.beta * C[i * ldc + j];
+        const double bound = (c.k + 2) * std::ldexp(1.0, -24) * (std::fabs(c.alpha) * mag + std::fabs(c.beta * C[i * ldc + j])) + 1e-30;
+        ASSERT_LE(std::fabs(out[i * ldc + j] - ref), bound)
+            << "case ta=" << c.ta << " tb=" << c.tb << " " << c.m << "x" << c.n << "x" << c.k << " at " << i << "," << j
+            << " on " << kernel;
+        worst_vs_f32 = std::max(worst_vs_f32, std::fabs(out[i * ldc + j] - (c.alpha * f32 + c.beta * C[i * ldc + j])));
+      }
+    for (int64_t i = 0; i < c.m; ++i)  // the padding is left alone
+      for (int64_t j = c.n; j < ldc; ++j) ASSERT_EQ(out[i * ldc + j], C[i * ldc + j]);
+  }
+  EXPECT_GT(worst_vs_f32, 1e-2) << "the operands were not rounded to bf16";
+}
+
+TEST(Autocast, ScopeNestsAndRefusesOtherDtypes) {
+  EXPECT_EQ(AutocastScope::current(), DType::F32);
+  {
+    AutocastScope on(DType::BF16);
+    EXPECT_EQ(AutocastScope::current(), DType::BF16);
+    {
+      AutocastScope off(DType::F32);
+      EXPECT_EQ(AutocastScope::current(), DType::F32);
+    }
+    EXPECT_EQ(AutocastScope::current(), DType::BF16);
+    EXPECT_FALSE(autocast_bf16(zeros({2}, DType::F64)));  // float64 (gradchecks) never autocasts
+  }
+  EXPECT_EQ(AutocastScope::current(), DType::F32);
+  try {
+    AutocastScope bad(DType::F64);
+    FAIL() << "float64 autocast accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("float64"), std::string::npos) << e.what();
+  }
+}
+
+namespace {
+// y [N, out] = round(x W^T + b) with x, W, b rounded: what a bf16 linear computes (double reference)
+std::vector<double> bf16_linear_ref(const std::vector<float>& x, const std::vector<float>& w,
+                                    const std::vector<float>& b, int64_t N, int64_t in, int64_t out) {
+  std::vector<double> y(N * out);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < out; ++j) {
+      double s = b.empty() ? 0.0 : round_to_bf16(b[j]);
+      for (int64_t p = 0; p < in; ++p) s += (double)round_to_bf16(x[i * in + p]) * round_to_bf16(w[j * in + p]);
+      y[i * out + j] = s;
+    }
+  return y;
+}
+Tensor from(const std::vector<float>& v, const Shape& s) {
+  Tensor t = empty(s, DType::F32);
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
+}
+// every value bf16, and within one bf16 rounding (2^-8 relative) of the double reference
+void expect_bf16_near(const Tensor& t, const std::vector<double>& ref, const char* what) {
+  auto v = t.to_vector<float>();
+  ASSERT_EQ(v.size(), ref.size()) << what;
+  for (size_t i = 0; i < v.size(); ++i) {
+    ASSERT_TRUE(is_bf16(v[i])) << what << "[" << i << "] = " << v[i] << " is not a bf16 value";
+    ASSERT_NEAR(v[i], ref[i], std::ldexp(std::fabs(ref[i]), -8) + 1e-4) << what << "[" << i << "]";
+  }
+}
+}  // namespace
+
+// linear under autocast: y, dx, dW are the bf16 GEMMs' results rounded to bf16, db the sum of the bf16 gradient;
+// outside the scope the same op is float32 again.
+TEST(Autocast, LinearComputesInBf16WithFloat32Accumulation) {
+  const int64_t N = 33, in = 40, out = 24;
+  auto xv = randv(N * in, 11), wv = randv(out * in, 12), bv = randv(out, 13), gv = randv(N * out, 14);
+  Tensor x = from(xv, {N, in}).requires_grad_(true), w = from(wv, {out, in}).requires_grad_(true),
+         b = from(bv, {out}).requires_grad_(true);
+  Tensor y;
+  {
+    AutocastScope bf16(DType::BF16);
+    y = linear(x, w, b);
+    sum(mul(y, from(gv, {N, out}))).backward();
+  }
+  expect_bf16_near(y, bf16_linear_ref(xv, wv, bv, N, in, out), "y");
+  // dx = g W (g rounded), dW = g^T x, db = sum of rounded g
+  std::vector<double> dx(N * in, 0), dw(out * in, 0), db(out, 0);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < out; ++j) {
+      const double g = round_to_bf16(gv[i * out + j]);
+      db[j] += g;
+      for (int64_t p = 0; p < in; ++p) {
+        dx[i * in + p] += g * round_to_bf16(wv[j * in + p]);
+        dw[j * in + p] += g * round_to_bf16(xv[i * in + p]);
+      }
+    }
+  expect_bf16_near(x.grad(), dx, "dx");
+  expect_bf16_near(w.grad(), dw, "dW");
+  expect_bf16_near(b.grad(), db, "db");
+  // no scope: float32 (some output is not a bf16 value)
+  Tensor y32 = linear(x, w, b);
+  int not_bf16 = 0;
+  for (float v : y32.to_vector<float>()) not_bf16 += !is_bf16(v);
+  EXPECT_GT(not_bf16, N * out / 2);
+}
+
+// matmul (batched, shared operand) and the experts' grouped linear follow the scope; float64 never does
+TEST(Autocast, MatmulAndGroupedLinearFollowTheScope) {
+  AutocastScope bf16(DType::BF16);
+  auto av = randv(2 * 5 * 16, 21), bv = randv(16 * 7, 22);
+  Tensor a = from(av, {2, 5, 16}).requires_grad_(true), bm = from(bv, {16, 7}).requires_grad_(true);
+  Tensor c = matmul(a, bm);
+  std::vector<double> ref(2 * 5 * 7, 0);
+  for (int64_t i = 0; i < 10; ++i)
+    for (int64_t j = 0; j < 7; ++j)
+      for (int64_t p = 0; p < 16; ++p) ref[i * 7 + j] += (double)round_to_bf16(av[i * 16 + p]) * round_to_bf16(bv[p * 7 + j]);
+  expect_bf16_near(c, ref, "matmul");
+  sum(c).backward();
+  for (float v : bm.grad().to_vector<float>()) ASSERT_TRUE(is_bf16(v));
+  for (float v : a.grad().to_vector<float>()) ASSERT_TRUE(is_bf16(v));
+
+  auto xv = randv(9 * 12, 31), wv = randv(3 * 12 * 8, 32);
+  Tensor x = from(xv, {9, 12}).requires_grad_(true), w = from(wv, {3, 12, 8}).requires_grad_(true);
+  Tensor y = grouped_linear(x, w, Tensor(), {4, 0, 5});
+  std::vector<double> gref(9 * 8, 0);
+  for (int64_t i = 0; i < 9; ++i) {
+    const int64_t e = i < 4 ? 0 : 2;
+    for (int64_t j = 0; j < 8; ++j)
+      for (int64_t p = 0; p < 12; ++p)
+        gref[i * 8 + j] += (double)round_to_bf16(xv[i * 12 + p]) * round_to_bf16(wv[(e * 12 + p) * 8 + j]);
+  }
+  expect_bf16_near(y, gref, "grouped_linear");
+  sum(y).backward();
+  for (float v : w.grad().to_vector<float>()) ASSERT_TRUE(is_bf16(v));
+
+  Tensor a64 = rand_t({3, 4}, 41), b64 = rand_t({4, 2}, 42);  // float64: exact as ever
+  auto c64 = matmul(a64, b64).to_vector<double>();
+  auto av64 = a64.to_vector<double>(), bv64 = b64.to_vector<double>();
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 2; ++j) {
+      double s = 0;
+      for (int p = 0; p < 4; ++p) s += av64[i * 4 + p] * bv64[p * 2 + j];
+      EXPECT_NEAR(c64[i * 2 + j], s, 1e-14);
+    }
+}
