@@ -73,10 +73,10 @@ TrainResult run_simulated_job(const JobConfig& cfg, double t_start) {
   }
   if (cfg.profiling.enable_profiling && lead) {  // the planned step's collectives, as a profiled real step lists them
     const std::string dtypes =
-        cfg.simulation.param_dtype == cfg.simulation.reduce_dtype
-            ? config::enum_name(cfg.simulation.param_dtype) + ", as priced"
-            : "gradients " + config::enum_name(cfg.simulation.reduce_dtype) + ", the rest " +
-                  config::enum_name(cfg.simulation.param_dtype) + ", as priced";
+        cfg.training.mixed_precision_param == cfg.training.mixed_precision_reduce
+            ? config::enum_name(cfg.training.mixed_precision_param) + ", as priced"
+            : "gradients " + config::enum_name(cfg.training.mixed_precision_reduce) + ", the rest " +
+                  config::enum_name(cfg.training.mixed_precision_param) + ", as priced";
     for (const auto& l : describe_collectives(sim.collectives, 0, dtypes)) log_info(l);
     fs::create_directories(cfg.job.dump_folder);
     write_collectives(sim.collectives, cfg.job.dump_folder + "/collectives_rank0.tsv");
@@ -109,8 +109,8 @@ std::string describe_simulated_job(const JobConfig& cfg, const SimResult& sim) {
          " tokens per step (local batch " + std::to_string(cfg.training.local_batch_size) + "); activation checkpointing " +
          config::enum_name(ac.mode) +
          (ac.mode == JobConfig::ACMode::selective ? " (" + ac.selective_ac_option.text() + ")" : std::string()) +
-         "; parameters and activations " + config::enum_name(cfg.simulation.param_dtype) + ", gradient reduction " +
-         config::enum_name(cfg.simulation.reduce_dtype) + ", fp32 master weights and AdamW state; " +
+         "; parameters and activations " + config::enum_name(cfg.training.mixed_precision_param) + ", gradient reduction " +
+         config::enum_name(cfg.training.mixed_precision_reduce) + ", fp32 master weights and AdamW state; " +
          config::enum_name(cfg.simulation.mode) + " mode";
 }
 

@@ -20,7 +20,7 @@ double Validator::run(TrainJob& job, int64_t step) {
   const double t0 = wall_seconds();
   val_->reset();
   const int64_t steps = cfg_.validation.steps < 0 ? val_->steps_left() : cfg_.validation.steps;
-  double loss = evaluate_loss(*job.model, *val_, steps, job.pipeline.get(), &mesh_);
+  double loss = evaluate_loss(*job.model, *val_, steps, job.pipeline.get(), &mesh_, job.compute);
   if (mesh_.dp_size() > 1)
     loss = mesh_.dp->all_reduce(from_vector<double>({loss}, {1}), comms::ReduceOp::Avg).to_vector<double>()[0];
   log_info("validation: step: " + std::to_string(step) + "  loss: " + fmt("%.5f", loss) + "  (" +

@@ -4,6 +4,7 @@
 
 #include "src/autograd/function.h"
 #include "src/log/log.h"
+#include "src/ops/autocast.h"
 #include "src/ops/ops.h"
 #include "src/tensor/cost.h"
 
@@ -309,10 +310,27 @@ Tensor FSDP::gradient_arrived(Unit& u, Bucket& b, Param& p, const Tensor& g) {
   return direct;
 }
 
+void FSDP::set_reduce_dtype(DType dt) {
+  TITAN_CHECK(dt == DType::BF16 || dt == DType::F32, "FSDP::set_reduce_dtype: bfloat16 or float32, got ",
+              dtype_name(dt));
+  reduce_bf16_ = dt == DType::BF16;
+}
+
+namespace {
+// A gradient as a bf16 reduction sends or returns it (values rounded in place; meta: nothing to round).
+void round_reduced(Tensor& flat, bool bf16) {
+  if (!bf16 || flat.is_meta()) return;
+  NoGradGuard ng;
+  if (!flat.is_contiguous()) flat = flat.contiguous();
+  round_to_bf16_(flat);
+}
+}  // namespace
+
 void FSDP::issue_reduction(Bucket& b) {
   while ((int)in_flight_.size() >= kMaxReductionsInFlight) advance_oldest();
-  GradientReductionScope grads;  // these collectives carry gradients (reduce_dtype in simulation)
+  GradientReductionScope grads;  // these collectives carry gradients (training.mixed_precision_reduce)
   MemoryCategoryScope cat(MemoryCategory::Communication);
+  round_reduced(b.grad_flat, reduce_bf16_);
   auto r = std::make_unique<Reduction>();
   r->bucket = &b;
   if (b.sharded) {
@@ -333,6 +351,7 @@ void FSDP::advance_oldest() {
   std::unique_ptr<Reduction> r = std::move(in_flight_.front());
   in_flight_.pop_front();
   r->work.wait();
+  round_reduced(r->out, reduce_bf16_);
   if (!r->all_reduce_stage && r->bucket->replicated) {
     GradientReductionScope grads;
     MemoryCategoryScope cat(MemoryCategory::Communication);

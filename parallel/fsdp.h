@@ -68,6 +68,10 @@ class FSDP {
   // next micro-batch of a pipeline schedule runs without gathering them again; the stage's last backward
   // turns it on and frees them. Default on.
   void set_reshard_after_backward(bool reshard) { reshard_after_backward_ = reshard; }
+  // The dtype gradients are reduced in (training.mixed_precision_reduce): bf16 rounds each rank's flat gradient
+  // before its reduce-scatter / all-reduce and the reduced result after (each stage of HSDP's two); the sum
+  // itself is float32 (NCCL's bf16 ring rounds its partial sums at every hop: a finer grain than this).
+  void set_reduce_dtype(DType dt);
 
   struct Param;
   struct Bucket;
@@ -90,6 +94,7 @@ class FSDP {
   bool forward_done_ = false;  // the root's forward has returned: hooks now run in backward (recompute)
   bool sync_ = true;
   bool reshard_after_backward_ = true;
+  bool reduce_bf16_ = false;
 };
 
 }  // namespace titan::parallel

@@ -67,7 +67,7 @@ struct SimResult {
   std::vector<SimStage> stages;
   double pipeline_s = 0, bubble_s = 0, bubble_fraction = 0;
   // rank 0's collective starts of the planned step, in issue order; bytes as priced (gradients in
-  // simulation.reduce_dtype, the rest in simulation.param_dtype: the meta run itself is float32)
+  // training.mixed_precision_reduce, the rest in training.mixed_precision_param: the meta run itself is float32)
   std::vector<CostEvent> collectives;
 };
 

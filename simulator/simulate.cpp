@@ -77,10 +77,10 @@ SimResult simulate_step(const JobConfig& cfg, int world) {
   const ExecMode mode = sc.mode == Mode::eager      ? ExecMode::Eager
                         : sc.mode == Mode::compiled ? ExecMode::Compiled
                                                     : ExecMode::Graphs;
-  using Precision = JobConfig::Simulation::Precision;
-  const double act_scale = sc.param_dtype == Precision::bfloat16 ? 0.5 : 1.0;  // the meta run is float32
-  const double red_scale = sc.reduce_dtype == Precision::bfloat16 ? 0.5 : 1.0;
-  for (CostEvent e : plan.events)  // the bytes as priced: gradients in reduce_dtype, the rest in param_dtype
+  using Precision = JobConfig::Training::Precision;  // the run's own: the meta step's values are float32
+  const double act_scale = cfg.training.mixed_precision_param == Precision::bfloat16 ? 0.5 : 1.0;
+  const double red_scale = cfg.training.mixed_precision_reduce == Precision::bfloat16 ? 0.5 : 1.0;
+  for (CostEvent e : plan.events)  // the bytes as priced: gradients in the reduce dtype, the rest in the param dtype
     if (e.kind == CostEvent::Kind::CommStart) {
       e.bytes *= e.gradients ? red_scale : act_scale;
       r.collectives.push_back(e);

@@ -3,16 +3,18 @@
 #include "step/train_step.h"
 
 #include "src/autograd/grad_mode.h"
+#include "src/ops/autocast.h"
 #include "src/ops/ops.h"
 
 namespace titan {
 
 double evaluate_loss(decoder::Decoder& model, DataLoader& loader, int64_t steps, parallel::Pipeline* pipeline,
-                     comms::DeviceMesh* mesh) {
+                     comms::DeviceMesh* mesh, DType compute) {
   TITAN_CHECK(steps > 0, "evaluate: no full batch fits (", loader.num_tokens(), " tokens)");
   const bool cp = model.sequence_shard.sharded();
   TITAN_CHECK(!cp || mesh, "evaluate: a context-parallel model needs its mesh");
   NoGradGuard ng;
+  AutocastScope autocast(compute);  // the training step's precision
   double total = 0;
   for (int64_t i = 0; i < steps; ++i) {
     Batch whole = loader.next();

@@ -84,6 +84,12 @@ std::vector<Field> fields(JobConfig& c) {
                    "clip the gradients to this global L2 norm; 0: no clipping"),
       config::bind("training.on_nonfinite", &c.training.on_nonfinite,
                    "a NaN/inf loss or gradient norm: abort the job, or skip that step's optimizer update"),
+      config::bind("training.mixed_precision_param", &c.training.mixed_precision_param,
+                   "bfloat16: GEMMs multiply bf16 operands (float32 accumulation, outputs and their gradients bf16; "
+                   "fp32 master weights and AdamW state), gathered params and activations bf16; float32: all float32"),
+      config::bind("training.mixed_precision_reduce", &c.training.mixed_precision_reduce,
+                   "dtype of the gradient reduce-scatters / all-reduces (bfloat16: each rank's gradient and the "
+                   "reduced result rounded to bf16)"),
       config::bind("validation.enabled", &c.validation.enabled,
                    "true: mean loss on validation.dataset_path every validation.freq steps and at the last step"),
       config::bind("validation.dataset_path", &c.validation.dataset_path,
@@ -183,10 +189,6 @@ std::vector<Field> fields(JobConfig& c) {
                    "eager (each op its kernels), compiled (elementwise chains fused), cudagraphs (compiled, step issued once)"),
       config::bind("simulation.attention_kernel", &c.simulation.attention_kernel,
                    "\"\": the chip's default attention kernel; else one its spec lists (e.g. cudnn, flash3 on H100)"),
-      config::bind("simulation.param_dtype", &c.simulation.param_dtype,
-                   "dtype of gathered params, activations and their collectives (bfloat16: priced at half)"),
-      config::bind("simulation.reduce_dtype", &c.simulation.reduce_dtype,
-                   "dtype the gradient reduce-scatters / all-reduces are priced in"),
       config::bind("simulation.trace_file", &c.simulation.trace_file,
                    "Chrome-trace JSON of the simulated step, relative to job.dump_folder; \"\": none"),
       config::bind("simulation.trace_chips", &c.simulation.trace_chips,
@@ -235,6 +237,15 @@ const Field* find(const std::vector<Field>& fs, const std::string& key) {
   return nullptr;
 }
 
+// Keys that moved: their new place, named in the error (one definition: the run's precision is what is priced).
+std::string moved_key(const std::string& key) {
+  static const std::map<std::string, std::string> moved = {
+      {"simulation.param_dtype", "training.mixed_precision_param"},
+      {"simulation.reduce_dtype", "training.mixed_precision_reduce"}};
+  auto it = moved.find(key);
+  return it == moved.end() ? "" : " (moved: the simulated step is the run's, in its precision: use " + it->second + ")";
+}
+
 void apply_yaml(JobConfig& c, const std::string& path) {
   std::ifstream in(path);
   TITAN_CHECK(in.good(), "config error: cannot open config file '", path, "'");
@@ -279,8 +290,8 @@ void apply_yaml(JobConfig& c, const std::string& path) {
       const Field* f = find(fs, sec + "." + k);
       once(sec + "." + k, kl);
       if (!f)
-        fail("config error: ", path, ":", kl, ": unknown key '", sec, ".", k, "'", suggestion(k, keys),
-             "; keys in [", sec, "]: ", join(keys));
+        fail("config error: ", path, ":", kl, ": unknown key '", sec, ".", k, "'", moved_key(sec + "." + k),
+             suggestion(k, keys), "; keys in [", sec, "]: ", join(keys));
       std::string text;
       if (kv->second.IsSequence() && f->type == config::NameList::kind) {  // a list key's YAML list: its items
         std::vector<std::string> items;
@@ -311,8 +322,8 @@ void apply_yaml(JobConfig& c, const std::string& path) {
          join(secs), " (titan-train --help lists every key)");
   }
   const auto keys = keys_in(fs, sec);
-  fail("config error: unknown flag --", key, suggestion(key.substr(sec.size() + 1), keys), "; keys in [", sec,
-       "]: ", join(keys));
+  fail("config error: unknown flag --", key, moved_key(key), suggestion(key.substr(sec.size() + 1), keys),
+       "; keys in [", sec, "]: ", join(keys));
 }
 
 void apply_override(JobConfig& c, const std::string& key, const std::string& value) {

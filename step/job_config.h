@@ -76,6 +76,12 @@ struct JobConfig {
     double max_norm = 1.0;
     enum class OnNonFinite { abort, skip };
     OnNonFinite on_nonfinite = OnNonFinite::abort;  // abort | skip
+    // mixed precision (TorchTitan's keys; titan's numerics are bf16 autocast's in every layout: GEMMs multiply
+    // bf16 operands with float32 accumulation, master weights, AdamW state, norms, softmax, loss in float32;
+    // docs/training.md "Precision"). titan's default is float32 (exact on the CPU); TorchTitan's is bfloat16.
+    enum class Precision { bfloat16, float32 };
+    Precision mixed_precision_param = Precision::float32;   // the GEMMs' operands and outputs, gathered params
+    Precision mixed_precision_reduce = Precision::float32;  // gradient reduce-scatter / all-reduce
   } training;
 
   struct Validation {
@@ -186,9 +192,6 @@ struct JobConfig {
                               // host issues the step once)
     std::string attention_kernel = "";  // "": the chip's default attention kernel (attention_efficiency); else a
                                         // kernel its spec lists under attention_kernels (e.g. cudnn on H100)
-    enum class Precision { bfloat16, float32 };
-    Precision param_dtype = Precision::bfloat16;  // gathered params, activations and their collectives (mixed precision)
-    Precision reduce_dtype = Precision::float32;  // gradient reduce-scatter / all-reduce
     std::string trace_file = "";  // Chrome-trace JSON of the simulated step (relative to job.dump_folder)
     int64_t trace_chips = 2;      // chips drawn in the trace (SPMD: every chip runs the same timeline)
     // MoE routing of the meta step (which has no router outputs), priced at the busiest rank:
@@ -211,7 +214,7 @@ struct JobConfig {
 constexpr std::array<std::string_view, 3> enum_names(JobConfig::ACMode) { return {"none", "full", "selective"}; }
 constexpr std::array<std::string_view, 2> enum_names(JobConfig::Training::OnNonFinite) { return {"abort", "skip"}; }
 constexpr std::array<std::string_view, 3> enum_names(JobConfig::Simulation::Mode) { return {"eager", "compiled", "cudagraphs"}; }
-constexpr std::array<std::string_view, 2> enum_names(JobConfig::Simulation::Precision) { return {"bfloat16", "float32"}; }
+constexpr std::array<std::string_view, 2> enum_names(JobConfig::Training::Precision) { return {"bfloat16", "float32"}; }
 
 // simulation.moe_routing_histogram as numbers (errors name the key and the item).
 std::vector<double> parse_routing_histogram(const std::string& text);

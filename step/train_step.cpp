@@ -4,6 +4,7 @@
 
 #include "parallel/context_parallel.h"
 #include "parallel/fsdp.h"
+#include "src/ops/autocast.h"
 #include "src/ops/ops.h"
 
 namespace titan {
@@ -70,6 +71,8 @@ TrainJob build_job(const JobConfig& cfg, comms::DeviceMesh& mesh,
   job.accumulation = gradient_accumulation_steps(cfg, mesh.dp_size());  // refused before anything is built
   mesh.degrees.check_sequence_length(cfg.training.seq_len, cfg.parallelism.enable_sequence_parallel);
   job.max_norm = cfg.training.max_norm;
+  using Precision = JobConfig::Training::Precision;
+  job.compute = cfg.training.mixed_precision_param == Precision::bfloat16 ? DType::BF16 : DType::F32;
   job.reduce_every_microbatch = cfg.parallelism.fsdp_reduce_every_microbatch;
   if (default_device() != Device::Meta)  // each rank first builds the whole fp32 model: refused before any of it
     check_memory_budget(4.0 * (double)cfg.model.num_params(),
@@ -90,6 +93,7 @@ TrainJob build_job(const JobConfig& cfg, comms::DeviceMesh& mesh,
     popt.pipeline_chunks = layout.chunks_of(mesh.pp_rank);
   }
   job.pm = parallel::parallelize(*job.model, mesh, popt);
+  if (job.pm.fsdp && cfg.training.mixed_precision_reduce == Precision::bfloat16) job.pm.fsdp->set_reduce_dtype(DType::BF16);
   if (mesh.degrees.pp > 1) {
     // the hidden state between stages: [mbs, S / cp, dim] (a context-parallel rank's chunks), sequence-sharded
     // under tp with sequence parallel
@@ -139,39 +143,42 @@ StepResult train_step(TrainJob& job, const std::function<Batch()>& next_batch, d
   StepResult r;
   double loss = 0;
   const bool pp = job.pipeline != nullptr;
-  for (int64_t m = 0; m < job.accumulation; ++m) {
-    // context parallel: this rank's chunks of the sequences and its share of the group's valid targets
-    const ShardedBatch sb = shard_for_context_parallel(*job.model, mesh, next_batch());
-    const Batch& b = sb.batch;
-    const bool reduce = job.reduce_every_microbatch || m + 1 == job.accumulation;
-    std::vector<std::vector<int64_t>> routed;
-    if (pp) {  // the schedule's micro-batches: each stage reduces with its last backward
-      parallel::Pipeline::Result pr = job.pipeline->train(b, sb.grad_weight / (double)job.accumulation, reduce,
-                                                          1.0 / (double)job.accumulation);
-      if (sb.loss_weight > 0) loss += pr.loss * sb.loss_weight / (double)job.accumulation;
-      routed = std::move(pr.routed);
-    } else {
-      job.pm.fsdp->set_requires_gradient_sync(reduce);
-      Tensor l = micro_batch_backward(*job.model, b.inputs, b.doc_ids, b.targets, job.accumulation, sb.loss_weight,
-                                      sb.grad_weight);
-      if (!meta) loss += (double)l.item<float>() / (double)job.accumulation;
-      routed = job.model->routed_counts();
-    }
-    // as FSDP2 at the end of each backward: wait for the reductions still in flight (the last unit's)
-    job.pm.wait_gradients();
-    // tokens per expert, summed over the data-parallel ranks (and the stages, each of which counted its
-    // own layers): identical on every rank
-    if (!routed.empty()) {
-      std::vector<double> flat;
-      for (auto& layer : routed) flat.insert(flat.end(), layer.begin(), layer.end());
-      flat = all_reduce_values(*mesh.dp, flat, comms::ReduceOp::Sum);
-      if (mesh.degrees.cp > 1) flat = all_reduce_values(*mesh.cp, flat, comms::ReduceOp::Sum);  // each its tokens
-      if (pp) flat = all_reduce_values(*mesh.pp, flat, comms::ReduceOp::Sum);
-      r.expert_load.resize(routed.size());
-      size_t at = 0;
-      for (size_t i = 0; i < routed.size(); ++i) {
-        r.expert_load[i].resize(routed[i].size(), 0.0);
-        for (size_t e = 0; e < routed[i].size(); ++e) r.expert_load[i][e] += flat[at++];
+  {
+    AutocastScope autocast(job.compute);  // forward and backward (and recomputation in them) alike
+    for (int64_t m = 0; m < job.accumulation; ++m) {
+      // context parallel: this rank's chunks of the sequences and its share of the group's valid targets
+      const ShardedBatch sb = shard_for_context_parallel(*job.model, mesh, next_batch());
+      const Batch& b = sb.batch;
+      const bool reduce = job.reduce_every_microbatch || m + 1 == job.accumulation;
+      std::vector<std::vector<int64_t>> routed;
+      if (pp) {  // the schedule's micro-batches: each stage reduces with its last backward
+        parallel::Pipeline::Result pr = job.pipeline->train(b, sb.grad_weight / (double)job.accumulation, reduce,
+                                                            1.0 / (double)job.accumulation);
+        if (sb.loss_weight > 0) loss += pr.loss * sb.loss_weight / (double)job.accumulation;
+        routed = std::move(pr.routed);
+      } else {
+        job.pm.fsdp->set_requires_gradient_sync(reduce);
+        Tensor l = micro_batch_backward(*job.model, b.inputs, b.doc_ids, b.targets, job.accumulation, sb.loss_weight,
+                                        sb.grad_weight);
+        if (!meta) loss += (double)l.item<float>() / (double)job.accumulation;
+        routed = job.model->routed_counts();
+      }
+      // as FSDP2 at the end of each backward: wait for the reductions still in flight (the last unit's)
+      job.pm.wait_gradients();
+      // tokens per expert, summed over the data-parallel ranks (and the stages, each of which counted its
+      // own layers): identical on every rank
+      if (!routed.empty()) {
+        std::vector<double> flat;
+        for (auto& layer : routed) flat.insert(flat.end(), layer.begin(), layer.end());
+        flat = all_reduce_values(*mesh.dp, flat, comms::ReduceOp::Sum);
+        if (mesh.degrees.cp > 1) flat = all_reduce_values(*mesh.cp, flat, comms::ReduceOp::Sum);  // each its tokens
+        if (pp) flat = all_reduce_values(*mesh.pp, flat, comms::ReduceOp::Sum);
+        r.expert_load.resize(routed.size());
+        size_t at = 0;
+        for (size_t i = 0; i < routed.size(); ++i) {
+          r.expert_load[i].resize(routed[i].size(), 0.0);
+          for (size_t e = 0; e < routed[i].size(); ++e) r.expert_load[i][e] += flat[at++];
+        }
       }
     }
   }

@@ -40,6 +40,7 @@ struct TrainJob {
   bool reduce_every_microbatch = true;  // parallelism.fsdp_reduce_every_microbatch
   std::shared_ptr<parallel::Pipeline> pipeline;  // pipeline_parallel_degree > 1: runs each micro-batch's schedule
   models::Float8Conversion float8;  // model.converters float8: the linear layers converted and those filtered
+  DType compute = DType::F32;  // training.mixed_precision_param: the steps' GEMMs run under AutocastScope(compute)
 };
 
 // The stages of parallelism.pipeline_parallel_* over model.n_layers.

@@ -1021,7 +1021,8 @@ JobConfig uniform_pipeline(int64_t pp, int64_t m, const std::string& schedule) {
                  "model.hidden_dim", "8192", "model.n_layers", std::to_string(8 * pp), "model.vocab_size", "256",
                  "training.seq_len", "2048", "training.local_batch_size", std::to_string(m),
                  "parallelism.pipeline_parallel_degree", std::to_string(pp), "parallelism.pipeline_parallel_schedule",
-                 schedule, "simulation.system", "trn2-instance", "simulation.mode", "compiled"});
+                 schedule, "simulation.system", "trn2-instance", "simulation.mode", "compiled",
+                 "training.mixed_precision_param", "bfloat16"});
 }
 }  // namespace
 

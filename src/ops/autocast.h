@@ -28,4 +28,8 @@ class AutocastScope {
 // True when an op on `x` computes its GEMMs in bf16 now (float32 operands inside a bf16 scope).
 inline bool autocast_bf16(const Tensor& x) { return x.dtype() == DType::F32 && AutocastScope::current() == DType::BF16; }
 
+// Rounds a contiguous float32 tensor's values to bfloat16 in place (a bf16 op's output, a bf16 reduction's
+// gradient); meta tensors are left as they are.
+void round_to_bf16_(Tensor& t);
+
 }  // namespace titan

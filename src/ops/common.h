@@ -72,8 +72,6 @@ inline void gemm_as(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K
     if (bf16) return gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
-// Rounds a contiguous float32 tensor's values to bfloat16 in place (a bf16 op's output).
-void round_to_bf16_(Tensor& t);
 // What gemm_bf16 runs on this CPU (oneDNN's implementation, or the sgemm fallback).
 std::string gemm_bf16_kernel();
 

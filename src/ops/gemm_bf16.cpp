@@ -28,6 +28,16 @@ AutocastScope::AutocastScope(DType compute) : prev_(t_autocast) {
 }
 AutocastScope::~AutocastScope() { t_autocast = prev_; }
 DType AutocastScope::current() { return t_autocast; }
+
+void round_to_bf16_(Tensor& t) {
+  if (t.is_meta() || t.numel() == 0) return;
+  TITAN_CHECK(t.dtype() == DType::F32 && t.is_contiguous(), "round_to_bf16_: a contiguous float32 tensor expected, got ",
+              dtype_name(t.dtype()), " ", shape_str(t.shape()));
+  float* p = t.data<float>();
+  const int64_t n = t.numel(), chunk = 1 << 14;
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+  for (int64_t i = 0; i < n; i += chunk) round_to_bf16(p + i, std::min(chunk, n - i));
+}
 }  // namespace titan
 
 namespace titan::detail {
@@ -139,16 +149,6 @@ void pack_rounded(const float* p, int64_t r, int64_t c, int64_t ld, float* out) 
 }
 
 }  // namespace
-
-void round_to_bf16_(Tensor& t) {
-  if (t.is_meta() || t.numel() == 0) return;
-  TITAN_CHECK(t.dtype() == DType::F32 && t.is_contiguous(), "round_to_bf16_: a contiguous float32 tensor expected, got ",
-              dtype_name(t.dtype()), " ", shape_str(t.shape()));
-  float* p = t.data<float>();
-  const int64_t n = t.numel(), chunk = 1 << 14;
-#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-  for (int64_t i = 0; i < n; i += chunk) round_to_bf16(p + i, std::min(chunk, n - i));
-}
 
 std::string gemm_bf16_kernel() { return dnnl_state().kernel; }
 

@@ -108,7 +108,7 @@ struct CommGroupRef {
 };
 
 // RAII: collectives started on this thread while alive carry gradients (a
-// simulation prices their bytes in simulation.reduce_dtype). FSDP's and HSDP's
+// simulation prices their bytes in training.mixed_precision_reduce). FSDP's and HSDP's
 // gradient reductions open one; nothing is inferred from a group's name.
 class GradientReductionScope {
  public:

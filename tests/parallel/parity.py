@@ -100,10 +100,6 @@ def compare_grads(ref_path, got_path, tol=1e-5):
     return worst
 
 
-# a planned step writes its collectives' bytes as priced; priced in float32 they are the real (float32) run's
-F32 = ["--simulation.param_dtype", "float32", "--simulation.reduce_dtype", "float32"]
-
-
 def read_collectives(path):
     """(kind, group, world ranks, bytes, gradients) per collective, in issue order (collectives_rankN.tsv)."""
     with open(path) as f:
@@ -310,7 +306,7 @@ def main():
         shutil.rmtree(sim, ignore_errors=True)
         p, _ = run([train] + COMMON + prof + layout + ["--job.dump_folder", sim, "--simulation.enabled", "true",
                                                        "--simulation.world_size", "4",
-                                                       "--simulation.system", "trn2-instance", *F32])
+                                                       "--simulation.system", "trn2-instance"])
         real, planned = same_collectives(out, sim, "FSDP 2 x TP 2")
         print(f"FSDP 2 x TP 2, 2 micro-batches: the planned step's {len(planned)} collectives equal the real run's "
               f"(kind, group, world ranks, bytes, order)")
@@ -325,7 +321,7 @@ def main():
                 shutil.rmtree(d, ignore_errors=True)
             run(mpirun(4) + [train] + COMMON + prof + layout + ["--job.dump_folder", out])
             run([train] + COMMON + prof + layout + ["--job.dump_folder", sim, "--simulation.enabled", "true",
-                                                    "--simulation.world_size", "4", "--simulation.system", "trn2-instance", *F32])
+                                                    "--simulation.world_size", "4", "--simulation.system", "trn2-instance"])
             real, planned = same_collectives(out, sim, "cp " + method)
             seen = {(r[0], r[1]) for r in real}
             if not kinds <= seen:
