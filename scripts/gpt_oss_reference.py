@@ -44,12 +44,17 @@ def yarn_cos_sin(cfg, seq):
     inv = interp * (1 - ef) + extrap * ef
     ang = torch.arange(seq, dtype=torch.float32)[:, None] * inv[None, :]
     att = 0.1 * math.log(factor) + 1.0
-    return (ang.cos() * att).to(torch.float64), (ang.sin() * att).to(torch.float64)
+    dt = torch.get_default_dtype()  # float64 here; float32 in scripts/bf16_reference.py (autocast's fp32 tables)
+    return (ang.cos() * att).to(dt), (ang.sin() * att).to(dt)
 
 
 def rotate(x, cos, sin):  # x [..., S, D]: halves rotated by cos/sin [S, D/2]
     a, b = torch.chunk(x, 2, dim=-1)
     return torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
+
+
+def router_logits(x, w, b):  # [T, H] -> [T, E]; scripts/bf16_reference.py runs it in float32 (TorchTitan's MoE)
+    return x @ w.T + b
 
 
 def forward(p, cfg, tokens):
@@ -81,7 +86,7 @@ def forward(p, cfg, tokens):
         h = h + lin("self_attn.o_proj", a)
         x = rms_norm(h, p[pre + "post_attention_layernorm.weight"], eps).reshape(B * S, -1)
         # router: top-k on the logits, softmax over the k, scattered over all experts
-        rl = x @ p[pre + "mlp.router.weight"].T + p[pre + "mlp.router.bias"]
+        rl = router_logits(x, p[pre + "mlp.router.weight"], p[pre + "mlp.router.bias"])
         tv, ti = torch.topk(rl, K, dim=-1)
         scores = torch.zeros_like(rl).scatter(1, ti, torch.softmax(tv, dim=1))
         gu = torch.einsum("th,ehf->etf", x, p[pre + "mlp.experts.gate_up_proj"]) + \
@@ -103,19 +108,17 @@ def loss_of(p, cfg, batch):
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--steps", type=int, default=50)
-    a = ap.parse_args()
-    cfg = dict(architectures=["GptOssForCausalLM"], model_type="gpt_oss", vocab_size=64, hidden_size=16,
-               intermediate_size=12, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-               num_local_experts=4, num_experts_per_tok=2, sliding_window=3, rope_theta=150000.0,
-               rms_norm_eps=1e-5, swiglu_limit=7.0, tie_word_embeddings=False,
-               rope_scaling=dict(rope_type="yarn", factor=32.0, beta_fast=32.0, beta_slow=1.0, truncate=False,
-                                 original_max_position_embeddings=4096),
-               layer_types=["sliding_attention", "full_attention"])
-    g = torch.Generator().manual_seed(4321)
+def make_config():
+    return dict(architectures=["GptOssForCausalLM"], model_type="gpt_oss", vocab_size=64, hidden_size=16,
+                intermediate_size=12, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                num_local_experts=4, num_experts_per_tok=2, sliding_window=3, rope_theta=150000.0,
+                rms_norm_eps=1e-5, swiglu_limit=7.0, tie_word_embeddings=False,
+                rope_scaling=dict(rope_type="yarn", factor=32.0, beta_fast=32.0, beta_slow=1.0, truncate=False,
+                                  original_max_position_embeddings=4096),
+                layer_types=["sliding_attention", "full_attention"])
+
+
+def make_params(cfg, g):
     d, f, V, E = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["num_local_experts"]
     H, Hkv, D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     shapes = {"model.embed_tokens.weight": (V, d)}
@@ -145,6 +148,18 @@ def main():
         else:
             t = 0.3 * torch.randn(s, generator=g)
         p[n] = t.to(torch.float32).to(torch.float64)
+    return p
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=50)
+    a = ap.parse_args()
+    cfg = make_config()
+    g = torch.Generator().manual_seed(4321)
+    p = make_params(cfg, g)
+    V = cfg["vocab_size"]
     B, S = 2, 8
     tokens = torch.randint(0, V, (a.steps, B, S + 1), generator=g)
     hp = dict(lr=2e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, max_norm=1.0)

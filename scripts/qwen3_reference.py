@@ -38,7 +38,8 @@ def rope_cos_sin(seq, head_dim, theta):
     inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).to(torch.float32) / head_dim))
     ang = torch.arange(seq, dtype=torch.float32)[:, None] * inv[None, :]
     emb = torch.cat((ang, ang), dim=-1)
-    return emb.cos().to(torch.float64), emb.sin().to(torch.float64)
+    dt = torch.get_default_dtype()  # float64 here; float32 in scripts/bf16_reference.py (autocast's fp32 tables)
+    return emb.cos().to(dt), emb.sin().to(dt)
 
 
 def act(name, x):

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numeric>
 #include <set>
 
 #include "models/decoder/model.h"
@@ -14,6 +15,8 @@
 #include "src/autograd/grad_mode.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/checkpoint/h5.h"
+#include "src/log/log.h"
+#include "src/ops/autocast.h"
 #include "src/optim/adamw.h"
 
 using namespace titan;
@@ -121,7 +124,78 @@ void check_against_reference(const std::string& file) {
   }
   std::printf("[ %s ] %zu AdamW steps, worst relative loss difference %.2e\n", file.c_str(), ref_losses.size(), worst);
 }
+
+// bf16 mixed precision against PyTorch's (scripts/bf16_reference.py): the same weights and batches through
+// the golden's AdamW steps (float32 master weights and state, clipping) in float32 and under bf16 autocast; a
+// curve's distance to the reference's float64 run is the RMS of its relative loss differences. One bf16 curve's
+// distance is one draw of its rounding noise, so both sides draw several: the reference's bf16 run from its
+// weights and from weights nudged by a relative 1e-5 (re-rolling each rounding, far below bf16's spacing),
+// titan's the same way with its own nudges. Contract (issue 27): titan's mean bf16 distance is within `slack`
+// of PyTorch's mean, and bf16 took effect (titan's bf16 distance well above its float32 one).
+std::vector<double> adamw_curve(Golden& g, size_t steps, DType compute, uint64_t nudge_seed = 0) {
+  decoder::Decoder m(g.args);
+  g.load(m);
+  auto params = m.named_parameters();
+  if (nudge_seed) {
+    Generator gen(nudge_seed);
+    NoGradGuard ng;
+    for (auto& [n, p] : params) copy_(*p, mul(*p, add(ones(p->shape()), randn(p->shape(), gen, DType::F32, 1e-5))));
+  }
+  std::vector<Tensor*> pl;
+  for (auto& [n, p] : params) pl.push_back(p);
+  AdamW opt(params, {g.f.attr_double("lr"), g.f.attr_double("beta1"), g.f.attr_double("beta2"),
+                     g.f.attr_double("eps"), g.f.attr_double("weight_decay")});
+  std::vector<double> losses;
+  for (size_t s = 0; s < steps; ++s) {
+    auto [bi, bt] = g.batch((int64_t)s);
+    m.zero_grad();
+    Tensor l;
+    {
+      AutocastScope autocast(compute);
+      l = loss_of(m, bi, bt);
+      l.backward();
+    }
+    clip_grads(pl, g.f.attr_double("max_norm"), grad_norm(pl));
+    opt.step(g.f.attr_double("lr"));
+    losses.push_back(l.template item<float>());
+  }
+  return losses;
+}
+
+double rms_rel(const std::vector<double>& a, const std::vector<double>& ref) {
+  double s = 0;
+  for (size_t i = 0; i < ref.size(); ++i) s += std::pow((a[i] - ref[i]) / ref[i], 2);
+  return std::sqrt(s / (double)ref.size());
+}
+
+void check_bf16_curve(const std::string& file, double slack) {
+  SCOPED_TRACE(file);
+  Golden g(file);
+  const auto f64 = g.f.read_f32("ref/losses_f64").template to_vector<double>();
+  const size_t steps = f64.size();
+  const auto nudged = g.f.read_f32("ref/losses_bf16_nudged").template to_vector<double>();  // [runs, steps]
+  std::vector<double> d_torch = {rms_rel(g.f.read_f32("ref/losses_bf16").template to_vector<double>(), f64)};
+  for (size_t r = 0; r * steps < nudged.size(); ++r)
+    d_torch.push_back(rms_rel({nudged.begin() + r * steps, nudged.begin() + (r + 1) * steps}, f64));
+  std::vector<double> d_titan;
+  for (size_t r = 0; r < d_torch.size(); ++r) d_titan.push_back(rms_rel(adamw_curve(g, steps, DType::BF16, r), f64));
+  const double d_titan32 = rms_rel(adamw_curve(g, steps, DType::F32), f64);
+  const double d_torch32 = rms_rel(g.f.read_f32("ref/losses_f32").template to_vector<double>(), f64);
+  auto mean = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / (double)v.size(); };
+  auto range = [](const std::vector<double>& v) {
+    return fmt("%.2e", *std::min_element(v.begin(), v.end())) + ".." + fmt("%.2e", *std::max_element(v.begin(), v.end()));
+  };
+  std::printf("[ %s ] %zu AdamW steps, RMS relative distance to PyTorch float64 (%zu bf16 runs each): titan bf16 "
+              "mean %.3e (%s), PyTorch bf16 mean %.3e (%s), ratio %.2f; float32: titan %.2e, PyTorch %.2e\n",
+              file.c_str(), steps, d_torch.size(), mean(d_titan), range(d_titan).c_str(), mean(d_torch),
+              range(d_torch).c_str(), mean(d_titan) / mean(d_torch), d_titan32, d_torch32);
+  EXPECT_LE(mean(d_titan), slack * mean(d_torch)) << "titan's bf16 curves stray further from float64 than PyTorch's";
+  EXPECT_GE(d_titan[0], 10 * d_titan32) << "bf16 autocast changed nothing";
+}
 }  // namespace
+
+TEST(Bf16Reference, Qwen3CurveIsAsCloseToFloat64AsPyTorchBf16) { check_bf16_curve("bf16_qwen3.h5", 1.15); }
+TEST(Bf16Reference, GptOssCurveIsAsCloseToFloat64AsPyTorchBf16) { check_bf16_curve("bf16_gpt_oss.h5", 1.15); }
 
 TEST(Qwen3Reference, MatchesPyTorch) { check_against_reference("qwen3_tiny.h5"); }
 TEST(Qwen3Reference, TiedSlidingWindowGeluMatchesPyTorch) {

@@ -9,6 +9,7 @@
 #include "models/moe_balance.h"
 #include "models/moe_routing.h"
 #include "src/autograd/grad_mode.h"
+#include "src/ops/autocast.h"
 #include "src/ops/ops.h"
 
 namespace titan::decoder {
@@ -233,7 +234,11 @@ MoE::MoE(const Args& a)
 Tensor MoE::forward(const Tensor& x) const {
   const int64_t B = x.size(0), S = x.size(1), H = x.size(2);
   Tensor h = x.reshape({B * S, H});
-  Tensor logits = router->forward(h);  // [T, E]
+  Tensor logits;  // [T, E]
+  {
+    AutocastScope fp32(DType::F32);  // the router in float32 under bf16 autocast, as TorchTitan's MoE
+    logits = router->forward(h);
+  }
   const bool biased = !expert_bias.is_meta() && std::any_of(expert_bias.data<float>(),
                                                               expert_bias.data<float>() + num_experts,
                                                               [](float b) { return b != 0.0f; });
