@@ -76,6 +76,34 @@ TEST(Train, Float8FollowsFloat32AndRefusesWhatMxCannotBlock) {
   EXPECT_EQ(train(m).losses.size(), 4u);
 }
 
+// training.mixed_precision_param bfloat16: the step runs under bf16 autocast (the loss moves off float32's by
+X
+TEST(Train, Bf16MixedPrecisionFollowsFloat32) {
+  std::string d = tmpdir("bf16");
+  JobConfig c = tiny_job(d);
+  c.training.steps = 30;
+  c.validation.enabled = false;
+  const TrainResult f32 = train(c);
+  JobConfig b = c;
+  b.training.mixed_precision_param = JobConfig::Training::Precision::bfloat16;
+  fs::remove_all(b.job.dump_folder);
+  const TrainResult bf = train(b);
+  ASSERT_EQ(bf.losses.size(), f32.losses.size());
+  double worst = 0;
+  for (size_t i = 0; i < bf.losses.size(); ++i)
+    worst = std::max(worst, std::fabs(bf.losses[i] - f32.losses[i]) / f32.losses[i]);
+  EXPECT_GT(worst, 1e-5) << "bfloat16 changed nothing";
+  EXPECT_LT(worst, 1e-2);
+  EXPECT_LT(bf.losses.back(), bf.losses.front() - 1.0);
+  for (const char* key : {"simulation.param_dtype", "simulation.reduce_dtype"}) {
+    const std::string e = error_of([&] {
+      load_job_config_file(std::string(TITAN_SOURCE_DIR) + "/configs/qwen3_debug.yaml", {key, "bfloat16"});
+    });
+    EXPECT_NE(e.find(std::string("training.mixed_precision_") + (key[11] == 'p' ? "param" : "reduce")),
+              std::string::npos) << e;
+  }
+}
+
 TEST(Train, ResumeReproducesTheUninterruptedRun) {
   std::string d = tmpdir("resume");
   JobConfig c = tiny_job(d);
