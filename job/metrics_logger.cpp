@@ -30,6 +30,7 @@ MetricsLogger::MetricsLogger(const JobConfig& cfg, const comms::DeviceMesh& mesh
       flops_per_token_(job.model->flops_per_token(cfg.training.seq_len)),
       t_log_(0),
       accumulation_(job.accumulation),
+      compute_(job.compute),
       probe_(mesh.world_pg) {
   const std::string path = cfg.job.dump_folder + "/metrics.jsonl";
   if (cfg.metrics.save_jsonl && mesh.rank == 0) {
@@ -41,12 +42,13 @@ MetricsLogger::MetricsLogger(const JobConfig& cfg, const comms::DeviceMesh& mesh
     log_info("training " + std::to_string(cfg.training.steps) + " steps; MFU against " + fmt("%.3f", peak_tflops_) +
              " TFLOP/s peak per rank (metrics.peak_tflops)");
   } else {
-    const PeakFlops p = measure_peak_flops();
+    const PeakFlops p = measure_peak_flops(job.compute);
     peak_tflops_ = agreed_max(p.tflops);
     log_info("training " + std::to_string(cfg.training.steps) + " steps; MFU against " + fmt("%.3f", peak_tflops_) +
              " TFLOP/s peak per rank, measured on " + std::to_string(p.threads) + " thread" +
-             (p.threads > 1 ? "s" : "") + " (the fastest linear forward + backward, 1024 x 1024 x 1024, " +
-             fmt("%.2f", p.seconds) + " s; metrics.peak_tflops sets it)");
+             (p.threads > 1 ? "s" : "") + " (the fastest " + (job.compute == DType::BF16 ? "bf16 " : "float32 ") +
+             "linear forward + backward, 1024 x 1024 x 1024, " + fmt("%.2f", p.seconds) +
+             " s; metrics.peak_tflops sets it)");
   }
   if (probe_.active() && cfg.metrics.link_probe_mib > 0)
     log_info("links between hosts: " + std::to_string(cfg.metrics.link_probe_mib) + " MiB around the ring of " +
@@ -127,7 +129,7 @@ void MetricsLogger::step(int64_t step, const StepResult& r, double lr) {
     remeasured_ = true;
     const double old = peak_tflops_;
     fold_peak();
-    peak_tflops_ = std::max(peak_tflops_, agreed_max(measure_peak_flops().tflops));
+    peak_tflops_ = std::max(peak_tflops_, agreed_max(measure_peak_flops(compute_).tflops));
     mem.reset_peak();
     sm.mfu_pct = 100.0 * flops_per_token_ * sm.tps / (peak_tflops_ * 1e12);
     log_info("MFU peak measured again at step " + std::to_string(step) + ": " + fmt("%.3f", peak_tflops_) +

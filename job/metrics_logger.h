@@ -37,6 +37,7 @@ class MetricsLogger {
   bool warned_mfu_ = false;
   bool remeasured_ = false;  // the peak measured again once (a step line's MFU above 100%)
   int64_t accumulation_;
+  DType compute_;  // the step's GEMM precision: the peak is measured in it
   int64_t tokens_since_log_ = 0;
   bool first_ = true;
   std::unique_ptr<JsonlWriter> jsonl_;

@@ -8,6 +8,7 @@
 
 #include "src/autograd/grad_mode.h"
 #include "src/log/log.h"
+#include "src/ops/autocast.h"
 #include "src/ops/ops.h"
 
 namespace titan {
@@ -20,7 +21,8 @@ double process_cpu_seconds() {  // every thread of this process
 }
 }  // namespace
 
-PeakFlops measure_peak_flops() {
+PeakFlops measure_peak_flops(DType compute) {
+  AutocastScope autocast(compute);
   const double t0 = wall_seconds();
   constexpr int64_t M = 1024, K = 1024, N = 1024;  // larger than the GEMMs of the small models this CPU trains
   Generator g(0);

@@ -77,7 +77,7 @@ TEST(Train, Float8FollowsFloat32AndRefusesWhatMxCannotBlock) {
 }
 
 // training.mixed_precision_param bfloat16: the step runs under bf16 autocast (the loss moves off float32's by
-X
+// bf16's rounding, not more); the simulator's old precision keys point to the new ones
 TEST(Train, Bf16MixedPrecisionFollowsFloat32) {
   std::string d = tmpdir("bf16");
   JobConfig c = tiny_job(d);
