@@ -4,10 +4,14 @@ batch, same threads, same data: tokens/s and peak memory of both, and ratios,
 measured in one run (each side run `--rounds` times, alternating, best kept).
 
   /usr/bin/python3 scripts/bench_vs_torch.py [--threads 2] [--steps 12] [--rounds 2]
+                                             [--precision float32,bfloat16]
 
 The PyTorch side is an idiomatic eager implementation of the same model
-(nn.Linear, HF-style eager attention with GQA expanded, AdamW,
-float32), in a child process so its peak RSS is its own.
+(nn.Linear, HF-style eager attention with GQA expanded, AdamW), in a child
+process so its peak RSS is its own. bfloat16: titan with
+training.mixed_precision_param bfloat16, PyTorch's forward under
+torch.autocast("cpu", torch.bfloat16) with the loss on float32 logits (both:
+float32 master weights and AdamW state).
 """
 import argparse
 import json
@@ -73,7 +77,9 @@ for step in range(cfg["steps"]):
     x, y = chunk[:-1].view(B, S), chunk[1:].view(B, S)
     t0 = time.perf_counter()
     opt.zero_grad(set_to_none=True)
-    loss = F.cross_entropy(model(x).view(-1, V), y.view(-1))
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg["bf16"]):
+        logits = model(x)
+    loss = F.cross_entropy(logits.float().view(-1, V), y.view(-1))
     loss.backward(); torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0); opt.step()
     times.append(time.perf_counter() - t0); losses.append(loss.item())
 steady = times[2:]
@@ -81,10 +87,12 @@ print(json.dumps({"tps": B * S * len(steady) / sum(steady), "peak_rss_gib": reso
 '''
 
 
-def run_titan(args):
+def run_titan(args, precision):
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OMP_WAIT_POLICY="PASSIVE")
     out = subprocess.run([os.path.join(ROOT, "build", "titan-train"), "--config", "configs/qwen3_bench.yaml",
-                          "--training.steps", str(args.steps), "--job.dump_folder", "outputs/bench_vs_torch"], cwd=ROOT, env=env, capture_output=True, text=True)
+                          "--training.steps", str(args.steps), "--training.mixed_precision_param", precision,
+                          "--job.dump_folder", "outputs/bench_vs_torch"], cwd=ROOT, env=env, capture_output=True,
+                         text=True)
     if out.returncode != 0:
         sys.exit("titan-train failed:\n" + out.stdout + out.stderr)
     tps = [float(m.replace(",", "")) for m in re.findall(r"step: +(\d+) .*tps: ([\d,]+)", out.stdout) for m in [m[1]]]
@@ -96,9 +104,10 @@ def run_titan(args):
     return {"tps": len(steady) / sum(1.0 / t for t in steady), "peak_rss_gib": rss, "loss": loss}
 
 
-def run_torch(args):
+def run_torch(args, precision):
     cfg = dict(threads=args.threads, dim=512, n_layers=8, n_heads=8, n_kv_heads=4, head_dim=64, hidden_dim=1536,
-               vocab_size=256, batch=4, seq=512, steps=args.steps, data=os.path.join(ROOT, "data/kjv_train.h5"))
+               vocab_size=256, batch=4, seq=512, steps=args.steps, data=os.path.join(ROOT, "data/kjv_train.h5"),
+               bf16=precision == "bfloat16")
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     out = subprocess.run(["/usr/bin/python3", "-c", TORCH_CHILD, json.dumps(cfg)], env=env, capture_output=True,
                          text=True)
@@ -112,21 +121,34 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--precision", default="float32,bfloat16",
+                    help="comma-separated: float32, bfloat16 (each measured for both sides, alternating)")
     args = ap.parse_args()
-    best_t, best_p = None, None
+    precisions = args.precision.split(",")
+    for p in precisions:
+        if p not in ("float32", "bfloat16"):
+            sys.exit(f"--precision: float32 or bfloat16, got {p!r}")
+    best = {}  # (side, precision) -> the best round's figures
     for r in range(args.rounds):
-        t = run_titan(args)
-        p = run_torch(args)
-        print(f"round {r + 1}: titan {t['tps']:.0f} tok/s ({t['peak_rss_gib']:.2f} GiB), "
-              f"torch {p['tps']:.0f} tok/s ({p['peak_rss_gib']:.2f} GiB)", flush=True)
-        best_t = t if best_t is None or t["tps"] > best_t["tps"] else best_t
-        best_p = p if best_p is None or p["tps"] > best_p["tps"] else best_p
-    print(f"\nQwen3 dim 512, 8 layers, seq 512, batch 4, {args.threads} threads, float32")
-    print(f"{'':10s} {'tokens/s':>10s} {'peak RSS':>10s}")
-    print(f"{'titan':10s} {best_t['tps']:10.0f} {best_t['peak_rss_gib']:9.2f}G")
-    print(f"{'pytorch':10s} {best_p['tps']:10.0f} {best_p['peak_rss_gib']:9.2f}G")
-    print(f"ratio titan/pytorch: tokens/s {best_t['tps'] / best_p['tps']:.2f}x, "
-          f"peak memory {best_t['peak_rss_gib'] / best_p['peak_rss_gib']:.2f}x")
+        for prec in precisions:
+            for side, fn in (("titan", run_titan), ("pytorch", run_torch)):
+                res = fn(args, prec)
+                print(f"round {r + 1}: {side} {prec} {res['tps']:.0f} tok/s ({res['peak_rss_gib']:.2f} GiB, "
+                      f"loss {res['loss']:.4f})", flush=True)
+                k = (side, prec)
+                if k not in best or res["tps"] > best[k]["tps"]:
+                    best[k] = res
+    print(f"\nQwen3 dim 512, 8 layers, seq 512, batch 4, {args.threads} threads; best of {args.rounds} rounds")
+    print(f"{'':20s} {'tokens/s':>10s} {'peak RSS':>10s}")
+    for (side, prec), b in best.items():
+        print(f"{side + ' ' + prec:20s} {b['tps']:10.0f} {b['peak_rss_gib']:9.2f}G")
+    for prec in precisions:
+        t, p = best[("titan", prec)], best[("pytorch", prec)]
+        print(f"{prec}: titan/pytorch tokens/s {t['tps'] / p['tps']:.2f}x, peak memory "
+              f"{t['peak_rss_gib'] / p['peak_rss_gib']:.2f}x")
+    if len(precisions) == 2:
+        for side in ("titan", "pytorch"):
+            print(f"{side}: bfloat16/float32 tokens/s {best[(side, 'bfloat16')]['tps'] / best[(side, 'float32')]['tps']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@
 // Debian's OpenBLAS has no bf16 GEMM, and oneDNN is the library PyTorch's own CPU bf16 matmuls run on.
 //
 // The operands are float32 tensors rounded (to nearest even) into packed bf16 buffers here: autocast's casts.
+// Callers run one bf16 GEMM at a time per process (oneDNN's threads do the parallel work): a primitive's
+// scratchpad is oneDNN's own, so concurrent runs of one primitive from several threads are not done.
 #include <dnnl.hpp>
 #include <mutex>
 #include <unordered_map>

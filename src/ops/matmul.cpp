@@ -103,8 +103,9 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool bf16) {
     auto one = [&](int64_t i) {
       gemm_as<T>(bf16, A.trans, B.trans, M, N, K, T(1), pa + oa[i], A.ld, pb + ob[i], B.ld, T(0), po + i * M * N, N);
     };
-    // many small GEMMs: one per thread; few big ones: BLAS threads each
-    if (nb >= 2 * omp_get_max_threads() && M * N * K < (1 << 21)) {
+    // many small GEMMs: one per thread; few big ones: BLAS threads each (bf16: oneDNN's threads each, its
+    // primitives are not run concurrently from several threads)
+    if (!bf16 && nb >= 2 * omp_get_max_threads() && M * N * K < (1 << 21)) {
 #pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < nb; ++i) one(i);
     } else {
