@@ -1,12 +1,14 @@
 #include "job/step_profiler.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "simulator/trace.h"
 #include "src/log/log.h"
 #include "step/collectives.h"
 
 namespace titan {
+namespace fs = std::filesystem;
 
 namespace {
 // Per-op table of one step: time (attributed between op records), FLOPs, bytes.
@@ -39,14 +41,29 @@ void StepProfiler::end(int64_t step) {
   print_profile(*scope_, wall_seconds() - t0_);
   const double end = trace_->elapsed();
   std::vector<CostEvent> events = trace_->take();
-  for (const auto& l : describe_collectives(events, rank_, "float32, as sent")) log_info(l);
-  const std::string dump = cfg_.job.dump_folder;
-  write_collectives(events, dump + "/collectives_rank" + std::to_string(rank_) + ".tsv");
-  const std::string path = dump + "/profile_trace_rank" + std::to_string(rank_) + ".json";
-  write_chrome_trace(measured_timeline(events, end, "this CPU"), path, 1, rank_);
-  log_info("measured timeline of step " + std::to_string(step) + " (Chrome trace): " + path);
   trace_.reset();
   scope_.reset();
+  const int rank = mesh_.rank, world = mesh_.world;
+  for (const auto& l : describe_collectives(events, rank, "float32, as sent")) log_info(l);
+  const std::string dump = cfg_.job.dump_folder;
+  write_collectives(events, dump + "/collectives_rank" + std::to_string(rank) + ".tsv");
+  const std::string path = dump + "/profile_trace_rank" + std::to_string(rank) + ".json";
+  write_chrome_trace(measured_timeline(events, end, "this CPU", world), path, 1, rank, step);
+  log_info("measured timeline of step " + std::to_string(step) + " (Chrome trace): " + path);
+  if (world == 1) return;
+  mesh_.world_pg->barrier();  // every rank's file is written (the same step on every rank: no hang)
+  if (rank != 0) return;
+  std::vector<std::string> files;
+  for (int r = 0; r < world; ++r) files.push_back(dump + "/profile_trace_rank" + std::to_string(r) + ".json");
+  const auto missing = std::find_if(files.begin(), files.end(), [](const std::string& f) { return !fs::exists(f); });
+  if (missing != files.end()) {
+    log_info("the ranks' traces are not all in this dump folder (" + *missing + " is elsewhere: another host's); "
+             "join them with: titan-trace merge -o profile_trace.json profile_trace_rank*.json");
+    return;
+  }
+  merge_chrome_traces(files, dump + "/profile_trace.json");
+  log_info("measured timeline of step " + std::to_string(step) + ", every rank (Chrome trace): " + dump +
+           "/profile_trace.json");
 }
 
 }  // namespace titan

@@ -1,9 +1,12 @@
 // job/step_profiler.h — profiling.*: step profiling.profile_step timed op by op (the per-op table of time,
 // FLOPs and bytes), its collectives listed and written (collectives_rankR.tsv), and its measured timeline
-// as a Chrome trace (profile_trace_rankR.json).
+// as a Chrome trace (profile_trace_rankR.json), merged by rank 0 into one file for the job
+// (profile_trace.json) when every rank's file is in its dump folder (one host, or a shared folder; else
+// `titan-trace merge` joins them).
 #pragma once
 #include <memory>
 
+#include "comms/device_mesh.h"
 #include "src/tensor/cost.h"
 #include "step/job_config.h"
 
@@ -11,7 +14,7 @@ namespace titan {
 
 class StepProfiler {
  public:
-  StepProfiler(const JobConfig& cfg, int rank) : cfg_(cfg), rank_(rank) {}
+  StepProfiler(const JobConfig& cfg, const comms::DeviceMesh& mesh) : cfg_(cfg), mesh_(mesh) {}
   // Starts timing when `step` is the profiled one.
   void begin(int64_t step);
   // Ends it: the table, the collectives and the trace.
@@ -24,7 +27,7 @@ class StepProfiler {
 
  private:
   const JobConfig& cfg_;
-  int rank_;
+  const comms::DeviceMesh& mesh_;
   double t0_ = 0;
   std::unique_ptr<CostScope> scope_;
   std::unique_ptr<CostTrace> trace_;

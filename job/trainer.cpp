@@ -192,7 +192,7 @@ TrainResult train(const JobConfig& given) {
   TrainResult result;
   result.first_step = start + 1;
   MetricsLogger metrics(cfg, mesh, job, sim_suffix, start, t_start);
-  StepProfiler profiler(cfg, mesh.rank);
+  StepProfiler profiler(cfg, mesh);
   const LRSchedule sched{cfg.lr_scheduler.schedule,     cfg.lr_scheduler.decay_type, cfg.lr_scheduler.warmup_steps,
                          cfg.training.steps,            cfg.lr_scheduler.decay_ratio, cfg.lr_scheduler.min_lr_factor};
   PreemptionGuard preempt;  // SIGTERM / SIGINT: finish the step, checkpoint, return

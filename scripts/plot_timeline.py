@@ -39,16 +39,18 @@ def main():
     with open(sys.argv[1]) as f:
         trace = json.load(f)
     events = trace["traceEvents"]
+    # the first process (chip or rank): its first compute track (tid 1) and its collective tracks (tid >= 1000)
+    pid = min((e["pid"] for e in events if e.get("ph") == "X"), default=None)
     names = {e["tid"]: e["args"]["name"] for e in events
-             if e.get("ph") == "M" and e.get("name") == "thread_name" and e.get("pid") == 0}
-    lanes = sorted({e["tid"] for e in events if e.get("ph") == "X" and e.get("pid") == 0 and
-                    (e["tid"] == 0 or e["tid"] >= 100)})
+             if e.get("ph") == "M" and e.get("name") == "thread_name" and e.get("pid") == pid}
+    lanes = sorted({e["tid"] for e in events if e.get("ph") == "X" and e.get("pid") == pid and
+                    (e["tid"] == 1 or e["tid"] >= 1000)})
     if not lanes:
-        sys.exit(f"{sys.argv[1]}: no timeline events for chip 0")
+        sys.exit(f"{sys.argv[1]}: no timeline events")
     fig, ax = plt.subplots(figsize=(14, 1.2 + 0.6 * len(lanes)))
     for row, tid in enumerate(lanes):
         spans = [(e["ts"] / 1e6, e["dur"] / 1e6, color(e)) for e in events
-                 if e.get("ph") == "X" and e.get("pid") == 0 and e["tid"] == tid]
+                 if e.get("ph") == "X" and e.get("pid") == pid and e["tid"] == tid and e.get("cat") != "step"]
         ax.broken_barh([(s, d) for s, d, _ in spans], (row - 0.4, 0.8), facecolors=[c for _, _, c in spans],
                        linewidth=0)
     ax.set_yticks(range(len(lanes)))

@@ -1,20 +1,24 @@
 #include "simulator/trace.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <set>
 
 #include "src/log/log.h"
 #include "src/tensor/error.h"
 
 namespace titan {
 
-SimResult measured_timeline(const std::vector<CostEvent>& ev, double end, const std::string& label) {
+SimResult measured_timeline(const std::vector<CostEvent>& ev, double end, const std::string& label, int world) {
   SimResult r;
   r.chip = label;
   r.system = "measured";
   r.mode = "measured";
+  r.world = std::max(1, world);
   std::map<int64_t, size_t> comm_span;  // comm id -> its span
   for (size_t i = 0; i < ev.size(); ++i) {
     const CostEvent& e = ev[i];
@@ -41,92 +45,270 @@ SimResult measured_timeline(const std::vector<CostEvent>& ev, double end, const 
   return r;
 }
 
-void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips, int first_chip) {
+namespace {
+// Times are written in whole nanoseconds (microseconds with 3 decimals): slices that tile a track stay exactly
+// adjacent in the file.
+long long to_ns(double s) { return std::max(0LL, (long long)std::llround(s * 1e9)); }
+std::string us(long long ns) {
+  char b[40];
+  std::snprintf(b, sizeof b, "%lld.%03lld", ns / 1000, ns % 1000);
+  return b;
+}
+std::string esc(const std::string& s) {
+  std::string e;
+  for (char c : s) {
+    if (c == '"' || c == '\\') e += '\\';
+    if ((unsigned char)c < 0x20) continue;
+    e += c;
+  }
+  return e;
+}
+std::string hex_id(int pid, int64_t n) {
+  char b[32];
+  std::snprintf(b, sizeof b, "0x%llx", (unsigned long long)(((uint64_t)pid << 32) | (uint64_t)n));
+  return b;
+}
+}  // namespace
+
+void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips, int first_chip, int64_t step) {
   std::ofstream o(path);
-  TITAN_CHECK(o.good(), "simulation.trace_file: cannot write '", path, "'");
+  TITAN_CHECK(o.good(), "trace: cannot write '", path, "'");
   n_chips = std::max(1, std::min(n_chips, r.chips));
-  // stream -> tid
-  std::map<std::string, int> tid;
-  tid["compute"] = 0;
-  for (const auto& s : r.spans)
-    if (!tid.count(s.stream)) tid[s.stream] = (int)tid.size() * 100;
-  for (const auto& st : r.stages)
-    for (const auto& s : st.spans)
-      if (!tid.count(s.stream)) tid[s.stream] = (int)tid.size() * 100;
-  auto esc = [](const std::string& s) {
-    std::string e;
-    for (char c : s) {
-      if (c == '"' || c == '\\') e += '\\';
-      e += c;
-    }
-    return e;
-  };
-  o << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"chip\":\"" << esc(r.chip) << "\",\"system\":\"" << esc(r.system)
-    << "\",\"mode\":\"" << r.mode << "\",\"step_s\":" << r.step_s << "},\"traceEvents\":[\n";
+  const bool measured = r.system == "measured";
+  o << "{\"displayTimeUnit\":\"ms\",\"distributedInfo\":{\"backend\":\"mpi\",\"rank\":" << first_chip * r.ranks_per_chip
+    << ",\"world_size\":" << r.world << "},\"otherData\":{\"chip\":\"" << esc(r.chip) << "\",\"system\":\""
+    << esc(r.system) << "\",\"mode\":\"" << esc(r.mode) << "\",\"step_s\":" << r.step_s << "},\"traceEvents\":[\n";
   bool first = true;
   auto sep = [&]() {
     if (!first) o << ",\n";
     first = false;
   };
-  int64_t flow = 0;
-  for (int cc = 0; cc < n_chips; ++cc) {
-    const int c = first_chip + cc;  // pid: distinct per chip, so per-rank files merge without collisions
+  auto meta = [&](const char* what, int pid, int tid, const std::string& key, const std::string& value) {
     sep();
-    std::string stage;
-    if (!r.stages.empty())
-      stage = ", pipeline stage " +
-              std::to_string(std::min<int>((int)r.stages.size() - 1,
-                                           c * r.ranks_per_chip / std::max(1, r.world / (int)r.stages.size())));
-    o << "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" << c << ",\"args\":{\"name\":\""
-      << (r.system == "measured" ? "rank " : "chip ") << c << " (" << esc(r.chip) << stage << ")\"}}";
-    const int drawn = cc == 0 ? r.ranks_per_chip : 1;  // chip 0: every rank; others: their first (SPMD)
-    for (int k = 0; k < drawn; ++k) {  // a track only for a rank that is drawn (no empty named tracks)
-      sep();
-      o << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << c << ",\"tid\":" << k << ",\"args\":{\"name\":\"rank "
-        << c * r.ranks_per_chip + k << " compute"
-        << (drawn == 1 && r.ranks_per_chip > 1
-                ? " (ranks " + std::to_string(c * r.ranks_per_chip + 1) + "-" +
-                      std::to_string(c * r.ranks_per_chip + r.ranks_per_chip - 1) + " run the same, not drawn)"
-                : std::string())
-        << "\"}}";
-    }
-    for (auto& [s, t] : tid)
-      if (s != "compute") {
-        sep();
-        o << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << c << ",\"tid\":" << t << ",\"args\":{\"name\":\""
-          << esc(s) << "\"}}";
-      }
+    o << "{\"ph\":\"M\",\"name\":\"" << what << "\",\"pid\":" << pid;
+    if (tid > 0) o << ",\"tid\":" << tid;
+    o << ",\"args\":{\"" << key << "\":" << value << "}}";
+  };
+  for (int cc = 0; cc < n_chips; ++cc) {
+    const int c = first_chip + cc, pid = c + 1;  // pid >= 1, distinct per chip: per-rank files merge cleanly
     // the chip's pipeline stage (its first rank's): a stage's chips share its timeline
     const std::vector<SimSpan>* spans = &r.spans;
+    std::string stage;
     if (!r.stages.empty()) {
       const int per_stage = std::max(1, r.world / (int)r.stages.size());
       const size_t st = std::min(r.stages.size() - 1, (size_t)(c * r.ranks_per_chip / per_stage));
       spans = &r.stages[st].spans;
+      stage = ", pipeline stage " + std::to_string(st);
     }
-    for (int k = 0; k < drawn; ++k)
+    meta("process_name", pid, 0, "name",
+         "\"" + std::string(measured ? "rank " : "chip ") + std::to_string(c) + " (" + esc(r.chip) + stage + ")\"");
+    meta("process_sort_index", pid, 0, "sort_index", std::to_string(pid));
+    const int drawn = cc == 0 ? r.ranks_per_chip : 1;  // chip 0: every rank; others: their first (SPMD)
+    for (int k = 0; k < drawn; ++k) {  // a track only for a rank that is drawn (no empty named tracks)
+      std::string name = "rank " + std::to_string(c * r.ranks_per_chip + k) + " compute";
+      if (drawn == 1 && r.ranks_per_chip > 1)
+        name += " (ranks " + std::to_string(c * r.ranks_per_chip + 1) + "-" +
+                std::to_string(c * r.ranks_per_chip + r.ranks_per_chip - 1) + " run the same, not drawn)";
+      meta("thread_name", pid, k + 1, "name", "\"" + name + "\"");
+      meta("thread_sort_index", pid, k + 1, "sort_index", std::to_string(k + 1));
+    }
+    // the other streams' tracks: collectives that overlap on one stream take the next free lane (slices nest)
+    std::vector<int> tid(spans->size(), 0);
+    std::map<std::string, std::vector<long long>> lane_end;  // stream -> each lane's end (ns)
+    std::map<std::pair<std::string, size_t>, int> lane_tid;
+    std::vector<size_t> order;
+    for (size_t i = 0; i < spans->size(); ++i)
+      if ((*spans)[i].stream != "compute") order.push_back(i);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return (*spans)[a].start < (*spans)[b].start; });
+    for (size_t i : order) {
+      const SimSpan& s = (*spans)[i];
+      const long long a = to_ns(s.start), b = std::max(a, to_ns(s.start + s.dur));
+      auto& ends = lane_end[s.stream];
+      size_t lane = 0;
+      while (lane < ends.size() && ends[lane] > a) ++lane;
+      if (lane == ends.size()) ends.push_back(b);
+      else ends[lane] = b;
+      auto it = lane_tid.find({s.stream, lane});
+      if (it == lane_tid.end()) it = lane_tid.emplace(std::make_pair(s.stream, lane), 0).first;
+      tid[i] = -1 - (int)lane;  // resolved below, once every lane of every stream is known
+    }
+    int next_tid = 1000;
+    for (auto& [key, t] : lane_tid) {
+      t = next_tid++;
+      meta("thread_name", pid, t, "name",
+           "\"" + esc(key.first) + (key.second ? " (lane " + std::to_string(key.second + 1) + ")" : "") + "\"");
+      meta("thread_sort_index", pid, t, "sort_index", std::to_string(t));
+    }
+    for (size_t i : order) tid[i] = lane_tid.at({(*spans)[i].stream, (size_t)(-1 - tid[i])});
+    // the step on every compute track: from its first slice to its last
+    long long s0 = -1, s1 = 0;
+    for (const SimSpan& s : *spans)
+      if (s.stream == "compute") {
+        s0 = s0 < 0 ? to_ns(s.start) : std::min(s0, to_ns(s.start));
+        s1 = std::max(s1, to_ns(s.start + s.dur));
+      }
+    if (s0 < 0) s0 = 0;
+    std::vector<bool> flow_in(spans->size(), false);
+    std::vector<std::string> bind(spans->size());
+    int64_t flow = 0;
+    for (size_t i = 0; i < spans->size(); ++i) {
+      const SimSpan& s = (*spans)[i];
+      if (s.flow_to < 0 || s.flow_to >= (int64_t)spans->size() || !bind[(size_t)s.flow_to].empty() || !bind[i].empty())
+        continue;
+      bind[i] = bind[(size_t)s.flow_to] = hex_id(pid, flow++);
+      flow_in[(size_t)s.flow_to] = true;
+    }
+    for (int k = 0; k < drawn; ++k) {
+      sep();
+      o << "{\"ph\":\"X\",\"pid\":" << pid << ",\"tid\":" << k + 1 << ",\"name\":\"ProfilerStep#" << step
+        << "\",\"cat\":\"step\",\"ts\":" << us(s0) << ",\"dur\":" << us(s1 - s0) << "}";
       for (size_t i = 0; i < spans->size(); ++i) {
         const SimSpan& s = (*spans)[i];
-        if (k > 0 && s.stream != "compute") continue;
-        const int t = s.stream == "compute" ? k : tid[s.stream];
+        const bool compute = s.stream == "compute";
+        if (k > 0 && !compute) continue;
+        const long long a = to_ns(s.start), b = std::max(a, to_ns(s.start + s.dur));
         sep();
-        o << "{\"ph\":\"X\",\"pid\":" << c << ",\"tid\":" << t << ",\"name\":\"" << esc(s.name) << "\",\"cat\":\""
-          << s.category << "\",\"ts\":" << fmt("%.3f", s.start * 1e6) << ",\"dur\":" << fmt("%.3f", s.dur * 1e6)
-          << ",\"args\":{\"flops\":" << s.flops << ",\"bytes\":" << s.bytes << "}}";
-        if (s.flow_to >= 0 && k == 0) {
-          const SimSpan& w = (*spans)[s.flow_to];
-          sep();
-          o << "{\"ph\":\"s\",\"id\":" << flow << ",\"pid\":" << c << ",\"tid\":" << t << ",\"name\":\"waits\",\"cat\":\"dep\",\"ts\":"
-            << fmt("%.3f", (s.start + s.dur) * 1e6 - 0.001) << "}";
-          sep();
-          o << "{\"ph\":\"f\",\"bp\":\"e\",\"id\":" << flow << ",\"pid\":" << c << ",\"tid\":0,\"name\":\"waits\",\"cat\":\"dep\",\"ts\":"
-            << fmt("%.3f", (w.start + w.dur) * 1e6) << "}";
-          ++flow;
-        }
+        o << "{\"ph\":\"X\",\"pid\":" << pid << ",\"tid\":" << (compute ? k + 1 : tid[i]) << ",\"name\":\""
+          << esc(s.name) << "\",\"cat\":\"" << s.category << "\",\"ts\":" << us(a) << ",\"dur\":" << us(b - a);
+        if (k == 0 && !bind[i].empty())
+          o << ",\"bind_id\":\"" << bind[i] << "\"," << (flow_in[i] ? "\"flow_in\":true" : "\"flow_out\":true");
+        o << ",\"args\":{\"flops\":" << s.flops << ",\"bytes\":" << s.bytes << "}}";
       }
+    }
   }
   o << "\n]}\n";
   o.flush();  // a full disk shows at the flush, not at the last <<
   TITAN_CHECK(o.good(), "trace: writing '", path, "' failed (disk full?)");
+}
+
+namespace {
+nlohmann::json read_trace(const std::string& path) {
+  std::ifstream in(path);
+  TITAN_CHECK(in.good(), "trace: cannot read '", path, "'");
+  try {
+    nlohmann::json j = nlohmann::json::parse(in);
+    TITAN_CHECK(j.is_object() && j.contains("traceEvents") && j["traceEvents"].is_array(), "trace: '", path,
+                "' is not a Chrome trace (an object with a traceEvents list)");
+    return j;
+  } catch (const nlohmann::json::exception& e) {
+    fail("trace: '", path, "' is not valid JSON: ", e.what());
+  }
+}
+}  // namespace
+
+void merge_chrome_traces(const std::vector<std::string>& inputs, const std::string& output) {
+  TITAN_CHECK(!inputs.empty(), "trace merge: no input files");
+  nlohmann::json out = nlohmann::json::object();
+  out["displayTimeUnit"] = "ms";
+  nlohmann::json events = nlohmann::json::array(), ranks = nlohmann::json::array();
+  std::map<long long, std::string> owner;  // pid -> the file that holds it
+  int world = 0;
+  for (const std::string& in : inputs) {
+    nlohmann::json j = read_trace(in);
+    std::set<long long> pids;
+    for (auto& e : j["traceEvents"])
+      if (e.contains("pid") && e["pid"].is_number_integer()) pids.insert(e["pid"].get<long long>());
+    for (long long p : pids) {
+      auto [it, fresh] = owner.emplace(p, in);
+      TITAN_CHECK(fresh, "trace merge: '", in, "' and '", it->second, "' both hold process ", p,
+                  " (the same rank twice, or files of two jobs?)");
+    }
+    if (j.contains("distributedInfo") && j["distributedInfo"].is_object()) {
+      const auto& d = j["distributedInfo"];
+      if (d.contains("rank")) ranks.push_back(d["rank"]);
+      if (d.contains("world_size") && d["world_size"].is_number_integer())
+        world = std::max(world, d["world_size"].get<int>());
+    }
+    if (!out.contains("otherData") && j.contains("otherData")) out["otherData"] = j["otherData"];
+    for (auto& e : j["traceEvents"]) events.push_back(std::move(e));
+  }
+  out["distributedInfo"] = {{"backend", "mpi"}, {"ranks", ranks}, {"world_size", world}};
+  out["otherData"]["merged_files"] = (int)inputs.size();
+  out["traceEvents"] = std::move(events);
+  std::ofstream o(output);
+  TITAN_CHECK(o.good(), "trace merge: cannot write '", output, "'");
+  o << out.dump() << "\n";
+  o.flush();
+  TITAN_CHECK(o.good(), "trace merge: writing '", output, "' failed (disk full?)");
+}
+
+std::vector<std::string> check_chrome_trace(const std::string& path) {
+  const nlohmann::json j = read_trace(path);
+  std::vector<std::string> bad;
+  auto note = [&](const std::string& s) {
+    if (bad.size() < 50) bad.push_back(s);
+  };
+  if (!j.contains("distributedInfo")) note("no distributedInfo (rank, world_size) at the top level");
+  struct Slice {
+    double ts, end;
+    std::string name;
+  };
+  std::map<std::pair<long long, long long>, std::vector<Slice>> tracks;
+  std::map<std::string, std::pair<int, int>> binds;  // bind_id -> (flow_out slices, flow_in slices)
+  std::map<std::string, std::vector<std::tuple<char, long long, long long, double>>> flows;  // id -> (ph, pid, tid, ts)
+  int steps = 0;
+  for (const auto& e : j["traceEvents"]) {
+    const std::string ph = e.value("ph", "");
+    const long long pid = e.contains("pid") && e["pid"].is_number_integer() ? e["pid"].get<long long>() : -1;
+    const long long tid = e.contains("tid") && e["tid"].is_number_integer() ? e["tid"].get<long long>() : -1;
+    if (pid < 1) note(ph + " event '" + e.value("name", "") + "' has pid " + std::to_string(pid) + " (< 1)");
+    if (ph != "M" && tid < 1) note(ph + " event '" + e.value("name", "") + "' has tid " + std::to_string(tid) + " (< 1)");
+    if (ph == "M" && e.value("name", "") == "thread_name" && tid < 1) note("thread_name with tid " + std::to_string(tid));
+    if (ph == "X") {
+      const double ts = e.value("ts", 0.0), dur = e.value("dur", 0.0);
+      const std::string name = e.value("name", "");
+      tracks[{pid, tid}].push_back({ts, ts + dur, name});
+      if (name.rfind("ProfilerStep#", 0) == 0) ++steps;
+      if (e.contains("bind_id")) {
+        const std::string id = e["bind_id"].is_string() ? e["bind_id"].get<std::string>() : e["bind_id"].dump();
+        auto& b = binds[id];
+        if (e.value("flow_out", false)) ++b.first;
+        if (e.value("flow_in", false)) ++b.second;
+      }
+    } else if (ph == "s" || ph == "f" || ph == "t") {
+      const std::string id = e.contains("id") ? e["id"].dump() : "?";
+      flows[id].push_back({ph[0], pid, tid, e.value("ts", 0.0)});
+    }
+  }
+  if (steps == 0) note("no ProfilerStep# slice (trace-analysis tools find steps by it)");
+  constexpr double eps = 1e-3;  // microseconds: the file's resolution
+  for (auto& [key, v] : tracks) {
+    std::sort(v.begin(), v.end(), [](const Slice& a, const Slice& b) {
+      return a.ts != b.ts ? a.ts < b.ts : a.end > b.end;
+    });
+    std::vector<const Slice*> open;
+    for (const Slice& s : v) {
+      while (!open.empty() && open.back()->end <= s.ts + eps) open.pop_back();
+      if (!open.empty() && s.end > open.back()->end + eps)
+        note("pid " + std::to_string(key.first) + " tid " + std::to_string(key.second) + ": '" + s.name + "' at " +
+             fmt("%.3f", s.ts) + " us overlaps '" + open.back()->name + "' (until " + fmt("%.3f", open.back()->end) +
+             " us) without nesting");
+      open.push_back(&s);
+    }
+  }
+  for (const auto& [id, b] : binds)
+    if (b.first != 1 || b.second != 1)
+      note("bind_id " + id + ": " + std::to_string(b.first) + " flow_out and " + std::to_string(b.second) +
+           " flow_in slices (one each expected)");
+  auto on_slice = [&](long long pid, long long tid, double ts) {
+    auto it = tracks.find({pid, tid});
+    if (it == tracks.end()) return false;
+    for (const Slice& s : it->second)
+      if (s.ts - eps <= ts && ts <= s.end + eps) return true;
+    return false;
+  };
+  for (const auto& [id, fs] : flows) {
+    int starts = 0, ends = 0;
+    for (const auto& [ph, pid, tid, ts] : fs) {
+      starts += ph == 's';
+      ends += ph == 'f';
+      if (!on_slice(pid, tid, ts)) note("flow " + id + ": its '" + std::string(1, ph) + "' end is on no slice");
+    }
+    if (starts != 1 || ends != 1) note("flow id " + id + " has " + std::to_string(starts) + " starts and " +
+                                       std::to_string(ends) + " ends (ids must be unique)");
+  }
+  return bad;
 }
 
 }  // namespace titan

@@ -1,5 +1,13 @@
-// simulator/trace.h — a step's timeline as a Chrome trace (Perfetto), simulated
-// or measured on this CPU (the same format, so the two open side by side).
+// simulator/trace.h — a step's timeline as a Chrome trace (Perfetto, chrome://tracing), simulated or measured on
+// this CPU (the same format, so the two open side by side), and the job's per-rank files merged into one.
+//
+// The format, as trace-analysis tools read it: one process per chip (pid = chip + 1, sorted by it), one thread
+// per track (tid >= 1: a compute track per drawn rank, then one per collective stream and lane, sorted by tid);
+// every slice of a track nests (collectives that overlap on one stream take separate lanes); a slice
+// "ProfilerStep#N" spans each compute track's step, as PyTorch's profiler marks steps; the top-level
+// "distributedInfo" names the rank(s) and world size. A collective's arrow to the stall it ends is bound to both
+// slices (bind_id with flow_out / flow_in), its id unique across the job's files (the pid in its high bits), so
+// merged per-rank files connect the right slices.
 #pragma once
 #include <string>
 #include <vector>
@@ -8,17 +16,24 @@
 
 namespace titan {
 
-// Chrome-trace JSON (Perfetto): a process per chip (the first n_chips), a
-// thread per stream (compute per rank on the chip, each collective group),
-// flow arrows from a collective to the stall it ends, idle slices for stalls.
-// Chips are numbered (pid, rank names) from `first_chip`: a measured trace of
-// rank R passes R, so the per-rank files of one job merge without collisions.
-void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips, int first_chip = 0);
+// Writes the first n_chips chips of `r` (chip 0: every rank it holds; the others: their first rank, SPMD).
+// Chips are numbered from `first_chip`: a measured trace of rank R passes R, so the per-rank files of one job
+// merge without collisions. `step`: the step's number for its ProfilerStep# slice.
+void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips, int first_chip = 0,
+                        int64_t step = 1);
 
-// The same timeline from a timed CostTrace of a real step on this CPU: each
-// op lasts until the next record, a stall until the op after the wait, a
-// collective from its start to the end of the wait for it. `end`: the trace's
-// elapsed time at the step's end.
-SimResult measured_timeline(const std::vector<CostEvent>& events, double end, const std::string& label);
+// The same timeline from a timed CostTrace of a real step on this CPU: each op lasts until the next record, a
+// stall until the op after the wait, a collective from its start to the end of the wait for it. `end`: the
+// trace's elapsed time at the step's end. `world`: the job's ranks (distributedInfo).
+SimResult measured_timeline(const std::vector<CostEvent>& events, double end, const std::string& label, int world = 1);
+
+// One file for the job: the traceEvents of `inputs` (per-rank files of one job, from any hosts) in one trace,
+// their distributedInfo joined; refused, naming the files, when two of them hold the same process (pid).
+void merge_chrome_traces(const std::vector<std::string>& inputs, const std::string& output);
+
+// What a viewer or trace-analysis tool would trip on, one line each (empty: none): pids / tids below 1, slices
+// that overlap without nesting on a track, a bind_id without exactly one flow_out and one flow_in slice, flow
+// events (ph s / f) whose ids repeat or do not sit on a slice, no ProfilerStep# slice or distributedInfo.
+std::vector<std::string> check_chrome_trace(const std::string& path);
 
 }  // namespace titan

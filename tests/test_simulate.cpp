@@ -823,14 +823,20 @@ TEST(Simulation, ChromeTraceIsValidJsonWithTheExpectedTracks) {
   write_chrome_trace(r, path, 2);
   std::ifstream in(path);
   nlohmann::json j = nlohmann::json::parse(in);  // throws on invalid JSON
-  std::set<std::string> procs, threads;
-  int flows = 0, idle = 0, comm = 0;
+  std::set<std::string> procs, threads, binds;
+  int flow_out = 0, flow_in = 0, idle = 0, comm = 0, steps = 0;
   for (const auto& e : j["traceEvents"]) {
+    EXPECT_GE(e["pid"].get<int>(), 1);
     if (e["ph"] == "M" && e["name"] == "process_name") procs.insert(e["args"]["name"].get<std::string>());
     if (e["ph"] == "M" && e["name"] == "thread_name") threads.insert(e["args"]["name"].get<std::string>());
-    if (e["ph"] == "s") ++flows;
-    if (e["ph"] == "X" && e["cat"] == "idle" && e["tid"] == 0) ++idle;
+    if (e["ph"] == "X" && e.contains("bind_id")) {
+      flow_out += e.value("flow_out", false);
+      flow_in += e.value("flow_in", false);
+      binds.insert(e["bind_id"].get<std::string>());
+    }
+    if (e["ph"] == "X" && e["cat"] == "idle" && e["tid"] == 1) ++idle;
     if (e["ph"] == "X" && e["cat"] == "comm") ++comm;
+    if (e["ph"] == "X" && e["name"] == "ProfilerStep#1") ++steps;
   }
   EXPECT_EQ(procs.size(), 2u);
   EXPECT_TRUE(procs.count("chip 0 (trainium2)"));
@@ -839,8 +845,106 @@ TEST(Simulation, ChromeTraceIsValidJsonWithTheExpectedTracks) {
   EXPECT_TRUE(threads.count("comm:dp_shard"));
   EXPECT_GT(comm, 0);
   EXPECT_GT(idle, 0);
-  EXPECT_EQ(flows, idle);  // every stall has its arrow from the collective it waited for
+  EXPECT_EQ(steps, 5);  // chip 0's four ranks, chip 1's first
+  EXPECT_EQ(j["distributedInfo"]["world_size"], 64);
+  // every stall of the drawn first ranks has its arrow from the collective it waited for, bound to both slices
+  EXPECT_EQ(flow_in, flow_out);
+  EXPECT_EQ((int)binds.size(), flow_in);
+  EXPECT_GE(flow_in, idle / 4);
+  const auto problems = check_chrome_trace(path);
+  EXPECT_TRUE(problems.empty()) << problems.front();
   fs::remove(path);
+}
+
+// What a viewer trips on is found: a pid 0, slices that overlap on a track without nesting, a flow bound at one
+// end only, a repeated flow id, no step or rank marks; and two files holding the same rank are not merged.
+TEST(Simulation, TraceCheckFindsWhatViewersTripOn) {
+  const fs::path dir = fs::temp_directory_path() / "titan_trace_check";
+  fs::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream((dir / name).string()) << text;
+    return (dir / name).string();
+  };
+  const std::string bad = write("bad.json", R"({"traceEvents":[
+    {"ph":"X","pid":0,"tid":1,"name":"a","ts":0,"dur":10},
+    {"ph":"X","pid":1,"tid":1,"name":"b","ts":0,"dur":10},
+    {"ph":"X","pid":1,"tid":1,"name":"c","ts":5,"dur":10,"bind_id":"0x1","flow_out":true},
+    {"ph":"s","pid":1,"tid":1,"id":7,"ts":1},{"ph":"f","pid":1,"tid":2,"id":7,"ts":1},
+    {"ph":"s","pid":1,"tid":1,"id":7,"ts":2}]})");
+  const auto p = check_chrome_trace(bad);
+  auto has = [&](const std::string& what) {
+    return std::any_of(p.begin(), p.end(), [&](const std::string& l) { return l.find(what) != std::string::npos; });
+  };
+  EXPECT_TRUE(has("pid 0 (< 1)"));
+  EXPECT_TRUE(has("'c' at 5.000 us overlaps 'b'"));
+  EXPECT_TRUE(has("bind_id 0x1: 1 flow_out and 0 flow_in"));
+  EXPECT_TRUE(has("flow 7: its 'f' end is on no slice"));
+  EXPECT_TRUE(has("flow id 7 has 2 starts"));
+  EXPECT_TRUE(has("no ProfilerStep#"));
+  EXPECT_TRUE(has("no distributedInfo"));
+  const std::string one = write("one.json", R"({"traceEvents":[{"ph":"X","pid":1,"tid":1,"name":"a","ts":0,"dur":1}]})");
+  const std::string e = error_of([&] { merge_chrome_traces({one, one}, (dir / "m.json").string()); });
+  EXPECT_NE(e.find("both hold process 1"), std::string::npos) << e;
+  fs::remove_all(dir);
+}
+
+// A measured step of 2 ranks (collectives that overlap on one stream: lanes), written per rank and merged:
+// one file, ranks as processes 1 and 2, every flow bound to its two slices, ids unique across the ranks.
+TEST(Simulation, PerRankMeasuredTracesMergeIntoOneCheckedFile) {
+  const fs::path dir = fs::temp_directory_path() / "titan_trace_merge";
+  fs::create_directories(dir);
+  CommGroupRef g{"dp_shard", 1, std::make_shared<std::vector<int>>(std::vector<int>{0, 1})};
+  std::vector<std::string> files;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<CostEvent> ev;
+    auto compute = [&](const char* op, double t) {
+      CostEvent e;
+      e.op = op;
+      e.t = t;
+      ev.push_back(e);
+    };
+    auto comm = [&](CostEvent::Kind k, int64_t id, double t) {
+      CostEvent e;
+      e.kind = k;
+      e.op = "reduce_scatter";
+      e.comm_id = id;
+      e.group = g;
+      e.t = t;
+      ev.push_back(e);
+    };
+    compute("linear_backward", 0.000);
+    comm(CostEvent::Kind::CommStart, 0, 0.001);  // two reduce-scatters in flight at once on one stream
+    compute("linear_backward", 0.002);
+    comm(CostEvent::Kind::CommStart, 1, 0.003);
+    compute("linear_backward", 0.004);
+    comm(CostEvent::Kind::CommWait, 0, 0.005 + 0.001 * rank);
+    compute("adamw", 0.007);
+    comm(CostEvent::Kind::CommWait, 1, 0.008);
+    compute("adamw", 0.009);
+    files.push_back((dir / ("profile_trace_rank" + std::to_string(rank) + ".json")).string());
+    write_chrome_trace(measured_timeline(ev, 0.010, "this CPU", 2), files.back(), 1, rank, 3);
+    const auto p = check_chrome_trace(files.back());
+    EXPECT_TRUE(p.empty()) << p.front();
+  }
+  const std::string merged = (dir / "profile_trace.json").string();
+  merge_chrome_traces(files, merged);
+  const auto p = check_chrome_trace(merged);
+  EXPECT_TRUE(p.empty()) << p.front();
+  std::ifstream in(merged);
+  nlohmann::json j = nlohmann::json::parse(in);
+  std::set<int> pids;
+  std::set<std::string> lanes;
+  int binds = 0;
+  for (const auto& e : j["traceEvents"]) {
+    pids.insert(e["pid"].get<int>());
+    if (e["ph"] == "M" && e["name"] == "thread_name") lanes.insert(e["args"]["name"].get<std::string>());
+    binds += e.contains("bind_id");
+  }
+  EXPECT_EQ(pids, (std::set<int>{1, 2}));
+  EXPECT_TRUE(lanes.count("comm:dp_shard (lane 2)"));
+  EXPECT_EQ(binds, 8);  // 2 ranks x 2 collectives x (flow_out, flow_in)
+  EXPECT_EQ(j["distributedInfo"]["world_size"], 2);
+  fs::remove_all(dir);
 }
 
 TEST(Simulation, MeasuredTimelineOfARealStepUsesTheSameFormat) {

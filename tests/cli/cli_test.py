@@ -60,7 +60,8 @@ def main():
             check(len(re.findall(r"sim step: ", out)) == 1, "the simulation is reported once, not once per process")
             check("simulation: launched on 2 processes" in out and "-np does not change the result" in out,
                   "the log says what -np means for a simulated job")
-    # per-rank profile traces merge without collisions: distinct pids and process names
+    # per-rank profile traces merge without collisions: rank r is process r + 1 and names itself; rank 0 merges
+    # them into one file that `titan-trace check` passes
     ensure_data(a.build)
     with tempfile.TemporaryDirectory() as d:
         p = subprocess.run(["mpirun", "--oversubscribe", "-np", "2", os.path.join(a.build, "titan-train"), "--config",
@@ -75,9 +76,16 @@ def main():
                 ev = json.load(open(f))["traceEvents"]
                 names = {e["args"]["name"] for e in ev if e.get("name") == "process_name"}
                 pids[r] = ({e["pid"] for e in ev if "pid" in e}, names)
-        check(p.returncode == 0 and pids.get(0, (None,))[0] == {0} and pids.get(1, (None,))[0] == {1} and
+        check(p.returncode == 0 and pids.get(0, (None,))[0] == {1} and pids.get(1, (None,))[0] == {2} and
               any(n.startswith("rank 1 ") for n in pids[1][1]),
-              f"per-rank profile traces: rank r uses pid r and names itself 'rank r' ({pids})")
+              f"per-rank profile traces: rank r uses pid r + 1 and names itself 'rank r' ({pids})")
+        merged = os.path.join(d, "profile_trace.json")
+        ok = os.path.exists(merged)
+        c = subprocess.run([os.path.join(a.build, "titan-trace"), "check", merged], capture_output=True, text=True)
+        mp = {e["pid"] for e in json.load(open(merged))["traceEvents"]} if ok else set()
+        check(ok and c.returncode == 0 and mp == {1, 2},
+              f"rank 0 merged the ranks' traces into profile_trace.json (pids {mp}) and titan-trace check passes it: "
+              f"{c.stdout.strip()} {c.stderr.strip()}")
     return check.exit_status()
 
 
