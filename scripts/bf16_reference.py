@@ -7,7 +7,10 @@ steps under its own bf16 autocast and holds its curve as close to the float64 on
 
 The forwards are scripts/qwen3_reference.py's and scripts/gpt_oss_reference.py's (independent of titan), run
 here as they are; autocast decides which of their ops run in bf16 (matmuls and einsums: bf16 operands, float32
-accumulation, bf16 results; elementwise ops on bf16 tensors in bf16; norms on the float32 residual stream).
+accumulation, bf16 results; elementwise ops on bf16 tensors in bf16; norms on the float32 residual stream). Their
+biased projections are written `x @ W.T + b`, so the bias adds in float32 after the bf16 matmul (nn.Linear under
+autocast, and titan, add it inside the bf16 GEMM and round once): fewer roundings on PyTorch's side, a stricter
+comparison for titan.
 
   /usr/bin/python3 scripts/bf16_reference.py --model qwen3 --out tests/golden/bf16_qwen3.h5
   /usr/bin/python3 scripts/bf16_reference.py --model gpt_oss --out tests/golden/bf16_gpt_oss.h5

@@ -85,11 +85,12 @@ std::vector<Field> fields(JobConfig& c) {
       config::bind("training.on_nonfinite", &c.training.on_nonfinite,
                    "a NaN/inf loss or gradient norm: abort the job, or skip that step's optimizer update"),
       config::bind("training.mixed_precision_param", &c.training.mixed_precision_param,
-                   "bfloat16: GEMMs multiply bf16 operands (float32 accumulation, outputs and their gradients bf16; "
-                   "fp32 master weights and AdamW state), gathered params and activations bf16; float32: all float32"),
+                   "bfloat16: bf16 autocast (GEMM operands, outputs and their gradients rounded to bf16, float32 "
+                   "accumulation; values stored in float32; master weights, AdamW state, norms, loss float32); "
+                   "float32: all float32"),
       config::bind("training.mixed_precision_reduce", &c.training.mixed_precision_reduce,
-                   "dtype of the gradient reduce-scatters / all-reduces (bfloat16: each rank's gradient and the "
-                   "reduced result rounded to bf16)"),
+                   "dtype of FSDP's / DDP's gradient reductions over data-parallel ranks (bfloat16: each rank's "
+                   "gradient and the reduced result rounded to bf16)"),
       config::bind("validation.enabled", &c.validation.enabled,
                    "true: mean loss on validation.dataset_path every validation.freq steps and at the last step"),
       config::bind("validation.dataset_path", &c.validation.dataset_path,

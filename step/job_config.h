@@ -80,8 +80,8 @@ struct JobConfig {
     // bf16 operands with float32 accumulation, master weights, AdamW state, norms, softmax, loss in float32;
     // docs/training.md "Precision"). titan's default is float32 (exact on the CPU); TorchTitan's is bfloat16.
     enum class Precision { bfloat16, float32 };
-    Precision mixed_precision_param = Precision::float32;   // the GEMMs' operands and outputs, gathered params
-    Precision mixed_precision_reduce = Precision::float32;  // gradient reduce-scatter / all-reduce
+    Precision mixed_precision_param = Precision::float32;   // bf16 autocast: the GEMMs' operands and outputs
+    Precision mixed_precision_reduce = Precision::float32;  // FSDP's / DDP's gradient reduce-scatter / all-reduce
   } training;
 
   struct Validation {

@@ -4,6 +4,7 @@
 
 #include "parallel/context_parallel.h"
 #include "parallel/fsdp.h"
+#include "src/log/log.h"
 #include "src/ops/autocast.h"
 #include "src/ops/ops.h"
 
@@ -93,7 +94,12 @@ TrainJob build_job(const JobConfig& cfg, comms::DeviceMesh& mesh,
     popt.pipeline_chunks = layout.chunks_of(mesh.pp_rank);
   }
   job.pm = parallel::parallelize(*job.model, mesh, popt);
-  if (job.pm.fsdp && cfg.training.mixed_precision_reduce == Precision::bfloat16) job.pm.fsdp->set_reduce_dtype(DType::BF16);
+  if (cfg.training.mixed_precision_reduce == Precision::bfloat16) {
+    if (job.pm.fsdp && mesh.dp_size() * mesh.degrees.cp > 1) job.pm.fsdp->set_reduce_dtype(DType::BF16);
+    else if (mesh.rank == 0)  // as TorchTitan's: it acts on FSDP's / DDP's reductions only
+      log_info("training.mixed_precision_reduce bfloat16: this layout reduces no gradients over data-parallel "
+               "(or context-parallel) ranks: nothing is reduced in bf16");
+  }
   if (mesh.degrees.pp > 1) {
     // the hidden state between stages: [mbs, S / cp, dim] (a context-parallel rank's chunks), sequence-sharded
     // under tp with sequence parallel

@@ -9,7 +9,9 @@
 #include <fstream>
 #include <random>
 
+#include "src/autograd/checkpoint.h"
 #include "src/ops/autocast.h"
+#include "src/ops/float8.h"
 #include "src/ops/common.h"
 #include "src/tensor/bfloat16.h"
 #include "tests/gradcheck.h"
@@ -240,4 +242,52 @@ TEST(Autocast, MatmulAndGroupedLinearFollowTheScope) {
       for (int p = 0; p < 4; ++p) s += av64[i * 4 + p] * bv64[p * 2 + j];
       EXPECT_NEAR(c64[i * 2 + j], s, 1e-14);
     }
+}
+
+// A bf16 op reads its bias as bf16 and sums its bias gradient from the bf16 gradient: 1 + 2^-8 is a tie that
+// rounds to 1, so y = 2^-12 + round(1 + 2^-8) = 1 + 2^-12 rounds to exactly 1 (an unrounded bias gives 1 + 2^-7),
+// and the bias gradient of rows (1 + 2^-8, 2^-12) is exactly 1 (unrounded: 1 + 2^-7). Linear, the experts'
+// grouped linear and the float8 linear alike.
+TEST(Autocast, BiasIsReadAsBf16AndItsGradientSumsTheBf16Gradient) {
+  const float tie = 1.0f + std::ldexp(1.0f, -8), small = std::ldexp(1.0f, -12);
+  AutocastScope bf16(DType::BF16);
+  auto check = [&](const char* what, const std::function<Tensor(const Tensor&, const Tensor&)>& op, const Tensor& b) {
+    SCOPED_TRACE(what);
+    Tensor x = from({1.0f, 1.0f}, {2, 1});
+    Tensor y = op(x, b);  // [2, 1]
+    EXPECT_EQ(y.to_vector<float>()[0], 1.0f) << "the bias was not rounded to bf16 before the add";
+    sum(mul(y, from({tie, small}, {2, 1}))).backward();
+    EXPECT_EQ(b.grad().to_vector<float>()[0], 1.0f) << "the bias gradient did not sum the bf16 gradient";
+  };
+  Tensor w = from({small}, {1, 1});
+  Tensor b1 = from({tie}, {1}).requires_grad_(true);
+  check("linear", [&](const Tensor& x, const Tensor& b) { return linear(x, w, b); }, b1);
+  Tensor we = from({small}, {1, 1, 1});
+  Tensor b2 = from({tie}, {1, 1}).requires_grad_(true);
+  check("grouped_linear", [&](const Tensor& x, const Tensor& b) { return grouped_linear(x, we, b, {2}); }, b2);
+  Tensor b3 = from({tie}, {1}).requires_grad_(true);
+  check("float8_linear", [&](const Tensor& x, const Tensor& b) {
+    return float8_linear(x, w, b, float8_casts(Float8Recipe::tensorwise));
+  }, b3);
+}
+
+// Activation checkpointing recomputes a block in the precision its forward ran in, even when the backward runs
+// outside the autocast scope: the gradients equal the uncheckpointed block's bit for bit.
+TEST(Autocast, CheckpointRecomputesInTheForwardsPrecision) {
+  auto wv = randv(16 * 24, 51), xv = randv(5 * 24, 52);
+  auto grads = [&](bool ckpt) {
+    Tensor w = from(wv, {16, 24}).requires_grad_(true), x = from(xv, {5, 24}).requires_grad_(true);
+    Tensor y;
+    {
+      AutocastScope bf16(DType::BF16);
+      auto block = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{silu(linear(in[0], w))}; };
+      y = ckpt ? autograd::checkpoint(block, {x})[0] : block({x})[0];
+    }
+    sum(y).backward();  // outside the scope
+    return std::make_pair(x.grad().to_vector<float>(), w.grad().to_vector<float>());
+  };
+  const auto plain = grads(false), ck = grads(true);
+  EXPECT_EQ(plain.first, ck.first);
+  EXPECT_EQ(plain.second, ck.second);
+  for (float v : ck.second) ASSERT_TRUE(is_bf16(v));
 }

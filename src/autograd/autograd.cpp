@@ -4,6 +4,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "src/autograd/autocast.h"
 #include "src/autograd/engine.h"
 #include "src/autograd/function.h"
 #include "src/ops/ops.h"
@@ -235,3 +236,16 @@ std::vector<std::string> backward_order(const Tensor& root) {
 }
 
 }  // namespace titan::autograd
+
+namespace titan {
+namespace {
+thread_local DType t_autocast = DType::F32;
+}
+AutocastScope::AutocastScope(DType compute) : prev_(t_autocast) {
+  TITAN_CHECK(compute == DType::BF16 || compute == DType::F32, "AutocastScope: compute dtype must be bfloat16 or ",
+              "float32, got ", dtype_name(compute));
+  t_autocast = compute;
+}
+AutocastScope::~AutocastScope() { t_autocast = prev_; }
+DType AutocastScope::current() { return t_autocast; }
+}  // namespace titan

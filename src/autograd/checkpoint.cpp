@@ -1,5 +1,6 @@
 #include "src/autograd/checkpoint.h"
 
+#include "src/autograd/autocast.h"
 #include "src/autograd/engine.h"
 #include "src/autograd/function.h"
 
@@ -88,8 +89,9 @@ std::vector<Tensor> checkpoint(const BlockFn& fn, const std::vector<Tensor>& inp
   for (auto& o : outs)
     for (const auto& in : inputs)
       if (o.impl() == in.impl()) o = o.detach();
+  const DType mode = AutocastScope::current();  // the recomputation runs in the forward's precision
   return record("checkpoint", node_inputs, std::move(outs),
-                [fn, keep, needs, sac](const std::vector<Tensor>& grads) {
+                [fn, keep, needs, sac, mode](const std::vector<Tensor>& grads) {
                   std::vector<Tensor> xs;
                   for (size_t i = 0; i < keep.size(); ++i) {
                     Tensor x = keep[i].detach();
@@ -99,6 +101,7 @@ std::vector<Tensor> checkpoint(const BlockFn& fn, const std::vector<Tensor>& inp
                   std::vector<Tensor> outs2;
                   {
                     EnableGradGuard eg;
+                    AutocastScope autocast(mode);
                     RecomputeScope rs;
                     SacRun run(sac.get(), /*recompute=*/true);
                     outs2 = fn(xs);

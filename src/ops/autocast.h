@@ -9,21 +9,10 @@
 // The mode is read when an op records, and its backward keeps it: recomputation inside the scope matches.
 // Values stay in float32 tensors (bf16-valued); see docs/training.md, "Precision".
 #pragma once
+#include "src/autograd/autocast.h"
 #include "src/tensor/tensor.h"
 
 namespace titan {
-
-class AutocastScope {
- public:
-  explicit AutocastScope(DType compute);  // DType::BF16, or DType::F32 (turns it off within)
-  ~AutocastScope();
-  AutocastScope(const AutocastScope&) = delete;
-  AutocastScope& operator=(const AutocastScope&) = delete;
-  static DType current();  // F32 outside any scope
-
- private:
-  DType prev_;
-};
 
 // True when an op on `x` computes its GEMMs in bf16 now (float32 operands inside a bf16 scope).
 inline bool autocast_bf16(const Tensor& x) { return x.dtype() == DType::F32 && AutocastScope::current() == DType::BF16; }

@@ -75,6 +75,10 @@ inline void gemm_as(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K
 // What gemm_bf16 runs on this CPU (oneDNN's implementation, or the sgemm fallback).
 std::string gemm_bf16_kernel();
 
+// A bf16 bias's gradient: the bf16 gradient g [N, out] (float32 values, rounded here) summed over its rows,
+// rounded to bf16, written into db [out] (which sum(g, {0}) made: its cost recorded, real and planned alike).
+void bias_grad_bf16(const Tensor& g, Tensor& db);
+
 // matmul's kernel (a [..., M, K] @ b [..., K, N]): no graph, no selective-checkpoint bookkeeping; for ops whose
 // own forward or backward multiplies (the float8 linear). bf16: autocast's bf16 GEMM, output rounded to bf16.
 Tensor matmul_forward(const Tensor& a, const Tensor& b, bool bf16 = false);

@@ -342,7 +342,12 @@ Tensor float8_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const
       const Tensor wq = fp8_round_trip(w, k.weight, 1, out_cut, in_cut, reduce);
       Tensor r = cast_gemm(xq, transpose(wq, 0, 1), !k.input.high_precision, k.mx, bf16);      // [M, N]
       if (!bias.defined()) return r;
-      r = add(r, bias);
+      Tensor b = bias;
+      if (bf16) {  // the bias as the bf16 GEMM reads it
+        b = bias.clone();
+        round_to_bf16_(b);
+      }
+      r = add(r, b);
       if (bf16) round_to_bf16_(r);
       return r;
     });
@@ -369,8 +374,8 @@ Tensor float8_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const
                                    bf16);
                   }
                   if (has_b) {
-                    db = sum(dy, {0}, false);
-                    if (bf16) round_to_bf16_(db);
+                    db = sum(dy, {0}, false);  // bf16: the bf16 gradient summed, rounded
+                    if (bf16 && !db.is_meta()) bias_grad_bf16(dy, db);
                   }
                   std::vector<Tensor> out = {dx, dw};
                   if (has_b) out.push_back(db);

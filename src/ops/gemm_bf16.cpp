@@ -11,6 +11,9 @@
 // Callers run one bf16 GEMM at a time per process (oneDNN's threads do the parallel work): a primitive's
 // scratchpad is oneDNN's own, so concurrent runs of one primitive from several threads are not done.
 #include <dnnl.hpp>
+#include <omp.h>
+
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -20,16 +23,6 @@
 #include "src/tensor/bfloat16.h"
 
 namespace titan {
-namespace {
-thread_local DType t_autocast = DType::F32;
-}
-AutocastScope::AutocastScope(DType compute) : prev_(t_autocast) {
-  TITAN_CHECK(compute == DType::BF16 || compute == DType::F32, "AutocastScope: compute dtype must be bfloat16 or ",
-              "float32, got ", dtype_name(compute));
-  t_autocast = compute;
-}
-AutocastScope::~AutocastScope() { t_autocast = prev_; }
-DType AutocastScope::current() { return t_autocast; }
 
 void round_to_bf16_(Tensor& t) {
   if (t.is_meta() || t.numel() == 0) return;
@@ -157,25 +150,29 @@ std::string gemm_bf16_kernel() { return dnnl_state().kernel; }
 void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
+  TITAN_CHECK(!omp_in_parallel(), "gemm_bf16: called inside a parallel region (", M, "x", N, "x", K,
+              "); run bf16 GEMMs one at a time, oneDNN's threads split each");
   // stored shapes: A [M, K] or [K, M]; B [K, N] or [N, K]
   const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
   Dnnl& d = dnnl_state();
   const Key key{ta, tb, M, N, K, ldc, alpha, beta};
   std::shared_ptr<dnnl::matmul> prim = K > 0 ? d.get(key) : nullptr;
   if (prim) {
-    std::vector<uint16_t> a((size_t)(ar * ac)), b((size_t)(br * bc));
-    pack_bf16(A, ar, ac, lda, a.data());
-    pack_bf16(B, br, bc, ldb, b.data());
-    const dnnl::memory ma(Dnnl::desc_a(key), d.eng, a.data()), mb(Dnnl::desc_b(key), d.eng, b.data()),
+    std::unique_ptr<uint16_t[]> a(new uint16_t[(size_t)(ar * ac)]), b(new uint16_t[(size_t)(br * bc)]);
+    pack_bf16(A, ar, ac, lda, a.get());
+    pack_bf16(B, br, bc, ldb, b.get());
+    const dnnl::memory ma(Dnnl::desc_a(key), d.eng, a.get()), mb(Dnnl::desc_b(key), d.eng, b.get()),
         mc(Dnnl::desc_c(key), d.eng, C);
     prim->execute(d.stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
     d.stream.wait();
     return;
   }
-  std::vector<float> a((size_t)(ar * ac)), b((size_t)(br * bc));
-  pack_rounded(A, ar, ac, lda, a.data());
-  pack_rounded(B, br, bc, ldb, b.data());
-  gemm<float>(ta, tb, M, N, K, alpha, a.data(), ac, b.data(), bc, beta, C, ldc);
+  std::unique_ptr<float[]> a(new float[(size_t)std::max<int64_t>(1, ar * ac)]),
+      b(new float[(size_t)std::max<int64_t>(1, br * bc)]);
+  pack_rounded(A, ar, ac, lda, a.get());
+  pack_rounded(B, br, bc, ldb, b.get());
+  gemm<float>(ta, tb, M, N, K, alpha, a.get(), std::max<int64_t>(1, ac), b.get(), std::max<int64_t>(1, bc), beta, C,
+              ldc);
 }
 
 }  // namespace titan::detail

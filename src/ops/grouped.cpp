@@ -60,10 +60,6 @@ std::vector<Tensor> grouped_linear_backward(const Tensor& dy, const Tensor& x, c
   if (x.is_meta()) return {dx, dw, db};
   auto off = offsets_of(counts);
   Tensor g = dy.contiguous();
-  if (bf16 && has_b) {  // the bias gradient sums the bf16 gradient
-    g = g.clone();
-    round_to_bf16_(g);
-  }
   dispatch_float(x.dtype(), "grouped_linear_backward", [&]<typename T>() {
     const T* pg = g.data<T>();
     const T* px = x.data<T>();
@@ -81,7 +77,12 @@ std::vector<Tensor> grouped_linear_backward(const Tensor& dy, const Tensor& x, c
       if (has_b) {
         T* pdb = db.data<T>() + e * N;
         for (int64_t i = 0; i < n; ++i)
-          for (int64_t j = 0; j < N; ++j) pdb[j] += ge[i * N + j];
+          for (int64_t j = 0; j < N; ++j) {
+            T v = ge[i * N + j];
+            if constexpr (std::is_same_v<T, float>)
+              if (bf16) v = round_to_bf16(v);  // the bias gradient sums the bf16 gradient
+            pdb[j] += v;
+          }
       }
     }
   });

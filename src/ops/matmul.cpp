@@ -6,6 +6,7 @@
 #include "src/autograd/checkpoint.h"
 #include "src/ops/autocast.h"
 #include "src/ops/common.h"
+#include "src/tensor/bfloat16.h"
 
 namespace titan {
 using namespace detail;
@@ -74,6 +75,20 @@ Tensor bf16_out(Tensor t) {
 }  // namespace
 
 namespace detail {
+void bias_grad_bf16(const Tensor& g, Tensor& db) {
+  const Tensor gc = g.contiguous();
+  const int64_t N = gc.size(0), C = gc.size(1);
+  const float* pg = gc.data<float>();
+  float* pd = db.data<float>();
+#pragma omp parallel for schedule(static) if (N * C >= kParallelGrain)
+  for (int64_t j = 0; j < C; ++j) {
+    double acc = 0;  // (the float32 sum of sum(): the order differs, the rounding hides it)
+    for (int64_t i = 0; i < N; ++i) acc += round_to_bf16(pg[i * C + j]);
+    pd[j] = round_to_bf16((float)acc);
+  }
+}
+
+
 Tensor matmul_forward(const Tensor& a, const Tensor& b, bool bf16) {
   Device dev = same_device("matmul", {&a, &b});
   same_dtype("matmul", a, b);
@@ -179,8 +194,9 @@ std::vector<Tensor> linear_backward(const Tensor& g, const Tensor& x2, const Ten
   if (need_w) dw = empty({out_f, in}, g.dtype(), g.device());
   record_cost("linear_backward", (need_x ? 2.0 * N * in * out_f : 0) + (need_w ? 2.0 * N * in * out_f : 0),
               bytes_of({&g, &x2, &w, &dx, &dw}), GemmShape{(int64_t)need_x + (int64_t)need_w, N, in, out_f});
-  if (has_bias) db = bf16 ? bf16_out(sum(bf16_out(g.clone()), {0}, false)) : sum(g, {0}, false);
+  if (has_bias) db = sum(g, {0}, false);
   if (g.is_meta()) return {dx, dw, db};
+  if (has_bias && bf16) bias_grad_bf16(g, db);
   Tensor gc = g.contiguous();
   BlasMat W = blas_mat(w);
   dispatch_float(g.dtype(), "linear_backward", [&]<typename T>() {

@@ -87,20 +87,24 @@ def compare_losses(ref, got, steps, tol=1e-5):
     return worst
 
 
-def compare_whole(ref_path, got_path, tol):
-    """Relative L2 distance over all tensors of two files at once (bf16 exports: a weight that started at zero,
-    as a bias, holds only its few updates, whose bf16 noise is large against it but not against the model)."""
-    num = den = 0.0
+def compare_bf16_weights(ref_path, got_path, tol, atol=None):
+    """Per tensor: relative L2 error <= tol, or an RMS error per element <= atol (bf16 exports: a weight that
+    started at zero, as a bias, holds only its few updates, whose bf16 noise is large against it, not against
+    the learning rate's scale). Returns the worst relative error among the tensors held to tol."""
+    atol = BF16_WEIGHT_ATOL if atol is None else atol
+    worst = 0.0
     with h5py.File(ref_path, "r") as a, h5py.File(got_path, "r") as b:
         assert sorted(b.keys()) == sorted(a.keys()), "exports hold different tensors"
-        for n in a.keys():
+        for n in sorted(a.keys()):
             x, y = a[n][...].astype(np.float64), b[n][...].astype(np.float64)
-            num += float(np.sum((x - y) ** 2))
-            den += float(np.sum(x ** 2))
-    rel = math.sqrt(num / max(den, 1e-300))
-    if rel > tol:
-        sys.exit(f"exported weights: relative error over the whole model {rel:.2e} > {tol}")
-    return rel
+            err = float(np.linalg.norm(x - y))
+            rel = err / max(float(np.linalg.norm(x)), 1e-30)
+            rms = err / math.sqrt(max(x.size, 1))
+            if rel > tol and rms > atol:
+                sys.exit(f"exported {n}: relative error {rel:.2e} > {tol} and RMS error {rms:.2e} > {atol}")
+            if rel <= tol:
+                worst = max(worst, rel)
+    return worst
 
 
 def compare_grads(ref_path, got_path, tol=1e-5):
@@ -206,7 +210,7 @@ def run_layout(build, name, np_, ref_name, flags, launcher=None, where=""):
     # the HF-named export written from this layout holds the same weights (after as many steps as the reference)
     ww = None
     if LAYOUT_STEPS == REF_STEPS:
-        compare = compare_whole if bf16 else compare_grads
+        compare = compare_bf16_weights if bf16 else compare_grads
         ww = compare(os.path.join(ref, "export", "model.h5"), os.path.join(out, "export", "model.h5"), weight_tol)
     # ... and its safetensors, each rank writing its own blocks (dim-0 FSDP / dim-1 TP shards), the same bytes
     sw = safetensors_ref.read(os.path.join(out, "export"))
@@ -221,13 +225,14 @@ def run_layout(build, name, np_, ref_name, flags, launcher=None, where=""):
     return out, p.stdout
 
 
-# bf16 mixed precision: (step-1 loss, later losses, step-1 gradients per tensor, exported weights over the whole
-# model). A layout computes the same values in bf16 with other roundings: data parallel splits the tokens a weight
-# gradient's GEMM sums before its bf16 rounding (and reduces in float32 what one rank rounds once), TP rounds each
-# rank's partial GEMM output; one bf16 rounding is 2^-9 relative. Measured (10 steps): losses <= 1.1e-4, gradients
-# <= 7.4e-3 (TP 2), whole exports <= 2.1e-3 (zero-initialized biases alone differ by up to 4e-2: Adam's steps on
-# their near-zero gradients follow the noise's sign)
-BF16_TOL = (1e-3, 1e-2, 1e-2, 1e-2)
+# bf16 mixed precision: (step-1 loss, later losses, step-1 gradients, exported weights), each per tensor. A layout
+# computes the same values in bf16 with other roundings: data parallel splits the tokens a weight gradient's GEMM
+# sums before its bf16 rounding (and reduces in float32 what one rank rounds once), TP rounds each rank's partial
+# GEMM output; one bf16 rounding is 2^-9 relative, and Adam turns the noise on near-zero gradients into steps of
+# the learning rate. Measured (10 steps): losses <= 1.1e-4, step-1 gradients <= 7.4e-3 (TP 2), weights <= 5e-3
+# except zero-initialized biases (up to 4e-2 of their small norms; their RMS error <= 7.5e-5: BF16_WEIGHT_ATOL).
+BF16_TOL = (1e-3, 1e-3, 2e-2, 1e-2)
+BF16_WEIGHT_ATOL = 1e-4
 
 
 MATRIX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "matrix.txt")
