@@ -52,18 +52,27 @@ void StepProfiler::end(int64_t step) {
   log_info("measured timeline of step " + std::to_string(step) + " (Chrome trace): " + path);
   if (world == 1) return;
   mesh_.world_pg->barrier();  // every rank's file is written (the same step on every rank: no hang)
-  if (rank != 0) return;
+  merge_step_ = step;
+}
+
+void StepProfiler::finish() {
+  if (merge_step_ < 0 || mesh_.rank != 0) return;
+  const std::string dump = cfg_.job.dump_folder;
   std::vector<std::string> files;
-  for (int r = 0; r < world; ++r) files.push_back(dump + "/profile_trace_rank" + std::to_string(r) + ".json");
+  for (int r = 0; r < mesh_.world; ++r) files.push_back(dump + "/profile_trace_rank" + std::to_string(r) + ".json");
   const auto missing = std::find_if(files.begin(), files.end(), [](const std::string& f) { return !fs::exists(f); });
   if (missing != files.end()) {
     log_info("the ranks' traces are not all in this dump folder (" + *missing + " is elsewhere: another host's); "
              "join them with: titan-trace merge -o profile_trace.json profile_trace_rank*.json");
     return;
   }
-  merge_chrome_traces(files, dump + "/profile_trace.json");
-  log_info("measured timeline of step " + std::to_string(step) + ", every rank (Chrome trace): " + dump +
-           "/profile_trace.json");
+  try {
+    merge_chrome_traces(files, dump + "/profile_trace.json", mesh_.world);
+    log_info("measured timeline of step " + std::to_string(merge_step_) + ", every rank (Chrome trace): " + dump +
+             "/profile_trace.json");
+  } catch (const std::exception& e) {
+    log_info(std::string("warning: the ranks' traces were not merged (the per-rank files stand): ") + e.what());
+  }
 }
 
 }  // namespace titan

@@ -229,11 +229,13 @@ TrainResult train(const JobConfig& given) {
                std::to_string(step) + ": checkpoint written; run the same command again to resume" +
                (cfg.checkpoint.enable ? "" : " (with --checkpoint.enable true)"));
       result.stopped_by_signal = signal;
+      profiler.finish();
       return result;
     }
   }
   checkpointer.export_model(loader);
   metrics.finish();
+  profiler.finish();
   log_info("training done: peak RSS " + fmt("%.2f", (double)max_rss_bytes() / (1 << 30)) + " GiB (rank 0)");
   return result;
 }

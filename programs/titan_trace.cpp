@@ -38,8 +38,8 @@ int main(int argc, char** argv) {
     for (const auto& p : problems) std::printf("%s: %s\n", path.c_str(), p.c_str());
     if (problems.empty()) std::printf("%s: ok\n", path.c_str());
     return problems.empty() ? 0 : 1;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "titan-trace: %s\n", e.what());
     return 1;
   }
 }

@@ -151,13 +151,25 @@ void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips
     if (s0 < 0) s0 = 0;
     std::vector<bool> flow_in(spans->size(), false);
     std::vector<std::string> bind(spans->size());
+    struct V1 {
+      long long s_ts, f_ts;
+      int s_tid;
+      int64_t id;
+    };
+    std::vector<V1> v1;  // flows whose stall starts before the collective: an s / f pair (see trace.h)
     int64_t flow = 0;
     for (size_t i = 0; i < spans->size(); ++i) {
       const SimSpan& s = (*spans)[i];
-      if (s.flow_to < 0 || s.flow_to >= (int64_t)spans->size() || !bind[(size_t)s.flow_to].empty() || !bind[i].empty())
-        continue;
-      bind[i] = bind[(size_t)s.flow_to] = hex_id(pid, flow++);
-      flow_in[(size_t)s.flow_to] = true;
+      if (s.flow_to < 0 || s.flow_to >= (int64_t)spans->size()) continue;
+      const SimSpan& w = (*spans)[(size_t)s.flow_to];
+      const long long cs = to_ns(s.start), ce = std::max(cs, to_ns(s.start + s.dur));
+      const long long ws = to_ns(w.start), we = std::max(ws, to_ns(w.start + w.dur));
+      if (ws >= cs && bind[(size_t)s.flow_to].empty() && bind[i].empty()) {
+        bind[i] = bind[(size_t)s.flow_to] = hex_id(pid, flow++);
+        flow_in[(size_t)s.flow_to] = true;
+      } else if (we > ws && ce >= cs) {
+        v1.push_back({cs + (ce - cs) / 2, std::max(ws, we - 1), tid[i], (int64_t)(((uint64_t)pid << 32) | flow++)});
+      }
     }
     for (int k = 0; k < drawn; ++k) {
       sep();
@@ -175,6 +187,14 @@ void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips
           o << ",\"bind_id\":\"" << bind[i] << "\"," << (flow_in[i] ? "\"flow_in\":true" : "\"flow_out\":true");
         o << ",\"args\":{\"flops\":" << s.flops << ",\"bytes\":" << s.bytes << "}}";
       }
+    }
+    for (const V1& f : v1) {
+      sep();
+      o << "{\"ph\":\"s\",\"id\":" << f.id << ",\"pid\":" << pid << ",\"tid\":" << f.s_tid
+        << ",\"name\":\"waits\",\"cat\":\"dep\",\"ts\":" << us(f.s_ts) << "}";
+      sep();
+      o << "{\"ph\":\"f\",\"bp\":\"e\",\"id\":" << f.id << ",\"pid\":" << pid
+        << ",\"tid\":1,\"name\":\"waits\",\"cat\":\"dep\",\"ts\":" << us(f.f_ts) << "}";
     }
   }
   o << "\n]}\n";
@@ -197,34 +217,42 @@ nlohmann::json read_trace(const std::string& path) {
 }
 }  // namespace
 
-void merge_chrome_traces(const std::vector<std::string>& inputs, const std::string& output) {
+void merge_chrome_traces(const std::vector<std::string>& inputs, const std::string& output, int expect_world) {
   TITAN_CHECK(!inputs.empty(), "trace merge: no input files");
   nlohmann::json out = nlohmann::json::object();
   out["displayTimeUnit"] = "ms";
-  nlohmann::json events = nlohmann::json::array(), ranks = nlohmann::json::array();
+  nlohmann::json events = nlohmann::json::array(), ranks = nlohmann::json::array(), other = nlohmann::json::object();
   std::map<long long, std::string> owner;  // pid -> the file that holds it
   int world = 0;
+  bool dist = false;
   for (const std::string& in : inputs) {
     nlohmann::json j = read_trace(in);
     std::set<long long> pids;
     for (auto& e : j["traceEvents"])
-      if (e.contains("pid") && e["pid"].is_number_integer()) pids.insert(e["pid"].get<long long>());
+      if (e.is_object() && e.contains("pid") && e["pid"].is_number_integer()) pids.insert(e["pid"].get<long long>());
     for (long long p : pids) {
       auto [it, fresh] = owner.emplace(p, in);
       TITAN_CHECK(fresh, "trace merge: '", in, "' and '", it->second, "' both hold process ", p,
                   " (the same rank twice, or files of two jobs?)");
     }
+    int file_world = 0;
     if (j.contains("distributedInfo") && j["distributedInfo"].is_object()) {
       const auto& d = j["distributedInfo"];
-      if (d.contains("rank")) ranks.push_back(d["rank"]);
-      if (d.contains("world_size") && d["world_size"].is_number_integer())
-        world = std::max(world, d["world_size"].get<int>());
+      dist = true;
+      if (d.contains("rank") && d["rank"].is_number_integer()) ranks.push_back(d["rank"]);
+      if (d.contains("ranks") && d["ranks"].is_array())
+        for (const auto& r : d["ranks"]) ranks.push_back(r);
+      if (d.contains("world_size") && d["world_size"].is_number_integer()) file_world = d["world_size"].get<int>();
     }
-    if (!out.contains("otherData") && j.contains("otherData")) out["otherData"] = j["otherData"];
+    TITAN_CHECK(expect_world <= 0 || file_world == expect_world, "trace merge: '", in, "' is a trace of a job of ",
+                file_world, " ranks, not of this one (", expect_world, "): a file left from another run?");
+    world = std::max(world, file_world);
+    if (other.empty() && j.contains("otherData") && j["otherData"].is_object()) other = j["otherData"];
     for (auto& e : j["traceEvents"]) events.push_back(std::move(e));
   }
-  out["distributedInfo"] = {{"backend", "mpi"}, {"ranks", ranks}, {"world_size", world}};
-  out["otherData"]["merged_files"] = (int)inputs.size();
+  if (dist) out["distributedInfo"] = {{"backend", "mpi"}, {"ranks", ranks}, {"world_size", world}};
+  other["merged_files"] = (int)inputs.size();
+  out["otherData"] = other;
   out["traceEvents"] = std::move(events);
   std::ofstream o(output);
   TITAN_CHECK(o.good(), "trace merge: cannot write '", output, "'");
@@ -239,36 +267,60 @@ std::vector<std::string> check_chrome_trace(const std::string& path) {
   auto note = [&](const std::string& s) {
     if (bad.size() < 50) bad.push_back(s);
   };
-  if (!j.contains("distributedInfo")) note("no distributedInfo (rank, world_size) at the top level");
+  if (!j.contains("distributedInfo") || !j["distributedInfo"].is_object())
+    note("no distributedInfo (rank, world_size) at the top level");
+  // typed reads of an event's fields: a missing or mistyped field is `fallback`
+  auto str = [](const nlohmann::json& e, const char* k) {
+    return e.contains(k) && e[k].is_string() ? e[k].get<std::string>() : std::string();
+  };
+  auto num = [](const nlohmann::json& e, const char* k, double fallback) {
+    return e.contains(k) && e[k].is_number() ? e[k].get<double>() : fallback;
+  };
+  auto integer = [](const nlohmann::json& e, const char* k) {
+    return e.contains(k) && e[k].is_number_integer() ? e[k].get<long long>() : -1LL;
+  };
+  auto flag = [](const nlohmann::json& e, const char* k) { return e.contains(k) && e[k].is_boolean() && e[k].get<bool>(); };
   struct Slice {
     double ts, end;
     std::string name;
   };
   std::map<std::pair<long long, long long>, std::vector<Slice>> tracks;
-  std::map<std::string, std::pair<int, int>> binds;  // bind_id -> (flow_out slices, flow_in slices)
+  struct Bind {
+    int out = 0, in = 0;
+    double out_ts = 0, in_ts = 0;
+  };
+  std::map<std::string, Bind> binds;
   std::map<std::string, std::vector<std::tuple<char, long long, long long, double>>> flows;  // id -> (ph, pid, tid, ts)
   int steps = 0;
+  size_t index = 0;
   for (const auto& e : j["traceEvents"]) {
-    const std::string ph = e.value("ph", "");
-    const long long pid = e.contains("pid") && e["pid"].is_number_integer() ? e["pid"].get<long long>() : -1;
-    const long long tid = e.contains("tid") && e["tid"].is_number_integer() ? e["tid"].get<long long>() : -1;
-    if (pid < 1) note(ph + " event '" + e.value("name", "") + "' has pid " + std::to_string(pid) + " (< 1)");
-    if (ph != "M" && tid < 1) note(ph + " event '" + e.value("name", "") + "' has tid " + std::to_string(tid) + " (< 1)");
-    if (ph == "M" && e.value("name", "") == "thread_name" && tid < 1) note("thread_name with tid " + std::to_string(tid));
+    ++index;
+    if (!e.is_object()) {
+      note("event " + std::to_string(index) + " is not an object");
+      continue;
+    }
+    const std::string ph = str(e, "ph"), name = str(e, "name");
+    const long long pid = integer(e, "pid"), tid = integer(e, "tid");
+    if (ph.empty()) note("event " + std::to_string(index) + " has no ph");
+    if (pid < 1) note(ph + " event '" + name + "' has pid " + std::to_string(pid) + " (< 1)");
+    const bool on_track = ph == "X" || ph == "B" || ph == "E" || ph == "s" || ph == "t" || ph == "f";
+    if ((on_track || (ph == "M" && name == "thread_name")) && tid < 1)
+      note(ph + " event '" + name + "' has tid " + std::to_string(tid) + " (< 1)");
     if (ph == "X") {
-      const double ts = e.value("ts", 0.0), dur = e.value("dur", 0.0);
-      const std::string name = e.value("name", "");
+      const double ts = num(e, "ts", 0.0), dur = num(e, "dur", 0.0);
       tracks[{pid, tid}].push_back({ts, ts + dur, name});
       if (name.rfind("ProfilerStep#", 0) == 0) ++steps;
       if (e.contains("bind_id")) {
         const std::string id = e["bind_id"].is_string() ? e["bind_id"].get<std::string>() : e["bind_id"].dump();
-        auto& b = binds[id];
-        if (e.value("flow_out", false)) ++b.first;
-        if (e.value("flow_in", false)) ++b.second;
+        Bind& b = binds[id];
+        if (flag(e, "flow_out")) ++b.out, b.out_ts = ts;
+        if (flag(e, "flow_in")) ++b.in, b.in_ts = ts;
       }
     } else if (ph == "s" || ph == "f" || ph == "t") {
       const std::string id = e.contains("id") ? e["id"].dump() : "?";
-      flows[id].push_back({ph[0], pid, tid, e.value("ts", 0.0)});
+      flows[id].push_back({ph[0], pid, tid, num(e, "ts", 0.0)});
+      if (ph == "f" && str(e, "bp") != "e")
+        note("flow " + id + ": its 'f' event has no \"bp\": \"e\" (it binds to the next slice, not the enclosing one)");
     }
   }
   if (steps == 0) note("no ProfilerStep# slice (trace-analysis tools find steps by it)");
@@ -287,10 +339,13 @@ std::vector<std::string> check_chrome_trace(const std::string& path) {
       open.push_back(&s);
     }
   }
-  for (const auto& [id, b] : binds)
-    if (b.first != 1 || b.second != 1)
-      note("bind_id " + id + ": " + std::to_string(b.first) + " flow_out and " + std::to_string(b.second) +
+  for (const auto& [id, b] : binds) {
+    if (b.out != 1 || b.in != 1)
+      note("bind_id " + id + ": " + std::to_string(b.out) + " flow_out and " + std::to_string(b.in) +
            " flow_in slices (one each expected)");
+    else if (b.in_ts + eps < b.out_ts)
+      note("bind_id " + id + ": its flow_in slice starts before its flow_out slice (viewers drop the arrow)");
+  }
   auto on_slice = [&](long long pid, long long tid, double ts) {
     auto it = tracks.find({pid, tid});
     if (it == tracks.end()) return false;

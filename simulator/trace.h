@@ -7,7 +7,10 @@
 // "ProfilerStep#N" spans each compute track's step, as PyTorch's profiler marks steps; the top-level
 // "distributedInfo" names the rank(s) and world size. A collective's arrow to the stall it ends is bound to both
 // slices (bind_id with flow_out / flow_in), its id unique across the job's files (the pid in its high bits), so
-// merged per-rank files connect the right slices.
+// merged per-rank files connect the right slices. A viewer reads slices in time order and drops a flow_in met
+// before its flow_out: a simulated stall that begins before its collective starts (the collective queued behind
+// another on its stream, or the host behind) gets a flow event pair instead (ph s inside the collective, ph f
+// bound to the stall's end).
 #pragma once
 #include <string>
 #include <vector>
@@ -28,12 +31,14 @@ void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips
 SimResult measured_timeline(const std::vector<CostEvent>& events, double end, const std::string& label, int world = 1);
 
 // One file for the job: the traceEvents of `inputs` (per-rank files of one job, from any hosts) in one trace,
-// their distributedInfo joined; refused, naming the files, when two of them hold the same process (pid).
-void merge_chrome_traces(const std::vector<std::string>& inputs, const std::string& output);
+// their distributedInfo joined; refused, naming the files, when two of them hold the same process (pid), or,
+// with `expect_world` > 0, when a file's distributedInfo names another world size (a file of another job).
+void merge_chrome_traces(const std::vector<std::string>& inputs, const std::string& output, int expect_world = 0);
 
 // What a viewer or trace-analysis tool would trip on, one line each (empty: none): pids / tids below 1, slices
 // that overlap without nesting on a track, a bind_id without exactly one flow_out and one flow_in slice, flow
-// events (ph s / f) whose ids repeat or do not sit on a slice, no ProfilerStep# slice or distributedInfo.
+// events (ph s / f) whose ids repeat or do not sit on a slice, a flow_in slice that starts before its flow_out
+// slice, no ProfilerStep# slice or distributedInfo. Malformed events are reported, not thrown.
 std::vector<std::string> check_chrome_trace(const std::string& path);
 
 }  // namespace titan
