@@ -33,6 +33,7 @@ import torch
 
 import gpt_oss_reference
 import qwen3_reference
+from golden import adamw_run
 
 
 def router_fp32(x, w, b):  # TorchTitan's MoE: the router under autocast(float32)
@@ -45,23 +46,15 @@ def run(mod, cfg, params, tokens, hp, mode):
     dt = torch.float64 if mode == "f64" else torch.float32
     torch.set_default_dtype(dt)  # the references' RoPE tables follow it
     train = {k: v.to(dt).clone().requires_grad_(True) for k, v in params.items()}
-    opt = torch.optim.AdamW([{"params": [v for v in train.values() if v.dim() >= 2], "weight_decay": hp["weight_decay"]},
-                             {"params": [v for v in train.values() if v.dim() < 2], "weight_decay": 0.0}],
-                            lr=hp["lr"], betas=(hp["beta1"], hp["beta2"]), eps=hp["eps"], foreach=False)
-    losses = []
-    for s in range(len(tokens)):
-        opt.zero_grad()
-        batch = tokens[s]
+
+    def loss_of(p, batch):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "bf16"):
-            logits = mod.forward(train, cfg, batch[:, :-1])
+            logits = mod.forward(p, cfg, batch[:, :-1])
         if mode == "bf16":
             assert logits.dtype == torch.bfloat16, "autocast did not run the head in bf16"
-        loss = torch.nn.functional.cross_entropy(logits.to(dt).reshape(-1, logits.shape[-1]),
-                                                 batch[:, 1:].reshape(-1))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(list(train.values()), hp["max_norm"])
-        opt.step()
-        losses.append(loss.item())
+        return torch.nn.functional.cross_entropy(logits.to(dt).reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+
+    losses = adamw_run(train, tokens, hp, loss_of)
     torch.set_default_dtype(torch.float64)
     return np.array(losses)
 

@@ -20,6 +20,23 @@ def random_params(shapes, gen):
     return p
 
 
+def adamw_run(train, tokens, hp, loss_of):
+    """len(tokens) AdamW steps of the leaf tensors `train` (decay on matrices only, clip by global norm);
+    loss_of(train, batch) -> the scalar loss. Returns the losses."""
+    opt = torch.optim.AdamW([{"params": [v for v in train.values() if v.dim() >= 2], "weight_decay": hp["weight_decay"]},
+                             {"params": [v for v in train.values() if v.dim() < 2], "weight_decay": 0.0}],
+                            lr=hp["lr"], betas=(hp["beta1"], hp["beta2"]), eps=hp["eps"], foreach=False)
+    losses = []
+    for s in range(len(tokens)):
+        opt.zero_grad()
+        l = loss_of(train, tokens[s])
+        l.backward()
+        torch.nn.utils.clip_grad_norm_(list(train.values()), hp["max_norm"])
+        opt.step()
+        losses.append(l.item())
+    return losses
+
+
 def make_golden(out, cfg, params, tokens, loss_of, hp, buffers=None):
     """loss/grads of batch 0, then len(tokens) AdamW steps (decay on matrices only, clip by global norm).
     buffers: HF-named model state that is not trained (DeepSeek-V3's selection biases), written beside the
@@ -28,17 +45,7 @@ def make_golden(out, cfg, params, tokens, loss_of, hp, buffers=None):
     loss = loss_of(leaves, cfg, tokens[0])
     loss.backward()
     train = {k: v.clone().requires_grad_(True) for k, v in params.items()}
-    opt = torch.optim.AdamW([{"params": [v for v in train.values() if v.dim() >= 2], "weight_decay": hp["weight_decay"]},
-                             {"params": [v for v in train.values() if v.dim() < 2], "weight_decay": 0.0}],
-                            lr=hp["lr"], betas=(hp["beta1"], hp["beta2"]), eps=hp["eps"], foreach=False)
-    losses = []
-    for s in range(len(tokens)):
-        opt.zero_grad()
-        l = loss_of(train, cfg, tokens[s])
-        l.backward()
-        torch.nn.utils.clip_grad_norm_(list(train.values()), hp["max_norm"])
-        opt.step()
-        losses.append(l.item())
+    losses = adamw_run(train, tokens, hp, lambda p, batch: loss_of(p, cfg, batch))
     with h5py.File(out, "w") as f:
         f.attrs["config"] = json.dumps(cfg)
         for k, v in list(params.items()) + list((buffers or {}).items()):

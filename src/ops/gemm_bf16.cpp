@@ -125,23 +125,19 @@ Dnnl& dnnl_state() {
   return d;
 }
 
-// Rounds the r x c matrix at p (leading dimension ld) into a packed bf16 buffer.
-void pack_bf16(const float* p, int64_t r, int64_t c, int64_t ld, uint16_t* out) {
+// The r x c matrix at p (leading dimension ld) packed into `out`, each value through `cast` (its bf16 bits for
+// oneDNN, its bf16 rounding for sgemm).
+template <typename Out, typename Cast>
+void pack(const float* p, int64_t r, int64_t c, int64_t ld, Out* out, Cast cast) {
 #pragma omp parallel for schedule(static) if (r * c >= (1 << 16))
   for (int64_t i = 0; i < r; ++i) {
     const float* row = p + i * ld;
-    uint16_t* o = out + i * c;
-    for (int64_t j = 0; j < c; ++j) o[j] = float_to_bf16_bits(row[j]);
+    Out* o = out + i * c;
+    for (int64_t j = 0; j < c; ++j) o[j] = cast(row[j]);
   }
 }
-void pack_rounded(const float* p, int64_t r, int64_t c, int64_t ld, float* out) {
-#pragma omp parallel for schedule(static) if (r * c >= (1 << 16))
-  for (int64_t i = 0; i < r; ++i) {
-    const float* row = p + i * ld;
-    float* o = out + i * c;
-    for (int64_t j = 0; j < c; ++j) o[j] = round_to_bf16(row[j]);
-  }
-}
+uint16_t bits_of(float f) { return float_to_bf16_bits(f); }
+float rounded(float f) { return round_to_bf16(f); }
 
 }  // namespace
 
@@ -159,8 +155,8 @@ void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
   std::shared_ptr<dnnl::matmul> prim = K > 0 ? d.get(key) : nullptr;
   if (prim) {
     std::unique_ptr<uint16_t[]> a(new uint16_t[(size_t)(ar * ac)]), b(new uint16_t[(size_t)(br * bc)]);
-    pack_bf16(A, ar, ac, lda, a.get());
-    pack_bf16(B, br, bc, ldb, b.get());
+    pack(A, ar, ac, lda, a.get(), bits_of);
+    pack(B, br, bc, ldb, b.get(), bits_of);
     const dnnl::memory ma(Dnnl::desc_a(key), d.eng, a.get()), mb(Dnnl::desc_b(key), d.eng, b.get()),
         mc(Dnnl::desc_c(key), d.eng, C);
     prim->execute(d.stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
@@ -169,8 +165,8 @@ void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
   }
   std::unique_ptr<float[]> a(new float[(size_t)std::max<int64_t>(1, ar * ac)]),
       b(new float[(size_t)std::max<int64_t>(1, br * bc)]);
-  pack_rounded(A, ar, ac, lda, a.get());
-  pack_rounded(B, br, bc, ldb, b.get());
+  pack(A, ar, ac, lda, a.get(), rounded);
+  pack(B, br, bc, ldb, b.get(), rounded);
   gemm<float>(ta, tb, M, N, K, alpha, a.get(), std::max<int64_t>(1, ac), b.get(), std::max<int64_t>(1, bc), beta, C,
               ldc);
 }

@@ -137,19 +137,21 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Tensor out = autograd::sac_forward(autograd::SacOp::Matmul, [&] { return matmul_forward(a, b, bf16); });
   bool ga = a.requires_grad(), gb = b.requires_grad();
   return record("matmul", {a, b}, out, [sa = saved(a), sb = saved(b), ga, gb, bf16](const std::vector<Tensor>& g) {
+    // a broadcast operand's gradient: the product summed over the broadcast dims (under bf16, in float32, then
+    // rounded like any bf16 result; the product itself is rounded already)
+    auto summed = [bf16](const Tensor& full, const Shape& to) {
+      Tensor r = sum_to(full, to);
+      return bf16 && full.shape() != to ? bf16_out(r) : r;
+    };
     Tensor da, db;
-    if (ga) da = sum_to(matmul_forward(g[0], transpose(sb, -1, -2), bf16), sa.shape());
+    if (ga) da = summed(matmul_forward(g[0], transpose(sb, -1, -2), bf16), sa.shape());
     if (gb) {
       if (sb.dim() == 2 && sa.dim() > 2) {  // shared b: fold a's batch into rows
         Tensor a2 = reshape(sa, {-1, sa.size(-1)}), g2 = reshape(g[0], {-1, g[0].size(-1)});
         db = matmul_forward(transpose(a2, 0, 1), g2, bf16);
       } else {
-        db = sum_to(matmul_forward(transpose(sa, -1, -2), g[0], bf16), sb.shape());
+        db = summed(matmul_forward(transpose(sa, -1, -2), g[0], bf16), sb.shape());
       }
-    }
-    if (bf16) {  // a broadcast operand's gradient is summed in float32, then rounded like any bf16 result
-      da = bf16_out(da);
-      db = bf16_out(db);
     }
     return std::vector<Tensor>{da, db};
   });
