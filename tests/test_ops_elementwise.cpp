@@ -152,3 +152,38 @@ TEST(Unary, ClampHasZeroGradientOutside) {
   expect_meta([](const std::vector<Tensor>& t) { return clamp(t[0], -1, 1); }, {x}, {8}, DType::F64, 8);
   EXPECT_THROW(clamp(x, 2, 1), Error);
 }
+
+// The strided loop (nd_rows) merges dims and cuts long rows into pieces: every layout it can be handed gives the
+// naive result, element for element — size-1 dims, a last dim of 1 with a stride (an interleaved slice), dims
+// that merge for one operand only, a broadcast operand (stride 0), and sizes with few long rows (split across
+// threads) or many short ones.
+TEST(Strided, EveryLayoutVisitsEveryElementOnce) {
+  for (int64_t R : {3, 700, 40000}) {
+    Tensor base = rand_t({R, 6, 2}, 1);  // [R, 6, 2] interleaved pairs
+    auto bv = base.to_vector<double>();
+    // copy of an interleaved slice [R, 6, 1] (gpt-oss's gate / up halves)
+    for (int64_t half : {0, 1}) {
+      auto c = base.slice(2, half, half + 1).contiguous().to_vector<double>();
+      for (int64_t i = 0; i < R * 6; ++i) ASSERT_EQ(c[i], bv[i * 2 + half]) << "R " << R << " half " << half;
+    }
+    // a permuted view (no dim merges) added to a broadcast row: out[j, r, h] = base[r, j, h] + b[h]
+    Tensor b = rand_t({2}, 2);
+    auto bb = b.to_vector<double>();
+    auto p = add(base.permute({1, 0, 2}), b).to_vector<double>();
+    for (int64_t j = 0; j < 6; ++j)
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t h = 0; h < 2; ++h)
+          ASSERT_EQ(p[(j * R + r) * 2 + h], bv[(r * 6 + j) * 2 + h] + bb[h]) << "R " << R;
+    // a column broadcast over a long row: out[r, k] = base[r, 0, 0] * col[k], k over 12 * 100 elements
+    Tensor col = rand_t({1, 1200}, 3);
+    auto cv = col.to_vector<double>();
+    auto m = mul(base.slice(1, 0, 1).slice(2, 0, 1).reshape({R, 1}), col).to_vector<double>();
+    for (int64_t r = 0; r < std::min<int64_t>(R, 50); ++r)
+      for (int64_t k = 0; k < 1200; ++k) ASSERT_EQ(m[r * 1200 + k], bv[r * 12] * cv[k]) << "R " << R;
+  }
+  // one long strided row (split into pieces across threads): every second element of 2^20
+  Tensor big = rand_t({1 << 21}, 4);
+  auto v = big.to_vector<double>();
+  auto s = big.reshape({1 << 20, 2}).slice(1, 1, 2).contiguous().to_vector<double>();
+  for (int64_t i = 0; i < (1 << 20); ++i) ASSERT_EQ(s[i], v[2 * i + 1]);
+}

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 
+#include "src/ops/common.h"
 #include "tests/gradcheck.h"
 
 using namespace titan;
@@ -296,4 +298,94 @@ TEST(GroupedLinear, ExpertsWithSkewedCounts) {
   expect_meta([&](const std::vector<Tensor>& t) { return grouped_linear(t[0], t[1], t[2], counts); }, {x, w, b},
               {5, 6}, DType::F64, 2.0 * 5 * 4 * 6 + 5 * 6);
   EXPECT_THROW(grouped_linear(x, w, b, {2, 2, 2}), Error);
+}
+
+// ---- float32 kernels (the paths the float64 checks above do not run) ----
+namespace {
+std::vector<float> randf(size_t n, uint64_t seed) {
+  auto v = rand_t({(int64_t)n}, seed).to_vector<double>();
+  return std::vector<float>(v.begin(), v.end());
+}
+}  // namespace
+
+// gemm<float> (oneDNN on AVX512 outside parallel regions, else OpenBLAS; ctest runs this again with oneDNN held
+// to AVX2, the OpenBLAS path): C = alpha op(A) op(B) + beta C within float32 accumulation's bound of the exact
+// product, for every transpose, padded leading dimensions, scaled and accumulating calls, sizes on both sides of
+// the primitive threshold, and inside a parallel region.
+TEST(Gemm, Float32IsTheProductWithinFloat32Accumulation) {
+  std::printf("[gemm] float32 on %s\n", detail::gemm_f32_on_onednn() ? "onednn (outside parallel regions)" : "openblas");
+  struct Case {
+    bool ta, tb;
+    int64_t m, n, k;
+    float alpha, beta;
+    int64_t pad;
+  };
+  const std::vector<Case> cases = {{false, false, 64, 64, 64, 1, 0, 0},     {false, true, 256, 96, 128, 1, 0, 3},
+                                   {true, false, 130, 128, 300, 1, 1, 0},  {true, true, 33, 70, 517, 0.5f, 0, 1},
+                                   {false, false, 257, 96, 1, 1, 0, 0},    {false, true, 300, 200, 500, 1, 1, 5},
+                                   {true, false, 128, 1, 128, 2, 0.25f, 0}, {false, true, 5, 7, 3, 1, 0, 2}};
+  for (bool in_parallel : {false, true})
+    for (const Case& c : cases) {
+      const int64_t ar = c.ta ? c.k : c.m, lda = (c.ta ? c.m : c.k) + c.pad;
+      const int64_t br = c.tb ? c.n : c.k, ldb = (c.tb ? c.k : c.n) + c.pad, ldc = c.n + c.pad;
+      auto A = randf(ar * lda, 1 + c.m), B = randf(br * ldb, 2 + c.n), C = randf(c.m * ldc, 3 + c.k);
+      std::vector<float> out = C;
+      auto run = [&] {
+        detail::gemm<float>(c.ta, c.tb, c.m, c.n, c.k, c.alpha, A.data(), lda, B.data(), ldb, c.beta, out.data(), ldc);
+      };
+      if (in_parallel) {
+#pragma omp parallel num_threads(2)
+#pragma omp single
+        run();
+      } else {
+        run();
+      }
+      for (int64_t i = 0; i < c.m; ++i)
+        for (int64_t j = 0; j < c.n; ++j) {
+          double exact = 0, mag = 0;
+          for (int64_t p = 0; p < c.k; ++p) {
+            const double a = c.ta ? A[p * lda + i] : A[i * lda + p], b = c.tb ? B[j * ldb + p] : B[p * ldb + j];
+            exact += a * b;
+            mag += std::fabs(a * b);
+          }
+          const double ref = c.alpha * exact + c.beta * C[i * ldc + j];
+          const double bound =
+              (c.k + 2) * std::ldexp(1.0, -24) * (std::fabs(c.alpha) * mag + std::fabs(c.beta * C[i * ldc + j])) + 1e-30;
+          ASSERT_LE(std::fabs(out[i * ldc + j] - ref), bound)
+              << "ta=" << c.ta << " tb=" << c.tb << " " << c.m << "x" << c.n << "x" << c.k << " at " << i << "," << j
+              << (in_parallel ? " inside a parallel region" : "");
+        }
+      for (int64_t i = 0; i < c.m; ++i)  // the padding is left alone
+        for (int64_t j = c.n; j < ldc; ++j) ASSERT_EQ(out[i * ldc + j], C[i * ldc + j]);
+    }
+}
+
+// float32 experts: many rows over many experts runs experts side by side (one per thread), a skewed split one
+// expert at a time with threaded GEMMs; both equal the float64 product within float32 rounding, forward and
+// backward, and the same problem gives the same bits on a second run.
+TEST(GroupedLinear, Float32ExpertsSideBySideOrOneAtATime) {
+  const int64_t K = 48, N = 40, E = 6;
+  for (const std::vector<int64_t>& counts :
+       {std::vector<int64_t>{70, 0, 95, 33, 120, 64}, std::vector<int64_t>{5, 0, 370, 2, 1, 4}}) {
+    int64_t R = 0;
+    for (int64_t c : counts) R += c;
+    Tensor x = rand_t({R, K}, 1), w = rand_t({E, K, N}, 2), b = rand_t({E, N}, 3), g = rand_t({R, N}, 4);
+    auto grads_of = [&](DType dt) {
+      Tensor xs = x.to(dt).detach().requires_grad_(true), ws = w.to(dt).detach().requires_grad_(true),
+             bs = b.to(dt).detach().requires_grad_(true);
+      Tensor y = grouped_linear(xs, ws, bs, counts);
+      sum(mul(y, g.to(dt))).backward();
+      return std::vector<std::vector<double>>{y.to_vector<double>(), xs.grad().to_vector<double>(),
+                                              ws.grad().to_vector<double>(), bs.grad().to_vector<double>()};
+    };
+    auto ref = grads_of(DType::F64), f32 = grads_of(DType::F32), again = grads_of(DType::F32);
+    const char* what[] = {"y", "dx", "dw", "db"};
+    for (int t = 0; t < 4; ++t) {
+      double scale = 0;
+      for (double v : ref[t]) scale = std::max(scale, std::fabs(v));
+      for (size_t i = 0; i < ref[t].size(); ++i)
+        ASSERT_NEAR(f32[t][i], ref[t][i], 1e-5 * scale * std::sqrt((double)R)) << what[t] << " at " << i;
+      EXPECT_EQ(f32[t], again[t]) << what[t] << ": not the same bits on a second run";
+    }
+  }
 }

@@ -1,5 +1,8 @@
 // src/ops/common.h — helpers shared by op implementations (not public API).
 #pragma once
+#include <algorithm>
+#include <atomic>
+#include <exception>
 #include <initializer_list>
 #include <omp.h>
 #include <type_traits>
@@ -55,7 +58,31 @@ inline double bytes_of(std::initializer_list<const Tensor*> ts) {
   return b;
 }
 
-// Row-major GEMM on float/double: C = alpha * op(A) op(B) + beta * C.
+// Exceptions cannot cross an OpenMP region: the first one a task throws (a score_mod reading out of range) is
+// kept, the remaining tasks are skipped, and it is rethrown after the region.
+class TaskErrors {
+ public:
+  template <typename F>
+  void run(F&& f) {
+    if (failed_.load(std::memory_order_relaxed)) return;
+    try {
+      f();
+    } catch (...) {
+#pragma omp critical(titan_task_error)
+      if (!first_) first_ = std::current_exception();
+      failed_ = true;
+    }
+  }
+  void rethrow() const {
+    if (first_) std::rethrow_exception(first_);
+  }
+
+ private:
+  std::atomic<bool> failed_{false};
+  std::exception_ptr first_;
+};
+
+// Row-major GEMM on float/double: C = alpha * op(A) op(B) + beta * C (src/ops/gemm.cpp: which kernel runs).
 template <typename T>
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
           int64_t ldb, T beta, T* C, int64_t ldc);
@@ -74,6 +101,8 @@ inline void gemm_as(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K
 }
 // What gemm_bf16 runs on this CPU (oneDNN's implementation, or the sgemm fallback).
 std::string gemm_bf16_kernel();
+// Whether gemm<float> runs on oneDNN on this CPU (AVX512; outside parallel regions), else on OpenBLAS's sgemm.
+bool gemm_f32_on_onednn();
 
 // A bf16 bias's gradient: the bf16 gradient g [N, out] (float32 values, rounded here) summed over its rows,
 // rounded to bf16, written into db [out] (which sum(g, {0}) made: its cost recorded, real and planned alike).

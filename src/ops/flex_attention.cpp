@@ -4,9 +4,7 @@
 #include "src/ops/flex_attention.h"
 
 #include <Eigen/Core>
-#include <atomic>
 #include <cmath>
-#include <exception>
 #include <limits>
 
 #include "src/autograd/checkpoint.h"
@@ -15,33 +13,6 @@
 namespace titan {
 using namespace detail;
 
-namespace {
-// Exceptions cannot cross an OpenMP region: the first one a task throws (a
-// score_mod reading out of range) is kept, the remaining tasks are skipped,
-// and it is rethrown after the region.
-class TaskErrors {
- public:
-  template <typename F>
-  void run(F&& f) {
-    if (failed_.load(std::memory_order_relaxed)) return;
-    try {
-      f();
-    } catch (...) {
-#pragma omp critical(flex_attention_error)
-      if (!first_) first_ = std::current_exception();
-      failed_ = true;
-    }
-  }
-  void rethrow() const {
-    if (first_) std::rethrow_exception(first_);
-  }
-
- private:
-  std::atomic<bool> failed_{false};
-  std::exception_ptr first_;
-};
-
-}  // namespace
 
 // ---- masks ---------------------------------------------------------------------------
 void MaskMod::fill(uint8_t* keep, int64_t ld, int64_t nq, int64_t nk, int64_t b, int64_t h, int64_t q0,
@@ -248,7 +219,28 @@ struct Dims {
 template <typename T>
 using AlignedVec = std::vector<T, Eigen::aligned_allocator<T>>;  // Eigen's vectorized exp: alignment fixes rounding
 
-// row[0..n) = exp(row - m) (masked -inf entries give 0); returns the sum in a fixed order.
+// Row reductions in a fixed order that depends on n only (never on the address or the thread count), in
+// kLanes independent partial results so the compiler vectorizes them: lane l takes elements l, l + kLanes, ...,
+// and the lanes are combined pairwise.
+constexpr int64_t kLanes = 16;
+template <typename T, typename Op>
+T lane_reduce(const T* row, int64_t n, T init, Op op) {
+  T lane[kLanes];
+  for (int64_t l = 0; l < kLanes; ++l) lane[l] = init;
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) lane[l] = op(lane[l], row[j + l]);
+  for (int64_t l = 0; j + l < n; ++l) lane[l] = op(lane[l], row[j + l]);
+  for (int64_t w = kLanes / 2; w >= 1; w /= 2)
+    for (int64_t l = 0; l < w; ++l) lane[l] = op(lane[l], lane[l + w]);
+  return lane[0];
+}
+template <typename T>
+T row_max(const T* row, int64_t n, T init) {
+  return lane_reduce(row, n, init, [](T a, T b) { return b > a ? b : a; });
+}
+
+// row[0..n) = exp(row - m) (masked -inf entries give 0); returns their sum (lane_reduce's order).
 template <typename T>
 T exp_rows(T* row, int64_t n, T m) {
   if constexpr (std::is_same_v<T, float>) {
@@ -257,9 +249,7 @@ T exp_rows(T* row, int64_t n, T m) {
   } else {
     for (int64_t j = 0; j < n; ++j) row[j] = std::exp(row[j] - m);
   }
-  T s = 0;  // a plain loop: Eigen's vectorized sum order depends on the address
-  for (int64_t j = 0; j < n; ++j) s += row[j];
-  return s;
+  return lane_reduce(row, n, T(0), [](T a, T b) { return a + b; });
 }
 
 template <typename T>
@@ -327,10 +317,8 @@ void forward_kernel(const Problem& p, const Tensor& q, const Tensor& k, const Te
         for (int64_t i = 0; i < nq; ++i) {
           T* row = S.data() + i * KB;
           if (kp)
-            for (int64_t j = 0; j < nk; ++j)
-              if (!kp[i * KB + j]) row[j] = ninf;
-          T mx = m[i];
-          for (int64_t j = 0; j < nk; ++j) mx = std::max(mx, row[j]);
+            for (int64_t j = 0; j < nk; ++j) row[j] = kp[i * KB + j] ? row[j] : ninf;
+          const T mx = row_max(row, nk, m[i]);
           if (mx == ninf) {  // nothing visible in this row yet
             std::fill(row, row + nk, T(0));
             continue;
@@ -459,8 +447,7 @@ void backward_kernel(const Problem& p, const Tensor& dout, const Tensor& q, cons
       }
       std::copy(sr, sr + nk, pr);
       if (kp)
-        for (int64_t j = 0; j < nk; ++j)
-          if (!kp[i * KB + j]) pr[j] = ninf;
+        for (int64_t j = 0; j < nk; ++j) pr[j] = kp[i * KB + j] ? pr[j] : ninf;
       exp_rows(pr, nk, lh[i]);
       for (int64_t j = 0; j < nk; ++j) ds[j] = pr[j] * (dr[j] - di[i]);
     }

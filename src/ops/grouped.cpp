@@ -15,6 +15,33 @@ std::vector<int64_t> offsets_of(const std::vector<int64_t>& counts) {
   return off;
 }
 
+// f(e) for every expert with rows (each writes only its own rows and weights). An expert's GEMMs are small
+// (hundreds of rows): run whole experts side by side, one per thread, largest first, when no expert holds more
+// than a thread's share of the rows; else one expert at a time with the GEMM's own threads (also for bf16:
+// oneDNN's GEMMs run one at a time). Each expert's numbers are the same either way: its GEMMs split rows and
+// columns, never the sum.
+template <typename F>
+void for_each_expert(const std::vector<int64_t>& counts, bool bf16, F&& f) {
+  std::vector<int64_t> order;
+  int64_t total = 0, largest = 0;
+  for (size_t e = 0; e < counts.size(); ++e)
+    if (counts[e] > 0) {
+      order.push_back((int64_t)e);
+      total += counts[e];
+      largest = std::max(largest, counts[e]);
+    }
+  const int64_t threads = omp_get_max_threads();
+  if (bf16 || threads == 1 || (int64_t)order.size() < 2 || largest * threads > total || omp_in_parallel()) {
+    for (int64_t e : order) f(e);
+    return;
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return counts[a] > counts[b]; });
+  TaskErrors errors;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t i = 0; i < order.size(); ++i) errors.run([&] { f(order[i]); });
+  errors.rethrow();
+}
+
 // x [R, K], W [E, K, N], b [E, N] -> y [R, N]
 // bf16: autocast's bf16 GEMMs (operands and bias read as bf16, the output rounded to bf16)
 Tensor grouped_linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const std::vector<int64_t>& counts,
@@ -30,9 +57,8 @@ Tensor grouped_linear_forward(const Tensor& x, const Tensor& w, const Tensor& b,
     const T* pw = w.data<T>();
     const T* pb = b.defined() ? b.data<T>() : nullptr;
     T* py = y.data<T>();
-    for (size_t e = 0; e < counts.size(); ++e) {
+    for_each_expert(counts, bf16, [&](int64_t e) {
       const int64_t n = counts[e];
-      if (n == 0) continue;
       T* ye = py + off[e] * N;
       T beta = 0;
       if (pb) {
@@ -42,7 +68,7 @@ Tensor grouped_linear_forward(const Tensor& x, const Tensor& w, const Tensor& b,
       if constexpr (std::is_same_v<T, float>)
         if (bf16 && pb) round_to_bf16(ye, n * N);  // the bias as the bf16 GEMM reads it
       gemm_as<T>(bf16, false, false, n, N, K, T(1), px + off[e] * K, K, pw + (int64_t)e * K * N, N, beta, ye, N);
-    }
+    });
   });
   if (bf16) round_to_bf16_(y);
   return y;
@@ -66,9 +92,8 @@ std::vector<Tensor> grouped_linear_backward(const Tensor& dy, const Tensor& x, c
     const T* pw = w.data<T>();
     T* pdx = dx.data<T>();
     T* pdw = dw.data<T>();
-    for (size_t e = 0; e < counts.size(); ++e) {
+    for_each_expert(counts, bf16, [&](int64_t e) {
       const int64_t n = counts[e];
-      if (n == 0) continue;
       const T* ge = pg + off[e] * N;
       gemm_as<T>(bf16, false, true, n, K, N, T(1), ge, N, pw + (int64_t)e * K * N, N, T(0), pdx + off[e] * K,
                  K);  // dy W^T
@@ -84,7 +109,7 @@ std::vector<Tensor> grouped_linear_backward(const Tensor& dy, const Tensor& x, c
             pdb[j] += v;
           }
       }
-    }
+    });
   });
   if (bf16) {
     round_to_bf16_(dx);

@@ -1,6 +1,5 @@
-// matmul and linear on OpenBLAS (cblas). Transposed views are passed to BLAS
-// as transpose flags with their leading dimension, never copied.
-#include <cblas.h>
+// matmul and linear on the GEMM kernels (src/ops/gemm.cpp). Transposed views are passed to the GEMM as
+// transpose flags with their leading dimension, never copied.
 #include <omp.h>
 
 #include "src/autograd/checkpoint.h"
@@ -11,22 +10,6 @@
 namespace titan {
 using namespace detail;
 
-namespace detail {
-template <>
-void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (M == 0 || N == 0) return;
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
-              alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
-}
-template <>
-void gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
-                  const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
-  if (M == 0 || N == 0) return;
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
-              alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
-}
-}  // namespace detail
 
 namespace {
 // How BLAS reads the last two dims [r, c] of a tensor.
@@ -196,9 +179,17 @@ std::vector<Tensor> linear_backward(const Tensor& g, const Tensor& x2, const Ten
   if (need_w) dw = empty({out_f, in}, g.dtype(), g.device());
   record_cost("linear_backward", (need_x ? 2.0 * N * in * out_f : 0) + (need_w ? 2.0 * N * in * out_f : 0),
               bytes_of({&g, &x2, &w, &dx, &dw}), GemmShape{(int64_t)need_x + (int64_t)need_w, N, in, out_f});
-  if (has_bias) db = sum(g, {0}, false);
-  if (g.is_meta()) return {dx, dw, db};
-  if (has_bias && bf16) bias_grad_bf16(g, db);
+  // the bias gradient (its own recorded op) after the GEMMs: a timed profile charges the time after a record to
+  // the op recorded last, so a nested op first would take this op's GEMMs
+  auto bias_grad = [&] {
+    if (!has_bias) return;
+    db = sum(g, {0}, false);
+    if (bf16 && !g.is_meta()) bias_grad_bf16(g, db);
+  };
+  if (g.is_meta()) {
+    bias_grad();
+    return {dx, dw, db};
+  }
   Tensor gc = g.contiguous();
   BlasMat W = blas_mat(w);
   dispatch_float(g.dtype(), "linear_backward", [&]<typename T>() {
@@ -213,6 +204,7 @@ std::vector<Tensor> linear_backward(const Tensor& g, const Tensor& x2, const Ten
     if (need_x) round_to_bf16_(dx);
     if (need_w) round_to_bf16_(dw);
   }
+  bias_grad();
   return {dx, dw, db};
 }
 }  // namespace

@@ -46,21 +46,20 @@ Tensor sum_range_forward(const Tensor& x, int64_t d0, int64_t d1) {
       }
       return;
     }
-    const bool par_outer = p.outer > 1;
-#pragma omp parallel for schedule(static) if (p.outer * p.n * p.inner >= kParallelGrain && par_outer)
-    for (int64_t o = 0; o < p.outer; ++o) {
+    // tasks: (outer index, a chunk of 256 columns); each sums its rows in order k = 0..n-1 (deterministic on
+    // any thread count). One loop: a parallel region inside another would start a new team of threads per call.
+    constexpr int64_t kCols = 256;
+    const int64_t chunks = (p.inner + kCols - 1) / kCols;
+#pragma omp parallel for schedule(static) if (p.outer * p.n * p.inner >= kParallelGrain && p.outer * chunks > 1)
+    for (int64_t t = 0; t < p.outer * chunks; ++t) {
+      const int64_t o = t / chunks, i0 = t % chunks * kCols, i1 = std::min(p.inner, i0 + kCols);
       T* dst = po + o * p.inner;
       const T* src = px + o * p.n * p.inner;
-      // rows accumulate in order k = 0..n-1 (deterministic); columns split across threads if outer == 1
-#pragma omp parallel for schedule(static) if (!par_outer && p.n * p.inner >= kParallelGrain)
-      for (int64_t i0 = 0; i0 < p.inner; i0 += 256) {
-        int64_t i1 = std::min(p.inner, i0 + 256);
-        for (int64_t i = i0; i < i1; ++i) dst[i] = 0;
-        for (int64_t k = 0; k < p.n; ++k) {
-          const T* row = src + k * p.inner;
+      for (int64_t i = i0; i < i1; ++i) dst[i] = 0;
+      for (int64_t k = 0; k < p.n; ++k) {
+        const T* row = src + k * p.inner;
 #pragma omp simd
-          for (int64_t i = i0; i < i1; ++i) dst[i] += row[i];
-        }
+        for (int64_t i = i0; i < i1; ++i) dst[i] += row[i];
       }
     }
   });

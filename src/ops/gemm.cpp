@@ -1,0 +1,223 @@
+// The GEMM kernels every op's matrix products run on: C = alpha * op(A) op(B) + beta * C, row-major.
+//
+//  - float32 (gemm<float>): oneDNN's matmul (Debian's libdnnl, OpenMP runtime like OpenBLAS) where the CPU has
+//    AVX512 (oneDNN's brgemm kernels there: measured 1.2-1.9x OpenBLAS's sgemm on 2 threads for the K = 128-384
+//    products of small models, benchmarks/bench_linear.cpp prints the ratio), else OpenBLAS's sgemm; also
+//    OpenBLAS inside a parallel region (attention's tile products, batched small matmuls: one GEMM per thread)
+//    and for products too small for a primitive call to pay. Both sum in float32; their orders differ.
+//  - float64 (gemm<double>): OpenBLAS's dgemm (gradient checks, references).
+//  - bfloat16 (gemm_bf16): A and B read as bfloat16 and products summed in float32 — the GEMM of a bf16
+//    mixed-precision region (PyTorch's bf16 matmul: bf16 operands, fp32 accumulation). oneDNN picks the
+//    instructions at run time: AMX tiles or AVX512-BF16 dot products where the CPU has them, bf16 converted to
+//    float32 inside its AVX512 kernels where it has AVX512 only. Below AVX512 (or where oneDNN declines the
+//    problem) the rounded operands are multiplied by OpenBLAS's sgemm: the same products and float32 sums, in
+//    another order. Why oneDNN: Debian's OpenBLAS has no bf16 GEMM, and oneDNN is the library PyTorch's own CPU
+//    matmuls run on. The operands are float32 tensors rounded (to nearest even) into packed bf16 buffers here:
+//    autocast's casts.
+//
+// oneDNN's primitives are made once per problem (a primitive JITs or picks its kernel: ~0.1 ms) and kept in a
+// bounded cache. A oneDNN GEMM runs outside parallel regions only (oneDNN's threads do the parallel work: bf16
+// refuses a call inside one, float32 takes OpenBLAS there) and one at a time per process (a lock: calls from
+// several host threads wait their turn).
+#include <cblas.h>
+#include <dnnl.hpp>
+#include <omp.h>
+
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "src/ops/autocast.h"
+#include "src/ops/common.h"
+#include "src/tensor/bfloat16.h"
+
+namespace titan {
+
+void round_to_bf16_(Tensor& t) {
+  if (t.is_meta() || t.numel() == 0) return;
+  TITAN_CHECK(t.dtype() == DType::F32 && t.is_contiguous(), "round_to_bf16_: a contiguous float32 tensor expected, got ",
+              dtype_name(t.dtype()), " ", shape_str(t.shape()));
+  float* p = t.data<float>();
+  const int64_t n = t.numel(), chunk = 1 << 14;
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+  for (int64_t i = 0; i < n; i += chunk) round_to_bf16(p + i, std::min(chunk, n - i));
+}
+}  // namespace titan
+
+namespace titan::detail {
+namespace {
+
+// A GEMM problem as oneDNN sees it: shapes, strides, scaling, operand type (f32 or bf16; C is float32).
+struct Key {
+  bool bf16, ta, tb;
+  int64_t m, n, k, lda, ldb, ldc;
+  float alpha, beta;
+  bool operator==(const Key& o) const {
+    return bf16 == o.bf16 && ta == o.ta && tb == o.tb && m == o.m && n == o.n && k == o.k && lda == o.lda &&
+           ldb == o.ldb && ldc == o.ldc && alpha == o.alpha && beta == o.beta;
+  }
+};
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    size_t h = std::hash<int64_t>()(k.m);
+    for (int64_t v : {k.n, k.k, k.lda, k.ldb, k.ldc, (int64_t)k.ta, (int64_t)k.tb, (int64_t)k.bf16})
+      h = h * 0x9E3779B97F4A7C15ull ^ std::hash<int64_t>()(v);
+    return h ^ std::hash<float>()(k.alpha) * 31 ^ std::hash<float>()(k.beta);
+  }
+};
+
+bool has_isa(dnnl::cpu_isa have, dnnl::cpu_isa want) {
+  return ((unsigned)have & (unsigned)want) == (unsigned)want;  // oneDNN's ISAs are nested bit sets
+}
+
+// oneDNN's engine and stream, and the primitives made so far.
+class Dnnl {
+ public:
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{eng};
+  std::string bf16_kernel;  // what the bf16 GEMM runs on this CPU, for the log and the tests
+  bool f32 = false;         // float32 GEMMs on oneDNN (AVX512: its brgemm kernels, faster than sgemm)
+
+  Dnnl() {
+    std::string impl;
+    bf16_ = true;
+    make({true, false, false, 64, 64, 64, 64, 64, 64, 1.0f, 0.0f}, &impl);
+    bf16_ = !impl.empty() && impl.rfind("ref", 0) != 0;  // oneDNN's reference loops: slower than sgemm
+    bf16_kernel = bf16_ ? "onednn " + impl : "openblas sgemm on bf16-rounded operands (oneDNN: " +
+                                                 (impl.empty() ? std::string("no bf16 matmul") : impl) + ")";
+    f32 = has_isa(dnnl::get_effective_cpu_isa(), dnnl::cpu_isa::avx512_core);
+  }
+  // The primitive for `key`, or null where oneDNN has no fast one (the sgemm path).
+  std::shared_ptr<dnnl::matmul> get(const Key& key) {
+    if (key.bf16 ? !bf16_ : !f32) return nullptr;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = prims_.find(key);
+    if (it != prims_.end()) return it->second;
+    std::string impl;
+    std::shared_ptr<dnnl::matmul> p = make(key, &impl);
+    if (p && impl.rfind("ref", 0) == 0) p = nullptr;
+    if (prims_.size() > 4096) prims_.clear();  // bounded: grouped GEMMs bring many row counts
+    prims_.emplace(key, p);
+    return p;
+  }
+  // C = op(A) op(B) (scaled as key says) with A, B, C at these addresses. One at a time: the primitives share
+  // oneDNN's scratchpad and this stream (threads that are ranks of a test, or a host thread, call in too).
+  void run(dnnl::matmul& prim, const Key& key, const void* A, const void* B, float* C) {
+    std::lock_guard<std::mutex> lock(run_mu_);
+    const dnnl::memory ma(desc_a(key), eng, const_cast<void*>(A)), mb(desc_b(key), eng, const_cast<void*>(B)),
+        mc(desc_c(key), eng, C);
+    prim.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+    stream.wait();
+  }
+
+ private:
+  bool bf16_ = false;
+  std::mutex mu_, run_mu_;
+  std::unordered_map<Key, std::shared_ptr<dnnl::matmul>, KeyHash> prims_;
+
+  std::shared_ptr<dnnl::matmul> make(const Key& key, std::string* impl) {
+    try {
+      dnnl::primitive_attr attr;
+      if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
+      if (key.beta != 0.0f) {
+        dnnl::post_ops po;
+        po.append_sum(key.beta);
+        attr.set_post_ops(po);
+      }
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(desc_a(key), desc_b(key), desc_c(key)), attr, eng);
+      *impl = pd.impl_info_str();
+      return std::make_shared<dnnl::matmul>(pd);
+    } catch (const dnnl::error&) {
+      return nullptr;  // oneDNN declines (no bf16 kernel on this CPU)
+    }
+  }
+  // A [M, K] (stored [K, M] when ta), B [K, N] (stored [N, K] when tb), with their leading dimensions; C [M, N]
+  static dnnl::memory::data_type operand(const Key& k) {
+    return k.bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+  }
+  static dnnl::memory::desc desc_a(const Key& k) {
+    return {{k.m, k.k}, operand(k), k.ta ? dnnl::memory::dims{1, k.lda} : dnnl::memory::dims{k.lda, 1}};
+  }
+  static dnnl::memory::desc desc_b(const Key& k) {
+    return {{k.k, k.n}, operand(k), k.tb ? dnnl::memory::dims{1, k.ldb} : dnnl::memory::dims{k.ldb, 1}};
+  }
+  static dnnl::memory::desc desc_c(const Key& k) {
+    return {{k.m, k.n}, dnnl::memory::data_type::f32, dnnl::memory::dims{k.ldc, 1}};
+  }
+};
+
+Dnnl& dnnl_state() {
+  static Dnnl d;
+  return d;
+}
+
+// The r x c matrix at p (leading dimension ld) packed into `out`, each value through `cast` (its bf16 bits for
+// oneDNN, its bf16 rounding for sgemm).
+template <typename Out, typename Cast>
+void pack(const float* p, int64_t r, int64_t c, int64_t ld, Out* out, Cast cast) {
+#pragma omp parallel for schedule(static) if (r * c >= (1 << 16))
+  for (int64_t i = 0; i < r; ++i) {
+    const float* row = p + i * ld;
+    Out* o = out + i * c;
+    for (int64_t j = 0; j < c; ++j) o[j] = cast(row[j]);
+  }
+}
+uint16_t bits_of(float f) { return float_to_bf16_bits(f); }
+float rounded(float f) { return round_to_bf16(f); }
+
+// Below this many multiply-adds a oneDNN call's fixed cost (memory objects, argument map) is not paid back.
+constexpr int64_t kDnnlMinMacs = 1 << 15;
+
+}  // namespace
+
+template <>
+void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (K > 0 && M * N * K >= kDnnlMinMacs && !omp_in_parallel()) {
+    Dnnl& d = dnnl_state();
+    const Key key{false, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta};
+    if (std::shared_ptr<dnnl::matmul> prim = d.get(key)) return d.run(*prim, key, A, B, C);
+  }
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
+              alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+template <>
+void gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
+                  const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
+              alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+
+std::string gemm_bf16_kernel() { return dnnl_state().bf16_kernel; }
+bool gemm_f32_on_onednn() { return dnnl_state().f32; }
+
+void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+               const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  TITAN_CHECK(!omp_in_parallel(), "gemm_bf16: called inside a parallel region (", M, "x", N, "x", K,
+              "); run bf16 GEMMs one at a time, oneDNN's threads split each");
+  // stored shapes: A [M, K] or [K, M]; B [K, N] or [N, K]
+  const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+  Dnnl& d = dnnl_state();
+  const Key key{true, ta, tb, M, N, K, ac, bc, ldc, alpha, beta};  // packed: leading dimension = row length
+  std::shared_ptr<dnnl::matmul> prim = K > 0 ? d.get(key) : nullptr;
+  if (prim) {
+    std::unique_ptr<uint16_t[]> a(new uint16_t[(size_t)(ar * ac)]), b(new uint16_t[(size_t)(br * bc)]);
+    pack(A, ar, ac, lda, a.get(), bits_of);
+    pack(B, br, bc, ldb, b.get(), bits_of);
+    return d.run(*prim, key, a.get(), b.get(), C);
+  }
+  std::unique_ptr<float[]> a(new float[(size_t)std::max<int64_t>(1, ar * ac)]),
+      b(new float[(size_t)std::max<int64_t>(1, br * bc)]);
+  pack(A, ar, ac, lda, a.get(), rounded);
+  pack(B, br, bc, ldb, b.get(), rounded);
+  // sgemm itself: gemm<float> would hand a large product back to oneDNN (where it is, bf16 is too)
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
+              alpha, a.get(), (int)std::max<int64_t>(1, ac), b.get(), (int)std::max<int64_t>(1, bc), beta, C,
+              (int)ldc);
+}
+
+}  // namespace titan::detail
