@@ -187,3 +187,52 @@ TEST(Strided, EveryLayoutVisitsEveryElementOnce) {
   auto s = big.reshape({1 << 20, 2}).slice(1, 1, 2).contiguous().to_vector<double>();
   for (int64_t i = 0; i < (1 << 20); ++i) ASSERT_EQ(s[i], v[2 * i + 1]);
 }
+
+// gpt-oss's fused expert activation against its definition (the composite HF writes), forward in double and
+// float32, backward against finite differences with the clamps active on some elements, and without clamps.
+TEST(Glu, ClampedSwigluIsHfsActivationOnInterleavedPairs) {
+  const double alpha = 1.702;
+  for (double limit : {0.9, 0.0}) {
+    Tensor x = rand_t({3, 5, 8}, 1, DType::F64, -1.6, 1.6);  // [.., 2I]: pairs (gate, up)
+    auto xv = x.to_vector<double>();
+    auto y = clamped_swiglu(x, alpha, limit).to_vector<double>();
+    ASSERT_EQ(y.size(), xv.size() / 2);
+    int clamped = 0;
+    for (size_t e = 0; e < y.size(); ++e) {
+      double g = xv[2 * e], u = xv[2 * e + 1];
+      if (limit > 0) {
+        clamped += g > limit || std::fabs(u) > limit;
+        g = std::min(g, limit);
+        u = std::max(-limit, std::min(u, limit));
+      }
+      EXPECT_NEAR(y[e], (u + 1) * g / (1 + std::exp(-alpha * g)), 1e-15) << e;
+    }
+    if (limit > 0) EXPECT_GT(clamped, 5) << "the clamps were not exercised";
+    gradcheck([&](const std::vector<Tensor>& t) { return clamped_swiglu(t[0], alpha, limit); }, {x});
+    // float32: the same values to float32 rounding
+    auto yf = clamped_swiglu(x.to(DType::F32), alpha, limit).to_vector<double>();
+    for (size_t e = 0; e < y.size(); ++e) EXPECT_NEAR(yf[e], y[e], 1e-6) << e;
+  }
+  expect_meta([](const std::vector<Tensor>& t) { return clamped_swiglu(t[0], 1.702, 7.0); },
+              {rand_t({4, 6}, 2).to(DType::F32)}, {4, 3}, DType::F32, 8.0 * 12);
+  EXPECT_THROW(clamped_swiglu(rand_t({4, 5}, 3), alpha, 7.0), Error);  // odd: not pairs
+}
+
+// ... and the same bits in float32 as the composite of titan's own ops (clamps, sigmoid, products), forward and
+// backward, on values that cross the limit.
+TEST(Glu, ClampedSwigluEqualsTheCompositeInFloat32) {
+  const double alpha = 1.702, limit = 7.0;
+  Tensor x = rand_t({64, 96}, 5, DType::F64, -10, 10).to(DType::F32), dy = rand_t({64, 48}, 6).to(DType::F32);
+  Tensor a = x.detach().requires_grad_(true), b = x.detach().requires_grad_(true);
+  Tensor yf = clamped_swiglu(a, alpha, limit);
+  Tensor p = b.reshape({64, 48, 2});
+  Tensor g = clamp(p.slice(2, 0, 1).reshape({64, 48}), -INFINITY, limit);
+  Tensor u = clamp(p.slice(2, 1, 2).reshape({64, 48}), -limit, limit);
+  Tensor yc = mul(add(u, 1.0), mul(g, sigmoid(mul(g, alpha))));
+  sum(mul(yf, dy)).backward();
+  sum(mul(yc, dy)).backward();
+  auto v1 = yf.to_vector<double>(), v2 = yc.to_vector<double>();
+  for (size_t i = 0; i < v1.size(); ++i) ASSERT_EQ(v1[i], v2[i]) << "y at " << i;
+  auto g1 = a.grad().to_vector<double>(), g2 = b.grad().to_vector<double>();
+  for (size_t i = 0; i < g1.size(); ++i) ASSERT_EQ(g1[i], g2[i]) << "dx at " << i << " (x " << x.to_vector<double>()[i] << ")";
+}

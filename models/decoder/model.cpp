@@ -14,13 +14,21 @@
 
 namespace titan::decoder {
 
+namespace {
+constexpr double kOaiAlpha = 1.702;  // gpt-oss's gate * sigmoid(1.702 gate)
+}  // namespace
+
 Tensor gated_activation(const Tensor& gate, const Tensor& up, Activation act, double limit) {
+  if (act == Activation::oai_swiglu) {  // the fused op on the pairs interleaved: [.., I, 2] -> [.., 2I]
+    Shape s = gate.shape();
+    s.back() *= 2;
+    return clamped_swiglu(concat({gate.unsqueeze(-1), up.unsqueeze(-1)}, -1).reshape(s), kOaiAlpha, limit);
+  }
   Tensor g = gate, u = up;
   if (limit > 0) {
     g = clamp(g, -INFINITY, limit);
     u = clamp(u, -limit, limit);
   }
-  if (act == Activation::oai_swiglu) return mul(add(u, 1.0), mul(g, sigmoid(mul(g, 1.702))));
   if (act == Activation::gelu_pytorch_tanh) {  // 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))
     Tensor inner = mul(add(g, mul(mul(mul(g, g), g), 0.044715)), std::sqrt(2.0 / M_PI));
     return mul(mul(mul(g, 0.5), add(tanh(inner), 1.0)), u);
@@ -197,16 +205,16 @@ Experts::Experts(const Args& a) : fused(a.fused_experts()), activation(a.activat
 
 Tensor Experts::forward(const Tensor& x, const std::vector<int64_t>& counts) const {
   const int64_t R = x.size(0), I = down_proj.size(1);
-  Tensor gate, up;
-  if (fused) {
+  Tensor h;  // [R, I]
+  if (fused && activation == Activation::oai_swiglu) {  // gpt-oss: one pass on the interleaved projection
+    h = clamped_swiglu(grouped_linear(x, gate_up_proj, gate_up_proj_bias, counts), kOaiAlpha, limit);
+  } else if (fused) {
     Tensor gu = grouped_linear(x, gate_up_proj, gate_up_proj_bias, counts).reshape({R, I, 2});  // interleaved
-    gate = gu.slice(2, 0, 1).reshape({R, I});
-    up = gu.slice(2, 1, 2).reshape({R, I});
+    h = gated_activation(gu.slice(2, 0, 1).reshape({R, I}), gu.slice(2, 1, 2).reshape({R, I}), activation, limit);
   } else {
-    gate = grouped_linear(x, gate_proj, gate_proj_bias, counts);
-    up = grouped_linear(x, up_proj, up_proj_bias, counts);
+    h = gated_activation(grouped_linear(x, gate_proj, gate_proj_bias, counts),
+                         grouped_linear(x, up_proj, up_proj_bias, counts), activation, limit);
   }
-  Tensor h = gated_activation(gate, up, activation, limit);  // [R, I]
   if (!down_proj_bias.defined() || down_bias_scale == 1.0) return grouped_linear(h, down_proj, down_proj_bias, counts);
   return grouped_linear(h, down_proj, mul(down_proj_bias, down_bias_scale), counts);
 }

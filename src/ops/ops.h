@@ -52,6 +52,9 @@ Tensor cos(const Tensor& x);
 Tensor sin(const Tensor& x);
 // Gradient 1 inside [lo, hi] (inclusive), 0 outside. Use +-inf for one side.
 Tensor clamp(const Tensor& x, double lo, double hi);
+// gpt-oss's expert activation on interleaved gate / up [.., 2I] (gate at even columns) -> [.., I] (glu.cpp):
+// g = min(gate, limit), u = clamp(up, -limit, limit), y = (u + 1) * g * sigmoid(alpha * g); limit <= 0: no clamps
+Tensor clamped_swiglu(const Tensor& gate_up, double alpha, double limit);
 
 // ---- reductions (reduce.cpp) ----------------------------------------------
 Tensor sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim = false);

@@ -58,19 +58,34 @@ void AdamW::step(double lr) {
   }
 }
 
+double squared_norm(const Tensor& t) {
+  if (!t.defined() || t.is_meta() || t.numel() == 0) return 0.0;
+  Tensor c = t.contiguous();
+  const float* x = c.data<float>();
+  const int64_t n = c.numel();
+  constexpr int64_t kBlock = 1 << 13, kLanes = 8;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> part((size_t)blocks);
+#pragma omp parallel for schedule(static) if (n >= (1 << 16))
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t i0 = b * kBlock, i1 = std::min(n, i0 + kBlock);
+    double lane[kLanes] = {};
+    int64_t i = i0;
+    for (; i + kLanes <= i1; i += kLanes)
+      for (int64_t l = 0; l < kLanes; ++l) lane[l] += (double)x[i + l] * x[i + l];
+    for (int64_t l = 0; i + l < i1; ++l) lane[l] += (double)x[i + l] * x[i + l];
+    for (int64_t w = kLanes / 2; w >= 1; w /= 2)
+      for (int64_t l = 0; l < w; ++l) lane[l] += lane[l + w];
+    part[(size_t)b] = lane[0];
+  }
+  double s = 0;
+  for (double v : part) s += v;
+  return s;
+}
+
 double grad_norm(const std::vector<Tensor*>& params) {
   double total = 0;
-  for (auto* p : params) {
-    Tensor g = p->grad();
-    if (!g.defined() || g.is_meta()) continue;
-    Tensor gc = g.contiguous();
-    const float* x = gc.data<float>();
-    double s = 0;
-    const int64_t n = gc.numel();
-#pragma omp parallel for reduction(+ : s) schedule(static) if (n >= (1 << 15))
-    for (int64_t i = 0; i < n; ++i) s += (double)x[i] * x[i];
-    total += s;
-  }
+  for (auto* p : params) total += squared_norm(p->grad());
   return std::sqrt(total);
 }
 

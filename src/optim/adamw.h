@@ -36,6 +36,10 @@ class AdamW {
   int64_t t_ = 0;
 };
 
+// Sum of squares of a float32 tensor, in double: fixed blocks of 8,192 elements, each summed in 8 lanes, the
+// blocks added in order (vectorized and split across threads, the same value on any thread count); 0 for an
+// undefined or meta tensor.
+double squared_norm(const Tensor& t);
 // Global L2 norm over all gradients (sqrt of the sum of per-tensor squared norms).
 double grad_norm(const std::vector<Tensor*>& params);
 // Scales every gradient by min(1, max_norm / (norm + 1e-6)), as torch.nn.utils.clip_grad_norm_.
