@@ -323,7 +323,8 @@ TEST(Gemm, Float32IsTheProductWithinFloat32Accumulation) {
   const std::vector<Case> cases = {{false, false, 64, 64, 64, 1, 0, 0},     {false, true, 256, 96, 128, 1, 0, 3},
                                    {true, false, 130, 128, 300, 1, 1, 0},  {true, true, 33, 70, 517, 0.5f, 0, 1},
                                    {false, false, 257, 96, 1, 1, 0, 0},    {false, true, 300, 200, 500, 1, 1, 5},
-                                   {true, false, 128, 1, 128, 2, 0.25f, 0}, {false, true, 5, 7, 3, 1, 0, 2}};
+                                   {true, false, 128, 1, 128, 2, 0.25f, 0}, {false, true, 5, 7, 3, 1, 0, 2},
+                                   {false, false, 96, 80, 64, 0.5f, 0.25f, 2}, {true, true, 70, 90, 60, 0, 1, 1}};
   for (bool in_parallel : {false, true})
     for (const Case& c : cases) {
       const int64_t ar = c.ta ? c.k : c.m, lda = (c.ta ? c.m : c.k) + c.pad;
@@ -360,9 +361,9 @@ TEST(Gemm, Float32IsTheProductWithinFloat32Accumulation) {
     }
 }
 
-// float32 experts: many rows over many experts runs experts side by side (one per thread), a skewed split one
-// expert at a time with threaded GEMMs; both equal the float64 product within float32 rounding, forward and
-// backward, and the same problem gives the same bits on a second run.
+// float32 experts: many rows over many experts runs experts side by side (one per thread), a skewed split (or one
+// thread) one expert at a time with threaded GEMMs; both equal the float64 product within float32 rounding,
+// forward and backward, and give the same bits on a second run and on one thread.
 TEST(GroupedLinear, Float32ExpertsSideBySideOrOneAtATime) {
   const int64_t K = 48, N = 40, E = 6;
   for (const std::vector<int64_t>& counts :
@@ -379,6 +380,10 @@ TEST(GroupedLinear, Float32ExpertsSideBySideOrOneAtATime) {
                                               ws.grad().to_vector<double>(), bs.grad().to_vector<double>()};
     };
     auto ref = grads_of(DType::F64), f32 = grads_of(DType::F32), again = grads_of(DType::F32);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);  // one thread: experts one at a time
+    auto one = grads_of(DType::F32);
+    omp_set_num_threads(threads);
     const char* what[] = {"y", "dx", "dw", "db"};
     for (int t = 0; t < 4; ++t) {
       double scale = 0;
@@ -386,6 +391,7 @@ TEST(GroupedLinear, Float32ExpertsSideBySideOrOneAtATime) {
       for (size_t i = 0; i < ref[t].size(); ++i)
         ASSERT_NEAR(f32[t][i], ref[t][i], 1e-5 * scale * std::sqrt((double)R)) << what[t] << " at " << i;
       EXPECT_EQ(f32[t], again[t]) << what[t] << ": not the same bits on a second run";
+      EXPECT_EQ(f32[t], one[t]) << what[t] << ": not the same bits on " << threads << " threads and on one";
     }
   }
 }

@@ -86,6 +86,11 @@ class TaskErrors {
 template <typename T>
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
           int64_t ldb, T beta, T* C, int64_t ldc);
+// The same on OpenBLAS whatever the CPU (OpenBLAS splits rows and columns over its threads, never a sum: the
+// same bits on one thread or several, in a parallel region or not).
+template <typename T>
+void gemm_blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+               int64_t ldb, T beta, T* C, int64_t ldc);
 
 // The same GEMM on float32 operands read as bfloat16 (each rounded to nearest even) with float32 accumulation:
 // a bf16 mixed-precision region's GEMM (oneDNN where this CPU has a bf16 kernel, else sgemm on the roundings).
@@ -98,6 +103,14 @@ inline void gemm_as(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K
   if constexpr (std::is_same_v<T, float>)
     if (bf16) return gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+// gemm_as with gemm_blas for float32 / float64 (bf16: gemm_bf16, one at a time).
+template <typename T>
+inline void gemm_blas_as(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+                         int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>)
+    if (bf16) return gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  gemm_blas<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 // What gemm_bf16 runs on this CPU (oneDNN's implementation, or the sgemm fallback).
 std::string gemm_bf16_kernel();

@@ -1,10 +1,11 @@
 // The GEMM kernels every op's matrix products run on: C = alpha * op(A) op(B) + beta * C, row-major.
 //
 //  - float32 (gemm<float>): oneDNN's matmul (Debian's libdnnl, OpenMP runtime like OpenBLAS) where the CPU has
-//    AVX512 (oneDNN's brgemm kernels there: measured 1.2-1.9x OpenBLAS's sgemm on 2 threads for the K = 128-384
-//    products of small models, benchmarks/bench_linear.cpp prints the ratio), else OpenBLAS's sgemm; also
-//    OpenBLAS inside a parallel region (attention's tile products, batched small matmuls: one GEMM per thread)
-//    and for products too small for a primitive call to pay. Both sum in float32; their orders differ.
+//    AVX512 (oneDNN's brgemm kernels there: measured 1.3-1.75x OpenBLAS's sgemm on 2 threads for the K = 128-384
+//    products of small models, titan-bench-linear prints the ratio), else OpenBLAS's sgemm; also OpenBLAS
+//    inside a parallel region (attention's tile products: one GEMM per thread) and for products too small for a
+//    primitive call to pay. Both sum in float32; their orders differ. gemm_blas<T> is OpenBLAS always (callers
+//    whose results must not depend on how work is spread over threads: batched matmuls, experts).
 //  - float64 (gemm<double>): OpenBLAS's dgemm (gradient checks, references).
 //  - bfloat16 (gemm_bf16): A and B read as bfloat16 and products summed in float32 — the GEMM of a bf16
 //    mixed-precision region (PyTorch's bf16 matmul: bf16 operands, fp32 accumulation). oneDNN picks the
@@ -49,19 +50,21 @@ namespace titan::detail {
 namespace {
 
 // A GEMM problem as oneDNN sees it: shapes, strides, scaling, operand type (f32 or bf16; C is float32).
+// threads: a primitive keeps the thread count it was made with (oneDNN's own cache keys on it too)
 struct Key {
   bool bf16, ta, tb;
   int64_t m, n, k, lda, ldb, ldc;
   float alpha, beta;
+  int threads = omp_get_max_threads();
   bool operator==(const Key& o) const {
     return bf16 == o.bf16 && ta == o.ta && tb == o.tb && m == o.m && n == o.n && k == o.k && lda == o.lda &&
-           ldb == o.ldb && ldc == o.ldc && alpha == o.alpha && beta == o.beta;
+           ldb == o.ldb && ldc == o.ldc && alpha == o.alpha && beta == o.beta && threads == o.threads;
   }
 };
 struct KeyHash {
   size_t operator()(const Key& k) const {
     size_t h = std::hash<int64_t>()(k.m);
-    for (int64_t v : {k.n, k.k, k.lda, k.ldb, k.ldc, (int64_t)k.ta, (int64_t)k.tb, (int64_t)k.bf16})
+    for (int64_t v : {k.n, k.k, k.lda, k.ldb, k.ldc, (int64_t)k.ta, (int64_t)k.tb, (int64_t)k.bf16, (int64_t)k.threads})
       h = h * 0x9E3779B97F4A7C15ull ^ std::hash<int64_t>()(v);
     return h ^ std::hash<float>()(k.alpha) * 31 ^ std::hash<float>()(k.beta);
   }
@@ -172,23 +175,37 @@ constexpr int64_t kDnnlMinMacs = 1 << 15;
 }  // namespace
 
 template <>
-void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void gemm_blas<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                      const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
-  if (K > 0 && M * N * K >= kDnnlMinMacs && !omp_in_parallel()) {
-    Dnnl& d = dnnl_state();
-    const Key key{false, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta};
-    if (std::shared_ptr<dnnl::matmul> prim = d.get(key)) return d.run(*prim, key, A, B, C);
-  }
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
               alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
 template <>
-void gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
-                  const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+void gemm_blas<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
+                       int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
               alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+
+template <>
+void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  // oneDNN: outside any parallel region (a team of one thread included: the choice never depends on the thread
+  // count), large enough, and alpha != 0 (BLAS skips the product then; 0 * Inf would be NaN)
+  if (K > 0 && M * N * K >= kDnnlMinMacs && omp_get_level() == 0 && alpha != 0.0f) {
+    Dnnl& d = dnnl_state();
+    const Key key{false, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta};
+    if (std::shared_ptr<dnnl::matmul> prim = d.get(key)) return d.run(*prim, key, A, B, C);
+  }
+  gemm_blas<float>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+template <>
+void gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
+                  const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+  gemm_blas<double>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 std::string gemm_bf16_kernel() { return dnnl_state().bf16_kernel; }
@@ -197,7 +214,7 @@ bool gemm_f32_on_onednn() { return dnnl_state().f32; }
 void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
-  TITAN_CHECK(!omp_in_parallel(), "gemm_bf16: called inside a parallel region (", M, "x", N, "x", K,
+  TITAN_CHECK(omp_get_level() == 0, "gemm_bf16: called inside a parallel region (", M, "x", N, "x", K,
               "); run bf16 GEMMs one at a time, oneDNN's threads split each");
   // stored shapes: A [M, K] or [K, M]; B [K, N] or [N, K]
   const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
@@ -215,9 +232,8 @@ void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
   pack(A, ar, ac, lda, a.get(), rounded);
   pack(B, br, bc, ldb, b.get(), rounded);
   // sgemm itself: gemm<float> would hand a large product back to oneDNN (where it is, bf16 is too)
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
-              alpha, a.get(), (int)std::max<int64_t>(1, ac), b.get(), (int)std::max<int64_t>(1, bc), beta, C,
-              (int)ldc);
+  gemm_blas<float>(ta, tb, M, N, K, alpha, a.get(), std::max<int64_t>(1, ac), b.get(), std::max<int64_t>(1, bc), beta,
+                   C, ldc);
 }
 
 }  // namespace titan::detail

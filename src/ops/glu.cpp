@@ -87,8 +87,9 @@ Tensor glu_backward(const Tensor& dy, const Tensor& x, double alpha, double limi
         const T da = d * b, db = d * a;
         const T dt = db * gi * (si * (T(1) - si));
         const T dg = db * si + dt * f.alpha;
-        pd[2 * (c + i)] = dg * (f.gate_passes(g0) ? T(1) : T(0));
-        pd[2 * (c + i) + 1] = da * (f.up_passes(u0) ? T(1) : T(0));
+        // + 0: the composite adds the two slices' zero-filled gradients (-0 + 0 = +0 where a clamp masks)
+        pd[2 * (c + i)] = dg * (f.gate_passes(g0) ? T(1) : T(0)) + T(0);
+        pd[2 * (c + i) + 1] = da * (f.up_passes(u0) ? T(1) : T(0)) + T(0);
       }
     }
   });

@@ -18,8 +18,8 @@ std::vector<int64_t> offsets_of(const std::vector<int64_t>& counts) {
 // f(e) for every expert with rows (each writes only its own rows and weights). An expert's GEMMs are small
 // (hundreds of rows): run whole experts side by side, one per thread, largest first, when no expert holds more
 // than a thread's share of the rows; else one expert at a time with the GEMM's own threads (also for bf16:
-// oneDNN's GEMMs run one at a time). Each expert's numbers are the same either way: its GEMMs split rows and
-// columns, never the sum.
+// oneDNN's GEMMs run one at a time). Each expert's numbers are the same either way: float32 experts multiply on
+// OpenBLAS in both (gemm_blas: rows and columns split, never a sum; and no oneDNN primitive per row count).
 template <typename F>
 void for_each_expert(const std::vector<int64_t>& counts, bool bf16, F&& f) {
   std::vector<int64_t> order;
@@ -67,7 +67,7 @@ Tensor grouped_linear_forward(const Tensor& x, const Tensor& w, const Tensor& b,
       }
       if constexpr (std::is_same_v<T, float>)
         if (bf16 && pb) round_to_bf16(ye, n * N);  // the bias as the bf16 GEMM reads it
-      gemm_as<T>(bf16, false, false, n, N, K, T(1), px + off[e] * K, K, pw + (int64_t)e * K * N, N, beta, ye, N);
+      gemm_blas_as<T>(bf16, false, false, n, N, K, T(1), px + off[e] * K, K, pw + (int64_t)e * K * N, N, beta, ye, N);
     });
   });
   if (bf16) round_to_bf16_(y);
@@ -95,9 +95,9 @@ std::vector<Tensor> grouped_linear_backward(const Tensor& dy, const Tensor& x, c
     for_each_expert(counts, bf16, [&](int64_t e) {
       const int64_t n = counts[e];
       const T* ge = pg + off[e] * N;
-      gemm_as<T>(bf16, false, true, n, K, N, T(1), ge, N, pw + (int64_t)e * K * N, N, T(0), pdx + off[e] * K,
+      gemm_blas_as<T>(bf16, false, true, n, K, N, T(1), ge, N, pw + (int64_t)e * K * N, N, T(0), pdx + off[e] * K,
                  K);  // dy W^T
-      gemm_as<T>(bf16, true, false, K, N, n, T(1), px + off[e] * K, K, ge, N, T(0), pdw + (int64_t)e * K * N,
+      gemm_blas_as<T>(bf16, true, false, K, N, n, T(1), px + off[e] * K, K, ge, N, T(0), pdw + (int64_t)e * K * N,
                  N);  // x^T dy
       if (has_b) {
         T* pdb = db.data<T>() + e * N;

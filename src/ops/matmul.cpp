@@ -98,8 +98,14 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool bf16) {
     const T* pa = A.t.template data<T>();
     const T* pb = B.t.template data<T>();
     T* po = out.data<T>();
+    // one product: gemm (oneDNN where it is faster); a batch: OpenBLAS whether its products run side by side
+    // or one at a time (the choice depends on the thread count, the bits must not)
     auto one = [&](int64_t i) {
-      gemm_as<T>(bf16, A.trans, B.trans, M, N, K, T(1), pa + oa[i], A.ld, pb + ob[i], B.ld, T(0), po + i * M * N, N);
+      if (nb == 1)
+        gemm_as<T>(bf16, A.trans, B.trans, M, N, K, T(1), pa + oa[i], A.ld, pb + ob[i], B.ld, T(0), po + i * M * N, N);
+      else
+        gemm_blas_as<T>(bf16, A.trans, B.trans, M, N, K, T(1), pa + oa[i], A.ld, pb + ob[i], B.ld, T(0),
+                        po + i * M * N, N);
     };
     // many small GEMMs: one per thread; few big ones: BLAS threads each (bf16: oneDNN's threads each, its
     // primitives are not run concurrently from several threads)

@@ -50,7 +50,7 @@ void nd_rows(const Shape& shape, const std::array<const int64_t*, K>& st, F&& f)
   for (int k = 0; k < K; ++k) inner[k] = stride[k][nd - 1];
   int64_t rows = 1;
   for (int64_t d = 0; d < nd - 1; ++d) rows *= size[d];
-  // pieces per row: enough that a big loop has one piece per kParallelGrain / 4 elements or more tasks than rows
+  // pieces per row (only when there are fewer than 64 rows): about one per 1,024 elements, up to ~64 tasks
   const int64_t pieces = rows * n >= kParallelGrain && rows < 64 ? std::min<int64_t>(n / 1024 + 1, 64 / rows + 1) : 1;
   const int64_t piece = (n + pieces - 1) / pieces;
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain && rows * pieces > 1)
