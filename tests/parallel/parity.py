@@ -230,9 +230,12 @@ def run_layout(build, name, np_, ref_name, flags, launcher=None, where=""):
 # sums before its bf16 rounding (and reduces in float32 what one rank rounds once), TP rounds each rank's partial
 # GEMM output; one bf16 rounding is 2^-9 relative, and Adam turns the noise on near-zero gradients into steps of
 # the learning rate. Measured (10 steps): losses <= 1.1e-4, step-1 gradients <= 7.4e-3 (TP 2), weights <= 5e-3
-# except zero-initialized biases (up to 4e-2 of their small norms; their RMS error <= 7.5e-5: BF16_WEIGHT_ATOL).
+# except zero-initialized biases (up to 7e-2 of their small norms). Their RMS error per element, which depends
+# on which kernel rounds what (gpt-oss EP 2, all 20 bias tensors): <= 7.5e-5 with attention's float32 tiles on
+# oneDNN in one-thread runs, 1.9e-5 - 1.31e-4 on OpenBLAS (session 20). Held to 3e-4: 1.5% of the ~2e-2 that 10
+# Adam steps at lr 2e-3 move such a bias (a wrong bias gradient moves it by that scale).
 BF16_TOL = (1e-3, 1e-3, 2e-2, 1e-2)
-BF16_WEIGHT_ATOL = 1e-4
+BF16_WEIGHT_ATOL = 3e-4
 
 
 MATRIX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "matrix.txt")
