@@ -35,6 +35,20 @@ void sigmoid_of(const T* g, T alpha, T* s, int64_t n) {
 
 constexpr int64_t kChunk = 1024;
 
+// body(c, len, g, s) over chunks of the n outputs (threads split the chunks), with each chunk's clamped gates
+// g[0..len) and s = sigmoid(alpha g) computed: the pass forward and backward share
+template <typename T, typename Body>
+void glu_chunks(const Glu<T>& f, const T* px, int64_t n, Body&& body) {
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+  for (int64_t c = 0; c < n; c += kChunk) {
+    const int64_t len = std::min(kChunk, n - c);
+    alignas(64) T g[kChunk], s[kChunk];
+    for (int64_t i = 0; i < len; ++i) g[i] = f.gate(px[2 * (c + i)]);
+    sigmoid_of(g, f.alpha, s, len);
+    body(c, len, g, s);
+  }
+}
+
 // x [.., 2I] contiguous -> y [.., I]
 Tensor glu_forward(const Tensor& x, double alpha, double limit) {
   Shape os = x.shape();
@@ -47,15 +61,9 @@ Tensor glu_forward(const Tensor& x, double alpha, double limit) {
     const Glu<T> f{T(alpha), T(limit)};
     const T* px = x.data<T>();
     T* py = y.data<T>();
-    const int64_t n = y.numel();
-#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-    for (int64_t c = 0; c < n; c += kChunk) {
-      const int64_t len = std::min(kChunk, n - c);
-      alignas(64) T g[kChunk], s[kChunk];
-      for (int64_t i = 0; i < len; ++i) g[i] = f.gate(px[2 * (c + i)]);
-      sigmoid_of(g, f.alpha, s, len);
+    glu_chunks(f, px, y.numel(), [&](int64_t c, int64_t len, const T* g, const T* s) {
       for (int64_t i = 0; i < len; ++i) py[c + i] = (f.up(px[2 * (c + i) + 1]) + T(1)) * (g[i] * s[i]);
-    }
+    });
   });
   return y;
 }
@@ -71,13 +79,7 @@ Tensor glu_backward(const Tensor& dy, const Tensor& x, double alpha, double limi
     const T* px = x.data<T>();
     const T* pg = gc.data<T>();
     T* pd = dx.data<T>();
-    const int64_t n = dy.numel();
-#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-    for (int64_t c = 0; c < n; c += kChunk) {
-      const int64_t len = std::min(kChunk, n - c);
-      alignas(64) T g[kChunk], s[kChunk];
-      for (int64_t i = 0; i < len; ++i) g[i] = f.gate(px[2 * (c + i)]);
-      sigmoid_of(g, f.alpha, s, len);
+    glu_chunks(f, px, dy.numel(), [&](int64_t c, int64_t len, const T* g, const T* s) {
       for (int64_t i = 0; i < len; ++i) {
         const T g0 = px[2 * (c + i)], u0 = px[2 * (c + i) + 1], d = pg[c + i];
         const T gi = g[i], si = s[i];
@@ -91,7 +93,7 @@ Tensor glu_backward(const Tensor& dy, const Tensor& x, double alpha, double limi
         pd[2 * (c + i)] = dg * (f.gate_passes(g0) ? T(1) : T(0)) + T(0);
         pd[2 * (c + i) + 1] = da * (f.up_passes(u0) ? T(1) : T(0)) + T(0);
       }
-    }
+    });
   });
   return dx;
 }
