@@ -84,7 +84,7 @@ TrainResult run_simulated_job(const JobConfig& cfg, double t_start) {
   if (!cfg.simulation.trace_file.empty() && lead) {
     fs::create_directories(cfg.job.dump_folder);
     const std::string path = cfg.job.dump_folder + "/" + cfg.simulation.trace_file;
-    write_chrome_trace(sim, path, (int)cfg.simulation.trace_chips);
+    write_chrome_trace(sim, path, TraceLayout((int)cfg.simulation.trace_chips));
     log_info("simulated timeline (Chrome trace, open in https://ui.perfetto.dev): " + path);
   }
   log_info("simulated in " + fmt("%.2f", process_seconds() - t_start) + " s, peak RSS " +

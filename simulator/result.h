@@ -19,6 +19,9 @@ struct SimSpan {  // one slice of the timeline (seconds from the step's start)
   double flops = 0, bytes = 0;
   int64_t flow_to = -1;  // comm -> index of the idle span that waited for it
   int stage = 0;         // pipeline stage (0 without pp)
+  int64_t event = -1;    // the CostEvent (its index in the rank's events) this slice runs; -1: none (a wait, a
+                         // fused chain of several)
+  double other_s = -1;   // side by side (compare.h): the same op's time in the other timeline (-1: not compared)
 };
 
 struct SimMemory {  // bytes per chip

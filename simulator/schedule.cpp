@@ -53,6 +53,7 @@ struct Lane {
     double flops = 0, bytes = 0;
     int n = 0;
     std::string name;
+    int64_t event = -1;  // the first member's
   } fused;
   std::map<std::vector<int>, int64_t> collectives_seen;  // per member set: collectives issued (cross-rank matching)
   // point-to-point with peers the simulation does not play (a context-parallel ring's neighbours): this
@@ -118,7 +119,7 @@ class Schedule {
     l.r.host_wait_s += w;
     l.tc = l.th;
   }
-  void emit_kernel(Lane& l, const std::string& name, const std::string& cls, const Kernel& k) {
+  void emit_kernel(Lane& l, const std::string& name, const std::string& cls, const Kernel& k, int64_t event) {
     host_issue(l);
     wait_for_host(l);
     const KernelTime kt = kernel_time(chip_, rpc_, k, mode_);
@@ -130,7 +131,7 @@ class Schedule {
       if (overlap > 0) extra = overlap * chip_.comm_interference / (1 - chip_.comm_interference);
     }
     SimResult& r = l.r;
-    r.spans.push_back({"compute", name, "compute", l.tc, kt.seconds + extra, k.flops, k.bytes, -1, l.stage});
+    r.spans.push_back({"compute", name, "compute", l.tc, kt.seconds + extra, k.flops, k.bytes, -1, l.stage, event});
     l.tc += kt.seconds + extra;
     r.compute_s += kt.seconds + extra;
     r.compute_by_class[cls] += kt.seconds - kt.overhead_s;
@@ -145,8 +146,9 @@ class Schedule {
     k.flops = f.flops;
     k.bytes = f.bytes;
     const std::string name = f.n == 1 ? f.name : "fused(" + f.name + " +" + std::to_string(f.n - 1) + ")";
+    const int64_t event = f.n == 1 ? f.event : -1;
     f = Lane::Fused();
-    emit_kernel(l, name, "elementwise", k);
+    emit_kernel(l, name, "elementwise", k, event);
   }
   // Places a transfer of `work` seconds (at the links' full rate) from t on a level whose links already
   // carry `busy`; adds its pieces to busy and returns its end. The level is never more than fully used:
@@ -247,7 +249,7 @@ class Schedule {
       // traffic is that of its largest member, its arithmetic the sum
       l.fused.flops += k.flops;
       l.fused.bytes = std::max(l.fused.bytes, k.bytes);
-      if (l.fused.n++ == 0) l.fused.name = e.op;
+      if (l.fused.n++ == 0) l.fused.name = e.op, l.fused.event = (int64_t)l.next;
       return;
     }
     flush_fused(l);
@@ -258,9 +260,9 @@ class Schedule {
       Kernel part = k;
       part.flops = k.flops / d.kernels;
       part.bytes = k.bytes * d.traffic / d.kernels;
-      for (int i = 0; i < d.kernels; ++i) emit_kernel(l, e.op, class_of(e), part);
+      for (int i = 0; i < d.kernels; ++i) emit_kernel(l, e.op, class_of(e), part, (int64_t)l.next);
     } else {
-      emit_kernel(l, e.op, class_of(e), k);
+      emit_kernel(l, e.op, class_of(e), k, (int64_t)l.next);
     }
   }
   // A send / receive between pipeline stages. Returns false when the receive's send is not scheduled yet.
@@ -299,7 +301,7 @@ class Schedule {
     int64_t idx = -1;
     if (ct.seconds > 0) {
       idx = (int64_t)l.r.spans.size();
-      l.r.spans.push_back({stream, "send", "comm", start, end - start, 0, bytes, -1, l.stage});
+      l.r.spans.push_back({stream, "send", "comm", start, end - start, 0, bytes, -1, l.stage, (int64_t)l.next});
     }
     arrivals_[{l.rank, e.peer, e.tag}] = end;
     l.sent[{e.group.id, e.tag}].push_back(end);
@@ -353,7 +355,8 @@ class Schedule {
     int64_t idx = -1;
     if (ct.seconds > 0) {
       idx = (int64_t)l.r.spans.size();
-      l.r.spans.push_back({stream, e.op, "comm", start, end - start, 0, e.bytes * scale, -1, l.stage});
+      l.r.spans.push_back({stream, e.op, "comm", start, end - start, 0, e.bytes * scale, -1, l.stage,
+                           (int64_t)l.next});
     }
     l.inflight[e.comm_id] = {end, e.op, idx, false, synced};
     return true;

@@ -25,11 +25,11 @@ SimResult measured_timeline(const std::vector<CostEvent>& ev, double end, const 
     const double next = i + 1 < ev.size() ? ev[i + 1].t : end;
     const double dur = std::max(0.0, next - e.t);
     if (e.kind == CostEvent::Kind::Compute) {
-      r.spans.push_back({"compute", e.op, "compute", e.t, dur, e.flops, e.bytes, -1});
+      r.spans.push_back({"compute", e.op, "compute", e.t, dur, e.flops, e.bytes, -1, 0, (int64_t)i});
       r.compute_s += dur;
     } else if (e.kind == CostEvent::Kind::CommStart) {
       comm_span[e.comm_id] = r.spans.size();
-      r.spans.push_back({"comm:" + e.group.name, e.op, "comm", e.t, 0, 0, e.bytes, -1});
+      r.spans.push_back({"comm:" + e.group.name, e.op, "comm", e.t, 0, 0, e.bytes, -1, 0, (int64_t)i});
     } else {
       auto it = comm_span.find(e.comm_id);
       if (it == comm_span.end()) continue;
@@ -70,10 +70,11 @@ std::string hex_id(int pid, int64_t n) {
 }
 }  // namespace
 
-void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips, int first_chip, int64_t step) {
+void write_chrome_trace(const SimResult& r, const std::string& path, const TraceLayout& layout) {
   std::ofstream o(path);
   TITAN_CHECK(o.good(), "trace: cannot write '", path, "'");
-  n_chips = std::max(1, std::min(n_chips, r.chips));
+  const int n_chips = std::max(1, std::min(layout.n_chips, r.chips)), first_chip = layout.first_chip;
+  const int64_t step = layout.step;
   const bool measured = r.system == "measured";
   o << "{\"displayTimeUnit\":\"ms\",\"distributedInfo\":{\"backend\":\"mpi\",\"rank\":" << first_chip * r.ranks_per_chip
     << ",\"world_size\":" << r.world << "},\"otherData\":{\"chip\":\"" << esc(r.chip) << "\",\"system\":\""
@@ -90,7 +91,7 @@ void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips
     o << ",\"args\":{\"" << key << "\":" << value << "}}";
   };
   for (int cc = 0; cc < n_chips; ++cc) {
-    const int c = first_chip + cc, pid = c + 1;  // pid >= 1, distinct per chip: per-rank files merge cleanly
+    const int c = first_chip + cc, pid = c + layout.pid_offset + 1;  // >= 1, distinct per chip: files merge cleanly
     // the chip's pipeline stage (its first rank's): a stage's chips share its timeline
     const std::vector<SimSpan>* spans = &r.spans;
     std::string stage;
@@ -101,7 +102,10 @@ void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips
       stage = ", pipeline stage " + std::to_string(st);
     }
     meta("process_name", pid, 0, "name",
-         "\"" + std::string(measured ? "rank " : "chip ") + std::to_string(c) + " (" + esc(r.chip) + stage + ")\"");
+         "\"" + (!layout.process_name.empty() && cc == 0
+                     ? esc(layout.process_name)
+                     : std::string(measured ? "rank " : "chip ") + std::to_string(c) + " (" + esc(r.chip) + stage + ")") +
+             "\"");
     meta("process_sort_index", pid, 0, "sort_index", std::to_string(pid));
     const int drawn = cc == 0 ? r.ranks_per_chip : 1;  // chip 0: every rank; others: their first (SPMD)
     for (int k = 0; k < drawn; ++k) {  // a track only for a rank that is drawn (no empty named tracks)
@@ -185,7 +189,14 @@ void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips
           << esc(s.name) << "\",\"cat\":\"" << s.category << "\",\"ts\":" << us(a) << ",\"dur\":" << us(b - a);
         if (k == 0 && !bind[i].empty())
           o << ",\"bind_id\":\"" << bind[i] << "\"," << (flow_in[i] ? "\"flow_in\":true" : "\"flow_out\":true");
-        o << ",\"args\":{\"flops\":" << s.flops << ",\"bytes\":" << s.bytes << "}}";
+        o << ",\"args\":{\"flops\":" << s.flops << ",\"bytes\":" << s.bytes;
+        if (s.event >= 0) o << ",\"event\":" << s.event;
+        if (s.other_s >= 0) {  // side by side: the other timeline's time of this op, and the simulation's error
+          const double meas = measured ? s.dur : s.other_s, simu = measured ? s.other_s : s.dur;
+          o << (measured ? ",\"simulated_ms\":" : ",\"measured_ms\":") << s.other_s * 1e3;
+          if (meas > 0) o << ",\"sim_error_pct\":" << 100.0 * (simu - meas) / meas;
+        }
+        o << "}}";
       }
     }
     for (const V1& f : v1) {

@@ -13,17 +13,31 @@
 // bound to the stall's end).
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "simulator/result.h"
 
 namespace titan {
 
-// Writes the first n_chips chips of `r` (chip 0: every rank it holds; the others: their first rank, SPMD).
-// Chips are numbered from `first_chip`: a measured trace of rank R passes R, so the per-rank files of one job
-// merge without collisions. `step`: the step's number for its ProfilerStep# slice.
-void write_chrome_trace(const SimResult& r, const std::string& path, int n_chips, int first_chip = 0,
-                        int64_t step = 1);
+// Which chips of a timeline a trace file draws, and as which processes.
+struct TraceLayout {
+  int n_chips = 1;       // the first n chips (chip 0: every rank it holds; the others: their first rank, SPMD)
+  int first_chip = 0;    // chips are numbered from here: a measured trace of rank R passes R, so the per-rank
+                         // files of one job merge without collisions
+  int64_t step = 1;      // the step's number for its ProfilerStep# slice
+  int pid_offset = 0;    // pids start at first_chip + pid_offset + 1 (a second timeline of the same ranks in one
+                         // merged file: the simulated beside the measured)
+  std::string process_name;  // "": "chip N (<chip>)", or "rank N (<label>)" when measured
+  explicit TraceLayout(int n_chips_ = 1, int first_chip_ = 0, int64_t step_ = 1, int pid_offset_ = 0,
+                       std::string process_name_ = "")
+      : n_chips(n_chips_), first_chip(first_chip_), step(step_), pid_offset(pid_offset_),
+        process_name(std::move(process_name_)) {}
+};
+
+// Writes `r` as a Chrome trace. A slice of an op compared side by side (SimSpan::other_s) carries its time in
+// the other timeline and the error in its args.
+void write_chrome_trace(const SimResult& r, const std::string& path, const TraceLayout& layout = TraceLayout());
 
 // The same timeline from a timed CostTrace of a real step on this CPU: each op lasts until the next record, a
 // stall until the op after the wait, a collective from its start to the end of the wait for it. `end`: the

@@ -174,6 +174,9 @@ std::vector<Field> fields(JobConfig& c) {
                    "true: profile_step's per-op table, collectives (collectives_rank<r>.tsv) and Chrome trace"),
       config::bind("profiling.profile_step", &c.profiling.profile_step,
                    "the step profiled (1-based)"),
+      config::bind("profiling.simulate_system", &c.profiling.simulate_system,
+                   "the profiled step also simulated on simulator/specs/systems/<name>.yaml (the machine it runs on), "
+                   "each op's measured and simulated time side by side; \"\": off"),
       config::bind("simulation.enabled", &c.simulation.enabled,
                    "true: plan one step on meta tensors as world_size ranks on simulation.system, price it; no training"),
       config::bind("simulation.world_size", &c.simulation.world_size,

@@ -174,6 +174,8 @@ struct JobConfig {
   struct Profiling {
     bool enable_profiling = false;  // per-op FLOP/byte/time table of one step
     int64_t profile_step = 2;
+    std::string simulate_system = "cpu-host";  // the profiled step also simulated on this spec, op by op beside
+                                                // the measured one; "": off
   } profiling;
 
   // Planning on meta tensors (the simulator's front half): no data, no memory

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "tests/error_of.h"
+#include "simulator/compare.h"
 #include "simulator/cost_model.h"
 #include "simulator/trace.h"
 #include "src/log/log.h"
@@ -821,7 +822,7 @@ TEST(Simulation, ChromeTraceIsValidJsonWithTheExpectedTracks) {
   JobConfig c = sim_config("configs/qwen3_32b.yaml", {"model.n_layers", "4"});
   SimResult r = simulate_step(c, 64);
   const std::string path = (fs::temp_directory_path() / "titan_sim_trace.json").string();
-  write_chrome_trace(r, path, 2);
+  write_chrome_trace(r, path, TraceLayout(2));
   std::ifstream in(path);
   nlohmann::json j = nlohmann::json::parse(in);  // throws on invalid JSON
   std::set<std::string> procs, threads, binds;
@@ -934,7 +935,7 @@ TEST(Simulation, PerRankMeasuredTracesMergeIntoOneCheckedFile) {
     comm(CostEvent::Kind::CommWait, 1, 0.008);
     compute("adamw", 0.009);
     files.push_back((dir / ("profile_trace_rank" + std::to_string(rank) + ".json")).string());
-    write_chrome_trace(measured_timeline(ev, 0.010, "this CPU", 2), files.back(), 1, rank, 3);
+    write_chrome_trace(measured_timeline(ev, 0.010, "this CPU", 2), files.back(), TraceLayout(1, rank, 3));
     const auto p = check_chrome_trace(files.back());
     EXPECT_TRUE(p.empty()) << p.front();
   }
@@ -972,7 +973,7 @@ TEST(Simulation, MeasuredTimelineOfARealStepUsesTheSameFormat) {
   for (const auto& s : r.spans) sum += s.dur;
   EXPECT_NEAR(sum, end - ev.front().t, 1e-9);  // the ops tile the step
   const std::string path = (fs::temp_directory_path() / "titan_measured_trace.json").string();
-  write_chrome_trace(r, path, 1);
+  write_chrome_trace(r, path);
   std::ifstream in(path);
   nlohmann::json j = nlohmann::json::parse(in);
   int linear = 0;
@@ -980,6 +981,88 @@ TEST(Simulation, MeasuredTimelineOfARealStepUsesTheSameFormat) {
     if (e["ph"] == "X" && e["name"] == "linear") ++linear;
   EXPECT_GT(linear, 0);
   fs::remove(path);
+}
+
+// A profiled real step beside the same step simulated on this machine's spec (issue: measured and simulated on
+// one axis): every op the step recorded is a row with both times; each measured slice carries its simulated
+// time and each simulated slice its measured one; a GEMM is priced as the cost model prices it on one kernel
+// (titan's engine: no eager decomposition); the two timelines merge into one checked file.
+TEST(Simulation, AProfiledStepSideBySideHasEveryOpWithBothTimes) {
+  JobConfig c = sim_config("configs/qwen3_debug.yaml", {"training.local_batch_size", "1", "training.seq_len", "32"});
+  CostTrace trace(/*timed=*/true);
+  plan_step(c, 1, /*with_events=*/false, Device::CPU);
+  const double end = trace.elapsed();
+  const std::vector<CostEvent> ev = trace.take();
+  const sim::SystemSpec sys = sim::load_system("cpu-host");
+  const sim::ChipSpec chip = sim::load_chip(sys.chip_name);
+  const StepComparison cmp = compare_step(ev, end, chip, sys, 1);
+  int64_t ops = 0, calls = 0;
+  std::map<std::string, int64_t> by_op, rows_by_op;
+  for (const CostEvent& e : ev)
+    if (e.kind != CostEvent::Kind::CommWait) ++ops, ++by_op[e.op];
+  double measured = 0, simulated = 0;
+  for (const OpComparison& r : cmp.rows) {
+    calls += r.calls;
+    rows_by_op[r.op] += r.calls;
+    measured += r.measured_s;
+    simulated += r.simulated_s;
+  }
+  EXPECT_EQ(calls, ops);  // every op (and collective) of the step is in the table
+  EXPECT_EQ(rows_by_op, by_op);
+  for (size_t i = 1; i < cmp.rows.size(); ++i)  // largest error first
+    EXPECT_GE(std::abs(cmp.rows[i - 1].simulated_s - cmp.rows[i - 1].measured_s),
+              std::abs(cmp.rows[i].simulated_s - cmp.rows[i].measured_s));
+  double meas_spans = 0, sim_spans = 0;
+  std::map<int64_t, double> sim_of;
+  for (const SimSpan& s : cmp.simulated.spans)
+    if (s.event >= 0) sim_spans += s.dur, sim_of[s.event] += s.dur;
+  int gemms = 0;
+  for (const SimSpan& s : cmp.measured.spans) {
+    if (s.event < 0) continue;
+    meas_spans += s.dur;
+    EXPECT_NEAR(s.other_s, sim_of.count(s.event) ? sim_of[s.event] : 0.0, 1e-12) << s.name;
+    const CostEvent& e = ev[(size_t)s.event];
+    if (e.gemm.batch > 0 && s.category == "compute") {
+      sim::Kernel k;
+      k.kind = sim::KernelKind::Gemm;
+      k.flops = e.flops;
+      k.bytes = e.bytes;
+      k.batch = e.gemm.batch, k.m = e.gemm.m, k.n = e.gemm.n, k.k = e.gemm.k;
+      EXPECT_NEAR(sim_of[s.event], sim::kernel_time(chip, 1, k, sim::ExecMode::Eager).seconds, 1e-12) << s.name;
+      ++gemms;
+    }
+  }
+  EXPECT_GT(gemms, 10);
+  EXPECT_NEAR(measured, meas_spans, 1e-9);
+  EXPECT_NEAR(simulated, sim_spans, 1e-9);
+  EXPECT_GT(cmp.simulated.step_s, 0.0);
+  const auto lines = describe_comparison(cmp, 5);
+  ASSERT_EQ(lines.size(), 7u);
+  EXPECT_NE(lines[0].find("measured vs simulated (cpu-epyc-zen4-2c in cpu-host"), std::string::npos) << lines[0];
+  // one axis: the measured rank 0 (pid 1) and its simulation (pid 2) in one checked file
+  const fs::path dir = fs::temp_directory_path() / "titan_side_by_side";
+  fs::create_directories(dir);
+  const std::string a = (dir / "m.json").string(), b = (dir / "s.json").string(), m = (dir / "all.json").string();
+  write_chrome_trace(cmp.measured, a, TraceLayout(1, 0, 2));
+  write_chrome_trace(cmp.simulated, b, TraceLayout(1, 0, 2, 1, "rank 0 simulated (cpu-epyc-zen4-2c)"));
+  merge_chrome_traces({a, b}, m, 1);
+  const auto p = check_chrome_trace(m);
+  EXPECT_TRUE(p.empty()) << p.front();
+  std::ifstream in(m);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  std::set<int> pids;
+  int with_both = 0;
+  for (const auto& e : j["traceEvents"]) {
+    pids.insert(e["pid"].get<int>());
+    if (e["ph"] == "X" && e["args"].contains("sim_error_pct")) ++with_both;
+  }
+  EXPECT_EQ(pids, (std::set<int>{1, 2}));
+  EXPECT_GT(with_both, 2 * gemms - 1);
+  fs::remove_all(dir);
+  // untimed events (a meta plan) cannot be compared
+  std::vector<CostEvent> untimed = ev;
+  for (CostEvent& e : untimed) e.t = 0;
+  EXPECT_NE(error_of([&] { compare_step(untimed, 0, chip, sys, 1); }).find("carry no times"), std::string::npos);
 }
 
 TEST(Simulation, CollectivesSlowTheKernelsTheyOverlapByTheChipsInterference) {
@@ -1387,7 +1470,7 @@ TEST(Simulation, ContextParallelShardsTheSequenceAndPricesTheExchange) {
     ASSERT_TRUE(r.comm_busy_by_group.count(group)) << r.algorithms;
     EXPECT_GT(r.comm_busy_by_group.at(group), 0.0);
     const std::string trace = (dir / ("trace_" + method + ".json")).string();
-    write_chrome_trace(r, trace, 1);
+    write_chrome_trace(r, trace);
     std::ifstream f(trace);
     const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     EXPECT_NE(text.find(method == "allgather" ? "comm:cp" : "p2p:cp_p2p"), std::string::npos);

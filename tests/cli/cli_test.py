@@ -83,9 +83,37 @@ def main():
         ok = os.path.exists(merged)
         c = subprocess.run([os.path.join(a.build, "titan-trace"), "check", merged], capture_output=True, text=True)
         mp = {e["pid"] for e in json.load(open(merged))["traceEvents"]} if ok else set()
-        check(ok and c.returncode == 0 and mp == {1, 2},
-              f"rank 0 merged the ranks' traces into profile_trace.json (pids {mp}) and titan-trace check passes it: "
+        simulated = {e["args"]["name"] for e in json.load(open(merged))["traceEvents"]
+                     if e.get("name") == "process_name" and e["pid"] in (3, 4)} if ok else set()
+        check(ok and c.returncode == 0 and mp == {1, 2, 3, 4} and
+              simulated == {"rank 0 simulated (cpu-epyc-zen4-2c)", "rank 1 simulated (cpu-epyc-zen4-2c)"},
+              f"rank 0 merged the ranks' measured traces (pids 1, 2) and their simulations on this machine's spec "
+              f"(pids 3, 4: {simulated}) into profile_trace.json (pids {mp}); titan-trace check passes it: "
               f"{c.stdout.strip()} {c.stderr.strip()}")
+        # every op of rank 0's per-op table is in its side-by-side table, with as many calls
+        table = {}
+        for m in re.finditer(r"^\S+ \S+ \S+ - {3}(\w+)\s+(\d+)\s+[0-9.]+\s+[0-9.]+%", p.stdout, re.M):
+            table[m.group(1)] = int(m.group(2))
+        side = {}
+        tsv = os.path.join(d, "profile_vs_sim_rank0.tsv")
+        for row in (open(tsv).read().splitlines()[1:] if os.path.exists(tsv) else []):
+            f = row.split("\t")
+            side[f[0]] = side.get(f[0], 0) + int(f[2])
+        check(len(table) > 10 and {k: side.get(k) for k in table} == table and
+              "measured vs simulated (cpu-epyc-zen4-2c in cpu-host" in p.stdout,
+              f"every op of the profiled step's table ({len(table)} ops) is in profile_vs_sim_rank0.tsv with its calls "
+              f"(missing or different: {sorted(k for k in table if side.get(k) != table[k])}) and the log names the "
+              f"largest errors")
+        # a wrong spec name fails before the first step, naming the key and the value as written
+        p = subprocess.run([os.path.join(a.build, "titan-train"), "--config", "qwen3_debug", "--model.n_layers", "1",
+                            "--training.steps", "2", "--profiling.enable_profiling", "true",
+                            "--profiling.simulate_system", "cpu-hots", "--job.dump_folder", d],
+                           capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
+        out = p.stdout + p.stderr
+        check(p.returncode != 0 and "profiling.simulate_system 'cpu-hots'" in out and "cpu-host" in out and
+              "step:  1" not in out,
+              f"a wrong profiling.simulate_system is refused before training, naming the key and the known systems "
+              f"(rc {p.returncode}): {out.strip().splitlines()[-1] if out.strip() else ''}")
     return check.exit_status()
 
 
