@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "simulator/critical_path.h"
 #include "src/log/log.h"
 
 namespace titan {
@@ -44,6 +45,7 @@ std::vector<std::string> describe_simulation(const SimResult& r) {
   cm += " (of which " + fmt("%.3f", r.link_contention_s) + " s sharing links with other groups' transfers)";
   out.push_back(cm);
   out.push_back("sim collectives: " + r.algorithms);
+  if (!r.critical.segments.empty()) out.push_back(describe_critical_path(r.critical));
   if (!r.stages.empty()) {
     std::string pl = "sim pipeline: bubble " + fmt("%.3f", r.bubble_s) + " s (" + fmt("%.1f", 100 * r.bubble_fraction) +
                      "% of the schedules' " + fmt("%.3f", r.pipeline_s) +

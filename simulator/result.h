@@ -4,13 +4,39 @@
 // simulate_step (simulate.h); read by the report (report.h) and the Chrome
 // trace (trace.h).
 #pragma once
+#include <array>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "src/tensor/cost.h"
 
 namespace titan {
+
+// What a slice waited for: the slice whose end let it start (a stall: whose end ended it), and why. The
+// scheduler records the binding one, so following them back from the step's last slice is the critical path
+// (critical_path.h); the trace draws each kind as its own flow category.
+enum class DepKind : uint8_t {
+  none,        // the step's first slice on its track
+  stream,      // the previous slice of its stream (kernels in order; a collective queued behind another)
+  data,        // a collective after the kernel that issued it; a stall on a collective waited for at once
+  prefetch,    // a stall on a collective issued ahead of its consumer (FSDP's prefetched all-gather, a
+               // reduction left in flight) that still had not finished
+  collective,  // a collective (or the stall before it) waiting for the last of its ranks to issue it
+  pipeline,    // a pipeline receive waiting for its send
+  host,        // the device waiting for the host to issue the next kernel (host-bound)
+};
+constexpr std::array<std::string_view, 7> enum_names(DepKind) {
+  return {"none", "stream", "data", "prefetch", "collective", "pipeline", "host"};
+}
+inline std::string dep_name(DepKind k) { return std::string(enum_names(k)[(size_t)k]); }
+
+struct SpanRef {  // a slice of a scheduled rank: its lane (pipeline stage) and its index in that lane's spans
+  int lane = -1;
+  int64_t span = -1;
+  bool valid() const { return lane >= 0 && span >= 0; }
+};
 
 struct SimSpan {  // one slice of the timeline (seconds from the step's start)
   std::string stream, name, category;  // category: compute | comm | idle (waiting for a collective) | bubble
@@ -22,6 +48,24 @@ struct SimSpan {  // one slice of the timeline (seconds from the step's start)
   int64_t event = -1;    // the CostEvent (its index in the rank's events) this slice runs; -1: none (a wait, a
                          // fused chain of several)
   double other_s = -1;   // side by side (compare.h): the same op's time in the other timeline (-1: not compared)
+  std::string kernel_class;  // compute: gemm | attention | elementwise | optimizer (simulated kernels)
+  SpanRef dep;               // what it waited for (simulated timelines)
+  DepKind dep_kind = DepKind::none;
+};
+
+// The step's critical path across ranks and streams: the chain of slices, each waiting for the one before,
+// from the step's start to its end (critical_path.h). Segments in time order; a stall on the path is replaced
+// by what it waited for, a gap the host held is its own segment.
+struct PathSegment {
+  SpanRef span;
+  double start = 0, dur = 0;
+  std::string what;  // its attribution: "gemm", "attention", ..., "communication dp_shard", "pipeline pp", "host"
+};
+struct CriticalPath {
+  std::vector<PathSegment> segments;
+  double length = 0;                     // sum of the segments: the step's end
+  std::map<std::string, double> by_what;  // seconds on the path per attribution
+  std::map<int, double> by_lane;          // seconds on the path per lane (pipeline stage)
 };
 
 struct SimMemory {  // bytes per chip
@@ -72,6 +116,7 @@ struct SimResult {
   // rank 0's collective starts of the planned step, in issue order; bytes as priced (gradients in
   // training.mixed_precision_reduce, the rest in training.mixed_precision_param: the meta run itself is float32)
   std::vector<CostEvent> collectives;
+  CriticalPath critical;  // across every scheduled lane (stage); empty for measured timelines
 };
 
 }  // namespace titan

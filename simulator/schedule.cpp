@@ -6,6 +6,7 @@
 #include <set>
 #include <tuple>
 
+#include "simulator/critical_path.h"
 #include "src/tensor/error.h"
 
 namespace titan {
@@ -32,6 +33,9 @@ std::string class_of(const CostEvent& e) {
 // have issued it.
 struct Lane {
   int rank = 0, stage = 0;
+  int index = 0;             // this lane's place among the scheduled ones (SpanRef::lane)
+  int64_t last_compute = -1;  // the compute stream's last slice (its next one waits for it)
+  std::map<std::string, int64_t> last_on_stream;  // each communication stream's last slice
   const std::vector<CostEvent>* events = nullptr;
   size_t next = 0;
   double tc = 0;  // compute stream clock
@@ -47,6 +51,9 @@ struct Lane {
     // a collective with members on other simulated stages: when the last of them issued it (-1: none). Waiting
     // until then is waiting for the other stages (bubble), only the rest exposed communication.
     double synced = -1;
+    SpanRef last_arrival;  // synced: the last issuer's slice before it issued
+    SpanRef from;          // a receive: its send's slice
+    int64_t kernels = 0;   // the lane's kernels when issued (more by its wait: it was issued ahead, a prefetch)
   };
   std::map<int64_t, Pending> inflight;
   struct Fused {
@@ -59,6 +66,7 @@ struct Lane {
   // point-to-point with peers the simulation does not play (a context-parallel ring's neighbours): this
   // rank's sends per (group, tag), their arrival times in order, and the receives matched to them so far
   std::map<std::pair<uint64_t, int>, std::vector<double>> sent;
+  std::map<std::pair<uint64_t, int>, std::vector<SpanRef>> sent_span;  // the same sends' slices
   std::map<std::pair<uint64_t, int>, size_t> received;
   // per network level (by name): when this rank's transfers use its links (contention between groups); each
   // interval owned by a collective (its comm id, its stream) or a point-to-point transfer
@@ -69,6 +77,7 @@ struct Lane {
   };
   std::map<std::string, std::vector<Use>> link_busy;
   bool registered = false;  // the collective at `next` has been announced to the other lanes
+  double stream_free_before = 0;  // the stream's free time when the transfer being placed was issued
   SimResult r;              // this lane's timeline and sums
   std::vector<double> marks;  // pipeline schedules: begin, end, begin, end, ... (compute clock)
   bool done() const { return next >= events->size(); }
@@ -111,11 +120,40 @@ class Schedule {
   void host_issue(Lane& l) {
     if (host_s_ > 0) l.th += host_s_;
   }
+  // Appends a slice of the compute stream: it waits for `dep` (kind), by default the stream's previous slice.
+  void push_compute(Lane& l, SimSpan s, DepKind kind = DepKind::stream, SpanRef dep = {}) {
+    s.dep = kind == DepKind::stream || !dep.valid() ? SpanRef{l.index, l.last_compute} : dep;
+    s.dep_kind = s.dep.valid() ? kind : DepKind::none;
+    l.last_compute = (int64_t)l.r.spans.size();
+    l.r.spans.push_back(std::move(s));
+  }
+  // What a transfer issued by lane l at `issued` on `stream` (free from `free`) waited for: the previous transfer
+  // of its stream when that ended last, else the last issuer (`other`, when another lane's), else the host, else
+  // the kernel before it.
+  void set_issue_dep(Lane& l, SimSpan& s, const std::string& stream, double issued, double free, double own,
+                     SpanRef other) {
+    auto prev = l.last_on_stream.find(stream);
+    if (free > issued && prev != l.last_on_stream.end()) {
+      s.dep = {l.index, prev->second};
+      s.dep_kind = DepKind::stream;
+    } else if (other.valid() && issued > own) {
+      s.dep = other;
+      s.dep_kind = DepKind::collective;
+    } else if (l.th > l.tc && l.last_compute >= 0) {
+      s.dep = {l.index, l.last_compute};
+      s.dep_kind = DepKind::host;
+    } else if (l.last_compute >= 0) {
+      s.dep = {l.index, l.last_compute};
+      s.dep_kind = DepKind::data;
+    }
+    l.last_on_stream[stream] = (int64_t)l.r.spans.size();
+  }
   // The compute stream waits for the host (host-bound: the kernels are shorter than their issue).
   void wait_for_host(Lane& l) {
     if (l.th <= l.tc) return;
     const double w = l.th - l.tc;
-    l.r.spans.push_back({"compute", "wait host", "host", l.tc, w, 0, 0, -1, l.stage});
+    push_compute(l, {"compute", "wait host", "host", l.tc, w, 0, 0, -1, l.stage}, DepKind::host,
+                 SpanRef{l.index, l.last_compute});
     l.r.host_wait_s += w;
     l.tc = l.th;
   }
@@ -131,7 +169,9 @@ class Schedule {
       if (overlap > 0) extra = overlap * chip_.comm_interference / (1 - chip_.comm_interference);
     }
     SimResult& r = l.r;
-    r.spans.push_back({"compute", name, "compute", l.tc, kt.seconds + extra, k.flops, k.bytes, -1, l.stage, event});
+    SimSpan span{"compute", name, "compute", l.tc, kt.seconds + extra, k.flops, k.bytes, -1, l.stage, event};
+    span.kernel_class = cls;
+    push_compute(l, std::move(span));
     l.tc += kt.seconds + extra;
     r.compute_s += kt.seconds + extra;
     r.compute_by_class[cls] += kt.seconds - kt.overhead_s;
@@ -280,12 +320,16 @@ class Schedule {
                     ") over '", e.group.name, "' from rank ", e.peer, ", which the simulation does not play, before "
                     "sending its own: only a symmetric exchange (each rank sends before it receives) is priced");
         l.received[key] = k + 1;
-        l.inflight[e.comm_id] = {mine[k], "recv", -1, false};
+        Lane::Pending p{mine[k], "recv", -1, false};
+        p.from = l.sent_span[key][k];  // its own send's: the peer's is alike
+        l.inflight[e.comm_id] = p;
         return true;
       }
       auto it = arrivals_.find({e.peer, l.rank, e.tag});
       if (it == arrivals_.end()) return false;
-      l.inflight[e.comm_id] = {it->second, "recv", -1, true};
+      Lane::Pending p{it->second.first, "recv", -1, true};
+      p.from = it->second.second;
+      l.inflight[e.comm_id] = p;
       return true;
     }
     flush_fused(l);
@@ -293,7 +337,8 @@ class Schedule {
     const GroupSpan span = group_span(sys_, rpc_, {l.rank, e.peer});
     const CollectiveTime ct = p2p_time(chip_, sys_, bytes, span);
     const std::string stream = stream_for(l, e, "p2p:");
-    const double start = std::max({l.tc, l.th, l.stream_free[stream]});
+    l.stream_free_before = l.stream_free[stream];
+    const double start = std::max({l.tc, l.th, l.stream_free_before});
     const double end = ct.seconds > 0 ? place_on_links(l, ct, start, -1, stream) : start;
     l.stream_free[stream] = end;
     l.r.comm_busy_by_group[e.group.name] += end - start;
@@ -301,10 +346,15 @@ class Schedule {
     int64_t idx = -1;
     if (ct.seconds > 0) {
       idx = (int64_t)l.r.spans.size();
-      l.r.spans.push_back({stream, "send", "comm", start, end - start, 0, bytes, -1, l.stage, (int64_t)l.next});
+      SimSpan sp{stream, "send", "comm", start, end - start, 0, bytes, -1, l.stage, (int64_t)l.next};
+      set_issue_dep(l, sp, stream, std::max(l.tc, l.th), l.stream_free_before, std::max(l.tc, l.th), {});
+      l.r.spans.push_back(std::move(sp));
     }
-    arrivals_[{l.rank, e.peer, e.tag}] = end;
+    // the slice a receive waits for: the send's, or (a free transfer) the kernel before it
+    const SpanRef sent_at = idx >= 0 ? SpanRef{l.index, idx} : SpanRef{l.index, l.last_compute};
+    arrivals_[{l.rank, e.peer, e.tag}] = {end, sent_at};
     l.sent[{e.group.id, e.tag}].push_back(end);
+    l.sent_span[{e.group.id, e.tag}].push_back(sent_at);
     l.inflight[e.comm_id] = {end, "send", idx, false};
     return true;
   }
@@ -324,18 +374,20 @@ class Schedule {
       if (members.size() > 1) host_issue(l);  // a group of one launches nothing
       l.host_charged = l.next;
     }
-    double issued = std::max(l.tc, l.th);  // after the compute stream's work before it, once the host issued it
-    double synced = -1;
+    const double own = std::max(l.tc, l.th);  // after the compute stream's work before it, once the host issued it
+    double issued = own, synced = -1;
+    SpanRef last;  // the last member's slice when it issued (another lane's when it came last)
     if (!others.empty()) {
       const int64_t k = l.collectives_seen[sorted];
       auto& arrived = issue_times_[{sorted, k}];
       if (!l.registered) {
-        arrived[l.rank] = issued;
+        arrived[l.rank] = {own, SpanRef{l.index, l.last_compute}};
         l.registered = true;
       }
       for (int o : others)
         if (!arrived.count(o)) return false;
-      for (auto& [rk, t] : arrived) issued = std::max(issued, t);
+      for (auto& [rk, t] : arrived)
+        if (t.first > issued) issued = t.first, last = t.second;
       synced = issued;
       ++l.collectives_seen[sorted];
       l.registered = false;
@@ -346,7 +398,8 @@ class Schedule {
     CollectiveTime ct = collective_time(chip_, sys_, rpc_, kind, e.bytes * scale, span);
     const std::string stream = stream_for(l, e, "comm:");
     // a free collective (group of one) neither queues nor occupies its stream
-    const double start = ct.seconds > 0 ? std::max(issued, l.stream_free[stream]) : issued;
+    const double free = l.stream_free[stream];
+    const double start = ct.seconds > 0 ? std::max(issued, free) : issued;
     const double end = ct.seconds > 0 ? place_on_links(l, ct, start, e.comm_id, stream) : start;
     if (ct.seconds > 0) l.stream_free[stream] = end;
     l.r.comm_busy_by_group[e.group.name] += end - start;
@@ -355,10 +408,14 @@ class Schedule {
     int64_t idx = -1;
     if (ct.seconds > 0) {
       idx = (int64_t)l.r.spans.size();
-      l.r.spans.push_back({stream, e.op, "comm", start, end - start, 0, e.bytes * scale, -1, l.stage,
-                           (int64_t)l.next});
+      SimSpan sp{stream, e.op, "comm", start, end - start, 0, e.bytes * scale, -1, l.stage, (int64_t)l.next};
+      set_issue_dep(l, sp, stream, issued, free, own, last);
+      l.r.spans.push_back(std::move(sp));
     }
-    l.inflight[e.comm_id] = {end, e.op, idx, false, synced};
+    Lane::Pending p{end, e.op, idx, false, synced};
+    p.last_arrival = last;
+    p.kernels = l.r.kernels;
+    l.inflight[e.comm_id] = p;
     return true;
   }
   void wait(Lane& l, const CostEvent& e) {
@@ -369,14 +426,22 @@ class Schedule {
     if (!p.recv && p.synced > l.tc) {  // the other stages are not there yet (a stage-spanning collective after
                                        // the pipeline: the loss or gradient-norm all-reduce): their bubble
       const double w = std::min(p.synced, p.end) - l.tc;
-      l.r.spans.push_back({"compute", "wait stages", "bubble", l.tc, w, 0, 0, -1, l.stage});
+      push_compute(l, {"compute", "wait stages", "bubble", l.tc, w, 0, 0, -1, l.stage}, DepKind::collective,
+                   p.last_arrival);
       l.tc += w;
     }
     if (p.end > l.tc) {
       const double w = p.end - l.tc;
       if (p.span >= 0) l.r.spans[p.span].flow_to = (int64_t)l.r.spans.size();
-      l.r.spans.push_back({"compute", p.recv ? "wait recv" : "wait " + p.kind, p.recv ? "bubble" : "idle", l.tc, w, 0, 0, -1,
-                           l.stage});
+      // what it waited for: the send (a receive), or the collective (issued ahead: a prefetch)
+      const SpanRef dep = p.recv || p.span < 0 ? p.from : SpanRef{l.index, p.span};
+      const DepKind kind = p.recv                  ? DepKind::pipeline
+                           : p.from.valid()        ? DepKind::data  // a symmetric peer's message: like its own send
+                           : l.r.kernels > p.kernels ? DepKind::prefetch
+                                                     : DepKind::data;
+      push_compute(l, {"compute", p.recv ? "wait recv" : "wait " + p.kind, p.recv ? "bubble" : "idle", l.tc, w, 0, 0,
+                       -1, l.stage},
+                   kind, dep);
       if (!p.recv) {
         l.r.exposed_comm_s += w;
         l.r.exposed_by_kind[p.kind] += w;
@@ -411,8 +476,10 @@ class Schedule {
   double act_scale_, red_scale_;
   double host_s_;  // the host's time to issue one kernel or collective (0: never holds the device back)
   std::vector<int> simulated_;  // world ranks played, sorted
-  std::map<std::tuple<int, int, int64_t>, double> arrivals_;  // (sender, receiver, tag) -> when the data is there
-  std::map<std::pair<std::vector<int>, int64_t>, std::map<int, double>> issue_times_;
+  // (sender, receiver, tag) -> when the data is there, and the send's slice
+  std::map<std::tuple<int, int, int64_t>, std::pair<double, SpanRef>> arrivals_;
+  // (members, k) -> each simulated member's issue time of its k-th collective over them, and its slice then
+  std::map<std::pair<std::vector<int>, int64_t>, std::map<int, std::pair<double, SpanRef>>> issue_times_;
 };
 }  // namespace
 
@@ -424,6 +491,7 @@ std::vector<RankTimeline> schedule_ranks(const std::vector<RankEvents>& ranks, c
     lanes[i].rank = ranks[i].rank;
     lanes[i].stage = ranks[i].stage;
     lanes[i].events = ranks[i].events;
+    lanes[i].index = (int)i;
   }
   Schedule sched(chip, sys, rpc, mode, act_scale, red_scale);
   sched.run(lanes);
@@ -441,6 +509,7 @@ SimResult schedule_events(const std::vector<CostEvent>& events, const ChipSpec& 
                           int ranks_per_chip, ExecMode mode) {
   auto t = schedule_ranks({RankEvents{0, 0, &events}}, chip, sys, ranks_per_chip, mode, 1.0, 1.0);
   SimResult r = std::move(t[0].r);
+  r.critical = critical_path({&r.spans});
   r.chip = chip.name;
   r.system = sys.name;
   r.mode = config::enum_name(mode);

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "simulator/critical_path.h"
 #include "simulator/schedule.h"
 #include "src/log/log.h"
 #include "src/tensor/error.h"
@@ -90,6 +91,11 @@ SimResult simulate_step(const JobConfig& cfg, int world) {
   std::vector<RankEvents> ranks;
   for (size_t s = 0; s < plans.size(); ++s) ranks.push_back({plans[s].rank, (int)s, &plans[s].events});
   std::vector<RankTimeline> lanes = schedule_ranks(ranks, chip, sys, rpc, mode, act_scale, red_scale, &r.algorithms);
+  {  // the critical path across every lane (stage), before their spans move into the stages
+    std::vector<const std::vector<SimSpan>*> spans;
+    for (const auto& l : lanes) spans.push_back(&l.r.spans);
+    r.critical = critical_path(spans);
+  }
   // the step's figures are the first stage's (all of them without pp); its end is the last lane's
   const SimResult& first = lanes[0].r;
   r.spans = first.spans;

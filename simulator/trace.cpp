@@ -90,8 +90,12 @@ void write_chrome_trace(const SimResult& r, const std::string& path, const Trace
     if (tid > 0) o << ",\"tid\":" << tid;
     o << ",\"args\":{\"" << key << "\":" << value << "}}";
   };
+  // per drawn chip: its pid, its lane (pipeline stage; SpanRef::lane), and each span's track (tid)
+  std::vector<int> chip_pid(n_chips), chip_lane(n_chips, 0);
+  std::vector<std::vector<int>> chip_tid(n_chips);
   for (int cc = 0; cc < n_chips; ++cc) {
     const int c = first_chip + cc, pid = c + layout.pid_offset + 1;  // >= 1, distinct per chip: files merge cleanly
+    chip_pid[cc] = pid;
     // the chip's pipeline stage (its first rank's): a stage's chips share its timeline
     const std::vector<SimSpan>* spans = &r.spans;
     std::string stage;
@@ -100,6 +104,7 @@ void write_chrome_trace(const SimResult& r, const std::string& path, const Trace
       const size_t st = std::min(r.stages.size() - 1, (size_t)(c * r.ranks_per_chip / per_stage));
       spans = &r.stages[st].spans;
       stage = ", pipeline stage " + std::to_string(st);
+      chip_lane[cc] = (int)st;
     }
     meta("process_name", pid, 0, "name",
          "\"" + (!layout.process_name.empty() && cc == 0
@@ -145,6 +150,9 @@ void write_chrome_trace(const SimResult& r, const std::string& path, const Trace
       meta("thread_sort_index", pid, t, "sort_index", std::to_string(t));
     }
     for (size_t i : order) tid[i] = lane_tid.at({(*spans)[i].stream, (size_t)(-1 - tid[i])});
+    for (size_t i = 0; i < spans->size(); ++i)
+      if ((*spans)[i].stream == "compute") tid[i] = 1;  // the chip's first rank's track
+    chip_tid[cc] = tid;
     // the step on every compute track: from its first slice to its last
     long long s0 = -1, s1 = 0;
     for (const SimSpan& s : *spans)
@@ -206,6 +214,65 @@ void write_chrome_trace(const SimResult& r, const std::string& path, const Trace
       sep();
       o << "{\"ph\":\"f\",\"bp\":\"e\",\"id\":" << f.id << ",\"pid\":" << pid
         << ",\"tid\":1,\"name\":\"waits\",\"cat\":\"dep\",\"ts\":" << us(f.f_ts) << "}";
+    }
+  }
+  // the scheduler's other dependencies (SimSpan::dep), one flow category per kind, from the slice waited for to
+  // the slice that waited, where both are drawn: a collective after the kernel that issued it (data), queued
+  // behind its stream's previous one (stream), held by the last of its ranks (collective); a pipeline receive
+  // after its send (pipeline); a kernel the host held (host). Stalls on collectives have their arrows above.
+  std::map<int, int> drawn_lane;  // lane -> the first drawn chip showing it
+  for (int cc = n_chips - 1; cc >= 0; --cc) drawn_lane[chip_lane[cc]] = cc;
+  auto span_of = [&](int cc) -> const std::vector<SimSpan>& {
+    return r.stages.empty() ? r.spans : r.stages[(size_t)chip_lane[cc]].spans;
+  };
+  auto mid = [](const SimSpan& s) { return to_ns(s.start) + (std::max(0LL, to_ns(s.start + s.dur) - to_ns(s.start))) / 2; };
+  int64_t typed = 0;
+  for (int cc = 0; cc < n_chips; ++cc) {
+    if (drawn_lane[chip_lane[cc]] != cc) continue;  // a lane's flows once, on its first drawn chip
+    const auto& spans = span_of(cc);
+    for (size_t i = 0; i < spans.size(); ++i) {
+      const SimSpan& s = spans[i];
+      if (!s.dep.valid() || s.dep_kind == DepKind::none) continue;
+      const bool comm = s.stream != "compute";
+      if (s.dep_kind == DepKind::stream && !comm) continue;  // kernels in order: adjacent on their track
+      if (!comm && (s.dep_kind == DepKind::data || s.dep_kind == DepKind::prefetch) && s.dep.lane == chip_lane[cc])
+        continue;  // a stall on a collective: its arrow is drawn above
+      auto from = drawn_lane.find(s.dep.lane);
+      if (from == drawn_lane.end()) continue;
+      const auto& fspans = span_of(from->second);
+      if (s.dep.span >= (int64_t)fspans.size()) continue;
+      const SimSpan& d = fspans[(size_t)s.dep.span];
+      const int64_t id = (int64_t)(((uint64_t)chip_pid[cc] << 32) | (uint64_t)(0x80000000LL + typed++));
+      const std::string kind = dep_name(s.dep_kind);
+      sep();
+      o << "{\"ph\":\"s\",\"id\":" << id << ",\"pid\":" << chip_pid[from->second] << ",\"tid\":"
+        << chip_tid[from->second][(size_t)s.dep.span] << ",\"name\":\"" << kind << "\",\"cat\":\"" << kind
+        << "\",\"ts\":" << us(mid(d)) << "}";
+      sep();
+      o << "{\"ph\":\"f\",\"bp\":\"e\",\"id\":" << id << ",\"pid\":" << chip_pid[cc] << ",\"tid\":" << chip_tid[cc][i]
+        << ",\"name\":\"" << kind << "\",\"cat\":\"" << kind << "\",\"ts\":" << us(mid(s)) << "}";
+    }
+  }
+  // the critical path (critical_path.h) as a track of its own in the first chip's process: each segment named
+  // after its slice (and stage), what it is charged to in its args
+  if (!r.critical.segments.empty() && n_chips > 0) {
+    const int pid = chip_pid[0], tid = 900;
+    meta("thread_name", pid, tid, "name", "\"critical path (every stage, every stream)\"");
+    meta("thread_sort_index", pid, tid, "sort_index", std::to_string(tid));
+    for (const PathSegment& g : r.critical.segments) {
+      const long long a = to_ns(g.start), b = std::max(a, to_ns(g.start + g.dur));
+      if (b <= a) continue;
+      std::string name = g.what;
+      if (g.span.valid()) {
+        const auto& spans = r.stages.empty() ? r.spans : r.stages[(size_t)g.span.lane].spans;
+        if (g.span.span < (int64_t)spans.size() && g.what.rfind("waiting", 0) != 0)
+          name = spans[(size_t)g.span.span].name;
+        if (!r.stages.empty()) name += " [stage " + std::to_string(g.span.lane) + "]";
+      }
+      sep();
+      o << "{\"ph\":\"X\",\"pid\":" << pid << ",\"tid\":" << tid << ",\"name\":\"" << esc(name)
+        << "\",\"cat\":\"critical_path\",\"ts\":" << us(a) << ",\"dur\":" << us(b - a) << ",\"args\":{\"charged_to\":\""
+        << esc(g.what) << "\",\"lane\":" << g.span.lane << "}}";
     }
   }
   o << "\n]}\n";

@@ -13,6 +13,7 @@
 #include "tests/error_of.h"
 #include "simulator/compare.h"
 #include "simulator/cost_model.h"
+#include "simulator/critical_path.h"
 #include "simulator/trace.h"
 #include "src/log/log.h"
 #include "step/job_config.h"
@@ -839,7 +840,7 @@ TEST(Simulation, ChromeTraceIsValidJsonWithTheExpectedTracks) {
     if (e["ph"] == "X" && e["cat"] == "idle" && e["tid"] == 1) ++idle;
     if (e["ph"] == "X" && e["cat"] == "comm") ++comm;
     if (e["ph"] == "X" && e["name"] == "ProfilerStep#1") ++steps;
-    if (e["ph"] == "f") ++pairs;  // a stall that began before its collective (queued on its stream)
+    if (e["ph"] == "f" && e["cat"] == "dep") ++pairs;  // a stall that began before its collective (queued)
   }
   EXPECT_EQ(procs.size(), 2u);
   EXPECT_TRUE(procs.count("chip 0 (trainium2)"));
@@ -1063,6 +1064,124 @@ TEST(Simulation, AProfiledStepSideBySideHasEveryOpWithBothTimes) {
   std::vector<CostEvent> untimed = ev;
   for (CostEvent& e : untimed) e.t = 0;
   EXPECT_NE(error_of([&] { compare_step(untimed, 0, chip, sys, 1); }).find("carry no times"), std::string::npos);
+}
+
+// The critical path of a hand-built 2-rank schedule (issue: critical path across ranks): rank 0 runs GEMM A,
+// sends to rank 1, runs GEMM B; rank 1 receives (a stall: the pipeline's bubble), then runs GEMM C. When C is
+// the longer tail the path is A -> send -> C across both ranks (the stall replaced by the send it waited for);
+// when B is, it is A -> B on rank 0 alone. The dependencies the scheduler recorded are typed, and the trace
+// draws them as flows of their kind plus the path as its own track.
+TEST(Simulation, CriticalPathOfAHandBuilt2RankScheduleIsTheKnownOne) {
+  const sim::SystemSpec sys = sim::load_system("h100-hgx");
+  const sim::ChipSpec chip = sim::load_chip(sys.chip_name);
+  CommGroupRef pp{"pp", 7, std::make_shared<std::vector<int>>(std::vector<int>{0, 1})};
+  auto gemm = [](const char* op, int64_t n) {
+    CostEvent e;
+    e.op = op;
+    e.gemm = {1, n, n, n};
+    e.flops = 2.0 * n * n * n;
+    e.bytes = 3.0 * n * n * 4;
+    return e;
+  };
+  auto p2p = [&](bool send, int peer, int64_t id, double bytes) {
+    CostEvent e;
+    e.kind = CostEvent::Kind::CommStart;
+    e.op = send ? "send" : "recv";
+    e.bytes = bytes;
+    e.comm_id = id;
+    e.group = pp;
+    e.peer = peer;
+    e.send = send;
+    e.tag = 0;
+    return e;
+  };
+  auto wait = [](int64_t id) {
+    CostEvent e;
+    e.kind = CostEvent::Kind::CommWait;
+    e.comm_id = id;
+    return e;
+  };
+  auto price = [&](int64_t n) {
+    sim::Kernel k;
+    k.kind = sim::KernelKind::Gemm;
+    k.flops = 2.0 * n * n * n;
+    k.bytes = 3.0 * n * n * 4;
+    k.m = k.n = k.k = n;
+    return sim::kernel_time(chip, 1, k, sim::ExecMode::Graphs).seconds;
+  };
+  const double bytes = 64e6;
+  for (bool c_longer : {true, false}) {
+    const int64_t nb = c_longer ? 1024 : 8192, nc = c_longer ? 8192 : 1024;
+    const std::vector<CostEvent> r0 = {gemm("A", 4096), p2p(true, 1, 0, bytes), gemm("B", nb)};  // the send: in flight
+    const std::vector<CostEvent> r1 = {p2p(false, 0, 0, bytes), wait(0), gemm("C", nc)};
+    auto lanes = schedule_ranks({RankEvents{0, 0, &r0}, RankEvents{1, 1, &r1}}, chip, sys, 1, sim::ExecMode::Graphs,
+                                1.0, 1.0);
+    const auto& s0 = lanes[0].r.spans;
+    const auto& s1 = lanes[1].r.spans;
+    // rank 0: A, the send (on its p2p stream), B; rank 1: the stall, C
+    ASSERT_EQ(s0.size(), 3u);
+    ASSERT_EQ(s1.size(), 2u);
+    const double ta = price(4096), tsend = s0[1].dur;
+    EXPECT_NEAR(s0[0].dur, ta, 1e-12);
+    EXPECT_EQ(s0[1].name, "send");
+    EXPECT_EQ(s0[1].dep_kind, DepKind::data);  // sends what A produced
+    EXPECT_EQ(s0[1].dep.span, 0);
+    EXPECT_EQ(s1[0].category, "bubble");
+    EXPECT_EQ(s1[0].dep_kind, DepKind::pipeline);
+    EXPECT_EQ(s1[0].dep.lane, 0);
+    EXPECT_EQ(s1[0].dep.span, 1);
+    EXPECT_EQ(s1[1].dep_kind, DepKind::stream);
+    const CriticalPath path = critical_path({&s0, &s1});
+    std::vector<std::string> names;
+    for (const PathSegment& g : path.segments) names.push_back(g.span.valid() ? (g.span.lane == 0 ? s0 : s1)[(size_t)g.span.span].name : "?");
+    if (c_longer) {
+      EXPECT_EQ(names, (std::vector<std::string>{"A", "send", "C"}));
+      EXPECT_NEAR(path.length, ta + tsend + price(nc), 1e-12);
+      EXPECT_NEAR(path.by_what.at("pipeline pp"), tsend, 1e-12);
+      EXPECT_NEAR(path.by_lane.at(1), price(nc), 1e-12);
+    } else {
+      EXPECT_EQ(names, (std::vector<std::string>{"A", "B"}));
+      EXPECT_NEAR(path.length, ta + s0[2].dur, 1e-12);  // B, slowed where the send overlaps it (interference)
+      EXPECT_GE(s0[2].dur, price(nb));
+      EXPECT_EQ(path.by_lane.count(1), 0u);
+    }
+    double sum = 0;
+    for (const PathSegment& g : path.segments) sum += g.dur;
+    EXPECT_NEAR(sum, path.length, 1e-12);  // the segments tile the step
+    EXPECT_NEAR(path.by_what.at("gemm"), path.length - (c_longer ? tsend : 0.0), 1e-9);
+  }
+}
+
+// A pipelined step's trace draws the path as a track and the dependencies as typed flows; the file checks.
+TEST(Simulation, PipelinedTraceDrawsTheCriticalPathAndTypedDependencies) {
+  JobConfig c = sim_config("configs/simulation/qwen3_32b_trn2x64.yaml",
+                           {"model.n_layers", "8", "parallelism.pipeline_parallel_degree", "4",
+                            "training.local_batch_size", "4", "parallelism.pipeline_parallel_microbatch_size", "1"});
+  SimResult r = simulate_step(c, 64);
+  ASSERT_FALSE(r.critical.segments.empty());
+  EXPECT_NEAR(r.critical.length, r.step_s, 1e-9);
+  EXPECT_EQ(r.critical.by_lane.size(), 4u);  // the path crosses every stage
+  double sum = 0;
+  for (const auto& [w, v] : r.critical.by_what) sum += v;
+  EXPECT_NEAR(sum, r.step_s, 1e-9);
+  bool described = false;
+  for (const auto& l : describe_simulation(r)) described = described || l.rfind("sim critical path: ", 0) == 0;
+  EXPECT_TRUE(described);
+  const std::string path = (fs::temp_directory_path() / "titan_pp_trace.json").string();
+  write_chrome_trace(r, path, TraceLayout(64));
+  const auto p = check_chrome_trace(path);
+  EXPECT_TRUE(p.empty()) << p.front();
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  std::set<std::string> cats;
+  double on_track = 0;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "s") cats.insert(e["cat"].get<std::string>());
+    if (e["ph"] == "X" && e["cat"] == "critical_path") on_track += e["dur"].get<double>();
+  }
+  EXPECT_TRUE(cats.count("data") && cats.count("pipeline") && cats.count("collective")) << cats.size();
+  EXPECT_NEAR(on_track * 1e-6, r.step_s, 1e-6);
+  fs::remove(path);
 }
 
 TEST(Simulation, CollectivesSlowTheKernelsTheyOverlapByTheChipsInterference) {
