@@ -1,6 +1,7 @@
 #include "job/step_profiler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 
 #include "comms/hosts.h"
@@ -49,6 +50,7 @@ void StepProfiler::begin(int64_t step) {
   scope_ = std::make_unique<CostScope>(/*timed=*/true);
   trace_ = std::make_unique<CostTrace>(/*timed=*/true);
   t0_ = wall_seconds();
+  start_unix_s_ = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 void StepProfiler::end(int64_t step) {
@@ -77,12 +79,15 @@ void StepProfiler::end(int64_t step) {
   if (c) {
     for (const auto& l : describe_comparison(*c, 10)) log_info(l);
     write_comparison(*c, dump + "/profile_vs_sim_rank" + r + ".tsv");
+    c->measured.start_unix_s = start_unix_s_;
     write_chrome_trace(c->measured, path, TraceLayout(1, rank, step));
     write_chrome_trace(c->simulated, sim_trace_path(rank),
                        TraceLayout(1, rank, step, world, "rank " + r + " simulated (" + c->simulated.chip + ")"));
     log_info("every op measured and simulated: " + dump + "/profile_vs_sim_rank" + r + ".tsv");
   } else {
-    write_chrome_trace(measured_timeline(events, end, "this CPU", world), path, TraceLayout(1, rank, step));
+    SimResult m = measured_timeline(events, end, "this CPU", world);
+    m.start_unix_s = start_unix_s_;
+    write_chrome_trace(m, path, TraceLayout(1, rank, step));
     std::error_code ec;  // no simulated file of an earlier run left to be merged with this one
     fs::remove(sim_trace_path(rank), ec);
   }
@@ -111,7 +116,7 @@ void StepProfiler::finish() {
     return;
   }
   try {
-    merge_chrome_traces(files, dump + "/profile_trace.json", mesh_.world);
+    for (const auto& l : merge_chrome_traces(files, dump + "/profile_trace.json", mesh_.world)) log_info(l);
     log_info("timeline of step " + std::to_string(merge_step_) + ", every rank" +
              (simulated ? ", measured and simulated on one axis" : std::string()) + " (Chrome trace): " + dump +
              "/profile_trace.json");

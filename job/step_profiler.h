@@ -37,6 +37,7 @@ class StepProfiler {
   const JobConfig& cfg_;
   const comms::DeviceMesh& mesh_;
   double t0_ = 0;
+  double start_unix_s_ = 0;  // the profiled step's start on the system clock (merged ranks share one axis)
   int64_t merge_step_ = -1;  // the profiled step whose per-rank traces rank 0 merges in finish()
   std::unique_ptr<CostScope> scope_;
   std::unique_ptr<CostTrace> trace_;

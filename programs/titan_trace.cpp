@@ -30,8 +30,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*merge) {
-      merge_chrome_traces(inputs, out);
+      const auto summary = merge_chrome_traces(inputs, out);
       std::printf("merged %zu traces into %s\n", inputs.size(), out.c_str());
+      for (const auto& l : summary) std::printf("%s\n", l.c_str());
       return 0;
     }
     const auto problems = check_chrome_trace(path);

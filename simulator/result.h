@@ -49,6 +49,10 @@ struct SimSpan {  // one slice of the timeline (seconds from the step's start)
                          // fused chain of several)
   double other_s = -1;   // side by side (compare.h): the same op's time in the other timeline (-1: not compared)
   std::string kernel_class;  // compute: gemm | attention | elementwise | optimizer (simulated kernels)
+  // a measured collective: its members (world ranks, "0,1,2") and its number among this rank's collectives over
+  // them: the same collective on every member has the same pair (merged traces link them, trace.h)
+  std::string group_ranks;
+  int64_t group_seq = -1;
   SpanRef dep;               // what it waited for (simulated timelines)
   DepKind dep_kind = DepKind::none;
 };
@@ -84,6 +88,7 @@ struct SimStage {  // pipeline parallel: the planned rank of one stage
 
 struct SimResult {
   std::string chip, system, mode, layout, algorithms;
+  double start_unix_s = 0;  // measured: the step's start on the system clock (merged ranks share one axis)
   int world = 1, ranks_per_chip = 1, chips = 1, systems = 1;
   double step_s = 0;               // simulated step time
   double compute_s = 0;            // busy time of the compute stream

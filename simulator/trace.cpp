@@ -20,6 +20,7 @@ SimResult measured_timeline(const std::vector<CostEvent>& ev, double end, const 
   r.mode = "measured";
   r.world = std::max(1, world);
   std::map<int64_t, size_t> comm_span;  // comm id -> its span
+  std::map<std::string, int64_t> seq;   // members -> collectives over them so far
   for (size_t i = 0; i < ev.size(); ++i) {
     const CostEvent& e = ev[i];
     const double next = i + 1 < ev.size() ? ev[i + 1].t : end;
@@ -30,6 +31,12 @@ SimResult measured_timeline(const std::vector<CostEvent>& ev, double end, const 
     } else if (e.kind == CostEvent::Kind::CommStart) {
       comm_span[e.comm_id] = r.spans.size();
       r.spans.push_back({"comm:" + e.group.name, e.op, "comm", e.t, 0, 0, e.bytes, -1, 0, (int64_t)i});
+      if (e.peer < 0 && e.group.world_ranks && e.group.world_ranks->size() > 1) {  // a collective: linked at merge
+        std::string m;
+        for (int x : *e.group.world_ranks) m += (m.empty() ? "" : ",") + std::to_string(x);
+        r.spans.back().group_ranks = m;
+        r.spans.back().group_seq = seq[m]++;
+      }
     } else {
       auto it = comm_span.find(e.comm_id);
       if (it == comm_span.end()) continue;
@@ -78,7 +85,9 @@ void write_chrome_trace(const SimResult& r, const std::string& path, const Trace
   const bool measured = r.system == "measured";
   o << "{\"displayTimeUnit\":\"ms\",\"distributedInfo\":{\"backend\":\"mpi\",\"rank\":" << first_chip * r.ranks_per_chip
     << ",\"world_size\":" << r.world << "},\"otherData\":{\"chip\":\"" << esc(r.chip) << "\",\"system\":\""
-    << esc(r.system) << "\",\"mode\":\"" << esc(r.mode) << "\",\"step_s\":" << r.step_s << "},\"traceEvents\":[\n";
+    << esc(r.system) << "\",\"mode\":\"" << esc(r.mode) << "\",\"step_s\":" << r.step_s;
+  if (r.start_unix_s > 0) o << ",\"start_unix_s\":" << fmt("%.6f", r.start_unix_s);
+  o << "},\"traceEvents\":[\n";
   bool first = true;
   auto sep = [&]() {
     if (!first) o << ",\n";
@@ -199,6 +208,8 @@ void write_chrome_trace(const SimResult& r, const std::string& path, const Trace
           o << ",\"bind_id\":\"" << bind[i] << "\"," << (flow_in[i] ? "\"flow_in\":true" : "\"flow_out\":true");
         o << ",\"args\":{\"flops\":" << s.flops << ",\"bytes\":" << s.bytes;
         if (s.event >= 0) o << ",\"event\":" << s.event;
+        if (s.group_seq >= 0)
+          o << ",\"rank\":" << c * r.ranks_per_chip << ",\"group_ranks\":\"" << s.group_ranks << "\",\"group_seq\":" << s.group_seq;
         if (s.other_s >= 0) {  // side by side: the other timeline's time of this op, and the simulation's error
           const double meas = measured ? s.dur : s.other_s, simu = measured ? s.other_s : s.dur;
           o << (measured ? ",\"simulated_ms\":" : ",\"measured_ms\":") << s.other_s * 1e3;
@@ -295,7 +306,87 @@ nlohmann::json read_trace(const std::string& path) {
 }
 }  // namespace
 
-void merge_chrome_traces(const std::vector<std::string>& inputs, const std::string& output, int expect_world) {
+namespace {
+// Merged measured ranks: each file's events moved onto the earliest file's clock (otherData.start_unix_s); the
+// same collective on every member (args group_ranks and group_seq) linked: each member's slice annotated with
+// the first and last arrival and the straggler (the member that issued it last), an arrow (category
+// "collective") from the straggler's arrival to each member it held. Returns the summary lines.
+std::vector<std::string> link_collectives(nlohmann::json& events, const std::vector<double>& file_start,
+                                          const std::vector<size_t>& file_of) {
+  double t0 = 0;
+  bool any = false;
+  for (double s : file_start)
+    if (s > 0) t0 = any ? std::min(t0, s) : s, any = true;
+  for (size_t i = 0; any && i < events.size(); ++i) {
+    auto& e = events[i];
+    const double s = file_start[file_of[i]];
+    if (s > 0 && e.is_object() && e.contains("ts") && e["ts"].is_number())
+      e["ts"] = std::round((e["ts"].get<double>() + (s - t0) * 1e6) * 1e3) / 1e3;  // whole nanoseconds
+  }
+  struct Member {
+    size_t i;
+    int rank;
+    double ts;
+  };
+  std::map<std::pair<std::string, long long>, std::vector<Member>> same;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const auto& e = events[i];
+    if (!e.is_object() || e.value("ph", "") != "X" || !e.contains("args") || !e["args"].is_object()) continue;
+    const auto& a = e["args"];
+    if (!a.contains("group_seq") || !a.contains("group_ranks") || !a.contains("rank")) continue;
+    same[{a["group_ranks"].get<std::string>(), a["group_seq"].get<long long>()}].push_back(
+        {i, a["rank"].get<int>(), e["ts"].get<double>()});
+  }
+  std::map<int, std::pair<int, double>> last_of;  // rank -> (collectives it arrived last at, the spread summed)
+  int linked = 0;
+  int64_t flow = 0;
+  nlohmann::json flows = nlohmann::json::array();
+  for (auto& [key, m] : same) {
+    if (m.size() < 2) continue;
+    ++linked;
+    const auto first = std::min_element(m.begin(), m.end(), [](auto& a, auto& b) { return a.ts < b.ts; });
+    const auto last = std::max_element(m.begin(), m.end(), [](auto& a, auto& b) { return a.ts < b.ts; });
+    const double spread_ms = (last->ts - first->ts) / 1e3;
+    if (spread_ms > 0) {
+      last_of[last->rank].first += 1;
+      last_of[last->rank].second += spread_ms;
+    }
+    const nlohmann::json& straggler = events[last->i];
+    for (const Member& x : m) {
+      auto& a = events[x.i]["args"];
+      a["first_arrival_rank"] = first->rank;
+      a["straggler_rank"] = last->rank;
+      a["arrival_spread_ms"] = spread_ms;
+      a["waited_for_straggler_ms"] = (last->ts - x.ts) / 1e3;
+      if (x.i == last->i) continue;
+      const auto& e = events[x.i];
+      const double a0 = e["ts"].get<double>(), a1 = a0 + e.value("dur", 0.0);
+      const long long id = ((long long)straggler["pid"].get<long long>() << 32) | (0xC0000000LL + flow++);
+      flows.push_back({{"ph", "s"}, {"id", id}, {"pid", straggler["pid"]}, {"tid", straggler["tid"]},
+                       {"name", "last arrival"}, {"cat", "collective"}, {"ts", last->ts}});
+      flows.push_back({{"ph", "f"}, {"bp", "e"}, {"id", id}, {"pid", e["pid"]}, {"tid", e["tid"]},
+                       {"name", "last arrival"}, {"cat", "collective"}, {"ts", std::min(a1, std::max(a0, last->ts))}});
+    }
+  }
+  for (auto& f : flows) events.push_back(std::move(f));
+  std::vector<std::string> out;
+  if (linked == 0) return out;
+  std::vector<std::pair<int, std::pair<int, double>>> order(last_of.begin(), last_of.end());
+  std::sort(order.begin(), order.end(), [](auto& a, auto& b) { return a.second.second > b.second.second; });
+  std::string line = "collectives linked across ranks: " + std::to_string(linked) + (any ? "" : " (no start times: each "
+                     "rank's step drawn from 0)") + "; last to arrive:";
+  for (size_t i = 0; i < order.size() && i < 4; ++i)
+    line += (i ? ", rank " : " rank ") + std::to_string(order[i].first) + " at " + std::to_string(order[i].second.first) +
+            " (held the first arrival " + fmt("%.2f", order[i].second.second) + " ms in all)";
+  if (order.empty()) line += " none (every member issued each one at once)";
+  else line += "; the straggler: rank " + std::to_string(order[0].first);
+  out.push_back(line);
+  return out;
+}
+}  // namespace
+
+std::vector<std::string> merge_chrome_traces(const std::vector<std::string>& inputs, const std::string& output,
+                                             int expect_world) {
   TITAN_CHECK(!inputs.empty(), "trace merge: no input files");
   nlohmann::json out = nlohmann::json::object();
   out["displayTimeUnit"] = "ms";
@@ -303,8 +394,14 @@ void merge_chrome_traces(const std::vector<std::string>& inputs, const std::stri
   std::map<long long, std::string> owner;  // pid -> the file that holds it
   int world = 0;
   bool dist = false;
+  std::vector<double> file_start;  // each file's otherData.start_unix_s (0: none)
+  std::vector<size_t> file_of;     // each merged event's file
   for (const std::string& in : inputs) {
     nlohmann::json j = read_trace(in);
+    const auto& od = j.contains("otherData") && j["otherData"].is_object() ? j["otherData"] : nlohmann::json();
+    file_start.push_back(od.is_object() && od.contains("start_unix_s") && od["start_unix_s"].is_number()
+                             ? od["start_unix_s"].get<double>()
+                             : 0.0);
     std::set<long long> pids;
     for (auto& e : j["traceEvents"])
       if (e.is_object() && e.contains("pid") && e["pid"].is_number_integer()) pids.insert(e["pid"].get<long long>());
@@ -326,8 +423,13 @@ void merge_chrome_traces(const std::vector<std::string>& inputs, const std::stri
                 file_world, " ranks, not of this one (", expect_world, "): a file left from another run?");
     world = std::max(world, file_world);
     if (other.empty() && j.contains("otherData") && j["otherData"].is_object()) other = j["otherData"];
-    for (auto& e : j["traceEvents"]) events.push_back(std::move(e));
+    for (auto& e : j["traceEvents"]) {
+      events.push_back(std::move(e));
+      file_of.push_back(file_start.size() - 1);
+    }
   }
+  std::vector<std::string> summary = link_collectives(events, file_start, file_of);
+  other.erase("start_unix_s");  // the first file's; the merged events are on the earliest start's clock
   if (dist) out["distributedInfo"] = {{"backend", "mpi"}, {"ranks", ranks}, {"world_size", world}};
   other["merged_files"] = (int)inputs.size();
   out["otherData"] = other;
@@ -337,6 +439,7 @@ void merge_chrome_traces(const std::vector<std::string>& inputs, const std::stri
   o << out.dump() << "\n";
   o.flush();
   TITAN_CHECK(o.good(), "trace merge: writing '", output, "' failed (disk full?)");
+  return summary;
 }
 
 std::vector<std::string> check_chrome_trace(const std::string& path) {

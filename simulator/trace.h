@@ -47,7 +47,13 @@ SimResult measured_timeline(const std::vector<CostEvent>& events, double end, co
 // One file for the job: the traceEvents of `inputs` (per-rank files of one job, from any hosts) in one trace,
 // their distributedInfo joined; refused, naming the files, when two of them hold the same process (pid), or,
 // with `expect_world` > 0, when a file's distributedInfo names another world size (a file of another job).
-void merge_chrome_traces(const std::vector<std::string>& inputs, const std::string& output, int expect_world = 0);
+// Measured ranks are put on one clock (each file's otherData.start_unix_s: the system clock, so across hosts
+// as close as their clocks agree) and the same collective on its members linked: each member's slice carries
+// the first arrival, the straggler (the member that issued it last) and how long it waited for it, with an
+// arrow (category "collective") from the straggler's arrival to each member it held. Returns the summary
+// (empty when nothing was linked): how many were linked and which ranks arrived last, at how many, for how long.
+std::vector<std::string> merge_chrome_traces(const std::vector<std::string>& inputs, const std::string& output,
+                                             int expect_world = 0);
 
 // What a viewer or trace-analysis tool would trip on, one line each (empty: none): pids / tids below 1, slices
 // that overlap without nesting on a track, a bind_id without exactly one flow_out and one flow_in slice, flow

@@ -961,6 +961,67 @@ TEST(Simulation, PerRankMeasuredTracesMergeIntoOneCheckedFile) {
   fs::remove_all(dir);
 }
 
+// A rank delayed on purpose is named the straggler: two measured ranks issue the same three all-reduces, the
+// delayed one 4 ms after the other each time; the merge puts both on one clock (their step starts 1 ms apart on
+// the system clock), links each collective across its members, names the delayed rank in every member's slice
+// and in the summary, and draws an arrow from its arrival to the rank it held.
+TEST(Simulation, MergedRanksLinkEachCollectiveAndNameTheStraggler) {
+  const fs::path dir = fs::temp_directory_path() / "titan_straggler";
+  fs::create_directories(dir);
+  CommGroupRef g{"dp_shard", 1, std::make_shared<std::vector<int>>(std::vector<int>{0, 1})};
+  for (int delayed : {1, 0}) {
+    std::vector<std::string> files;
+    for (int rank = 0; rank < 2; ++rank) {
+      const double late = rank == delayed ? 0.004 : 0.0, start = 1000.0 + 0.001 * rank;  // system clock
+      std::vector<CostEvent> ev;
+      const double local = 1000.0 - start;  // absolute (seconds past 1000 on the system clock) -> this rank's time
+      for (int k = 0; k < 3; ++k) {
+        CostEvent c;
+        c.op = "linear";
+        c.t = 0.001 + k * 0.010 + local;
+        ev.push_back(c);
+        CostEvent a;
+        a.kind = CostEvent::Kind::CommStart;
+        a.op = "all_reduce";
+        a.comm_id = k;
+        a.group = g;
+        a.t = 0.002 + late + k * 0.010 + local;  // issued at 2 ms into its block, the delayed rank 4 ms later
+        ev.push_back(a);
+        CostEvent w = a;
+        w.kind = CostEvent::Kind::CommWait;
+        w.t = 0.007 + k * 0.010 + local;  // both done once the late one has arrived
+        ev.push_back(w);
+      }
+      SimResult m = measured_timeline(ev, 0.030 + local, "this CPU", 2);
+      m.start_unix_s = start;
+      files.push_back((dir / ("r" + std::to_string(rank) + ".json")).string());
+      write_chrome_trace(m, files.back(), TraceLayout(1, rank, 2));
+    }
+    const std::string merged = (dir / "all.json").string();
+    const auto summary = merge_chrome_traces(files, merged, 2);
+    ASSERT_EQ(summary.size(), 1u);
+    EXPECT_NE(summary[0].find("collectives linked across ranks: 3"), std::string::npos) << summary[0];
+    EXPECT_NE(summary[0].find("the straggler: rank " + std::to_string(delayed)), std::string::npos) << summary[0];
+    const auto p = check_chrome_trace(merged);
+    EXPECT_TRUE(p.empty()) << p.front();
+    std::ifstream in(merged);
+    const nlohmann::json j = nlohmann::json::parse(in);
+    int members = 0, arrows = 0;
+    for (const auto& e : j["traceEvents"]) {
+      if (e["ph"] == "X" && e["args"].contains("straggler_rank")) {
+        ++members;
+        EXPECT_EQ(e["args"]["straggler_rank"], delayed);
+        EXPECT_NEAR(e["args"]["arrival_spread_ms"].get<double>(), 4.0, 1e-6);  // on one clock: 4 ms, not 3 or 5
+        EXPECT_NEAR(e["args"]["waited_for_straggler_ms"].get<double>(), e["args"]["rank"] == delayed ? 0.0 : 4.0, 1e-6);
+      }
+      arrows += e["ph"] == "s" && e["cat"] == "collective";
+    }
+    EXPECT_EQ(members, 6);  // 3 collectives x 2 members
+    EXPECT_EQ(arrows, 3);   // one per collective: the straggler to the rank it held
+  }
+  fs::remove_all(dir);
+}
+
 TEST(Simulation, MeasuredTimelineOfARealStepUsesTheSameFormat) {
   JobConfig c = sim_config("configs/qwen3_debug.yaml", {"training.local_batch_size", "1", "training.seq_len", "32"});
   CostTrace trace(/*timed=*/true);

@@ -90,6 +90,14 @@ def main():
               f"rank 0 merged the ranks' measured traces (pids 1, 2) and their simulations on this machine's spec "
               f"(pids 3, 4: {simulated}) into profile_trace.json (pids {mp}); titan-trace check passes it: "
               f"{c.stdout.strip()} {c.stderr.strip()}")
+        # the same collective on both ranks linked in the merged file: the straggler named in every member's slice
+        linked = [e for e in json.load(open(merged))["traceEvents"]
+                  if e.get("ph") == "X" and "straggler_rank" in e.get("args", {})] if ok else []
+        m = re.search(r"collectives linked across ranks: (\d+)", p.stdout)
+        check(m is not None and int(m.group(1)) > 0 and len(linked) == 2 * int(m.group(1)) and
+              all(e["args"]["straggler_rank"] in (0, 1) for e in linked),
+              f"rank 0's merge links each collective across both ranks and names its last arrival "
+              f"({m.group(0) if m else 'no summary line'}; {len(linked)} member slices)")
         # every op of rank 0's per-op table is in its side-by-side table, with as many calls
         table = {}
         for m in re.finditer(r"^\S+ \S+ \S+ - {3}(\w+)\s+(\d+)\s+[0-9.]+\s+[0-9.]+%", p.stdout, re.M):
