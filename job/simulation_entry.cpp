@@ -1,11 +1,13 @@
 #include "job/simulation_entry.h"
 
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include "job/job_lock.h"
 #include "job/metrics.h"
 #include "simulator/simulate.h"
+#include "simulator/what_if.h"
 #include "step/collectives.h"
 
 namespace fs = std::filesystem;
@@ -35,6 +37,8 @@ TrainResult run_simulated_job(const JobConfig& cfg, double t_start) {
   JobLock lock(cfg.job.dump_folder);  // not while a job runs there
   write_file_checked(cfg.job.dump_folder + "/config.yaml", cfg_text);
   if (cfg.job.print_args) log_info("effective config:\n" + cfg_text);
+  std::optional<WhatIf> what_if;  // parsed before anything is priced: a malformed change fails at once
+  if (!cfg.simulation.what_if.empty()) what_if = parse_what_if(cfg.simulation.what_if);
   SimResult sim = simulate_step(cfg, world);
   log_info(describe_simulated_job(cfg, sim));
   // the step line as TorchTitan prints it, from the simulated step (every step is the same)
@@ -44,6 +48,10 @@ TrainResult run_simulated_job(const JobConfig& cfg, double t_start) {
            fmt("%.2f", sim.tflops_per_chip / sim.ranks_per_chip) + "  mfu: " + fmt("%.2f", 100.0 * sim.mfu) +
            "%  (simulated " + sim.chip + ", per rank as TorchTitan logs it)");
   for (const auto& l : describe_simulation(sim)) log_info(l);
+  if (what_if) {  // the same step with the changes: nothing runs again but the simulation
+    const SimResult changed = simulate_what_if(cfg, *what_if);
+    for (const auto& l : describe_what_if(sim, changed, what_if->as_written)) log_info(l);
+  }
   if (cfg.simulation.published_tps > 0) {
     const bool per_chip = cfg.simulation.published_tps_per == "chip";
     const double simulated = per_chip ? sim.tokens_per_s_per_chip : sim.tokens_per_s;
@@ -57,6 +65,7 @@ TrainResult run_simulated_job(const JobConfig& cfg, double t_start) {
       static const std::set<std::string> quiet_sections = {"job", "metrics", "profiling", "checkpoint", "comm", "debug",
                                                            "validation"};
       static const std::set<std::string> quiet_keys = {"simulation.trace_file", "simulation.trace_chips",
+                                                       "simulation.what_if",
                                                        "simulation.allow_oom"};
       if (!quiet_sections.count(sec) && !quiet_keys.count(k) && k.rfind("simulation.published_", 0) != 0)
         changed.push_back("--" + k);  // it changes the priced step

@@ -168,14 +168,61 @@ std::vector<std::string> known_chips() { return stems("chips"); }
 std::vector<std::string> known_systems() { return stems("systems"); }
 
 namespace {
-ChipSpec read_chip(const std::string& file);
+// Applies edit `e` at parts[i..] below node `n` (SpecEdit); errors name the file and the edit as written.
+void apply_edit(YAML::Node n, const std::vector<std::string>& parts, size_t i, const SpecEdit& e,
+                const std::string& file) {
+  const std::string& key = parts[i];
+  if (!n.IsMap()) fail(file, "'" + e.as_written + "': '" + e.path + "' does not name a figure");
+  if (i + 1 == parts.size()) {
+    if (e.scale) {
+      if (!n[key]) fail(file, "'" + e.as_written + "': the spec gives no '" + key + "' to scale (set it with =)");
+      n[key] = number(n, key, file, true) * e.value;
+    } else {
+      n[key] = e.value;
+    }
+    return;
+  }
+  YAML::Node c = n[key];
+  if (!c) fail(file, "'" + e.as_written + "': the spec has no '" + key + "'");
+  if (!c.IsSequence()) return apply_edit(c, parts, i + 1, e, file);
+  // a list of named entries (a system's levels): the next part names one, or * for all
+  if (i + 2 >= parts.size())
+    fail(file, "'" + e.as_written + "': '" + key + "' is a list: name an entry (" + key + ".<name>.<key>, or " + key +
+                   ".*.<key>)");
+  std::string names;
+  bool found = false;
+  for (size_t k = 0; k < c.size(); ++k) {
+    const std::string nm = c[k]["name"] ? c[k]["name"].as<std::string>() : std::to_string(k);
+    names += (names.empty() ? "" : ", ") + nm;
+    if (parts[i + 1] == "*" || parts[i + 1] == nm) {
+      apply_edit(c[k], parts, i + 2, e, file);
+      found = true;
+    }
+  }
+  if (!found) fail(file, "'" + e.as_written + "': no entry of '" + key + "' named '" + parts[i + 1] + "' (" + names + ")");
 }
-ChipSpec load_chip(const std::string& name_or_path) {
-  return with_file_named(resolve(name_or_path, "chips", "chip"), read_chip);
+void apply_edits(YAML::Node& root, const std::vector<SpecEdit>& edits, const std::string& file) {
+  for (const SpecEdit& e : edits) {
+    std::vector<std::string> parts;
+    for (size_t a = 0;;) {
+      const size_t b = e.path.find('.', a);
+      parts.push_back(e.path.substr(a, b == std::string::npos ? std::string::npos : b - a));
+      if (b == std::string::npos) break;
+      a = b + 1;
+    }
+    apply_edit(root, parts, 0, e, file);
+  }
+}
+ChipSpec read_chip(const std::string& file, const std::vector<SpecEdit>& edits);
+}
+ChipSpec load_chip(const std::string& name_or_path, const std::vector<SpecEdit>& edits) {
+  return with_file_named(resolve(name_or_path, "chips", "chip"),
+                         [&](const std::string& f) { return read_chip(f, edits); });
 }
 namespace {
-ChipSpec read_chip(const std::string& file) {
+ChipSpec read_chip(const std::string& file, const std::vector<SpecEdit>& edits) {
   YAML::Node n = load_yaml(file);
+  apply_edits(n, edits, file);
   if (!n.IsMap()) fail(file, "expected a map of chip figures");
   check_keys(n,
              {"name", "cores", "peak_tflops", "headline_tflops", "mfu_peak_tflops", "vector_tflops", "hbm_gib",
@@ -251,14 +298,16 @@ ChipSpec read_chip(const std::string& file) {
 }  // namespace
 
 namespace {
-SystemSpec read_system(const std::string& file);
+SystemSpec read_system(const std::string& file, const std::vector<SpecEdit>& edits);
 }
-SystemSpec load_system(const std::string& name_or_path) {
-  return with_file_named(resolve(name_or_path, "systems", "system"), read_system);
+SystemSpec load_system(const std::string& name_or_path, const std::vector<SpecEdit>& edits) {
+  return with_file_named(resolve(name_or_path, "systems", "system"),
+                         [&](const std::string& f) { return read_system(f, edits); });
 }
 namespace {
-SystemSpec read_system(const std::string& file) {
+SystemSpec read_system(const std::string& file, const std::vector<SpecEdit>& edits) {
   YAML::Node n = load_yaml(file);
+  apply_edits(n, edits, file);
   if (!n.IsMap()) fail(file, "expected a map");
   check_keys(n, {"name", "chip", "chips", "levels", "scale_out", "collective_library"}, file, "");
   SystemSpec s;

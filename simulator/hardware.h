@@ -100,10 +100,21 @@ struct SystemSpec {
 std::string specs_dir();
 std::vector<std::string> known_chips();
 std::vector<std::string> known_systems();
-// By name (file stem under specs/chips or specs/systems) or by path to a .yaml.
+// One change to a spec's figures, applied to its YAML before it is read and checked (so a changed figure meets
+// every rule the file's own does): `path` is a key of the file ("hbm_tbps"; a system's level by its name,
+// "levels.nvlink.bandwidth_gbps", or every level, "levels.*.bandwidth_gbps"; "scale_out.latency_us"), set to
+// `value` or, with `scale`, multiplied by it (the key must be there). `as_written` names it in errors.
+struct SpecEdit {
+  std::string path;
+  double value = 0;
+  bool scale = false;
+  std::string as_written;
+};
+
+// By name (file stem under specs/chips or specs/systems) or by path to a .yaml, with `edits` applied.
 // Errors name the file and key; an unknown name lists the known ones.
-ChipSpec load_chip(const std::string& name_or_path);
-SystemSpec load_system(const std::string& name_or_path);
+ChipSpec load_chip(const std::string& name_or_path, const std::vector<SpecEdit>& edits = {});
+SystemSpec load_system(const std::string& name_or_path, const std::vector<SpecEdit>& edits = {});
 
 // A chip spec's GEMM efficiency at `gflop` per call (interpolated).
 double gemm_efficiency(const ChipSpec& c, double gflop);

@@ -17,11 +17,12 @@ using namespace titan::sim;
 
 
 // Loads the target hardware and checks that `world` ranks fit on it (before any planning).
-void load_target(const JobConfig& cfg, int world, SystemSpec& sys, ChipSpec& chip, SimResult& r) {
+void load_target(const JobConfig& cfg, int world, SystemSpec& sys, ChipSpec& chip, SimResult& r,
+                 const std::vector<SpecEdit>& chip_edits, const std::vector<SpecEdit>& system_edits) {
   const auto& sc = cfg.simulation;
   try {
-    sys = load_system(sc.system);
-    chip = load_chip(sc.chip.empty() ? sys.chip_name : sc.chip);
+    sys = load_system(sc.system, system_edits);
+    chip = load_chip(sc.chip.empty() ? sys.chip_name : sc.chip, chip_edits);
   } catch (const std::exception& e) {
     fail("simulation: ", e.what());
   }
@@ -56,12 +57,13 @@ void load_target(const JobConfig& cfg, int world, SystemSpec& sys, ChipSpec& chi
 }
 }  // namespace
 
-SimResult simulate_step(const JobConfig& cfg, int world) {
+SimResult simulate_step(const JobConfig& cfg, int world, const std::vector<SpecEdit>& chip_edits,
+                        const std::vector<SpecEdit>& system_edits) {
   const auto& sc = cfg.simulation;
   SimResult r;
   SystemSpec sys;
   ChipSpec chip;
-  load_target(cfg, world, sys, chip, r);  // refuse a world the hardware cannot hold before planning anything
+  load_target(cfg, world, sys, chip, r, chip_edits, system_edits);  // refuse a world the hardware cannot hold before planning anything
   // one planned rank per pipeline stage (the first rank of each stage's slice of the world); SPMD within a stage
   const int64_t pp = cfg.parallelism.pipeline_parallel_degree;
   TITAN_CHECK(world % pp == 0, "simulation: world size ", world, " is not divisible by pipeline_parallel_degree ", pp);

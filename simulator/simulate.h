@@ -26,6 +26,8 @@ namespace titan {
 // Runs the meta step of `cfg` as `world` ranks and simulates it on
 // cfg.simulation's system. Errors (unknown chip/system, a world the system
 // cannot hold, ranks_per_chip that do not divide the world) name the numbers.
-SimResult simulate_step(const JobConfig& cfg, int world);
+// `chip_edits` / `system_edits`: changes to the specs' figures (what-if, what_if.h), applied as they load.
+SimResult simulate_step(const JobConfig& cfg, int world, const std::vector<sim::SpecEdit>& chip_edits = {},
+                        const std::vector<sim::SpecEdit>& system_edits = {});
 
 }  // namespace titan

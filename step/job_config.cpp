@@ -193,6 +193,10 @@ std::vector<Field> fields(JobConfig& c) {
                    "eager (each op its kernels), compiled (elementwise chains fused), cudagraphs (compiled, step issued once)"),
       config::bind("simulation.attention_kernel", &c.simulation.attention_kernel,
                    "\"\": the chip's default attention kernel; else one its spec lists (e.g. cudnn, flash3 on H100)"),
+      config::bind("simulation.what_if", &c.simulation.what_if,
+                   "the planned step priced again with changes, ';'-separated: chip.hbm_tbps*2, "
+                   "system.levels.*.bandwidth_gbps*2, parallelism.tensor_parallel_degree=4; prints the new step, its "
+                   "critical path and what moved"),
       config::bind("simulation.trace_file", &c.simulation.trace_file,
                    "Chrome-trace JSON of the simulated step, relative to job.dump_folder; \"\": none"),
       config::bind("simulation.trace_chips", &c.simulation.trace_chips,
@@ -475,6 +479,9 @@ void validate(const JobConfig& c) {
   TITAN_CHECK(c.simulation.attention_kernel.empty() || !c.simulation.system.empty(),
               "config error: simulation.attention_kernel shapes the simulated step only, and nothing is simulated "
               "(set simulation.system, or drop the key)");
+  TITAN_CHECK(c.simulation.what_if.empty() || c.simulation.enabled,
+              "config error: simulation.what_if '", c.simulation.what_if, "' prices a planned step: it needs "
+              "simulation.enabled true (a real run is not re-run)");
   TITAN_CHECK(!c.simulation.enabled || !c.simulation.system.empty(),
               "config error: simulation.enabled needs simulation.system (a file in simulator/specs/systems, e.g. "
               "trn2-instance, or a path to a .yaml)");

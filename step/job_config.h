@@ -195,6 +195,7 @@ struct JobConfig {
     std::string attention_kernel = "";  // "": the chip's default attention kernel (attention_efficiency); else a
                                         // kernel its spec lists under attention_kernels (e.g. cudnn on H100)
     std::string trace_file = "";  // Chrome-trace JSON of the simulated step (relative to job.dump_folder)
+    std::string what_if = "";     // changes priced beside the planned step (simulator/what_if.h); "": none
     int64_t trace_chips = 2;      // chips drawn in the trace (SPMD: every chip runs the same timeline)
     // MoE routing of the meta step (which has no router outputs), priced at the busiest rank:
     double moe_routing_skew = 0;  // 0: balanced; s > 0: Zipf, expert e gets a share proportional to 1/(e+1)^s

@@ -21,6 +21,7 @@
 #include "simulator/plan.h"
 #include "simulator/schedule.h"
 #include "simulator/simulate.h"
+#include "simulator/what_if.h"
 #include "parallel/pipeline.h"
 
 using namespace titan;
@@ -1243,6 +1244,73 @@ TEST(Simulation, PipelinedTraceDrawsTheCriticalPathAndTypedDependencies) {
   EXPECT_TRUE(cats.count("data") && cats.count("pipeline") && cats.count("collective")) << cats.size();
   EXPECT_NEAR(on_track * 1e-6, r.step_s, 1e-6);
   fs::remove(path);
+}
+
+// What-if (issue: one flag changes a spec figure or a degree): twice the link bandwidth (every level of the
+// system and its scale-out) shortens a communication-bound step (Qwen3-32B, 4 blocks, FSDP over 64 H100 in 8
+// systems x TP 4, one 512-token sequence per rank) and leaves a compute-bound one (FSDP over one system's NVLink, 2 x
+// 4096 tokens per rank), and says what moved: the dp_shard collectives on the critical path, not the kernels.
+TEST(Simulation, WhatIfTwiceTheLinkBandwidthShortensACommBoundStepOnly) {
+  const WhatIf twice = parse_what_if("system.levels.*.bandwidth_gbps*2; system.scale_out.bandwidth_gbps*2");
+  ASSERT_EQ(twice.system.size(), 2u);
+  EXPECT_TRUE(twice.system[0].scale);
+  const std::vector<std::string> common = {"model.n_layers", "4", "simulation.enabled", "true", "simulation.system",
+                                           "h100-hgx"};
+  auto job = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), common.begin(), common.end());
+    return sim_config("configs/qwen3_32b.yaml", more);
+  };
+  const JobConfig comm = job({"training.local_batch_size", "1", "training.seq_len", "512", "simulation.world_size",
+                              "64", "simulation.num_systems", "8"});  // the config's FSDP 16 x TP 4
+  const JobConfig compute = job({"training.local_batch_size", "2", "training.seq_len", "4096",
+                                 "simulation.world_size", "8", "simulation.num_systems", "1",
+                                 "parallelism.tensor_parallel_degree", "1", "parallelism.data_parallel_shard_degree",
+                                 "-1"});
+  const SimResult comm0 = simulate_step(comm, 64), comm1 = simulate_what_if(comm, twice);
+  const SimResult comp0 = simulate_step(compute, 8), comp1 = simulate_what_if(compute, twice);
+  EXPECT_GT(comm0.exposed_comm_s, 0.3 * comm0.step_s);  // communication-bound as planned
+  EXPECT_LT(comm1.step_s, 0.8 * comm0.step_s);
+  EXPECT_LT(comm1.exposed_comm_s, 0.6 * comm0.exposed_comm_s);
+  EXPECT_LT(comp0.exposed_comm_s, 0.03 * comp0.step_s);  // compute-bound as planned
+  EXPECT_LE(comp1.step_s, comp0.step_s);
+  EXPECT_GT(comp1.step_s, 0.99 * comp0.step_s);
+  // the kernels: as before, but for the little interference of collectives they overlap (now shorter)
+  EXPECT_NEAR(comp1.critical.by_what.at("gemm"), comp0.critical.by_what.at("gemm"), 0.01 * comp0.step_s);
+  const auto lines = describe_what_if(comm0, comm1, twice.as_written);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0].rfind("what if system.levels.*.bandwidth_gbps*2; system.scale_out.bandwidth_gbps*2: step ", 0), 0u)
+      << lines[0];
+  EXPECT_NE(lines[2].find("what moved on the critical path: communication dp_shard -"), std::string::npos) << lines[2];
+}
+
+// A what-if's changes: a spec figure set or scaled, a config key set (a degree: the layout changes with it);
+// what cannot apply is refused naming the change as written, and the knob is refused outside a planned job.
+TEST(Simulation, WhatIfChangesApplyOrAreRefusedByName) {
+  JobConfig c = sim_config("configs/simulation/qwen3_32b_trn2x64.yaml");
+  const SimResult base = simulate_step(c, (int)c.simulation.world_size);
+  const SimResult hbm = simulate_what_if(c, parse_what_if("chip.hbm_tbps*2"));
+  EXPECT_LT(hbm.step_s, base.step_s);  // elementwise kernels are memory-bound
+  EXPECT_NEAR(hbm.critical.by_what.at("gemm"), base.critical.by_what.at("gemm"), 1e-9);
+  const SimResult tp8 = simulate_what_if(c, parse_what_if("parallelism.tensor_parallel_degree=8"));
+  EXPECT_NE(tp8.layout, base.layout);
+  EXPECT_NE(tp8.layout.find("tp 8"), std::string::npos) << tp8.layout;
+  auto refused = [&](const std::string& w) {
+    return error_of([&] { simulate_what_if(c, parse_what_if(w)); });
+  };
+  EXPECT_NE(refused("chip.hbm_tbps").find("write <key>=<value> or <key>*<factor>"), std::string::npos);
+  EXPECT_NE(refused("parallelism.tensor_parallel_degree*2").find("a config key is set (=), not scaled"),
+            std::string::npos);
+  EXPECT_NE(refused("chip.hbm_tb*2").find("'chip.hbm_tb*2': the spec gives no 'hbm_tb' to scale"), std::string::npos);
+  EXPECT_NE(refused("system.levels.nvlink.bandwidth_gbps*2").find("no entry of 'levels' named 'nvlink' (neuronlink"),
+            std::string::npos);
+  EXPECT_NE(refused("chip.hbm_tbps*x").find("'x' is not a number"), std::string::npos);
+  EXPECT_NE(refused("parallelism.tensor_parallel_degree=7").find("simulation.what_if 'parallelism.tensor_parallel_"
+                                                                 "degree=7': config error"),
+            std::string::npos);
+  EXPECT_NE(refused("chip.memory_efficiency*3").find("'memory_efficiency' must be <= 1"), std::string::npos);
+  EXPECT_NE(error_of([&] { sim_config("configs/qwen3_debug.yaml", {"simulation.what_if", "chip.hbm_tbps*2"}); })
+                .find("needs simulation.enabled true"),
+            std::string::npos);
 }
 
 TEST(Simulation, CollectivesSlowTheKernelsTheyOverlapByTheChipsInterference) {
