@@ -64,6 +64,8 @@ StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device dev
     plan.bytes = cs.bytes();
     plan.by_op = cs.by_op();
     if (trace) plan.events = trace->take();
+    for (CostEvent& e : plan.events)  // the step's own memory, as plan.memory below
+      for (int i = 0; i < kNumMemoryCategories; ++i) e.memory[i] -= before.current[i];
     MemoryStats m = mt.stats();
     for (int i = 0; i < kNumMemoryCategories; ++i) {
       m.current[i] -= before.current[i];

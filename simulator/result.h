@@ -57,6 +57,15 @@ struct SimSpan {  // one slice of the timeline (seconds from the step's start)
   DepKind dep_kind = DepKind::none;
 };
 
+// The memory a rank holds over the step, by category (bytes per chip, MemoryCategory's order), from when a
+// kernel starts.
+struct MemorySample {
+  double t = 0;
+  std::array<double, kNumMemoryCategories> bytes{};
+};
+// When a network level's links carry this rank's transfers (merged intervals, seconds).
+using LinkBusy = std::map<std::string, std::vector<std::pair<double, double>>>;
+
 // The step's critical path across ranks and streams: the chain of slices, each waiting for the one before,
 // from the step's start to its end (critical_path.h). Segments in time order; a stall on the path is replaced
 // by what it waited for, a gap the host held is its own segment.
@@ -84,6 +93,8 @@ struct SimStage {  // pipeline parallel: the planned rank of one stage
   double end_s = 0;     // when its step ends (its last kernel or transfer)
   SimMemory memory;     // per chip
   std::vector<SimSpan> spans;
+  std::vector<MemorySample> memory_samples;
+  LinkBusy link_busy;
 };
 
 struct SimResult {
@@ -111,6 +122,8 @@ struct SimResult {
   bool oom = false;
   std::string oom_advice;
   std::vector<SimSpan> spans;  // rank 0's timeline
+  std::vector<MemorySample> memory_samples;  // rank 0's memory over the step (per chip)
+  LinkBusy link_busy;                        // rank 0's links busy over the step, per network level
   // pipeline parallel: each stage's rank, scheduled side by side (the step ends with the last). The
   // schedules' windows (pipeline_s: from the first stage's start to the last stage's end, summed over the
   // accumulation steps) hold the bubble: bubble_s is the largest stage's time in them neither computing nor

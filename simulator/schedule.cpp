@@ -111,6 +111,16 @@ class Schedule {
       flush_fused(l);
       l.r.step_s = l.tc;
       for (auto& [s, t] : l.stream_free) l.r.step_s = std::max(l.r.step_s, t);
+      for (auto& [level, uses] : l.link_busy) {  // when each level's links carried this rank's transfers
+        std::vector<std::pair<double, double>> iv;
+        for (const auto& u : uses) iv.push_back({u.a, u.b});
+        std::sort(iv.begin(), iv.end());
+        auto& merged = l.r.link_busy[level];
+        for (const auto& [a, b] : iv) {
+          if (!merged.empty() && a <= merged.back().second) merged.back().second = std::max(merged.back().second, b);
+          else merged.push_back({a, b});
+        }
+      }
     }
   }
 
@@ -262,6 +272,13 @@ class Schedule {
     return sit->second;
   }
   void compute(Lane& l, const CostEvent& e) {
+    auto& mem = l.r.memory_samples;  // the memory over the step: a sample where it changed
+    if (mem.empty() || !std::equal(e.memory.begin(), e.memory.end(), mem.back().bytes.begin())) {
+      MemorySample m{l.tc, {}};
+      std::copy(e.memory.begin(), e.memory.end(), m.bytes.begin());
+      if (!mem.empty() && mem.back().t == l.tc) mem.back() = m;
+      else mem.push_back(m);
+    }
     Kernel k;
     k.kind = kind_of(e);
     k.flops = e.flops;

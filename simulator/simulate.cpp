@@ -99,8 +99,16 @@ SimResult simulate_step(const JobConfig& cfg, int world, const std::vector<SpecE
     r.critical = critical_path(spans);
   }
   // the step's figures are the first stage's (all of them without pp); its end is the last lane's
+  for (auto& l : lanes)  // memory per chip as priced: rpc ranks, activations and buffers in the param dtype
+    for (MemorySample& m : l.r.memory_samples)
+      for (int i = 0; i < kNumMemoryCategories; ++i)
+        m.bytes[i] *= rpc * (i == (int)MemoryCategory::Activations || i == (int)MemoryCategory::Communication
+                                 ? act_scale
+                                 : 1.0);
   const SimResult& first = lanes[0].r;
   r.spans = first.spans;
+  r.memory_samples = first.memory_samples;
+  r.link_busy = first.link_busy;
   r.compute_s = first.compute_s;
   r.exposed_comm_s = first.exposed_comm_s;
   r.host_wait_s = first.host_wait_s;
@@ -145,6 +153,8 @@ SimResult simulate_step(const JobConfig& cfg, int world, const std::vector<SpecE
       st.bubble_s = idle[s];
       st.end_s = lanes[s].r.step_s;
       st.spans = std::move(lanes[s].r.spans);
+      st.memory_samples = std::move(lanes[s].r.memory_samples);
+      st.link_busy = std::move(lanes[s].r.link_busy);
       r.stages.push_back(std::move(st));
     }
   }

@@ -27,6 +27,12 @@ SimResult measured_timeline(const std::vector<CostEvent>& ev, double end, const 
     const double dur = std::max(0.0, next - e.t);
     if (e.kind == CostEvent::Kind::Compute) {
       r.spans.push_back({"compute", e.op, "compute", e.t, dur, e.flops, e.bytes, -1, 0, (int64_t)i});
+      auto& mem = r.memory_samples;
+      if (mem.empty() || !std::equal(e.memory.begin(), e.memory.end(), mem.back().bytes.begin())) {
+        MemorySample m{e.t, {}};
+        std::copy(e.memory.begin(), e.memory.end(), m.bytes.begin());
+        mem.push_back(m);
+      }
       r.compute_s += dur;
     } else if (e.kind == CostEvent::Kind::CommStart) {
       comm_span[e.comm_id] = r.spans.size();
@@ -225,6 +231,51 @@ void write_chrome_trace(const SimResult& r, const std::string& path, const Trace
       sep();
       o << "{\"ph\":\"f\",\"bp\":\"e\",\"id\":" << f.id << ",\"pid\":" << pid
         << ",\"tid\":1,\"name\":\"waits\",\"cat\":\"dep\",\"ts\":" << us(f.f_ts) << "}";
+    }
+  }
+  // utilization counters on the same axis, per drawn chip: memory by category (GiB), the compute stream's
+  // achieved TFLOP/s, each communication stream's achieved GB/s, each network level's links busy (0 / 1)
+  for (int cc = 0; cc < n_chips; ++cc) {
+    const int pid = chip_pid[cc];
+    const bool staged = !r.stages.empty();
+    const auto& spans = staged ? r.stages[(size_t)chip_lane[cc]].spans : r.spans;
+    const auto& samples = staged ? r.stages[(size_t)chip_lane[cc]].memory_samples : r.memory_samples;
+    const auto& links = staged ? r.stages[(size_t)chip_lane[cc]].link_busy : r.link_busy;
+    auto counter = [&](const std::string& name, long long ts, const std::string& args) {
+      sep();
+      o << "{\"ph\":\"C\",\"pid\":" << pid << ",\"name\":\"" << esc(name) << "\",\"ts\":" << us(ts)
+        << ",\"args\":{" << args << "}}";
+    };
+    static const char* cats[kNumMemoryCategories] = {"parameters", "gradients", "optimizer", "activations",
+                                                     "communication", "other"};
+    for (const MemorySample& m : samples) {
+      std::string a;
+      for (int i = 0; i < kNumMemoryCategories; ++i)
+        a += std::string(i ? "," : "") + "\"" + cats[i] + "\":" + fmt("%.4f", m.bytes[(size_t)i] / (1 << 30));
+      counter("memory GiB", to_ns(m.t), a);
+    }
+    // rates as step functions: +rate at a slice's start, -rate at its end (overlapping slices add up)
+    std::map<std::string, std::map<long long, double>> steps;
+    for (const SimSpan& s : spans) {
+      if (s.dur <= 0) continue;
+      const bool compute = s.stream == "compute";
+      const double rate = compute ? s.flops / s.dur / 1e12 : s.bytes / s.dur / 1e9;
+      if (compute && s.category != "compute") continue;
+      auto& st = steps[compute ? std::string("compute TFLOP/s") : s.stream + " GB/s"];
+      st[to_ns(s.start)] += rate;
+      st[to_ns(s.start + s.dur)] -= rate;
+    }
+    for (const auto& [level, iv] : links) {
+      auto& st = steps["link " + level + " busy"];
+      for (const auto& [a, b] : iv) st[to_ns(a)] += 1, st[to_ns(b)] -= 1;
+    }
+    for (const auto& [name, st] : steps) {
+      double v = 0;
+      for (const auto& [ts, dv] : st) {
+        v += dv;
+        if (std::abs(v) < 1e-9) v = 0;
+        counter(name, ts, "\"value\":" + fmt("%.4f", v));
+      }
     }
   }
   // the scheduler's other dependencies (SimSpan::dep), one flow category per kind, from the slice waited for to

@@ -1099,6 +1099,8 @@ TEST(Simulation, AProfiledStepSideBySideHasEveryOpWithBothTimes) {
   EXPECT_NEAR(measured, meas_spans, 1e-9);
   EXPECT_NEAR(simulated, sim_spans, 1e-9);
   EXPECT_GT(cmp.simulated.step_s, 0.0);
+  EXPECT_GT(cmp.measured.memory_samples.size(), 10u);  // the memory over the measured step (its counter track)
+  EXPECT_GT(cmp.simulated.memory_samples.size(), 10u);
   const auto lines = describe_comparison(cmp, 5);
   ASSERT_EQ(lines.size(), 7u);
   EXPECT_NE(lines[0].find("measured vs simulated (cpu-epyc-zen4-2c in cpu-host"), std::string::npos) << lines[0];
@@ -1311,6 +1313,51 @@ TEST(Simulation, WhatIfChangesApplyOrAreRefusedByName) {
   EXPECT_NE(error_of([&] { sim_config("configs/qwen3_debug.yaml", {"simulation.what_if", "chip.hbm_tbps*2"}); })
                 .find("needs simulation.enabled true"),
             std::string::npos);
+}
+
+// Utilization counters on the step's axis (issue: memory by category, link utilization per level, achieved
+// FLOP/s per stream): each within its physical bounds — memory never above the planned peak per chip, the
+// compute stream never above the chip's peak, a level's links busy 0 or 1 — and a communication stream's rate
+// is its collectives' bytes over their time.
+TEST(Simulation, UtilizationCountersStayWithinTheirPhysicalBounds) {
+  JobConfig c = sim_config("configs/simulation/qwen3_32b_trn2x64.yaml", {"model.n_layers", "4"});
+  SimResult r = simulate_step(c, (int)c.simulation.world_size);
+  ASSERT_FALSE(r.memory_samples.empty());
+  double top = 0;
+  for (const MemorySample& m : r.memory_samples) {
+    double t = 0;
+    for (double b : m.bytes) t += b;
+    top = std::max(top, t);
+  }
+  EXPECT_LE(top, r.memory.total() * (1 + 1e-9));  // the peak falls inside an op, between records
+  EXPECT_GT(top, 0.5 * r.memory.total());
+  ASSERT_FALSE(r.link_busy.empty());
+  const std::string path = (fs::temp_directory_path() / "titan_counters.json").string();
+  write_chrome_trace(r, path);
+  const auto p = check_chrome_trace(path);
+  EXPECT_TRUE(p.empty()) << p.front();
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  const sim::ChipSpec chip = sim::load_chip("trainium2");
+  std::map<std::string, int> seen;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] != "C") continue;
+    const std::string name = e["name"].get<std::string>();
+    ++seen[name];
+    if (name == "memory GiB") {
+      EXPECT_EQ(e["args"].size(), 6u);
+    } else {
+      const double v = e["args"]["value"].get<double>();
+      EXPECT_GE(v, 0.0) << name;
+      if (name == "compute TFLOP/s") EXPECT_LE(v, chip.peak_tflops * (1 + 1e-3)) << name;
+      if (name.rfind("link ", 0) == 0) EXPECT_TRUE(v == 0.0 || v == 1.0) << name << " " << v;
+    }
+  }
+  EXPECT_GT(seen["memory GiB"], 10);
+  EXPECT_GT(seen["compute TFLOP/s"], 100);
+  EXPECT_GT(seen["comm:dp_shard GB/s"], 10);
+  EXPECT_GT(seen["link neuronlink busy"], 10);
+  fs::remove(path);
 }
 
 TEST(Simulation, CollectivesSlowTheKernelsTheyOverlapByTheChipsInterference) {

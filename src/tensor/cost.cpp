@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "src/tensor/tensor.h"
+
 namespace titan {
 
 namespace {
@@ -72,6 +74,7 @@ void record_cost(const char* op, double flops, double bytes, const GemmShape& ge
     e.cls = cls;
     e.eager = eager;
     e.t = t_trace->elapsed();
+    e.memory = MemoryTracker::get(default_device()).stats().current;
     t_trace->events_.push_back(std::move(e));
   }
   if (!t_scope) return;

@@ -13,11 +13,14 @@
 // its record to the next op's record (or to the scope's end), i.e. its
 // kernel plus its share of the framework overhead. No op needs a timer.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "src/tensor/memory.h"
 
 namespace titan {
 
@@ -140,6 +143,9 @@ struct CostEvent {
   bool send = false;       //   true: this rank sends
   int64_t tag = -1;        //   and the message tag (a send and its recv share (sender, receiver, tag))
   double t = 0;          // timed traces: seconds since the trace began, at the record
+  // Compute: the bytes the current device's tracker holds per MemoryCategory at the record (the memory over
+  // the step; plan_step makes them the step's own, less what was held before it)
+  std::array<int64_t, kNumMemoryCategories> memory{};
 };
 
 // RAII: while alive, every record on this thread is appended to events()
