@@ -86,7 +86,19 @@ std::string hex_id(int pid, int64_t n) {
 void write_chrome_trace(const SimResult& r, const std::string& path, const TraceLayout& layout) {
   std::ofstream o(path);
   TITAN_CHECK(o.good(), "trace: cannot write '", path, "'");
-  const int n_chips = std::max(1, std::min(layout.n_chips, r.chips)), first_chip = layout.first_chip;
+  const int first_chip = layout.first_chip;
+  // the chips drawn: the first n_chips; or (n_chips 0) one per distinct timeline (pipeline stage), each standing
+  // for the chips that run alike (SPMD), named with their range
+  const int per_stage = r.stages.empty() ? std::max(1, r.world) : std::max(1, r.world / (int)r.stages.size());
+  const int stage_chips = std::max(1, per_stage / std::max(1, r.ranks_per_chip));  // chips per stage
+  std::vector<int> chips;
+  if (layout.n_chips > 0) {
+    for (int cc = 0; cc < std::max(1, std::min(layout.n_chips, r.chips)); ++cc) chips.push_back(first_chip + cc);
+  } else {
+    for (int c = first_chip; c < std::max(first_chip + 1, r.chips); c += stage_chips) chips.push_back(c);
+  }
+  const bool collapsed = layout.n_chips <= 0 && r.chips > (int)chips.size();
+  const int n_chips = (int)chips.size();
   const int64_t step = layout.step;
   const bool measured = r.system == "measured";
   o << "{\"displayTimeUnit\":\"ms\",\"distributedInfo\":{\"backend\":\"mpi\",\"rank\":" << first_chip * r.ranks_per_chip
@@ -109,23 +121,26 @@ void write_chrome_trace(const SimResult& r, const std::string& path, const Trace
   std::vector<int> chip_pid(n_chips), chip_lane(n_chips, 0);
   std::vector<std::vector<int>> chip_tid(n_chips);
   for (int cc = 0; cc < n_chips; ++cc) {
-    const int c = first_chip + cc, pid = c + layout.pid_offset + 1;  // >= 1, distinct per chip: files merge cleanly
+    const int c = chips[(size_t)cc], pid = c + layout.pid_offset + 1;  // >= 1, distinct per chip: files merge cleanly
     chip_pid[cc] = pid;
     // the chip's pipeline stage (its first rank's): a stage's chips share its timeline
     const std::vector<SimSpan>* spans = &r.spans;
     std::string stage;
     if (!r.stages.empty()) {
-      const int per_stage = std::max(1, r.world / (int)r.stages.size());
       const size_t st = std::min(r.stages.size() - 1, (size_t)(c * r.ranks_per_chip / per_stage));
       spans = &r.stages[st].spans;
       stage = ", pipeline stage " + std::to_string(st);
       chip_lane[cc] = (int)st;
     }
+    const int alike = std::min(stage_chips, r.chips - c);  // the chips this one stands for when collapsed
+    const std::string who = collapsed && alike > 1
+                                ? "chips " + std::to_string(c) + "-" + std::to_string(c + alike - 1) + " (" + esc(r.chip) +
+                                      stage + "; " + std::to_string(alike) +
+                                      " alike, drawn once: simulation.trace_chips N draws the first N)"
+                                : std::string(measured ? "rank " : "chip ") + std::to_string(c) + " (" + esc(r.chip) +
+                                      stage + ")";
     meta("process_name", pid, 0, "name",
-         "\"" + (!layout.process_name.empty() && cc == 0
-                     ? esc(layout.process_name)
-                     : std::string(measured ? "rank " : "chip ") + std::to_string(c) + " (" + esc(r.chip) + stage + ")") +
-             "\"");
+         "\"" + (!layout.process_name.empty() && cc == 0 ? esc(layout.process_name) : who) + "\"");
     meta("process_sort_index", pid, 0, "sort_index", std::to_string(pid));
     const int drawn = cc == 0 ? r.ranks_per_chip : 1;  // chip 0: every rank; others: their first (SPMD)
     for (int k = 0; k < drawn; ++k) {  // a track only for a rank that is drawn (no empty named tracks)

@@ -22,7 +22,8 @@ namespace titan {
 
 // Which chips of a timeline a trace file draws, and as which processes.
 struct TraceLayout {
-  int n_chips = 1;       // the first n chips (chip 0: every rank it holds; the others: their first rank, SPMD)
+  int n_chips = 1;       // the first n chips (chip 0: every rank it holds; the others: their first rank, SPMD);
+                         // 0: one chip per distinct timeline (pipeline stage), standing for the chips alike
   int first_chip = 0;    // chips are numbered from here: a measured trace of rank R passes R, so the per-rank
                          // files of one job merge without collisions
   int64_t step = 1;      // the step's number for its ProfilerStep# slice

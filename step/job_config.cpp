@@ -200,7 +200,8 @@ std::vector<Field> fields(JobConfig& c) {
       config::bind("simulation.trace_file", &c.simulation.trace_file,
                    "Chrome-trace JSON of the simulated step, relative to job.dump_folder; \"\": none"),
       config::bind("simulation.trace_chips", &c.simulation.trace_chips,
-                   "chips drawn in the simulated trace (SPMD: every chip runs the same timeline)"),
+                   "chips drawn in the simulated trace: the first N; 0: one per pipeline stage, standing for the chips "
+                   "alike (SPMD: a stage's chips run the same timeline)"),
       config::bind("simulation.moe_routing_skew", &c.simulation.moe_routing_skew,
                    "MoE routing priced at the busiest rank; 0: balanced; s > 0: expert e gets a share ~ 1/(e+1)^s"),
       config::bind("simulation.moe_routing_histogram", &c.simulation.moe_routing_histogram,
@@ -447,8 +448,9 @@ void validate(const JobConfig& c) {
   TITAN_CHECK(c.lr_scheduler.decay_ratio >= 0 && c.lr_scheduler.decay_ratio <= 1,
               "config error: lr_scheduler.decay_ratio must be in [0, 1], got ", c.lr_scheduler.decay_ratio);
   TITAN_CHECK(c.simulation.world_size >= 1 && c.simulation.ranks_per_chip >= 1 && c.simulation.num_systems >= 1 &&
-                  c.simulation.trace_chips >= 1,
-              "config error: simulation.world_size, ranks_per_chip, num_systems and trace_chips must be >= 1");
+                  c.simulation.trace_chips >= 0,
+              "config error: simulation.world_size, ranks_per_chip and num_systems must be >= 1, trace_chips >= 0 "
+              "(0: one chip per pipeline stage)");
   {
     const bool routing = c.simulation.moe_routing_skew != 0 || !c.simulation.moe_routing_histogram.empty();
     TITAN_CHECK(c.simulation.moe_routing_skew >= 0 && std::isfinite(c.simulation.moe_routing_skew),

@@ -196,7 +196,8 @@ struct JobConfig {
                                         // kernel its spec lists under attention_kernels (e.g. cudnn on H100)
     std::string trace_file = "";  // Chrome-trace JSON of the simulated step (relative to job.dump_folder)
     std::string what_if = "";     // changes priced beside the planned step (simulator/what_if.h); "": none
-    int64_t trace_chips = 2;      // chips drawn in the trace (SPMD: every chip runs the same timeline)
+    int64_t trace_chips = 0;      // chips drawn in the trace; 0: one per distinct timeline (pipeline stage),
+                                  // standing for the chips that run alike (SPMD)
     // MoE routing of the meta step (which has no router outputs), priced at the busiest rank:
     double moe_routing_skew = 0;  // 0: balanced; s > 0: Zipf, expert e gets a share proportional to 1/(e+1)^s
     std::string moe_routing_histogram = "";  // tokens per expert, comma-separated (the end-of-run "expert load"

@@ -1245,6 +1245,17 @@ TEST(Simulation, PipelinedTraceDrawsTheCriticalPathAndTypedDependencies) {
   }
   EXPECT_TRUE(cats.count("data") && cats.count("pipeline") && cats.count("collective")) << cats.size();
   EXPECT_NEAR(on_track * 1e-6, r.step_s, 1e-6);
+  // collapsed (simulation.trace_chips 0, the default): one process per stage, standing for its 4 chips alike
+  write_chrome_trace(r, path, TraceLayout(0));
+  const auto q = check_chrome_trace(path);
+  EXPECT_TRUE(q.empty()) << q.front();
+  std::ifstream in2(path);
+  const nlohmann::json k = nlohmann::json::parse(in2);
+  std::vector<std::string> procs;
+  for (const auto& e : k["traceEvents"])
+    if (e["ph"] == "M" && e["name"] == "process_name") procs.push_back(e["args"]["name"].get<std::string>());
+  ASSERT_EQ(procs.size(), 4u);
+  EXPECT_EQ(procs[3].rfind("chips 12-15 (trainium2, pipeline stage 3; 4 alike, drawn once", 0), 0u) << procs[3];
   fs::remove(path);
 }
 
