@@ -40,7 +40,7 @@ std::vector<std::string> split(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string csv, chips_arg = "trainium3,trainium2,gb300,b200,h100-sxm";
+  std::string csv, chips_arg = "trainium3,trainium3+engines,trainium2,trainium2+engines,gb300,b200,h100-sxm";
   double max_gflop = 20;
   CLI::App app{"titan-bench: the matmul sweep. `linear` on open-weight projection shapes at M = 1, 128, 2048: "
                "measured GFLOP/s and MFU on this CPU next to the simulated MFU on other chips",
@@ -49,7 +49,9 @@ int main(int argc, char** argv) {
   app.add_option("--csv", csv, "also write the table as CSV (plot: scripts/plot_matmul_sweep.py)");
   app.add_option("--max-gflop", max_gflop, "measure calls up to this many GFLOP on the CPU (larger: simulated only)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--chips", chips_arg, "simulated chips, comma-separated (simulator/specs/chips)");
+  app.add_option("--chips", chips_arg,
+                 "simulated chips, comma-separated (simulator/specs/chips); NAME+engines: priced by the schedule of "
+                 "its engines (simulator/engines.h) instead of its GEMM table");
   CLI11_PARSE(app, argc, argv);
   const double t_start = now();
   struct Proj {
@@ -72,7 +74,16 @@ int main(int argc, char** argv) {
   sim::ChipSpec cpu;
   try {
     cpu = sim::load_chip("cpu-epyc-zen4-2c");
-    for (const auto& n : split(chips_arg)) chips.push_back(sim::load_chip(n));
+    for (const auto& n : split(chips_arg)) {
+      const size_t plus = n.find("+engines");
+      chips.push_back(sim::load_chip(n.substr(0, plus)));
+      if (plus != std::string::npos) {
+        if (!chips.back().engines.valid())
+          throw std::runtime_error("chip '" + n.substr(0, plus) + "' has no engines: section to schedule");
+        chips.back().price_by_engines = true;
+        chips.back().name += "+engines";
+      }
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "titan-bench: %s\n", e.what());
     return 2;
@@ -133,7 +144,8 @@ int main(int argc, char** argv) {
         k.m = M;
         k.n = p.out;
         k.k = p.in;
-        const int rpc = c.name.rfind("trainium", 0) == 0 ? 4 : 1;  // one LNC=2 logical core
+        k.element_bytes = 2;
+        const int rpc = c.engines.valid() ? std::max(1, c.cores / 2) : 1;  // Trainium: one LNC=2 logical core
         const auto t = sim::kernel_time(c, rpc, k, sim::ExecMode::Compiled);
         const double mfu = k.flops / t.seconds / (c.mfu_peak_tflops * 1e12 / rpc);
         std::printf(" %9.1f%%", 100 * mfu);

@@ -6,6 +6,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "simulator/engines.h"
 #include "src/tensor/error.h"
 
 namespace titan::sim {
@@ -70,6 +71,21 @@ KernelTime kernel_time(const ChipSpec& c, int rpc, const Kernel& k, ExecMode mod
   t.memory_s = k.bytes / hbm;
   t.overhead_s = (mode == ExecMode::Eager ? c.eager_launch_us : c.compiled_launch_us) * 1e-6;
   t.seconds = std::max(t.compute_s, t.memory_s) + t.overhead_s;
+  if (c.price_by_engines && k.kind != KernelKind::Attention && (k.kind != KernelKind::Gemm || k.m > 0)) {
+    // the kernel as its engines run it: GEMM tiles on the systolic array, elementwise on Vector / Scalar, DMA
+    const int cores = std::max(1, c.cores / std::max(1, rpc));
+    const EngineSchedule s =
+        k.kind == KernelKind::Gemm
+            ? schedule_gemm(c.engines, cores, std::max(1LL, k.batch), k.m, k.n, k.k, k.element_bytes,
+                            k.element_bytes)
+            : schedule_elementwise(c.engines, cores, k.bytes / (3.0 * k.element_bytes), k.bytes, k.flops);
+    t.compute_s = s.busy[(int)Engine::Tensor] + s.busy[(int)Engine::Vector] + s.busy[(int)Engine::Scalar];
+    t.memory_s = s.busy[(int)Engine::Dma];
+    t.seconds = s.seconds + t.overhead_s;
+    for (int i = 0; i < kEngines; ++i) t.engine_busy[(size_t)i] = s.busy[(size_t)i] / cores;
+    if (k.kind == KernelKind::Gemm)
+      t.efficiency = 2.0 * (double)std::max(1LL, k.batch) * k.m * k.n * k.k / s.seconds / peak;
+  }
   return t;
 }
 

@@ -45,6 +45,7 @@ struct Kernel {
   double flops = 0, bytes = 0;
   long long batch = 1, m = 0, n = 0, k = 0;  // GEMM shape
   GemmPrecision precision = GemmPrecision::high;  // GEMM: priced at the chip's peak for it
+  double element_bytes = 4;  // the dtype it moves (engine schedules count elements: simulator/engines.h)
 };
 
 // The dense peak (TFLOP/s per chip) a GEMM of this precision is priced against: peak_tflops, or for FP8 /
@@ -55,8 +56,12 @@ double gemm_peak_tflops(const ChipSpec& chip, GemmPrecision p);
 struct KernelTime {
   double seconds = 0, compute_s = 0, memory_s = 0, overhead_s = 0;
   double efficiency = 1;  // GEMM: the table's value times tile utilisation
+  // priced by engines: each engine kind's busy seconds per core (Tensor, Vector, Scalar, GpSimd, DMA)
+  std::array<double, 5> engine_busy{};
 };
 
+// chip.price_by_engines (simulation.kernel_model engines): GEMM and elementwise kernels take their engine
+// schedule's time (simulator/engines.h) on the rank's cores; attention stays on attention_efficiency.
 KernelTime kernel_time(const ChipSpec& chip, int ranks_per_chip, const Kernel& k, ExecMode mode);
 
 enum class Collective { AllGather, ReduceScatter, AllReduce, AllToAll };

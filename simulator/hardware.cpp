@@ -229,7 +229,7 @@ ChipSpec read_chip(const std::string& file, const std::vector<SpecEdit>& edits) 
               "hbm_tbps", "memory_efficiency", "attention_efficiency", "eager_launch_us", "compiled_launch_us",
               "comm_interference", "gemm_tile", "gemm_efficiency", "attention_kernels", "gemm_power_limit_tflops",
               "eager_host_us", "compiled_host_us", "local_comm_gbps", "local_comm_latency_us", "gemm_efficiency_per",
-              "fp8_tflops", "mxfp8_tflops"},
+              "fp8_tflops", "mxfp8_tflops", "engines"},
              file, "");
   ChipSpec c;
   c.file = file;
@@ -274,6 +274,24 @@ ChipSpec read_chip(const std::string& file, const std::vector<SpecEdit>& edits) 
     }
   }
   c.gemm_power_limit_tflops = n["gemm_power_limit_tflops"] ? number(n, "gemm_power_limit_tflops", file) : 0.0;
+  if (n["engines"]) {  // one core's engines (simulator/engines.h)
+    const YAML::Node en = n["engines"];
+    if (!en.IsMap()) fail(file, "key 'engines' must be a map of one core's engine figures");
+    check_keys(en, {"tensor_ghz", "array", "moving_max", "stationary_min_cycles", "vector_ghz", "scalar_ghz",
+                    "gpsimd_ghz", "min_ii_cycles", "dma_gbps", "dma_latency_us"},
+               file, " in engines");
+    EngineSpec& e = c.engines;
+    e.tensor_ghz = number(en, "tensor_ghz", file);
+    e.array = count(en, "array", file);
+    e.moving_max = count(en, "moving_max", file);
+    e.stationary_min = number(en, "stationary_min_cycles", file);
+    e.vector_ghz = number(en, "vector_ghz", file);
+    e.scalar_ghz = number(en, "scalar_ghz", file);
+    e.gpsimd_ghz = number(en, "gpsimd_ghz", file);
+    e.min_ii = number(en, "min_ii_cycles", file, true);
+    e.dma_gbps = number(en, "dma_gbps", file);
+    e.dma_latency_us = number(en, "dma_latency_us", file, true);
+  }
   if (!n["gemm_tile"] || !n["gemm_tile"].IsSequence() || n["gemm_tile"].size() != 3)
     fail(file, "missing key 'gemm_tile' ([m, n, k] padding multiples)");
   for (const auto& v : n["gemm_tile"]) {

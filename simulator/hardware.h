@@ -23,8 +23,25 @@ struct EfficiencyPoint {
   double gflop = 0, efficiency = 0;
 };
 
+// One core's engines (Trainium's NeuronCore; simulator/engines.h schedules kernels on them). Optional in a chip
+// spec (`engines:`); every figure cited there.
+struct EngineSpec {
+  double tensor_ghz = 0;          // Tensor engine clock
+  int array = 128;                // the systolic array: array x array processing elements
+  int moving_max = 512;           // a matmul instruction's moving free size at most
+  double stationary_min = 64;     // matmul cost max(min(stationary_min, N_stationary), N_moving) cycles
+  double vector_ghz = 0, scalar_ghz = 0, gpsimd_ghz = 0;
+  double min_ii = 64;             // Vector / Scalar minimum instruction interval (cycles)
+  double dma_gbps = 0;            // the core's share of HBM bandwidth (GB/s)
+  double dma_latency_us = 0;      // one DMA instruction's latency
+  bool valid() const { return tensor_ghz > 0; }
+};
+
 struct ChipSpec {
   std::string name, file;
+  EngineSpec engines;              // optional (Trainium): the per-core engines
+  bool price_by_engines = false;   // simulation.kernel_model engines: GEMM and elementwise kernels priced by
+                                   // their engine schedule (simulator/engines.h), not the tables
   int cores = 1;                   // compute cores (NeuronCores, SMs are not modelled separately)
   double peak_tflops = 0;          // dense bf16 tensor-engine peak the kernels are priced against
   double headline_tflops = 0;      // vendor's headline dense bf16 figure (reported, not priced)

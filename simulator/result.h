@@ -53,6 +53,8 @@ struct SimSpan {  // one slice of the timeline (seconds from the step's start)
   // them: the same collective on every member has the same pair (merged traces link them, trace.h)
   std::string group_ranks;
   int64_t group_seq = -1;
+  std::array<float, 5> engine_busy{};  // priced by engines: seconds per core each engine is busy in it
+                                       // (Tensor, Vector, Scalar, GpSimd, DMA; simulator/engines.h)
   SpanRef dep;               // what it waited for (simulated timelines)
   DepKind dep_kind = DepKind::none;
 };

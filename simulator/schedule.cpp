@@ -181,6 +181,7 @@ class Schedule {
     SimResult& r = l.r;
     SimSpan span{"compute", name, "compute", l.tc, kt.seconds + extra, k.flops, k.bytes, -1, l.stage, event};
     span.kernel_class = cls;
+    for (size_t i = 0; i < kt.engine_busy.size(); ++i) span.engine_busy[i] = (float)kt.engine_busy[i];
     push_compute(l, std::move(span));
     l.tc += kt.seconds + extra;
     r.compute_s += kt.seconds + extra;
@@ -288,6 +289,7 @@ class Schedule {
     k.n = e.gemm.n;
     k.k = e.gemm.k;
     k.precision = e.gemm.precision;
+    k.element_bytes = e.cls == KernelClass::Optimizer ? 4.0 : 4.0 * act_scale_;
     if (e.cls == KernelClass::HostSync) {  // the host waits for the device to get here
       flush_fused(l);
       l.th = std::max(l.th, l.tc);

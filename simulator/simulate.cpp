@@ -26,6 +26,12 @@ void load_target(const JobConfig& cfg, int world, SystemSpec& sys, ChipSpec& chi
   } catch (const std::exception& e) {
     fail("simulation: ", e.what());
   }
+  if (sc.kernel_model == JobConfig::Simulation::KernelModel::engines) {  // kernels as the chip's engines run them
+    TITAN_CHECK(chip.engines.valid(), "simulation: simulation.kernel_model engines needs the chip's engines, but ",
+                chip.name, " (", chip.file, ") has no 'engines:' section (Trainium specs have one); use "
+                "simulation.kernel_model table");
+    chip.price_by_engines = true;
+  }
   if (!sc.attention_kernel.empty()) {  // the run's attention kernel, as the chip's spec prices it
     auto it = chip.attention_kernels.find(sc.attention_kernel);
     if (it == chip.attention_kernels.end()) {

@@ -248,6 +248,30 @@ void write_chrome_trace(const SimResult& r, const std::string& path, const Trace
         << ",\"tid\":1,\"name\":\"waits\",\"cat\":\"dep\",\"ts\":" << us(f.f_ts) << "}";
     }
   }
+  // a Trainium core's engines (priced by engines, simulator/engines.h), under the first drawn chip: a row per
+  // engine that ran something, each kernel a slice from its start for the time that engine was busy in it
+  {
+    const auto& spans = r.stages.empty() ? r.spans : r.stages[(size_t)chip_lane[0]].spans;
+    static const char* names[5] = {"Tensor engine", "Vector engine", "Scalar engine", "GpSimd engine", "DMA queues"};
+    for (int eng = 0; eng < 5; ++eng) {
+      bool any = false;
+      for (const SimSpan& s : spans) any = any || s.engine_busy[(size_t)eng] > 0;
+      if (!any) continue;
+      const int pid = chip_pid[0], tid = 800 + eng;
+      meta("thread_name", pid, tid, "name", std::string("\"NeuronCore ") + names[eng] + " (rank " +
+                                                 std::to_string(first_chip * r.ranks_per_chip) + ", per core)\"");
+      meta("thread_sort_index", pid, tid, "sort_index", std::to_string(tid));
+      for (const SimSpan& s : spans) {
+        const double busy = s.engine_busy[(size_t)eng];
+        if (busy <= 0 || s.dur <= 0) continue;
+        const long long a = to_ns(s.start), b = std::max(a, std::min(to_ns(s.start + s.dur), to_ns(s.start + busy)));
+        sep();
+        o << "{\"ph\":\"X\",\"pid\":" << pid << ",\"tid\":" << tid << ",\"name\":\"" << esc(s.name)
+          << "\",\"cat\":\"engine\",\"ts\":" << us(a) << ",\"dur\":" << us(b - a) << ",\"args\":{\"busy_us\":"
+          << busy * 1e6 << ",\"share_of_kernel\":" << busy / s.dur << "}}";
+      }
+    }
+  }
   // utilization counters on the same axis, per drawn chip: memory by category (GiB), the compute stream's
   // achieved TFLOP/s, each communication stream's achieved GB/s, each network level's links busy (0 / 1)
   for (int cc = 0; cc < n_chips; ++cc) {

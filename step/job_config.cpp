@@ -193,6 +193,9 @@ std::vector<Field> fields(JobConfig& c) {
                    "eager (each op its kernels), compiled (elementwise chains fused), cudagraphs (compiled, step issued once)"),
       config::bind("simulation.attention_kernel", &c.simulation.attention_kernel,
                    "\"\": the chip's default attention kernel; else one its spec lists (e.g. cudnn, flash3 on H100)"),
+      config::bind("simulation.kernel_model", &c.simulation.kernel_model,
+                   "table: kernels priced by the chip's efficiency tables; engines: GEMM and elementwise kernels by "
+                   "the schedule of the chip's engines (specs with engines:, Trainium)"),
       config::bind("simulation.what_if", &c.simulation.what_if,
                    "the planned step priced again with changes, ';'-separated: chip.hbm_tbps*2, "
                    "system.levels.*.bandwidth_gbps*2, parallelism.tensor_parallel_degree=4; prints the new step, its "

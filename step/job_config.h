@@ -196,6 +196,9 @@ struct JobConfig {
                                         // kernel its spec lists under attention_kernels (e.g. cudnn on H100)
     std::string trace_file = "";  // Chrome-trace JSON of the simulated step (relative to job.dump_folder)
     std::string what_if = "";     // changes priced beside the planned step (simulator/what_if.h); "": none
+    enum class KernelModel { table, engines };
+    KernelModel kernel_model = KernelModel::table;  // engines: GEMM / elementwise kernels priced by the schedule of
+                                                    // the chip's engines (simulator/engines.h; Trainium specs)
     int64_t trace_chips = 0;      // chips drawn in the trace; 0: one per distinct timeline (pipeline stage),
                                   // standing for the chips that run alike (SPMD)
     // MoE routing of the meta step (which has no router outputs), priced at the busiest rank:
@@ -218,6 +221,7 @@ struct JobConfig {
 constexpr std::array<std::string_view, 3> enum_names(JobConfig::ACMode) { return {"none", "full", "selective"}; }
 constexpr std::array<std::string_view, 2> enum_names(JobConfig::Training::OnNonFinite) { return {"abort", "skip"}; }
 constexpr std::array<std::string_view, 3> enum_names(JobConfig::Simulation::Mode) { return {"eager", "compiled", "cudagraphs"}; }
+constexpr std::array<std::string_view, 2> enum_names(JobConfig::Simulation::KernelModel) { return {"table", "engines"}; }
 constexpr std::array<std::string_view, 2> enum_names(JobConfig::Training::Precision) { return {"bfloat16", "float32"}; }
 
 // simulation.moe_routing_histogram as numbers (errors name the key and the item).

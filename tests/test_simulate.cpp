@@ -13,6 +13,7 @@
 #include "tests/error_of.h"
 #include "simulator/compare.h"
 #include "simulator/cost_model.h"
+#include "simulator/engines.h"
 #include "simulator/critical_path.h"
 #include "simulator/trace.h"
 #include "src/log/log.h"
@@ -1369,6 +1370,101 @@ TEST(Simulation, UtilizationCountersStayWithinTheirPhysicalBounds) {
   EXPECT_GT(seen["comm:dp_shard GB/s"], 10);
   EXPECT_GT(seen["link neuronlink busy"], 10);
   fs::remove(path);
+}
+
+// A GEMM tile's engine schedule equals the hand computation from the spec's figures (issue: the chip's
+// engines): one 128 x 512 output tile of a 128 x 128 x 512 bf16 GEMM on one Trainium2 core is four stages one
+// after another — its operands' DMA (both blocks: (128 + 512) x 128 x 2 bytes), one matmul instruction of
+// max(min(64, 128), 512) = 512 Tensor cycles at 2.4 GHz, the PSUM evacuation on Scalar (max(64, 512) cycles at
+// 1.2 GHz), the output's DMA (128 x 512 x 2 bytes) — loads and stores sharing the core's HBM bandwidth by their
+// bytes, plus one DMA instruction's latency. A large GEMM is Tensor-bound at the core's peak; at M = 1 it is
+// bound by streaming the weights.
+TEST(Engines, AGemmTilesScheduleIsTheHandComputation) {
+  const sim::ChipSpec chip = sim::load_chip("trainium2");
+  const sim::EngineSpec& e = chip.engines;
+  ASSERT_TRUE(e.valid());
+  const sim::EngineSchedule s = sim::schedule_gemm(e, 1, 1, 128, 512, 128, 2.0, 2.0, /*keep_slices=*/true);
+  const double in = (128.0 + 512.0) * 128 * 2, out = 128.0 * 512 * 2, bw = e.dma_gbps * 1e9;
+  const double t_in = in / (bw * in / (in + out)), t_tensor = 512 / (e.tensor_ghz * 1e9);
+  const double t_evac = 512 / (e.scalar_ghz * 1e9), t_out = out / (bw * out / (in + out));
+  EXPECT_EQ(s.jobs, 1);
+  ASSERT_EQ(s.slices.size(), 4u);
+  EXPECT_EQ(s.slices[0].engine, sim::Engine::Dma);
+  EXPECT_EQ(s.slices[1].engine, sim::Engine::Tensor);
+  EXPECT_EQ(s.slices[2].engine, sim::Engine::Scalar);
+  EXPECT_EQ(s.slices[3].engine, sim::Engine::Dma);
+  EXPECT_NEAR(s.slices[0].end, t_in, 1e-15);
+  EXPECT_NEAR(s.slices[1].end - s.slices[1].start, t_tensor, 1e-15);
+  EXPECT_NEAR(s.slices[2].end - s.slices[2].start, t_evac, 1e-15);
+  EXPECT_NEAR(s.seconds, t_in + t_tensor + t_evac + t_out + e.dma_latency_us * 1e-6, 1e-15);
+  EXPECT_NEAR(t_tensor, 213.333e-9, 1e-12);  // 512 cycles at 2.4 GHz
+  // 2048 x 4096 x 4096: 16 x 8 tiles of 32 instructions x 512 cycles = the FLOPs at 128 x 128 x 2 x 2.4 GHz
+  const sim::EngineSchedule big = sim::schedule_gemm(e, 1, 1, 2048, 4096, 4096, 2.0, 2.0);
+  const double peak_s = 2.0 * 2048 * 4096 * 4096 / (2.0 * 128 * 128 * e.tensor_ghz * 1e9);
+  EXPECT_NEAR(big.busy[(int)sim::Engine::Tensor], peak_s, 1e-12);
+  EXPECT_LT(big.seconds, 1.04 * peak_s);  // the pipeline hides the DMA and the evacuations but its fill
+  // M = 1: the weights (4096 x 4096 x 2 bytes) streamed at the core's bandwidth bound it
+  const sim::EngineSchedule one = sim::schedule_gemm(e, 1, 1, 1, 4096, 4096, 2.0, 2.0);
+  EXPECT_GT(one.seconds, 4096.0 * 4096 * 2 / bw);
+  EXPECT_LT(one.seconds, 1.1 * (4096.0 * 4096 * 2 + 2 * 4096 * 2) / bw + 2e-6);
+  // two cores take the tiles in turn: twice as fast on a Tensor-bound GEMM
+  EXPECT_NEAR(sim::schedule_gemm(e, 2, 1, 2048, 4096, 4096, 2.0, 2.0).busy[(int)sim::Engine::Tensor],
+              big.busy[(int)sim::Engine::Tensor], 1e-12);
+  EXPECT_LT(sim::schedule_gemm(e, 2, 1, 2048, 4096, 4096, 2.0, 2.0).seconds, 0.52 * big.seconds);
+}
+
+// simulation.kernel_model engines: the step's GEMM and elementwise kernels take their engine schedules' time
+// (never faster than the Tensor engines' peak: MFU stays below 100%), the trace draws the engines as rows of
+// the first chip, the article's three batch regimes order as its sweep (M = 1 << 128 < 2048), and a chip
+// without engines is refused, naming it.
+TEST(Engines, KernelModelEnginesPricesTheStepAndDrawsTheEngines) {
+  JobConfig c = sim_config("configs/simulation/qwen3_32b_trn2x64.yaml",
+                           {"model.n_layers", "4", "simulation.kernel_model", "engines"});
+  const SimResult r = simulate_step(c, (int)c.simulation.world_size);
+  EXPECT_GT(r.mfu, 0.0);
+  EXPECT_LT(r.mfu, 1.0);
+  const sim::ChipSpec chip = sim::load_chip("trainium2");
+  int gemms = 0;
+  for (const SimSpan& s : r.spans)
+    if (s.kernel_class == "gemm") {
+      ++gemms;
+      EXPECT_GT(s.engine_busy[0], 0.f);
+      // 4 ranks per chip: 2 cores each, 2 x 79 TFLOP/s
+      EXPECT_GE(s.dur * 2 * 2.0 * 128 * 128 * chip.engines.tensor_ghz * 1e9, s.flops * (1 - 1e-9)) << s.name;
+    }
+  EXPECT_GT(gemms, 10);
+  const std::string path = (fs::temp_directory_path() / "titan_engines.json").string();
+  write_chrome_trace(r, path, TraceLayout(0));
+  const auto p = check_chrome_trace(path);
+  EXPECT_TRUE(p.empty()) << p.front();
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  std::set<std::string> rows;
+  for (const auto& ev : j["traceEvents"])
+    if (ev["ph"] == "M" && ev["name"] == "thread_name") rows.insert(ev["args"]["name"].get<std::string>());
+  EXPECT_TRUE(rows.count("NeuronCore Tensor engine (rank 0, per core)"));
+  EXPECT_TRUE(rows.count("NeuronCore DMA queues (rank 0, per core)"));
+  fs::remove(path);
+  sim::ChipSpec t3 = sim::load_chip("trainium3");
+  t3.price_by_engines = true;
+  auto mfu = [&](long long m) {  // one LNC=2 logical core, llama3-8b's q_proj
+    sim::Kernel k;
+    k.kind = sim::KernelKind::Gemm;
+    k.m = m, k.n = 4096, k.k = 4096, k.batch = 1;
+    k.flops = 2.0 * m * 4096 * 4096;
+    k.element_bytes = 2;
+    return k.flops / sim::kernel_time(t3, 4, k, sim::ExecMode::Compiled).seconds / (t3.mfu_peak_tflops * 1e12 / 4);
+  };
+  EXPECT_LT(mfu(1), 0.02);
+  EXPECT_LT(mfu(1) * 20, mfu(128));
+  EXPECT_LT(mfu(128), mfu(2048));
+  EXPECT_LT(mfu(2048), 1.0);
+  JobConfig h = sim_config("configs/qwen3_32b.yaml", {"simulation.system", "h100-hgx", "simulation.world_size", "8",
+                                                      "simulation.ranks_per_chip", "1",
+                                                      "parallelism.data_parallel_shard_degree", "8",
+                                                      "parallelism.tensor_parallel_degree", "1",
+                                                      "simulation.kernel_model", "engines"});
+  EXPECT_NE(error_of([&] { simulate_step(h, 8); }).find("h100-sxm"), std::string::npos);
 }
 
 TEST(Simulation, CollectivesSlowTheKernelsTheyOverlapByTheChipsInterference) {

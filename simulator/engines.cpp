@@ -1,0 +1,130 @@
+#include "simulator/engines.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "src/tensor/error.h"
+
+namespace titan::sim {
+
+const char* engine_name(Engine e) {
+  switch (e) {
+    case Engine::Tensor: return "Tensor";
+    case Engine::Vector: return "Vector";
+    case Engine::Scalar: return "Scalar";
+    case Engine::GpSimd: return "GpSimd";
+    default: return "DMA";
+  }
+}
+
+namespace {
+long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
+
+// One job (a tile) through the four stages, in seconds each.
+struct Job {
+  double in_s = 0, compute_s = 0, evac_s = 0, out_s = 0;
+  Engine compute = Engine::Tensor;  // the second stage's engine
+  bool evac_scalar = true;          // the third stage on Scalar (else Vector); no third stage when evac_s is 0
+};
+
+// The flow shop: jobs round-robin over `cores`, each core's engines running their stages in job order.
+EngineSchedule run(const EngineSpec& e, int cores, const std::vector<Job>& jobs, bool keep) {
+  EngineSchedule s;
+  s.jobs = (int)jobs.size();
+  struct Free {
+    double in = 0, out = 0;
+    std::array<double, kEngines> engine{};
+  };
+  std::vector<Free> free((size_t)std::max(1, cores));
+  double end = 0;
+  auto stage = [&](int core, Engine eng, double& busy_until, double ready, double dur) {
+    const double a = std::max(busy_until, ready), b = a + dur;
+    busy_until = b;
+    s.busy[(int)eng] += dur;
+    if (keep && dur > 0) s.slices.push_back({core, eng, a, b});
+    return b;
+  };
+  for (size_t q = 0; q < jobs.size(); ++q) {
+    const Job& j = jobs[q];
+    const int core = (int)(q % free.size());
+    Free& f = free[(size_t)core];
+    double t = stage(core, Engine::Dma, f.in, 0.0, j.in_s);
+    t = stage(core, j.compute, f.engine[(int)j.compute], t, j.compute_s);
+    if (j.evac_s > 0) {
+      const Engine ev = j.evac_scalar ? Engine::Scalar : Engine::Vector;
+      t = stage(core, ev, f.engine[(int)ev], t, j.evac_s);
+    }
+    t = stage(core, Engine::Dma, f.out, t, j.out_s);
+    end = std::max(end, t);
+  }
+  s.seconds = end + e.dma_latency_us * 1e-6;
+  return s;
+}
+}  // namespace
+
+EngineSchedule schedule_gemm(const EngineSpec& e, int cores, long long batch, long long m, long long n, long long k,
+                             double in_bytes, double out_bytes, bool keep_slices) {
+  TITAN_CHECK(e.valid(), "schedule_gemm: the chip spec has no engines");
+  TITAN_CHECK(m > 0 && n > 0 && k > 0, "schedule_gemm: a GEMM of ", m, " x ", n, " x ", k, " has an empty dimension");
+  const long long P = e.array, F = e.moving_max;
+  // the operand whose side is cut into stationary tiles of <= P columns and the one streamed in <= F columns
+  auto cycles = [&](long long stat, long long mov) {  // tensor cycles of the whole GEMM with that orientation
+    double c = 0;
+    for (long long i = 0; i < ceil_div(stat, P); ++i)
+      for (long long j = 0; j < ceil_div(mov, F); ++j) {
+        const double st = (double)std::min(P, stat - i * P), mv = (double)std::min(F, mov - j * F);
+        c += std::max(std::min(e.stationary_min, st), mv);
+      }
+    return c * (double)ceil_div(k, P);
+  };
+  const bool m_stationary = cycles(m, n) <= cycles(n, m);
+  const long long stat = m_stationary ? m : n, mov = m_stationary ? n : m;
+  const long long ns = ceil_div(stat, P), nm = ceil_div(mov, F), kt = ceil_div(k, P);
+  // DMA: each operand block read once (its first job), the output tile written once; loads and stores share the
+  // core's bandwidth in proportion to their bytes
+  const double total_in = (double)batch * (double)(m + n) * (double)k * in_bytes;
+  const double total_out = (double)batch * (double)m * (double)n * out_bytes;
+  const double bw = e.dma_gbps * 1e9;
+  const double in_bw = bw * total_in / (total_in + total_out), out_bw = bw * total_out / (total_in + total_out);
+  std::vector<Job> jobs;
+  jobs.reserve((size_t)(batch * ns * nm));
+  for (long long b = 0; b < batch; ++b)
+    for (long long j = 0; j < nm; ++j)
+      for (long long i = 0; i < ns; ++i) {
+        const double st = (double)std::min(P, stat - i * P), mv = (double)std::min(F, mov - j * F);
+        Job job;
+        double in = 0;
+        if (j == 0) in += st * (double)k * in_bytes;  // the stationary block, first used now
+        if (i == 0) in += mv * (double)k * in_bytes;  // the moving block, first used now
+        job.in_s = in / in_bw;
+        job.compute_s = (double)kt * std::max(std::min(e.stationary_min, st), mv) / (e.tensor_ghz * 1e9);
+        job.evac_scalar = jobs.size() % 2 == 0;
+        job.evac_s = std::max(e.min_ii, mv) / ((job.evac_scalar ? e.scalar_ghz : e.vector_ghz) * 1e9);
+        job.out_s = st * mv * out_bytes / out_bw;
+        jobs.push_back(job);
+      }
+  return run(e, cores, jobs, keep_slices);
+}
+
+EngineSchedule schedule_elementwise(const EngineSpec& e, int cores, double elements, double bytes, double flops,
+                                    bool keep_slices) {
+  TITAN_CHECK(e.valid(), "schedule_elementwise: the chip spec has no engines");
+  const double tile = (double)e.array * (double)e.moving_max;  // elements per tile: 128 partitions x 512
+  const long long n = std::max(1LL, (long long)std::ceil(std::max(1.0, elements) / tile));
+  const bool scalar = elements > 0 && flops / elements > 4;  // activation-like work: the Scalar engine's
+  const Engine eng = scalar ? Engine::Scalar : Engine::Vector;
+  const double ghz = scalar ? e.scalar_ghz : e.vector_ghz;
+  const double bw = e.dma_gbps * 1e9;
+  std::vector<Job> jobs((size_t)n);
+  for (long long q = 0; q < n; ++q) {
+    const double el = std::min(tile, std::max(1.0, elements) - (double)q * tile);
+    Job& j = jobs[(size_t)q];
+    j.compute = eng;
+    j.compute_s = std::max(e.min_ii, std::ceil(el / (double)e.array)) / (ghz * 1e9);
+    j.in_s = bytes * (2.0 / 3.0) / (double)n / (bw * 2.0 / 3.0);  // reads and writes share the bandwidth 2 : 1
+    j.out_s = bytes / 3.0 / (double)n / (bw / 3.0);
+  }
+  return run(e, cores, jobs, keep_slices);
+}
+
+}  // namespace titan::sim
