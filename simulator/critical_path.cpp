@@ -57,8 +57,15 @@ CriticalPath critical_path(const std::vector<const std::vector<SimSpan>*>& lanes
   if (t > eps) p.segments.push_back({SpanRef{}, 0, t, "waiting: none"});  // the step began with the path idle
   std::reverse(p.segments.begin(), p.segments.end());
   for (const PathSegment& g : p.segments) {
-    p.by_what[g.what] += g.dur;
     p.by_lane[g.span.lane] += g.dur;
+    const SimSpan* s = g.span.valid() ? &at(g.span) : nullptr;
+    if (s && s->category == "compute" && s->launch_s > 0 && g.what.rfind("waiting", 0) != 0) {
+      const double launch = std::min<double>(s->launch_s, g.dur);  // the kernel's launch, charged apart
+      p.by_what["launch overhead"] += launch;
+      p.by_what[g.what] += g.dur - launch;
+    } else {
+      p.by_what[g.what] += g.dur;
+    }
   }
   return p;
 }

@@ -3,7 +3,8 @@
 // step's start.
 //
 // A stall on the path (waiting for a collective, a receive, the other stages) is replaced by what it waited
-// for, so the path is made of work: kernels (attributed to their kernel class), collectives (to
+// for, so the path is made of work: kernels (attributed to their kernel class, their launch overhead apart as
+// "launch overhead"), collectives (to
 // "communication <group>"), pipeline sends ("pipeline <group>") and the time the host held the device ("host").
 // Where a slice started later than what it waited for ended (a gap no slice explains), the gap is its own
 // segment attributed to the dependency's kind ("waiting: <kind>"). The segments tile [0, the step's end].

@@ -49,6 +49,7 @@ struct SimSpan {  // one slice of the timeline (seconds from the step's start)
                          // fused chain of several)
   double other_s = -1;   // side by side (compare.h): the same op's time in the other timeline (-1: not compared)
   std::string kernel_class;  // compute: gemm | attention | elementwise | optimizer (simulated kernels)
+  float launch_s = 0;        // of its time, the launch overhead (simulated kernels)
   // a measured collective: its members (world ranks, "0,1,2") and its number among this rank's collectives over
   // them: the same collective on every member has the same pair (merged traces link them, trace.h)
   std::string group_ranks;

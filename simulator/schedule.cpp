@@ -181,6 +181,7 @@ class Schedule {
     SimResult& r = l.r;
     SimSpan span{"compute", name, "compute", l.tc, kt.seconds + extra, k.flops, k.bytes, -1, l.stage, event};
     span.kernel_class = cls;
+    span.launch_s = (float)kt.overhead_s;
     for (size_t i = 0; i < kt.engine_busy.size(); ++i) span.engine_busy[i] = (float)kt.engine_busy[i];
     push_compute(l, std::move(span));
     l.tc += kt.seconds + extra;

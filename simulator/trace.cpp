@@ -229,6 +229,7 @@ void write_chrome_trace(const SimResult& r, const std::string& path, const Trace
           o << ",\"bind_id\":\"" << bind[i] << "\"," << (flow_in[i] ? "\"flow_in\":true" : "\"flow_out\":true");
         o << ",\"args\":{\"flops\":" << s.flops << ",\"bytes\":" << s.bytes;
         if (s.event >= 0) o << ",\"event\":" << s.event;
+        if (s.dep_kind != DepKind::none) o << ",\"waited_for\":\"" << dep_name(s.dep_kind) << "\"";
         if (s.group_seq >= 0)
           o << ",\"rank\":" << c * r.ranks_per_chip << ",\"group_ranks\":\"" << s.group_ranks << "\",\"group_seq\":" << s.group_seq;
         if (s.other_s >= 0) {  // side by side: the other timeline's time of this op, and the simulation's error
@@ -374,6 +375,33 @@ void write_chrome_trace(const SimResult& r, const std::string& path, const Trace
       o << "{\"ph\":\"X\",\"pid\":" << pid << ",\"tid\":" << tid << ",\"name\":\"" << esc(name)
         << "\",\"cat\":\"critical_path\",\"ts\":" << us(a) << ",\"dur\":" << us(b - a) << ",\"args\":{\"charged_to\":\""
         << esc(g.what) << "\",\"lane\":" << g.span.lane << "}}";
+    }
+    // its hops between tracks (a kernel to the collective it issued, a collective to the stall it ended on
+    // another stream, a send to the other stage) as flows of category critical_path, where both ends are drawn
+    int64_t hop = 0;
+    const PathSegment* prev = nullptr;
+    for (const PathSegment& g : r.critical.segments) {
+      if (!g.span.valid() || g.dur <= 0) continue;
+      if (prev && (prev->span.lane != g.span.lane || prev->span.span != g.span.span)) {
+        auto fa = drawn_lane.find(prev->span.lane), fb = drawn_lane.find(g.span.lane);
+        if (fa != drawn_lane.end() && fb != drawn_lane.end()) {
+          const int ca = fa->second, cb = fb->second;
+          const int ta = chip_tid[(size_t)ca][(size_t)prev->span.span], tb = chip_tid[(size_t)cb][(size_t)g.span.span];
+          if (chip_pid[(size_t)ca] != chip_pid[(size_t)cb] || ta != tb) {
+            const long long sa = to_ns(prev->start), ea = std::max(sa, to_ns(prev->start + prev->dur));
+            const long long sb = to_ns(g.start), eb = std::max(sb, to_ns(g.start + g.dur));
+            const int64_t id = (int64_t)(((uint64_t)chip_pid[0] << 32) | (uint64_t)(0x60000000LL + hop++));
+            sep();
+            o << "{\"ph\":\"s\",\"id\":" << id << ",\"pid\":" << chip_pid[(size_t)ca] << ",\"tid\":" << ta
+              << ",\"name\":\"critical path\",\"cat\":\"critical_path\",\"ts\":" << us(sa + (ea - sa) / 2) << "}";
+            sep();
+            o << "{\"ph\":\"f\",\"bp\":\"e\",\"id\":" << id << ",\"pid\":" << chip_pid[(size_t)cb]
+              << ",\"tid\":" << tb << ",\"name\":\"critical path\",\"cat\":\"critical_path\",\"ts\":"
+              << us(sb + (eb - sb) / 2) << "}";
+          }
+        }
+      }
+      prev = &g;
     }
   }
   o << "\n]}\n";
