@@ -71,7 +71,7 @@ void StepProfiler::end(int64_t step) {
     const int host = rank < (int)h.host_of.size() ? h.host_of[(size_t)rank] : 0;
     const int on_host = h.host_of.empty() ? world : (int)std::count(h.host_of.begin(), h.host_of.end(), host);
     try {  // the ranks of this host share its CPU
-      c = std::make_unique<StepComparison>(compare_step(events, end, *sim_chip_, *sim_system_, world, on_host));
+      c = std::make_unique<StepComparison>(compare_step(events, end, *sim_chip_, *sim_system_, world, on_host, rank));
     } catch (const std::exception& e) {
       log_info(std::string("warning: the profiled step was not simulated beside the measured one: ") + e.what());
     }
@@ -80,6 +80,7 @@ void StepProfiler::end(int64_t step) {
     for (const auto& l : describe_comparison(*c, 10)) log_info(l);
     write_comparison(*c, dump + "/profile_vs_sim_rank" + r + ".tsv");
     c->measured.start_unix_s = start_unix_s_;
+    c->simulated.start_unix_s = start_unix_s_;  // both of this rank's timelines on the job's one clock
     write_chrome_trace(c->measured, path, TraceLayout(1, rank, step));
     write_chrome_trace(c->simulated, sim_trace_path(rank),
                        TraceLayout(1, rank, step, world, "rank " + r + " simulated (" + c->simulated.chip + ")"));

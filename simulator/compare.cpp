@@ -36,7 +36,7 @@ std::string shape_of(const CostEvent& e) {
 }  // namespace
 
 StepComparison compare_step(const std::vector<CostEvent>& events, double end, const sim::ChipSpec& chip,
-                            const sim::SystemSpec& sys, int world, int ranks_per_chip) {
+                            const sim::SystemSpec& sys, int world, int ranks_per_chip, int rank) {
   const bool timed = std::any_of(events.begin(), events.end(), [](const CostEvent& e) { return e.t > 0; });
   TITAN_CHECK(events.empty() || timed, "compare_step: the ", events.size(),
               " events carry no times (record them with a timed CostTrace)");
@@ -48,7 +48,19 @@ StepComparison compare_step(const std::vector<CostEvent>& events, double end, co
     e.eager = EagerSplit{};
     if (e.cls == KernelClass::EagerOnly) e.flops = e.bytes = 0;  // traffic only PyTorch's eager mode pays
   }
-  c.simulated = schedule_events(as_run, chip, sys, std::max(1, ranks_per_chip), sim::ExecMode::Eager);
+  // a receive arrives when its wait ended in the measured step (the record after the wait)
+  std::vector<double> arrival(events.size(), -1.0);
+  std::map<int64_t, size_t> recv_of;  // comm id -> its receive's event
+  for (size_t i = 0; i < events.size(); ++i) {
+    const CostEvent& e = events[i];
+    if (e.kind == CostEvent::Kind::CommStart && e.peer >= 0 && !e.send) recv_of[e.comm_id] = i;
+    if (e.kind == CostEvent::Kind::CommWait) {
+      auto it = recv_of.find(e.comm_id);
+      if (it != recv_of.end()) arrival[it->second] = std::max(0.0, (i + 1 < events.size() ? events[i + 1].t : end) -
+                                                                        events.front().t);
+    }
+  }
+  c.simulated = schedule_events(as_run, chip, sys, std::max(1, ranks_per_chip), sim::ExecMode::Eager, rank, &arrival);
   c.simulated.world = std::max(1, world);
   // each event's time in each timeline (a slice per event; several when a kernel is cut, none when free)
   std::vector<double> meas(events.size(), -1), simu(events.size(), -1);

@@ -30,8 +30,10 @@ struct StepComparison {
 // `events`: a timed CostTrace of one real step (end: its elapsed time at the step's end); `world`: the job's
 // ranks; `ranks_per_chip`: the ranks sharing this rank's chip (on a CPU: the ranks on its host). Fails (naming
 // it) when the events are not timed, or when a collective spans more chips than `sys` joins.
+// `rank`: the world rank that ran them. A pipeline (or context-parallel) receive from another rank arrives in
+// the simulation when it arrived in the measured step (the sender is not simulated).
 StepComparison compare_step(const std::vector<CostEvent>& events, double end, const sim::ChipSpec& chip,
-                            const sim::SystemSpec& sys, int world, int ranks_per_chip = 1);
+                            const sim::SystemSpec& sys, int world, int ranks_per_chip = 1, int rank = 0);
 
 // The step line pair and the `top` rows with the largest absolute error, one line each.
 std::vector<std::string> describe_comparison(const StepComparison& c, size_t top);

@@ -36,6 +36,7 @@ CriticalPath critical_path(const std::vector<const std::vector<SimSpan>*>& lanes
   size_t guard = 0, total = 0;
   for (const auto* l : lanes) total += l->size();
   constexpr double eps = 1e-12;
+  DepKind why = DepKind::none;  // what the slice that waited for `cur` waited for it as (labels a gap after cur)
   while (cur.valid() && t > eps) {
     TITAN_CHECK(++guard <= total + 1, "critical_path: the slices' dependencies form a cycle");
     TITAN_CHECK(cur.lane < (int)lanes.size() && cur.span < (int64_t)lanes[(size_t)cur.lane]->size(),
@@ -43,7 +44,7 @@ CriticalPath critical_path(const std::vector<const std::vector<SimSpan>*>& lanes
     const SimSpan& s = at(cur);
     const double end = std::min(t, s.start + s.dur);
     if (end + eps < t)  // nothing ran on the path between this slice's end and what waited for it
-      p.segments.push_back({cur, end, t - end, "waiting: " + dep_name(s.dep_kind)});
+      p.segments.push_back({cur, end, t - end, "waiting: " + dep_name(why)});
     const bool stall = s.category == "idle" || s.category == "bubble";
     if (!stall || !s.dep.valid()) {  // a stall without its cause stays on the path as waiting
       if (end > s.start)
@@ -52,6 +53,7 @@ CriticalPath critical_path(const std::vector<const std::vector<SimSpan>*>& lanes
     } else {
       t = end;  // the stall is explained by what it waited for, which ended when it did
     }
+    why = s.dep_kind;
     cur = s.dep;
   }
   if (t > eps) p.segments.push_back({SpanRef{}, 0, t, "waiting: none"});  // the step began with the path idle
@@ -79,7 +81,7 @@ std::string describe_critical_path(const CriticalPath& p) {
   for (size_t i = 0; i < w.size(); ++i)
     if (w[i].second >= 5e-4 * L)  // what holds at least 0.05% of the step
       line += (i ? ", " : " ") + w[i].first + " " + fmt("%.3f", w[i].second) + " s (" + fmt("%.1f", 100 * w[i].second / L) + "%)";
-  if (p.by_lane.size() > 1) {
+  if (std::count_if(p.by_lane.begin(), p.by_lane.end(), [](auto& kv) { return kv.first >= 0; }) > 1) {
     line += "; per stage:";
     for (auto& [lane, v] : p.by_lane)
       if (lane >= 0) line += " [" + std::to_string(lane) + "] " + fmt("%.3f", v);

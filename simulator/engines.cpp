@@ -23,6 +23,9 @@ long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 // One job (a tile) through the four stages, in seconds each.
 struct Job {
   double in_s = 0, compute_s = 0, evac_s = 0, out_s = 0;
+  // loads and stores run side by side, each at its share of the core's HBM bandwidth: the DMA's busy time is
+  // each stage's duration times its share (the HBM's time, not the two queues' sum)
+  double in_share = 1, out_share = 1;
   Engine compute = Engine::Tensor;  // the second stage's engine
   bool evac_scalar = true;          // the third stage on Scalar (else Vector); no third stage when evac_s is 0
 };
@@ -37,10 +40,10 @@ EngineSchedule run(const EngineSpec& e, int cores, const std::vector<Job>& jobs,
   };
   std::vector<Free> free((size_t)std::max(1, cores));
   double end = 0;
-  auto stage = [&](int core, Engine eng, double& busy_until, double ready, double dur) {
+  auto stage = [&](int core, Engine eng, double& busy_until, double ready, double dur, double share = 1.0) {
     const double a = std::max(busy_until, ready), b = a + dur;
     busy_until = b;
-    s.busy[(int)eng] += dur;
+    s.busy[(int)eng] += dur * share;
     if (keep && dur > 0) s.slices.push_back({core, eng, a, b});
     return b;
   };
@@ -48,13 +51,13 @@ EngineSchedule run(const EngineSpec& e, int cores, const std::vector<Job>& jobs,
     const Job& j = jobs[q];
     const int core = (int)(q % free.size());
     Free& f = free[(size_t)core];
-    double t = stage(core, Engine::Dma, f.in, 0.0, j.in_s);
+    double t = stage(core, Engine::Dma, f.in, 0.0, j.in_s, j.in_share);
     t = stage(core, j.compute, f.engine[(int)j.compute], t, j.compute_s);
     if (j.evac_s > 0) {
       const Engine ev = j.evac_scalar ? Engine::Scalar : Engine::Vector;
       t = stage(core, ev, f.engine[(int)ev], t, j.evac_s);
     }
-    t = stage(core, Engine::Dma, f.out, t, j.out_s);
+    t = stage(core, Engine::Dma, f.out, t, j.out_s, j.out_share);
     end = std::max(end, t);
   }
   s.seconds = end + e.dma_latency_us * 1e-6;
@@ -63,7 +66,7 @@ EngineSchedule run(const EngineSpec& e, int cores, const std::vector<Job>& jobs,
 }  // namespace
 
 EngineSchedule schedule_gemm(const EngineSpec& e, int cores, long long batch, long long m, long long n, long long k,
-                             double in_bytes, double out_bytes, bool keep_slices) {
+                             double in_bytes, double out_bytes, bool keep_slices, double tensor_rate) {
   TITAN_CHECK(e.valid(), "schedule_gemm: the chip spec has no engines");
   TITAN_CHECK(m > 0 && n > 0 && k > 0, "schedule_gemm: a GEMM of ", m, " x ", n, " x ", k, " has an empty dimension");
   const long long P = e.array, F = e.moving_max;
@@ -88,21 +91,31 @@ EngineSchedule schedule_gemm(const EngineSpec& e, int cores, long long batch, lo
   const double in_bw = bw * total_in / (total_in + total_out), out_bw = bw * total_out / (total_in + total_out);
   std::vector<Job> jobs;
   jobs.reserve((size_t)(batch * ns * nm));
-  for (long long b = 0; b < batch; ++b)
+  const int C = std::max(1, cores);
+  // each core's SBUF: the operand blocks it has loaded (a block another core loaded is loaded again)
+  std::vector<std::vector<char>> have_stat((size_t)C, std::vector<char>((size_t)ns, 0));
+  std::vector<std::vector<char>> have_mov((size_t)C, std::vector<char>((size_t)nm, 0));
+  for (long long b = 0; b < batch; ++b) {
+    for (auto& v : have_stat) std::fill(v.begin(), v.end(), 0);
+    for (auto& v : have_mov) std::fill(v.begin(), v.end(), 0);
     for (long long j = 0; j < nm; ++j)
       for (long long i = 0; i < ns; ++i) {
         const double st = (double)std::min(P, stat - i * P), mv = (double)std::min(F, mov - j * F);
+        const size_t core = jobs.size() % (size_t)C;  // run() gives job q to core q % cores
         Job job;
         double in = 0;
-        if (j == 0) in += st * (double)k * in_bytes;  // the stationary block, first used now
-        if (i == 0) in += mv * (double)k * in_bytes;  // the moving block, first used now
+        if (!have_stat[core][(size_t)i]) in += st * (double)k * in_bytes, have_stat[core][(size_t)i] = 1;
+        if (!have_mov[core][(size_t)j]) in += mv * (double)k * in_bytes, have_mov[core][(size_t)j] = 1;
         job.in_s = in / in_bw;
-        job.compute_s = (double)kt * std::max(std::min(e.stationary_min, st), mv) / (e.tensor_ghz * 1e9);
+        job.in_share = in_bw / bw;
+        job.out_share = out_bw / bw;
+        job.compute_s = (double)kt * std::max(std::min(e.stationary_min, st), mv) / (e.tensor_ghz * 1e9 * tensor_rate);
         job.evac_scalar = jobs.size() % 2 == 0;
         job.evac_s = std::max(e.min_ii, mv) / ((job.evac_scalar ? e.scalar_ghz : e.vector_ghz) * 1e9);
         job.out_s = st * mv * out_bytes / out_bw;
         jobs.push_back(job);
       }
+  }
   return run(e, cores, jobs, keep_slices);
 }
 
@@ -123,6 +136,8 @@ EngineSchedule schedule_elementwise(const EngineSpec& e, int cores, double eleme
     j.compute_s = std::max(e.min_ii, std::ceil(el / (double)e.array)) / (ghz * 1e9);
     j.in_s = bytes * (2.0 / 3.0) / (double)n / (bw * 2.0 / 3.0);  // reads and writes share the bandwidth 2 : 1
     j.out_s = bytes / 3.0 / (double)n / (bw / 3.0);
+    j.in_share = 2.0 / 3.0;
+    j.out_share = 1.0 / 3.0;
   }
   return run(e, cores, jobs, keep_slices);
 }

@@ -5,9 +5,9 @@
 // A GEMM [batch x] M x K times K x N is cut into output tiles of at most 128 x 512 (the stationary operand's
 // 128 columns of the 128 x 128 systolic array, the moving operand's 512-element free size; the operand with
 // the smaller instruction cost is stationary). Each output tile is a job through four stages, in order:
-//   DMA in     its operand blocks read from HBM the first time they are needed (each operand read once: the
-//              SBUF holds what is reused), at the core's share of HBM bandwidth (loads and stores share it in
-//              proportion to their bytes);
+//   DMA in     its operand blocks read from HBM the first time its core needs them (each core's SBUF is
+//              assumed to hold every block it loaded, whatever K: an optimistic bound on reuse), at the core's
+//              share of HBM bandwidth (loads and stores share it in proportion to their bytes);
 //   Tensor     ceil(K / 128) matmul instructions of max(min(stationary_min, N_stationary), N_moving) cycles
 //              each (the ISA's average cost back to back, the stationary load included);
 //   evacuate   the fp32 PSUM tile copied out to SBUF on the Scalar or Vector engine (alternately, as the
@@ -38,15 +38,18 @@ struct EngineSlice {
 
 struct EngineSchedule {
   double seconds = 0;                    // the kernel's time
-  std::array<double, kEngines> busy{};   // seconds each engine kind is busy (summed over the rank's cores)
+  std::array<double, kEngines> busy{};   // seconds each engine kind is busy (summed over the rank's cores; DMA:
+                                         // the HBM's time, loads and stores at their shares)
   int jobs = 0;                          // tiles
   std::vector<EngineSlice> slices;       // every stage of every job (when asked for)
 };
 
 // `cores`: the NeuronCores the rank holds (chip cores / ranks per chip, at least 1). `in_bytes` / `out_bytes`:
 // bytes per element of the operands and of the output.
+// `tensor_rate`: the Tensor engine's throughput for the operands' precision relative to BF16 (FP8: the chip's
+// FP8 : BF16 ratio).
 EngineSchedule schedule_gemm(const EngineSpec& e, int cores, long long batch, long long m, long long n, long long k,
-                             double in_bytes, double out_bytes, bool keep_slices = false);
+                             double in_bytes, double out_bytes, bool keep_slices = false, double tensor_rate = 1.0);
 // An elementwise kernel moving `bytes` over `elements` output elements with `flops` of arithmetic.
 EngineSchedule schedule_elementwise(const EngineSpec& e, int cores, double elements, double bytes, double flops,
                                     bool keep_slices = false);

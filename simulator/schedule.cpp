@@ -37,6 +37,7 @@ struct Lane {
   int64_t last_compute = -1;  // the compute stream's last slice (its next one waits for it)
   std::map<std::string, int64_t> last_on_stream;  // each communication stream's last slice
   const std::vector<CostEvent>* events = nullptr;
+  const std::vector<double>* recv_arrival = nullptr;  // RankEvents::recv_arrival
   size_t next = 0;
   double tc = 0;  // compute stream clock
   double th = 0;  // host clock: when the host has issued everything up to `next` (an asynchronous stack)
@@ -197,6 +198,7 @@ class Schedule {
     Kernel k;
     k.flops = f.flops;
     k.bytes = f.bytes;
+    k.element_bytes = 4.0 * act_scale_;
     const std::string name = f.n == 1 ? f.name : "fused(" + f.name + " +" + std::to_string(f.n - 1) + ")";
     const int64_t event = f.n == 1 ? f.event : -1;
     f = Lane::Fused();
@@ -333,6 +335,10 @@ class Schedule {
         // a peer alike this rank (the ranks the simulation plays once, e.g. a context-parallel ring): its
         // k-th message of this tag arrives when this rank's own k-th one does; waiting for it is exposed
         // communication, not a bubble
+        if (l.recv_arrival && l.next < l.recv_arrival->size() && (*l.recv_arrival)[l.next] >= 0) {
+          l.inflight[e.comm_id] = {(*l.recv_arrival)[l.next], "recv", -1, true};  // when it arrived, measured
+          return true;
+        }
         const auto key = std::make_pair(e.group.id, e.tag);
         const size_t k = l.received[key];
         const auto& mine = l.sent[key];
@@ -511,6 +517,7 @@ std::vector<RankTimeline> schedule_ranks(const std::vector<RankEvents>& ranks, c
     lanes[i].rank = ranks[i].rank;
     lanes[i].stage = ranks[i].stage;
     lanes[i].events = ranks[i].events;
+    lanes[i].recv_arrival = ranks[i].recv_arrival;
     lanes[i].index = (int)i;
   }
   Schedule sched(chip, sys, rpc, mode, act_scale, red_scale);
@@ -526,8 +533,8 @@ std::vector<RankTimeline> schedule_ranks(const std::vector<RankEvents>& ranks, c
 }
 
 SimResult schedule_events(const std::vector<CostEvent>& events, const ChipSpec& chip, const SystemSpec& sys,
-                          int ranks_per_chip, ExecMode mode) {
-  auto t = schedule_ranks({RankEvents{0, 0, &events}}, chip, sys, ranks_per_chip, mode, 1.0, 1.0);
+                          int ranks_per_chip, ExecMode mode, int rank, const std::vector<double>* recv_arrival) {
+  auto t = schedule_ranks({RankEvents{rank, 0, &events, recv_arrival}}, chip, sys, ranks_per_chip, mode, 1.0, 1.0);
   SimResult r = std::move(t[0].r);
   r.critical = critical_path({&r.spans});
   r.chip = chip.name;

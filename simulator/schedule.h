@@ -31,6 +31,9 @@ struct RankEvents {
   int rank = 0;   // world rank played
   int stage = 0;  // pipeline stage
   const std::vector<CostEvent>* events = nullptr;
+  // per event: when a receive from a rank the simulation does not play arrives (seconds; < 0 or null: as a
+  // symmetric exchange, below). A measured step's receives arrive when they did (compare.h).
+  const std::vector<double>* recv_arrival = nullptr;
 };
 
 // Each rank's timeline (spans, compute / exposed sums, kernels, link contention; step_s = its end) and
@@ -46,8 +49,10 @@ std::vector<RankTimeline> schedule_ranks(const std::vector<RankEvents>& ranks, c
                                          const sim::SystemSpec& sys, int ranks_per_chip, sim::ExecMode mode,
                                          double act_scale, double red_scale, std::string* algorithms = nullptr);
 
-// The scheduler alone: one rank's events on `chip` in `sys`, at their own byte counts (no dtype scaling).
+// The scheduler alone: one rank's events on `chip` in `sys`, at their own byte counts (no dtype scaling), as
+// world rank `rank`; `recv_arrival` as in RankEvents.
 SimResult schedule_events(const std::vector<CostEvent>& events, const sim::ChipSpec& chip,
-                          const sim::SystemSpec& sys, int ranks_per_chip, sim::ExecMode mode);
+                          const sim::SystemSpec& sys, int ranks_per_chip, sim::ExecMode mode, int rank = 0,
+                          const std::vector<double>* recv_arrival = nullptr);
 
 }  // namespace titan

@@ -451,7 +451,10 @@ std::vector<std::string> link_collectives(nlohmann::json& events, const std::vec
     const auto& e = events[i];
     if (!e.is_object() || e.value("ph", "") != "X" || !e.contains("args") || !e["args"].is_object()) continue;
     const auto& a = e["args"];
-    if (!a.contains("group_seq") || !a.contains("group_ranks") || !a.contains("rank")) continue;
+    if (!a.contains("group_seq") || !a["group_seq"].is_number_integer() || !a.contains("group_ranks") ||
+        !a["group_ranks"].is_string() || !a.contains("rank") || !a["rank"].is_number_integer() ||
+        !e.contains("ts") || !e["ts"].is_number() || !e.contains("pid") || !e.contains("tid"))
+      continue;  // not a titan collective slice (a file from elsewhere): not linked
     same[{a["group_ranks"].get<std::string>(), a["group_seq"].get<long long>()}].push_back(
         {i, a["rank"].get<int>(), e["ts"].get<double>()});
   }

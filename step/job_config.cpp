@@ -484,6 +484,9 @@ void validate(const JobConfig& c) {
   TITAN_CHECK(c.simulation.attention_kernel.empty() || !c.simulation.system.empty(),
               "config error: simulation.attention_kernel shapes the simulated step only, and nothing is simulated "
               "(set simulation.system, or drop the key)");
+  TITAN_CHECK(c.simulation.kernel_model == JobConfig::Simulation::KernelModel::table || !c.simulation.system.empty(),
+              "config error: simulation.kernel_model engines prices kernels on a simulated chip, but no "
+              "simulation.system is set (set simulation.system, or drop the key)");
   TITAN_CHECK(c.simulation.what_if.empty() || c.simulation.enabled,
               "config error: simulation.what_if '", c.simulation.what_if, "' prices a planned step: it needs "
               "simulation.enabled true (a real run is not re-run)");

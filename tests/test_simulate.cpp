@@ -1470,6 +1470,45 @@ TEST(Engines, KernelModelEnginesPricesTheStepAndDrawsTheEngines) {
   EXPECT_NE(error_of([&] { simulate_step(h, 8); }).find("h100-sxm"), std::string::npos);
 }
 
+// A pipeline stage's profiled step beside its simulation: rank 1 receives rank 0's activations; the sender is
+// not simulated, so the receive arrives when it did in the measured step, and the simulated step goes on from
+// there (not a deadlock, not a symmetric exchange).
+TEST(Simulation, AProfiledPipelineStageIsSimulatedWithItsMeasuredArrivals) {
+  CommGroupRef pp{"pp_p2p", 3, std::make_shared<std::vector<int>>(std::vector<int>{0, 1})};
+  std::vector<CostEvent> ev;
+  CostEvent r;
+  r.kind = CostEvent::Kind::CommStart;
+  r.op = "recv";
+  r.bytes = 1e6;
+  r.comm_id = 0;
+  r.group = pp;
+  r.peer = 0;
+  r.send = false;
+  r.tag = 5;
+  r.t = 0.0;
+  ev.push_back(r);
+  CostEvent w = r;
+  w.kind = CostEvent::Kind::CommWait;
+  w.t = 0.001;
+  ev.push_back(w);
+  CostEvent g;
+  g.op = "linear";
+  g.gemm = {1, 256, 256, 256};
+  g.flops = 2.0 * 256 * 256 * 256;
+  g.bytes = 3.0 * 256 * 256 * 4;
+  g.t = 0.030;  // the receive's wait ended here: the activations arrived at 30 ms
+  ev.push_back(g);
+  const sim::SystemSpec sys = sim::load_system("cpu-host");
+  const sim::ChipSpec chip = sim::load_chip(sys.chip_name);
+  const StepComparison c = compare_step(ev, 0.031, chip, sys, 2, 2, /*rank=*/1);
+  const SimSpan* linear = nullptr;
+  for (const SimSpan& s : c.simulated.spans)
+    if (s.name == "linear") linear = &s;
+  ASSERT_NE(linear, nullptr);
+  EXPECT_NEAR(linear->start, 0.030, 1e-12);  // after the measured arrival
+  EXPECT_EQ(c.rows.size(), 2u);              // the receive and the linear
+}
+
 TEST(Simulation, CollectivesSlowTheKernelsTheyOverlapByTheChipsInterference) {
   const fs::path dir = fs::temp_directory_path() / "titan_interference";
   fs::create_directories(dir);
