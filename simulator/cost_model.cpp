@@ -71,20 +71,35 @@ KernelTime kernel_time(const ChipSpec& c, int rpc, const Kernel& k, ExecMode mod
   t.memory_s = k.bytes / hbm;
   t.overhead_s = (mode == ExecMode::Eager ? c.eager_launch_us : c.compiled_launch_us) * 1e-6;
   t.seconds = std::max(t.compute_s, t.memory_s) + t.overhead_s;
-  if (c.price_by_engines && k.kind != KernelKind::Attention && (k.kind != KernelKind::Gemm || k.m > 0)) {
-    // the kernel as its engines run it: GEMM tiles on the systolic array, elementwise on Vector / Scalar, DMA
+  const bool attention_known = k.kind == KernelKind::Attention && k.attention.pairs > 0 && k.attention.d > 0;
+  if (c.price_by_engines && (k.kind != KernelKind::Attention || attention_known) &&
+      (k.kind != KernelKind::Gemm || k.m > 0)) {
+    // the kernel as its engines run it: GEMM tiles on the systolic array, attention tiles across Tensor, Scalar
+    // and Vector, elementwise on Vector / Scalar, DMA
     const int cores = std::max(1, c.cores / std::max(1, rpc));
+    // FP8 / MXFP8 operands: one byte each, the Tensor engine at the chip's rate for them
+    const bool low = k.kind == KernelKind::Gemm && k.precision != GemmPrecision::high;
+    const double ratio = k.kind == KernelKind::Gemm ? gemm_peak_tflops(c, k.precision) / c.peak_tflops : 1.0;
     const EngineSchedule s =
         k.kind == KernelKind::Gemm
-            ? schedule_gemm(c.engines, cores, std::max(1LL, k.batch), k.m, k.n, k.k, k.element_bytes,
-                            k.element_bytes)
+            ? schedule_gemm(c.engines, cores, std::max(1LL, k.batch), k.m, k.n, k.k, low ? 1.0 : k.element_bytes,
+                            k.element_bytes, false, ratio)
+        : k.kind == KernelKind::Attention
+            ? schedule_attention(c.engines, cores, k.attention.pairs, k.attention.d,
+                                 std::max<int64_t>(1, k.attention.dv), k.attention.backward, k.bytes)
             : schedule_elementwise(c.engines, cores, k.bytes / (3.0 * k.element_bytes), k.bytes, k.flops);
     t.compute_s = s.busy[(int)Engine::Tensor] + s.busy[(int)Engine::Vector] + s.busy[(int)Engine::Scalar];
     t.memory_s = s.busy[(int)Engine::Dma];
-    t.seconds = s.seconds + t.overhead_s;
+    double seconds = s.seconds;
+    if (k.kind == KernelKind::Gemm && c.gemm_power_limit_tflops > 0)  // never above the chip's sustained rate
+      seconds = std::max(seconds, 2.0 * std::max(1LL, k.batch) * k.m * k.n * k.k /
+                                      (ratio * c.gemm_power_limit_tflops * 1e12 / rpc));
+    t.seconds = seconds + t.overhead_s;
     for (int i = 0; i < kEngines; ++i) t.engine_busy[(size_t)i] = s.busy[(size_t)i] / cores;
     if (k.kind == KernelKind::Gemm)
-      t.efficiency = 2.0 * (double)std::max(1LL, k.batch) * k.m * k.n * k.k / s.seconds / peak;
+      t.efficiency = 2.0 * (double)std::max(1LL, k.batch) * k.m * k.n * k.k / seconds / (peak * ratio);
+    else if (k.kind == KernelKind::Attention)
+      t.efficiency = k.flops / seconds / peak;
   }
   return t;
 }

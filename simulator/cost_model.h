@@ -46,6 +46,7 @@ struct Kernel {
   long long batch = 1, m = 0, n = 0, k = 0;  // GEMM shape
   GemmPrecision precision = GemmPrecision::high;  // GEMM: priced at the chip's peak for it
   double element_bytes = 4;  // the dtype it moves (engine schedules count elements: simulator/engines.h)
+  AttentionShape attention;  // an attention kernel's problem (engine schedules; pairs 0: unknown)
 };
 
 // The dense peak (TFLOP/s per chip) a GEMM of this precision is priced against: peak_tflops, or for FP8 /
@@ -60,8 +61,8 @@ struct KernelTime {
   std::array<double, 5> engine_busy{};
 };
 
-// chip.price_by_engines (simulation.kernel_model engines): GEMM and elementwise kernels take their engine
-// schedule's time (simulator/engines.h) on the rank's cores; attention stays on attention_efficiency.
+// chip.price_by_engines (simulation.kernel_model engines): GEMM, attention (with its problem) and elementwise
+// kernels take their engine schedule's time (simulator/engines.h) on the rank's cores.
 KernelTime kernel_time(const ChipSpec& chip, int ranks_per_chip, const Kernel& k, ExecMode mode);
 
 enum class Collective { AllGather, ReduceScatter, AllReduce, AllToAll };

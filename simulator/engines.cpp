@@ -20,14 +20,13 @@ const char* engine_name(Engine e) {
 namespace {
 long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 
-// One job (a tile) through the four stages, in seconds each.
+// One job (a tile): DMA in, its compute stages in order (engine, seconds), DMA out.
 struct Job {
-  double in_s = 0, compute_s = 0, evac_s = 0, out_s = 0;
+  double in_s = 0, out_s = 0;
+  std::vector<std::pair<Engine, double>> stages;
   // loads and stores run side by side, each at its share of the core's HBM bandwidth: the DMA's busy time is
   // each stage's duration times its share (the HBM's time, not the two queues' sum)
   double in_share = 1, out_share = 1;
-  Engine compute = Engine::Tensor;  // the second stage's engine
-  bool evac_scalar = true;          // the third stage on Scalar (else Vector); no third stage when evac_s is 0
 };
 
 // The flow shop: jobs round-robin over `cores`, each core's engines running their stages in job order.
@@ -52,11 +51,7 @@ EngineSchedule run(const EngineSpec& e, int cores, const std::vector<Job>& jobs,
     const int core = (int)(q % free.size());
     Free& f = free[(size_t)core];
     double t = stage(core, Engine::Dma, f.in, 0.0, j.in_s, j.in_share);
-    t = stage(core, j.compute, f.engine[(int)j.compute], t, j.compute_s);
-    if (j.evac_s > 0) {
-      const Engine ev = j.evac_scalar ? Engine::Scalar : Engine::Vector;
-      t = stage(core, ev, f.engine[(int)ev], t, j.evac_s);
-    }
+    for (const auto& [eng, dur] : j.stages) t = stage(core, eng, f.engine[(int)eng], t, dur);
     t = stage(core, Engine::Dma, f.out, t, j.out_s, j.out_share);
     end = std::max(end, t);
   }
@@ -109,9 +104,11 @@ EngineSchedule schedule_gemm(const EngineSpec& e, int cores, long long batch, lo
         job.in_s = in / in_bw;
         job.in_share = in_bw / bw;
         job.out_share = out_bw / bw;
-        job.compute_s = (double)kt * std::max(std::min(e.stationary_min, st), mv) / (e.tensor_ghz * 1e9 * tensor_rate);
-        job.evac_scalar = jobs.size() % 2 == 0;
-        job.evac_s = std::max(e.min_ii, mv) / ((job.evac_scalar ? e.scalar_ghz : e.vector_ghz) * 1e9);
+        job.stages.push_back({Engine::Tensor, (double)kt * std::max(std::min(e.stationary_min, st), mv) /
+                                                  (e.tensor_ghz * 1e9 * tensor_rate)});
+        const bool scalar = jobs.size() % 2 == 0;  // evacuations alternate between Scalar and Vector
+        job.stages.push_back({scalar ? Engine::Scalar : Engine::Vector,
+                              std::max(e.min_ii, mv) / ((scalar ? e.scalar_ghz : e.vector_ghz) * 1e9)});
         job.out_s = st * mv * out_bytes / out_bw;
         jobs.push_back(job);
       }
@@ -132,12 +129,48 @@ EngineSchedule schedule_elementwise(const EngineSpec& e, int cores, double eleme
   for (long long q = 0; q < n; ++q) {
     const double el = std::min(tile, std::max(1.0, elements) - (double)q * tile);
     Job& j = jobs[(size_t)q];
-    j.compute = eng;
-    j.compute_s = std::max(e.min_ii, std::ceil(el / (double)e.array)) / (ghz * 1e9);
+    j.stages.push_back({eng, std::max(e.min_ii, std::ceil(el / (double)e.array)) / (ghz * 1e9)});
     j.in_s = bytes * (2.0 / 3.0) / (double)n / (bw * 2.0 / 3.0);  // reads and writes share the bandwidth 2 : 1
     j.out_s = bytes / 3.0 / (double)n / (bw / 3.0);
     j.in_share = 2.0 / 3.0;
     j.out_share = 1.0 / 3.0;
+  }
+  return run(e, cores, jobs, keep_slices);
+}
+
+EngineSchedule schedule_attention(const EngineSpec& e, int cores, double pairs, long long d, long long dv,
+                                  bool backward, double bytes, bool keep_slices) {
+  TITAN_CHECK(e.valid(), "schedule_attention: the chip spec has no engines");
+  TITAN_CHECK(d > 0 && dv > 0, "schedule_attention: head dims ", d, " and ", dv, " must be positive");
+  const double P = e.array, F = e.moving_max, tile = P * F;  // a tile: 128 queries x 512 keys
+  const long long n = std::max(1LL, (long long)std::ceil(pairs / tile));
+  auto mm = [&](double stationary, double moving) {  // one matmul instruction's cycles
+    return std::max(std::min(e.stationary_min, stationary), moving);
+  };
+  auto chunks = [&](long long x) { return (double)((x + (long long)P - 1) / (long long)P); };
+  const double blocks = F / P;  // the tile's keys in 128-row blocks (P^T, dS^T as stationary operands)
+  double tensor = 0, scalar = 0, vector = 0;  // cycles per tile
+  // forward: S = Q K^T, P transposed (block by block), O += P V; exp on Scalar; row max and sum, O's rescale on
+  // Vector
+  tensor = chunks(d) * mm(P, F) + blocks * mm(P, P) + blocks * mm(P, (double)dv);
+  scalar = std::max(e.min_ii, F);
+  vector = 2 * std::max(e.min_ii, F) + std::max(e.min_ii, (double)dv);
+  if (backward) {  // recompute S and P; dP = dO V^T; dS = P (dP - delta); dV += P^T dO; dQ += dS K; dK += dS^T Q
+    tensor = chunks(d) * mm(P, F) + chunks(dv) * mm(P, F) + 2 * blocks * mm(P, P) + blocks * mm(P, (double)dv) +
+             blocks * mm(P, (double)d) + blocks * mm(P, (double)d);
+    scalar = std::max(e.min_ii, F);
+    vector = 3 * std::max(e.min_ii, F);
+  }
+  const double bw = e.dma_gbps * 1e9;
+  std::vector<Job> jobs((size_t)n);
+  for (Job& j : jobs) {
+    j.stages = {{Engine::Tensor, tensor / (e.tensor_ghz * 1e9)},
+                {Engine::Scalar, scalar / (e.scalar_ghz * 1e9)},
+                {Engine::Vector, vector / (e.vector_ghz * 1e9)}};
+    j.in_s = bytes * 0.75 / (double)n / (bw * 0.75);  // Q, K, V (and dO) in; O (dQ, dK, dV) out: 3 : 1
+    j.out_s = bytes * 0.25 / (double)n / (bw * 0.25);
+    j.in_share = 0.75;
+    j.out_share = 0.25;
   }
   return run(e, cores, jobs, keep_slices);
 }

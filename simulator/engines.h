@@ -50,6 +50,12 @@ struct EngineSchedule {
 // FP8 : BF16 ratio).
 EngineSchedule schedule_gemm(const EngineSpec& e, int cores, long long batch, long long m, long long n, long long k,
                              double in_bytes, double out_bytes, bool keep_slices = false, double tensor_rate = 1.0);
+// A fused (flash) attention kernel of `pairs` (query, key) pairs with head dims d (scores) and dv (values),
+// moving `bytes`: tiles of 128 queries x 512 keys; forward: S = Q K^T (ceil(d / 128) instructions), P transposed
+// in 128 x 128 blocks, O += P V on the Tensor engine, exp on Scalar, row max / sum and O's rescale on Vector;
+// backward: S and P recomputed, dP = dO V^T, dV, dQ, dK on Tensor, exp on Scalar, dS = P (dP - delta) on Vector.
+EngineSchedule schedule_attention(const EngineSpec& e, int cores, double pairs, long long d, long long dv,
+                                  bool backward, double bytes, bool keep_slices = false);
 // An elementwise kernel moving `bytes` over `elements` output elements with `flops` of arithmetic.
 EngineSchedule schedule_elementwise(const EngineSpec& e, int cores, double elements, double bytes, double flops,
                                     bool keep_slices = false);

@@ -293,6 +293,7 @@ class Schedule {
     k.k = e.gemm.k;
     k.precision = e.gemm.precision;
     k.element_bytes = e.cls == KernelClass::Optimizer ? 4.0 : 4.0 * act_scale_;
+    k.attention = e.attention;
     if (e.cls == KernelClass::HostSync) {  // the host waits for the device to get here
       flush_fused(l);
       l.th = std::max(l.th, l.tc);
@@ -322,6 +323,7 @@ class Schedule {
       Kernel part = k;
       part.flops = k.flops / d.kernels;
       part.bytes = k.bytes * d.traffic / d.kernels;
+      part.attention.pairs = k.attention.pairs / d.kernels;  // each launch its share of the tiles
       for (int i = 0; i < d.kernels; ++i) emit_kernel(l, e.op, class_of(e), part, (int64_t)l.next);
     } else {
       emit_kernel(l, e.op, class_of(e), k, (int64_t)l.next);

@@ -1416,7 +1416,43 @@ TEST(Engines, AGemmTilesScheduleIsTheHandComputation) {
   EXPECT_LT(sim::schedule_gemm(e, 2, 1, 2048, 4096, 4096, 2.0, 2.0).seconds, 0.52 * big.seconds);
 }
 
-// simulation.kernel_model engines: the step's GEMM and elementwise kernels take their engine schedules' time
+// An attention tile's schedule from the spec's figures: 128 queries x 512 keys, head dims 128: S = Q K^T (one
+// instruction of max(min(64, 128), 512) cycles), P transposed in four 128 x 128 blocks (128 cycles each),
+// O += P V (four instructions of max(64, 128) cycles) on Tensor; exp on Scalar (max(64, 512) cycles); row max,
+// row sum (512 each) and O's rescale (128) on Vector; DMA in and out around them. FP8 GEMMs run the Tensor
+// engine at the chip's FP8 : BF16 rate on 1-byte operands.
+TEST(Engines, AnAttentionTilesScheduleAndFp8GemmsFollowTheSpec) {
+  const sim::ChipSpec chip = sim::load_chip("trainium2");
+  const sim::EngineSpec& e = chip.engines;
+  const double bytes = 1e6, bw = e.dma_gbps * 1e9;
+  const sim::EngineSchedule a = sim::schedule_attention(e, 1, 128.0 * 512, 128, 128, false, bytes, true);
+  EXPECT_EQ(a.jobs, 1);
+  const double tensor = (512.0 + 4 * 128 + 4 * 128) / (e.tensor_ghz * 1e9), scalar = 512 / (e.scalar_ghz * 1e9);
+  const double vector = (2 * 512.0 + 128) / (e.vector_ghz * 1e9);
+  EXPECT_NEAR(a.busy[(int)sim::Engine::Tensor], tensor, 1e-15);
+  EXPECT_NEAR(a.busy[(int)sim::Engine::Scalar], scalar, 1e-15);
+  EXPECT_NEAR(a.busy[(int)sim::Engine::Vector], vector, 1e-15);
+  EXPECT_NEAR(a.seconds, bytes / bw + tensor + scalar + vector + bytes / bw + e.dma_latency_us * 1e-6, 1e-12);
+  EXPECT_NEAR(a.busy[(int)sim::Engine::Dma], 2 * bytes / bw * 0.5, 1e-15);  // 3 : 1 shares of the HBM's time
+  // the backward does more Tensor work per tile than the forward
+  EXPECT_GT(sim::schedule_attention(e, 1, 128.0 * 512, 128, 128, true, bytes).busy[(int)sim::Engine::Tensor],
+            2 * tensor);
+  // FP8: a Tensor-bound GEMM at the chip's FP8 : BF16 ratio (1299 / 667)
+  sim::ChipSpec c = chip;
+  c.price_by_engines = true;
+  sim::Kernel k;
+  k.kind = sim::KernelKind::Gemm;
+  k.m = 4096, k.n = 4096, k.k = 4096, k.batch = 1;
+  k.flops = 2.0 * 4096 * 4096 * 4096;
+  k.element_bytes = 2;
+  const double bf16 = sim::kernel_time(c, 1, k, sim::ExecMode::Compiled).seconds;
+  k.precision = GemmPrecision::fp8;
+  const double fp8 = sim::kernel_time(c, 1, k, sim::ExecMode::Compiled).seconds;
+  EXPECT_LT(fp8, 0.6 * bf16);
+  EXPECT_GT(fp8, 0.45 * bf16);
+}
+
+// simulation.kernel_model engines: the step's GEMM, attention and elementwise kernels take their engine schedules' time
 // (never faster than the Tensor engines' peak: MFU stays below 100%), the trace draws the engines as rows of
 // the first chip, the article's three batch regimes order as its sweep (M = 1 << 128 < 2048), and a chip
 // without engines is refused, naming it.
@@ -1436,6 +1472,10 @@ TEST(Engines, KernelModelEnginesPricesTheStepAndDrawsTheEngines) {
       EXPECT_GE(s.dur * 2 * 2.0 * 128 * 128 * chip.engines.tensor_ghz * 1e9, s.flops * (1 - 1e-9)) << s.name;
     }
   EXPECT_GT(gemms, 10);
+  int attention = 0;  // attention kernels carry their problem: their exp runs on Scalar
+  for (const SimSpan& s : r.spans)
+    if (s.kernel_class == "attention") attention += s.engine_busy[(int)sim::Engine::Scalar] > 0;
+  EXPECT_GT(attention, 0);
   const std::string path = (fs::temp_directory_path() / "titan_engines.json").string();
   write_chrome_trace(r, path, TraceLayout(0));
   const auto p = check_chrome_trace(path);

@@ -553,12 +553,13 @@ void record_costs(const Problem& p, const std::vector<const Tensor*>& io, bool b
   if (sm.defined())
     record_cost(backward ? "flex_score_mod_backward" : "flex_score_mod", 0, pairs * es * (backward ? 3 : 2),
                 KernelClass::EagerOnly);
+  const AttentionShape shape{pairs, p.d.D, p.d.Dv, backward};
   if (backward)
     // eager: the flash backward plus the dO*O row-sum preprocessing kernel
-    record_cost("flex_attention_backward", pairs * (6.0 * p.d.D + 4.0 * p.d.Dv + 6.0 + mod_flops), bytes, GemmShape{},
-                KernelClass::Attention, EagerSplit{2, 1.2});
+    record_attention_cost("flex_attention_backward", pairs * (6.0 * p.d.D + 4.0 * p.d.Dv + 6.0 + mod_flops), bytes,
+                          shape, EagerSplit{2, 1.2});
   else
-    record_cost("flex_attention", pairs * (2.0 * p.d.D + 2.0 * p.d.Dv + 5.0 + mod_flops), bytes, KernelClass::Attention);
+    record_attention_cost("flex_attention", pairs * (2.0 * p.d.D + 2.0 * p.d.Dv + 5.0 + mod_flops), bytes, shape);
 }
 }  // namespace
 

@@ -93,6 +93,12 @@ void record_cost(const char* op, double flops, double bytes, const GemmShape& ge
   }
 }
 
+void record_attention_cost(const char* op, double flops, double bytes, const AttentionShape& shape, EagerSplit eager) {
+  const size_t before = t_trace ? t_trace->events_.size() : 0;
+  record_cost(op, flops, bytes, GemmShape{}, KernelClass::Attention, eager);
+  if (t_trace && t_trace->events_.size() == before + 1) t_trace->events_.back().attention = shape;
+}
+
 namespace {
 thread_local bool t_gradients = false;
 }

@@ -128,12 +128,21 @@ class GradientReductionScope {
 // One thing a thread did, in program order: a kernel, or the start / the
 // wait of a collective. The simulator schedules these on a compute stream and
 // one communication stream per process group.
+// The problem an attention record runs (the simulator's engine schedules, simulator/engines.h): the (query, key)
+// pairs its visible tiles compute, summed over batch and heads, the head dims, and whether it is the backward.
+struct AttentionShape {
+  double pairs = 0;
+  int64_t d = 0, dv = 0;
+  bool backward = false;
+};
+
 struct CostEvent {
   enum class Kind { Compute, CommStart, CommWait };
   Kind kind = Kind::Compute;
   const char* op = "";  // op or collective name (static strings)
   double flops = 0, bytes = 0;
   GemmShape gemm;        // Compute: GEMM dims when the op is one
+  AttentionShape attention;  // Compute: an attention kernel's problem (pairs 0: none given)
   KernelClass cls = KernelClass::Elementwise;  // Compute: when not a GEMM
   EagerSplit eager;      // Compute: the op's eager-mode kernels
   int64_t comm_id = -1;  // CommStart / CommWait: pairs them
@@ -162,6 +171,7 @@ class CostTrace {
 
  private:
   friend void record_cost(const char*, double, double, const GemmShape&, KernelClass, EagerSplit);
+  friend void record_attention_cost(const char*, double, double, const AttentionShape&, EagerSplit);
   friend int64_t record_comm_start(const char*, const CommGroupRef&, double);
   friend int64_t record_p2p_start(bool, const CommGroupRef&, double, int, int64_t);
   friend void record_comm_wait(int64_t);
@@ -191,6 +201,9 @@ inline void record_cost(const char* op, double flops, double bytes, KernelClass 
 inline void record_cost(const char* op, double flops, double bytes, EagerSplit eager) {
   record_cost(op, flops, bytes, GemmShape{}, KernelClass::Elementwise, eager);
 }
+// A fused attention kernel's record (KernelClass::Attention) with its problem.
+void record_attention_cost(const char* op, double flops, double bytes, const AttentionShape& shape,
+                           EagerSplit eager = {});
 // Called by the communication layer. `bytes` is the collective's size as the
 // cost model takes it: all_gather: the gathered output; reduce_scatter and
 // all_reduce: the full input; all_to_all: the larger of what this rank sends
