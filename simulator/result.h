@@ -4,6 +4,7 @@
 // simulate_step (simulate.h); read by the report (report.h) and the Chrome
 // trace (trace.h).
 #pragma once
+#include <algorithm>
 #include <array>
 #include <map>
 #include <string>
@@ -66,6 +67,15 @@ struct MemorySample {
   double t = 0;
   std::array<double, kNumMemoryCategories> bytes{};
 };
+// Appends the memory held at `t` where it changed (a sample at the same time is replaced: the later holds).
+inline void add_memory_sample(std::vector<MemorySample>& samples, double t,
+                              const std::array<int64_t, kNumMemoryCategories>& bytes) {
+  if (!samples.empty() && std::equal(bytes.begin(), bytes.end(), samples.back().bytes.begin())) return;
+  MemorySample m{t, {}};
+  std::copy(bytes.begin(), bytes.end(), m.bytes.begin());
+  if (!samples.empty() && samples.back().t == t) samples.back() = m;
+  else samples.push_back(m);
+}
 // When a network level's links carry this rank's transfers (merged intervals, seconds).
 using LinkBusy = std::map<std::string, std::vector<std::pair<double, double>>>;
 

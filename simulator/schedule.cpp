@@ -276,13 +276,7 @@ class Schedule {
     return sit->second;
   }
   void compute(Lane& l, const CostEvent& e) {
-    auto& mem = l.r.memory_samples;  // the memory over the step: a sample where it changed
-    if (mem.empty() || !std::equal(e.memory.begin(), e.memory.end(), mem.back().bytes.begin())) {
-      MemorySample m{l.tc, {}};
-      std::copy(e.memory.begin(), e.memory.end(), m.bytes.begin());
-      if (!mem.empty() && mem.back().t == l.tc) mem.back() = m;
-      else mem.push_back(m);
-    }
+    add_memory_sample(l.r.memory_samples, l.tc, e.memory);  // the memory over the step
     Kernel k;
     k.kind = kind_of(e);
     k.flops = e.flops;
