@@ -26,6 +26,7 @@
 
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -155,19 +156,45 @@ Dnnl& dnnl_state() {
   return d;
 }
 
-// The r x c matrix at p (leading dimension ld) packed into `out`, each value through `cast` (its bf16 bits for
-// oneDNN, its bf16 rounding for sgemm).
-template <typename Out, typename Cast>
-void pack(const float* p, int64_t r, int64_t c, int64_t ld, Out* out, Cast cast) {
+// The r x c matrix at p (leading dimension ld) packed into `out` (row length c): its bf16 bits for oneDNN, or
+// its values rounded to bf16 for sgemm. Whole rows at a time through the vectorizing loops of bfloat16.h.
+template <typename Out>
+void pack(const float* p, int64_t r, int64_t c, int64_t ld, Out* out) {
 #pragma omp parallel for schedule(static) if (r * c >= (1 << 16))
   for (int64_t i = 0; i < r; ++i) {
-    const float* row = p + i * ld;
-    Out* o = out + i * c;
-    for (int64_t j = 0; j < c; ++j) o[j] = cast(row[j]);
+    if constexpr (std::is_same_v<Out, uint16_t>) {
+      float_to_bf16_bits(p + i * ld, out + i * c, c);
+    } else {
+      std::copy(p + i * ld, p + i * ld + c, out + i * c);
+      round_to_bf16(out + i * c, c);
+    }
   }
 }
-uint16_t bits_of(float f) { return float_to_bf16_bits(f); }
-float rounded(float f) { return round_to_bf16(f); }
+
+// The r x c matrix at p packed as bf16 bits into a pr x pc buffer (pr >= r, pc >= c), zeros around it.
+void pack_padded(const float* p, int64_t r, int64_t c, int64_t ld, uint16_t* out, int64_t pr, int64_t pc) {
+  if (pc == c) {
+    pack(p, r, c, ld, out);
+  } else {
+#pragma omp parallel for schedule(static) if (r * c >= (1 << 16))
+    for (int64_t i = 0; i < r; ++i) {
+      float_to_bf16_bits(p + i * ld, out + i * pc, c);
+      std::fill(out + i * pc + c, out + (i + 1) * pc, uint16_t(0));
+    }
+  }
+  std::fill(out + r * pc, out + pr * pc, uint16_t(0));
+}
+
+// A bf16 GEMM's M or K as oneDNN is asked for it: up to 4096, rounded up to a multiple of 2^(floor(log2 x) - 3)
+// (at least 16: an AMX tile's rows), so at most 12.5% more and about eight primitives per octave; larger sizes
+// as they are (a new primitive, ~0.3-1 ms, is small beside their GEMM). The zero rows and columns change no
+// sum (but a -0 sum reads +0).
+int64_t bf16_bucket(int64_t x) {
+  if (x <= 0 || x > 4096) return x;
+  int64_t g = 16;
+  while (g * 16 <= x) g *= 2;  // g = max(16, 2^(floor(log2 x) - 3))
+  return (x + g - 1) / g * g;
+}
 
 // Below this many multiply-adds a oneDNN call's fixed cost (memory objects, argument map) is not paid back.
 constexpr int64_t kDnnlMinMacs = 1 << 15;
@@ -219,18 +246,29 @@ void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
   // stored shapes: A [M, K] or [K, M]; B [K, N] or [N, K]
   const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
   Dnnl& d = dnnl_state();
-  const Key key{true, ta, tb, M, N, K, ac, bc, ldc, alpha, beta};  // packed: leading dimension = row length
+  // oneDNN's problem: M and K rounded up to a bucket (packed operands zero-padded, C through a scratch when M
+  // grows), so that varying row counts (an expert's tokens) reuse a few primitives instead of making one each
+  const int64_t Mp = bf16_bucket(M), Kp = bf16_bucket(K);
+  const int64_t par = ta ? Kp : Mp, pac = ta ? Mp : Kp, pbr = tb ? N : Kp, pbc = tb ? Kp : N;
+  const bool scratch_c = Mp != M;
+  const Key key{true, ta, tb, Mp, N, Kp, pac, pbc, scratch_c ? N : ldc, alpha, beta};  // packed: ld = row length
   std::shared_ptr<dnnl::matmul> prim = K > 0 ? d.get(key) : nullptr;
   if (prim) {
-    std::unique_ptr<uint16_t[]> a(new uint16_t[(size_t)(ar * ac)]), b(new uint16_t[(size_t)(br * bc)]);
-    pack(A, ar, ac, lda, a.get(), bits_of);
-    pack(B, br, bc, ldb, b.get(), bits_of);
-    return d.run(*prim, key, a.get(), b.get(), C);
+    std::unique_ptr<uint16_t[]> a(new uint16_t[(size_t)(par * pac)]), b(new uint16_t[(size_t)(pbr * pbc)]);
+    pack_padded(A, ar, ac, lda, a.get(), par, pac);
+    pack_padded(B, br, bc, ldb, b.get(), pbr, pbc);
+    if (!scratch_c) return d.run(*prim, key, a.get(), b.get(), C);
+    std::unique_ptr<float[]> c(new float[(size_t)(Mp * N)]);
+    if (beta != 0.0f)
+      for (int64_t i = 0; i < M; ++i) std::copy(C + i * ldc, C + i * ldc + N, c.get() + i * N);
+    d.run(*prim, key, a.get(), b.get(), c.get());
+    for (int64_t i = 0; i < M; ++i) std::copy(c.get() + i * N, c.get() + (i + 1) * N, C + i * ldc);
+    return;
   }
   std::unique_ptr<float[]> a(new float[(size_t)std::max<int64_t>(1, ar * ac)]),
       b(new float[(size_t)std::max<int64_t>(1, br * bc)]);
-  pack(A, ar, ac, lda, a.get(), rounded);
-  pack(B, br, bc, ldb, b.get(), rounded);
+  pack(A, ar, ac, lda, a.get());
+  pack(B, br, bc, ldb, b.get());
   // sgemm itself: gemm<float> would hand a large product back to oneDNN (where it is, bf16 is too)
   gemm_blas<float>(ta, tb, M, N, K, alpha, a.get(), std::max<int64_t>(1, ac), b.get(), std::max<int64_t>(1, bc), beta,
                    C, ldc);

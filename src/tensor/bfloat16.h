@@ -40,4 +40,15 @@ inline void round_to_bf16(float* p, int64_t n) {
   }
 }
 
+// n floats -> their bfloat16 bits, rounded as float_to_bf16_bits (branch-free; vectorizes).
+inline void float_to_bf16_bits(const float* p, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, p + i, 4);
+    const bool nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
+    const uint32_t r = u + 0x7FFFu + ((u >> 16) & 1u);
+    out[i] = (uint16_t)((nan ? (u | 0x400000u) : r) >> 16);
+  }
+}
+
 }  // namespace titan
