@@ -2,6 +2,8 @@
 //   W: an HF export folder, model.safetensors, model.safetensors.index.json (with config.json beside it)
 //      or an HDF5 export (config as its root attribute); F32, BF16 or F16 weights
 //            [--dp-shard N --dp-replicate N --tp N]   (under mpirun: any layout)
+//            [--precision float32 | bfloat16]          (bfloat16: as titan-train's training.mixed_precision_param:
+//                                                       bf16 autocast's GEMMs, float32 elsewhere)
 // Builds the model from the checkpoint's HF config.json alone and prints the mean next-token cross-entropy over
 // every full batch of the token file (batches dealt round-robin to the
 // data-parallel ranks; the mean is over all of them).
@@ -14,6 +16,7 @@
 #include "comms/device_mesh.h"
 #include "models/decoder/model.h"
 #include "src/ops/ops.h"
+#include "src/autograd/autocast.h"
 #include "src/autograd/grad_mode.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/data/loader.h"
@@ -31,7 +34,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", version_string("titan-eval"));
   std::string ckpt, tokens, dump;
   int64_t seq = 0, batch = 0, dp_shard = -1, dp_rep = 1, tp = 1, ep = 1, pp = 1, pp_mbs = 1, max_batches = -1, cp = 1;
-  std::string pp_schedule = "1F1B", cp_rotate = "allgather";
+  std::string pp_schedule = "1F1B", cp_rotate = "allgather", precision = "float32";
   bool json = false;
   app.add_option("--checkpoint", ckpt,
                  "HF weights: an export folder, a .safetensors file or index (config.json beside it), or an HDF5 "
@@ -53,6 +56,10 @@ int main(int argc, char** argv) {
   app.add_option("--pp-schedule", pp_schedule, "pipeline_parallel_schedule: GPipe | 1F1B | Interleaved1F1B")
       ->check(CLI::IsMember({"GPipe", "1F1B", "Interleaved1F1B"}));
   app.add_option("--pp-microbatch-size", pp_mbs, "pipeline_parallel_microbatch_size (must divide --batch-size)");
+  app.add_option("--precision", precision,
+                 "float32, or bfloat16: the forward (and --dump-grads' backward) under bf16 autocast, as "
+                 "training.mixed_precision_param bfloat16 trains")
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
   app.add_option("--max-batches", max_batches, "evaluate only the first N batches (default: the whole file)");
   try {
     app.parse(argc, argv);
@@ -132,6 +139,7 @@ int main(int argc, char** argv) {
     double total = 0;
     Progress progress("evaluating", rounds, "batches");
     for (int64_t k = 0; k < rounds; ++k) {
+      AutocastScope autocast(precision == "bfloat16" ? DType::BF16 : DType::F32);  // this batch's forward, backward
       const bool real = k < (int64_t)mine.size();
       // context parallel: this rank's chunks, weighted by its share of the group's valid targets
       const ShardedBatch sb = shard_for_context_parallel(model, mesh, real ? mine[k] : first);

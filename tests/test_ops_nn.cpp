@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstdio>
 
+#include "src/autograd/autocast.h"
 #include "src/ops/common.h"
+#include "src/tensor/bfloat16.h"
 #include "tests/gradcheck.h"
 
 using namespace titan;
@@ -359,6 +361,60 @@ TEST(Gemm, Float32IsTheProductWithinFloat32Accumulation) {
       for (int64_t i = 0; i < c.m; ++i)  // the padding is left alone
         for (int64_t j = c.n; j < ldc; ++j) ASSERT_EQ(out[i * ldc + j], C[i * ldc + j]);
     }
+}
+
+// bf16 experts (autocast): small experts (weight <= 2^18 elements) multiply on sgemm over the rounded operands,
+// side by side where the split allows, large ones on oneDNN one at a time; both equal the float64 product of the
+// bf16-rounded operands within bf16's output rounding, forward and backward; the small ones give the same bits on
+// one thread as on two (the kernel is chosen by the weight's shape alone).
+TEST(GroupedLinear, Bf16ExpertsSmallOnSgemmLargeOnOneDnn) {
+  for (const auto& [K, N, counts] :
+       {std::tuple<int64_t, int64_t, std::vector<int64_t>>{48, 40, {70, 0, 95, 33, 120, 64}},
+        std::tuple<int64_t, int64_t, std::vector<int64_t>>{512, 640, {20, 0, 37, 5}}}) {
+    const int64_t E = (int64_t)counts.size();
+    int64_t R = 0;
+    for (int64_t c : counts) R += c;
+    Tensor x = rand_t({R, K}, 1, DType::F32), w = rand_t({E, K, N}, 2, DType::F32), g = rand_t({R, N}, 4, DType::F32);
+    auto run = [&] {
+      AutocastScope bf16(DType::BF16);
+      Tensor xs = x.detach().requires_grad_(true), ws = w.detach().requires_grad_(true);
+      Tensor y = grouped_linear(xs, ws, Tensor(), counts);
+      sum(mul(y, g)).backward();
+      return std::vector<std::vector<float>>{y.to_vector<float>(), xs.grad().to_vector<float>(),
+                                             ws.grad().to_vector<float>()};
+    };
+    auto got = run();
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    auto one = run();
+    omp_set_num_threads(threads);
+    // float64 reference on the rounded operands; y's gradient is g times 1 (mul's backward of the bf16 y), rounded
+    auto r = [](const std::vector<float>& v) {
+      std::vector<double> o(v.size());
+      for (size_t i = 0; i < v.size(); ++i) o[i] = round_to_bf16(v[i]);
+      return o;
+    };
+    const std::vector<double> xr = r(x.to_vector<float>()), wr = r(w.to_vector<float>()), gr = r(g.to_vector<float>());
+    std::vector<double> y(R * N, 0), dx(R * K, 0), dw(E * K * N, 0);
+    for (int64_t e = 0, row = 0; e < E; row += counts[e], ++e)
+      for (int64_t i = row; i < row + counts[e]; ++i)
+        for (int64_t k = 0; k < K; ++k)
+          for (int64_t n = 0; n < N; ++n) {
+            y[i * N + n] += xr[i * K + k] * wr[(e * K + k) * N + n];
+            dx[i * K + k] += gr[i * N + n] * wr[(e * K + k) * N + n];
+            dw[(e * K + k) * N + n] += xr[i * K + k] * gr[i * N + n];
+          }
+    const std::vector<double>* ref[] = {&y, &dx, &dw};
+    const char* what[] = {"y", "dx", "dw"};
+    for (int t = 0; t < 3; ++t) {
+      for (size_t i = 0; i < ref[t]->size(); ++i) {
+        const double v = (*ref[t])[i];  // bf16's output rounding (2^-9 relative) plus float32 sums
+        ASSERT_NEAR(got[t][i], v, std::ldexp(std::fabs(v), -8) + 1e-5 * std::sqrt((double)K * R))
+            << what[t] << " at " << i << ", K " << K << " N " << N;
+      }
+      if (K * N <= (1 << 18)) EXPECT_EQ(got[t], one[t]) << what[t] << ": not the same bits on one thread";
+    }
+  }
 }
 
 // float32 experts: many rows over many experts runs experts side by side (one per thread), a skewed split (or one

@@ -1,5 +1,6 @@
 // src/ops/common.h — helpers shared by op implementations (not public API).
 #pragma once
+#include <vector>
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -96,6 +97,21 @@ void gemm_blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
 // a bf16 mixed-precision region's GEMM (oneDNN where this CPU has a bf16 kernel, else sgemm on the roundings).
 void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// One operand of gemm_bf16 as stored (row-major, leading dimension ld): float32 values (rounded to bf16 as the
+// GEMM reads them) or bf16 bits already rounded (an operand used by two GEMMs, packed once: pack_bf16).
+struct Bf16Operand {
+  const float* values = nullptr;
+  const uint16_t* bits = nullptr;
+  int64_t ld = 0;
+};
+void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A, Bf16Operand B,
+               float beta, float* C, int64_t ldc);
+// The same product on OpenBLAS whatever the CPU: sgemm on the rounded operands (the same products and float32
+// sums as gemm_bf16, in OpenBLAS's order: the same bits on any thread count; callable inside parallel regions).
+void gemm_bf16_blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A, Bf16Operand B,
+                    float beta, float* C, int64_t ldc);
+// The r x c float32 matrix at p (leading dimension ld) as bf16 bits, row length c.
+std::vector<uint16_t> pack_bf16(const float* p, int64_t r, int64_t c, int64_t ld);
 // gemm<T>, or for float32 under bf16 autocast (bf16 = true) gemm_bf16.
 template <typename T>
 inline void gemm_as(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,

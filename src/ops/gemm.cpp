@@ -156,33 +156,11 @@ Dnnl& dnnl_state() {
   return d;
 }
 
-// The r x c matrix at p (leading dimension ld) packed into `out` (row length c): its bf16 bits for oneDNN, or
-// its values rounded to bf16 for sgemm. Whole rows at a time through the vectorizing loops of bfloat16.h.
-template <typename Out>
-void pack(const float* p, int64_t r, int64_t c, int64_t ld, Out* out) {
+// The r x c matrix at p (leading dimension ld) packed into `out` (row length c) as bf16 bits, whole rows at a time
+// through bfloat16.h's vectorizing loop.
+void pack(const float* p, int64_t r, int64_t c, int64_t ld, uint16_t* out) {
 #pragma omp parallel for schedule(static) if (r * c >= (1 << 16))
-  for (int64_t i = 0; i < r; ++i) {
-    if constexpr (std::is_same_v<Out, uint16_t>) {
-      float_to_bf16_bits(p + i * ld, out + i * c, c);
-    } else {
-      std::copy(p + i * ld, p + i * ld + c, out + i * c);
-      round_to_bf16(out + i * c, c);
-    }
-  }
-}
-
-// The r x c matrix at p packed as bf16 bits into a pr x pc buffer (pr >= r, pc >= c), zeros around it.
-void pack_padded(const float* p, int64_t r, int64_t c, int64_t ld, uint16_t* out, int64_t pr, int64_t pc) {
-  if (pc == c) {
-    pack(p, r, c, ld, out);
-  } else {
-#pragma omp parallel for schedule(static) if (r * c >= (1 << 16))
-    for (int64_t i = 0; i < r; ++i) {
-      float_to_bf16_bits(p + i * ld, out + i * pc, c);
-      std::fill(out + i * pc + c, out + (i + 1) * pc, uint16_t(0));
-    }
-  }
-  std::fill(out + r * pc, out + pr * pc, uint16_t(0));
+  for (int64_t i = 0; i < r; ++i) float_to_bf16_bits(p + i * ld, out + i * c, c);
 }
 
 // A bf16 GEMM's M or K as oneDNN is asked for it: up to 4096, rounded up to a multiple of 2^(floor(log2 x) - 3)
@@ -238,40 +216,89 @@ void gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alph
 std::string gemm_bf16_kernel() { return dnnl_state().bf16_kernel; }
 bool gemm_f32_on_onednn() { return dnnl_state().f32; }
 
+std::vector<uint16_t> pack_bf16(const float* p, int64_t r, int64_t c, int64_t ld) {
+  std::vector<uint16_t> out((size_t)(r * c));
+  if (r * c > 0) pack(p, r, c, ld, out.data());
+  return out;
+}
+
+// The r x c operand as float32 values rounded to bf16, row length c (threaded outside parallel regions only).
+std::vector<float> rounded(const Bf16Operand& o, int64_t r, int64_t c) {
+  std::vector<float> out((size_t)std::max<int64_t>(1, r * c));
+#pragma omp parallel for schedule(static) if (r * c >= (1 << 16) && omp_get_level() == 0)
+  for (int64_t i = 0; i < r; ++i) {
+    float* row = out.data() + i * c;
+    if (o.bits) {
+      for (int64_t j = 0; j < c; ++j) row[j] = bf16_bits_to_float(o.bits[i * o.ld + j]);
+    } else {
+      std::copy(o.values + i * o.ld, o.values + i * o.ld + c, row);
+      round_to_bf16(row, c);
+    }
+  }
+  return out;
+}
+
+void gemm_bf16_blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A, Bf16Operand B,
+                    float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+  const std::vector<float> a = rounded(A, ar, ac), b = rounded(B, br, bc);
+  gemm_blas<float>(ta, tb, M, N, K, alpha, a.data(), std::max<int64_t>(1, ac), b.data(), std::max<int64_t>(1, bc),
+                   beta, C, ldc);
+}
+
 void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  gemm_bf16(ta, tb, M, N, K, alpha, Bf16Operand{A, nullptr, lda}, Bf16Operand{B, nullptr, ldb}, beta, C, ldc);
+}
+
+void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A, Bf16Operand B,
+               float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   TITAN_CHECK(omp_get_level() == 0, "gemm_bf16: called inside a parallel region (", M, "x", N, "x", K,
               "); run bf16 GEMMs one at a time, oneDNN's threads split each");
+  TITAN_CHECK((A.values != nullptr) != (A.bits != nullptr) && (B.values != nullptr) != (B.bits != nullptr),
+              "gemm_bf16: each operand is float32 values or bf16 bits, not both or neither");
   // stored shapes: A [M, K] or [K, M]; B [K, N] or [N, K]
   const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
   Dnnl& d = dnnl_state();
-  // oneDNN's problem: M and K rounded up to a bucket (packed operands zero-padded, C through a scratch when M
-  // grows), so that varying row counts (an expert's tokens) reuse a few primitives instead of making one each
+  // oneDNN's problem: M and K rounded up to a bucket (operands zero-padded, C through a scratch when M grows), so
+  // that varying row counts (an expert's tokens) reuse a few primitives instead of making one each
   const int64_t Mp = bf16_bucket(M), Kp = bf16_bucket(K);
   const int64_t par = ta ? Kp : Mp, pac = ta ? Mp : Kp, pbr = tb ? N : Kp, pbc = tb ? Kp : N;
   const bool scratch_c = Mp != M;
+  // an operand's bits as oneDNN reads them: as given where they are packed already to the padded shape, else a
+  // padded copy in `buf`
+  auto padded = [](const Bf16Operand& o, int64_t r, int64_t c, int64_t pr, int64_t pc,
+                   std::unique_ptr<uint16_t[]>& buf) {
+    if (o.bits && pr == r && pc == c && o.ld == c) return o.bits;
+    buf.reset(new uint16_t[(size_t)(pr * pc)]);
+    uint16_t* out = buf.get();
+#pragma omp parallel for schedule(static) if (r * c >= (1 << 16))
+    for (int64_t i = 0; i < r; ++i) {
+      if (o.bits) std::copy(o.bits + i * o.ld, o.bits + i * o.ld + c, out + i * pc);
+      else float_to_bf16_bits(o.values + i * o.ld, out + i * pc, c);
+      std::fill(out + i * pc + c, out + (i + 1) * pc, uint16_t(0));
+    }
+    std::fill(out + r * pc, out + pr * pc, uint16_t(0));
+    return (const uint16_t*)out;
+  };
   const Key key{true, ta, tb, Mp, N, Kp, pac, pbc, scratch_c ? N : ldc, alpha, beta};  // packed: ld = row length
   std::shared_ptr<dnnl::matmul> prim = K > 0 ? d.get(key) : nullptr;
   if (prim) {
-    std::unique_ptr<uint16_t[]> a(new uint16_t[(size_t)(par * pac)]), b(new uint16_t[(size_t)(pbr * pbc)]);
-    pack_padded(A, ar, ac, lda, a.get(), par, pac);
-    pack_padded(B, br, bc, ldb, b.get(), pbr, pbc);
-    if (!scratch_c) return d.run(*prim, key, a.get(), b.get(), C);
-    std::unique_ptr<float[]> c(new float[(size_t)(Mp * N)]);
+    std::unique_ptr<uint16_t[]> abuf, bbuf;
+    const uint16_t* a = padded(A, ar, ac, par, pac, abuf);
+    const uint16_t* b = padded(B, br, bc, pbr, pbc, bbuf);
+    if (!scratch_c) return d.run(*prim, key, a, b, C);
+    std::vector<float> c((size_t)(Mp * N));
     if (beta != 0.0f)
-      for (int64_t i = 0; i < M; ++i) std::copy(C + i * ldc, C + i * ldc + N, c.get() + i * N);
-    d.run(*prim, key, a.get(), b.get(), c.get());
-    for (int64_t i = 0; i < M; ++i) std::copy(c.get() + i * N, c.get() + (i + 1) * N, C + i * ldc);
+      for (int64_t i = 0; i < M; ++i) std::copy(C + i * ldc, C + i * ldc + N, c.data() + i * N);
+    d.run(*prim, key, a, b, c.data());
+    for (int64_t i = 0; i < M; ++i) std::copy(c.data() + i * N, c.data() + (i + 1) * N, C + i * ldc);
     return;
   }
-  std::unique_ptr<float[]> a(new float[(size_t)std::max<int64_t>(1, ar * ac)]),
-      b(new float[(size_t)std::max<int64_t>(1, br * bc)]);
-  pack(A, ar, ac, lda, a.get());
-  pack(B, br, bc, ldb, b.get());
-  // sgemm itself: gemm<float> would hand a large product back to oneDNN (where it is, bf16 is too)
-  gemm_blas<float>(ta, tb, M, N, K, alpha, a.get(), std::max<int64_t>(1, ac), b.get(), std::max<int64_t>(1, bc), beta,
-                   C, ldc);
+  // sgemm on the rounded values (gemm<float> would hand a large product back to oneDNN: where it is, bf16 is too)
+  gemm_bf16_blas(ta, tb, M, N, K, alpha, A, B, beta, C, ldc);
 }
 
 }  // namespace titan::detail

@@ -17,11 +17,12 @@ std::vector<int64_t> offsets_of(const std::vector<int64_t>& counts) {
 
 // f(e) for every expert with rows (each writes only its own rows and weights). An expert's GEMMs are small
 // (hundreds of rows): run whole experts side by side, one per thread, largest first, when no expert holds more
-// than a thread's share of the rows; else one expert at a time with the GEMM's own threads (also for bf16:
-// oneDNN's GEMMs run one at a time). Each expert's numbers are the same either way: float32 experts multiply on
-// OpenBLAS in both (gemm_blas: rows and columns split, never a sum; and no oneDNN primitive per row count).
+// than a thread's share of the rows; else one expert at a time with the GEMM's own threads (also for large bf16
+// experts: oneDNN's GEMMs run one at a time). Each expert's numbers are the same either way: float32 experts
+// multiply on OpenBLAS in both (gemm_blas: rows and columns split, never a sum; and no oneDNN primitive per row
+// count), and so do small bf16 experts (gemm_bf16_blas).
 template <typename F>
-void for_each_expert(const std::vector<int64_t>& counts, bool bf16, F&& f) {
+void for_each_expert(const std::vector<int64_t>& counts, bool one_at_a_time, F&& f) {
   std::vector<int64_t> order;
   int64_t total = 0, largest = 0;
   for (size_t e = 0; e < counts.size(); ++e)
@@ -31,7 +32,7 @@ void for_each_expert(const std::vector<int64_t>& counts, bool bf16, F&& f) {
       largest = std::max(largest, counts[e]);
     }
   const int64_t threads = omp_get_max_threads();
-  if (bf16 || threads == 1 || (int64_t)order.size() < 2 || largest * threads > total || omp_in_parallel()) {
+  if (one_at_a_time || threads == 1 || (int64_t)order.size() < 2 || largest * threads > total || omp_in_parallel()) {
     for (int64_t e : order) f(e);
     return;
   }
@@ -41,6 +42,25 @@ void for_each_expert(const std::vector<int64_t>& counts, bool bf16, F&& f) {
   for (size_t i = 0; i < order.size(); ++i) errors.run([&] { f(order[i]); });
   errors.rethrow();
 }
+
+// Which GEMM an expert's products run on: float32 / float64 on OpenBLAS; bf16 on oneDNN for experts whose weight
+// holds over 2^18 elements (one at a time: oneDNN's AMX kernels outrun sgemm there), else sgemm on the rounded
+// operands, side by side (a oneDNN call's fixed cost and its packing outweigh such a product: measured on the
+// gpt-oss debug experts, 128 x 256, bf16 one at a time ran 0.8x float32 side by side). The rule reads the weight's
+// shape only: the same kernel on any thread count and any expert-parallel layout.
+struct ExpertGemm {
+  bool bf16 = false, onednn = false;
+  ExpertGemm(bool bf16_, int64_t K, int64_t N) : bf16(bf16_), onednn(bf16_ && K * N > (1 << 18)) {}
+  template <typename T>
+  void operator()(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+                  int64_t ldb, T beta, T* C, int64_t ldc) const {
+    if constexpr (std::is_same_v<T, float>) {
+      if (onednn) return gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      if (bf16) return gemm_bf16_blas(ta, tb, M, N, K, alpha, {A, nullptr, lda}, {B, nullptr, ldb}, beta, C, ldc);
+    }
+    gemm_blas<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+};
 
 // x [R, K], W [E, K, N], b [E, N] -> y [R, N]
 // bf16: autocast's bf16 GEMMs (operands and bias read as bf16, the output rounded to bf16)
@@ -52,12 +72,13 @@ Tensor grouped_linear_forward(const Tensor& x, const Tensor& w, const Tensor& b,
               GemmShape{w.size(0), R / std::max<int64_t>(1, w.size(0)), N, K});
   if (x.is_meta() || R == 0) return y;
   auto off = offsets_of(counts);
+  const ExpertGemm gemm_e(bf16, K, N);
   dispatch_float(x.dtype(), "grouped_linear", [&]<typename T>() {
     const T* px = x.data<T>();
     const T* pw = w.data<T>();
     const T* pb = b.defined() ? b.data<T>() : nullptr;
     T* py = y.data<T>();
-    for_each_expert(counts, bf16, [&](int64_t e) {
+    for_each_expert(counts, gemm_e.onednn, [&](int64_t e) {
       const int64_t n = counts[e];
       T* ye = py + off[e] * N;
       T beta = 0;
@@ -67,7 +88,7 @@ Tensor grouped_linear_forward(const Tensor& x, const Tensor& w, const Tensor& b,
       }
       if constexpr (std::is_same_v<T, float>)
         if (bf16 && pb) round_to_bf16(ye, n * N);  // the bias as the bf16 GEMM reads it
-      gemm_blas_as<T>(bf16, false, false, n, N, K, T(1), px + off[e] * K, K, pw + (int64_t)e * K * N, N, beta, ye, N);
+      gemm_e(false, false, n, N, K, T(1), px + off[e] * K, K, pw + (int64_t)e * K * N, N, beta, ye, N);
     });
   });
   if (bf16) round_to_bf16_(y);
@@ -86,19 +107,18 @@ std::vector<Tensor> grouped_linear_backward(const Tensor& dy, const Tensor& x, c
   if (x.is_meta()) return {dx, dw, db};
   auto off = offsets_of(counts);
   Tensor g = dy.contiguous();
+  const ExpertGemm gemm_e(bf16, K, N);
   dispatch_float(x.dtype(), "grouped_linear_backward", [&]<typename T>() {
     const T* pg = g.data<T>();
     const T* px = x.data<T>();
     const T* pw = w.data<T>();
     T* pdx = dx.data<T>();
     T* pdw = dw.data<T>();
-    for_each_expert(counts, bf16, [&](int64_t e) {
+    for_each_expert(counts, gemm_e.onednn, [&](int64_t e) {
       const int64_t n = counts[e];
       const T* ge = pg + off[e] * N;
-      gemm_blas_as<T>(bf16, false, true, n, K, N, T(1), ge, N, pw + (int64_t)e * K * N, N, T(0), pdx + off[e] * K,
-                 K);  // dy W^T
-      gemm_blas_as<T>(bf16, true, false, K, N, n, T(1), px + off[e] * K, K, ge, N, T(0), pdw + (int64_t)e * K * N,
-                 N);  // x^T dy
+      gemm_e(false, true, n, K, N, T(1), ge, N, pw + (int64_t)e * K * N, N, T(0), pdx + off[e] * K, K);  // dy W^T
+      gemm_e(true, false, K, N, n, T(1), px + off[e] * K, K, ge, N, T(0), pdw + (int64_t)e * K * N, N);  // x^T dy
       if (has_b) {
         T* pdb = db.data<T>() + e * N;
         for (int64_t i = 0; i < n; ++i)

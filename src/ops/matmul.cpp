@@ -198,7 +198,12 @@ std::vector<Tensor> linear_backward(const Tensor& g, const Tensor& x2, const Ten
   }
   Tensor gc = g.contiguous();
   BlasMat W = blas_mat(w);
-  dispatch_float(g.dtype(), "linear_backward", [&]<typename T>() {
+  if (bf16 && need_x && need_w) {  // g read as bf16 by both GEMMs: rounded and packed once
+    const std::vector<uint16_t> gb = pack_bf16(gc.data<float>(), N, out_f, out_f);
+    const Bf16Operand G{nullptr, gb.data(), out_f};
+    gemm_bf16(false, W.trans, N, in, out_f, 1.0f, G, {W.t.data<float>(), nullptr, W.ld}, 0.0f, dx.data<float>(), in);
+    gemm_bf16(true, false, out_f, in, N, 1.0f, G, {x2.data<float>(), nullptr, in}, 0.0f, dw.data<float>(), in);
+  } else dispatch_float(g.dtype(), "linear_backward", [&]<typename T>() {
     if (need_x)  // dx = g @ w
       gemm_as<T>(bf16, false, W.trans, N, in, out_f, T(1), gc.data<T>(), out_f, W.t.template data<T>(), W.ld, T(0),
                  dx.data<T>(), in);

@@ -552,6 +552,21 @@ def main():
             if abs(lp - l1) / l1 > 1e-6:
                 sys.exit(f"titan-eval {' '.join(layout)}: {lp} vs single rank {l1}")
             print(f"titan-eval {' '.join(layout)}: {lp:.8f} = single rank {l1:.8f}")
+        # bf16 autocast (--precision bfloat16, training.mixed_precision_param's numerics): off float32 by bf16's
+        # rounding, not more; FSDP x TP + SP and PP equal one bf16 rank within bf16's tolerance
+        bf = ["--precision", "bfloat16"]
+        one, _ = run([evalbin] + args + bf)
+        b1 = json.loads(one.stdout.strip().splitlines()[-1])["loss"]
+        if not 1e-6 < abs(b1 - l1) / l1 < 1e-2:
+            sys.exit(f"titan-eval --precision bfloat16: {b1} vs float32 {l1}: not bf16's rounding")
+        print(f"titan-eval --precision bfloat16: {b1:.8f} (float32 {l1:.8f}, rel {abs(b1 - l1) / l1:.1e})")
+        for np_, layout in ((4, ["--dp-shard", "2", "--tp", "2"]), (2, ["--pp", "2"])):
+            many, _ = run(mpirun(np_) + [evalbin] + args + bf + layout)
+            lb = json.loads(many.stdout.strip().splitlines()[-1])["loss"]
+            if abs(lb - b1) / b1 > BF16_TOL[0]:
+                sys.exit(f"titan-eval --precision bfloat16 {' '.join(layout)}: {lb} vs single rank {b1}")
+            print(f"titan-eval --precision bfloat16 {' '.join(layout)}: {lb:.8f} ~ single rank {b1:.8f} "
+                  f"(rel {abs(lb - b1) / b1:.1e})")
         # gradients of the evaluation loss under FSDP (the flat reduce-scatters waited for after each backward)
         g1, g2 = os.path.join(work, "eval_grads_1.h5"), os.path.join(work, "eval_grads_fsdp2.h5")
         run([evalbin] + args + ["--dump-grads", g1])
