@@ -1,5 +1,7 @@
 #include "job/metrics_logger.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "comms/hosts.h"
@@ -154,7 +156,19 @@ void MetricsLogger::step(int64_t step, const StepResult& r, double lr) {
     mem.reset_peak();
     if (!links.empty()) straggler = comms::LinkProbe::slowest(links, comms::hosts().name, bytes);
   }
-  comms::CommLog::get().clear();  // the peak's agreement and the link probe above are no step's communication
+  // every rank's wait in the interval's collectives (its step time less its own work): the rank the others
+  // waited for waited least; gathered at each step line (every rank logs at the same steps)
+  std::vector<double> waits;
+  std::string waited_for;
+  if (mesh_.world > 1) {
+    waits = mesh_.world_pg->all_gather(from_vector<double>({comm_exposed}, {1})).to_vector<double>();
+    const auto [lo, hi] = std::minmax_element(waits.begin(), waits.end());
+    // named when the spread is a real share of the interval (above timing noise: 5% of it and 10 ms)
+    if (*hi - *lo > std::max(0.05 * dt, 0.01))
+      waited_for = comms::rank_where((int)(lo - waits.begin())) + " (" + fmt("%.3f", *lo) + " s waiting; the others up to " +
+                   fmt("%.3f", *hi) + " s)";
+  }
+  comms::CommLog::get().clear();  // the peak's agreement, the link probe and the waits' gather are no step's communication
   std::string line = format_step_line(sm);
   if (load_steps_ > 0) {
     line += "  experts: " + fmt("%.0f", load_min_ / load_steps_) + "/" + fmt("%.0f", load_mean_ / load_steps_) + "/" +
@@ -166,6 +180,7 @@ void MetricsLogger::step(int64_t step, const StepResult& r, double lr) {
     line += "  comm: " + fmt("%.0f", 100.0 * comm_exposed / dt) + "% exposed (" + fmt("%.0f", 100.0 * comm_busy / dt) +
             "% busy)";
   if (!straggler.empty()) line += "  straggler: " + straggler;
+  if (!waited_for.empty()) line += "  waited for: " + waited_for;
   log_info(line + sim_suffix_);
   if (jsonl_) {
     nlohmann::ordered_json row = {{"step", step},
@@ -184,6 +199,12 @@ void MetricsLogger::step(int64_t step, const StepResult& r, double lr) {
       for (double t : links) l.push_back(rounded("%.5f", t));
       row["link_in_s"] = l;
       row["straggler"] = straggler;
+    }
+    if (!waits.empty()) {  // seconds each rank waited in the interval's collectives, by world rank
+      nlohmann::ordered_json w = nlohmann::ordered_json::array();
+      for (double t : waits) w.push_back(rounded("%.4f", t));
+      row["rank_comm_wait_s"] = w;
+      row["interval_s"] = rounded("%.4f", dt);
     }
     jsonl_->write(row_text(row));
   }

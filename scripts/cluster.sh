@@ -11,7 +11,10 @@
 #                                        S ranks each in the hostfile (default 2); every host's link shaped:
 #                                        R a tc rate (e.g. 10gbit, 1gbit, 100mbit; both directions),
 #                                        P the fraction of packets dropped on the way in (e.g. 0.05),
-#                                        D added one-way latency (e.g. 50ms; needs the kernel's netem)
+#                                        D added one-way latency (e.g. 50ms, 100us: the kernel's netem on the
+#                                        way out, or where the kernel has none, titan-netdelay holding the
+#                                        packets of the way in; either way each packet between two hosts is
+#                                        delayed once by a uniform D)
 #   cluster.sh shape HOST [--rate R] [--loss P] [--delay D]         reshape one host's link (none: unshaped)
 #   cluster.sh link HOST down|up        take a host's link down (its traffic is lost) or bring it back
 #   cluster.sh mpirun ARGS...           mpirun across the hosts (the hostfile, the rsh agent that enters a
@@ -21,7 +24,8 @@
 #   cluster.sh down                     kill every process on the hosts, remove namespaces, links, bridge
 #   cluster.sh check                    exit 0 where a cluster can be made here, 77 (skip) with why where not
 #
-# Needs root (network namespaces, veth, tc; iptables for --loss). Exit 77 means "not possible here" (what
+# Needs root (network namespaces, veth, tc; iptables for --loss and titan-netdelay). titan-netdelay is found as
+# $TITAN_NETDELAY, else build/titan-netdelay beside this script's tree, else on PATH. Exit 77 means "not possible here" (what
 # tests read as a skip), 2 a usage error, 1 a failure. State: $TITAN_CLUSTER_DIR (default /run/titan-cluster).
 set -euo pipefail
 
@@ -61,11 +65,28 @@ has_netem() {
   return $ok
 }
 
+netdelay_bin() {  # titan-netdelay's path, or nothing
+  local b=${TITAN_NETDELAY:-}
+  [ -n "$b" ] || b=$(cd "$(dirname "$0")/.." && pwd)/build/titan-netdelay
+  [ -x "$b" ] || b=$(command -v titan-netdelay || true)
+  [ -n "$b" ] && [ -x "$b" ] && echo "$b"
+}
+
+# How --delay is made here: netem, netdelay (titan-netdelay on netfilter's queue), or nothing
+delay_method() {
+  if has_netem; then echo netem
+  elif [ -n "$(netdelay_bin)" ] && command -v iptables >/dev/null; then echo netdelay
+  else echo none; fi
+}
+
 # check_shape: RATE LOSS DELAY are possible here and well-formed (before anything is made or changed)
 check_shape() {
-  if [ -n "$DELAY" ] && ! has_netem; then
-    echo "$ME: --delay $DELAY needs the kernel's netem queueing discipline (sch_netem), which this kernel does not have (tc: 'Specified qdisc kind is unknown'); --rate and --loss work without it" >&2
-    exit 77
+  if [ -n "$DELAY" ]; then
+    DELAY_METHOD=$(delay_method)
+    if [ "$DELAY_METHOD" = none ]; then
+      echo "$ME: --delay $DELAY needs the kernel's netem queueing discipline (sch_netem), which this kernel does not have (tc: 'Specified qdisc kind is unknown'), or titan-netdelay (built with titan; set TITAN_NETDELAY) and iptables; --rate and --loss work without them" >&2
+      exit 77
+    fi
   fi
   if [ -n "$LOSS" ]; then
     command -v iptables >/dev/null || skip "--loss needs iptables (scripts/setup.sh installs it)"
@@ -83,7 +104,8 @@ shape_link() {
   tc qdisc del dev "$v" root 2>/dev/null || true
   ip netns exec "$ns" tc qdisc del dev eth0 root 2>/dev/null || true
   ip netns exec "$ns" iptables -F INPUT 2>/dev/null || true
-  if [ -n "$delay" ]; then
+  if [ -f "$DIR/netdelay.h$i.pid" ]; then kill "$(cat "$DIR/netdelay.h$i.pid")" 2>/dev/null || true; rm -f "$DIR/netdelay.h$i.pid"; fi
+  if [ -n "$delay" ] && [ "${DELAY_METHOD:-netem}" = netem ]; then
     ip netns exec "$ns" tc qdisc add dev eth0 root netem delay "$delay" ${rate:+rate "$rate"}
   elif [ -n "$rate" ]; then
     ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 400ms
@@ -91,6 +113,15 @@ shape_link() {
   if [ -n "$rate" ]; then tc qdisc add dev "$v" root tbf rate "$rate" burst 256kb latency 400ms; fi
   if [ -n "$loss" ]; then
     ip netns exec "$ns" iptables -A INPUT -m statistic --mode random --probability "$loss" -j DROP
+  fi
+  if [ -n "$delay" ] && [ "${DELAY_METHOD:-netem}" = netdelay ]; then
+    # the host's way in through titan-netdelay (what the loss rule lets through); ready before the rule is added
+    local log=$DIR/netdelay.h$i.log
+    ip netns exec "$ns" "$(netdelay_bin)" --queue 0 --delay "$delay" > "$log" 2>&1 &
+    echo $! > "$DIR/netdelay.h$i.pid"
+    for _ in $(seq 1 50); do grep -q "delay" "$log" 2>/dev/null && break; sleep 0.1; done
+    grep -q "titan-netdelay: queue" "$log" || die "titan-netdelay did not start on h$i: $(cat "$log")"
+    ip netns exec "$ns" iptables -A INPUT -i eth0 -j NFQUEUE --queue-num 0
   fi
   printf '%s\t%s\t%s\n' "${rate:--}" "${loss:--}" "${delay:--}" > "$DIR/shape.h$i"
 }
@@ -113,7 +144,13 @@ down() {
     local ns=$PREFIX${h#h}
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
   done
-  sleep 0.2
+  # until they are gone (up to 5 s): a namespace deleted under a dying process outlives its name
+  for _ in $(seq 1 50); do
+    local alive=0
+    for h in $(hosts); do [ -z "$(ip netns pids "$PREFIX${h#h}" 2>/dev/null)" ] || alive=1; done
+    [ $alive -eq 0 ] && break
+    sleep 0.1
+  done
   for h in $(hosts); do
     local i=${h#h}
     ip link del "titanv$i" 2>/dev/null || true
@@ -196,7 +233,10 @@ shift
 case $cmd in
   up) up "$@" ;;
   down) down; echo "$ME: down" ;;
-  check) can_make; echo "$ME: a cluster can be made here$(has_netem || echo ' (without --delay: no netem in this kernel)')" ;;
+  check) can_make; m=$(delay_method)
+         case $m in netem) w="" ;; netdelay) w=" (--delay through titan-netdelay: no netem in this kernel)" ;;
+                    *) w=" (without --delay: no netem in this kernel, no titan-netdelay)" ;; esac
+         echo "$ME: a cluster can be made here$w" ;;
   shape) [ $# -ge 1 ] || usage "shape needs a host"; i=$(host_index "$1"); shift; parse_shape "$@"; check_shape
          shape_link "$i" "$RATE" "$LOSS" "$DELAY" ;;
   link) [ $# -eq 2 ] || usage "link needs a host and down|up"; i=$(host_index "$1")

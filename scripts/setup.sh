@@ -17,6 +17,7 @@ PKGS=(
   libopenblas-openmp-dev
   libdnnl-dev  # bf16 GEMMs (mixed precision): oneDNN picks AMX / AVX512-BF16 at run time
   iproute2 iptables  # scripts/cluster.sh: hosts as network namespaces, links shaped (tc) and lossy (iptables)
+  libnetfilter-queue-dev  # scripts/netdelay.cpp: cluster.sh's added latency where the kernel has no netem
 )
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

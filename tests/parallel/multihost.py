@@ -7,7 +7,9 @@ own network stack, hostname and /dev/shm, ranks on different hosts talking TCP o
                                              FSDP 2 (a stage per host), EP 2 x HSDP (gpt-oss): losses, gradients
                                              and exports equal to one rank (parity.py's contract); HSDP with
                                              ranks numbered round-robin over hosts (mpirun --map-by node): the
-                                             mesh still shards within a host (its collectives' groups say so)
+                                             mesh still shards within a host (its collectives' groups say so);
+                                             titan-eval across the 2 hosts (FSDP 2 x TP 2) = one rank's loss;
+                                             4 hosts x 2 ranks: HSDP 4 x 2 (shard within each host)
   multihost.py --build BUILD --case resume   a checkpoint written on 4 hosts (FSDP 4, a rank each) resumes on 2
                                              hosts and on one machine bit-exact, and as FSDP 2 x TP 2 on 2
                                              hosts within parity's 1e-5
@@ -19,11 +21,13 @@ own network stack, hostname and /dev/shm, ranks on different hosts talking TCP o
                                              the rerun resumes from the last checkpoint bit-exact; a rank on
                                              another host than rank 0 hung: its host's watchdog names it; one of
                                              4 hosts rate-limited: the step lines name its link
-  multihost.py --build BUILD --case latency  50 ms added latency and 5% loss: one rank's losses (needs netem)
+  multihost.py --build BUILD --case latency  50 ms added latency and 5% loss (netem, or titan-netdelay where the
+                                             kernel has none): the links measured to carry it, one rank's losses
 Exit 77 (ctest: skipped, with the reason printed) where a cluster cannot be made (not root, no namespaces).
 Each case brings its cluster up and down; no namespace, link or process is left, also when a check fails.
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -81,10 +85,34 @@ class Cluster:
 
     def __exit__(self, *exc):
         cluster("down", check=False)
-        left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        if "titan-h" in left:
-            sys.exit(f"cluster.sh down left namespaces behind: {left}")
+        left = teardown_leftovers()
+        if left:
+            sys.exit("cluster.sh down left behind: " + "; ".join(left))
         return False
+
+
+def teardown_leftovers():
+    """What a cluster left after `down`: namespaces, links, the bridge, its state folder, processes in it."""
+    left = []
+    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    if "titan-h" in ns:
+        left.append("namespaces " + " ".join(w for w in ns.split() if w.startswith("titan-h")))
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    for name in ("titanv", "titanbr0"):
+        if name in links:
+            left.append("links " + " ".join(l.split(":")[1].strip() for l in links.splitlines() if name in l))
+    state = os.environ.get("TITAN_CLUSTER_DIR", "/run/titan-cluster")
+    if os.path.exists(state):
+        left.append("state folder " + state)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"  # exited, its parent yet to reap it
+        except (OSError, IndexError):
+            continue
+        if comm(pid) == "titan-netdelay" and not zombie:
+            left.append(f"titan-netdelay process {pid}")
+    return left
 
 
 def case_parity(build, c):
@@ -111,6 +139,35 @@ def case_parity(build, c):
             c(shard == want_shard and repl == want_repl,
               f"--map-by node, rank {r} on h{r % 2 + 1}: FSDP shards over ranks {shard} (want {want_shard}: its host), "
               f"replicates over {repl} (want {want_repl}: across hosts)")
+
+
+def case_eval_and_four_hosts(build, c):
+    """titan-eval across 2 hosts equals one rank's; HSDP over 4 hosts x 2 ranks equals one rank."""
+    _, layouts = read_matrix()
+    evalbin = os.path.join(build, "titan-eval")
+    args = [evalbin, "--checkpoint", os.path.join(build, "parity", "ref", "export", "model.h5"), "--tokens",
+            "data/kjv_val.h5", "--seq-len", "128", "--batch-size", "8", "--json", "--max-batches", "4"]
+    one = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    c(one.returncode == 0, f"titan-eval on one rank ran ({one.stderr.strip()[-300:]})")
+    l1 = json.loads(one.stdout.strip().splitlines()[-1])["loss"]
+    with Cluster():
+        many = subprocess.run(launcher(4) + args + ["--dp-shard", "2", "--tp", "2"], cwd=ROOT, env=ENV,
+                              capture_output=True, text=True, timeout=300)
+        c(many.returncode == 0, f"titan-eval FSDP 2 x TP 2 on 2 hosts ran ({many.stderr.strip()[-300:]})")
+        l4 = json.loads(many.stdout.strip().splitlines()[-1])["loss"]
+        c(abs(l4 - l1) / l1 <= 1e-6, f"titan-eval FSDP 2 x TP 2 on 2 hosts: {l4:.8f} = one rank {l1:.8f}")
+    with Cluster(hosts=4):
+        # HSDP 4 x 2: each host's two ranks shard, the four hosts replicate (3 steps: the first, the optimizer's
+        # steady state, after warmup; 8 ranks share this machine's cores)
+        np_, ref = 8, "ref"
+        flags = ("--parallelism.data_parallel_replicate_degree 4 --parallelism.data_parallel_shard_degree 2")
+        steps, parity.LAYOUT_STEPS = parity.LAYOUT_STEPS, 3
+        _, text = run_layout(build, "hosts4_hsdp4x2", np_, ref, flags, launcher(np_), where=" on 4 hosts x 2 ranks")
+        parity.LAYOUT_STEPS = steps
+        spans = re.search(r"parallelism: .* over 4 hosts \(h1: ranks 0-1; h2: ranks 2-3; h3: ranks 4-5; "
+                          r"h4: ranks 6-7\)", text)
+        c(spans is not None, f"HSDP 4 x 2 on 4 hosts x 2 ranks (the log: {spans.group(0) if spans else 'no hosts line'})"
+                             " equals one rank")
 
 
 def case_faults(build, c):
@@ -361,36 +418,56 @@ def case_resume(build, c):
 
 def case_latency(build, c):
     """50 ms added latency and 5% loss on every link: training goes on, slower, with one rank's losses. Needs the
-    kernel's netem (cluster.sh --delay): exit 77, saying so, where the kernel has none."""
-    chk = subprocess.run([CLUSTER, "check"], capture_output=True, text=True)
-    if "no netem" in chk.stdout + chk.stderr:
-        print("skipped: 50 ms of added latency needs the kernel's netem queueing discipline, which this kernel lacks "
-              "(scripts/cluster.sh --delay refuses it)")
+    kernel's netem or titan-netdelay (cluster.sh --delay): exit 77, saying so, where neither is here."""
+    chk = subprocess.run([CLUSTER, "check"], capture_output=True, text=True, env=ENV)
+    if "without --delay" in chk.stdout + chk.stderr:
+        print("skipped: 50 ms of added latency needs the kernel's netem queueing discipline or titan-netdelay, "
+              f"neither of which is here ({chk.stdout.strip()})")
         sys.exit(77)
-    _, layouts = read_matrix()
-    np_, ref, _, flags = layouts["fsdp4"]
-    with Cluster("--loss", "0.05", "--delay", "50ms"):
-        steps, parity.LAYOUT_STEPS = parity.LAYOUT_STEPS, 2
-        # no link probe: 4 MiB at 50 ms and 5% loss takes tens of seconds, the other ranks waiting on it
-        run_layout(build, "hosts2_fsdp4_latency", np_, ref, flags + " --metrics.link_probe_mib 0", launcher(np_),
-                   where=" with 50 ms and 5% loss")
-        parity.LAYOUT_STEPS = steps
-        c(True, "50 ms added latency and 5% packet loss: the same losses and gradients as one rank")
+    print(chk.stdout.strip())
+    # a rank per host (--map-by node): two ranks of a host busy-polling a 100 ms round trip on this machine's two
+    # cores made 4 ranks ~25x slower than 2 (240 s a step); 2 steps, no link probe (4 MiB at 50 ms and 5% loss
+    # take tens of seconds)
+    np_, ref = 2, "ref"
+    flags = ("--parallelism.data_parallel_shard_degree 2 --parallelism.fsdp_reshard_after_forward false "
+             "--metrics.link_probe_mib 0")
+    steps, parity.LAYOUT_STEPS = parity.LAYOUT_STEPS, 2
+    took = {}
+    for name, shape in (("hosts2_fsdp2", ()), ("hosts2_fsdp2_latency", ("--loss", "0.05", "--delay", "50ms"))):
+        with Cluster(*shape):
+            if shape:
+                # the links carry it: a TCP connection to a closed port on h2 is refused after a round trip,
+                # 2 x 50 ms (the SYN delayed into h2, the reset into h1); the best of 5 (past a lost packet)
+                probe = ("import socket, time\nbest = 9.0\nfor _ in range(5):\n    s = socket.socket(); "
+                         "s.settimeout(5)\n    t = time.perf_counter()\n    try: s.connect(('" + NET + ".2', 9))\n"
+                         "    except OSError: pass\n    best = min(best, time.perf_counter() - t); s.close()\n"
+                         "print(best)")
+                rtt = float(cluster("exec", "h1", sys.executable, "-c", probe).stdout.strip())
+                c(0.095 <= rtt <= 0.5, f"a round trip between h1 and h2 takes {rtt * 1e3:.1f} ms (2 x 50 ms added)")
+            t0 = time.time()
+            run_layout(build, name, np_, ref, flags, launcher(np_, "--map-by", "node"),
+                       where=" with 50 ms and 5% loss" if shape else " (links as they are)")
+            took[name] = time.time() - t0
+    parity.LAYOUT_STEPS = steps
+    c(took["hosts2_fsdp2_latency"] > 1.5 * took["hosts2_fsdp2"],
+      f"50 ms added latency and 5% packet loss: the same losses and gradients as one rank, slower "
+      f"({took['hosts2_fsdp2_latency']:.1f} s vs {took['hosts2_fsdp2']:.1f} s on the links as they are)")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
-    ap.add_argument("--case", required=True, choices=["parity", "faults", "resume", "latency"])
+    ap.add_argument("--case", required=True, choices=["parity", "eval_hosts4", "faults", "resume", "latency"])
     a = ap.parse_args()
-    chk = subprocess.run([CLUSTER, "check"], capture_output=True, text=True)
+    build = os.path.abspath(a.build)
+    ENV["TITAN_NETDELAY"] = os.path.join(build, "titan-netdelay")  # cluster.sh --delay where the kernel has no netem
+    chk = subprocess.run([CLUSTER, "check"], capture_output=True, text=True, env=ENV)
     if chk.returncode == 77:
         print(chk.stderr.strip())
         sys.exit(77)
-    build = os.path.abspath(a.build)
     ensure_data(build)
     c = Checks()
-    {"parity": case_parity, "faults": case_faults, "resume": case_resume,
+    {"parity": case_parity, "eval_hosts4": case_eval_and_four_hosts, "faults": case_faults, "resume": case_resume,
      "latency": case_latency}[a.case](build, c)
     sys.exit(c.exit_status())
 
