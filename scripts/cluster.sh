@@ -72,10 +72,18 @@ netdelay_bin() {  # titan-netdelay's path, or nothing
   [ -n "$b" ] && [ -x "$b" ] && echo "$b"
 }
 
+has_nfqueue() {  # netfilter's queue target (what titan-netdelay reads) in this kernel
+  local probe=titan-probe-$$ ok=1
+  ip netns add "$probe" &&
+    ip netns exec "$probe" iptables -A INPUT -i lo -j NFQUEUE --queue-num 0 2>/dev/null && ok=0
+  ip netns del "$probe" 2>/dev/null || true
+  return $ok
+}
+
 # How --delay is made here: netem, netdelay (titan-netdelay on netfilter's queue), or nothing
 delay_method() {
   if has_netem; then echo netem
-  elif [ -n "$(netdelay_bin)" ] && command -v iptables >/dev/null; then echo netdelay
+  elif [ -n "$(netdelay_bin)" ] && command -v iptables >/dev/null && has_nfqueue; then echo netdelay
   else echo none; fi
 }
 
@@ -84,7 +92,7 @@ check_shape() {
   if [ -n "$DELAY" ]; then
     DELAY_METHOD=$(delay_method)
     if [ "$DELAY_METHOD" = none ]; then
-      echo "$ME: --delay $DELAY needs the kernel's netem queueing discipline (sch_netem), which this kernel does not have (tc: 'Specified qdisc kind is unknown'), or titan-netdelay (built with titan; set TITAN_NETDELAY) and iptables; --rate and --loss work without them" >&2
+      echo "$ME: --delay $DELAY needs the kernel's netem queueing discipline (sch_netem), which this kernel does not have (tc: 'Specified qdisc kind is unknown'), or titan-netdelay (built with titan; set TITAN_NETDELAY), iptables and the kernel's NFQUEUE target; --rate and --loss work without them" >&2
       exit 77
     fi
   fi
@@ -104,7 +112,13 @@ shape_link() {
   tc qdisc del dev "$v" root 2>/dev/null || true
   ip netns exec "$ns" tc qdisc del dev eth0 root 2>/dev/null || true
   ip netns exec "$ns" iptables -F INPUT 2>/dev/null || true
-  if [ -f "$DIR/netdelay.h$i.pid" ]; then kill "$(cat "$DIR/netdelay.h$i.pid")" 2>/dev/null || true; rm -f "$DIR/netdelay.h$i.pid"; fi
+  if [ -f "$DIR/netdelay.h$i.pid" ]; then  # the previous delay's reader, gone before its queue is taken again
+    local old; old=$(cat "$DIR/netdelay.h$i.pid")
+    kill "$old" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$old" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$old" 2>/dev/null || true
+    rm -f "$DIR/netdelay.h$i.pid"
+  fi
   if [ -n "$delay" ] && [ "${DELAY_METHOD:-netem}" = netem ]; then
     ip netns exec "$ns" tc qdisc add dev eth0 root netem delay "$delay" ${rate:+rate "$rate"}
   elif [ -n "$rate" ]; then

@@ -48,7 +48,7 @@ volatile sig_atomic_t stop = 0;
   std::exit(1);
 }
 
-// "50ms", "100us", "1.5s" -> nanoseconds; refused unless whole and positive
+// "50ms", "100us", "1.5s" -> nanoseconds; refused unless a positive number with its unit, at most 60 s
 std::chrono::nanoseconds parse_delay(const std::string& s) {
   char* end = nullptr;
   errno = 0;
@@ -84,10 +84,17 @@ int main(int argc, char** argv) {
     }
   }
   if (queue < 0 || queue > 65535 || delay.count() == 0) die("usage: titan-netdelay --queue Q --delay D");
+  // SIGTERM / SIGINT end it, between packets only: blocked except while it waits in ppoll (a signal arriving
+  // between the loop's check and the wait is delivered as the wait starts, not lost until the next packet)
   struct sigaction sa {};
   sa.sa_handler = [](int) { stop = 1; };
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  sigset_t blocked, waiting;
+  sigemptyset(&blocked);
+  sigaddset(&blocked, SIGTERM);
+  sigaddset(&blocked, SIGINT);
+  sigprocmask(SIG_BLOCK, &blocked, &waiting);
 
   prctl(PR_SET_TIMERSLACK, 1000UL);  // wake within ~1 us of a packet's release, not the default 50 us
   nfq_handle* h = nfq_open();
@@ -103,6 +110,15 @@ int main(int argc, char** argv) {
 
   alignas(8) static char buf[1 << 16];
   long overruns = 0;
+  // every held packet now due, in order (ppoll's nanosecond timeout: sub-millisecond delays hold, give or take
+  // the timer's slack, set to ~1 us above)
+  auto release_due = [&] {
+    const auto now = Clock::now();
+    while (!held.empty() && held.front().release <= now) {
+      nfq_set_verdict(qh, held.front().id, NF_ACCEPT, 0, nullptr);
+      held.pop_front();
+    }
+  };
   while (!stop) {
     // wait for a packet, or until the oldest held one is due
     timespec ts{}, *timeout = nullptr;
@@ -113,29 +129,25 @@ int main(int argc, char** argv) {
       timeout = &ts;
     }
     pollfd p{fd, POLLIN, 0};
-    const int r = ppoll(&p, 1, timeout, nullptr);
+    const int r = ppoll(&p, 1, timeout, &waiting);
     if (r < 0 && errno != EINTR) die("poll: " + std::string(std::strerror(errno)));
     if (r > 0) {
       for (;;) {
         const ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
         if (n > 0) {
           nfq_handle_packet(h, buf, (int)n);
+          release_due();  // under a steady stream too, not only once the socket is drained
           continue;
         }
         if (n < 0 && errno == ENOBUFS) {  // the kernel dropped notices (their packets are lost: TCP resends)
-          ++overruns;
+          if (overruns++ == 0)
+            std::fprintf(stderr, "titan-netdelay: receive overrun: packets dropped beyond the shaped loss\n");
           continue;
         }
         break;
       }
     }
-    // every packet now due (ppoll's nanosecond timeout: sub-millisecond delays hold, give or take the timer's
-    // slack of ~50 us)
-    const auto now = Clock::now();
-    while (!held.empty() && held.front().release <= now) {
-      nfq_set_verdict(qh, held.front().id, NF_ACCEPT, 0, nullptr);
-      held.pop_front();
-    }
+    release_due();
   }
   for (const Held& p : held) nfq_set_verdict(qh, p.id, NF_ACCEPT, 0, nullptr);
   nfq_destroy_queue(qh);

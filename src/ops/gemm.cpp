@@ -164,7 +164,8 @@ void pack(const float* p, int64_t r, int64_t c, int64_t ld, uint16_t* out) {
 }
 
 // A bf16 GEMM's M or K as oneDNN is asked for it: up to 4096, rounded up to a multiple of 2^(floor(log2 x) - 3)
-// (at least 16: an AMX tile's rows), so at most 12.5% more and about eight primitives per octave; larger sizes
+// (at least 16: an AMX tile's rows), so at most 12.5% more from 128 up (below: to a multiple of 16) and about
+// eight primitives per octave; larger sizes
 // as they are (a new primitive, ~0.3-1 ms, is small beside their GEMM). The zero rows and columns change no
 // sum (but a -0 sum reads +0).
 int64_t bf16_bucket(int64_t x) {
@@ -238,10 +239,19 @@ std::vector<float> rounded(const Bf16Operand& o, int64_t r, int64_t c) {
   return out;
 }
 
+// Each operand is values or bits, read with a leading dimension that spans its rows.
+void check_operands(const char* fn, const Bf16Operand& A, int64_t ac, const Bf16Operand& B, int64_t bc) {
+  TITAN_CHECK((A.values != nullptr) != (A.bits != nullptr) && (B.values != nullptr) != (B.bits != nullptr), fn,
+              ": each operand is float32 values or bf16 bits, not both or neither");
+  TITAN_CHECK(A.ld >= ac && B.ld >= bc, fn, ": leading dimensions ", A.ld, ", ", B.ld, " shorter than the rows (", ac,
+              ", ", bc, ")");
+}
+
 void gemm_bf16_blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A, Bf16Operand B,
                     float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+  if (K > 0) check_operands("gemm_bf16_blas", A, ac, B, bc);
   const std::vector<float> a = rounded(A, ar, ac), b = rounded(B, br, bc);
   gemm_blas<float>(ta, tb, M, N, K, alpha, a.data(), std::max<int64_t>(1, ac), b.data(), std::max<int64_t>(1, bc),
                    beta, C, ldc);
@@ -257,10 +267,9 @@ void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, B
   if (M == 0 || N == 0) return;
   TITAN_CHECK(omp_get_level() == 0, "gemm_bf16: called inside a parallel region (", M, "x", N, "x", K,
               "); run bf16 GEMMs one at a time, oneDNN's threads split each");
-  TITAN_CHECK((A.values != nullptr) != (A.bits != nullptr) && (B.values != nullptr) != (B.bits != nullptr),
-              "gemm_bf16: each operand is float32 values or bf16 bits, not both or neither");
   // stored shapes: A [M, K] or [K, M]; B [K, N] or [N, K]
   const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+  if (K > 0) check_operands("gemm_bf16", A, ac, B, bc);
   Dnnl& d = dnnl_state();
   // oneDNN's problem: M and K rounded up to a bucket (operands zero-padded, C through a scratch when M grows), so
   // that varying row counts (an expert's tokens) reuse a few primitives instead of making one each

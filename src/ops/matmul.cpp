@@ -198,7 +198,7 @@ std::vector<Tensor> linear_backward(const Tensor& g, const Tensor& x2, const Ten
   }
   Tensor gc = g.contiguous();
   BlasMat W = blas_mat(w);
-  if (bf16 && need_x && need_w) {  // g read as bf16 by both GEMMs: rounded and packed once
+  if (bf16 && need_x && need_w && N > 0 && out_f > 0) {  // g read as bf16 by both GEMMs: rounded and packed once
     const std::vector<uint16_t> gb = pack_bf16(gc.data<float>(), N, out_f, out_f);
     const Bf16Operand G{nullptr, gb.data(), out_f};
     gemm_bf16(false, W.trans, N, in, out_f, 1.0f, G, {W.t.data<float>(), nullptr, W.ld}, 0.0f, dx.data<float>(), in);

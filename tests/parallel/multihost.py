@@ -148,14 +148,17 @@ def case_eval_and_four_hosts(build, c):
     args = [evalbin, "--checkpoint", os.path.join(build, "parity", "ref", "export", "model.h5"), "--tokens",
             "data/kjv_val.h5", "--seq-len", "128", "--batch-size", "8", "--json", "--max-batches", "4"]
     one = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
-    c(one.returncode == 0, f"titan-eval on one rank ran ({one.stderr.strip()[-300:]})")
+    if one.returncode != 0:
+        sys.exit(f"titan-eval on one rank failed: {one.stderr.strip()[-600:]}")
     l1 = json.loads(one.stdout.strip().splitlines()[-1])["loss"]
     with Cluster():
         many = subprocess.run(launcher(4) + args + ["--dp-shard", "2", "--tp", "2"], cwd=ROOT, env=ENV,
                               capture_output=True, text=True, timeout=300)
-        c(many.returncode == 0, f"titan-eval FSDP 2 x TP 2 on 2 hosts ran ({many.stderr.strip()[-300:]})")
-        l4 = json.loads(many.stdout.strip().splitlines()[-1])["loss"]
-        c(abs(l4 - l1) / l1 <= 1e-6, f"titan-eval FSDP 2 x TP 2 on 2 hosts: {l4:.8f} = one rank {l1:.8f}")
+        if many.returncode != 0:
+            c(False, f"titan-eval FSDP 2 x TP 2 on 2 hosts failed: {many.stderr.strip()[-600:]}")
+        else:
+            l4 = json.loads(many.stdout.strip().splitlines()[-1])["loss"]
+            c(abs(l4 - l1) / l1 <= 1e-6, f"titan-eval FSDP 2 x TP 2 on 2 hosts: {l4:.8f} = one rank {l1:.8f}")
     with Cluster(hosts=4):
         # HSDP 4 x 2: each host's two ranks shard, the four hosts replicate (3 steps: the first, the optimizer's
         # steady state, after warmup; 8 ranks share this machine's cores)
@@ -186,6 +189,14 @@ def case_faults(build, c):
         job, out = start_job(build, "hosts2_sigterm", np_, flags, ["--checkpoint.enable", "true",
                                                                    "--checkpoint.interval", "1000"])
         if wait_steps(c, job, out, 3):
+            # the job lock holds across hosts (the folder all hosts share): a second job started on h2 in the running
+            # job's folder is refused, naming the holder on h1
+            second = cluster("exec", "h2", os.path.join(build, "titan-train"), "--config", "configs/qwen3_debug.yaml",
+                             "--training.steps", "1", "--job.dump_folder", out, check=False)
+            said = second.stdout + second.stderr
+            c(second.returncode != 0 and "in use by another titan job" in said and "host h1" in said,
+              "a second job on h2 in the running job's folder is refused: " +
+              next((l.strip() for l in said.splitlines() if "in use" in l), said[-300:]))
             t_sig = signal_host(job, 2, signal.SIGTERM)
             text = finish(c, job, 60, "SIGTERM to h2's ranks")
             if text is not None:
@@ -208,8 +219,10 @@ def case_faults(build, c):
                 took = time.time() - t_cut
                 c(job.returncode != 0 and took < 30 + 10,
                   f"h2's link down: the job ends on every host {took:.1f} s after (watchdog 30 s), exit {job.returncode}")
-                c(f"node {NET}.2" in text or "on h2" in text, "the end names the unreachable host: " +
-                  next((l.strip() for l in text.splitlines() if f"{NET}.2" in l or "on h2" in l), text[-600:]))
+                # the end's own lines (not a step line's "waited for: rank 2 on h2")
+                named = [l.strip() for l in text.splitlines()
+                         if (f"node {NET}.2" in l or "on h2" in l) and " step: " not in l]
+                c(bool(named), "the end names the unreachable host: " + (named[0] if named else text[-600:]))
                 # h2's daemon finds its lost peers by its own keepalives, on its own clock: give it 20 s after mpirun
                 t_end, left = time.time(), None
                 while left != [] and time.time() - t_end < 20:

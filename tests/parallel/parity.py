@@ -553,7 +553,7 @@ def main():
                 sys.exit(f"titan-eval {' '.join(layout)}: {lp} vs single rank {l1}")
             print(f"titan-eval {' '.join(layout)}: {lp:.8f} = single rank {l1:.8f}")
         # bf16 autocast (--precision bfloat16, training.mixed_precision_param's numerics): off float32 by bf16's
-        # rounding, not more; FSDP x TP + SP and PP equal one bf16 rank within bf16's tolerance
+        # rounding, not more; FSDP x TP and PP equal one bf16 rank within bf16's tolerance
         bf = ["--precision", "bfloat16"]
         one, _ = run([evalbin] + args + bf)
         b1 = json.loads(one.stdout.strip().splitlines()[-1])["loss"]
