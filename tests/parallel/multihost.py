@@ -208,7 +208,9 @@ def case_faults(build, c):
                   f"{took:.1f} s, exit {job.returncode}")
         # a host's link taken down mid-run: the job ends on every host (Open MPI's daemons lose each other: their
         # keepalives, scripts/cluster.sh's mpirun), naming the unreachable host; the last checkpoint is intact and
-        # the rerun, on the healed network, resumes from it bit-exact (the steps the lost run logged after it)
+        # the rerun, on the healed network, resumes from it bit-exact (the steps the lost run logged after it). The
+        # watchdog's timeout stays above the keepalives' ~8 s: a watchdog abort first would leave mpirun's orders to
+        # the cut-off host in flight, and TCP retransmits them for ~15 minutes (docs/parallelism.md)
         extra = ["--checkpoint.enable", "true", "--checkpoint.interval", "5", "--comm.train_timeout_seconds", "30"]
         job, out = start_job(build, "hosts2_link", np_, flags, extra, steps=40)
         if wait_steps(c, job, out, 7):
