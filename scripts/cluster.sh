@@ -105,8 +105,9 @@ check_shape() {
 }
 
 # shape_link I RATE LOSS DELAY: host I's link. Rate: tbf on both ends of its veth (the bridge side shapes
-# what goes in, the host side what goes out); delay: netem on the way out; loss: iptables in the host drops
-# that fraction of what comes in (each packet between two hosts passes one host's way in).
+# what goes in, the host side what goes out); delay: netem on the way out, or (no netem) titan-netdelay on the
+# way in; loss: iptables in the host drops that fraction of what comes in (each packet between two hosts passes
+# one host's way in and one's way out).
 shape_link() {
   local i=$1 rate=$2 loss=$3 delay=$4 ns=$PREFIX$1 v=titanv$1
   tc qdisc del dev "$v" root 2>/dev/null || true

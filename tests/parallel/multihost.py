@@ -7,9 +7,9 @@ own network stack, hostname and /dev/shm, ranks on different hosts talking TCP o
                                              FSDP 2 (a stage per host), EP 2 x HSDP (gpt-oss): losses, gradients
                                              and exports equal to one rank (parity.py's contract); HSDP with
                                              ranks numbered round-robin over hosts (mpirun --map-by node): the
-                                             mesh still shards within a host (its collectives' groups say so);
-                                             titan-eval across the 2 hosts (FSDP 2 x TP 2) = one rank's loss;
-                                             4 hosts x 2 ranks: HSDP 4 x 2 (shard within each host)
+                                             mesh still shards within a host (its collectives' groups say so)
+  multihost.py --build BUILD --case eval_hosts4   titan-eval across 2 hosts (FSDP 2 x TP 2) = one rank's loss;
+                                             HSDP 4 x 2 on 4 hosts x 2 ranks (shard within each host) = one rank
   multihost.py --build BUILD --case resume   a checkpoint written on 4 hosts (FSDP 4, a rank each) resumes on 2
                                              hosts and on one machine bit-exact, and as FSDP 2 x TP 2 on 2
                                              hosts within parity's 1e-5
@@ -20,7 +20,8 @@ own network stack, hostname and /dev/shm, ranks on different hosts talking TCP o
                                              host's link taken down ends the job on every host naming it, and
                                              the rerun resumes from the last checkpoint bit-exact; a rank on
                                              another host than rank 0 hung: its host's watchdog names it; one of
-                                             4 hosts rate-limited: the step lines name its link
+                                             4 hosts rate-limited: the step lines name its link; a second job
+                                             on h2 in a running job's folder refused (the job lock)
   multihost.py --build BUILD --case latency  50 ms added latency and 5% loss (netem, or titan-netdelay where the
                                              kernel has none): the links measured to carry it, one rank's losses
 Exit 77 (ctest: skipped, with the reason printed) where a cluster cannot be made (not root, no namespaces).
@@ -92,7 +93,8 @@ class Cluster:
 
 
 def teardown_leftovers():
-    """What a cluster left after `down`: namespaces, links, the bridge, its state folder, processes in it."""
+    """What a cluster left after `down`: namespaces, links, the bridge, its state folder, titan-netdelay processes
+    (a host's processes go with its namespace: `down` kills them first and waits)."""
     left = []
     ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     if "titan-h" in ns:
