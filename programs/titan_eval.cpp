@@ -138,8 +138,9 @@ int main(int argc, char** argv) {
     const int64_t rounds = (steps + dp - 1) / dp;
     double total = 0;
     Progress progress("evaluating", rounds, "batches");
+    const DType compute = precision == "bfloat16" ? DType::BF16 : DType::F32;
     for (int64_t k = 0; k < rounds; ++k) {
-      AutocastScope autocast(precision == "bfloat16" ? DType::BF16 : DType::F32);  // this batch's forward, backward
+      AutocastScope autocast(compute);  // this batch's forward (and backward)
       const bool real = k < (int64_t)mine.size();
       // context parallel: this rank's chunks, weighted by its share of the group's valid targets
       const ShardedBatch sb = shard_for_context_parallel(model, mesh, real ? mine[k] : first);

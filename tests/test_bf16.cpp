@@ -68,6 +68,10 @@ TEST(Bf16, RoundsToNearestEvenKeepsNaNAndOverflowsToInfinity) {
     if (std::isnan(s)) ASSERT_TRUE(std::isnan(w[i])) << i;
     else ASSERT_EQ(bits(w[i]), bits(s)) << std::hex << bits(v[i]);
   }
+  // and the vectorizing packer (the bf16 GEMM's operands) gives the scalar conversion's bits, NaNs included
+  std::vector<uint16_t> packed(v.size());
+  float_to_bf16_bits(v.data(), packed.data(), (int64_t)v.size());
+  for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(packed[i], float_to_bf16_bits(v[i])) << std::hex << bits(v[i]);
 }
 
 // C = alpha op(A) op(B) + beta C against the exact (double) product of the bf16 roundings: within float32

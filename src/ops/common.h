@@ -1,12 +1,12 @@
 // src/ops/common.h — helpers shared by op implementations (not public API).
 #pragma once
-#include <vector>
 #include <algorithm>
 #include <atomic>
 #include <exception>
 #include <initializer_list>
 #include <omp.h>
 #include <type_traits>
+#include <vector>
 
 #include "src/autograd/function.h"
 #include "src/ops/ops.h"

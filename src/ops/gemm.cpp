@@ -26,7 +26,6 @@
 
 #include <memory>
 #include <mutex>
-#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -156,18 +155,10 @@ Dnnl& dnnl_state() {
   return d;
 }
 
-// The r x c matrix at p (leading dimension ld) packed into `out` (row length c) as bf16 bits, whole rows at a time
-// through bfloat16.h's vectorizing loop.
-void pack(const float* p, int64_t r, int64_t c, int64_t ld, uint16_t* out) {
-#pragma omp parallel for schedule(static) if (r * c >= (1 << 16))
-  for (int64_t i = 0; i < r; ++i) float_to_bf16_bits(p + i * ld, out + i * c, c);
-}
-
 // A bf16 GEMM's M or K as oneDNN is asked for it: up to 4096, rounded up to a multiple of 2^(floor(log2 x) - 3)
 // (at least 16: an AMX tile's rows), so at most 12.5% more from 128 up (below: to a multiple of 16) and about
-// eight primitives per octave; larger sizes
-// as they are (a new primitive, measured 0.3-1.3 ms, is small beside their GEMM). The zero rows and columns change no
-// sum (but a -0 sum reads +0).
+// eight primitives per octave; larger sizes as they are (a new primitive, measured 0.3-1.3 ms, is small beside
+// their GEMM). The zero rows and columns change no sum (but a -0 sum reads +0).
 int64_t bf16_bucket(int64_t x) {
   if (x <= 0 || x > 4096) return x;
   int64_t g = 16;
@@ -219,7 +210,8 @@ bool gemm_f32_on_onednn() { return dnnl_state().f32; }
 
 std::vector<uint16_t> pack_bf16(const float* p, int64_t r, int64_t c, int64_t ld) {
   std::vector<uint16_t> out((size_t)(r * c));
-  if (r * c > 0) pack(p, r, c, ld, out.data());
+#pragma omp parallel for schedule(static) if (r * c >= (1 << 16))
+  for (int64_t i = 0; i < r; ++i) float_to_bf16_bits(p + i * ld, out.data() + i * c, c);  // whole rows: vectorized
   return out;
 }
 

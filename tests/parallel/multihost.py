@@ -145,7 +145,6 @@ def case_parity(build, c):
 
 def case_eval_and_four_hosts(build, c):
     """titan-eval across 2 hosts equals one rank's; HSDP over 4 hosts x 2 ranks equals one rank."""
-    _, layouts = read_matrix()
     evalbin = os.path.join(build, "titan-eval")
     args = [evalbin, "--checkpoint", os.path.join(build, "parity", "ref", "export", "model.h5"), "--tokens",
             "data/kjv_val.h5", "--seq-len", "128", "--batch-size", "8", "--json", "--max-batches", "4"]
