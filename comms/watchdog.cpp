@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -29,6 +30,10 @@ struct Slot {  // one world rank's last collective
   char group[32];
 };
 
+constexpr int kTickMs = 200;   // the watchdog's heartbeat and check period
+constexpr double kStuckS = 1.0;  // a collective waiting this long when a signal arrives is reported as stuck
+std::atomic<int> g_signal{0};    // the first signal the job received (watchdog_signal_received); 0: none
+
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -49,78 +54,108 @@ struct Watchdog {
   uint64_t group_id = 0;
   int64_t seq = 0, start_ns = 0;
   std::vector<int> members;
+  bool reported_signal = false;
+
+  // The members of the running collective that have not arrived (or do not answer), each with its host and
+  // what it was last doing; `local_missing`: one of them is on this host and not itself waiting on someone.
+  // This host's members come from the board; members on other hosts, grouped by host, are that host's
+  // watchdog's to describe (it sees their slots). Called with `mu` held.
+  std::string describe_missing(bool* local_missing, bool* any_remote) const {
+    const Hosts& h = hosts();
+    const bool placed = (int)h.host_of.size() == world;
+    std::string missing;
+    *local_missing = *any_remote = false;
+    std::vector<std::vector<int>> remote(placed ? h.count() : 0);
+    for (int m : members) {
+      if (m == rank) continue;
+      if (placed && m < world && h.host_of[m] != h.host_of[rank]) {
+        remote[h.host_of[m]].push_back(m);
+        continue;
+      }
+      std::string what;
+      bool waiting_itself = false;
+      if (!board || m >= world) {
+        what = "unknown";
+      } else {
+        Slot& s = board[m];
+        const int64_t t = s.start_ns.load(), alive = s.alive_ns.load();
+        const double silent = alive == 0 ? 0.0 : (double)(now_ns() - alive) / 1e9;
+        const bool arrived = t != 0 && s.group_id.load() == group_id && s.seq.load() >= seq;
+        if (t == 0) {
+          what = "no collective recorded yet";
+        } else if (arrived && silent < 1.0) {
+          continue;  // there and alive
+        } else if (silent < 1.0 && s.busy.load()) {
+          // alive and inside an earlier collective of its own: waiting on someone too, not the culprit
+          char buf[160];
+          std::snprintf(buf, sizeof buf, "alive, still in %s #%lld on '%s': waiting itself", s.kind,
+                        (long long)s.seq.load(), s.group);
+          what = buf;
+          waiting_itself = true;
+        } else {
+          char state[96], buf[256];
+          if (silent >= 1.0) std::snprintf(state, sizeof state, "no heartbeat for %.1f s: stopped, hung or dead", silent);
+          else std::snprintf(state, sizeof state, "alive, not arrived");
+          std::snprintf(buf, sizeof buf, "%s %s #%lld on '%s' %.1f s ago; %s", s.busy.load() ? "entered" : "finished",
+                        s.kind, (long long)s.seq.load(), s.group, (double)(now_ns() - t) / 1e9, state);
+          what = buf;
+        }
+      }
+      missing += (missing.empty() ? "" : "; ") + rank_where(m) + " (" + what + ")";
+      *local_missing = *local_missing || !waiting_itself;
+    }
+    for (size_t i = 0; i < remote.size(); ++i) {
+      if (remote[i].empty()) continue;
+      *any_remote = true;
+      std::string list;
+      for (int m : remote[i]) list += (list.empty() ? "" : ",") + std::to_string(m);
+      missing += (missing.empty() ? "" : "; ") + std::string(remote[i].size() > 1 ? "ranks " : "rank ") + list +
+                 " on " + h.name[i] + " (another host: not on " + h.name[h.host_of[rank]] + "'s board)";
+    }
+    return missing;
+  }
+
+  // "<kind> #<seq> on group '<group>'" and "[<ranks>]": the running collective. Called with `mu` held.
+  std::string running() const { return kind + " #" + std::to_string(seq) + " on group '" + group + "'"; }
+  std::string group_ranks() const {
+    std::string ranks;
+    for (int m : members) ranks += (ranks.empty() ? "" : ",") + std::to_string(m);
+    return "[" + ranks + "]";
+  }
 
   void loop() {
     std::unique_lock<std::mutex> lk(mu);
     while (!stop) {
-      cv.wait_for(lk, std::chrono::milliseconds(200));
+      cv.wait_for(lk, std::chrono::milliseconds(kTickMs));
       if (board) board[rank].alive_ns.store(now_ns());
-      if (stop || !busy || timeout_s <= 0) continue;
+      if (stop || !busy) continue;
       const double waited = (double)(now_ns() - start_ns) / 1e9;
-      if (waited < timeout_s) continue;
-      // This host's members from the board; members on other hosts, grouped by host, are that host's watchdog's
-      // to describe (it sees their slots). When every member that may be missing is on another host, this rank
-      // waits kRemoteGrace longer, so the watchdog that can name the culprit ends the job first.
-      const Hosts& h = hosts();
-      const bool placed = (int)h.host_of.size() == world;
-      std::string missing;
-      bool local_missing = false;
-      std::vector<std::vector<int>> remote(placed ? h.count() : 0);
-      for (int m : members) {
-        if (m == rank) continue;
-        if (placed && m < world && h.host_of[m] != h.host_of[rank]) {
-          remote[h.host_of[m]].push_back(m);
-          continue;
-        }
-        std::string what;
-        bool waiting_itself = false;
-        if (!board || m >= world) {
-          what = "unknown";
-        } else {
-          Slot& s = board[m];
-          const int64_t t = s.start_ns.load(), alive = s.alive_ns.load();
-          const double silent = alive == 0 ? 0.0 : (double)(now_ns() - alive) / 1e9;
-          const bool arrived = t != 0 && s.group_id.load() == group_id && s.seq.load() >= seq;
-          if (t == 0) {
-            what = "no collective recorded yet";
-          } else if (arrived && silent < 1.0) {
-            continue;  // there and alive
-          } else if (silent < 1.0 && s.busy.load()) {
-            // alive and inside an earlier collective of its own: waiting on someone too, not the culprit
-            char buf[160];
-            std::snprintf(buf, sizeof buf, "alive, still in %s #%lld on '%s': waiting itself", s.kind,
-                          (long long)s.seq.load(), s.group);
-            what = buf;
-            waiting_itself = true;
-          } else {
-            char state[96], buf[256];
-            if (silent >= 1.0) std::snprintf(state, sizeof state, "no heartbeat for %.1f s: stopped, hung or dead", silent);
-            else std::snprintf(state, sizeof state, "alive, not arrived");
-            std::snprintf(buf, sizeof buf, "%s %s #%lld on '%s' %.1f s ago; %s", s.busy.load() ? "entered" : "finished",
-                          s.kind, (long long)s.seq.load(), s.group, (double)(now_ns() - t) / 1e9, state);
-            what = buf;
-          }
-        }
-        missing += (missing.empty() ? "" : "; ") + rank_where(m) + " (" + what + ")";
-        local_missing = local_missing || !waiting_itself;
+      // A signal (the launcher ending the job: Open MPI's mpirun sends SIGTERM to the ranks it can still reach
+      // when it loses a host) while this rank is stuck in a collective: say whom it waits for before the
+      // SIGKILL that follows, once. A collective that has waited less than kStuckS is in passing (a preemption
+      // mid-step): it is reported only if it is still waiting when it reaches kStuckS.
+      const int sig = g_signal.load();
+      if (sig != 0 && !reported_signal && waited >= kStuckS) {
+        reported_signal = true;
+        bool local_missing, any_remote;
+        const std::string missing = describe_missing(&local_missing, &any_remote);
+        const std::string name = sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "signal " + std::to_string(sig);
+        std::fprintf(stderr, "[titan] %s: %s arrived while %s has waited %.1f s; group ranks %s; not arrived or "
+                     "unresponsive: %s\n", rank_where(rank).c_str(), name.c_str(), running().c_str(), waited, group_ranks().c_str(),
+                     missing.empty() ? "none (all arrived and alive: the transfer itself is stuck)" : missing.c_str());
+        std::fflush(stderr);
       }
-      bool any_remote = false;
-      for (size_t i = 0; i < remote.size(); ++i) {
-        if (remote[i].empty()) continue;
-        any_remote = true;
-        std::string list;
-        for (int m : remote[i]) list += (list.empty() ? "" : ",") + std::to_string(m);
-        missing += (missing.empty() ? "" : "; ") + std::string(remote[i].size() > 1 ? "ranks " : "rank ") + list +
-                   " on " + h.name[i] + " (another host: not on " + h.name[h.host_of[rank]] + "'s board)";
-      }
+      if (timeout_s <= 0 || waited < timeout_s) continue;
+      // When every member that may be missing is on another host, this rank waits kRemoteGrace longer, so the
+      // watchdog that can name the culprit ends the job first.
+      bool local_missing, any_remote;
+      const std::string missing = describe_missing(&local_missing, &any_remote);
       constexpr double kRemoteGrace = 3.0;  // seconds
       if (!local_missing && any_remote && waited < timeout_s + kRemoteGrace) continue;
-      char head[256];
-      std::snprintf(head, sizeof head, "collective watchdog (%s): %s #%lld on group '%s' has not completed after %.1f s (%s = %g)",
-                    rank_where(rank).c_str(), kind.c_str(), (long long)seq, group.c_str(), waited, key.c_str(), timeout_s);
-      std::string ranks;
-      for (int m : members) ranks += (ranks.empty() ? "" : ",") + std::to_string(m);
-      const std::string msg = std::string(head) + "; group ranks [" + ranks + "]; not arrived or unresponsive: " +
+      char head[160];
+      std::snprintf(head, sizeof head, " has not completed after %.1f s (%s = %g)", waited, key.c_str(), timeout_s);
+      const std::string msg = "collective watchdog (" + rank_where(rank) + "): " + running() + head +
+                              "; group ranks " + group_ranks() + "; not arrived or unresponsive: " +
                               (missing.empty() ? "none (all arrived and alive: the transfer itself is stuck)" : missing);
       lk.unlock();
       abort_job(msg, 3);
@@ -165,6 +200,11 @@ void watchdog_stop() {
   // the board stays mapped until exit (other ranks may still read it)
   delete g_wd;
   g_wd = nullptr;
+}
+
+void watchdog_signal_received(int sig) {
+  int none = 0;
+  g_signal.compare_exchange_strong(none, sig);  // lock-free: a signal handler's call
 }
 
 void set_collective_timeout(double seconds, const std::string& key) {

@@ -10,7 +10,9 @@
 // each was last doing), each named with its host. A board is per host (shared
 // memory): ranks on other hosts are named as such, their own host's watchdog
 // reports what they were doing; a watchdog that can only point at other hosts
-// waits 3 s longer, so the one that sees the culprit speaks first.
+// waits 3 s longer, so the one that sees the culprit speaks first. A signal
+// that arrives while a collective is stuck gets the same account, without the
+// abort (watchdog_signal_received).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -31,6 +33,11 @@ struct OpMark {
 // Collective over world (agrees on the board's name); starts the watchdog thread.
 void watchdog_start(MPI_Comm world);
 void watchdog_stop();
+// A signal handler's call (async-signal-safe): the job was told to end. If this rank is then, or later,
+// stuck in a collective (waiting 1 s or more), the watchdog says once on stderr whom it waits for, with their
+// hosts: when a launcher ends a job because it lost a host, the ranks it can still reach name the ranks on
+// the lost host before they are killed.
+void watchdog_signal_received(int sig);
 // seconds <= 0: off. `key` is the config key named in the message.
 void set_collective_timeout(double seconds, const std::string& key);
 // The timeout in force and its config key (<= 0: none): a wait outside the communication thread

@@ -6,6 +6,8 @@
 #include <csignal>
 #include <cstring>
 
+#include "comms/watchdog.h"
+
 namespace titan {
 
 namespace {
@@ -15,6 +17,7 @@ struct sigaction g_old_term, g_old_int;
 void on_signal(int sig) {
   if (g_signal.load() != 0) _exit(128 + sig);  // the second signal: now
   g_signal.store(sig);
+  comms::watchdog_signal_received(sig);  // a collective stuck now is reported with whom it waits for
   const char* msg =
       "\n[titan] signal received: finishing the current step, then writing a checkpoint (send it again to exit "
       "now)\n";

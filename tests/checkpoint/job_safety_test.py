@@ -14,6 +14,7 @@
 import argparse
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -151,12 +152,32 @@ def main():
         p.kill()
         out, err = p.communicate()
     line = next((l for l in err.splitlines() if "collective watchdog" in l), "")
-    import re
     check(p.returncode not in (0, None) and time.time() - t0 < 60 and
           re.search(r"collective watchdog \(rank [01]\): [a-z_]+ #\d+ on group '[a-z_]+' has not completed after 3\.\d s "
                     r"\(comm.train_timeout_seconds = 3\); group ranks \[0,1\]; not arrived or unresponsive: rank 1 \("
                     r"(entered|finished) .*(no heartbeat for [0-9.]+ s: stopped, hung or dead|not arrived)\)", line),
           f"a hung rank: the job ends in {time.time() - t0:.1f} s with the watchdog's message: {line[:220]}")
+    # the launcher ending a job whose collective is stuck (what mpirun does when it loses a host: SIGTERM to the
+    # ranks it still reaches, then SIGKILL): the signalled rank says whom it waits for before it is killed, though
+    # the watchdog's timeout (60 s) is far off
+    d = os.path.join(work, "stuck_signal")
+    p = start(d, 2, extra=["--training.steps", "100000", "--checkpoint.enable", "false",
+                           "--comm.train_timeout_seconds", "60"])
+    wait_for_step(p, 3)
+    ranks = [r for r in subprocess.run(["pgrep", "-f", f"titan-train .*{d}"], capture_output=True,
+                                       text=True).stdout.split() if int(r) != p.pid]
+    os.kill(int(ranks[-1]), signal.SIGSTOP)
+    time.sleep(2)
+    os.kill(int(ranks[0]), signal.SIGTERM)
+    time.sleep(3)
+    for r in ranks:
+        os.kill(int(r), signal.SIGKILL)
+    out, err = p.communicate(timeout=60)
+    line = next((l for l in err.splitlines() if "arrived while" in l), "")
+    check(re.search(r"\[titan\] rank [01]: SIGTERM arrived while [a-z_]+ #\d+ on group '[a-z_]+' has waited [0-9.]+ s; "
+                    r"group ranks \[0,1\]; not arrived or unresponsive: rank [01] \((entered|finished) .*"
+                    r"no heartbeat for [0-9.]+ s: stopped, hung or dead\)", line) and "collective watchdog" not in err,
+          f"SIGTERM while a collective is stuck: the rank names whom it waits for: {line[:220]}")
     return check.exit_status()
 
 
