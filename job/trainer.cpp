@@ -84,7 +84,11 @@ TrainJob assemble(const JobConfig& cfg, comms::DeviceMesh& mesh, DataLoader& loa
                   ? std::string()
                   : ", " + std::to_string(job.float8.unaligned.size()) + " left in float32 for features not multiples "
                         "of 16 (e.g. " + job.float8.unaligned.front() + ")") +
-             "; the MoE experts' grouped GEMMs stay float32");
+             (job.float8.experts.empty()
+                  ? std::string("; the MoE experts' grouped GEMMs stay as they are (float8.moe_fqns_prototype: none)")
+                  : "; the grouped GEMMs of " + std::to_string(job.float8.experts.size()) +
+                        " MoE experts modules in FP8 rowwise (float8.moe_fqns_prototype " +
+                        cfg.float8.moe_fqns_prototype.text() + ")"));
   log_info("model parameters: " + with_commas((double)n_params) + " total, " +
            with_commas((double)(n_params - model.num_embedding_params())) + " non-embedding; " +
            fmt("%.4g", model.flops_per_token(S)) + " training FLOPs per token (seq " + std::to_string(S) + ")");

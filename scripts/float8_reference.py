@@ -165,6 +165,31 @@ def linear_reference(x, w, dy, recipe):
     return y, dx, dw
 
 
+def grouped_reference(x, w, dy, counts):
+    """y, dx, dw of the float8 grouped linear (torchao's _Float8GroupedMM: e4m3, power-of-two rowwise scales):
+    x [M, K] with rows grouped by expert (counts[e] consecutive rows), w [E, K, N], dy [M, N]; per expert e
+      y_e  = q(x_e, per row along K) @ q(w_e, per column along K)
+      dx_e = q(dy_e, per row along N) @ q(w_e, per row along N)^T
+      dw_e = q(x_e, per column over e's rows)^T @ q(dy_e, per column over e's rows)
+    the GEMMs in float64 over the round-tripped operands."""
+    c = ("e4m3", "axiswise", True)
+    f = np.float64
+    y = np.zeros((x.shape[0], w.shape[2]))
+    dx = np.zeros(x.shape)
+    dw = np.zeros(w.shape)
+    xq, dyq = q(x, c, 1), q(dy, c, 1)  # per token: the same whatever the groups
+    off = 0
+    for e, n in enumerate(counts):
+        rows = slice(off, off + n)
+        off += n
+        if n == 0:
+            continue
+        y[rows] = xq[rows].astype(f) @ q(w[e], c, 0).astype(f)
+        dx[rows] = dyq[rows].astype(f) @ q(w[e], c, 1).astype(f).T
+        dw[e] = q(x[rows], c, 0).astype(f).T @ q(dy[rows], c, 0).astype(f)
+    return y, dx, dw
+
+
 def cast_inputs(rng):
     """float32 values covering each format: every code's value, the midpoints between neighbours (ties) and the
     float32 values next to them, subnormals, zeros, overflow, infinities, NaN, random magnitudes."""
@@ -221,7 +246,18 @@ def main():
             f.create_dataset(f"linear/{recipe}/y", data=y)
             f.create_dataset(f"linear/{recipe}/dx", data=dx)
             f.create_dataset(f"linear/{recipe}/dw", data=dw)
-    print(f"wrote {a.out}: {len(v)} cast inputs x 2 formats, 24 scale cases, {len(RECIPES)} linear recipes")
+        # the float8 grouped linear (MoE experts, rowwise): uneven groups, an empty one, an expert of large values
+        M, K, N, counts = 64, 48, 32, [20, 0, 33, 11]
+        gx = rng.standard_normal((M, K)).astype(F32)
+        gx[20:53] *= F32(300.0)
+        gw = (0.1 * rng.standard_normal((len(counts), K, N))).astype(F32)
+        gw[3] *= F32(1e-3)
+        gdy = (1e-3 * rng.standard_normal((M, N))).astype(F32)
+        for name, arr in (("x", gx), ("w", gw), ("dy", gdy), ("counts", np.array(counts, dtype=np.int64))):
+            f.create_dataset(f"grouped/{name}", data=arr)
+        for name, arr in zip(("y", "dx", "dw"), grouped_reference(gx, gw, gdy, counts)):
+            f.create_dataset(f"grouped/rowwise/{name}", data=arr)
+    print(f"wrote {a.out}: {len(v)} cast inputs x 2 formats, 24 scale cases, {len(RECIPES)} linear recipes, the grouped linear")
 
 
 if __name__ == "__main__":

@@ -48,6 +48,9 @@ std::vector<Field> fields(JobConfig& c) {
   fs.push_back(config::bind("float8.filter_fqns", &c.float8.filter_fqns,
                             "linear layers left in float32: those whose name contains an entry (e.g. [lm_head] as "
                             "TorchTitan's [output]; MoE routers: [gate] / [router])"));
+  fs.push_back(config::bind("float8.moe_fqns_prototype", &c.float8.moe_fqns_prototype,
+                            "MoE experts modules whose grouped GEMMs run in FP8 (torchao's float8 grouped GEMM, "
+                            "rowwise only): those whose name contains an entry (e.g. [experts]); [] = none"));
   std::vector<Field> more = {
       config::bind("optimizer.name", &c.optimizer.name, "the optimizer: AdamW (decoupled weight decay, PyTorch's update order), the only one", {"AdamW"}),
       config::bind("optimizer.lr", &c.optimizer.lr,
@@ -360,11 +363,16 @@ void validate(const JobConfig& c) {
                   c.converters.text(), "; converters: float8",
                   conv == "mx" ? " (MXFP8 is float8.recipe mxfp8 or mxfp8_rceil)" : "");
     const bool fp8 = c.converters.contains("float8");
-    for (const char* k : {"float8.recipe", "float8.filter_fqns"})
+    for (const char* k : {"float8.recipe", "float8.filter_fqns", "float8.moe_fqns_prototype"})
       TITAN_CHECK(fp8 || !c.given.count(k), "config error: ", k, " is given but model.converters (",
                   c.converters.text(), ") has no float8: it would do nothing; add float8 to model.converters or "
                   "drop the key");
     const auto& p = c.parallelism;
+    TITAN_CHECK(!fp8 || c.float8.moe_fqns_prototype.items.empty() || p.tensor_parallel_degree <= 1,
+                "config error: float8.moe_fqns_prototype ", c.float8.moe_fqns_prototype.text(),
+                " with parallelism.tensor_parallel_degree ", p.tensor_parallel_degree,
+                ": tensor parallel cuts each expert's hidden size, and the FP8 experts' per-row scales would span the "
+                "cut (no amax all-reduce for grouped GEMMs); use expert_parallel_degree, or drop the key");
     if (fp8 && float8_casts(c.float8.recipe).mx) {
       const int64_t rows = (p.pipeline_parallel_degree > 1 ? p.pipeline_parallel_microbatch_size
                                                             : c.training.local_batch_size) *

@@ -48,6 +48,7 @@ struct JobConfig {
   struct Float8 {  // TorchTitan's float8 section (torchao's recipes; emulated exactly on the CPU)
     Float8Recipe recipe = Float8Recipe::rowwise;  // tensorwise | rowwise | rowwise_with_gw_hp | mxfp8 | mxfp8_rceil
     config::NameList filter_fqns;                 // linear layers whose name contains one of these stay float32
+    config::NameList moe_fqns_prototype;          // MoE experts modules whose grouped GEMMs go FP8 (rowwise)
   } float8;
 
   struct Optimizer {

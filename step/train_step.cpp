@@ -85,7 +85,8 @@ TrainJob build_job(const JobConfig& cfg, comms::DeviceMesh& mesh,
     job.model->init_weights((uint64_t)cfg.debug.seed);  // shards are cut from it
   job.model->set_activation_checkpoint(cfg.activation_checkpoint.every(), cfg.activation_checkpoint.op_level());
   if (cfg.converters.contains("float8"))  // before any plan: FSDP gathers a converted layer's whole weight for it
-    job.float8 = models::convert_to_float8(*job.model, cfg.float8.recipe, cfg.float8.filter_fqns.items);
+    job.float8 = models::convert_to_float8(*job.model, cfg.float8.recipe, cfg.float8.filter_fqns.items,
+                                           cfg.float8.moe_fqns_prototype.items);
   if (before_parallelize) before_parallelize(*job.model);
   parallel::ParallelOptions popt = parallel_options(cfg);
   parallel::PipelineLayout layout;

@@ -173,6 +173,17 @@ TEST(Config, Float8KeysApplyOrAreRefused) {
                               "training.local_batch_size", "1"});
   });
   EXPECT_NE(e.find("20 tokens"), std::string::npos) << e;
+  // float8.moe_fqns_prototype: without the converter, and with tensor parallel (the experts' hidden size cut)
+  e = error_of([&] { load_job_config_file("", {"float8.moe_fqns_prototype", "experts"}); });
+  EXPECT_NE(e.find("float8.moe_fqns_prototype is given but model.converters ([]) has no float8"), std::string::npos) << e;
+  e = error_of([&] {
+    load_job_config_file("", {"model.converters", "float8", "float8.moe_fqns_prototype", "experts",
+                              "parallelism.tensor_parallel_degree", "2"});
+  });
+  EXPECT_NE(e.find("float8.moe_fqns_prototype [experts] with parallelism.tensor_parallel_degree 2"), std::string::npos) << e;
+  EXPECT_EQ(load_job_config_file("", {"model.converters", "float8", "float8.moe_fqns_prototype", "experts"})
+                .float8.moe_fqns_prototype.items,
+            (std::vector<std::string>{"experts"}));
   e = error_of([&] { load_job_config_file("", {"float8.recipe", "fp4"}); });
   EXPECT_NE(e.find("tensorwise, rowwise, rowwise_with_gw_hp, mxfp8, mxfp8_rceil"), std::string::npos) << e;
   e = error_of([&] { load_job_config_file(write_file(d + "/h.yaml", "model:\n  dim: [1, 2]\n")); });

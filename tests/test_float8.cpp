@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "models/converters.h"
+#include "models/decoder/model.h"
 #include "src/autograd/checkpoint.h"
 #include "src/autograd/engine.h"
 #include "src/nn/layers.h"
@@ -17,6 +18,7 @@
 #include "src/ops/float8.h"
 #include "src/ops/ops.h"
 #include "src/tensor/cost.h"
+#include "tests/error_of.h"
 
 namespace titan {
 namespace {
@@ -126,6 +128,52 @@ TEST(Float8, LinearForwardAndBackwardFollowEachRecipe) {
   }
 }
 
+// The MoE experts' grouped GEMMs in FP8 (torchao's _Float8GroupedMM, rowwise): uneven groups, an empty one, an
+// expert of large inputs and one of tiny weights (each group's scales its own), against the reference; then with
+// a bias (added and summed in float32) against the plain grouped linear's bias gradient.
+TEST(Float8, GroupedLinearFollowsTorchaosFloat8GroupedGemm) {
+  h5::File f = golden();
+  const Tensor x0 = f.read_f32("grouped/x"), w0 = f.read_f32("grouped/w"), dy = f.read_f32("grouped/dy");
+  const std::vector<int64_t> counts = f.read_i64("grouped/counts");
+  const Float8Casts k = float8_casts(Float8Recipe::rowwise);
+  Tensor x = x0.detach(), w = w0.detach();
+  x.requires_grad_(true);
+  w.requires_grad_(true);
+  Tensor y = float8_grouped_linear(x, w, Tensor(), counts, k);
+  ASSERT_EQ(y.shape(), (Shape{x0.size(0), w0.size(2)}));
+  autograd::backward({y}, {dy});
+  EXPECT_LT(rel_err(y, f.read_f32("grouped/rowwise/y")), 2e-6);
+  EXPECT_LT(rel_err(x.grad(), f.read_f32("grouped/rowwise/dx")), 2e-6);
+  const Tensor dw_ref = f.read_f32("grouped/rowwise/dw");
+  EXPECT_LT(rel_err(w.grad(), dw_ref), 2e-6);
+  // each expert's weight gradient on its own (the tiny expert's too: its scales are its own), the empty one zero
+  for (int64_t e = 0; e < w0.size(0); ++e) {
+    const Tensor got = w.grad().slice(0, e, e + 1), want = dw_ref.slice(0, e, e + 1);
+    if (counts[e] == 0) EXPECT_EQ(rel_err(got, zeros(got.shape())), 0.0) << "expert " << e;
+    else EXPECT_LT(rel_err(got, want), 2e-6) << "expert " << e;
+  }
+  // FP8, not float32: measurably off the plain grouped linear
+  EXPECT_GT(rel_err(y, grouped_linear(x0, w0, Tensor(), counts)), 1e-4);
+  // with a bias: the same GEMMs, the bias added in float32 and its gradient each expert's rows of dy summed
+  Generator g(4);
+  Tensor b = randn({w0.size(0), w0.size(2)}, g), x2 = x0.detach(), w2 = w0.detach();
+  for (Tensor* t : {&b, &x2, &w2}) t->requires_grad_(true);
+  Tensor yb = float8_grouped_linear(x2, w2, b, counts, k);
+  autograd::backward({yb}, {dy});
+  Tensor b3 = b.detach();
+  b3.requires_grad_(true);
+  autograd::backward({grouped_linear(x0, w0, b3, counts)}, {dy});
+  EXPECT_LT(rel_err(b.grad(), b3.grad()), 1e-6);
+  EXPECT_LT(rel_err(x2.grad(), x.grad()), 1e-7);
+  const auto yv = y.to_vector<float>(), ybv = yb.to_vector<float>(), bv = b.detach().to_vector<float>();
+  int64_t row = 0, bad = 0;
+  const int64_t N = w0.size(2);
+  for (size_t e = 0; e < counts.size(); ++e)
+    for (int64_t i = 0; i < counts[e]; ++i, ++row)
+      for (int64_t j = 0; j < N; ++j) bad += ybv[row * N + j] != yv[row * N + j] + bv[e * N + j];
+  EXPECT_EQ(bad, 0) << "the bias is added to the FP8 GEMM's output in float32";
+}
+
 TEST(Float8, HighPrecisionCastsAreThePlainLinear) {
   Float8Casts k;  // every operand high precision
   k.input.high_precision = k.weight.high_precision = k.grad_output.high_precision = true;
@@ -199,6 +247,48 @@ TEST(Float8, ConverterPicksTheLinearLayers) {
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("linear layer proj has weight [32, 48]"), std::string::npos) << e.what();
   }
+}
+
+// float8.moe_fqns_prototype: the experts modules it names run torchao's float8 grouped GEMM (rowwise); refused:
+// another recipe, an entry that names no experts module
+TEST(Float8, ConverterPicksTheExpertsItIsTold) {
+  decoder::Args a;
+  a.dim = 32;
+  a.moe_num_experts = 4;
+  a.moe_hidden_dim = 16;
+  struct Net : nn::Module {
+    explicit Net(const decoder::Args& a) {
+      ex = &register_module("experts", std::make_unique<decoder::Experts>(a));
+      proj = &register_module("proj", std::make_unique<nn::Linear>(32, 32, false));
+    }
+    decoder::Experts* ex;
+    nn::Linear* proj;
+  };
+  Net n(a);
+  models::convert_to_float8(n, Float8Recipe::rowwise, {});
+  EXPECT_FALSE(n.ex->float8.has_value());  // not named: as they were
+  const auto c = models::convert_to_float8(n, Float8Recipe::rowwise, {}, {"experts"});
+  EXPECT_EQ(c.experts, (std::vector<std::string>{"experts"}));
+  ASSERT_TRUE(n.ex->float8.has_value());
+  EXPECT_TRUE(n.ex->float8->input == float8_casts(Float8Recipe::rowwise).input);
+  EXPECT_TRUE(n.proj->float8.has_value());
+  Net m(a);
+  using testing::error_of;
+  std::string e = error_of([&] { models::convert_to_float8(m, Float8Recipe::mxfp8, {}, {"experts"}); });
+  EXPECT_NE(e.find("needs float8.recipe rowwise"), std::string::npos) << e;
+  e = error_of([&] { models::convert_to_float8(m, Float8Recipe::rowwise, {}, {"shared"}); });
+  EXPECT_NE(e.find("'shared' matches no MoE experts module"), std::string::npos) << e;
+  // the experts module computes through the FP8 grouped GEMM: off the plain one, as the op is
+  Generator g(9);
+  Net p(a);
+  for (Tensor* t : {&p.ex->gate_proj, &p.ex->up_proj, &p.ex->down_proj}) *t = randn(t->shape(), g, DType::F32, 0.2);
+  const Tensor x = randn({24, 32}, g);
+  const std::vector<int64_t> counts = {10, 0, 6, 8};
+  const Tensor plain = p.ex->forward(x, counts);
+  models::convert_to_float8(p, Float8Recipe::rowwise, {}, {"experts"});
+  const Tensor fp8 = p.ex->forward(x, counts);
+  EXPECT_GT(rel_err(fp8, plain), 1e-4);
+  EXPECT_LT(rel_err(fp8, plain), 0.1);
 }
 
 // Tensor parallel: two shards of a float8 linear, run by two threads whose amax all-reduce (max) meets in the
@@ -301,6 +391,26 @@ TEST(Float8, MetaTensorsGiveShapesAndFp8GemmRecords) {
     casts += std::string(e.op) == "fp8_cast";
   }
   EXPECT_EQ(gemms, 3);  // output, grad_input, grad_weight
+  EXPECT_EQ(casts, 6);
+}
+
+TEST(Float8, MetaGroupedLinearRecordsFp8GroupedGemms) {
+  Tensor x = empty({256, 64}, DType::F32, Device::Meta), w = empty({8, 64, 96}, DType::F32, Device::Meta);
+  x.requires_grad_(true);
+  w.requires_grad_(true);
+  CostTrace trace;
+  Tensor y = float8_grouped_linear(x, w, Tensor(), std::vector<int64_t>(8, 32), float8_casts(Float8Recipe::rowwise));
+  EXPECT_EQ(y.shape(), (Shape{256, 96}));
+  autograd::backward({y}, {empty({256, 96}, DType::F32, Device::Meta)});
+  int gemms = 0, casts = 0;
+  for (const CostEvent& e : trace.events()) {
+    if (e.gemm.batch > 0) {
+      EXPECT_EQ(e.gemm.precision, GemmPrecision::fp8) << e.op;
+      ++gemms;
+    }
+    casts += std::string(e.op) == "fp8_cast";
+  }
+  EXPECT_EQ(gemms, 2);  // the forward's grouped GEMM, the backward's (grad_input and grad_weight)
   EXPECT_EQ(casts, 6);
 }
 

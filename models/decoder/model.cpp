@@ -205,6 +205,9 @@ Experts::Experts(const Args& a) : fused(a.fused_experts()), activation(a.activat
 
 Tensor Experts::forward(const Tensor& x, const std::vector<int64_t>& counts) const {
   const int64_t R = x.size(0), I = down_proj.size(1);
+  auto grouped_linear = [&](const Tensor& in, const Tensor& w, const Tensor& b, const std::vector<int64_t>& c) {
+    return float8 ? float8_grouped_linear(in, w, b, c, *float8) : titan::grouped_linear(in, w, b, c);
+  };
   Tensor h;  // [R, I]
   if (fused && activation == Activation::oai_swiglu) {  // gpt-oss: one pass on the interleaved projection
     h = clamped_swiglu(grouped_linear(x, gate_up_proj, gate_up_proj_bias, counts), kOaiAlpha, limit);

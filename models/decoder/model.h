@@ -9,6 +9,9 @@
 // are applied from outside through named_parameters(), the blocks and the
 // module hooks, which every child runs through nn::Module::call.
 #pragma once
+#include <optional>
+
+#include "src/ops/float8.h"
 #include <functional>
 #include <memory>
 #include <string>
@@ -90,6 +93,9 @@ class Experts : public nn::Module {
   Activation activation;
   double limit;
   double down_bias_scale = 1.0;  // tensor parallel: the down bias added on one rank only
+  // float8.moe_fqns_prototype (models/converters.h): the grouped GEMMs in FP8 as these casts say (torchao's
+  // float8 grouped GEMM); none: as autocast says
+  std::optional<Float8Casts> float8;
 };
 
 class MoE : public nn::Module {

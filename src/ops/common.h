@@ -141,4 +141,16 @@ void bias_grad_bf16(const Tensor& g, Tensor& db);
 // own forward or backward multiplies (the float8 linear). bf16: autocast's bf16 GEMM, output rounded to bf16.
 Tensor matmul_forward(const Tensor& a, const Tensor& b, bool bf16 = false);
 
+// grouped_linear's kernels and checks (grouped.cpp), for ops whose own forward or backward multiplies by expert
+// (the float8 grouped linear). Forward: x [R, K] (rows grouped by expert, counts[e] each) @ W [E, K, N] + b [E, N]
+// -> [R, N]. Backward: dy [R, N] -> dx [R, K] = dy W^T, dW [E, K, N] = x^T dy_w (dy_w: dy when undefined),
+// db [E, N] (when has_b). bf16: autocast's bf16 GEMMs (operands and bias read as bf16, outputs rounded to bf16).
+// Both record their cost under the GemmPrecisionScope alive.
+Tensor grouped_linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const std::vector<int64_t>& counts,
+                              bool bf16);
+std::vector<Tensor> grouped_linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, bool has_b,
+                                            const std::vector<int64_t>& counts, bool bf16, const Tensor& dy_w = Tensor());
+void check_grouped_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor& b,
+                          const std::vector<int64_t>& counts);
+
 }  // namespace titan::detail

@@ -8,6 +8,7 @@
 #include "src/autograd/checkpoint.h"
 #include "src/ops/autocast.h"
 #include "src/ops/common.h"
+#include "src/tensor/bfloat16.h"
 
 namespace titan {
 using namespace detail;
@@ -268,6 +269,31 @@ Tensor fp8_round_trip(const Tensor& x, const Fp8Cast& c, int axis, bool rows_cut
   return out;
 }
 
+Tensor fp8_round_trip_groups(const Tensor& x, const Fp8Cast& c, int axis, const std::vector<int64_t>& counts) {
+  check_operand("fp8_round_trip_groups", x, c, axis);
+  int64_t total = 0;
+  for (int64_t n : counts) {
+    TITAN_CHECK(n >= 0, "fp8_round_trip_groups: a negative group count (", n, ")");
+    total += n;
+  }
+  TITAN_CHECK(total == x.size(0), "fp8_round_trip_groups: group counts sum to ", total, " but x ",
+              shape_str(x.shape()), " has ", x.size(0), " rows");
+  if (c.high_precision) return x;
+  if (x.is_meta()) return fp8_round_trip(x, c, axis);  // the cast priced once over every group's bytes
+  const Tensor xc = x.contiguous();
+  Tensor out = empty(x.shape(), DType::F32, x.device());
+  const int64_t C = x.size(1);
+  int64_t off = 0;
+  for (int64_t n : counts) {
+    if (n > 0) {
+      const Tensor q = fp8_round_trip(xc.slice(0, off, off + n).contiguous(), c, axis);  // [n, C]
+      std::memcpy(out.data<float>() + off * C, q.data<float>(), sizeof(float) * (size_t)(n * C));
+    }
+    off += n;
+  }
+  return out;
+}
+
 // ---- recipes -------------------------------------------------------------------
 Float8Casts float8_casts(Float8Recipe r) {
   Float8Casts k;
@@ -379,6 +405,92 @@ Tensor float8_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const
                   }
                   std::vector<Tensor> out = {dx, dw};
                   if (has_b) out.push_back(db);
+                  return out;
+                });
+}
+
+// ---- the float8 grouped linear (MoE experts) ------------------------------------------
+namespace {
+// y [R, N] += b [E, N] on each expert's rows; bf16: the bias as the bf16 GEMM reads it and the sum rounded, as
+// float8_linear adds its bias
+void add_expert_bias(Tensor& y, const Tensor& b, const std::vector<int64_t>& counts, bool bf16) {
+  if (y.is_meta()) return;
+  const int64_t N = y.size(1);
+  const Tensor bc = b.contiguous();
+  float* py = y.data<float>();
+  const float* pb = bc.data<float>();
+  int64_t row = 0;
+  for (size_t e = 0; e < counts.size(); ++e)
+    for (int64_t i = 0; i < counts[e]; ++i, ++row)
+      for (int64_t j = 0; j < N; ++j) {
+        const float v = py[row * N + j] + (bf16 ? round_to_bf16(pb[e * N + j]) : pb[e * N + j]);
+        py[row * N + j] = bf16 ? round_to_bf16(v) : v;
+      }
+}
+
+// db [E, N]: each expert's rows of dy [R, N] summed in float32 (bf16: the bf16 gradient summed, rounded)
+Tensor expert_bias_grad(const Tensor& dy, const std::vector<int64_t>& counts, bool bf16) {
+  const int64_t E = (int64_t)counts.size(), N = dy.size(1);
+  Tensor db = zeros({E, N}, DType::F32, dy.device());
+  if (dy.is_meta()) return db;
+  const float* pg = dy.data<float>();
+  float* pdb = db.data<float>();
+  int64_t row = 0;
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t i = 0; i < counts[e]; ++i, ++row)
+      for (int64_t j = 0; j < N; ++j) pdb[e * N + j] += bf16 ? round_to_bf16(pg[row * N + j]) : pg[row * N + j];
+  if (bf16) round_to_bf16_(db);
+  return db;
+}
+
+GemmPrecision precision_of(const Fp8Cast& a, bool mx) {
+  return a.high_precision ? GemmPrecision::high : mx ? GemmPrecision::mxfp8 : GemmPrecision::fp8;
+}
+}  // namespace
+
+Tensor float8_grouped_linear(const Tensor& x, const Tensor& w, const Tensor& b, const std::vector<int64_t>& counts,
+                             const Float8Casts& k) {
+  const char* op = "float8_grouped_linear";
+  check_grouped_linear(op, x, w, b, counts);
+  TITAN_CHECK(x.dtype() == DType::F32, op, ": float32 input and weight expected, got ", dtype_name(x.dtype()), " ",
+              shape_str(x.shape()));
+  TITAN_CHECK(!k.tp, op, ": the experts' FP8 casts have no tensor-parallel form (a scale would span a cut dim)");
+  const int64_t E = w.size(0), K = w.size(1), N = w.size(2);
+  const std::vector<int64_t> per_expert(E, K);  // w as [E * K, N]: expert e's K rows
+  const bool bf16 = autocast_bf16(x);
+  const Tensor xc = x.contiguous(), wc = w.contiguous();
+  Tensor y;
+  {
+    NoGradGuard ng;
+    const Tensor xq = fp8_round_trip(xc, k.input, 1);                                              // [R, K]
+    const Tensor wq = fp8_round_trip_groups(wc.reshape({E * K, N}), k.weight, 0, per_expert).reshape({E, K, N});
+    GemmPrecisionScope scope(precision_of(k.input, k.mx));
+    y = grouped_linear_forward(xq, wq, Tensor(), counts, false);  // [R, N]
+    if (bf16 && !y.is_meta()) round_to_bf16_(y);                  // torchao's output dtype is the input's
+    if (b.defined()) add_expert_bias(y, b, counts, bf16);
+  }
+  std::vector<Tensor> inputs = {xc, wc};
+  if (b.defined()) inputs.push_back(b);
+  return record(op, inputs, y,
+                [xs = saved(xc), ws = saved(wc), has_b = b.defined(), counts, per_expert, k, bf16, E, K,
+                 N](const std::vector<Tensor>& g) {
+                  const Tensor dy = g[0].contiguous();  // [R, N]
+                  // dx: dy per token along N, w per (e, k) along N; dw: x and dy per column over each expert's tokens
+                  const Tensor dyq = fp8_round_trip(dy, k.grad_output, 1);
+                  const Tensor wq = fp8_round_trip(ws.reshape({E * K, N}), k.weight_for_grad_input, 1).reshape({E, K, N});
+                  const Tensor xq = fp8_round_trip_groups(xs, k.input_for_grad_weight, 0, counts);
+                  const Tensor dyq_w = fp8_round_trip_groups(dy, k.grad_output_for_grad_weight, 0, counts);
+                  std::vector<Tensor> r;
+                  {
+                    GemmPrecisionScope scope(precision_of(k.grad_output, k.mx));
+                    r = grouped_linear_backward(dyq, xq, wq, false, counts, false, dyq_w);  // {dx, dw, -}
+                  }
+                  if (bf16 && !dy.is_meta()) {
+                    round_to_bf16_(r[0]);
+                    round_to_bf16_(r[1]);
+                  }
+                  std::vector<Tensor> out = {r[0], r[1]};
+                  if (has_b) out.push_back(expert_bias_grad(dy, counts, bf16));
                   return out;
                 });
 }

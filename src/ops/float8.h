@@ -61,6 +61,11 @@ Tensor fp8_scales(const Tensor& x, const Fp8Cast& c, int axis);
 Tensor fp8_round_trip(const Tensor& x, const Fp8Cast& c, int axis, bool rows_cut = false, bool cols_cut = false,
                       const std::function<void(std::vector<float>&)>* reduce_max = nullptr);
 
+// x [R, C] whose rows come in groups (counts[g] consecutive rows each, summing to R): each group cast on its own
+// (axis 0: a scale per column of the group's rows, torchao's "jagged" per-group scales of a grouped GEMM's
+// grad_weight; axis 1: per row, the same as fp8_round_trip). A group of no rows is skipped.
+Tensor fp8_round_trip_groups(const Tensor& x, const Fp8Cast& c, int axis, const std::vector<int64_t>& counts);
+
 // torchao's recipes: which operand of which GEMM is cast how.
 enum class Float8Recipe : uint8_t { tensorwise, rowwise, rowwise_with_gw_hp, mxfp8, mxfp8_rceil };
 constexpr std::array<std::string_view, 5> enum_names(Float8Recipe) {
@@ -89,5 +94,16 @@ Float8Casts float8_casts(Float8Recipe r);
 // bias (the gradients' GEMMs cast as the recipe says; the bias added and its gradient summed in float32).
 // float32 only. Its GEMMs are recorded as FP8 GEMMs (the simulator prices them at the chip's FP8 rate).
 Tensor float8_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const Float8Casts& casts);
+
+// MoE experts' grouped GEMMs in FP8 (torchao's _Float8GroupedMM, float8.moe_fqns_prototype): x [R, K] whose rows
+// are grouped by expert (counts[e] each) @ w [E, K, N] + b [E, N] -> [R, N], each GEMM's operands cast as
+// `casts` says, per expert:
+//   output       y_e  = q(x_e, per token along K) @ q(w_e, per (e, n) along K)
+//   grad_input   dx_e = q(dy_e, per token along N) @ q(w_e, per (e, k) along N)^T
+//   grad_weight  dw_e = q(x_e, per column over e's tokens)^T @ q(dy_e, per column over e's tokens)
+// The bias is added, and its gradient summed, in float32 (bf16 under autocast), as float8_linear's. Differentiable
+// in x, w, b; recorded as FP8 grouped GEMMs. float32 only; no tensor-parallel casts (casts.tp must be null).
+Tensor float8_grouped_linear(const Tensor& x, const Tensor& w, const Tensor& b, const std::vector<int64_t>& counts,
+                             const Float8Casts& casts);
 
 }  // namespace titan

@@ -62,8 +62,9 @@ struct ExpertGemm {
   }
 };
 
-// x [R, K], W [E, K, N], b [E, N] -> y [R, N]
-// bf16: autocast's bf16 GEMMs (operands and bias read as bf16, the output rounded to bf16)
+}  // namespace
+
+namespace detail {
 Tensor grouped_linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const std::vector<int64_t>& counts,
                               bool bf16) {
   const int64_t R = x.size(0), K = x.size(1), N = w.size(2);
@@ -95,9 +96,8 @@ Tensor grouped_linear_forward(const Tensor& x, const Tensor& w, const Tensor& b,
   return y;
 }
 
-// dy [R, N] -> dx [R, K], dW [E, K, N], db [E, N]
 std::vector<Tensor> grouped_linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, bool has_b,
-                                            const std::vector<int64_t>& counts, bool bf16) {
+                                            const std::vector<int64_t>& counts, bool bf16, const Tensor& dy_w) {
   const int64_t R = x.size(0), K = x.size(1), N = w.size(2), E = w.size(0);
   Tensor dx = empty({R, K}, x.dtype(), x.device());
   Tensor dw = zeros({E, K, N}, x.dtype(), x.device());
@@ -106,10 +106,11 @@ std::vector<Tensor> grouped_linear_backward(const Tensor& dy, const Tensor& x, c
               GemmShape{2 * E, R / std::max<int64_t>(1, E), N, K});
   if (x.is_meta()) return {dx, dw, db};
   auto off = offsets_of(counts);
-  Tensor g = dy.contiguous();
+  Tensor g = dy.contiguous(), gw = dy_w.defined() ? dy_w.contiguous() : g;
   const ExpertGemm gemm_e(bf16, K, N);
   dispatch_float(x.dtype(), "grouped_linear_backward", [&]<typename T>() {
     const T* pg = g.data<T>();
+    const T* pgw = gw.data<T>();
     const T* px = x.data<T>();
     const T* pw = w.data<T>();
     T* pdx = dx.data<T>();
@@ -118,7 +119,8 @@ std::vector<Tensor> grouped_linear_backward(const Tensor& dy, const Tensor& x, c
       const int64_t n = counts[e];
       const T* ge = pg + off[e] * N;
       gemm_e(false, true, n, K, N, T(1), ge, N, pw + (int64_t)e * K * N, N, T(0), pdx + off[e] * K, K);  // dy W^T
-      gemm_e(true, false, K, N, n, T(1), px + off[e] * K, K, ge, N, T(0), pdw + (int64_t)e * K * N, N);  // x^T dy
+      gemm_e(true, false, K, N, n, T(1), px + off[e] * K, K, pgw + off[e] * N, N, T(0), pdw + (int64_t)e * K * N,
+             N);  // x^T dy
       if (has_b) {
         T* pdb = db.data<T>() + e * N;
         for (int64_t i = 0; i < n; ++i)
@@ -138,10 +140,9 @@ std::vector<Tensor> grouped_linear_backward(const Tensor& dy, const Tensor& x, c
   }
   return {dx, dw, db};
 }
-}  // namespace
 
-Tensor grouped_linear(const Tensor& x, const Tensor& w, const Tensor& b, const std::vector<int64_t>& counts) {
-  const char* op = "grouped_linear";
+void check_grouped_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor& b,
+                          const std::vector<int64_t>& counts) {
   same_device(op, {&x, &w, &b});
   need_float(op, x);
   same_dtype(op, x, w);
@@ -158,6 +159,11 @@ Tensor grouped_linear(const Tensor& x, const Tensor& w, const Tensor& b, const s
   if (b.defined())
     TITAN_CHECK(b.shape() == (Shape{w.size(0), w.size(2)}), op, ": bias ", shape_str(b.shape()), " must be [",
                 w.size(0), ", ", w.size(2), "]");
+}
+}  // namespace detail
+
+Tensor grouped_linear(const Tensor& x, const Tensor& w, const Tensor& b, const std::vector<int64_t>& counts) {
+  check_grouped_linear("grouped_linear", x, w, b, counts);
   Tensor xc = x.contiguous(), wc = w.contiguous(), bc = b.defined() ? b.contiguous() : Tensor();
   const bool bf16 = autocast_bf16(x);
   Tensor y = grouped_linear_forward(xc, wc, bc, counts, bf16);

@@ -195,6 +195,12 @@ def run_layout(build, name, np_, ref_name, flags, launcher=None, where=""):
         # (measured, the worst loss over the 10 steps: 2.1e-4 tensorwise TP 2 (its step 1: 2.5e-5), 1.9e-4 rowwise
         # FSDP 2 x TP 2; gradients 4.5e-2 / 5.2e-3; weights 8.3e-3 / 5.8e-3)
         first_tol, grad_tol, weight_tol = 2e-4, 0.1, 2e-2
+    if fp8 and "gpt_oss" in deg.get("--config", ""):
+        # gpt-oss's biases start at zero and AdamW moves each by a whole lr step the sign of its gradient says: the
+        # drift above flips small gradients' signs, and after 10 steps the biases (|b| ~ 3e-3) and the router differ
+        # by up to ~8% (measured under expert parallel 2: 6.3e-2 with the experts in FP8, 7.6e-2 with only the
+        # linear layers in FP8; losses 1.5e-4 / 4.8e-4). Step 1's gradients hold the casts exact (1e-5).
+        weight_tol = 0.1
     bf16 = deg.get("--training.mixed_precision_param") == "bfloat16"
     if bf16:
         first_tol, later_tol, grad_tol, weight_tol = BF16_TOL
