@@ -32,7 +32,8 @@ struct Slot {  // one world rank's last collective
 
 constexpr int kTickMs = 200;   // the watchdog's heartbeat and check period
 constexpr double kStuckS = 1.0;  // a collective waiting this long when a signal arrives is reported as stuck
-std::atomic<int> g_signal{0};    // the first signal the job received (watchdog_signal_received); 0: none
+std::atomic<int> g_signal{0};         // the first signal received since the last reset (0: none)
+std::atomic<int64_t> g_signal_ns{0};  // when it arrived (steady clock)
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -54,7 +55,7 @@ struct Watchdog {
   uint64_t group_id = 0;
   int64_t seq = 0, start_ns = 0;
   std::vector<int> members;
-  bool reported_signal = false;
+  int64_t reported_signal_ns = 0;  // the signal last reported (its arrival time)
 
   // The members of the running collective that have not arrived (or do not answer), each with its host and
   // what it was last doing; `local_missing`: one of them is on this host and not itself waiting on someone.
@@ -132,18 +133,26 @@ struct Watchdog {
       const double waited = (double)(now_ns() - start_ns) / 1e9;
       // A signal (the launcher ending the job: Open MPI's mpirun sends SIGTERM to the ranks it can still reach
       // when it loses a host) while this rank is stuck in a collective: say whom it waits for before the
-      // SIGKILL that follows, once. A collective that has waited less than kStuckS is in passing (a preemption
-      // mid-step): it is reported only if it is still waiting when it reaches kStuckS.
+      // SIGKILL that follows, once per signal. Only the collective the signal found running, and only once it
+      // has waited kStuckS (one in passing, a preemption mid-step, completes and is not reported).
       const int sig = g_signal.load();
-      if (sig != 0 && !reported_signal && waited >= kStuckS) {
-        reported_signal = true;
+      const int64_t sig_ns = g_signal_ns.load();
+      if (sig != 0 && sig_ns != reported_signal_ns && start_ns <= sig_ns && waited >= kStuckS) {
+        reported_signal_ns = sig_ns;
         bool local_missing, any_remote;
         const std::string missing = describe_missing(&local_missing, &any_remote);
         const std::string name = sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "signal " + std::to_string(sig);
-        std::fprintf(stderr, "[titan] %s: %s arrived while %s has waited %.1f s; group ranks %s; not arrived or "
-                     "unresponsive: %s\n", rank_where(rank).c_str(), name.c_str(), running().c_str(), waited, group_ranks().c_str(),
-                     missing.empty() ? "none (all arrived and alive: the transfer itself is stuck)" : missing.c_str());
+        char head[96];
+        std::snprintf(head, sizeof head, " has waited %.1f s; group ranks ", waited);
+        const std::string line = "[titan] " + rank_where(rank) + ": " + name + " arrived while " + running() + head +
+                                 group_ranks() + "; not arrived or unresponsive: " +
+                                 (missing.empty() ? "none (all arrived and alive: the transfer itself is stuck)" : missing) +
+                                 "\n";
+        lk.unlock();  // stderr may block: not while op_begin / op_end wait for the lock
+        std::fputs(line.c_str(), stderr);
         std::fflush(stderr);
+        lk.lock();
+        continue;
       }
       if (timeout_s <= 0 || waited < timeout_s) continue;
       // When every member that may be missing is on another host, this rank waits kRemoteGrace longer, so the
@@ -202,9 +211,13 @@ void watchdog_stop() {
   g_wd = nullptr;
 }
 
-void watchdog_signal_received(int sig) {
+void watchdog_signal_received(int sig) {  // lock-free atomics and clock_gettime: async-signal-safe
+  if (sig == 0) {
+    g_signal.store(0);
+    return;
+  }
   int none = 0;
-  g_signal.compare_exchange_strong(none, sig);  // lock-free: a signal handler's call
+  if (g_signal.compare_exchange_strong(none, sig)) g_signal_ns.store(now_ns());
 }
 
 void set_collective_timeout(double seconds, const std::string& key) {

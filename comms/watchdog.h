@@ -33,10 +33,10 @@ struct OpMark {
 // Collective over world (agrees on the board's name); starts the watchdog thread.
 void watchdog_start(MPI_Comm world);
 void watchdog_stop();
-// A signal handler's call (async-signal-safe): the job was told to end. If this rank is then, or later,
-// stuck in a collective (waiting 1 s or more), the watchdog says once on stderr whom it waits for, with their
-// hosts: when a launcher ends a job because it lost a host, the ranks it can still reach name the ranks on
-// the lost host before they are killed.
+// A signal handler's call (async-signal-safe): the job was told to end. If the collective this rank is in
+// when the signal arrives has waited, or goes on to wait, 1 s or more, the watchdog says once on stderr whom it
+// waits for, with their hosts: when a launcher ends a job because it lost a host, the ranks it can still reach
+// name the ranks on the lost host before they are killed. sig 0: forget the signal (a new preemption guard).
 void watchdog_signal_received(int sig);
 // seconds <= 0: off. `key` is the config key named in the message.
 void set_collective_timeout(double seconds, const std::string& key);

@@ -27,6 +27,7 @@ void on_signal(int sig) {
 
 PreemptionGuard::PreemptionGuard() {
   g_signal.store(0);
+  comms::watchdog_signal_received(0);
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);

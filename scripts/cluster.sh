@@ -226,9 +226,17 @@ cluster_mpirun() {
   # TCP on the cluster's subnet only (the daemons' wire-up and the ranks' bytes), shared memory within a host;
   # keepalives on the daemons' connections: mpirun ends the job ~8 s after a host becomes unreachable
   # (Open MPI's default, 300 s idle + 9 x 20 s, or TCP's retransmissions, ~15 min, when data is in flight)
+  # The hosts share this machine's cores: a host's ranks fit its slots, so Open MPI busy-polls without yielding,
+  # and with more ranks in all than cores each message waits for the scheduler to run its receiver (a checkpoint
+  # of the debug model over 2 hosts x 2 ranks on 2 cores: 10 s busy-polling, 0.15 s yielding). Yield as Open MPI
+  # does on one oversubscribed machine.
+  local slots=0 yield=()
+  while read -r _ s; do slots=$((slots + ${s#slots=})); done < "$DIR/hostfile"
+  [ "$slots" -gt "$(nproc)" ] && yield=(--mca mpi_yield_when_idle 1)
   exec mpirun --hostfile "$DIR/hostfile" --mca plm_rsh_agent "$DIR/agent" --mca plm_rsh_no_tree_spawn 1 \
     --mca oob_tcp_if_include "$NET.0/24" --mca btl_tcp_if_include "$NET.0/24" --mca btl self,vader,tcp \
-    --mca oob_tcp_keepalive_time 3 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 5 "$@"
+    --mca oob_tcp_keepalive_time 3 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 5 \
+    "${yield[@]}" "$@"
 }
 
 status() {

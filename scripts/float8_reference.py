@@ -246,13 +246,18 @@ def main():
             f.create_dataset(f"linear/{recipe}/y", data=y)
             f.create_dataset(f"linear/{recipe}/dx", data=dx)
             f.create_dataset(f"linear/{recipe}/dw", data=dw)
-        # the float8 grouped linear (MoE experts, rowwise): uneven groups, an empty one, an expert of large values
+        # the float8 grouped linear (MoE experts, rowwise): uneven groups, an empty one, an expert of large values,
+        # one of tiny weights. A power-of-two scale changes an FP8 rounding only where it makes a value subnormal,
+        # so each contraction index gets magnitudes spanning e^12 (> 2^15, e4m3's normal range) in one operand and
+        # the inverse in the other: their products stay alike, and a scale taken along the wrong axis (or over the
+        # wrong rows) flushes terms that matter
         M, K, N, counts = 64, 48, 32, [20, 0, 33, 11]
-        gx = rng.standard_normal((M, K)).astype(F32)
+        mk, mn, mt = (np.exp(rng.uniform(-6, 6, n)) for n in (K, N, M))  # per k, per n, per token
+        gx = (rng.standard_normal((M, K)) * mk[None, :] * mt[:, None]).astype(F32)
         gx[20:53] *= F32(300.0)
-        gw = (0.1 * rng.standard_normal((len(counts), K, N))).astype(F32)
+        gw = (0.1 * rng.standard_normal((len(counts), K, N)) / mk[None, :, None] / mn[None, None, :]).astype(F32)
         gw[3] *= F32(1e-3)
-        gdy = (1e-3 * rng.standard_normal((M, N))).astype(F32)
+        gdy = (1e-3 * rng.standard_normal((M, N)) * mn[None, :] / mt[:, None]).astype(F32)
         for name, arr in (("x", gx), ("w", gw), ("dy", gdy), ("counts", np.array(counts, dtype=np.int64))):
             f.create_dataset(f"grouped/{name}", data=arr)
         for name, arr in zip(("y", "dx", "dw"), grouped_reference(gx, gw, gdy, counts)):

@@ -6,6 +6,7 @@
 #include <bit>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <cmath>
 
@@ -16,6 +17,8 @@
 #include "src/nn/layers.h"
 #include "src/checkpoint/h5.h"
 #include "src/ops/float8.h"
+#include "src/tensor/bfloat16.h"
+#include "src/ops/autocast.h"
 #include "src/ops/ops.h"
 #include "src/tensor/cost.h"
 #include "tests/error_of.h"
@@ -129,8 +132,11 @@ TEST(Float8, LinearForwardAndBackwardFollowEachRecipe) {
 }
 
 // The MoE experts' grouped GEMMs in FP8 (torchao's _Float8GroupedMM, rowwise): uneven groups, an empty one, an
-// expert of large inputs and one of tiny weights (each group's scales its own), against the reference; then with
-// a bias (added and summed in float32) against the plain grouped linear's bias gradient.
+// expert of large inputs and one of tiny weights, operands whose magnitudes make a scale along the wrong axis
+// flush terms that matter (the reference's own mutants move some expert's output by 5e-2 or more: a weight
+// scaled along N in the forward or along K in grad_input, x or dy scaled per column, grad_weight scales over all
+// tokens, weight scales shared by the experts), each expert against the reference on its own; then with a bias
+// (added and summed in float32) against the plain grouped linear's bias gradient.
 TEST(Float8, GroupedLinearFollowsTorchaosFloat8GroupedGemm) {
   h5::File f = golden();
   const Tensor x0 = f.read_f32("grouped/x"), w0 = f.read_f32("grouped/w"), dy = f.read_f32("grouped/dy");
@@ -142,15 +148,21 @@ TEST(Float8, GroupedLinearFollowsTorchaosFloat8GroupedGemm) {
   Tensor y = float8_grouped_linear(x, w, Tensor(), counts, k);
   ASSERT_EQ(y.shape(), (Shape{x0.size(0), w0.size(2)}));
   autograd::backward({y}, {dy});
-  EXPECT_LT(rel_err(y, f.read_f32("grouped/rowwise/y")), 2e-6);
-  EXPECT_LT(rel_err(x.grad(), f.read_f32("grouped/rowwise/dx")), 2e-6);
-  const Tensor dw_ref = f.read_f32("grouped/rowwise/dw");
-  EXPECT_LT(rel_err(w.grad(), dw_ref), 2e-6);
-  // each expert's weight gradient on its own (the tiny expert's too: its scales are its own), the empty one zero
+  const Tensor y_ref = f.read_f32("grouped/rowwise/y"), dx_ref = f.read_f32("grouped/rowwise/dx"),
+               dw_ref = f.read_f32("grouped/rowwise/dw");
+  // each expert on its own (by its own largest value: the tiny expert's too), the empty one's gradient zero
+  int64_t off = 0;
   for (int64_t e = 0; e < w0.size(0); ++e) {
-    const Tensor got = w.grad().slice(0, e, e + 1), want = dw_ref.slice(0, e, e + 1);
-    if (counts[e] == 0) EXPECT_EQ(rel_err(got, zeros(got.shape())), 0.0) << "expert " << e;
-    else EXPECT_LT(rel_err(got, want), 2e-6) << "expert " << e;
+    const int64_t n = counts[e];
+    const Tensor dw = w.grad().slice(0, e, e + 1);
+    if (n == 0) {
+      EXPECT_EQ(rel_err(dw, zeros(dw.shape())), 0.0) << "expert " << e;
+      continue;
+    }
+    EXPECT_LT(rel_err(y.slice(0, off, off + n), y_ref.slice(0, off, off + n)), 2e-6) << "y, expert " << e;
+    EXPECT_LT(rel_err(x.grad().slice(0, off, off + n), dx_ref.slice(0, off, off + n)), 2e-6) << "dx, expert " << e;
+    EXPECT_LT(rel_err(dw, dw_ref.slice(0, e, e + 1)), 2e-6) << "dw, expert " << e;
+    off += n;
   }
   // FP8, not float32: measurably off the plain grouped linear
   EXPECT_GT(rel_err(y, grouped_linear(x0, w0, Tensor(), counts)), 1e-4);
@@ -172,6 +184,50 @@ TEST(Float8, GroupedLinearFollowsTorchaosFloat8GroupedGemm) {
     for (int64_t i = 0; i < counts[e]; ++i, ++row)
       for (int64_t j = 0; j < N; ++j) bad += ybv[row * N + j] != yv[row * N + j] + bv[e * N + j];
   EXPECT_EQ(bad, 0) << "the bias is added to the FP8 GEMM's output in float32";
+}
+
+// Under bf16 autocast the FP8 grouped GEMMs' outputs are bf16, as torchao's output dtype is the input's: y, dx
+// and dw are float32's rounded to bf16, the bias added in bf16 and its gradient the bf16 gradient summed, rounded.
+TEST(Float8, GroupedLinearUnderBf16AutocastRoundsItsOutputs) {
+  Generator g(6);
+  const Tensor x0 = randn({40, 32}, g), w0 = randn({3, 32, 16}, g, DType::F32, 0.2), b0 = randn({3, 16}, g);
+  const Tensor dy = randn({40, 16}, g);
+  const std::vector<int64_t> counts = {12, 20, 8};
+  const Float8Casts k = float8_casts(Float8Recipe::rowwise);
+  auto run = [&](bool bf16, bool bias) {
+    std::vector<Tensor> p = {x0.detach(), w0.detach(), b0.detach()};
+    for (Tensor& t : p) t.requires_grad_(true);
+    Tensor y;
+    {
+      std::optional<AutocastScope> ac;
+      if (bf16) ac.emplace(DType::BF16);
+      y = float8_grouped_linear(p[0], p[1], bias ? p[2] : Tensor(), counts, k);
+      autograd::backward({y}, {dy});
+    }
+    return std::vector<Tensor>{y.detach(), p[0].grad(), p[1].grad(), bias ? p[2].grad() : Tensor()};
+  };
+  auto rounded = [](Tensor t) {
+    t = t.clone();
+    round_to_bf16_(t);
+    return t;
+  };
+  const auto f32 = run(false, false), b16 = run(true, false);
+  for (int i = 0; i < 3; ++i) expect_bitwise(b16[i], rounded(f32[i]), "output " + std::to_string(i));
+  const auto with_b = run(true, true);
+  const auto yv = b16[0].to_vector<float>(), ybv = with_b[0].to_vector<float>(), bv = b0.to_vector<float>();
+  const auto dyv = dy.to_vector<float>();
+  int64_t row = 0, bad = 0;
+  std::vector<double> db(3 * 16, 0.0);
+  for (size_t e = 0; e < counts.size(); ++e)
+    for (int64_t i = 0; i < counts[e]; ++i, ++row)
+      for (int64_t j = 0; j < 16; ++j) {
+        bad += ybv[row * 16 + j] != round_to_bf16(yv[row * 16 + j] + round_to_bf16(bv[e * 16 + j]));
+        db[e * 16 + j] += round_to_bf16(dyv[row * 16 + j]);
+      }
+  EXPECT_EQ(bad, 0) << "the bias added in bf16";
+  const auto dbv = with_b[3].to_vector<float>();
+  for (size_t i = 0; i < db.size(); ++i)
+    EXPECT_NEAR(dbv[i], round_to_bf16((float)db[i]), 1e-6 * std::fabs(db[i]) + 1e-30) << "bias grad " << i;
 }
 
 TEST(Float8, HighPrecisionCastsAreThePlainLinear) {

@@ -414,6 +414,7 @@ namespace {
 // y [R, N] += b [E, N] on each expert's rows; bf16: the bias as the bf16 GEMM reads it and the sum rounded, as
 // float8_linear adds its bias
 void add_expert_bias(Tensor& y, const Tensor& b, const std::vector<int64_t>& counts, bool bf16) {
+  record_cost("float8_grouped_bias", (double)y.numel(), 2.0 * (double)y.nbytes() + (double)b.nbytes());
   if (y.is_meta()) return;
   const int64_t N = y.size(1);
   const Tensor bc = b.contiguous();
@@ -432,6 +433,7 @@ void add_expert_bias(Tensor& y, const Tensor& b, const std::vector<int64_t>& cou
 Tensor expert_bias_grad(const Tensor& dy, const std::vector<int64_t>& counts, bool bf16) {
   const int64_t E = (int64_t)counts.size(), N = dy.size(1);
   Tensor db = zeros({E, N}, DType::F32, dy.device());
+  record_cost("float8_grouped_bias_backward", (double)dy.numel(), (double)dy.nbytes() + (double)db.nbytes());
   if (dy.is_meta()) return db;
   const float* pg = dy.data<float>();
   float* pdb = db.data<float>();
@@ -472,7 +474,7 @@ Tensor float8_grouped_linear(const Tensor& x, const Tensor& w, const Tensor& b, 
   std::vector<Tensor> inputs = {xc, wc};
   if (b.defined()) inputs.push_back(b);
   return record(op, inputs, y,
-                [xs = saved(xc), ws = saved(wc), has_b = b.defined(), counts, per_expert, k, bf16, E, K,
+                [xs = saved(xc), ws = saved(wc), has_b = b.defined(), counts, k, bf16, E, K,
                  N](const std::vector<Tensor>& g) {
                   const Tensor dy = g[0].contiguous();  // [R, N]
                   // dx: dy per token along N, w per (e, k) along N; dw: x and dy per column over each expert's tokens

@@ -102,7 +102,8 @@ std::vector<Tensor> grouped_linear_backward(const Tensor& dy, const Tensor& x, c
   Tensor dx = empty({R, K}, x.dtype(), x.device());
   Tensor dw = zeros({E, K, N}, x.dtype(), x.device());
   Tensor db = has_b ? zeros({E, N}, x.dtype(), x.device()) : Tensor();
-  record_cost("grouped_linear_backward", 4.0 * R * K * N, bytes_of({&dy, &x, &w, &dx, &dw}),
+  record_cost("grouped_linear_backward", 4.0 * R * K * N,
+              bytes_of({&dy, &x, &w, &dx, &dw}) + (dy_w.defined() ? (double)dy_w.nbytes() : 0.0),
               GemmShape{2 * E, R / std::max<int64_t>(1, E), N, K});
   if (x.is_meta()) return {dx, dw, db};
   auto off = offsets_of(counts);

@@ -172,7 +172,11 @@ def main():
     time.sleep(3)
     for r in ranks:
         os.kill(int(r), signal.SIGKILL)
-    out, err = p.communicate(timeout=60)
+    try:
+        out, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
     line = next((l for l in err.splitlines() if "arrived while" in l), "")
     check(re.search(r"\[titan\] rank [01]: SIGTERM arrived while [a-z_]+ #\d+ on group '[a-z_]+' has waited [0-9.]+ s; "
                     r"group ranks \[0,1\]; not arrived or unresponsive: rank [01] \((entered|finished) .*"
