@@ -87,7 +87,8 @@ TrainJob assemble(const JobConfig& cfg, comms::DeviceMesh& mesh, DataLoader& loa
              (job.float8.experts.empty()
                   ? std::string("; the MoE experts' grouped GEMMs stay as they are (float8.moe_fqns_prototype: none)")
                   : "; the grouped GEMMs of " + std::to_string(job.float8.experts.size()) +
-                        " MoE experts modules in FP8 rowwise (float8.moe_fqns_prototype " +
+                        " MoE experts modules in FP8 " + config::enum_name(cfg.float8.recipe) +
+                        " (float8.moe_fqns_prototype " +
                         cfg.float8.moe_fqns_prototype.text() + ")"));
   log_info("model parameters: " + with_commas((double)n_params) + " total, " +
            with_commas((double)(n_params - model.num_embedding_params())) + " non-embedding; " +

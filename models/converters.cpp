@@ -20,9 +20,9 @@ Float8Conversion convert_to_float8(nn::Module& model, Float8Recipe recipe, const
   const Float8Casts casts = float8_casts(recipe);
   Float8Conversion r;
   if (!moe_fqns.empty())
-    TITAN_CHECK(recipe == Float8Recipe::rowwise, "config error: float8.moe_fqns_prototype ", join_names(moe_fqns),
-                " needs float8.recipe rowwise (torchao's float8 grouped GEMM for MoE experts is rowwise), got ",
-                config::enum_name(recipe), "; set the recipe or drop the key");
+    TITAN_CHECK(recipe == Float8Recipe::rowwise || casts.mx, "config error: float8.moe_fqns_prototype ",
+                join_names(moe_fqns), " needs float8.recipe rowwise, mxfp8 or mxfp8_rceil (torchao's grouped GEMMs for "
+                "MoE experts), got ", config::enum_name(recipe), "; set the recipe or drop the key");
   std::vector<bool> matched(moe_fqns.size(), false);
   for (auto& [name, m] : model.named_modules()) {
     if (auto* ex = dynamic_cast<decoder::Experts*>(m)) {
@@ -30,10 +30,10 @@ Float8Conversion convert_to_float8(nn::Module& model, Float8Recipe recipe, const
       for (size_t i = 0; i < moe_fqns.size(); ++i)
         if (name.find(moe_fqns[i]) != std::string::npos) named = matched[i] = true;
       if (!named) continue;
-      const int64_t dim = ex->down_proj.size(2), hidden = ex->down_proj.size(1);
-      TITAN_CHECK(dim % 16 == 0 && hidden % 16 == 0, "config error: float8.moe_fqns_prototype: experts ", name,
-                  " have dim ", dim, " and hidden size ", hidden, "; FP8 grouped GEMMs need both to be multiples of 16 "
-                  "(drop the entry to leave them as they are)");
+      const int64_t dim = ex->down_proj.size(2), hidden = ex->down_proj.size(1), align = casts.mx ? kMxBlock : 16;
+      TITAN_CHECK(dim % align == 0 && hidden % align == 0, "config error: float8.moe_fqns_prototype: experts ", name,
+                  " have dim ", dim, " and hidden size ", hidden, "; ", casts.mx ? "MX" : "FP8",
+                  " grouped GEMMs need both to be multiples of ", align, " (drop the entry to leave them as they are)");
       ex->float8 = casts;
       r.experts.push_back(name);
       continue;

@@ -30,10 +30,10 @@ struct Float8Conversion {
 // the filter that would leave it in float32.
 //
 // moe_fqns (float8.moe_fqns_prototype, TorchTitan's key of torchao's float8 MoE training): the MoE experts modules
-// whose name contains an entry compute their grouped GEMMs in FP8 as torchao's float8 grouped GEMM does
+// whose name contains an entry compute their grouped GEMMs in FP8 as torchao's grouped GEMMs do
 // (float8_grouped_linear: rowwise, e4m3, power-of-two scales per token, per expert column / row, per expert's
-// tokens in grad_weight). Refused: a recipe other than rowwise (torchao's grouped GEMM has no other float8
-// recipe), an entry that matches no experts module, experts whose dim or hidden size is not a multiple of 16.
+// tokens in grad_weight; or MXFP8 blocks along the same axes). Refused: tensorwise and rowwise_with_gw_hp, an
+// entry that matches no experts module, experts whose dim or hidden size is not a multiple of 16 (MX: 32).
 Float8Conversion convert_to_float8(nn::Module& model, Float8Recipe recipe, const std::vector<std::string>& filter_fqns,
                                    const std::vector<std::string>& moe_fqns = {});
 

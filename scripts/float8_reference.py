@@ -165,14 +165,32 @@ def linear_reference(x, w, dy, recipe):
     return y, dx, dw
 
 
-def grouped_reference(x, w, dy, counts):
-    """y, dx, dw of the float8 grouped linear (torchao's _Float8GroupedMM: e4m3, power-of-two rowwise scales):
-    x [M, K] with rows grouped by expert (counts[e] consecutive rows), w [E, K, N], dy [M, N]; per expert e
+GROUPED = {  # torchao's grouped GEMMs for MoE experts: _Float8GroupedMM (rowwise), _MXFP8GroupedMM (floor / rceil)
+    "rowwise": ("e4m3", "axiswise", True),
+    "mxfp8": ("e4m3", "mx_floor", False),
+    "mxfp8_rceil": ("e4m3", "mx_rceil", False),
+}
+
+
+def q_rows(a, c):
+    """a's cast with scales (or MX blocks) along its rows; MX: the rows zero-padded to whole blocks of 32 first,
+    as torchao pads each expert's token group to 32, and the padding dropped after."""
+    if not c[1].startswith("mx") or a.shape[0] % 32 == 0:
+        return q(a, c, 0)
+    p = np.zeros(((a.shape[0] + 31) // 32 * 32, a.shape[1]), dtype=F32)
+    p[:a.shape[0]] = a
+    return q(p, c, 0)[:a.shape[0]]
+
+
+def grouped_reference(x, w, dy, counts, recipe):
+    """y, dx, dw of the float8 grouped linear (torchao's _Float8GroupedMM: e4m3, power-of-two rowwise scales;
+    _MXFP8GroupedMM: e4m3 in 32-blocks along the same axes): x [M, K] with rows grouped by expert (counts[e]
+    consecutive rows), w [E, K, N], dy [M, N]; per expert e
       y_e  = q(x_e, per row along K) @ q(w_e, per column along K)
       dx_e = q(dy_e, per row along N) @ q(w_e, per row along N)^T
       dw_e = q(x_e, per column over e's rows)^T @ q(dy_e, per column over e's rows)
     the GEMMs in float64 over the round-tripped operands."""
-    c = ("e4m3", "axiswise", True)
+    c = GROUPED[recipe]
     f = np.float64
     y = np.zeros((x.shape[0], w.shape[2]))
     dx = np.zeros(x.shape)
@@ -186,7 +204,7 @@ def grouped_reference(x, w, dy, counts):
             continue
         y[rows] = xq[rows].astype(f) @ q(w[e], c, 0).astype(f)
         dx[rows] = dyq[rows].astype(f) @ q(w[e], c, 1).astype(f).T
-        dw[e] = q(x[rows], c, 0).astype(f).T @ q(dy[rows], c, 0).astype(f)
+        dw[e] = q_rows(x[rows], c).astype(f).T @ q_rows(dy[rows], c).astype(f)
     return y, dx, dw
 
 
@@ -251,7 +269,7 @@ def main():
         # so each contraction index gets magnitudes spanning e^12 (> 2^15, e4m3's normal range) in one operand and
         # the inverse in the other: their products stay alike, and a scale taken along the wrong axis (or over the
         # wrong rows) flushes terms that matter
-        M, K, N, counts = 64, 48, 32, [20, 0, 33, 11]
+        M, K, N, counts = 64, 64, 32, [20, 0, 33, 11]  # K, N whole MX blocks; the groups not
         mk, mn, mt = (np.exp(rng.uniform(-6, 6, n)) for n in (K, N, M))  # per k, per n, per token
         gx = (rng.standard_normal((M, K)) * mk[None, :] * mt[:, None]).astype(F32)
         gx[20:53] *= F32(300.0)
@@ -260,8 +278,9 @@ def main():
         gdy = (1e-3 * rng.standard_normal((M, N)) * mn[None, :] / mt[:, None]).astype(F32)
         for name, arr in (("x", gx), ("w", gw), ("dy", gdy), ("counts", np.array(counts, dtype=np.int64))):
             f.create_dataset(f"grouped/{name}", data=arr)
-        for name, arr in zip(("y", "dx", "dw"), grouped_reference(gx, gw, gdy, counts)):
-            f.create_dataset(f"grouped/rowwise/{name}", data=arr)
+        for recipe in GROUPED:
+            for name, arr in zip(("y", "dx", "dw"), grouped_reference(gx, gw, gdy, counts, recipe)):
+                f.create_dataset(f"grouped/{recipe}/{name}", data=arr)
     print(f"wrote {a.out}: {len(v)} cast inputs x 2 formats, 24 scale cases, {len(RECIPES)} linear recipes, the grouped linear")
 
 

@@ -49,8 +49,8 @@ std::vector<Field> fields(JobConfig& c) {
                             "linear layers left in float32: those whose name contains an entry (e.g. [lm_head] as "
                             "TorchTitan's [output]; MoE routers: [gate] / [router])"));
   fs.push_back(config::bind("float8.moe_fqns_prototype", &c.float8.moe_fqns_prototype,
-                            "MoE experts modules whose grouped GEMMs run in FP8 (torchao's float8 grouped GEMM, "
-                            "rowwise only): those whose name contains an entry (e.g. [experts]); [] = none"));
+                            "MoE experts modules whose grouped GEMMs run in FP8 (torchao's grouped GEMMs: rowwise, "
+                            "mxfp8, mxfp8_rceil): those whose name contains an entry (e.g. [experts]); [] = none"));
   std::vector<Field> more = {
       config::bind("optimizer.name", &c.optimizer.name, "the optimizer: AdamW (decoupled weight decay, PyTorch's update order), the only one", {"AdamW"}),
       config::bind("optimizer.lr", &c.optimizer.lr,

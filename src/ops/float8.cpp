@@ -270,7 +270,11 @@ Tensor fp8_round_trip(const Tensor& x, const Fp8Cast& c, int axis, bool rows_cut
 }
 
 Tensor fp8_round_trip_groups(const Tensor& x, const Fp8Cast& c, int axis, const std::vector<int64_t>& counts) {
-  check_operand("fp8_round_trip_groups", x, c, axis);
+  // MX blocks along a group's rows: the group zero-padded to whole blocks (torchao pads token groups to 32)
+  const bool pad = is_mx(c.scaling) && axis == 0;
+  if (!pad) check_operand("fp8_round_trip_groups", x, c, axis);
+  TITAN_CHECK(x.dtype() == DType::F32 && x.dim() == 2, "fp8_round_trip_groups: a float32 [R, C] operand expected, got ",
+              dtype_name(x.dtype()), " ", shape_str(x.shape()));
   int64_t total = 0;
   for (int64_t n : counts) {
     TITAN_CHECK(n >= 0, "fp8_round_trip_groups: a negative group count (", n, ")");
@@ -279,14 +283,26 @@ Tensor fp8_round_trip_groups(const Tensor& x, const Fp8Cast& c, int axis, const 
   TITAN_CHECK(total == x.size(0), "fp8_round_trip_groups: group counts sum to ", total, " but x ",
               shape_str(x.shape()), " has ", x.size(0), " rows");
   if (c.high_precision) return x;
-  if (x.is_meta()) return fp8_round_trip(x, c, axis);  // the cast priced once over every group's bytes
+  if (x.is_meta()) {  // the cast priced once over every group's bytes
+    if (!pad) return fp8_round_trip(x, c, axis);
+    int64_t padded = 0;
+    for (int64_t n : counts) padded += (n + kMxBlock - 1) / kMxBlock * kMxBlock;
+    fp8_round_trip(empty({padded, x.size(1)}, DType::F32, Device::Meta), c, axis);
+    return empty(x.shape(), DType::F32, Device::Meta);
+  }
   const Tensor xc = x.contiguous();
   Tensor out = empty(x.shape(), DType::F32, x.device());
   const int64_t C = x.size(1);
   int64_t off = 0;
   for (int64_t n : counts) {
     if (n > 0) {
-      const Tensor q = fp8_round_trip(xc.slice(0, off, off + n).contiguous(), c, axis);  // [n, C]
+      Tensor g = xc.slice(0, off, off + n).contiguous();  // [n, C]
+      if (pad && n % kMxBlock != 0) {                     // [n rounded up to whole blocks, C], zeros after n
+        Tensor p = zeros({(n + kMxBlock - 1) / kMxBlock * kMxBlock, C});
+        std::memcpy(p.data<float>(), g.data<float>(), sizeof(float) * (size_t)(n * C));
+        g = p;
+      }
+      const Tensor q = fp8_round_trip(g, c, axis);
       std::memcpy(out.data<float>() + off * C, q.data<float>(), sizeof(float) * (size_t)(n * C));
     }
     off += n;

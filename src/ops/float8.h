@@ -63,7 +63,8 @@ Tensor fp8_round_trip(const Tensor& x, const Fp8Cast& c, int axis, bool rows_cut
 
 // x [R, C] whose rows come in groups (counts[g] consecutive rows each, summing to R): each group cast on its own
 // (axis 0: a scale per column of the group's rows, torchao's "jagged" per-group scales of a grouped GEMM's
-// grad_weight; axis 1: per row, the same as fp8_round_trip). A group of no rows is skipped.
+// grad_weight, or MX blocks of 32 of the group's rows, the last one zero-padded as torchao pads token groups;
+// axis 1: per row, the same as fp8_round_trip). A group of no rows is skipped.
 Tensor fp8_round_trip_groups(const Tensor& x, const Fp8Cast& c, int axis, const std::vector<int64_t>& counts);
 
 // torchao's recipes: which operand of which GEMM is cast how.
@@ -95,12 +96,14 @@ Float8Casts float8_casts(Float8Recipe r);
 // float32 only. Its GEMMs are recorded as FP8 GEMMs (the simulator prices them at the chip's FP8 rate).
 Tensor float8_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const Float8Casts& casts);
 
-// MoE experts' grouped GEMMs in FP8 (torchao's _Float8GroupedMM, float8.moe_fqns_prototype): x [R, K] whose rows
-// are grouped by expert (counts[e] each) @ w [E, K, N] + b [E, N] -> [R, N], each GEMM's operands cast as
-// `casts` says, per expert:
+// MoE experts' grouped GEMMs in FP8 (float8.moe_fqns_prototype: torchao's _Float8GroupedMM for rowwise casts,
+// _MXFP8GroupedMM for MX): x [R, K] whose rows are grouped by expert (counts[e] each) @ w [E, K, N] + b [E, N]
+// -> [R, N], each GEMM's operands cast as `casts` says, per expert (rowwise: a scale per row / column; MX: 32-blocks
+// along the same axis):
 //   output       y_e  = q(x_e, per token along K) @ q(w_e, per (e, n) along K)
 //   grad_input   dx_e = q(dy_e, per token along N) @ q(w_e, per (e, k) along N)^T
 //   grad_weight  dw_e = q(x_e, per column over e's tokens)^T @ q(dy_e, per column over e's tokens)
+// (MX: each expert's tokens in whole blocks, the last zero-padded, as torchao pads token groups to 32.)
 // The bias is added, and its gradient summed, in float32 (bf16 under autocast), as float8_linear's. Differentiable
 // in x, w, b; recorded as FP8 grouped GEMMs. float32 only; no tensor-parallel casts (casts.tp must be null).
 Tensor float8_grouped_linear(const Tensor& x, const Tensor& w, const Tensor& b, const std::vector<int64_t>& counts,
