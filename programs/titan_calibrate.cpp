@@ -265,6 +265,7 @@ int main(int argc, char** argv) {
       << "name: " << name << "\n"
       << "cores: " << threads << "\n"
       << "peak_tflops: " << num(peak) << "            # the fastest linear forward + backward measured\n"
+      << "fp32_tflops: " << num(peak) << "            # those linears are float32: a float32 run's rate\n"
       << "vector_tflops: " << num(vector) << "          # silu, exp, softmax, rms_norm (fwd + bwd): median\n"
       << "hbm_gib: " << fmt("%.1f", (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE) / (1 << 30)) << "\n"
       << "hbm_tbps: " << num(hbm) << "               # add of two 32 MiB tensors\n"

@@ -37,7 +37,7 @@ def scaled_chip(spec_dir, hosts, out_dir):
     def scale(key, t):
         return re.sub(rf"^({key}:\s*)([0-9.eE+-]+)", lambda m: m.group(1) + f"{float(m.group(2)) / hosts:.6g}", t,
                       flags=re.M)
-    for key in ("peak_tflops", "vector_tflops", "hbm_tbps", "hbm_gib", "local_comm_gbps"):
+    for key in ("peak_tflops", "fp32_tflops", "vector_tflops", "hbm_tbps", "hbm_gib", "local_comm_gbps"):
         text = scale(key, text)
     text = re.sub(r"^name:.*$", f"name: cluster-host-{hosts}", text, flags=re.M)
     text = f"# derived by scripts/bench_hosts.py: 1/{hosts} of this machine (the namespace hosts share its cores)\n" + text

@@ -232,11 +232,12 @@ cluster_mpirun() {
   # does on one oversubscribed machine.
   local slots=0 yield=()
   while read -r _ s; do slots=$((slots + ${s#slots=})); done < "$DIR/hostfile"
-  [ "$slots" -gt "$(nproc)" ] && yield=(--mca mpi_yield_when_idle 1)
+  # (the machine's cores: GNU nproc would report OMP_NUM_THREADS where it is set)
+  [ "$slots" -gt "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" ] && yield=(--mca mpi_yield_when_idle 1)
   exec mpirun --hostfile "$DIR/hostfile" --mca plm_rsh_agent "$DIR/agent" --mca plm_rsh_no_tree_spawn 1 \
     --mca oob_tcp_if_include "$NET.0/24" --mca btl_tcp_if_include "$NET.0/24" --mca btl self,vader,tcp \
     --mca oob_tcp_keepalive_time 3 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 5 \
-    "${yield[@]}" "$@"
+    ${yield[@]+"${yield[@]}"} "$@"
 }
 
 status() {

@@ -16,6 +16,7 @@ PKGS=(
   python3-matplotlib python3-h5py python3-numpy
   libopenblas-openmp-dev
   libdnnl-dev  # bf16 GEMMs (mixed precision): oneDNN picks AMX / AVX512-BF16 at run time
+  ocl-icd-opencl-dev  # oneDNN's CMake config asks for OpenCL (its GPU runtime), which libdnnl-dev does not depend on
   iproute2 iptables  # scripts/cluster.sh: hosts as network namespaces, links shaped (tc) and lossy (iptables)
   libnetfilter-queue-dev  # scripts/netdelay.cpp: cluster.sh's added latency where the kernel has no netem
 )

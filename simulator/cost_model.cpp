@@ -36,6 +36,13 @@ bool pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
 double gemm_peak_tflops(const ChipSpec& c, GemmPrecision p) {
   if (p == GemmPrecision::high) return c.peak_tflops;
+  if (p == GemmPrecision::fp32) {
+    TITAN_CHECK(c.fp32_tflops > 0, "simulator: chip ", c.name, " (", c.file, ") has no float32 GEMM rate (fp32_tflops "
+                "in its spec): a float32 run (training.mixed_precision_param: float32, titan's default) cannot be "
+                "priced on it; set training.mixed_precision_param: bfloat16 (as production trains), or add the "
+                "chip's dense FP32 figure to its spec");
+    return c.peak_tflops * c.fp32_tflops / c.headline_tflops;
+  }
   const bool mx = p == GemmPrecision::mxfp8;
   const double v = mx ? c.mxfp8_tflops : c.fp8_tflops;
   TITAN_CHECK(v > 0, "simulator: chip ", c.name, " (", c.file, ") has no ", mx ? "MXFP8" : "FP8", " GEMM rate (",
@@ -62,9 +69,10 @@ KernelTime kernel_time(const ChipSpec& c, int rpc, const Kernel& k, ExecMode mod
     if (c.gemm_power_limit_tflops > 0) rate = std::min(rate, ratio * c.gemm_power_limit_tflops * 1e12 / rpc);
     t.efficiency = rate / gpeak * real / padded;
     t.compute_s = padded / rate;
-  } else if (k.kind == KernelKind::Attention) {
+  } else if (k.kind == KernelKind::Attention) {  // a float32 run's attention on the float32 units too
     t.efficiency = c.attention_efficiency;
-    t.compute_s = k.flops / (peak * c.attention_efficiency);
+    const double ratio = k.precision == GemmPrecision::fp32 ? gemm_peak_tflops(c, k.precision) / c.peak_tflops : 1.0;
+    t.compute_s = k.flops / (peak * ratio * c.attention_efficiency);
   } else {
     t.compute_s = k.flops / (c.vector_tflops * 1e12 / rpc);
   }
@@ -78,7 +86,7 @@ KernelTime kernel_time(const ChipSpec& c, int rpc, const Kernel& k, ExecMode mod
     // and Vector, elementwise on Vector / Scalar, DMA
     const int cores = std::max(1, c.cores / std::max(1, rpc));
     // FP8 / MXFP8 operands: one byte each, the Tensor engine at the chip's rate for them
-    const bool low = k.kind == KernelKind::Gemm && k.precision != GemmPrecision::high;
+    const bool low = k.kind == KernelKind::Gemm && (k.precision == GemmPrecision::fp8 || k.precision == GemmPrecision::mxfp8);
     const double ratio = k.kind == KernelKind::Gemm ? gemm_peak_tflops(c, k.precision) / c.peak_tflops : 1.0;
     const EngineSchedule s =
         k.kind == KernelKind::Gemm

@@ -44,7 +44,7 @@ struct Kernel {
   KernelKind kind = KernelKind::Other;
   double flops = 0, bytes = 0;
   long long batch = 1, m = 0, n = 0, k = 0;  // GEMM shape
-  GemmPrecision precision = GemmPrecision::high;  // GEMM: priced at the chip's peak for it
+  GemmPrecision precision = GemmPrecision::high;  // GEMM (and attention: high or fp32): priced at the chip's peak for it
   double element_bytes = 4;  // the dtype it moves (engine schedules count elements: simulator/engines.h)
   AttentionShape attention;  // an attention kernel's problem (engine schedules; pairs 0: unknown)
 };

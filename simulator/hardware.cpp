@@ -229,7 +229,7 @@ ChipSpec read_chip(const std::string& file, const std::vector<SpecEdit>& edits) 
               "hbm_tbps", "memory_efficiency", "attention_efficiency", "eager_launch_us", "compiled_launch_us",
               "comm_interference", "gemm_tile", "gemm_efficiency", "attention_kernels", "gemm_power_limit_tflops",
               "eager_host_us", "compiled_host_us", "local_comm_gbps", "local_comm_latency_us", "gemm_efficiency_per",
-              "fp8_tflops", "mxfp8_tflops", "engines"},
+              "fp8_tflops", "mxfp8_tflops", "fp32_tflops", "engines"},
              file, "");
   ChipSpec c;
   c.file = file;
@@ -241,6 +241,7 @@ ChipSpec read_chip(const std::string& file, const std::vector<SpecEdit>& edits) 
   c.vector_tflops = number(n, "vector_tflops", file);
   c.fp8_tflops = n["fp8_tflops"] ? number(n, "fp8_tflops", file) : 0.0;
   c.mxfp8_tflops = n["mxfp8_tflops"] ? number(n, "mxfp8_tflops", file) : 0.0;
+  c.fp32_tflops = n["fp32_tflops"] ? number(n, "fp32_tflops", file) : 0.0;
   c.hbm_gib = number(n, "hbm_gib", file);
   c.hbm_tbps = number(n, "hbm_tbps", file);
   c.memory_efficiency = number(n, "memory_efficiency", file);

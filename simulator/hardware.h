@@ -53,6 +53,11 @@ struct ChipSpec {
   // FP8 sweep per chip yet); a step with FP8 GEMMs reports MFU against mfu_peak_tflops x that ratio.
   double fp8_tflops = 0;
   double mxfp8_tflops = 0;
+  // Dense float32 GEMM rate (the vendor's FP32 figure: GPUs' CUDA cores, as PyTorch multiplies float32 without
+  // TF32 by default; Trainium's FP32 tensor-engine rate; a CPU's measured sgemm peak). A float32 run
+  // (training.mixed_precision_param: float32) prices its GEMMs and attention at peak_tflops x fp32 / headline
+  // with the same efficiency tables; 0: the chip has no figure, a float32 simulation is refused naming the key.
+  double fp32_tflops = 0;
   double vector_tflops = 0;        // non-GEMM arithmetic throughput (elementwise, reductions)
   double hbm_gib = 0;              // memory capacity
   double hbm_tbps = 0;             // memory bandwidth, TB/s

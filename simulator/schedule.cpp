@@ -86,8 +86,10 @@ struct Lane {
 
 class Schedule {
  public:
-  Schedule(const ChipSpec& chip, const SystemSpec& sys, int rpc, ExecMode mode, double act_scale, double red_scale)
+  Schedule(const ChipSpec& chip, const SystemSpec& sys, int rpc, ExecMode mode, double act_scale, double red_scale,
+           bool fp32_compute)
       : chip_(chip), sys_(sys), rpc_(rpc), mode_(mode), act_scale_(act_scale), red_scale_(red_scale),
+        fp32_compute_(fp32_compute),
         host_s_((mode == ExecMode::Eager      ? chip.eager_host_us
                  : mode == ExecMode::Compiled ? chip.compiled_host_us
                                               : 0.0) * 1e-6) {}
@@ -285,7 +287,7 @@ class Schedule {
     k.m = e.gemm.m;
     k.n = e.gemm.n;
     k.k = e.gemm.k;
-    k.precision = e.gemm.precision;
+    k.precision = fp32_compute_ && e.gemm.precision == GemmPrecision::high ? GemmPrecision::fp32 : e.gemm.precision;
     k.element_bytes = e.cls == KernelClass::Optimizer ? 4.0 : 4.0 * act_scale_;
     k.attention = e.attention;
     if (e.cls == KernelClass::HostSync) {  // the host waits for the device to get here
@@ -496,6 +498,7 @@ class Schedule {
   int rpc_;
   ExecMode mode_;
   double act_scale_, red_scale_;
+  bool fp32_compute_;
   double host_s_;  // the host's time to issue one kernel or collective (0: never holds the device back)
   std::vector<int> simulated_;  // world ranks played, sorted
   // (sender, receiver, tag) -> when the data is there, and the send's slice
@@ -507,7 +510,7 @@ class Schedule {
 
 std::vector<RankTimeline> schedule_ranks(const std::vector<RankEvents>& ranks, const ChipSpec& chip,
                                          const SystemSpec& sys, int rpc, ExecMode mode, double act_scale,
-                                         double red_scale, std::string* algorithms) {
+                                         double red_scale, bool fp32_compute, std::string* algorithms) {
   std::vector<Lane> lanes(ranks.size());
   for (size_t i = 0; i < ranks.size(); ++i) {
     lanes[i].rank = ranks[i].rank;
@@ -516,7 +519,7 @@ std::vector<RankTimeline> schedule_ranks(const std::vector<RankEvents>& ranks, c
     lanes[i].recv_arrival = ranks[i].recv_arrival;
     lanes[i].index = (int)i;
   }
-  Schedule sched(chip, sys, rpc, mode, act_scale, red_scale);
+  Schedule sched(chip, sys, rpc, mode, act_scale, red_scale, fp32_compute);
   sched.run(lanes);
   if (algorithms)
     for (auto& [k, v] : sched.algo_of_) *algorithms += (algorithms->empty() ? "" : "; ") + k + ": " + v;

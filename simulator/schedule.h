@@ -43,11 +43,13 @@ struct RankTimeline {
   std::vector<double> marks;
 };
 
-// act_scale / red_scale: byte factors of activations' and gradient reductions' dtypes (the plan is fp32).
+// act_scale / red_scale: byte factors of activations' and gradient reductions' dtypes (the plan is fp32);
+// fp32_compute: a float32 run, its GEMMs and attention priced at the chip's FP32 rate (fp32_tflops).
 // Fails naming the deadlock when the ranks wait on each other forever.
 std::vector<RankTimeline> schedule_ranks(const std::vector<RankEvents>& ranks, const sim::ChipSpec& chip,
                                          const sim::SystemSpec& sys, int ranks_per_chip, sim::ExecMode mode,
-                                         double act_scale, double red_scale, std::string* algorithms = nullptr);
+                                         double act_scale, double red_scale, bool fp32_compute = false,
+                                         std::string* algorithms = nullptr);
 
 // The scheduler alone: one rank's events on `chip` in `sys`, at their own byte counts (no dtype scaling), as
 // world rank `rank`; `recv_arrival` as in RankEvents.

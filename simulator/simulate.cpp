@@ -98,7 +98,8 @@ SimResult simulate_step(const JobConfig& cfg, int world, const std::vector<SpecE
   // ---- schedule: every stage's rank side by side ----
   std::vector<RankEvents> ranks;
   for (size_t s = 0; s < plans.size(); ++s) ranks.push_back({plans[s].rank, (int)s, &plans[s].events});
-  std::vector<RankTimeline> lanes = schedule_ranks(ranks, chip, sys, rpc, mode, act_scale, red_scale, &r.algorithms);
+  std::vector<RankTimeline> lanes = schedule_ranks(ranks, chip, sys, rpc, mode, act_scale, red_scale,
+                                                   /*fp32_compute=*/act_scale == 1.0, &r.algorithms);
   {  // the critical path across every lane (stage), before their spans move into the stages
     std::vector<const std::vector<SimSpan>*> spans;
     for (const auto& l : lanes) spans.push_back(&l.r.spans);
@@ -176,7 +177,7 @@ SimResult simulate_step(const JobConfig& cfg, int world, const std::vector<SpecE
   r.tflops_per_chip = r.tokens_per_s * plan.model_flops_per_token / r.chips / 1e12;
   // MFU's denominator: the chip's peak in the fastest precision the step's GEMMs use (FP8 GEMMs: the FP8 peak,
   // so MFU stays below 100%)
-  bool used[3] = {};  // the precisions the GEMMs use (GemmPrecision's values)
+  bool used[4] = {};  // the precisions the GEMMs use (GemmPrecision's values)
   for (const StepPlan& p : plans)
     for (const CostEvent& e : p.events)
       if (e.gemm.batch > 0) used[(int)e.gemm.precision] = true;

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "src/autograd/checkpoint.h"
+#include "src/nn/attention_variants.h"
 #include "src/ops/autocast.h"
 #include "src/ops/float8.h"
 #include "src/ops/common.h"
@@ -294,4 +295,49 @@ TEST(Autocast, CheckpointRecomputesInTheForwardsPrecision) {
   EXPECT_EQ(plain.first, ck.first);
   EXPECT_EQ(plain.second, ck.second);
   for (float v : ck.second) ASSERT_TRUE(is_bf16(v));
+}
+
+// Attention under autocast, as PyTorch's SDPA: q / k / v read as bf16 (here they arrive float32, as QK-norm and
+// RoPE leave them), the kernel in float32, the output a bf16 value; q / k / v's gradients are bf16 values too.
+// Bit for bit the float32 kernel on the rounded operands with its output rounded (the backward reads that
+// rounded output, as flash attention reads its bf16 one), its gradients rounded. Sinks stay float32 parameters.
+TEST(Autocast, AttentionReadsBf16OperandsAndRoundsItsOutput) {
+  const int64_t B = 2, S = 24, H = 4, Hkv = 2, D = 16;
+  auto mk = [](const Shape& s, uint64_t seed) { return rand_t(s, seed, DType::F32, -2, 2).requires_grad_(true); };
+  Tensor q = mk({B, S, H, D}, 51), k = mk({B, S, Hkv, D}, 52), v = mk({B, S, Hkv, D}, 53), sinks = mk({H}, 54);
+  Tensor G = rand_t({B, S, H, D}, 55, DType::F32);
+  nn::AttentionVariant causal;
+  Tensor out;
+  {
+    AutocastScope bf16(DType::BF16);
+    out = nn::variant_attention(q, k, v, sinks, causal, 0, Tensor(), Tensor());
+    sum(mul(out, G)).backward();
+  }
+  // the reference: float32 attention on rounded leaves, its output rounded in place before the backward
+  auto rounded_leaf = [](const Tensor& t) {
+    Tensor r = t.detach().clone();
+    round_to_bf16_(r);
+    return r.requires_grad_(true);
+  };
+  Tensor qr = rounded_leaf(q), kr = rounded_leaf(k), vr = rounded_leaf(v);
+  Tensor sr = sinks.detach().clone().requires_grad_(true);
+  Tensor ref = nn::variant_attention(qr, kr, vr, sr, causal, 0, Tensor(), Tensor());
+  int not_bf16 = 0;
+  for (float x : ref.to_vector<float>()) not_bf16 += !is_bf16(x);
+  EXPECT_GT(not_bf16, (int)ref.numel() / 2) << "outside the scope the output is float32";
+  round_to_bf16_(ref);
+  sum(mul(ref, G)).backward();
+  EXPECT_EQ(out.to_vector<float>(), ref.to_vector<float>()) << "out";
+  const Tensor* got[] = {&q, &k, &v};
+  const Tensor* want[] = {&qr, &kr, &vr};
+  const char* what[] = {"dq", "dk", "dv"};
+  for (int t = 0; t < 3; ++t) {
+    Tensor w = want[t]->grad().clone();
+    round_to_bf16_(w);
+    EXPECT_EQ(got[t]->grad().to_vector<float>(), w.to_vector<float>()) << what[t];
+  }
+  EXPECT_EQ(sinks.grad().to_vector<float>(), sr.grad().to_vector<float>()) << "dsinks (float32)";
+  int sink_not_bf16 = 0;
+  for (float x : sinks.grad().to_vector<float>()) sink_not_bf16 += !is_bf16(x);
+  EXPECT_GT(sink_not_bf16, 0) << "the sinks' gradient is not rounded";
 }

@@ -474,6 +474,10 @@ Tensor float8_grouped_linear(const Tensor& x, const Tensor& w, const Tensor& b, 
               shape_str(x.shape()));
   TITAN_CHECK(!k.tp, op, ": the experts' FP8 casts have no tensor-parallel form (a scale would span a cut dim)");
   const int64_t E = w.size(0), K = w.size(1), N = w.size(2);
+  // MX: K and N in whole blocks (only the tokens of a group are zero-padded to blocks, by fp8_round_trip_groups;
+  // the weight's groups are its experts' K rows, which must not be)
+  TITAN_CHECK(!k.mx || (K % kMxBlock == 0 && N % kMxBlock == 0), op, ": MX blocks of ", kMxBlock,
+              " need the weight's K and N to be multiples of ", kMxBlock, "; w is ", shape_str(w.shape()));
   const std::vector<int64_t> per_expert(E, K);  // w as [E * K, N]: expert e's K rows
   const bool bf16 = autocast_bf16(x);
   const Tensor xc = x.contiguous(), wc = w.contiguous();

@@ -33,19 +33,6 @@
 #include "src/ops/common.h"
 #include "src/tensor/bfloat16.h"
 
-namespace titan {
-
-void round_to_bf16_(Tensor& t) {
-  if (t.is_meta() || t.numel() == 0) return;
-  TITAN_CHECK(t.dtype() == DType::F32 && t.is_contiguous(), "round_to_bf16_: a contiguous float32 tensor expected, got ",
-              dtype_name(t.dtype()), " ", shape_str(t.shape()));
-  float* p = t.data<float>();
-  const int64_t n = t.numel(), chunk = 1 << 14;
-#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-  for (int64_t i = 0; i < n; i += chunk) round_to_bf16(p + i, std::min(chunk, n - i));
-}
-}  // namespace titan
-
 namespace titan::detail {
 namespace {
 

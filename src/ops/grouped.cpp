@@ -15,31 +15,37 @@ std::vector<int64_t> offsets_of(const std::vector<int64_t>& counts) {
   return off;
 }
 
-// f(e) for every expert with rows (each writes only its own rows and weights). An expert's GEMMs are small
-// (hundreds of rows): run whole experts side by side, one per thread, largest first, when no expert holds more
-// than a thread's share of the rows; else one expert at a time with the GEMM's own threads (also for large bf16
-// experts: oneDNN's GEMMs run one at a time). Each expert's numbers are the same either way: float32 experts
-// multiply on OpenBLAS in both (gemm_blas: rows and columns split, never a sum; and no oneDNN primitive per row
-// count), and so do small bf16 experts (gemm_bf16_blas).
+// The experts' GEMMs as work items. An expert's products on sgemm (float32, float64, small bf16 experts) are cut
+// into blocks of a fixed size: its rows in kBlock-row blocks for the output and grad_input GEMMs, its weight's
+// columns in kBlock-column blocks for grad_weight (never its rows: they are that GEMM's sum), each block one
+// single-threaded sgemm, all blocks of all experts side by side, largest first. The cut depends on the shapes
+// alone, so an expert's numbers are the same on any thread count and any expert-parallel layout (OpenBLAS's own
+// threading is not: its Haswell kernels, which it runs on AMD Zen 4, give other bits for other row splits).
+// oneDNN's experts (large bf16 ones) run one at a time, whole, with oneDNN's threads.
+constexpr int64_t kBlock = 128;
+struct Block {
+  int64_t e, lo, hi;  // expert e's rows (or columns) [lo, hi)
+};
+std::vector<Block> blocks_of(const std::vector<int64_t>& counts, int64_t columns, bool whole) {
+  std::vector<Block> out;
+  for (size_t e = 0; e < counts.size(); ++e) {
+    if (counts[e] == 0) continue;
+    const int64_t n = columns > 0 ? columns : counts[e];
+    for (int64_t lo = 0; lo < n; lo += whole ? n : kBlock) out.push_back({(int64_t)e, lo, whole ? n : std::min(n, lo + kBlock)});
+  }
+  return out;
+}
 template <typename F>
-void for_each_expert(const std::vector<int64_t>& counts, bool one_at_a_time, F&& f) {
-  std::vector<int64_t> order;
-  int64_t total = 0, largest = 0;
-  for (size_t e = 0; e < counts.size(); ++e)
-    if (counts[e] > 0) {
-      order.push_back((int64_t)e);
-      total += counts[e];
-      largest = std::max(largest, counts[e]);
-    }
-  const int64_t threads = omp_get_max_threads();
-  if (one_at_a_time || threads == 1 || (int64_t)order.size() < 2 || largest * threads > total || omp_in_parallel()) {
-    for (int64_t e : order) f(e);
+void for_each_block(std::vector<Block> blocks, bool one_at_a_time, const std::vector<int64_t>& counts, F&& f) {
+  if (one_at_a_time || omp_get_max_threads() == 1 || blocks.size() < 2 || omp_in_parallel()) {
+    for (const Block& b : blocks) f(b);
     return;
   }
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return counts[a] > counts[b]; });
+  auto work = [&](const Block& b) { return (b.hi - b.lo) * counts[(size_t)b.e]; };
+  std::stable_sort(blocks.begin(), blocks.end(), [&](const Block& a, const Block& b) { return work(a) > work(b); });
   TaskErrors errors;
 #pragma omp parallel for schedule(dynamic, 1)
-  for (size_t i = 0; i < order.size(); ++i) errors.run([&] { f(order[i]); });
+  for (size_t i = 0; i < blocks.size(); ++i) errors.run([&] { f(blocks[i]); });
   errors.rethrow();
 }
 
@@ -79,9 +85,9 @@ Tensor grouped_linear_forward(const Tensor& x, const Tensor& w, const Tensor& b,
     const T* pw = w.data<T>();
     const T* pb = b.defined() ? b.data<T>() : nullptr;
     T* py = y.data<T>();
-    for_each_expert(counts, gemm_e.onednn, [&](int64_t e) {
-      const int64_t n = counts[e];
-      T* ye = py + off[e] * N;
+    for_each_block(blocks_of(counts, 0, gemm_e.onednn), gemm_e.onednn, counts, [&](const Block& bl) {
+      const int64_t e = bl.e, n = bl.hi - bl.lo, r0 = off[e] + bl.lo;  // rows [r0, r0 + n)
+      T* ye = py + r0 * N;
       T beta = 0;
       if (pb) {
         for (int64_t i = 0; i < n; ++i) std::copy(pb + e * N, pb + (e + 1) * N, ye + i * N);
@@ -89,7 +95,7 @@ Tensor grouped_linear_forward(const Tensor& x, const Tensor& w, const Tensor& b,
       }
       if constexpr (std::is_same_v<T, float>)
         if (bf16 && pb) round_to_bf16(ye, n * N);  // the bias as the bf16 GEMM reads it
-      gemm_e(false, false, n, N, K, T(1), px + off[e] * K, K, pw + (int64_t)e * K * N, N, beta, ye, N);
+      gemm_e(false, false, n, N, K, T(1), px + r0 * K, K, pw + e * K * N, N, beta, ye, N);
     });
   });
   if (bf16) round_to_bf16_(y);
@@ -116,16 +122,21 @@ std::vector<Tensor> grouped_linear_backward(const Tensor& dy, const Tensor& x, c
     const T* pw = w.data<T>();
     T* pdx = dx.data<T>();
     T* pdw = dw.data<T>();
-    for_each_expert(counts, gemm_e.onednn, [&](int64_t e) {
-      const int64_t n = counts[e];
-      const T* ge = pg + off[e] * N;
-      gemm_e(false, true, n, K, N, T(1), ge, N, pw + (int64_t)e * K * N, N, T(0), pdx + off[e] * K, K);  // dy W^T
-      gemm_e(true, false, K, N, n, T(1), px + off[e] * K, K, pgw + off[e] * N, N, T(0), pdw + (int64_t)e * K * N,
-             N);  // x^T dy
+    // dx = dy W^T: blocks of rows
+    for_each_block(blocks_of(counts, 0, gemm_e.onednn), gemm_e.onednn, counts, [&](const Block& bl) {
+      const int64_t e = bl.e, n = bl.hi - bl.lo, r0 = off[e] + bl.lo;
+      gemm_e(false, true, n, K, N, T(1), pg + r0 * N, N, pw + e * K * N, N, T(0), pdx + r0 * K, K);
+    });
+    // dW = x^T dy (and db = the sum of dy): blocks of the weight's columns, each summing all of its expert's rows
+    for_each_block(blocks_of(counts, N, gemm_e.onednn), gemm_e.onednn, counts, [&](const Block& bl) {
+      const int64_t e = bl.e, n = counts[e], c = bl.hi - bl.lo;
+      gemm_e(true, false, K, c, n, T(1), px + off[e] * K, K, pgw + off[e] * N + bl.lo, N, T(0),
+             pdw + e * K * N + bl.lo, N);
       if (has_b) {
         T* pdb = db.data<T>() + e * N;
+        const T* ge = pg + off[e] * N;
         for (int64_t i = 0; i < n; ++i)
-          for (int64_t j = 0; j < N; ++j) {
+          for (int64_t j = bl.lo; j < bl.hi; ++j) {
             T v = ge[i * N + j];
             if constexpr (std::is_same_v<T, float>)
               if (bf16) v = round_to_bf16(v);  // the bias gradient sums the bf16 gradient

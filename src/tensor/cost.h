@@ -29,7 +29,8 @@ namespace titan {
 // The precision a GEMM's operands are multiplied in: high (the activation dtype), FP8 (float8 training's
 // per-tensor / per-row scales) or MXFP8 (32-element blocks with e8m0 scales); the simulator prices each at the
 // chip's rate for it.
-enum class GemmPrecision : uint8_t { high, fp8, mxfp8 };
+// high: the run's compute dtype as recorded (the simulator reads it as float32 in a float32 run: fp32)
+enum class GemmPrecision : uint8_t { high, fp8, mxfp8, fp32 };
 struct GemmShape {
   int64_t batch = 0, m = 0, n = 0, k = 0;  // batch 0: not a GEMM
   GemmPrecision precision = GemmPrecision::high;  // set from the GemmPrecisionScope alive at the record

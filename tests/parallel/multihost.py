@@ -229,9 +229,14 @@ def case_faults(build, c):
                 c(bool(named), "the end names the unreachable host: " + (named[0] if named else text[-600:]))
                 # and its ranks: mpirun's SIGTERM reaches h1's ranks stuck in a collective; each says whom it waits
                 # for (comms/watchdog.h) before the SIGKILL
+                # (each names the h2 ranks of its own collective: a rank caught in a per-host group's collective
+                # -- the step line's link times, 'hosts' -- waits for rank 2 alone; together they name both)
                 waits = [l.strip() for l in text.splitlines() if "SIGTERM arrived while" in l]
-                c(len(waits) >= 1 and all("ranks 2,3 on h2 (another host" in l for l in waits),
-                  f"h1's ranks name the unreachable ranks ({len(waits)} lines): " + (waits[0] if waits else text[-600:]))
+                named_h2 = [re.search(r"ranks? ([\d,]+) on h2 \(another host", l) for l in waits]
+                union = sorted({int(r) for m in named_h2 if m for r in m.group(1).split(",")})
+                c(len(waits) >= 1 and all(named_h2) and union == [2, 3],
+                  f"h1's ranks name the unreachable ranks ({len(waits)} lines, h2's ranks named: {union}): " +
+                  (" | ".join(waits) if waits else text[-600:]))
                 # h2's daemon finds its lost peers by its own keepalives, on its own clock: give it 20 s after mpirun
                 t_end, left = time.time(), None
                 while left != [] and time.time() - t_end < 20:
@@ -448,8 +453,8 @@ def case_latency(build, c):
         sys.exit(77)
     print(chk.stdout.strip())
     # a rank per host (--map-by node): two ranks of a host busy-polling a 100 ms round trip on this machine's two
-    # cores made 4 ranks ~25x slower than 2 (240 s a step); 2 steps, no link probe (4 MiB at 50 ms and 5% loss
-    # take tens of seconds)
+    # cores made 4 ranks ~25x slower than 2 (240 s a step; measured before cluster.sh made oversubscribed ranks
+    # yield, kept at one rank a host); 2 steps, no link probe (4 MiB at 50 ms and 5% loss take tens of seconds)
     np_, ref = 2, "ref"
     flags = ("--parallelism.data_parallel_shard_degree 2 --parallelism.fsdp_reshard_after_forward false "
              "--metrics.link_probe_mib 0")

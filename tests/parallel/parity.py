@@ -199,8 +199,8 @@ def run_layout(build, name, np_, ref_name, flags, launcher=None, where=""):
         # gpt-oss's biases start at zero and AdamW moves each by a whole lr step the sign of its gradient says: the
         # drift above flips small gradients' signs, and after 10 steps the biases (|b| ~ 3e-3) and the router differ
         # by up to ~8% (measured under expert parallel 2: 6.3e-2 with the experts in FP8, 7.6e-2 with only the
-        # linear layers in FP8; losses 1.5e-4 / 4.8e-4). Step 1's gradients hold the casts exact (1e-5). (Every
-        # gpt-oss FP8 row: oss_fp8_ep2 only, today.)
+        # linear layers in FP8; losses 1.5e-4 / 4.8e-4; oss_mxfp8_ep2, mxfp8_rceil with the experts: 3.5e-2, loss
+        # 2.0e-4). Step 1's gradients hold the casts exact (1e-5). (Every gpt-oss FP8 row: the two EP 2 rows.)
         weight_tol = 0.1
     bf16 = deg.get("--training.mixed_precision_param") == "bfloat16"
     if bf16:
