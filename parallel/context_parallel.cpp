@@ -6,6 +6,7 @@
 #include "src/autograd/checkpoint.h"
 #include "src/autograd/function.h"
 #include "src/autograd/grad_mode.h"
+#include "src/ops/autocast.h"
 #include "src/ops/ops.h"
 #include "src/tensor/cost.h"
 
@@ -117,10 +118,13 @@ enum Tag { kK = 0, kV = 1, kDK = 2, kDV = 3 };
 int64_t ring_src(int64_t r, int64_t t, int64_t cp) { return (r - t + cp) % cp; }
 }  // namespace
 
-Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor& v, const FlexOptions& opt,
+Tensor context_parallel_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const FlexOptions& opt,
                                   const nn::SequenceShard& shard, const comms::PG& cp, const comms::PG& cp_p2p,
                                   RotateMethod method) {
   const char* op = "context_parallel_attention";
+  // bf16 autocast as flex_attention's: q / k / v read as bf16, float32 inside, a bf16 output; packs kept
+  const bool pack = autocast_bf16(q_in) && !q_in.is_meta();
+  const Tensor q = autocast_operand(q_in), k = autocast_operand(k_in), v = autocast_operand(v_in);
   TITAN_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && q.size(0) == k.size(0) && q.size(1) == k.size(1) &&
                   q.size(3) == k.size(3) && v.size(0) == k.size(0) && v.size(1) == k.size(1) && v.size(2) == k.size(2),
               op, ": expected q [B, S_local, Hq, D], k [B, S_local, Hkv, D], v [B, S_local, Hkv, Dv], got ",
@@ -184,6 +188,8 @@ Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor
     return std::vector<Tensor>{concat({acc[0], acc[1]}, 1), concat({acc_lse[0], acc_lse[1]}, 2)};
   });
   Tensor out = fwd[0], lse = fwd[1];  // [B, 2c, Hq, Dv], [B, Hq, 2c]
+  if (pack) round_to_bf16_(out);
+  auto keep = [pack](const Tensor& t) { return pack ? bf16_pack(t) : autograd::saved(t); };
 
   std::vector<Tensor> inputs = {qc, kc, vc};
   const bool has_sinks = opt.sinks.defined();
@@ -192,9 +198,10 @@ Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor
   auto base = std::make_shared<FlexOptions>(opt);  // the callables and captured data, for the backward
   return autograd::record(
       "context_parallel_attention", inputs, out,
-      [qs = autograd::saved(qc), ks = autograd::saved(kc), vs = autograd::saved(vc), os = autograd::saved(out),
-       ls = autograd::saved(lse), base, pieces, cp, cp_p2p, method, has_sinks, c, n, r, block, vblock](const std::vector<Tensor>& g) {
+      [qp = keep(qc), kp = keep(kc), vp = keep(vc), op = keep(out), ls = autograd::saved(lse), base, pieces, cp,
+       cp_p2p, method, has_sinks, c, n, r, block, vblock](const std::vector<Tensor>& g) {
         NoGradGuard ng;
+        const Tensor qs = unpack_bf16(qp), ks = unpack_bf16(kp), vs = unpack_bf16(vp), os = unpack_bf16(op);
         Tensor go = g[0].contiguous();
         Tensor qch[2], och[2], goch[2], lch[2], dq[2];
         for (int64_t a = 0; a < 2; ++a) {

@@ -5,6 +5,7 @@
 #include "src/autograd/checkpoint.h"
 #include "src/autograd/function.h"
 #include "src/autograd/grad_mode.h"
+#include "src/ops/autocast.h"
 #include "src/ops/ops.h"
 
 namespace titan::parallel {
@@ -223,6 +224,9 @@ void block_collectives(nn::Module& m, const comms::PG& pg, bool sequence_paralle
     if (open->empty()) return out;
     Gathered g = open->back();
     open->pop_back();
+    // under bf16 autocast the projections kept the gathered input's bf16 pack, not the input: nothing to free
+    // and gather again (it is freed when the forward lets it go; autocast keeps its cast as PyTorch's does)
+    if (has_bf16_pack(g.full)) return out;
     g.full.release_storage();
     return autograd::custom_op(
         "SequenceParallelRegather", {out}, [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0]}; },

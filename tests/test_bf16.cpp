@@ -15,6 +15,7 @@
 #include "src/ops/float8.h"
 #include "src/ops/common.h"
 #include "src/tensor/bfloat16.h"
+#include "src/tensor/memory.h"
 #include "tests/gradcheck.h"
 
 using namespace titan;
@@ -340,4 +341,38 @@ TEST(Autocast, AttentionReadsBf16OperandsAndRoundsItsOutput) {
   int sink_not_bf16 = 0;
   for (float x : sinks.grad().to_vector<float>()) sink_not_bf16 += !is_bf16(x);
   EXPECT_GT(sink_not_bf16, 0) << "the sinks' gradient is not rounded";
+}
+
+// A real bf16 run keeps a linear's input as autocast keeps its cast: a bf16 pack, 2 bytes an element, one for
+// every projection reading the same tensor (q / k / v); an input changed in place gets a pack of its own. The
+// gradients are those of the float32 input rounded (the same as without the pack: LinearComputesInBf16...).
+TEST(Autocast, LinearKeepsOneBf16PackOfItsInput) {
+  const int64_t N = 64, in = 48, out = 16;
+  auto cpu_bytes = [] { return MemoryTracker::get(Device::CPU).stats().total_current; };
+  Tensor x = rand_t({N, in}, 61, DType::F32).requires_grad_(true);
+  Tensor w[3] = {rand_t({out, in}, 62, DType::F32).requires_grad_(true),
+                 rand_t({out, in}, 63, DType::F32).requires_grad_(true),
+                 rand_t({out, in}, 64, DType::F32).requires_grad_(true)};
+  AutocastScope bf16(DType::BF16);
+  const int64_t before = cpu_bytes();
+  Tensor y[3];
+  for (int i = 0; i < 3; ++i) y[i] = linear(x, w[i]);
+  const int64_t outputs = 3 * N * out * 4, pack = N * in * 2;
+  EXPECT_EQ(cpu_bytes() - before, outputs + pack) << "three projections of one input: one bf16 pack";
+  EXPECT_TRUE(has_bf16_pack(x));
+  // changed in place: the next projection packs the new values (the old pack stays with the first three)
+  {
+    NoGradGuard ng;
+    x.data<float>()[0] += 1.0f;
+  }
+  EXPECT_FALSE(has_bf16_pack(x));
+  Tensor y4 = linear(x, w[0]);
+  EXPECT_EQ(cpu_bytes() - before, outputs + N * out * 4 + 2 * pack);
+  const float x00 = round_to_bf16(x.data<float>()[0]);
+  sum(y4).backward();
+  // dW[j][0] = sum over rows of g (1) times bf16(x[row][0]): row 0 carries the changed value
+  double want = 0;
+  for (int64_t r = 0; r < N; ++r) want += r == 0 ? x00 : round_to_bf16(x.data<float>()[r * in]);
+  EXPECT_NEAR(w[0].grad().data<float>()[0], round_to_bf16((float)want), std::fabs(want) * 1e-2 + 1e-3);
+  y[0] = y[1] = y[2] = y4 = Tensor();
 }

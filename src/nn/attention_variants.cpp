@@ -4,7 +4,6 @@
 #include <cmath>
 #include <sstream>
 
-#include "src/ops/autocast.h"
 #include "src/ops/ops.h"
 #include "src/tensor/error.h"
 
@@ -87,12 +86,9 @@ ScoreMod layer_score_mod(const AttentionVariant& v, const Tensor& bias_param) {
   }, 5);
 }
 
-Tensor variant_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& sinks,
+Tensor variant_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks,
                          const AttentionVariant& variant, int64_t window, const Tensor& doc_ids, const Tensor& bias,
                          const AttendFn& attend, double scale, int64_t chunk, BlockMaskCache* masks) {
-  // bf16 autocast (PyTorch's SDPA): q / k / v read as bf16 (q and k arrive float32 from QK-norm and RoPE),
-  // float32 inside the kernel (scores, softmax, P @ V and the sinks), the output rounded to bf16 (below)
-  const Tensor q = autocast_operand(q_in), k = autocast_operand(k_in), v = autocast_operand(v_in);
   FlexOptions f;
   f.scale = scale;
   f.mask_mod = layer_mask(variant, window, doc_ids, chunk);
@@ -102,11 +98,8 @@ Tensor variant_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v
     const AttentionVariantKey key{variant, window, chunk, q.size(0), q.size(2), q.size(1), k.size(1)};
     f.block_mask = masks->get(key, [&] { return create_block_mask(f.mask_mod, key.B, key.H, key.q_len, key.kv_len); });
   }
-  Tensor out = attend ? attend(q, k, v, f) : flex_attention(q, k, v, f);
-  // the bf16 result, rounded in place: the op's own fresh output (the values its backward saved too, as flash
-  // attention keeps its bf16 output); its gradient arrives bf16 from the output projection
-  if (autocast_bf16(q_in) && !out.is_meta()) round_to_bf16_(out);
-  return out;
+  // (under bf16 autocast both read q / k / v as bf16 and return a bf16 output, as PyTorch's SDPA)
+  return attend ? attend(q, k, v, f) : flex_attention(q, k, v, f);
 }
 
 const BlockMask& BlockMaskCache::get(const AttentionVariantKey& key, const std::function<BlockMask()>& build) {

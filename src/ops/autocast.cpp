@@ -2,6 +2,8 @@
 #include "src/ops/autocast.h"
 
 #include <algorithm>
+#include <memory>
+#include <vector>
 
 #include "src/autograd/function.h"
 #include "src/ops/common.h"
@@ -39,6 +41,79 @@ Tensor autocast_operand(const Tensor& x) {
     round_to_bf16_(gx);
     return std::vector<Tensor>{gx};
   });
+}
+
+namespace {
+// The packs alive, by the storage (and place) they were made from; expired entries are dropped as new ones come.
+struct PackEntry {
+  const Storage* source;
+  int64_t offset, numel;  // a contiguous source: its place in the storage (any shape over it)
+  std::weak_ptr<Storage> pack;  // the pack's bits (its tensors are detached aliases: the storage is what lives)
+};
+thread_local std::vector<PackEntry> t_packs;
+
+// A pack of the contiguous x holding x's values now (the bits compared), in x's shape, or undefined.
+Tensor find_pack(const Tensor& x) {
+  const Storage* src = x.impl()->storage.get();
+  for (const PackEntry& e : t_packs) {
+    if (e.source != src || e.offset != x.offset() || e.numel != x.numel()) continue;
+    std::shared_ptr<Storage> bits = e.pack.lock();
+    if (!bits) continue;
+    auto impl = std::make_shared<TensorImpl>();  // a bf16 tensor of x's shape over the pack's bits
+    impl->shape = x.shape();
+    impl->strides = contiguous_strides(x.shape());
+    impl->dtype = DType::BF16;
+    impl->device = Device::CPU;
+    impl->storage = std::move(bits);
+    Tensor p(impl);
+    const float* v = x.data<float>();
+    const uint16_t* b = bf16_bits(p);
+    const int64_t n = x.numel();
+    int64_t differ = 0;
+#pragma omp parallel for schedule(static) reduction(+ : differ) if (n >= kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) differ += float_to_bf16_bits(v[i]) != b[i];
+    if (differ == 0) return p;
+  }
+  return Tensor();
+}
+}  // namespace
+
+Tensor bf16_pack(const Tensor& x_in) {
+  TITAN_CHECK(x_in.dtype() == DType::F32 && !x_in.is_meta(), "bf16_pack: a float32 cpu tensor expected, got ",
+              dtype_name(x_in.dtype()), x_in.is_meta() ? " (meta)" : "");
+  const Tensor x = x_in.is_contiguous() ? x_in : x_in.contiguous();
+  if (Tensor p = find_pack(x); p.defined()) return p;
+  Tensor p = empty(x.shape(), DType::BF16, Device::CPU);
+  const float* v = x.data<float>();
+  uint16_t* b = static_cast<uint16_t*>(p.raw_data());
+  const int64_t n = x.numel(), chunk = 1 << 14;
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+  for (int64_t i = 0; i < n; i += chunk) float_to_bf16_bits(v + i, b + i, std::min(chunk, n - i));
+  std::erase_if(t_packs, [](const PackEntry& e) { return e.pack.expired(); });
+  t_packs.push_back({x.impl()->storage.get(), x.offset(), x.numel(), p.impl()->storage});
+  return p;
+}
+
+bool has_bf16_pack(const Tensor& x) {
+  if (!x.defined() || x.is_meta() || x.dtype() != DType::F32 || !x.is_contiguous()) return false;
+  return find_pack(x).defined();
+}
+
+const uint16_t* bf16_bits(const Tensor& pack) {
+  TITAN_CHECK(pack.dtype() == DType::BF16 && pack.is_contiguous(), "bf16_bits: a contiguous bfloat16 pack expected, got ",
+              dtype_name(pack.dtype()), " ", shape_str(pack.shape()));
+  return static_cast<const uint16_t*>(pack.raw_data());
+}
+
+Tensor unpack_bf16(const Tensor& t) {
+  if (!t.defined() || t.dtype() != DType::BF16) return t;
+  Tensor out = empty(t.shape(), DType::F32, Device::CPU);
+  const uint16_t* b = bf16_bits(t);
+  float* v = out.data<float>();
+  const int64_t n = t.numel();
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) v[i] = bf16_bits_to_float(b[i]);
+  return out;
 }
 
 }  // namespace titan

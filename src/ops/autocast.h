@@ -28,4 +28,18 @@ void round_to_bf16_(Tensor& t);
 // dtypes), `x` itself.
 Tensor autocast_operand(const Tensor& x);
 
+// An operand a bf16 op saves for its backward, as autocast saves its bf16 cast: the values rounded to bf16 in
+// 2-byte storage (a DType::BF16 tensor, contiguous, no graph), half float32's memory. One pack per input: ops
+// reading the same tensor (the q / k / v projections of one normed input; gate and up) share it, found again by
+// the input's storage, offset and shape and checked value by value (a tensor changed in place gets a new pack).
+// Only for real float32 tensors (the caller checks autocast_bf16 and !is_meta(): a meta plan stays float32,
+// the simulator prices the run's dtypes).
+Tensor bf16_pack(const Tensor& x);
+// Whether a pack of x's values is alive (sequence parallel's re-gather frees only what no pack replaced).
+bool has_bf16_pack(const Tensor& x);
+// A saved operand's float32 values: a pack unpacked into a fresh float32 tensor; a float32 tensor as it is.
+Tensor unpack_bf16(const Tensor& t);
+// The bf16 bits of a pack (row-major, contiguous).
+const uint16_t* bf16_bits(const Tensor& pack);
+
 }  // namespace titan

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "src/autograd/checkpoint.h"
+#include "src/ops/autocast.h"
 #include "src/ops/common.h"
 
 namespace titan {
@@ -613,8 +614,13 @@ Problem prepare(const char* op, const Tensor& q, const Tensor& k, const Tensor& 
 }
 }  // namespace
 
-Tensor flex_attention(const Tensor& q, const Tensor& k, const Tensor& v, const FlexOptions& opt) {
+Tensor flex_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const FlexOptions& opt) {
   const char* op = "flex_attention";
+  // bf16 autocast (PyTorch's SDPA): q / k / v read as bf16, float32 inside (scores, softmax, P V, the sinks), a
+  // bf16 output; a real run keeps q / k / v and the output for the backward as bf16 packs (lossless: bf16 values)
+  const bool bf16 = autocast_bf16(q_in);
+  const bool pack = bf16 && !q_in.is_meta();
+  const Tensor q = autocast_operand(q_in), k = autocast_operand(k_in), v = autocast_operand(v_in);
   BlockMask built;
   Problem p = prepare(op, q, k, v, opt, built);
   const BlockMask* bm = p.bm;
@@ -631,6 +637,8 @@ Tensor flex_attention(const Tensor& q, const Tensor& k, const Tensor& v, const F
     return std::vector<Tensor>{out, lse};
   });
   Tensor out = fwd[0], lse = fwd[1];
+  if (pack) round_to_bf16_(out);  // the op's own fresh result (or selective checkpointing's kept one: idempotent)
+  auto keep = [pack](const Tensor& t) { return pack ? bf16_pack(t) : saved(t); };
   std::vector<Tensor> inputs = {qc, kc, vc};
   if (sc.defined()) inputs.push_back(sc);
   for (const Tensor& c : opt.score_mod.captures()) inputs.push_back(c);
@@ -639,8 +647,9 @@ Tensor flex_attention(const Tensor& q, const Tensor& k, const Tensor& v, const F
   keep_opt->block_mask = *bm;
   for (Tensor& c : p.caps) c = saved(c);
   return record("flex_attention", inputs, out,
-                [qs = saved(qc), ks = saved(kc), vs = saved(vc), sks = saved(sc), os = saved(out), ls = saved(lse),
+                [qp = keep(qc), kp = keep(kc), vp = keep(vc), sks = saved(sc), op = keep(out), ls = saved(lse),
                  keep_opt, d, scale = p.scale, caps = p.caps](const std::vector<Tensor>& g) {
+                  const Tensor qs = unpack_bf16(qp), ks = unpack_bf16(kp), vs = unpack_bf16(vp), os = unpack_bf16(op);
                   Problem bp{keep_opt.get(), &keep_opt->block_mask, d, scale, caps};
                   Tensor go = g[0].contiguous();
                   Tensor dq = zeros(qs.shape(), qs.dtype(), qs.device());

@@ -300,6 +300,7 @@ struct FlexOptions {
 // q [B, Sq, Hq, D], k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv] (Hq % Hkv == 0) -> [B, Sq, Hq, Dv]. Dv may differ from
 // D (multi-head latent attention: q.k over nope + rope dims, v narrower); the scale defaults to D's.
 // Rows that see no key (and no sink) give 0, as PyTorch's flex_attention.
+// Under bf16 autocast (src/ops/autocast.h) as PyTorch's SDPA: q / k / v read as bf16, float32 inside, a bf16 output.
 Tensor flex_attention(const Tensor& q, const Tensor& k, const Tensor& v, const FlexOptions& opt);
 
 // ---- attention in blocks (context parallel) ---------------------------------------------

@@ -148,16 +148,23 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 // ---- linear ----------------------------------------------------------------
 namespace {
+// A bf16 GEMM's operand x2 [N, in] as stored: float32 values (rounded as the GEMM reads them) or a pack's bits.
+Bf16Operand bf16_operand(const Tensor& x2) {
+  if (x2.dtype() == DType::BF16) return {nullptr, bf16_bits(x2), x2.size(1)};
+  return {x2.data<float>(), nullptr, x2.size(1)};
+}
+
 // x2 [N, in], w [out, in], bias [out] -> y [N, out]
-// bf16: autocast's bf16 GEMM (operands and bias read as bf16, the output rounded to bf16)
+// bf16: autocast's bf16 GEMM (operands and bias read as bf16, the output rounded to bf16); x2 float32, or on a
+// real run its bf16 pack (bf16_pack)
 Tensor linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias, bool bf16) {
   const int64_t N = x2.size(0), in = x2.size(1), out_f = w.size(0);
-  Tensor y = empty({N, out_f}, x2.dtype(), x2.device());
+  Tensor y = empty({N, out_f}, w.dtype(), x2.device());
   record_cost("linear", 2.0 * N * in * out_f + (bias.defined() ? (double)N * out_f : 0.0),
               bytes_of({&x2, &w, &bias, &y}), GemmShape{1, N, out_f, in});
   if (x2.is_meta() || y.numel() == 0) return y;
   BlasMat W = blas_mat(w);
-  dispatch_float(x2.dtype(), "linear", [&]<typename T>() {
+  dispatch_float(w.dtype(), "linear", [&]<typename T>() {
     T* py = y.data<T>();
     T beta = T(0);
     if (bias.defined()) {
@@ -169,8 +176,11 @@ Tensor linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias, boo
       if (bf16) round_to_bf16_(y);  // the bias as the bf16 addmm reads it
     }
     // y = x2 @ w^T: op(B) = w^T, so flip w's own transpose flag
-    gemm_as<T>(bf16, false, !W.trans, N, out_f, in, T(1), x2.data<T>(), in, W.t.template data<T>(), W.ld, beta, py,
-               out_f);
+    if constexpr (std::is_same_v<T, float>)
+      if (bf16)
+        return gemm_bf16(false, !W.trans, N, out_f, in, 1.0f, bf16_operand(x2), {W.t.data<float>(), nullptr, W.ld},
+                         beta, py, out_f);
+    gemm<T>(false, !W.trans, N, out_f, in, T(1), x2.data<T>(), in, W.t.template data<T>(), W.ld, beta, py, out_f);
   });
   if (bf16) round_to_bf16_(y);
   return y;
@@ -198,11 +208,16 @@ std::vector<Tensor> linear_backward(const Tensor& g, const Tensor& x2, const Ten
   }
   Tensor gc = g.contiguous();
   BlasMat W = blas_mat(w);
-  if (bf16 && need_x && need_w && N > 0 && out_f > 0) {  // g read as bf16 by both GEMMs: rounded and packed once
+  if (bf16 && N > 0 && out_f > 0) {  // g read as bf16 by both GEMMs: rounded and packed once
     const std::vector<uint16_t> gb = pack_bf16(gc.data<float>(), N, out_f, out_f);
     const Bf16Operand G{nullptr, gb.data(), out_f};
-    gemm_bf16(false, W.trans, N, in, out_f, 1.0f, G, {W.t.data<float>(), nullptr, W.ld}, 0.0f, dx.data<float>(), in);
-    gemm_bf16(true, false, out_f, in, N, 1.0f, G, {x2.data<float>(), nullptr, in}, 0.0f, dw.data<float>(), in);
+    if (need_x)  // dx = g @ w
+      gemm_bf16(false, W.trans, N, in, out_f, 1.0f, G, {W.t.data<float>(), nullptr, W.ld}, 0.0f, dx.data<float>(), in);
+    if (need_w)  // dw = g^T @ x2 (x2: the forward's pack, or float32 values)
+      gemm_bf16(true, false, out_f, in, N, 1.0f, G, bf16_operand(x2), 0.0f, dw.data<float>(), in);
+  } else if (x2.dtype() == DType::BF16) {  // nothing to multiply: no rows or no outputs
+    if (need_x) fill_(dx, 0.0);
+    if (need_w) fill_(dw, 0.0);
   } else dispatch_float(g.dtype(), "linear_backward", [&]<typename T>() {
     if (need_x)  // dx = g @ w
       gemm_as<T>(bf16, false, W.trans, N, in, out_f, T(1), gc.data<T>(), out_f, W.t.template data<T>(), W.ld, T(0),
@@ -238,6 +253,9 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
     x2 = reshape(x, {-1, x.size(-1)}).contiguous();
   }
   const bool bf16 = autocast_bf16(x);
+  // a real bf16 run multiplies, and keeps for the weight's gradient, the input's bf16 pack (autocast's cast of
+  // it; one per input however many projections read it): half float32's memory
+  if (bf16 && !x2.is_meta() && x2.numel() > 0) x2 = bf16_pack(x2);
   Tensor y2 = autograd::sac_forward(autograd::SacOp::Matmul, [&] { return linear_forward(x2, w, bias, bf16); });
   Shape os = x.shape();
   os.back() = w.size(0);
