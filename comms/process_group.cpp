@@ -120,6 +120,7 @@ struct Work::State {
   CommRecord rec;
   std::function<void()> finish;  // runs on the waiting thread after completion
   std::function<bool()> test;    // point-to-point: polled by the waiting thread until true (done stays false)
+  bool logged = true;            // CommLog keeps its record (not a planned collective: meta or fake group)
 };
 
 void Work::then(std::function<void()> f) {
@@ -154,7 +155,7 @@ void Work::wait() {
     state_->finish = nullptr;
   }
   state_->rec.exposed_s += now() - t0;
-  if (CommLog::get().enabled) CommLog::get().add(state_->rec);
+  if (state_->logged && CommLog::get().enabled) CommLog::get().add(state_->rec);
   state_.reset();
 }
 
@@ -196,8 +197,11 @@ Work submit(const std::string& kind, ProcessGroup& pg, int64_t bytes, std::funct
   return Work(st);
 }
 
-Work done_work(const std::string& kind, const std::string& group, int64_t bytes, int64_t trace_id) {
+// A collective with nothing to move: a group of one, or a planned one (meta tensors or a fake group: planning
+// neither logs it nor counts it as this process's traffic, and plans stages on several threads).
+Work done_work(const std::string& kind, const std::string& group, int64_t bytes, int64_t trace_id, bool planned) {
   auto st = std::make_shared<Work::State>();
+  st->logged = !planned;
   st->trace_id = trace_id;
   st->rec = {kind, group, bytes, 0, 0};
   st->done = true;
@@ -374,7 +378,7 @@ std::pair<Tensor, Work> ProcessGroup::all_reduce_async(const Tensor& x, ReduceOp
   const int64_t tid = record_comm_start("all_reduce", ref(), (double)bytes);
   if (x.is_meta() || fake_ || size_ == 1) {
     if (!x.is_meta()) copy_(out, in);
-    return {out, done_work("all_reduce", name_, bytes, tid)};
+    return {out, done_work("all_reduce", name_, bytes, tid, x.is_meta() || fake_)};
   }
   MPI_Comm c = comm_;
   Work w = submit("all_reduce", *this, bytes, [=]() {
@@ -424,7 +428,7 @@ std::pair<Tensor, Work> ProcessGroup::all_gather_async(const Tensor& x, int64_t 
   Tensor out = empty(os, x.dtype(), x.device());
   const int64_t bytes = x.nbytes();
   const int64_t tid = record_comm_start("all_gather", ref(), (double)out.nbytes());
-  if (x.is_meta() || fake_) return {out, done_work("all_gather", name_, bytes, tid)};
+  if (x.is_meta() || fake_) return {out, done_work("all_gather", name_, bytes, tid, true)};
   const int64_t row = numel(Shape(x.shape().begin() + 1, x.shape().end()));  // elements per row of dim 0
   std::vector<int> counts(size_), displs(size_);
   int64_t at = 0;
@@ -466,7 +470,7 @@ std::pair<Tensor, Work> ProcessGroup::reduce_scatter_async(const Tensor& x, int6
   Tensor out = empty(os, x.dtype(), x.device());
   const int64_t bytes = x.nbytes();
   const int64_t tid = record_comm_start("reduce_scatter", ref(), (double)bytes);
-  if (x.is_meta() || fake_) return {out, done_work("reduce_scatter", name_, bytes, tid)};
+  if (x.is_meta() || fake_) return {out, done_work("reduce_scatter", name_, bytes, tid, true)};
   const int64_t row = x.numel() / std::max<int64_t>(1, x.size(dim));
   std::vector<int> counts(size_);
   for (int r = 0; r < size_; ++r) counts[r] = (int)(sizes[r] * row);
@@ -618,7 +622,7 @@ Work ProcessGroup::isend(const Tensor& x, int dst, int tag) {
   TITAN_CHECK(dst >= 0 && dst < size_ && dst != rank_, "isend: destination ", dst, " is not another rank of group '",
               name_, "' (", size_, " ranks)");
   const int64_t tid = record_p2p_start(/*send=*/true, ref(), (double)x.nbytes(), (*world_ranks_)[dst], tag);
-  if (x.is_meta() || fake_) return done_work("send", name_, x.nbytes(), tid);
+  if (x.is_meta() || fake_) return done_work("send", name_, x.nbytes(), tid, true);
   Tensor in = x.contiguous();
   auto req = std::make_shared<MPI_Request>();
   check_mpi(MPI_Isend(in.raw_data(), (int)in.numel(), mpi_type(in.dtype()), dst, tag, comm_, req.get()), "isend");
@@ -630,7 +634,7 @@ std::pair<Tensor, Work> ProcessGroup::irecv(const Shape& shape, DType dtype, int
               "' (", size_, " ranks)");
   Tensor out = empty(shape, dtype, fake_ ? Device::Meta : default_device());
   const int64_t tid = record_p2p_start(/*send=*/false, ref(), (double)out.nbytes(), (*world_ranks_)[src], tag);
-  if (out.is_meta()) return {out, done_work("recv", name_, 0, tid)};
+  if (out.is_meta()) return {out, done_work("recv", name_, 0, tid, true)};
   auto req = std::make_shared<MPI_Request>();
   check_mpi(MPI_Irecv(out.raw_data(), (int)out.numel(), mpi_type(dtype), src, tag, comm_, req.get()), "irecv");
   return {out, p2p_work("recv", name_, out.nbytes(), tid, req, out)};

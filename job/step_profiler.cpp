@@ -17,7 +17,8 @@ namespace {
 // Per-op table of one step: time (attributed between op records), FLOPs, bytes.
 void print_profile(CostScope& cs, double seconds) {
   cs.flush_time();
-  std::vector<std::pair<std::string, OpCost>> ops(cs.by_op().begin(), cs.by_op().end());
+  const std::map<std::string, OpCost> by_op = cs.by_op();
+  std::vector<std::pair<std::string, OpCost>> ops(by_op.begin(), by_op.end());
   std::sort(ops.begin(), ops.end(), [](auto& a, auto& b) { return a.second.seconds > b.second.seconds; });
   log_info("profile of one step: " + fmt("%.3f", seconds) + " s, " + fmt("%.3f", cs.flops() / 1e12) + " TFLOP, " +
            fmt("%.3f", cs.bytes() / 1e9) + " GB moved");

@@ -17,7 +17,7 @@ std::string group_of(const std::string& stream) {  // "comm:dp_shard" -> "dp_sha
 std::string attribution(const SimSpan& s) {
   if (s.category == "host") return "host";
   if (s.category == "comm") return (s.stream.rfind("p2p:", 0) == 0 ? "pipeline " : "communication ") + group_of(s.stream);
-  if (s.category == "compute") return s.kernel_class.empty() ? std::string("compute") : s.kernel_class;
+  if (s.category == "compute") return std::string(s.kernel_class.empty() ? "compute" : s.kernel_class);
   return "waiting: " + dep_name(s.dep_kind);
 }
 }  // namespace

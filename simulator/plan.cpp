@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <memory>
+#include <optional>
 
 #include "comms/device_mesh.h"
 #include "comms/moe_dispatch.h"
@@ -34,6 +35,9 @@ StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device dev
   StepPlan plan;
   plan.world = world;
   plan.rank = rank;
+  MemoryTracker own;  // a meta step counts its bytes on its own (stages are planned side by side on threads)
+  std::optional<MetaTrackerScope> counting;
+  if (device == Device::Meta) counting.emplace(own);
   auto& mt = MemoryTracker::get(device);
   const MemoryStats before = mt.stats();
   mt.reset_peak();

@@ -40,8 +40,10 @@ struct SpanRef {  // a slice of a scheduled rank: its lane (pipeline stage) and 
 };
 
 struct SimSpan {  // one slice of the timeline (seconds from the step's start)
-  std::string stream, name, category;  // category: compute | comm | idle (waiting for a collective) | bubble
-                                       // | host (waiting for the host to issue the next kernel)
+  std::string stream, name;
+  // compute | comm | idle (waiting for a collective) | bubble | host (waiting for the host to issue the next
+  // kernel): a string literal (a view: a slice carries no copy of it)
+  std::string_view category;
   double start = 0, dur = 0;
   double flops = 0, bytes = 0;
   int64_t flow_to = -1;  // comm -> index of the idle span that waited for it
@@ -49,7 +51,7 @@ struct SimSpan {  // one slice of the timeline (seconds from the step's start)
   int64_t event = -1;    // the CostEvent (its index in the rank's events) this slice runs; -1: none (a wait, a
                          // fused chain of several)
   double other_s = -1;   // side by side (compare.h): the same op's time in the other timeline (-1: not compared)
-  std::string kernel_class;  // compute: gemm | attention | elementwise | optimizer (simulated kernels)
+  std::string_view kernel_class;  // compute: gemm | attention | elementwise | optimizer (simulated kernels; a literal)
   float launch_s = 0;        // of its time, the launch overhead (simulated kernels)
   // a measured collective: its members (world ranks, "0,1,2") and its number among this rank's collectives over
   // them: the same collective on every member has the same pair (merged traces link them, trace.h)

@@ -1,6 +1,8 @@
 #include "simulator/schedule.h"
 
 #include <algorithm>
+#include <array>
+#include <string_view>
 #include <iterator>
 #include <map>
 #include <set>
@@ -20,7 +22,7 @@ KernelKind kind_of(const CostEvent& e) {
   return KernelKind::Other;
 }
 
-std::string class_of(const CostEvent& e) {
+const char* class_of(const CostEvent& e) {
   switch (kind_of(e)) {
     case KernelKind::Gemm: return "gemm";
     case KernelKind::Attention: return "attention";
@@ -80,6 +82,10 @@ struct Lane {
   bool registered = false;  // the collective at `next` has been announced to the other lanes
   double stream_free_before = 0;  // the stream's free time when the transfer being placed was issued
   SimResult r;              // this lane's timeline and sums
+  // r.compute_by_class's sums while scheduling (a kernel adds to them without a map lookup): by kernel class
+  // (the four class_of names), then the launch overhead and the collectives' interference
+  std::array<double, 6> by_class{};
+  std::array<bool, 5> used_class{};  // a kernel of the class (any kernel: launch overhead) was emitted
   std::vector<double> marks;  // pipeline schedules: begin, end, begin, end, ... (compute clock)
   bool done() const { return next >= events->size(); }
 };
@@ -112,6 +118,8 @@ class Schedule {
     }
     for (auto& l : lanes) {
       flush_fused(l);
+      for (size_t c = 0; c < l.by_class.size(); ++c)  // a class no kernel had stays out
+        if (c == 5 ? l.by_class[c] > 0 : l.used_class[c]) l.r.compute_by_class[kClassSums[c]] += l.by_class[c];
       l.r.step_s = l.tc;
       for (auto& [s, t] : l.stream_free) l.r.step_s = std::max(l.r.step_s, t);
       for (auto& [level, uses] : l.link_busy) {  // when each level's links carried this rank's transfers
@@ -170,7 +178,9 @@ class Schedule {
     l.r.host_wait_s += w;
     l.tc = l.th;
   }
-  void emit_kernel(Lane& l, const std::string& name, const std::string& cls, const Kernel& k, int64_t event) {
+  static constexpr const char* kClassSums[6] = {"gemm",      "attention",       "elementwise",
+                                                "optimizer", "launch overhead", "comm interference"};
+  void emit_kernel(Lane& l, const std::string& name, const char* cls, const Kernel& k, int64_t event) {
     host_issue(l);
     wait_for_host(l);
     const KernelTime kt = kernel_time(chip_, rpc_, k, mode_);
@@ -189,9 +199,12 @@ class Schedule {
     push_compute(l, std::move(span));
     l.tc += kt.seconds + extra;
     r.compute_s += kt.seconds + extra;
-    r.compute_by_class[cls] += kt.seconds - kt.overhead_s;
-    r.compute_by_class["launch overhead"] += kt.overhead_s;
-    if (extra > 0) r.compute_by_class["comm interference"] += extra;
+    size_t c = 0;
+    while (c < 3 && std::string_view(kClassSums[c]) != cls) ++c;  // class_of's names (the last: optimizer)
+    l.by_class[c] += kt.seconds - kt.overhead_s;
+    l.by_class[4] += kt.overhead_s;
+    l.used_class[c] = l.used_class[4] = true;
+    l.by_class[5] += extra;
     ++r.kernels;
   }
   void flush_fused(Lane& l) {
@@ -518,6 +531,12 @@ std::vector<RankTimeline> schedule_ranks(const std::vector<RankEvents>& ranks, c
     lanes[i].events = ranks[i].events;
     lanes[i].recv_arrival = ranks[i].recv_arrival;
     lanes[i].index = (int)i;
+    // the timeline's slices at most: an eager op's launches and a host wait before each; a transfer; two waits
+    size_t most = 0;
+    for (const CostEvent& e : *ranks[i].events)
+      most += e.kind == CostEvent::Kind::Compute ? 2 * (size_t)std::max(1, e.eager.kernels)
+              : e.kind == CostEvent::Kind::CommStart ? 1 : 2;
+    lanes[i].r.spans.reserve(most);  // capacity only (untouched pages cost nothing): no slice moves as it grows
   }
   Schedule sched(chip, sys, rpc, mode, act_scale, red_scale, fp32_compute);
   sched.run(lanes);

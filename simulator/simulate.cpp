@@ -1,9 +1,14 @@
 #include "simulator/simulate.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <sstream>
+#include <thread>
+
+#include <omp.h>
 
 #include "simulator/critical_path.h"
 #include "simulator/schedule.h"
@@ -61,6 +66,33 @@ void load_target(const JobConfig& cfg, int world, SystemSpec& sys, ChipSpec& chi
   TITAN_CHECK(r.systems == 1 || sys.has_scale_out, "simulation: ", r.chips, " chips span ", r.systems,
               " systems of '", sys.name, "', which defines no scale_out network (", sys.file, ")");
 }
+
+// Plans every stage's rank (the first rank of each stage's slice of the world). The meta steps are independent
+// (each counts its own memory and events: thread-local traces, a MetaTrackerScope per plan), so they run side by
+// side on the process's threads (OpenMP's count: OMP_NUM_THREADS, what its kernels use), each stage's plan in
+// its own slot: the result does not depend on the threads. A failure is the lowest failing stage's.
+std::vector<StepPlan> plan_stages(const JobConfig& cfg, int world, int64_t pp) {
+  std::vector<StepPlan> plans((size_t)pp);
+  std::vector<std::exception_ptr> failed((size_t)pp);
+  std::atomic<int64_t> next{0};
+  auto work = [&] {
+    for (int64_t s; (s = next++) < pp;) {
+      try {
+        plans[(size_t)s] = plan_step(cfg, world, /*with_events=*/true, Device::Meta, (int)(s * (world / pp)));
+      } catch (...) {
+        failed[(size_t)s] = std::current_exception();
+      }
+    }
+  };
+  const int64_t threads = std::min<int64_t>(pp, std::max(1, omp_get_max_threads()));
+  std::vector<std::thread> helpers;
+  for (int64_t i = 1; i < threads; ++i) helpers.emplace_back(work);
+  work();
+  for (auto& t : helpers) t.join();
+  for (auto& f : failed)
+    if (f) std::rethrow_exception(f);
+  return plans;
+}
 }  // namespace
 
 SimResult simulate_step(const JobConfig& cfg, int world, const std::vector<SpecEdit>& chip_edits,
@@ -73,9 +105,7 @@ SimResult simulate_step(const JobConfig& cfg, int world, const std::vector<SpecE
   // one planned rank per pipeline stage (the first rank of each stage's slice of the world); SPMD within a stage
   const int64_t pp = cfg.parallelism.pipeline_parallel_degree;
   TITAN_CHECK(world % pp == 0, "simulation: world size ", world, " is not divisible by pipeline_parallel_degree ", pp);
-  std::vector<StepPlan> plans;
-  for (int64_t s = 0; s < pp; ++s) plans.push_back(plan_step(cfg, world, /*with_events=*/true, Device::Meta,
-                                                              (int)(s * (world / pp))));
+  std::vector<StepPlan> plans = plan_stages(cfg, world, pp);
   const StepPlan& plan = plans[0];
   const int rpc = (int)sc.ranks_per_chip;
   r.chip = chip.name;

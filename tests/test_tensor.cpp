@@ -75,6 +75,32 @@ TEST(Tensor, MetaHasNoDataButCountsBytes) {
   EXPECT_GE(tr.stats().peak[(int)MemoryCategory::Parameters] - before, 5120LL * 25600 * 4);
 }
 
+// A MetaTrackerScope charges the meta storages created under it to its own tracker, until they die wherever
+// that is (the process's meta tracker sees none of it); cpu storages keep the process's tracker.
+TEST(Tensor, MetaTrackerScopeCountsItsOwnStorages) {
+  auto& global = MemoryTracker::get(Device::Meta);
+  const int64_t before = global.stats().total_current;
+  MemoryTracker own;
+  Tensor outlives;
+  {
+    MetaTrackerScope scope(own);
+    EXPECT_EQ(&MemoryTracker::get(Device::Meta), &own);
+    EXPECT_EQ(&MemoryTracker::get(Device::CPU), &MemoryTracker::get(Device::CPU));
+    Tensor a = empty({256}, DType::F32, Device::Meta);
+    outlives = empty({1024}, DType::F32, Device::Meta);
+    EXPECT_EQ(own.stats().total_current, 4 * (256 + 1024));
+    EXPECT_EQ(global.stats().total_current, before);
+  }
+  EXPECT_EQ(&MemoryTracker::get(Device::Meta), &global);
+  EXPECT_EQ(own.stats().total_current, 4 * 1024);
+  outlives.impl()->storage->set_category(MemoryCategory::Gradients);  // moves within its own tracker
+  EXPECT_EQ(own.stats().current[(int)MemoryCategory::Gradients], 4 * 1024);
+  outlives = Tensor();
+  EXPECT_EQ(own.stats().total_current, 0);
+  EXPECT_EQ(own.stats().total_peak, 4 * (256 + 1024));
+  EXPECT_EQ(global.stats().total_current, before);
+}
+
 TEST(Tensor, StorageCategoryCanMove) {
   auto& tr = MemoryTracker::get(Device::Meta);
   Tensor t = empty({1024}, DType::F32, Device::Meta);

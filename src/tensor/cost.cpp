@@ -37,6 +37,18 @@ CostScope::~CostScope() {
   t_scope = parent_;
 }
 
+std::map<std::string, OpCost> CostScope::by_op() const {
+  std::map<std::string, OpCost> out;
+  for (const auto& [name, c] : by_op_) {
+    OpCost& o = out[name];
+    o.calls += c.calls;
+    o.flops += c.flops;
+    o.bytes += c.bytes;
+    o.seconds += c.seconds;
+  }
+  return out;
+}
+
 void CostScope::reset() {
   total_ = {};
   by_op_.clear();

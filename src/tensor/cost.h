@@ -16,6 +16,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <unordered_map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -87,7 +88,7 @@ class CostScope {
   double flops() const { return total_.flops; }
   double bytes() const { return total_.bytes; }
   int64_t calls() const { return total_.calls; }
-  const std::map<std::string, OpCost>& by_op() const { return by_op_; }
+  std::map<std::string, OpCost> by_op() const;  // by op name (records of one name from several files merged)
   void reset();
   // Charges the time since the last op's record to that op (call before reading by_op()).
   void flush_time();
@@ -97,7 +98,9 @@ class CostScope {
   CostScope* parent_;
   bool timed_;
   OpCost total_;
-  std::map<std::string, OpCost> by_op_;
+  // by the op's static name string (a pointer: a record costs no string and no string compare; by_op()
+  // merges names that live at several addresses)
+  std::unordered_map<const char*, OpCost> by_op_;
 };
 
 

@@ -20,7 +20,7 @@ const char* memory_category_name(MemoryCategory c) {
 }
 
 namespace {
-std::mutex g_tracker_mu;
+thread_local MemoryTracker* t_meta_tracker = nullptr;  // the innermost MetaTrackerScope's
 thread_local MemoryCategory t_category = MemoryCategory::Activations;
 
 std::string gib(int64_t b) {
@@ -33,11 +33,15 @@ std::string gib(int64_t b) {
 
 MemoryTracker& MemoryTracker::get(Device d) {
   static MemoryTracker cpu, meta;
-  return d == Device::CPU ? cpu : meta;
+  if (d == Device::CPU) return cpu;
+  return t_meta_tracker ? *t_meta_tracker : meta;
 }
 
+MetaTrackerScope::MetaTrackerScope(MemoryTracker& t) : prev_(t_meta_tracker) { t_meta_tracker = &t; }
+MetaTrackerScope::~MetaTrackerScope() { t_meta_tracker = prev_; }
+
 void MemoryTracker::add(MemoryCategory c, int64_t bytes) {
-  std::lock_guard<std::mutex> lk(g_tracker_mu);
+  std::lock_guard<std::mutex> lk(mu_);
   int i = static_cast<int>(c);
   s_.current[i] += bytes;
   if (s_.current[i] > s_.peak[i]) s_.peak[i] = s_.current[i];
@@ -46,18 +50,18 @@ void MemoryTracker::add(MemoryCategory c, int64_t bytes) {
 }
 
 void MemoryTracker::sub(MemoryCategory c, int64_t bytes) {
-  std::lock_guard<std::mutex> lk(g_tracker_mu);
+  std::lock_guard<std::mutex> lk(mu_);
   s_.current[static_cast<int>(c)] -= bytes;
   s_.total_current -= bytes;
 }
 
 MemoryStats MemoryTracker::stats() const {
-  std::lock_guard<std::mutex> lk(g_tracker_mu);
+  std::lock_guard<std::mutex> lk(mu_);
   return s_;
 }
 
 void MemoryTracker::reset_peak() {
-  std::lock_guard<std::mutex> lk(g_tracker_mu);
+  std::lock_guard<std::mutex> lk(mu_);
   s_.peak = s_.current;
   s_.total_peak = s_.total_current;
 }

@@ -13,6 +13,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "device/device.h"
@@ -32,7 +33,8 @@ struct MemoryStats {
 
 class MemoryTracker {
  public:
-  // One tracker per device kind: real (cpu) bytes and planned (meta) bytes.
+  // The tracker storages of device d created on this thread charge: one per device kind, real (cpu) bytes and
+  // planned (meta) bytes; a MetaTrackerScope alive on this thread gives meta storages its own.
   static MemoryTracker& get(Device d);
   void add(MemoryCategory c, int64_t bytes);
   void sub(MemoryCategory c, int64_t bytes);
@@ -41,7 +43,22 @@ class MemoryTracker {
   std::string summary() const;  // "params 1.2GiB, grads ..., peak ..."
 
  private:
+  mutable std::mutex mu_;
   MemoryStats s_;
+};
+
+// RAII: meta storages created on this thread while alive are charged to `t` (a storage charges the tracker it
+// was created under until it dies, wherever it is freed): plans of several pipeline stages made side by side
+// on threads each count their own step. `t` must outlive every storage created in the scope.
+class MetaTrackerScope {
+ public:
+  explicit MetaTrackerScope(MemoryTracker& t);
+  ~MetaTrackerScope();
+  MetaTrackerScope(const MetaTrackerScope&) = delete;
+  MetaTrackerScope& operator=(const MetaTrackerScope&) = delete;
+
+ private:
+  MemoryTracker* prev_;
 };
 
 // RAII: storages created inside are charged to `c`.

@@ -5,28 +5,29 @@
 namespace titan {
 
 Storage::Storage(size_t nbytes, Device device)
-    : nbytes_(nbytes), device_(device), category_(MemoryCategoryScope::current()) {
+    : nbytes_(nbytes), device_(device), category_(MemoryCategoryScope::current()),
+      tracker_(&MemoryTracker::get(device)) {
   if (device_ == Device::CPU) data_ = pool_allocate(nbytes_);
-  MemoryTracker::get(device_).add(category_, (int64_t)nbytes_);
+  tracker_->add(category_, (int64_t)nbytes_);
 }
 
 Storage::~Storage() {
   if (data_) pool_free(data_, nbytes_);
-  if (counted_) MemoryTracker::get(device_).sub(category_, (int64_t)nbytes_);
+  if (counted_) tracker_->sub(category_, (int64_t)nbytes_);
 }
 
 void Storage::release() {
   if (!counted_) return;
   if (data_) pool_free(data_, nbytes_);
   data_ = nullptr;
-  MemoryTracker::get(device_).sub(category_, (int64_t)nbytes_);
+  tracker_->sub(category_, (int64_t)nbytes_);
   counted_ = false;
 }
 
 void Storage::materialize() {
   if (counted_) return;
   if (device_ == Device::CPU) data_ = pool_allocate(nbytes_);
-  MemoryTracker::get(device_).add(category_, (int64_t)nbytes_);
+  tracker_->add(category_, (int64_t)nbytes_);
   counted_ = true;
 }
 
@@ -36,9 +37,9 @@ void Storage::adopt(Storage& from) {
               " bytes, released ", !counted_, ") from one of ", from.nbytes_, " bytes (resident ", from.counted_, ")");
   data_ = from.data_;
   from.data_ = nullptr;
-  MemoryTracker::get(device_).sub(from.category_, (int64_t)nbytes_);
+  from.tracker_->sub(from.category_, (int64_t)nbytes_);
   from.counted_ = false;
-  MemoryTracker::get(device_).add(category_, (int64_t)nbytes_);
+  tracker_->add(category_, (int64_t)nbytes_);
   counted_ = true;
 }
 
@@ -48,9 +49,9 @@ void Storage::set_category(MemoryCategory c) {
     category_ = c;
     return;
   }
-  MemoryTracker::get(device_).sub(category_, (int64_t)nbytes_);
+  tracker_->sub(category_, (int64_t)nbytes_);
   category_ = c;
-  MemoryTracker::get(device_).add(category_, (int64_t)nbytes_);
+  tracker_->add(category_, (int64_t)nbytes_);
 }
 
 }  // namespace titan

@@ -39,6 +39,7 @@ class Storage {
   size_t nbytes_;
   Device device_;
   MemoryCategory category_;
+  MemoryTracker* tracker_;  // the tracker its bytes are charged to (the one current at its creation)
   bool counted_ = true;
 };
 
