@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "src/autograd/autocast.h"
+#include "src/ops/autocast.h"
 #include "src/ops/common.h"
 #include "src/tensor/bfloat16.h"
 #include "tests/gradcheck.h"
@@ -415,6 +416,42 @@ TEST(GroupedLinear, Bf16ExpertsSmallOnSgemmLargeOnOneDnn) {
       if (K * N <= (1 << 18)) EXPECT_EQ(got[t], one[t]) << what[t] << ": not the same bits on one thread";
     }
   }
+}
+
+// A bf16 run's experts keep their input's bf16 pack for the weights' gradient (half float32's memory; two
+// projections of one input, as gate and up, share it), and their gradients are the bits of the kernels on the
+// float32 input (the bf16 GEMMs read x rounded either way): small experts (sgemm) and large ones (oneDNN).
+TEST(GroupedLinear, Bf16ExpertsKeepOneBf16PackOfTheirInput) {
+  auto cpu_bytes = [] { return MemoryTracker::get(Device::CPU).stats().total_current; };
+  for (const auto& [K, N, counts] :
+       {std::tuple<int64_t, int64_t, std::vector<int64_t>>{48, 40, {70, 0, 95, 33}},
+        std::tuple<int64_t, int64_t, std::vector<int64_t>>{512, 640, {20, 0, 37, 5}}}) {
+    const int64_t E = (int64_t)counts.size();
+    int64_t R = 0;
+    for (int64_t c : counts) R += c;
+    Tensor x = rand_t({R, K}, 5, DType::F32).requires_grad_(true), g = rand_t({R, N}, 8, DType::F32);
+    Tensor w[2] = {rand_t({E, K, N}, 6, DType::F32).requires_grad_(true),
+                   rand_t({E, K, N}, 7, DType::F32).requires_grad_(true)};
+    std::vector<Tensor> want[2];
+    {
+      AutocastScope bf16(DType::BF16);
+      const int64_t before = cpu_bytes();
+      Tensor y0 = grouped_linear(x, w[0], Tensor(), counts), y1 = grouped_linear(x, w[1], Tensor(), counts);
+      EXPECT_EQ(cpu_bytes() - before, 2 * R * N * 4 + R * K * 2) << "two projections of one input: one bf16 pack";
+      EXPECT_TRUE(has_bf16_pack(x));
+      sum(add(mul(y0, g), mul(y1, g))).backward();  // each y's gradient is g
+      NoGradGuard ng;
+      for (int i = 0; i < 2; ++i) want[i] = detail::grouped_linear_backward(g, x.detach(), w[i].detach(), false, counts, true);
+    }
+    EXPECT_EQ(w[0].grad().to_vector<float>(), want[0][1].to_vector<float>()) << "K " << K;
+    EXPECT_EQ(w[1].grad().to_vector<float>(), want[1][1].to_vector<float>()) << "K " << K;
+    EXPECT_EQ(x.grad().to_vector<float>(), add(want[0][0], want[1][0]).to_vector<float>()) << "K " << K;
+  }
+  // no gradient wanted (evaluation): nothing kept
+  Tensor x = rand_t({64, 48}, 9, DType::F32), w = rand_t({2, 48, 40}, 10, DType::F32);
+  AutocastScope bf16(DType::BF16);
+  Tensor y = grouped_linear(x, w, Tensor(), {30, 34});
+  EXPECT_FALSE(has_bf16_pack(x));
 }
 
 // float32 experts: many rows over many experts runs experts side by side (one per thread), a skewed split (or one

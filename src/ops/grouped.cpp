@@ -178,12 +178,18 @@ Tensor grouped_linear(const Tensor& x, const Tensor& w, const Tensor& b, const s
   check_grouped_linear("grouped_linear", x, w, b, counts);
   Tensor xc = x.contiguous(), wc = w.contiguous(), bc = b.defined() ? b.contiguous() : Tensor();
   const bool bf16 = autocast_bf16(x);
-  Tensor y = grouped_linear_forward(xc, wc, bc, counts, bf16);
+  Tensor y = grouped_linear_forward(xc, wc, bc, counts, bf16);  // [R, N]
   std::vector<Tensor> in = {xc, wc};
   if (bc.defined()) in.push_back(bc);
+  // a real bf16 run keeps, for the weights' gradient, the input's bf16 pack (autocast's cast of it, one per input
+  // however many projections read it: half float32's memory); the bf16 GEMMs read it rounded either way, so the
+  // gradient is the same to the bit. A meta plan stays float32 (the simulator prices the run's dtypes).
+  const bool pack = bf16 && !xc.is_meta() && xc.numel() > 0 && autograd::grad_enabled() &&
+                    autograd::any_requires_grad(in);
   return record("grouped_linear", in, y,
-                [xs = saved(xc), ws = saved(wc), has_b = bc.defined(), counts, bf16](const std::vector<Tensor>& g) {
-                  auto r = grouped_linear_backward(g[0], xs, ws, has_b, counts, bf16);
+                [xs = pack ? bf16_pack(xc) : saved(xc), ws = saved(wc), has_b = bc.defined(), counts,
+                 bf16](const std::vector<Tensor>& g) {
+                  auto r = grouped_linear_backward(g[0], unpack_bf16(xs), ws, has_b, counts, bf16);
                   if (!has_b) r.pop_back();
                   return r;
                 });
