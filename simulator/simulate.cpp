@@ -70,12 +70,15 @@ void load_target(const JobConfig& cfg, int world, SystemSpec& sys, ChipSpec& chi
 // Plans every stage's rank (the first rank of each stage's slice of the world). The meta steps are independent
 // (each counts its own memory and events: thread-local traces, a MetaTrackerScope per plan), so they run side by
 // side on the process's threads (OpenMP's count: OMP_NUM_THREADS, what its kernels use), each stage's plan in
-// its own slot: the result does not depend on the threads. A failure is the lowest failing stage's.
+// its own slot: the result does not depend on the threads. Every plan runs on a fresh thread (none inherits the
+// caller's thread-local scopes, whatever the count) whose own OpenMP regions take one thread (the helpers are
+// the parallelism). A failure is the lowest failing stage's.
 std::vector<StepPlan> plan_stages(const JobConfig& cfg, int world, int64_t pp) {
   std::vector<StepPlan> plans((size_t)pp);
   std::vector<std::exception_ptr> failed((size_t)pp);
   std::atomic<int64_t> next{0};
   auto work = [&] {
+    omp_set_num_threads(1);
     for (int64_t s; (s = next++) < pp;) {
       try {
         plans[(size_t)s] = plan_step(cfg, world, /*with_events=*/true, Device::Meta, (int)(s * (world / pp)));
@@ -86,8 +89,11 @@ std::vector<StepPlan> plan_stages(const JobConfig& cfg, int world, int64_t pp) {
   };
   const int64_t threads = std::min<int64_t>(pp, std::max(1, omp_get_max_threads()));
   std::vector<std::thread> helpers;
-  for (int64_t i = 1; i < threads; ++i) helpers.emplace_back(work);
-  work();
+  try {
+    for (int64_t i = 0; i < threads; ++i) helpers.emplace_back(work);
+  } catch (...) {  // no more threads: the ones started finish the work
+    if (helpers.empty()) throw;
+  }
   for (auto& t : helpers) t.join();
   for (auto& f : failed)
     if (f) std::rethrow_exception(f);
