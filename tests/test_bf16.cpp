@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <random>
 
 #include "src/autograd/checkpoint.h"
@@ -376,3 +377,50 @@ TEST(Autocast, LinearKeepsOneBf16PackOfItsInput) {
   EXPECT_NEAR(w[0].grad().data<float>()[0], round_to_bf16((float)want), std::fabs(want) * 1e-2 + 1e-3);
   y[0] = y[1] = y[2] = y4 = Tensor();
 }
+
+// SwiGLU under bf16 autocast keeps its bf16-valued operands (gate and up: bf16 GEMMs' outputs) as packs, as
+// autocast keeps its bf16 tensors: silu's input and mul's up, 2 bytes an element; silu's float32 output stays
+// float32 (its values are not bf16's), and so does a parameter (a leaf lives anyway). Lossless: the gradients
+// are the float32-saving run's bits.
+TEST(Autocast, ElementwiseOpsKeepBf16ValuedOperandsAsPacks) {
+  const int64_t R = 64, F = 96, N = R * F;
+  auto cpu_bytes = [] { return MemoryTracker::get(Device::CPU).stats().total_current; };
+  auto bf16_valued = [](uint64_t seed) {
+    Tensor t = rand_t({R, F}, seed, DType::F32, -3, 3);
+    round_to_bf16_(t);
+    return t.requires_grad_(true);
+  };
+  Tensor l1 = bf16_valued(71), l2 = bf16_valued(72), gout = rand_t({R, F}, 73, DType::F32);
+  auto run = [&](bool autocast, int64_t* kept) {
+    l1.zero_grad();
+    l2.zero_grad();
+    std::optional<AutocastScope> scope;
+    if (autocast) scope.emplace(DType::BF16);
+    Tensor z = zeros({R, F});
+    const int64_t before = cpu_bytes();
+    Tensor gate = add(l1, z), up = add(l2, z);  // activations holding bf16 values, as a bf16 GEMM's outputs
+    Tensor act = silu(gate);
+    Tensor h = mul(act, up);
+    if (autocast) {
+      EXPECT_TRUE(has_bf16_pack(gate));
+      EXPECT_TRUE(has_bf16_pack(up));
+      EXPECT_FALSE(has_bf16_pack(act));  // silu's values are float32's
+    }
+    gate = up = Tensor();  // what the graph keeps
+    *kept = cpu_bytes() - before;
+    sum(mul(h, gout)).backward();
+    return std::vector<std::vector<float>>{l1.grad().to_vector<float>(), l2.grad().to_vector<float>()};
+  };
+  int64_t kept32 = 0, kept16 = 0;
+  const auto g32 = run(false, &kept32);
+  const auto g16 = run(true, &kept16);
+  EXPECT_EQ(kept32, 4 * N * 4) << "gate, up, silu's output, h: float32";
+  EXPECT_EQ(kept16, 2 * N * 2 + 2 * N * 4) << "gate and up as packs";
+  EXPECT_EQ(g16[0], g32[0]);
+  EXPECT_EQ(g16[1], g32[1]);
+  // a parameter (a leaf) with bf16 values is kept as it is
+  AutocastScope bf16(DType::BF16);
+  Tensor y = mul(add(l2, zeros({R, F})), l1);
+  EXPECT_FALSE(has_bf16_pack(l1));
+}
+

@@ -52,6 +52,11 @@ struct PackEntry {
 };
 thread_local std::vector<PackEntry> t_packs;
 
+void remember_pack(const Tensor& x, const Tensor& p) {
+  std::erase_if(t_packs, [](const PackEntry& e) { return e.pack.expired(); });
+  t_packs.push_back({x.impl()->storage.get(), x.offset(), x.numel(), p.impl()->storage});
+}
+
 // A pack of the contiguous x holding x's values now (the bits compared), in x's shape, or undefined.
 Tensor find_pack(const Tensor& x) {
   const Storage* src = x.impl()->storage.get();
@@ -89,8 +94,39 @@ Tensor bf16_pack(const Tensor& x_in) {
   const int64_t n = x.numel(), chunk = 1 << 14;
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
   for (int64_t i = 0; i < n; i += chunk) float_to_bf16_bits(v + i, b + i, std::min(chunk, n - i));
-  std::erase_if(t_packs, [](const PackEntry& e) { return e.pack.expired(); });
-  t_packs.push_back({x.impl()->storage.get(), x.offset(), x.numel(), p.impl()->storage});
+  remember_pack(x, p);
+  return p;
+}
+
+Tensor saved_maybe_bf16(const Tensor& x) {
+  // below this a pack saves too little to pay for its pass
+  constexpr int64_t kMinElements = 4096;
+  if (!x.defined() || !autocast_bf16(x) || x.is_meta() || x.is_leaf() || !x.is_contiguous() ||
+      x.numel() < kMinElements)
+    return autograd::saved(x);
+  if (Tensor p = find_pack(x); p.defined()) return p;
+  // bf16-valued: every value's low 16 bits are zero, its pack its high 16 bits. Most activations that are not
+  // (sums, norms' outputs) show it in their first values: checked there first, then the whole tensor in one
+  // pass that packs as it checks.
+  const uint32_t* v = static_cast<const uint32_t*>(x.raw_data());
+  const int64_t n = x.numel(), chunk = 1 << 14;
+  for (int64_t i = 0; i < 64; ++i)
+    if (v[i] & 0xFFFFu) return autograd::saved(x);
+  Tensor p = empty(x.shape(), DType::BF16, Device::CPU);
+  uint16_t* b = static_cast<uint16_t*>(p.raw_data());
+  int64_t inexact = 0;
+#pragma omp parallel for schedule(static) reduction(+ : inexact) if (n >= kParallelGrain)
+  for (int64_t i0 = 0; i0 < n; i0 += chunk) {
+    const int64_t i1 = std::min(n, i0 + chunk);
+    uint32_t low = 0;
+    for (int64_t i = i0; i < i1; ++i) {
+      low |= v[i] & 0xFFFFu;
+      b[i] = (uint16_t)(v[i] >> 16);
+    }
+    inexact += low != 0;
+  }
+  if (inexact) return autograd::saved(x);
+  remember_pack(x, p);
   return p;
 }
 

@@ -2,6 +2,7 @@
 #include <Eigen/Core>
 #include <cmath>
 
+#include "src/ops/autocast.h"
 #include "src/ops/common.h"
 
 namespace titan {
@@ -101,11 +102,15 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward<Bin::Mul>(a, b);
-  bool ga = a.requires_grad(), gb = b.requires_grad();
-  return record("mul", {a, b}, out, [sa = saved(a), sb = saved(b), ga, gb](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{ga ? sum_to(mul(g[0], sb), sa.shape()) : Tensor(),
-                               gb ? sum_to(mul(g[0], sa), sb.shape()) : Tensor()};
-  });
+  const bool ga = a.requires_grad(), gb = b.requires_grad();
+  if (!autograd::grad_enabled() || !(ga || gb)) return out;
+  // each operand is kept for the other's gradient only; under bf16 autocast a bf16-valued one as its pack
+  return record("mul", {a, b}, out,
+                [sa = a.shape(), sb = b.shape(), ka = gb ? saved_maybe_bf16(a) : Tensor(),
+                 kb = ga ? saved_maybe_bf16(b) : Tensor(), ga, gb](const std::vector<Tensor>& g) {
+                  return std::vector<Tensor>{ga ? sum_to(mul(g[0], unpack_bf16(kb)), sa) : Tensor(),
+                                             gb ? sum_to(mul(g[0], unpack_bf16(ka)), sb) : Tensor()};
+                });
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
@@ -347,9 +352,10 @@ template <U op>
 Tensor unary(const Tensor& x, double p0 = 0, double p1 = 0) {
   Tensor y = unary_forward<op>(x, p0, p1);
   if (!autograd::grad_enabled() || !x.requires_grad()) return y;
+  // under bf16 autocast a bf16-valued input (silu's gate) is kept as its pack
   return record(kUnaryNames[(int)op], {x}, y,
-                [xs = saved(x.contiguous()), ys = saved(y), p0, p1](const std::vector<Tensor>& g) {
-                  return std::vector<Tensor>{unary_backward<op>(g[0], xs, ys, p0, p1)};
+                [xs = saved_maybe_bf16(x.contiguous()), ys = saved(y), p0, p1](const std::vector<Tensor>& g) {
+                  return std::vector<Tensor>{unary_backward<op>(g[0], unpack_bf16(xs), ys, p0, p1)};
                 });
 }
 }  // namespace
