@@ -2,6 +2,7 @@
 #include "src/ops/autocast.h"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -101,31 +102,41 @@ Tensor bf16_pack(const Tensor& x_in) {
 Tensor saved_maybe_bf16(const Tensor& x) {
   // below this a pack saves too little to pay for its pass
   constexpr int64_t kMinElements = 4096;
+  // an activation: not a parameter (a leaf, or FSDP's gathered copy: its storage is charged elsewhere)
   if (!x.defined() || !autocast_bf16(x) || x.is_meta() || x.is_leaf() || !x.is_contiguous() ||
-      x.numel() < kMinElements)
+      x.numel() < kMinElements || x.impl()->storage->category() != MemoryCategory::Activations)
     return autograd::saved(x);
-  if (Tensor p = find_pack(x); p.defined()) return p;
-  // bf16-valued: every value's low 16 bits are zero, its pack its high 16 bits. Most activations that are not
-  // (sums, norms' outputs) show it in their first values: checked there first, then the whole tensor in one
-  // pass that packs as it checks.
-  const uint32_t* v = static_cast<const uint32_t*>(x.raw_data());
+  // bf16-valued: every value's low 16 bits are zero, its pack its high 16 bits (read as bits: memcpy'd words).
+  // Most activations that are not (sums, norms' outputs) show it in their first values: checked there first,
+  // then the whole tensor in one pass that packs as it checks. A pack made before (a linear's, which rounds)
+  // is taken only for values it holds exactly.
+  const char* raw = static_cast<const char*>(x.raw_data());
+  auto word = [raw](int64_t i) {
+    uint32_t w;
+    std::memcpy(&w, raw + 4 * i, 4);
+    return w;
+  };
   const int64_t n = x.numel(), chunk = 1 << 14;
   for (int64_t i = 0; i < 64; ++i)
-    if (v[i] & 0xFFFFu) return autograd::saved(x);
-  Tensor p = empty(x.shape(), DType::BF16, Device::CPU);
-  uint16_t* b = static_cast<uint16_t*>(p.raw_data());
+    if (word(i) & 0xFFFFu) return autograd::saved(x);
+  Tensor p = find_pack(x);
+  const bool have = p.defined();
+  if (!have) p = empty(x.shape(), DType::BF16, Device::CPU);
+  uint16_t* b = have ? nullptr : static_cast<uint16_t*>(p.raw_data());
   int64_t inexact = 0;
 #pragma omp parallel for schedule(static) reduction(+ : inexact) if (n >= kParallelGrain)
   for (int64_t i0 = 0; i0 < n; i0 += chunk) {
     const int64_t i1 = std::min(n, i0 + chunk);
     uint32_t low = 0;
     for (int64_t i = i0; i < i1; ++i) {
-      low |= v[i] & 0xFFFFu;
-      b[i] = (uint16_t)(v[i] >> 16);
+      const uint32_t w = word(i);
+      low |= w & 0xFFFFu;
+      if (b) b[i] = (uint16_t)(w >> 16);
     }
     inexact += low != 0;
   }
   if (inexact) return autograd::saved(x);
+  if (have) return p;
   remember_pack(x, p);
   return p;
 }

@@ -36,9 +36,10 @@ Tensor autocast_operand(const Tensor& x);
 // the simulator prices the run's dtypes).
 Tensor bf16_pack(const Tensor& x);
 // An elementwise op's operand kept for its backward under bf16 autocast: when x is a real float32 activation
-// (not a leaf: a parameter lives anyway) whose every value is a bf16 value — a bf16 GEMM's output, as SwiGLU's
-// gate and up are — its bf16 pack (the same values in half the bytes; shared with other packs of it); else
-// autograd::saved(x). Lossless either way: the backward reads the same float32 values through unpack_bf16.
+// (its storage charged to activations and not a leaf: a parameter, or FSDP's gathered copy of one, lives anyway)
+// whose every value is a bf16 value — a bf16 GEMM's output, as SwiGLU's gate and up are — its bf16 pack (the same
+// values in half the bytes; shared with other packs of it); else autograd::saved(x). Lossless either way: the
+// backward reads the same float32 values through unpack_bf16.
 Tensor saved_maybe_bf16(const Tensor& x);
 // Whether a pack of x's values is alive (sequence parallel's re-gather frees only what no pack replaced).
 bool has_bf16_pack(const Tensor& x);

@@ -352,9 +352,13 @@ template <U op>
 Tensor unary(const Tensor& x, double p0 = 0, double p1 = 0) {
   Tensor y = unary_forward<op>(x, p0, p1);
   if (!autograd::grad_enabled() || !x.requires_grad()) return y;
-  // under bf16 autocast a bf16-valued input (silu's gate) is kept as its pack
+  // the derivative reads x (uderiv): under bf16 autocast a bf16-valued x (silu's gate) is kept as its pack;
+  // the others keep x as the alias it is
+  constexpr bool reads_x = !(op == U::Exp || op == U::Sqrt || op == U::Rsqrt || op == U::Neg || op == U::Sigmoid ||
+                             op == U::Tanh);
+  Tensor xc = x.contiguous();
   return record(kUnaryNames[(int)op], {x}, y,
-                [xs = saved_maybe_bf16(x.contiguous()), ys = saved(y), p0, p1](const std::vector<Tensor>& g) {
+                [xs = reads_x ? saved_maybe_bf16(xc) : saved(xc), ys = saved(y), p0, p1](const std::vector<Tensor>& g) {
                   return std::vector<Tensor>{unary_backward<op>(g[0], unpack_bf16(xs), ys, p0, p1)};
                 });
 }
