@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <string_view>
 #include <iterator>
 #include <map>
 #include <set>
@@ -22,11 +21,17 @@ KernelKind kind_of(const CostEvent& e) {
   return KernelKind::Other;
 }
 
-const char* class_of(const CostEvent& e) {
+// What compute_by_class sums, by index: the kernel classes (a slice's kernel_class), then the launch overhead
+// and the collectives' interference.
+enum ClassSum : size_t { kGemm, kAttention, kElementwise, kOptimizer, kLaunch, kInterference, kNumClassSums };
+constexpr const char* kClassSums[kNumClassSums] = {"gemm",      "attention",       "elementwise",
+                                                   "optimizer", "launch overhead", "comm interference"};
+
+ClassSum class_of(const CostEvent& e) {
   switch (kind_of(e)) {
-    case KernelKind::Gemm: return "gemm";
-    case KernelKind::Attention: return "attention";
-    default: return e.cls == KernelClass::Optimizer ? "optimizer" : "elementwise";
+    case KernelKind::Gemm: return kGemm;
+    case KernelKind::Attention: return kAttention;
+    default: return e.cls == KernelClass::Optimizer ? kOptimizer : kElementwise;
   }
 }
 // One simulated rank's timeline: its compute stream, a stream per process group, the collectives in flight.
@@ -82,10 +87,9 @@ struct Lane {
   bool registered = false;  // the collective at `next` has been announced to the other lanes
   double stream_free_before = 0;  // the stream's free time when the transfer being placed was issued
   SimResult r;              // this lane's timeline and sums
-  // r.compute_by_class's sums while scheduling (a kernel adds to them without a map lookup): by kernel class
-  // (the four class_of names), then the launch overhead and the collectives' interference
-  std::array<double, 6> by_class{};
-  std::array<bool, 5> used_class{};  // a kernel of the class (any kernel: launch overhead) was emitted
+  // r.compute_by_class's sums while scheduling (a kernel adds to them without a map lookup), by ClassSum
+  std::array<double, kNumClassSums> by_class{};
+  std::array<bool, kNumClassSums> used_class{};  // a kernel of the class (any kernel: launch overhead) was emitted
   std::vector<double> marks;  // pipeline schedules: begin, end, begin, end, ... (compute clock)
   bool done() const { return next >= events->size(); }
 };
@@ -119,7 +123,8 @@ class Schedule {
     for (auto& l : lanes) {
       flush_fused(l);
       for (size_t c = 0; c < l.by_class.size(); ++c)  // a class no kernel had stays out
-        if (c == 5 ? l.by_class[c] > 0 : l.used_class[c]) l.r.compute_by_class[kClassSums[c]] += l.by_class[c];
+        if (c == kInterference ? l.by_class[c] > 0 : l.used_class[c])
+          l.r.compute_by_class[kClassSums[c]] += l.by_class[c];
       l.r.step_s = l.tc;
       for (auto& [s, t] : l.stream_free) l.r.step_s = std::max(l.r.step_s, t);
       for (auto& [level, uses] : l.link_busy) {  // when each level's links carried this rank's transfers
@@ -178,9 +183,7 @@ class Schedule {
     l.r.host_wait_s += w;
     l.tc = l.th;
   }
-  static constexpr const char* kClassSums[6] = {"gemm",      "attention",       "elementwise",
-                                                "optimizer", "launch overhead", "comm interference"};
-  void emit_kernel(Lane& l, const std::string& name, const char* cls, const Kernel& k, int64_t event) {
+  void emit_kernel(Lane& l, const std::string& name, ClassSum cls, const Kernel& k, int64_t event) {
     host_issue(l);
     wait_for_host(l);
     const KernelTime kt = kernel_time(chip_, rpc_, k, mode_);
@@ -193,18 +196,16 @@ class Schedule {
     }
     SimResult& r = l.r;
     SimSpan span{"compute", name, "compute", l.tc, kt.seconds + extra, k.flops, k.bytes, -1, l.stage, event};
-    span.kernel_class = cls;
+    span.kernel_class = kClassSums[cls];
     span.launch_s = (float)kt.overhead_s;
     for (size_t i = 0; i < kt.engine_busy.size(); ++i) span.engine_busy[i] = (float)kt.engine_busy[i];
     push_compute(l, std::move(span));
     l.tc += kt.seconds + extra;
     r.compute_s += kt.seconds + extra;
-    size_t c = 0;
-    while (c < 3 && std::string_view(kClassSums[c]) != cls) ++c;  // class_of's names (the last: optimizer)
-    l.by_class[c] += kt.seconds - kt.overhead_s;
-    l.by_class[4] += kt.overhead_s;
-    l.used_class[c] = l.used_class[4] = true;
-    l.by_class[5] += extra;
+    l.by_class[cls] += kt.seconds - kt.overhead_s;
+    l.by_class[kLaunch] += kt.overhead_s;
+    l.used_class[cls] = l.used_class[kLaunch] = true;
+    l.by_class[kInterference] += extra;
     ++r.kernels;
   }
   void flush_fused(Lane& l) {
@@ -217,7 +218,7 @@ class Schedule {
     const std::string name = f.n == 1 ? f.name : "fused(" + f.name + " +" + std::to_string(f.n - 1) + ")";
     const int64_t event = f.n == 1 ? f.event : -1;
     f = Lane::Fused();
-    emit_kernel(l, name, "elementwise", k, event);
+    emit_kernel(l, name, kElementwise, k, event);
   }
   // Places a transfer of `work` seconds (at the links' full rate) from t on a level whose links already
   // carry `busy`; adds its pieces to busy and returns its end. The level is never more than fully used:
