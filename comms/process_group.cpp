@@ -79,6 +79,7 @@ MPI_Datatype mpi_type(DType t) {
     case DType::F64: return MPI_DOUBLE;
     case DType::I64: return MPI_INT64_T;
     case DType::I32: return MPI_INT32_T;
+    case DType::BF16: return MPI_UINT16_T;  // bits: moved, never reduced (all_reduce / reduce_scatter refuse it)
     default: fail("comms: no MPI type for dtype ", dtype_name(t));
   }
 }
@@ -375,7 +376,9 @@ std::pair<Tensor, Work> ProcessGroup::all_reduce_async(const Tensor& x, ReduceOp
   Tensor in = x.contiguous();
   Tensor out = empty(x.shape(), x.dtype(), x.device());
   const int64_t bytes = x.nbytes();
-  const int64_t tid = record_comm_start("all_reduce", ref(), (double)bytes);
+  TITAN_CHECK(x.dtype() != DType::BF16, "all_reduce: a bfloat16 tensor (", shape_str(x.shape()), ", group '", name_,
+              "') moves as bits and cannot be reduced; reduce its float32 values");
+  const int64_t tid = record_comm_start("all_reduce", ref(), (double)bytes, x.dtype());
   if (x.is_meta() || fake_ || size_ == 1) {
     if (!x.is_meta()) copy_(out, in);
     return {out, done_work("all_reduce", name_, bytes, tid, x.is_meta() || fake_)};
@@ -427,7 +430,7 @@ std::pair<Tensor, Work> ProcessGroup::all_gather_async(const Tensor& x, int64_t 
   os[dim] = total;
   Tensor out = empty(os, x.dtype(), x.device());
   const int64_t bytes = x.nbytes();
-  const int64_t tid = record_comm_start("all_gather", ref(), (double)out.nbytes());
+  const int64_t tid = record_comm_start("all_gather", ref(), (double)out.nbytes(), x.dtype());
   if (x.is_meta() || fake_) return {out, done_work("all_gather", name_, bytes, tid, true)};
   const int64_t row = numel(Shape(x.shape().begin() + 1, x.shape().end()));  // elements per row of dim 0
   std::vector<int> counts(size_), displs(size_);
@@ -469,7 +472,9 @@ std::pair<Tensor, Work> ProcessGroup::reduce_scatter_async(const Tensor& x, int6
   os[dim] = sizes[rank_];
   Tensor out = empty(os, x.dtype(), x.device());
   const int64_t bytes = x.nbytes();
-  const int64_t tid = record_comm_start("reduce_scatter", ref(), (double)bytes);
+  TITAN_CHECK(x.dtype() != DType::BF16, "reduce_scatter: a bfloat16 tensor (", shape_str(x.shape()), ", group '",
+              name_, "') moves as bits and cannot be reduced; reduce its float32 values");
+  const int64_t tid = record_comm_start("reduce_scatter", ref(), (double)bytes, x.dtype());
   if (x.is_meta() || fake_) return {out, done_work("reduce_scatter", name_, bytes, tid, true)};
   const int64_t row = x.numel() / std::max<int64_t>(1, x.size(dim));
   std::vector<int> counts(size_);
@@ -531,7 +536,7 @@ Tensor ProcessGroup::all_to_all_v(const Tensor& x, const std::vector<int64_t>& s
                 size_, " entries (group '", name_, "')");
     rr = planned_recv.empty() ? send_rows : planned_recv;
     if (size_ > 1) {  // the real exchange's count all-to-all, then the host sizes the buffers with the counts
-      record_comm_wait(record_comm_start("all_to_all", ref(), 8.0 * size_));
+      record_comm_wait(record_comm_start("all_to_all", ref(), 8.0 * size_, DType::I64));
       record_cost("all_to_all_counts", 0, 0, KernelClass::HostSync);
     }
   } else if (size_ == 1) {
@@ -539,7 +544,7 @@ Tensor ProcessGroup::all_to_all_v(const Tensor& x, const std::vector<int64_t>& s
   } else {
     MPI_Comm c = comm_;
     std::vector<int64_t> sr = send_rows;
-    const int64_t cid = record_comm_start("all_to_all", ref(), 8.0 * size_);  // the counts, as planned below
+    const int64_t cid = record_comm_start("all_to_all", ref(), 8.0 * size_, DType::I64);  // the counts, as planned below
     submit("all_to_all_counts", *this, 8 * size_, [&, c]() {
       check_mpi(MPI_Alltoall(sr.data(), 1, MPI_INT64_T, rr.data(), 1, MPI_INT64_T, c), "all_to_all_v counts");
     }).wait();
@@ -552,7 +557,8 @@ Tensor ProcessGroup::all_to_all_v(const Tensor& x, const std::vector<int64_t>& s
   os[0] = rtotal;
   Tensor out = empty(os, x.dtype(), x.device());
   // priced by the larger of what this rank sends and receives (under uneven routing the busiest rank receives more)
-  const int64_t tid = record_comm_start("all_to_all", ref(), (double)std::max(x.nbytes(), out.nbytes()));
+  const int64_t tid =
+      record_comm_start("all_to_all", ref(), (double)std::max(x.nbytes(), out.nbytes()), x.dtype());
   if (recv_rows) *recv_rows = rr;
   if (x.is_meta() || fake_) {
     record_comm_wait(tid);
@@ -621,7 +627,7 @@ Work p2p_work(const char* kind, const std::string& group, int64_t bytes, int64_t
 Work ProcessGroup::isend(const Tensor& x, int dst, int tag) {
   TITAN_CHECK(dst >= 0 && dst < size_ && dst != rank_, "isend: destination ", dst, " is not another rank of group '",
               name_, "' (", size_, " ranks)");
-  const int64_t tid = record_p2p_start(/*send=*/true, ref(), (double)x.nbytes(), (*world_ranks_)[dst], tag);
+  const int64_t tid = record_p2p_start(/*send=*/true, ref(), (double)x.nbytes(), (*world_ranks_)[dst], tag, x.dtype());
   if (x.is_meta() || fake_) return done_work("send", name_, x.nbytes(), tid, true);
   Tensor in = x.contiguous();
   auto req = std::make_shared<MPI_Request>();
@@ -633,7 +639,7 @@ std::pair<Tensor, Work> ProcessGroup::irecv(const Shape& shape, DType dtype, int
   TITAN_CHECK(src >= 0 && src < size_ && src != rank_, "irecv: source ", src, " is not another rank of group '", name_,
               "' (", size_, " ranks)");
   Tensor out = empty(shape, dtype, fake_ ? Device::Meta : default_device());
-  const int64_t tid = record_p2p_start(/*send=*/false, ref(), (double)out.nbytes(), (*world_ranks_)[src], tag);
+  const int64_t tid = record_p2p_start(/*send=*/false, ref(), (double)out.nbytes(), (*world_ranks_)[src], tag, out.dtype());
   if (out.is_meta()) return {out, done_work("recv", name_, 0, tid, true)};
   auto req = std::make_shared<MPI_Request>();
   check_mpi(MPI_Irecv(out.raw_data(), (int)out.numel(), mpi_type(dtype), src, tag, comm_, req.get()), "irecv");

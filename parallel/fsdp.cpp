@@ -6,6 +6,7 @@
 #include "src/log/log.h"
 #include "src/ops/autocast.h"
 #include "src/ops/ops.h"
+#include "src/tensor/bfloat16.h"
 #include "src/tensor/cost.h"
 
 namespace titan::parallel {
@@ -36,6 +37,8 @@ struct FSDP::Param {
   std::vector<int64_t> rows;  // dim-0 rows per group rank (torch.chunk sizes)
   int64_t row_elems = 1;      // elements per dim-0 row
   int64_t offset = 0;         // where this parameter starts in a rank's segment of the bucket (elements)
+  bool bf16_wire = false;     // all-gathered as bf16 (a bf16 GEMM operand of a bf16 step)
+  int64_t wire_offset = 0;    // bf16-wire buckets: where it starts in a rank's segment of the all-gather (2-byte units)
   double grad_scale = 1.0;
   Bucket* bucket = nullptr;
 };
@@ -46,6 +49,8 @@ struct FSDP::Bucket {
   DType dtype = DType::F32;
   std::vector<Param*> params;
   int64_t seg = 0;            // elements per rank: each parameter padded to ceil(rows / n) rows
+  bool bf16_wire = false;     // some parameter travels as bf16: the all-gather moves 2-byte units (BF16)
+  int64_t wire_seg = 0;       // its 2-byte units per rank: 1 per bf16 element, 2 per float32 element
   bool sharded = false;       // group of more than one rank
   bool replicated = false;    // HSDP: an all-reduce over dp_replicate follows
   Tensor gathered;            // [n * seg] the prefetched all-gather's output
@@ -75,8 +80,10 @@ struct FSDP::Reduction {
 };
 
 FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool reshard_after_forward,
-           std::vector<ShardSpec>& specs, PlacementFn placement)
+           std::vector<ShardSpec>& specs, PlacementFn placement, DType param_dtype)
     : mesh_(mesh), reshard_(reshard_after_forward) {
+  TITAN_CHECK(param_dtype == DType::BF16 || param_dtype == DType::F32, "FSDP: param_dtype bfloat16 or float32, got ",
+              dtype_name(param_dtype));
   if (!placement) placement = [&mesh](const ShardSpec&) { return Placement{mesh.dp_shard_cp, 1.0}; };
   for (size_t ui = 0; ui < modules.size(); ++ui) {
     auto unit = std::make_unique<Unit>();
@@ -123,6 +130,10 @@ FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool resha
     p->row_elems = local.size(0) > 0 ? local.numel() / local.size(0) : 0;
     p->offset = b->seg;
     b->seg += p->rows[0] * p->row_elems;  // rows[0] = ceil(rows / n): the padded extent on every rank
+    p->bf16_wire = param_dtype == DType::BF16 && s.bf16_operand && local.dtype() == DType::F32;
+    p->wire_offset = b->wire_seg;
+    b->wire_seg += p->rows[0] * p->row_elems * (p->bf16_wire ? 1 : 2);
+    b->bf16_wire = b->bf16_wire || p->bf16_wire;
     int64_t start = 0;
     for (int64_t q = 0; q < r; ++q) start += p->rows[q];
     {
@@ -199,11 +210,10 @@ void FSDP::prefetch(Unit& u) {
   for (auto& bp : u.buckets) {
     Bucket& b = *bp;
     if (!b.sharded) continue;
-    // copy-in: this rank's shards, each padded to the bucket's per-parameter extent
-    Tensor flat = zeros({b.seg}, b.dtype);  // [seg]
-    for (Param* p : b.params) copy_elems(flat, p->offset, p->shard, 0, p->rows[b.group->rank()] * p->row_elems);
-    record_cost("fsdp_copy_in", 0, 2.0 * (double)flat.nbytes());
-    std::tie(b.gathered, b.gather_work) = b.group->all_gather_async(flat, 0);  // [n * seg]
+    Tensor flat = copy_in(b);  // [seg], or [wire_seg] 2-byte units
+    // one kernel (FSDP2's foreach copy-in), priced in the run's parameter dtype as every copy is
+    record_cost("fsdp_copy_in", 0, 2.0 * (double)(b.seg * dtype_size(b.dtype)));
+    std::tie(b.gathered, b.gather_work) = b.group->all_gather_async(flat, 0);  // [n * seg] or [n * wire_seg]
   }
   u.prefetched = true;
 }
@@ -219,7 +229,6 @@ void FSDP::unshard(Unit& u) {
       continue;
     }
     b.gather_work.wait();
-    // copy-out: rank q's rows of each parameter sit at q * seg + offset
     for (Param* p : b.params) {
       if (!p->full.defined()) {
         MemoryCategoryScope cat(MemoryCategory::Communication);
@@ -227,18 +236,63 @@ void FSDP::unshard(Unit& u) {
       } else {
         p->full.refill_storage();  // resharded: saved activations alias this buffer, refill it
       }
-      int64_t start = 0;
-      for (size_t q = 0; q < p->rows.size(); ++q) {
-        copy_elems(p->full, start * p->row_elems, b.gathered, (int64_t)q * b.seg + p->offset, p->rows[q] * p->row_elems);
-        start += p->rows[q];
-      }
     }
-    record_cost("fsdp_copy_out", 0, 2.0 * (double)b.gathered.nbytes());
+    copy_out(b);
+    record_cost("fsdp_copy_out", 0, 2.0 * (double)(b.group->size() * b.seg * dtype_size(b.dtype)));
     b.gathered = Tensor();
   }
   u.prefetched = false;
   u.gathered = true;
   u.released = 0;
+}
+
+// Copy-in: this rank's shards, each padded to the bucket's per-parameter extent, as the all-gather sends them:
+// [seg] in the bucket's dtype, or on a bf16 wire [wire_seg] 2-byte units (a bf16 operand's values rounded to
+// bf16, a float32 parameter's bytes as they are).
+Tensor FSDP::copy_in(const Bucket& b) {
+  const int64_t r = b.group->rank();
+  if (!b.bf16_wire) {
+    Tensor flat = zeros({b.seg}, b.dtype);  // [seg]
+    for (Param* p : b.params) copy_elems(flat, p->offset, p->shard, 0, p->rows[r] * p->row_elems);
+    return flat;
+  }
+  Tensor flat = empty({b.wire_seg}, DType::BF16);  // [wire_seg]
+  if (flat.is_meta()) return flat;
+  uint16_t* w = static_cast<uint16_t*>(flat.raw_data());
+  std::memset(w, 0, (size_t)b.wire_seg * 2);  // the padding rows: sent, never read
+  for (Param* p : b.params) {
+    const int64_t n = p->rows[r] * p->row_elems;
+    if (n == 0) continue;
+    TITAN_CHECK(p->shard.is_contiguous(), "FSDP: internal: shard ", p->name, " is not contiguous");
+    const float* src = p->shard.data<float>();
+    if (p->bf16_wire) float_to_bf16_bits(src, w + p->wire_offset, n);
+    else std::memcpy(w + p->wire_offset, src, (size_t)n * 4);
+  }
+  return flat;
+}
+
+// Copy-out: rank q's rows of each parameter sit at q * seg + offset (q * wire_seg + wire_offset on a bf16 wire)
+// of the gathered flat buffer; they become rows of the parameter's full tensor.
+void FSDP::copy_out(const Bucket& b) {
+  if (b.gathered.is_meta()) return;
+  for (Param* p : b.params) {
+    int64_t start = 0;
+    for (size_t q = 0; q < p->rows.size(); ++q) {
+      const int64_t n = p->rows[q] * p->row_elems, at = start * p->row_elems;
+      start += p->rows[q];
+      if (!b.bf16_wire) {
+        copy_elems(p->full, at, b.gathered, (int64_t)q * b.seg + p->offset, n);
+        continue;
+      }
+      const uint16_t* w = static_cast<const uint16_t*>(b.gathered.raw_data()) + (int64_t)q * b.wire_seg + p->wire_offset;
+      float* dst = p->full.data<float>() + at;
+      if (p->bf16_wire) {
+        for (int64_t i = 0; i < n; ++i) dst[i] = bf16_bits_to_float(w[i]);
+      } else {
+        std::memcpy(dst, w, (size_t)n * 4);
+      }
+    }
+  }
 }
 
 void FSDP::bind(Unit& u) {

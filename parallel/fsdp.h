@@ -3,6 +3,12 @@
 // sharded along dim 0 in torch.chunk sizes; its shard is the leaf the
 // optimizer updates.
 //
+// Mixed precision (FSDP2's MixedPrecisionPolicy, param_dtype bf16): the parameters that are only bf16 GEMM
+// operands (ShardSpec::bf16_operand) travel as bf16 in the all-gather, the rest (norms, embedding, biases, the
+// router) as float32, in the one flat all-gather of the bucket (per rank: each parameter's padded rows, 2 or 4
+// bytes an element); the gathered copy holds float32 values (bf16-valued for the former, which the GEMM rounds
+// to the same bits), the shards and the optimizer stay float32.
+//
 // Units as in FSDP2 / TorchTitan: each transformer block is one unit, the root
 // unit holds the rest (embedding, final norm, lm_head). A unit's parameters
 // are grouped into buckets by the process group they are sharded over (expert
@@ -50,8 +56,9 @@ class FSDP {
   static constexpr int kMaxReductionsInFlight = 2;
 
   // units[0] is the root; its pre-hook must be the first to run in forward.
+  // param_dtype BF16: bf16 operands are all-gathered in bf16 (above); F32: everything in float32.
   FSDP(std::vector<nn::Module*> units, comms::DeviceMesh& mesh, bool reshard_after_forward,
-       std::vector<ShardSpec>& specs, PlacementFn placement = nullptr);
+       std::vector<ShardSpec>& specs, PlacementFn placement = nullptr, DType param_dtype = DType::F32);
   ~FSDP();
 
   // Completes the gradient reductions of the backward(s) run so far: a bucket
@@ -80,6 +87,8 @@ class FSDP {
 
  private:
   void prefetch(Unit& u);
+  static Tensor copy_in(const Bucket& b);
+  static void copy_out(const Bucket& b);
   void unshard(Unit& u);
   void bind(Unit& u);
   void release(Unit& u);

@@ -1,6 +1,7 @@
 #include "parallel/parallelize.h"
 
 #include <cmath>
+#include <set>
 
 #include "models/decoder/model.h"
 #include "parallel/fsdp.h"
@@ -130,12 +131,16 @@ void check_layout(const decoder::Args& m, int64_t ep, int64_t pp) {
 // its collectives after FSDP's (they see the weights FSDP bound), (7) the buffers every rank holds alike.
 ParallelModel parallelize(decoder::Decoder& model, comms::DeviceMesh& mesh, const ParallelOptions& opt) {
   ParallelModel pm;
+  std::set<const Tensor*> bf16_operands;  // what each module reads only as a bf16 GEMM operand
+  for (auto& [n, m] : model.named_modules())
+    for (const Tensor* t : m->bf16_operands()) bf16_operands.insert(t);
   for (auto& [n, p] : model.named_parameters()) {
     ShardSpec s;
     s.name = n;
     s.slot = p;
     s.full_shape = p->shape();
     s.offset = Shape(p->dim(), 0);
+    s.bf16_operand = bf16_operands.count(p) > 0;
     pm.specs.push_back(s);
   }
   check_layout(model.args(), opt.expert_parallel, mesh.degrees.pp);
@@ -182,7 +187,7 @@ ParallelModel parallelize(decoder::Decoder& model, comms::DeviceMesh& mesh, cons
   const auto blocks = model.blocks();
   for (size_t i = 0; i < blocks.size(); ++i)
     if (own.layer[i]) units.push_back(blocks[i]);
-  pm.fsdp = std::make_shared<FSDP>(units, mesh, opt.reshard_after_forward, pm.specs, placement);
+  pm.fsdp = std::make_shared<FSDP>(units, mesh, opt.reshard_after_forward, pm.specs, placement, opt.param_dtype);
   if (tp) tp->hooks();  // (6)
   for (auto& [n, t] : model.buffers()) {  // (7) every rank holds and updates them alike: one copy is written
     Region r{n, t, t->shape(), Shape(t->dim(), 0), mesh.rank == 0};

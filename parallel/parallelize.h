@@ -32,6 +32,9 @@ struct ParallelOptions {
   std::vector<ModelChunk> pipeline_chunks;
   // context parallel (mesh.cp > 1): how attention exchanges K/V over the cp group (parallel/context_parallel.h)
   RotateMethod context_parallel_rotate = RotateMethod::AllGather;
+  // training.mixed_precision_param: BF16 (the step under bf16 autocast) all-gathers the parameters that are only
+  // bf16 GEMM operands (ShardSpec::bf16_operand) in bf16, as FSDP2's param_dtype; the rest in float32
+  DType param_dtype = DType::F32;
 };
 
 // The rules a layout must meet on a model that the mesh alone cannot check, written once: where the job's

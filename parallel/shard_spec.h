@@ -24,6 +24,9 @@ struct ShardSpec {
   // sharded by expert parallel (its experts dimension cut over the ep group): FSDP shards it over the ranks
   // holding the same experts
   bool expert = false;
+  // read only as a bf16 GEMM operand under bf16 autocast (nn::Module::bf16_operands): FSDP all-gathers it in
+  // bf16 when the step computes in bf16 (the GEMM would round it to the same bits)
+  bool bf16_operand = false;
   Region region() const { return {name, slot, full_shape, offset, writer}; }
 };
 

@@ -27,7 +27,7 @@ if [ -z "${SKIP_ASAN:-}" ]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTITAN_SANITIZE=ON >/dev/null
   # what the unit tests and the mpirun tests run (the single-process suites stay in the release run above)
   cmake --build build-asan -j "$JOBS" --target titan_unit_tests titan-train titan-eval titan-tokenize \
-    titan_comms_tests titan_checkpoint_mpi_tests titan_cp_tests
+    titan_comms_tests titan_checkpoint_mpi_tests titan_cp_tests titan_fsdp_tests
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ./build-asan/titan_unit_tests --gtest_brief=1
   # Open MPI's own allocations are not freed at exit: leak checking stays on for the unit tests above only.

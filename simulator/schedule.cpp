@@ -341,7 +341,7 @@ class Schedule {
   }
   // A send / receive between pipeline stages. Returns false when the receive's send is not scheduled yet.
   bool p2p(Lane& l, const CostEvent& e) {
-    const double bytes = e.bytes * act_scale_;
+    const double bytes = priced_comm_bytes(e, act_scale_, red_scale_);
     if (!e.send) {
       if (!std::binary_search(simulated_.begin(), simulated_.end(), e.peer)) {
         // a peer alike this rank (the ranks the simulation plays once, e.g. a context-parallel ring): its
@@ -431,9 +431,9 @@ class Schedule {
       l.registered = false;
     }
     const Collective kind = parse_collective(e.op);
-    const double scale = e.gradients ? red_scale_ : act_scale_;
+    const double bytes = priced_comm_bytes(e, act_scale_, red_scale_);
     const GroupSpan span = group_span(sys_, rpc_, members);
-    CollectiveTime ct = collective_time(chip_, sys_, rpc_, kind, e.bytes * scale, span);
+    CollectiveTime ct = collective_time(chip_, sys_, rpc_, kind, bytes, span);
     const std::string stream = stream_for(l, e, "comm:");
     // a free collective (group of one) neither queues nor occupies its stream
     const double free = l.stream_free[stream];
@@ -446,7 +446,7 @@ class Schedule {
     int64_t idx = -1;
     if (ct.seconds > 0) {
       idx = (int64_t)l.r.spans.size();
-      SimSpan sp{stream, e.op, "comm", start, end - start, 0, e.bytes * scale, -1, l.stage, (int64_t)l.next};
+      SimSpan sp{stream, e.op, "comm", start, end - start, 0, bytes, -1, l.stage, (int64_t)l.next};
       set_issue_dep(l, sp, stream, issued, free, own, last);
       l.r.spans.push_back(std::move(sp));
     }

@@ -43,6 +43,12 @@ struct RankTimeline {
   std::vector<double> marks;
 };
 
+// The bytes a communication event moves as priced: a typed buffer's as they are (CostEvent::typed), the
+// float32 stand-in's in the reduce dtype (a gradient reduction: red_scale) or the parameter dtype (act_scale).
+inline double priced_comm_bytes(const CostEvent& e, double act_scale, double red_scale) {
+  return e.typed ? e.bytes : e.bytes * (e.gradients ? red_scale : act_scale);
+}
+
 // act_scale / red_scale: byte factors of activations' and gradient reductions' dtypes (the plan is fp32);
 // fp32_compute: a float32 run, its GEMMs and attention priced at the chip's FP32 rate (fp32_tflops).
 // Fails naming the deadlock when the ranks wait on each other forever.

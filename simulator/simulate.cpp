@@ -127,7 +127,7 @@ SimResult simulate_step(const JobConfig& cfg, int world, const std::vector<SpecE
   const double red_scale = cfg.training.mixed_precision_reduce == Precision::bfloat16 ? 0.5 : 1.0;
   for (CostEvent e : plan.events)  // the bytes as priced: gradients in the reduce dtype, the rest in the param dtype
     if (e.kind == CostEvent::Kind::CommStart) {
-      e.bytes *= e.gradients ? red_scale : act_scale;
+      e.bytes = priced_comm_bytes(e, act_scale, red_scale);
       r.collectives.push_back(e);
     }
 

@@ -10,12 +10,20 @@
 
 namespace titan {
 
+namespace {
+// training.mixed_precision_param: the steps' GEMMs under AutocastScope(this), FSDP's bf16 all-gathers
+DType compute_dtype(const JobConfig& cfg) {
+  return cfg.training.mixed_precision_param == JobConfig::Training::Precision::bfloat16 ? DType::BF16 : DType::F32;
+}
+}  // namespace
+
 parallel::ParallelOptions parallel_options(const JobConfig& cfg) {
   const auto& p = cfg.parallelism;
   parallel::ParallelOptions o{p.fsdp_reshard_after_forward, p.enable_sequence_parallel, p.expert_parallel_degree,
                               !p.disable_loss_parallel};
   o.sequence_parallel_regather = p.sequence_parallel_regather;
   o.context_parallel_rotate = p.context_parallel_rotate_method;
+  o.param_dtype = compute_dtype(cfg);
   return o;
 }
 
@@ -73,7 +81,7 @@ TrainJob build_job(const JobConfig& cfg, comms::DeviceMesh& mesh,
   mesh.degrees.check_sequence_length(cfg.training.seq_len, cfg.parallelism.enable_sequence_parallel);
   job.max_norm = cfg.training.max_norm;
   using Precision = JobConfig::Training::Precision;
-  job.compute = cfg.training.mixed_precision_param == Precision::bfloat16 ? DType::BF16 : DType::F32;
+  job.compute = compute_dtype(cfg);
   job.reduce_every_microbatch = cfg.parallelism.fsdp_reduce_every_microbatch;
   if (default_device() != Device::Meta)  // each rank first builds the whole fp32 model: refused before any of it
     check_memory_budget(4.0 * (double)cfg.model.num_params(),

@@ -694,6 +694,33 @@ TEST(Simulation, Float32RunPricesGemmsAtTheFp32Rate) {
   EXPECT_NE(e.find("mixed_precision_param"), std::string::npos) << e;
 }
 
+// FSDP's all-gathers priced as the step moves them (FsdpMixedPrecision.* holds the step's bytes): a bf16 run's
+// gathers carry their own (typed) bytes, the GEMM weights at 2 bytes, the embedding and norms at 4, so a block's
+// gather is about half the float32 run's and the root's (the embedding) more than half; nothing is halved twice.
+TEST(Simulation, Bf16AllGathersArePricedAsTheStepMovesThem) {
+  const std::string cfg = "configs/validation/llama31_8b_h100x8.yaml";
+  SimResult bf = simulate_step(sim_config(cfg, {"model.n_layers", "2"}), 8);
+  SimResult f32 = simulate_step(sim_config(cfg, {"model.n_layers", "2", "training.mixed_precision_param", "float32"}), 8);
+  auto gathers = [](const SimResult& r) {
+    std::vector<CostEvent> g;
+    for (const CostEvent& e : r.collectives)
+      if (std::string(e.op) == "all_gather") g.push_back(e);
+    return g;
+  };
+  const auto b = gathers(bf), f = gathers(f32);
+  ASSERT_EQ(b.size(), f.size());
+  ASSERT_GE(b.size(), 3u);  // root, block 0, block 1
+  for (size_t i = 0; i < b.size(); ++i) {
+    EXPECT_TRUE(b[i].typed) << i;
+    EXPECT_FALSE(f[i].typed) << i;
+  }
+  // the root (embedding 128256 x 4096 float32, lm_head bf16, the final norm float32): 6/8 of float32's bytes
+  EXPECT_NEAR(b[0].bytes / f[0].bytes, 0.75, 1e-4);
+  // a block: its norms' 2 x 4096 elements at 4 bytes beside ~218M GEMM weights at 2
+  EXPECT_GT(b[1].bytes / f[1].bytes, 0.5);
+  EXPECT_LT(b[1].bytes / f[1].bytes, 0.5001);
+}
+
 TEST(Simulation, Float8StepPricesItsGemmsAtTheFp8Rate) {
   const std::string cfg = "configs/validation/llama31_8b_h100x8.yaml";
   SimResult bf = simulate_step(sim_config(cfg, {"simulation.mode", "compiled"}), 8);

@@ -222,6 +222,14 @@ Tensor Experts::forward(const Tensor& x, const std::vector<int64_t>& counts) con
   return grouped_linear(h, down_proj, mul(down_proj_bias, down_bias_scale), counts);
 }
 
+std::vector<const Tensor*> Experts::bf16_operands() const {
+  if (float8) return {};
+  std::vector<const Tensor*> w;
+  for (const Tensor* t : {&gate_up_proj, &gate_proj, &up_proj, &down_proj})
+    if (t->defined()) w.push_back(t);
+  return w;
+}
+
 // ---- MoE ----
 
 MoE::MoE(const Args& a)
@@ -235,6 +243,7 @@ MoE::MoE(const Args& a)
   route_bias_state = a.moe_route_bias;
   router = &register_module(a.fused_experts() ? "router" : "gate",
                             std::make_unique<nn::Linear>(a.dim, a.moe_num_experts, a.moe_router_bias));
+  router->float32 = true;  // the router in float32 under bf16 autocast, as TorchTitan's MoE
   experts = &register_module("experts", std::make_unique<Experts>(a));
   if (a.moe_shared_expert)
     shared_expert = &register_module(a.name == Family::deepseek_v3 ? "shared_experts" : "shared_expert",
@@ -245,11 +254,7 @@ MoE::MoE(const Args& a)
 Tensor MoE::forward(const Tensor& x) const {
   const int64_t B = x.size(0), S = x.size(1), H = x.size(2);
   Tensor h = x.reshape({B * S, H});
-  Tensor logits;  // [T, E]
-  {
-    AutocastScope fp32(DType::F32);  // the router in float32 under bf16 autocast, as TorchTitan's MoE
-    logits = router->forward(h);
-  }
+  Tensor logits = router->forward(h);  // [T, E] (float32: Linear::float32)
   const bool biased = !expert_bias.is_meta() && std::any_of(expert_bias.data<float>(),
                                                               expert_bias.data<float>() + num_experts,
                                                               [](float b) { return b != 0.0f; });

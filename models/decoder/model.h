@@ -96,6 +96,8 @@ class Experts : public nn::Module {
   // float8.moe_fqns_prototype (models/converters.h): the grouped GEMMs in FP8 as these casts say (torchao's
   // float8 grouped GEMM); none: as autocast says
   std::optional<Float8Casts> float8;
+  // the projections' weights in bf16 (the grouped GEMMs read them, and their biases, as bf16); none in FP8
+  std::vector<const Tensor*> bf16_operands() const override;
 };
 
 class MoE : public nn::Module {

@@ -5,6 +5,7 @@
 #include <functional>
 #include <string>
 
+#include "src/autograd/autocast.h"
 #include "src/nn/module.h"
 #include "src/ops/float8.h"
 #include "src/ops/ops.h"
@@ -22,8 +23,16 @@ class Linear : public Module {
   Tensor forward(const Tensor& x) const {
     const bool once = bias_scale == 1.0 || !bias.defined();
     const Tensor b = once ? bias : Tensor();
+    std::optional<AutocastScope> fp32;
+    if (float32) fp32.emplace(DType::F32);
     Tensor y = float8 ? float8_linear(x, weight, b, *float8) : linear(x, weight, b);
     return once ? y : add(y, mul(bias, bias_scale));
+  }
+  // the weight, unless the layer computes in float32 or FP8 (the bias is added in float32 on a row-parallel
+  // layer's one rank: not listed)
+  std::vector<const Tensor*> bf16_operands() const override {
+    if (float32 || float8) return {};
+    return {&weight};
   }
   Tensor weight;  // [out, in]
   Tensor bias;    // [out] or undefined
@@ -32,6 +41,8 @@ class Linear : public Module {
   double bias_scale = 1.0;
   // Set by the float8 converter (models/converters.h): the GEMMs run in FP8, each operand cast as the recipe says
   std::optional<Float8Casts> float8;
+  // computes in float32 under bf16 autocast (an MoE router, as TorchTitan's)
+  bool float32 = false;
 };
 
 class Embedding : public Module {

@@ -36,6 +36,11 @@ class Module {
   std::vector<std::pair<std::string, Module*>> named_modules(const std::string& prefix = "");
   int64_t num_parameters();
   void zero_grad();
+  // The parameters this module reads only as operands of bf16 GEMMs under bf16 autocast, each rounded to bf16
+  // before any use (a bf16 Linear's weight, bf16 experts' weights): a data-parallel plan may gather them in
+  // bf16 without changing a bit of the step (FSDP's bf16 all-gather, training.mixed_precision_param). This
+  // module's own, not its children's; none by default.
+  virtual std::vector<const Tensor*> bf16_operands() const { return {}; }
 
   // Forward hooks, as PyTorch's: a pre-hook may replace the input, a
   // post-hook the output. This is how parallel plans (FSDP unshard/reshard,

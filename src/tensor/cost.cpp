@@ -122,7 +122,7 @@ GradientReductionScope::GradientReductionScope() : prev_(t_gradients) { t_gradie
 GradientReductionScope::~GradientReductionScope() { t_gradients = prev_; }
 bool GradientReductionScope::active() { return t_gradients; }
 
-int64_t record_comm_start(const char* kind, const CommGroupRef& group, double bytes) {
+int64_t record_comm_start(const char* kind, const CommGroupRef& group, double bytes, DType dtype) {
   if (t_scope) {  // collectives count their bytes (no FLOPs) in the scopes, as before
     CostTrace* saved = t_trace;
     t_trace = nullptr;
@@ -137,13 +137,14 @@ int64_t record_comm_start(const char* kind, const CommGroupRef& group, double by
   e.comm_id = t_next_comm++;
   e.group = group;
   e.gradients = t_gradients;
+  e.typed = dtype != DType::F32;
   e.t = t_trace->elapsed();
   t_trace->events_.push_back(e);
   return e.comm_id;
 }
 
-int64_t record_p2p_start(bool send, const CommGroupRef& group, double bytes, int peer, int64_t tag) {
-  const int64_t id = record_comm_start(send ? "send" : "recv", group, bytes);
+int64_t record_p2p_start(bool send, const CommGroupRef& group, double bytes, int peer, int64_t tag, DType dtype) {
+  const int64_t id = record_comm_start(send ? "send" : "recv", group, bytes, dtype);
   if (id >= 0) {
     t_trace->events_.back().send = send;
     t_trace->events_.back().peer = peer;

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "src/tensor/dtype.h"
 #include "src/tensor/memory.h"
 
 namespace titan {
@@ -152,6 +153,9 @@ struct CostEvent {
   int64_t comm_id = -1;  // CommStart / CommWait: pairs them
   CommGroupRef group;    // CommStart: the process group
   bool gradients = false;  // CommStart: issued inside a GradientReductionScope
+  // CommStart: the bytes are in the dtype the run moves (a bf16 or integer buffer), not the float32 stand-in
+  // for training.mixed_precision_param / _reduce: the simulator prices them as they are
+  bool typed = false;
   int peer = -1;           // CommStart of a point-to-point send / recv: the other side's world rank
   bool send = false;       //   true: this rank sends
   int64_t tag = -1;        //   and the message tag (a send and its recv share (sender, receiver, tag))
@@ -176,8 +180,8 @@ class CostTrace {
  private:
   friend void record_cost(const char*, double, double, const GemmShape&, KernelClass, EagerSplit);
   friend void record_attention_cost(const char*, double, double, const AttentionShape&, EagerSplit);
-  friend int64_t record_comm_start(const char*, const CommGroupRef&, double);
-  friend int64_t record_p2p_start(bool, const CommGroupRef&, double, int, int64_t);
+  friend int64_t record_comm_start(const char*, const CommGroupRef&, double, DType);
+  friend int64_t record_p2p_start(bool, const CommGroupRef&, double, int, int64_t, DType);
   friend void record_comm_wait(int64_t);
   CostTrace* parent_;
   bool timed_;
@@ -211,11 +215,13 @@ void record_attention_cost(const char* op, double flops, double bytes, const Att
 // Called by the communication layer. `bytes` is the collective's size as the
 // cost model takes it: all_gather: the gathered output; reduce_scatter and
 // all_reduce: the full input; all_to_all: the larger of what this rank sends
-// and receives. Returns an id
-// for record_comm_wait (-1 when nothing records).
-int64_t record_comm_start(const char* kind, const CommGroupRef& group, double bytes);
+// and receives. `dtype`: what the bytes are made of: F32 is the plan's stand-in for the run's dtypes (the
+// simulator prices it in training.mixed_precision_param or _reduce), any other dtype is moved as it is
+// (CostEvent::typed). Returns an id for record_comm_wait (-1 when nothing records).
+int64_t record_comm_start(const char* kind, const CommGroupRef& group, double bytes, DType dtype = DType::F32);
 void record_comm_wait(int64_t id);
 // A point-to-point transfer (send: this rank sends, else receives) of `bytes` with world rank `peer` under `tag`.
-int64_t record_p2p_start(bool send, const CommGroupRef& group, double bytes, int peer, int64_t tag);
+int64_t record_p2p_start(bool send, const CommGroupRef& group, double bytes, int peer, int64_t tag,
+                         DType dtype = DType::F32);
 
 }  // namespace titan
