@@ -149,7 +149,7 @@ OPEN = {
 }
 
 LINE = re.compile(r"sim step: ([0-9.]+) s\s+tps: ([0-9.]+) \(([0-9.]+) per chip\)")
-COMPUTE = re.compile(r"sim time: compute ([0-9.]+) s")
+COMPUTE = re.compile(r"sim time(?: \(busiest stage \[[0-9]+\]\))?: compute ([0-9.]+) s")
 EXPOSED = re.compile(r"exposed communication ([0-9.]+) s")
 BUBBLE = re.compile(r"sim pipeline: bubble ([0-9.]+) s")
 

@@ -21,7 +21,9 @@ std::vector<std::string> describe_simulation(const SimResult& r) {
                                          : "; of the " + r.mfu_precision + " peak, " + fmt("%.0f", r.mfu_peak_tflops) +
                                                " TFLOP/s: the step's linear layers compute in " + r.mfu_precision) +
                 ")");
-  std::string cb = "sim time: compute " + fmt("%.3f", r.compute_s) + " s (";
+  std::string cb = (r.stages.empty() ? std::string("sim time: compute ")
+                                     : "sim time (busiest stage [" + std::to_string(r.busiest_stage) + "]): compute ") +
+                   fmt("%.3f", r.compute_s) + " s (";
   bool first = true;
   for (auto& [k, v] : r.compute_by_class) {
     cb += (first ? "" : ", ") + k + " " + fmt("%.3f", v);
@@ -48,8 +50,12 @@ std::vector<std::string> describe_simulation(const SimResult& r) {
   if (!r.critical.segments.empty()) out.push_back(describe_critical_path(r.critical));
   if (!r.stages.empty()) {
     std::string pl = "sim pipeline: bubble " + fmt("%.3f", r.bubble_s) + " s (" + fmt("%.1f", 100 * r.bubble_fraction) +
-                     "% of the schedules' " + fmt("%.3f", r.pipeline_s) +
-                     " s); per stage (compute / exposed communication / bubble / end / memory):";
+                     "% of the schedules' " + fmt("%.3f", r.pipeline_s) + " s) on the busiest stage [" +
+                     std::to_string(r.busiest_stage) + "], whose split the step's figures above are";
+    if (r.lightest_idle_s > r.bubble_s + 1e-3 * r.pipeline_s)
+      pl += "; stage [" + std::to_string(r.lightest_stage) + "] idles " + fmt("%.3f", r.lightest_idle_s) +
+            " s (less work: the stages' imbalance)";
+    pl += "; per stage (compute / exposed communication / bubble / end / memory):";
     for (size_t s = 0; s < r.stages.size(); ++s) {
       const SimStage& st = r.stages[s];
       pl += " [" + std::to_string(s) + "] " + fmt("%.3f", st.compute_s) + " / " + fmt("%.3f", st.exposed_comm_s) + " / " +

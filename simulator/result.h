@@ -117,6 +117,7 @@ struct SimResult {
   double start_unix_s = 0;  // measured: the step's start on the system clock (merged ranks share one axis)
   int world = 1, ranks_per_chip = 1, chips = 1, systems = 1;
   double step_s = 0;               // simulated step time
+  // the step's split (pipeline parallel: the busiest stage's, busiest_stage below)
   double compute_s = 0;            // busy time of the compute stream
   double exposed_comm_s = 0;       // compute stream waiting for collectives
   double host_wait_s = 0;          // compute stream idle until the host issued its next kernel (host-bound)
@@ -141,11 +142,15 @@ struct SimResult {
   LinkBusy link_busy;                        // rank 0's links busy over the step, per network level
   // pipeline parallel: each stage's rank, scheduled side by side (the step ends with the last). The
   // schedules' windows (pipeline_s: from the first stage's start to the last stage's end, summed over the
-  // accumulation steps) hold the bubble: bubble_s is the largest stage's time in them neither computing nor
-  // waiting for its own collectives
-  // (waiting on a neighbour's activations or gradients, or done early); bubble_fraction = bubble_s / pipeline_s
+  // accumulation steps) hold the bubble: bubble_s is the busiest stage's time in them neither computing nor
+  // waiting for its own collectives (waiting on a neighbour's activations or gradients, or done early);
+  // bubble_fraction = bubble_s / pipeline_s. The busiest stage (most compute + exposed communication +
+  // host-bound time; 0 without pp) also gives the step's split above (compute_s ... kernels); a lighter stage
+  // idles longer by its imbalance: lightest_idle_s, the longest idle of any stage (lightest_stage)
   std::vector<SimStage> stages;
   double pipeline_s = 0, bubble_s = 0, bubble_fraction = 0;
+  int busiest_stage = 0, lightest_stage = 0;
+  double lightest_idle_s = 0;
   // rank 0's collective starts of the planned step, in issue order; bytes as priced (gradients in
   // training.mixed_precision_reduce, the rest in training.mixed_precision_param: the meta run itself is float32)
   std::vector<CostEvent> collectives;

@@ -141,7 +141,14 @@ SimResult simulate_step(const JobConfig& cfg, int world, const std::vector<SpecE
     for (const auto& l : lanes) spans.push_back(&l.r.spans);
     r.critical = critical_path(spans);
   }
-  // the step's figures are the first stage's (all of them without pp); its end is the last lane's
+  // the step's split (compute, exposed communication, host-bound, per class and kind) is the busiest stage's:
+  // the one with the most work, which bounds the pipeline (all of them without pp; the first on a tie); its
+  // timeline, memory over the step and links stay rank 0's (the first stage's); its end is the last lane's
+  size_t busiest = 0;
+  auto work = [](const SimResult& x) { return x.compute_s + x.exposed_comm_s + x.host_wait_s; };
+  for (size_t s = 1; s < lanes.size(); ++s)
+    if (work(lanes[s].r) > work(lanes[busiest].r)) busiest = s;
+  r.busiest_stage = (int)busiest;
   for (auto& l : lanes)  // memory per chip as priced: rpc ranks, activations and buffers in the param dtype
     for (MemorySample& m : l.r.memory_samples)
       for (int i = 0; i < kNumMemoryCategories; ++i)
@@ -152,14 +159,15 @@ SimResult simulate_step(const JobConfig& cfg, int world, const std::vector<SpecE
   r.spans = first.spans;
   r.memory_samples = first.memory_samples;
   r.link_busy = first.link_busy;
-  r.compute_s = first.compute_s;
-  r.exposed_comm_s = first.exposed_comm_s;
-  r.host_wait_s = first.host_wait_s;
-  r.exposed_by_kind = first.exposed_by_kind;
-  r.comm_busy_by_group = first.comm_busy_by_group;
-  r.link_contention_s = first.link_contention_s;
-  r.compute_by_class = first.compute_by_class;
-  r.kernels = first.kernels;
+  const SimResult& split = lanes[busiest].r;
+  r.compute_s = split.compute_s;
+  r.exposed_comm_s = split.exposed_comm_s;
+  r.host_wait_s = split.host_wait_s;
+  r.exposed_by_kind = split.exposed_by_kind;
+  r.comm_busy_by_group = split.comm_busy_by_group;
+  r.link_contention_s = split.link_contention_s;
+  r.compute_by_class = split.compute_by_class;
+  r.kernels = split.kernels;
   for (auto& l : lanes) r.step_s = std::max(r.step_s, l.r.step_s);
   // the bubble: each schedule's window runs from the first stage's start to the last stage's end; a stage's
   // bubble is its time in it neither computing nor waiting for its own collectives (exposed communication
@@ -186,8 +194,10 @@ SimResult simulate_step(const JobConfig& cfg, int world, const std::vector<SpecE
         idle[s] += (b - a) - busy;
       }
     }
+    // the pipeline's bubble is the busiest stage's idle time; a lighter stage idles longer by its own imbalance
+    r.bubble_s = idle[busiest];
     for (size_t s = 0; s < lanes.size(); ++s) {
-      r.bubble_s = std::max(r.bubble_s, idle[s]);
+      if (idle[s] > r.lightest_idle_s) r.lightest_idle_s = idle[s], r.lightest_stage = (int)s;
       SimStage st;
       st.rank = plans[s].rank;
       st.compute_s = lanes[s].r.compute_s;

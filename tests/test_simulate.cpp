@@ -2178,6 +2178,18 @@ TEST(Simulation, UnevenPipelineStagesTimesFollowTheirBlocks) {
   // stage 0 holds the embedding (a lookup) and its blocks: its compute scales with them
   EXPECT_NEAR(uneven.stages[0].compute_s / even.stages[0].compute_s, 6.0 / 4.0, 0.05);
   EXPECT_LT(uneven.stages[1].compute_s, even.stages[1].compute_s);
+  // the step's split and bubble are the busiest stage's (the 6 blocks'), whose compute, exposed communication
+  // and bubble fill the schedules' windows; the lighter stage idles longer (its imbalance), reported beside it
+  const SimStage& heavy = uneven.stages[0];
+  EXPECT_EQ(uneven.busiest_stage, 0);
+  EXPECT_EQ(uneven.compute_s, heavy.compute_s);
+  EXPECT_EQ(uneven.exposed_comm_s, heavy.exposed_comm_s);
+  EXPECT_EQ(uneven.bubble_s, heavy.bubble_s);
+  EXPECT_LT(uneven.bubble_s, uneven.stages[1].bubble_s);
+  EXPECT_EQ(uneven.lightest_stage, 1);
+  EXPECT_EQ(uneven.lightest_idle_s, uneven.stages[1].bubble_s);
+  EXPECT_NEAR(heavy.compute_s + heavy.exposed_comm_s + heavy.host_wait_s + heavy.bubble_s, uneven.pipeline_s,
+              0.01 * uneven.pipeline_s);
 }
 
 // Every shipped chip and system spec loads (its figures checked by the loader), and the systems published runs
