@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "simulator/critical_path.h"
+#include "src/tensor/huge_pages.h"
 #include "src/tensor/error.h"
 
 namespace titan {
@@ -538,6 +539,7 @@ std::vector<RankTimeline> schedule_ranks(const std::vector<RankEvents>& ranks, c
       most += e.kind == CostEvent::Kind::Compute ? 2 * (size_t)std::max(1, e.eager.kernels)
               : e.kind == CostEvent::Kind::CommStart ? 1 : 2;
     lanes[i].r.spans.reserve(most);  // capacity only (untouched pages cost nothing): no slice moves as it grows
+    advise_huge_pages(lanes[i].r.spans.data(), most * sizeof(SimSpan));  // first touch: 2 MiB at a time
   }
   Schedule sched(chip, sys, rpc, mode, act_scale, red_scale, fp32_compute);
   sched.run(lanes);

@@ -186,6 +186,7 @@ class CostTrace {
   CostTrace* parent_;
   bool timed_;
   double t0_ = 0;
+  void append(CostEvent&& e);
   std::vector<CostEvent> events_;
 };
 
