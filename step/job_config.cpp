@@ -111,7 +111,8 @@ std::vector<Field> fields(JobConfig& c) {
       config::bind("parallelism.expert_parallel_degree", &c.parallelism.expert_parallel_degree,
                    "ep: ranks splitting the MoE experts, borrowed from dp_shard x cp; divides moe_num_experts"),
       config::bind("parallelism.fsdp_reshard_after_forward", &c.parallelism.fsdp_reshard_after_forward,
-                   "true: each block but the last frees its gathered weights after forward, re-gathers in backward"),
+                   "always: each block but the last frees its gathered weights after forward and re-gathers them in "
+                   "backward; never: keeps them; default: always without pp, never with it (TorchTitan's)"),
       config::bind("parallelism.enable_sequence_parallel", &c.parallelism.enable_sequence_parallel,
                    "with tp > 1: norms and the residual stream sharded along the sequence over tp"),
       config::bind("parallelism.disable_loss_parallel", &c.parallelism.disable_loss_parallel,

@@ -97,7 +97,15 @@ struct JobConfig {
     int64_t data_parallel_shard_degree = -1;  // -1: the remaining ranks
     int64_t tensor_parallel_degree = 1;
     int64_t expert_parallel_degree = 1;  // gpt_oss: experts spread over ep ranks borrowed from dp_shard
-    bool fsdp_reshard_after_forward = true;  // free gathered weights after a block's forward, re-gather in backward
+    // TorchTitan's policy: always frees each block's gathered weights after its forward and gathers them again in
+    // backward, never keeps them to the backward, default = always without pipeline parallel, never with it (a
+    // stage's weights gathered once per step, not once per micro-batch)
+    enum class Reshard { by_default, always, never };
+    Reshard fsdp_reshard_after_forward = Reshard::by_default;
+    bool reshard_after_forward() const {
+      return fsdp_reshard_after_forward == Reshard::always ||
+             (fsdp_reshard_after_forward == Reshard::by_default && pipeline_parallel_degree == 1);
+    }
     bool enable_sequence_parallel = true;    // with tp > 1: norms and residual stream sharded along the sequence
     bool disable_loss_parallel = false;      // with tp > 1: false = logits stay split over the vocabulary
     // with sequence parallel: free each block's gathered input after its forward, gather it again in its
@@ -220,6 +228,9 @@ struct JobConfig {
   } debug;
 };
 constexpr std::array<std::string_view, 3> enum_names(JobConfig::ACMode) { return {"none", "full", "selective"}; }
+constexpr std::array<std::string_view, 3> enum_names(JobConfig::Parallelism::Reshard) {
+  return {"default", "always", "never"};
+}
 constexpr std::array<std::string_view, 2> enum_names(JobConfig::Training::OnNonFinite) { return {"abort", "skip"}; }
 constexpr std::array<std::string_view, 3> enum_names(JobConfig::Simulation::Mode) { return {"eager", "compiled", "cudagraphs"}; }
 constexpr std::array<std::string_view, 2> enum_names(JobConfig::Simulation::KernelModel) { return {"table", "engines"}; }

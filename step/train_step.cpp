@@ -19,7 +19,7 @@ DType compute_dtype(const JobConfig& cfg) {
 
 parallel::ParallelOptions parallel_options(const JobConfig& cfg) {
   const auto& p = cfg.parallelism;
-  parallel::ParallelOptions o{p.fsdp_reshard_after_forward, p.enable_sequence_parallel, p.expert_parallel_degree,
+  parallel::ParallelOptions o{p.reshard_after_forward(), p.enable_sequence_parallel, p.expert_parallel_degree,
                               !p.disable_loss_parallel};
   o.sequence_parallel_regather = p.sequence_parallel_regather;
   o.context_parallel_rotate = p.context_parallel_rotate_method;

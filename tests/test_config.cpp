@@ -18,6 +18,7 @@
 #include "src/data/loader.h"
 #include "src/data/tokenizer.h"
 #include "src/log/log.h"
+#include "step/train_step.h"
 #include "tests/job_fixtures.h"
 
 using namespace titan;
@@ -136,6 +137,29 @@ TEST(Config, StrictDuplicatesCliTyposValuesAndWarnings) {
   EXPECT_NE(w[0].find("warmup_steps (10) exceeds training.steps (5)"), std::string::npos) << w[0];
   EXPECT_NE(w[1].find("model.sliding_window (512) is not shorter than training.seq_len (256)"), std::string::npos) << w[1];
   EXPECT_TRUE(config_warnings(JobConfig()).empty());
+}
+
+// parallelism.fsdp_reshard_after_forward is TorchTitan's policy: default reshards without pipeline parallel and
+// keeps a stage's gathered weights to the backward with it; always / never as written; a boolean is refused,
+// naming the values.
+TEST(Config, FsdpReshardPolicyIsTorchTitans) {
+  using R = JobConfig::Parallelism::Reshard;
+  JobConfig c = load_job_config_file("", {});
+  EXPECT_EQ(c.parallelism.fsdp_reshard_after_forward, R::by_default);
+  EXPECT_TRUE(c.parallelism.reshard_after_forward());
+  c = load_job_config_file("", {"parallelism.pipeline_parallel_degree", "2"});
+  EXPECT_FALSE(c.parallelism.reshard_after_forward());
+  c = load_job_config_file("", {"parallelism.pipeline_parallel_degree", "2", "parallelism.fsdp_reshard_after_forward",
+                                "always"});
+  EXPECT_TRUE(c.parallelism.reshard_after_forward());
+  c = load_job_config_file("", {"parallelism.fsdp_reshard_after_forward", "never"});
+  EXPECT_FALSE(c.parallelism.reshard_after_forward());
+  EXPECT_EQ(parallel_options(c).reshard_after_forward, false);
+  const std::string e =
+      error_of([&] { load_job_config_file("", {"parallelism.fsdp_reshard_after_forward", "false"}); });
+  EXPECT_NE(e.find("fsdp_reshard_after_forward"), std::string::npos) << e;
+  EXPECT_NE(e.find("default"), std::string::npos) << e;
+  EXPECT_NE(e.find("never"), std::string::npos) << e;
 }
 
 TEST(Config, Float8KeysApplyOrAreRefused) {

@@ -456,7 +456,7 @@ def case_latency(build, c):
     # cores made 4 ranks ~25x slower than 2 (240 s a step; measured before cluster.sh made oversubscribed ranks
     # yield, kept at one rank a host); 2 steps, no link probe (4 MiB at 50 ms and 5% loss take tens of seconds)
     np_, ref = 2, "ref"
-    flags = ("--parallelism.data_parallel_shard_degree 2 --parallelism.fsdp_reshard_after_forward false "
+    flags = ("--parallelism.data_parallel_shard_degree 2 --parallelism.fsdp_reshard_after_forward never "
              "--metrics.link_probe_mib 0")
     steps, parity.LAYOUT_STEPS = parity.LAYOUT_STEPS, 2
     took = {}

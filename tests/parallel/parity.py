@@ -326,7 +326,7 @@ def main():
                         {("all_gather", "dp_shard"): 2 * L, ("reduce_scatter", "dp_shard"): L + 1,
                          ("all_reduce", "dp_replicate"): L + 1, ("all_reduce", "dp"): 1, ("all_reduce", "world"): 1}),
             "fsdp4_keep": (4, ["--parallelism.data_parallel_shard_degree", "4",
-                               "--parallelism.fsdp_reshard_after_forward", "false"],
+                               "--parallelism.fsdp_reshard_after_forward", "never"],
                            {("all_gather", "dp_shard"): L + 1, ("reduce_scatter", "dp_shard"): L + 1,
                             ("all_reduce", "dp"): 1, ("all_reduce", "world"): 1}),
         }
