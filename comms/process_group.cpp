@@ -1,5 +1,7 @@
 #include "comms/process_group.h"
 
+#include <climits>
+
 #include "comms/hosts.h"
 #include "comms/watchdog.h"
 
@@ -433,6 +435,8 @@ std::pair<Tensor, Work> ProcessGroup::all_gather_async(const Tensor& x, int64_t 
   const int64_t tid = record_comm_start("all_gather", ref(), (double)out.nbytes(), x.dtype());
   if (x.is_meta() || fake_) return {out, done_work("all_gather", name_, bytes, tid, true)};
   const int64_t row = numel(Shape(x.shape().begin() + 1, x.shape().end()));  // elements per row of dim 0
+  TITAN_CHECK(out.numel() <= (int64_t)INT_MAX, "all_gather: ", out.numel(), " gathered elements (", shape_str(os),
+              ", group '", name_, "') exceed MPI's int counts (", INT_MAX, "); gather in smaller pieces");
   std::vector<int> counts(size_), displs(size_);
   int64_t at = 0;
   for (int r = 0; r < size_; ++r) {

@@ -83,9 +83,9 @@ TrainResult run_simulated_job(const JobConfig& cfg, double t_start) {
   if (cfg.profiling.enable_profiling && lead) {  // the planned step's collectives, as a profiled real step lists them
     const std::string dtypes =
         cfg.training.mixed_precision_param == cfg.training.mixed_precision_reduce
-            ? config::enum_name(cfg.training.mixed_precision_param) + ", as priced"
+            ? config::enum_name(cfg.training.mixed_precision_param) + " (typed buffers as they are), as priced"
             : "gradients " + config::enum_name(cfg.training.mixed_precision_reduce) + ", the rest " +
-                  config::enum_name(cfg.training.mixed_precision_param) + ", as priced";
+                  config::enum_name(cfg.training.mixed_precision_param) + " (typed buffers as they are), as priced";
     for (const auto& l : describe_collectives(sim.collectives, 0, dtypes)) log_info(l);
     fs::create_directories(cfg.job.dump_folder);
     write_collectives(sim.collectives, cfg.job.dump_folder + "/collectives_rank0.tsv");

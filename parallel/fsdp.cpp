@@ -49,7 +49,7 @@ struct FSDP::Bucket {
   DType dtype = DType::F32;
   std::vector<Param*> params;
   int64_t seg = 0;            // elements per rank: each parameter padded to ceil(rows / n) rows
-  bool bf16_wire = false;     // some parameter travels as bf16: the all-gather moves 2-byte units (BF16)
+  bool bf16_wire = false;     // a bf16 step's float32 bucket: the all-gather moves 2-byte units (BF16, typed)
   int64_t wire_seg = 0;       // its 2-byte units per rank: 1 per bf16 element, 2 per float32 element
   bool sharded = false;       // group of more than one rank
   bool replicated = false;    // HSDP: an all-reduce over dp_replicate follows
@@ -119,6 +119,9 @@ FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool resha
       b->dtype = local.dtype();
       b->sharded = pl.group->size() > 1;
       b->replicated = replicated;
+      // a bf16 step's gathers move typed bytes, whatever the bucket holds (a root of only the embedding too):
+      // the simulator prices them as they are
+      b->bf16_wire = param_dtype == DType::BF16 && b->dtype == DType::F32;
     }
     auto p = std::make_unique<Param>();
     p->name = s.name;
@@ -133,7 +136,6 @@ FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool resha
     p->bf16_wire = param_dtype == DType::BF16 && s.bf16_operand && local.dtype() == DType::F32;
     p->wire_offset = b->wire_seg;
     b->wire_seg += p->rows[0] * p->row_elems * (p->bf16_wire ? 1 : 2);
-    b->bf16_wire = b->bf16_wire || p->bf16_wire;
     int64_t start = 0;
     for (int64_t q = 0; q < r; ++q) start += p->rows[q];
     {

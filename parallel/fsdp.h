@@ -6,8 +6,9 @@
 // Mixed precision (FSDP2's MixedPrecisionPolicy, param_dtype bf16): the parameters that are only bf16 GEMM
 // operands (ShardSpec::bf16_operand) travel as bf16 in the all-gather, the rest (norms, embedding, biases, the
 // router) as float32, in the one flat all-gather of the bucket (per rank: each parameter's padded rows, 2 or 4
-// bytes an element); the gathered copy holds float32 values (bf16-valued for the former, which the GEMM rounds
-// to the same bits), the shards and the optimizer stay float32.
+// bytes an element; every bucket of a bf16 step travels so, as typed bytes for the simulator); the gathered copy
+// holds float32 values (bf16-valued for the former, which the GEMM rounds to the same bits), the shards and the
+// optimizer stay float32.
 //
 // Units as in FSDP2 / TorchTitan: each transformer block is one unit, the root
 // unit holds the rest (embedding, final norm, lm_head). A unit's parameters

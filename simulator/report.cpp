@@ -52,8 +52,8 @@ std::vector<std::string> describe_simulation(const SimResult& r) {
     std::string pl = "sim pipeline: bubble " + fmt("%.3f", r.bubble_s) + " s (" + fmt("%.1f", 100 * r.bubble_fraction) +
                      "% of the schedules' " + fmt("%.3f", r.pipeline_s) + " s) on the busiest stage [" +
                      std::to_string(r.busiest_stage) + "], whose split the step's figures above are";
-    if (r.lightest_idle_s > r.bubble_s + 1e-3 * r.pipeline_s)
-      pl += "; stage [" + std::to_string(r.lightest_stage) + "] idles " + fmt("%.3f", r.lightest_idle_s) +
+    if (r.most_idle_s > r.bubble_s + 1e-3 * r.pipeline_s)
+      pl += "; stage [" + std::to_string(r.most_idle_stage) + "] idles " + fmt("%.3f", r.most_idle_s) +
             " s (less work: the stages' imbalance)";
     pl += "; per stage (compute / exposed communication / bubble / end / memory):";
     for (size_t s = 0; s < r.stages.size(); ++s) {

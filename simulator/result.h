@@ -145,12 +145,13 @@ struct SimResult {
   // accumulation steps) hold the bubble: bubble_s is the busiest stage's time in them neither computing nor
   // waiting for its own collectives (waiting on a neighbour's activations or gradients, or done early);
   // bubble_fraction = bubble_s / pipeline_s. The busiest stage (most compute + exposed communication +
-  // host-bound time; 0 without pp) also gives the step's split above (compute_s ... kernels); a lighter stage
-  // idles longer by its imbalance: lightest_idle_s, the longest idle of any stage (lightest_stage)
+  // host-bound time; 0 without pp) also gives the step's split above (compute_s ... kernels, comm_busy_by_group,
+  // link_contention_s; the timeline, links, memory samples and collectives stay rank 0's); a stage with less work
+  // idles longer by its imbalance: most_idle_s, the longest idle of any stage (most_idle_stage)
   std::vector<SimStage> stages;
   double pipeline_s = 0, bubble_s = 0, bubble_fraction = 0;
-  int busiest_stage = 0, lightest_stage = 0;
-  double lightest_idle_s = 0;
+  int busiest_stage = 0, most_idle_stage = 0;
+  double most_idle_s = 0;
   // rank 0's collective starts of the planned step, in issue order; bytes as priced (gradients in
   // training.mixed_precision_reduce, the rest in training.mixed_precision_param: the meta run itself is float32)
   std::vector<CostEvent> collectives;

@@ -197,7 +197,7 @@ SimResult simulate_step(const JobConfig& cfg, int world, const std::vector<SpecE
     // the pipeline's bubble is the busiest stage's idle time; a lighter stage idles longer by its own imbalance
     r.bubble_s = idle[busiest];
     for (size_t s = 0; s < lanes.size(); ++s) {
-      if (idle[s] > r.lightest_idle_s) r.lightest_idle_s = idle[s], r.lightest_stage = (int)s;
+      if (idle[s] > r.most_idle_s) r.most_idle_s = idle[s], r.most_idle_stage = (int)s;
       SimStage st;
       st.rank = plans[s].rank;
       st.compute_s = lanes[s].r.compute_s;

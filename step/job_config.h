@@ -99,7 +99,7 @@ struct JobConfig {
     int64_t expert_parallel_degree = 1;  // gpt_oss: experts spread over ep ranks borrowed from dp_shard
     // TorchTitan's policy: always frees each block's gathered weights after its forward and gathers them again in
     // backward, never keeps them to the backward, default = always without pipeline parallel, never with it (a
-    // stage's weights gathered once per step, not once per micro-batch)
+    // stage's weights gathered once per pipeline schedule, not once per micro-batch)
     enum class Reshard { by_default, always, never };
     Reshard fsdp_reshard_after_forward = Reshard::by_default;
     bool reshard_after_forward() const {

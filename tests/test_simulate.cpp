@@ -719,6 +719,14 @@ TEST(Simulation, Bf16AllGathersArePricedAsTheStepMovesThem) {
   // a block: its norms' 2 x 4096 elements at 4 bytes beside ~218M GEMM weights at 2
   EXPECT_GT(b[1].bytes / f[1].bytes, 0.5);
   EXPECT_LT(b[1].bytes / f[1].bytes, 0.5001);
+  // a bucket without a GEMM weight (the first pipeline stage's root: the embedding alone) moves, and is priced
+  // at, its float32 bytes
+  SimResult pp = simulate_step(sim_config(cfg, {"model.n_layers", "2", "parallelism.pipeline_parallel_degree", "2",
+                                                "parallelism.data_parallel_shard_degree", "4"}), 8);
+  const auto g = gathers(pp);
+  ASSERT_FALSE(g.empty());
+  for (const CostEvent& e : g) EXPECT_TRUE(e.typed);
+  EXPECT_NEAR(g[0].bytes, 4.0 * 128256 * 4096, 1.0);  // [128256, 4096] float32, 4 ranks of 32064 rows
 }
 
 TEST(Simulation, Float8StepPricesItsGemmsAtTheFp8Rate) {
@@ -2187,8 +2195,8 @@ TEST(Simulation, UnevenPipelineStagesTimesFollowTheirBlocks) {
   EXPECT_EQ(uneven.exposed_comm_s, heavy.exposed_comm_s);
   EXPECT_EQ(uneven.bubble_s, heavy.bubble_s);
   EXPECT_LT(uneven.bubble_s, uneven.stages[1].bubble_s);
-  EXPECT_EQ(uneven.lightest_stage, 1);
-  EXPECT_EQ(uneven.lightest_idle_s, uneven.stages[1].bubble_s);
+  EXPECT_EQ(uneven.most_idle_stage, 1);
+  EXPECT_EQ(uneven.most_idle_s, uneven.stages[1].bubble_s);
   EXPECT_NEAR(heavy.compute_s + heavy.exposed_comm_s + heavy.host_wait_s + heavy.bubble_s, uneven.pipeline_s,
               0.01 * uneven.pipeline_s);
 }

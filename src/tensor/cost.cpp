@@ -156,8 +156,9 @@ int64_t record_comm_start(const char* kind, const CommGroupRef& group, double by
   e.gradients = t_gradients;
   e.typed = dtype != DType::F32;
   e.t = t_trace->elapsed();
+  const int64_t id = e.comm_id;
   t_trace->append(std::move(e));
-  return e.comm_id;
+  return id;
 }
 
 int64_t record_p2p_start(bool send, const CommGroupRef& group, double bytes, int peer, int64_t tag, DType dtype) {
