@@ -133,7 +133,7 @@ FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool resha
     p->row_elems = local.size(0) > 0 ? local.numel() / local.size(0) : 0;
     p->offset = b->seg;
     b->seg += p->rows[0] * p->row_elems;  // rows[0] = ceil(rows / n): the padded extent on every rank
-    p->bf16_wire = param_dtype == DType::BF16 && s.bf16_operand && local.dtype() == DType::F32;
+    p->bf16_wire = b->bf16_wire && s.bf16_operand;
     p->wire_offset = b->wire_seg;
     b->wire_seg += p->rows[0] * p->row_elems * (p->bf16_wire ? 1 : 2);
     int64_t start = 0;
@@ -288,11 +288,8 @@ void FSDP::copy_out(const Bucket& b) {
       }
       const uint16_t* w = static_cast<const uint16_t*>(b.gathered.raw_data()) + (int64_t)q * b.wire_seg + p->wire_offset;
       float* dst = p->full.data<float>() + at;
-      if (p->bf16_wire) {
-        for (int64_t i = 0; i < n; ++i) dst[i] = bf16_bits_to_float(w[i]);
-      } else {
-        std::memcpy(dst, w, (size_t)n * 4);
-      }
+      if (p->bf16_wire) bf16_bits_to_float(w, dst, n);
+      else std::memcpy(dst, w, (size_t)n * 4);
     }
   }
 }

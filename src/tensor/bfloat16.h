@@ -51,4 +51,9 @@ inline void float_to_bf16_bits(const float* p, uint16_t* out, int64_t n) {
   }
 }
 
+// n bfloat16 bits -> their float32 values (exact).
+inline void bf16_bits_to_float(const uint16_t* p, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(p[i]);
+}
+
 }  // namespace titan
