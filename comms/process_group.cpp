@@ -18,6 +18,7 @@
 
 #include "src/autograd/grad_mode.h"
 #include "src/ops/ops.h"
+#include "src/tensor/bfloat16.h"
 #include "src/tensor/cost.h"
 
 namespace titan::comms {
@@ -81,7 +82,7 @@ MPI_Datatype mpi_type(DType t) {
     case DType::F64: return MPI_DOUBLE;
     case DType::I64: return MPI_INT64_T;
     case DType::I32: return MPI_INT32_T;
-    case DType::BF16: return MPI_UINT16_T;  // bits: moved, never reduced (all_reduce / reduce_scatter refuse it)
+    case DType::BF16: return MPI_UINT16_T;  // bits: moved as they are, reduced by bf16_sum_op
     default: fail("comms: no MPI type for dtype ", dtype_name(t));
   }
 }
@@ -112,6 +113,58 @@ void complete(MPI_Request& req, const char* what) {
     if (std::chrono::steady_clock::now() - t0 > std::chrono::microseconds(50))
       std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
+}
+
+// ---- the bf16 wire ---------------------------------------------------------------
+// MPI's reduction of bf16 bits as NCCL sums bf16: each addition in float32, its result rounded to bf16 (nearest
+// even), hop by hop in the library's order.
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const uint16_t* a = static_cast<const uint16_t*>(in);
+  uint16_t* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = float_to_bf16_bits(bf16_bits_to_float(a[i]) + bf16_bits_to_float(b[i]));
+}
+std::mutex g_bf16_sum_mu;
+MPI_Op g_bf16_sum = MPI_OP_NULL;
+MPI_Op bf16_sum_op() {
+  std::lock_guard<std::mutex> lk(g_bf16_sum_mu);
+  if (g_bf16_sum == MPI_OP_NULL) check_mpi(MPI_Op_create(&bf16_sum, /*commute=*/1, &g_bf16_sum), "MPI_Op_create");
+  return g_bf16_sum;
+}
+MPI_Op reduction_op(ReduceOp op, DType t) { return t == DType::BF16 ? bf16_sum_op() : mpi_op(op); }
+
+// x's float32 values as bf16 bits in x's shape (rounded to nearest even; meta: a meta bf16 tensor), what a bf16
+// wire sends; priced as the pass it is.
+Tensor to_bf16_bits(const Tensor& x) {
+  Tensor in = x.contiguous();
+  Tensor bits = empty(x.shape(), DType::BF16, x.device());
+  record_cost("bf16_wire_pack", 0, 6.0 * (double)x.numel());
+  if (!x.is_meta()) float_to_bf16_bits(in.data<float>(), static_cast<uint16_t*>(bits.raw_data()), x.numel());
+  return bits;
+}
+// A bf16 wire's result into float32 `out` (contiguous, as many elements), times `scale` rounded to bf16 again
+// (a bf16 average) when scale != 1.
+void from_bf16_bits(const Tensor& bits, const Tensor& out, double scale) {
+  float* o = out.data<float>();
+  const int64_t n = out.numel();
+  bf16_bits_to_float(static_cast<const uint16_t*>(bits.raw_data()), o, n);
+  if (scale == 1.0) return;
+  for (int64_t i = 0; i < n; ++i) o[i] = round_to_bf16((float)(o[i] * scale));
+}
+// The bytes of a bf16 (bits) tensor into another of its size (a group of one's reduction).
+void copy_bits(const Tensor& dst, const Tensor& src) { std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes()); }
+
+// A reduction's wire: x's own dtype, or bf16 for a float32 x (refused otherwise, naming the collective).
+bool bf16_wire(const Tensor& x, DType wire, ReduceOp op, const char* what, const std::string& group) {
+  TITAN_CHECK(wire == DType::F32 || wire == DType::BF16, what, ": wire dtype ", dtype_name(wire), " (group '", group,
+              "'): float32 (as the tensor is) or bfloat16");
+  const bool bf16 = wire == DType::BF16 || x.dtype() == DType::BF16;
+  TITAN_CHECK(!bf16 || x.dtype() == DType::F32 || x.dtype() == DType::BF16, what, ": a bf16 wire carries float32 "
+              "values or bf16 bits, got ", dtype_name(x.dtype()), " ", shape_str(x.shape()), " (group '", group, "')");
+  TITAN_CHECK(!bf16 || op != ReduceOp::Max, what, ": max on a bf16 wire (", shape_str(x.shape()), ", group '", group,
+              "'): reduce its float32 values");
+  TITAN_CHECK(!(x.dtype() == DType::BF16 && op == ReduceOp::Avg), what, ": avg of bf16 bits (", shape_str(x.shape()),
+              ", group '", group, "'): pass the float32 values with wire bfloat16");
+  return bf16 && x.dtype() == DType::F32;
 }
 }  // namespace
 
@@ -246,6 +299,7 @@ void finalize() {
   CommThread::get().stop();
   int fin = 0;
   MPI_Finalized(&fin);
+  if (!fin && g_bf16_sum != MPI_OP_NULL) MPI_Op_free(&g_bf16_sum);
   if (g_we_initialized && !fin) MPI_Finalize();
   g_init = false;
 }
@@ -373,23 +427,30 @@ Tensor chunks_contiguous(const Tensor& x, int64_t dim, const std::vector<int64_t
 }
 }  // namespace
 
-std::pair<Tensor, Work> ProcessGroup::all_reduce_async(const Tensor& x, ReduceOp op) {
+std::pair<Tensor, Work> ProcessGroup::all_reduce_async(const Tensor& x, ReduceOp op, DType wire) {
   NoGradGuard ng;
+  if (bf16_wire(x, wire, op, "all_reduce", name_)) {
+    auto [sum, w] = all_reduce_async(to_bf16_bits(x), ReduceOp::Sum);
+    Tensor out = empty(x.shape(), DType::F32, x.device());
+    if (!x.is_meta()) {
+      const double scale = op == ReduceOp::Avg ? 1.0 / size_ : 1.0;
+      w.then([sum = sum, out, scale] { from_bf16_bits(sum, out, scale); });
+    }
+    return {out, w};
+  }
   Tensor in = x.contiguous();
   Tensor out = empty(x.shape(), x.dtype(), x.device());
   const int64_t bytes = x.nbytes();
-  TITAN_CHECK(x.dtype() != DType::BF16, "all_reduce: a bfloat16 tensor (", shape_str(x.shape()), ", group '", name_,
-              "') moves as bits and cannot be reduced; reduce its float32 values");
   const int64_t tid = record_comm_start("all_reduce", ref(), (double)bytes, x.dtype());
   if (x.is_meta() || fake_ || size_ == 1) {
-    if (!x.is_meta()) copy_(out, in);
+    if (!x.is_meta()) x.dtype() == DType::BF16 ? copy_bits(out, in) : copy_(out, in);
     return {out, done_work("all_reduce", name_, bytes, tid, x.is_meta() || fake_)};
   }
   MPI_Comm c = comm_;
+  const MPI_Op mop = reduction_op(op, x.dtype());
   Work w = submit("all_reduce", *this, bytes, [=]() {
     MPI_Request req;
-    check_mpi(MPI_Iallreduce(in.raw_data(), out.raw_data(), (int)in.numel(), mpi_type(in.dtype()), mpi_op(op), c,
-                             &req),
+    check_mpi(MPI_Iallreduce(in.raw_data(), out.raw_data(), (int)in.numel(), mpi_type(in.dtype()), mop, c, &req),
               "all_reduce");
     complete(req, "all_reduce");
   }, tid);
@@ -403,20 +464,22 @@ std::pair<Tensor, Work> ProcessGroup::all_reduce_async(const Tensor& x, ReduceOp
   return {out, w};
 }
 
-Tensor ProcessGroup::all_reduce(const Tensor& x, ReduceOp op) {
-  auto [out, w] = all_reduce_async(x, op);
+Tensor ProcessGroup::all_reduce(const Tensor& x, ReduceOp op, DType wire) {
+  auto [out, w] = all_reduce_async(x, op, wire);
   w.wait();
   return out;
 }
 
-std::pair<Tensor, Work> ProcessGroup::all_gather_async(const Tensor& x, int64_t dim, const std::vector<int64_t>& sz) {
+std::pair<Tensor, Work> ProcessGroup::all_gather_async(const Tensor& x, int64_t dim, const std::vector<int64_t>& sz,
+                                                       DType wire) {
   NoGradGuard ng;
   dim = wrap_dim(dim, x.dim(), "all_gather");
   std::vector<int64_t> sizes = sz.empty() ? std::vector<int64_t>(size_, x.size(dim)) : sz;
   TITAN_CHECK((int)sizes.size() == size_ && sizes[rank_] == x.size(dim), "all_gather: sizes must list ", size_,
               " extents with this rank's equal to ", x.size(dim), " (group '", name_, "')");
+  const bool to_wire = bf16_wire(x, wire, ReduceOp::Sum, "all_gather", name_);
   if (dim != 0 && !x.is_meta() && !fake_) {  // gather along dim 0 of the transpose, transpose back on wait
-    auto [gt, w] = all_gather_async(transpose(x, 0, dim).contiguous(), 0, sizes);
+    auto [gt, w] = all_gather_async(transpose(x, 0, dim).contiguous(), 0, sizes, wire);
     Shape os = x.shape();
     os[dim] = gt.size(0);
     Tensor out = empty(os, x.dtype(), x.device());
@@ -424,6 +487,12 @@ std::pair<Tensor, Work> ProcessGroup::all_gather_async(const Tensor& x, int64_t 
       NoGradGuard g;
       copy_(out, transpose(gt, 0, dim));
     });
+    return {out, w};
+  }
+  if (to_wire) {  // dim 0 (or planned)
+    auto [bits, w] = all_gather_async(to_bf16_bits(x), dim, sizes);
+    Tensor out = empty(bits.shape(), DType::F32, x.device());
+    if (!x.is_meta()) w.then([bits = bits, out] { from_bf16_bits(bits, out, 1.0); });
     return {out, w};
   }
   Shape os = x.shape();
@@ -456,14 +525,14 @@ std::pair<Tensor, Work> ProcessGroup::all_gather_async(const Tensor& x, int64_t 
   return {out, w};
 }
 
-Tensor ProcessGroup::all_gather(const Tensor& x, int64_t dim, const std::vector<int64_t>& sizes) {
-  auto [out, w] = all_gather_async(x, dim, sizes);
+Tensor ProcessGroup::all_gather(const Tensor& x, int64_t dim, const std::vector<int64_t>& sizes, DType wire) {
+  auto [out, w] = all_gather_async(x, dim, sizes, wire);
   w.wait();
   return out;
 }
 
 std::pair<Tensor, Work> ProcessGroup::reduce_scatter_async(const Tensor& x, int64_t dim, ReduceOp op,
-                                                           const std::vector<int64_t>& sz) {
+                                                           const std::vector<int64_t>& sz, DType wire) {
   NoGradGuard ng;
   dim = wrap_dim(dim, x.dim(), "reduce_scatter");
   TITAN_CHECK(op != ReduceOp::Max, "reduce_scatter: max is not supported (sum or avg)");
@@ -474,10 +543,21 @@ std::pair<Tensor, Work> ProcessGroup::reduce_scatter_async(const Tensor& x, int6
               " extents summing to ", x.size(dim), " (group '", name_, "')");
   Shape os = x.shape();
   os[dim] = sizes[rank_];
+  if (bf16_wire(x, wire, op, "reduce_scatter", name_)) {  // every rank's chunks rank after rank, as bits [n]
+    const int64_t row = x.numel() / std::max<int64_t>(1, x.size(dim));
+    std::vector<int64_t> flat(sizes.size());
+    for (size_t r = 0; r < sizes.size(); ++r) flat[r] = sizes[r] * row;
+    Tensor chunks = x.is_meta() ? x : chunks_contiguous(x, dim, sizes);
+    auto [bits, w] = reduce_scatter_async(to_bf16_bits(chunks.reshape({-1})), 0, ReduceOp::Sum, flat);
+    Tensor out = empty(os, DType::F32, x.device());
+    if (!x.is_meta()) {
+      const double scale = op == ReduceOp::Avg ? 1.0 / size_ : 1.0;
+      w.then([bits = bits, out, scale] { from_bf16_bits(bits, out, scale); });
+    }
+    return {out, w};
+  }
   Tensor out = empty(os, x.dtype(), x.device());
   const int64_t bytes = x.nbytes();
-  TITAN_CHECK(x.dtype() != DType::BF16, "reduce_scatter: a bfloat16 tensor (", shape_str(x.shape()), ", group '",
-              name_, "') moves as bits and cannot be reduced; reduce its float32 values");
   const int64_t tid = record_comm_start("reduce_scatter", ref(), (double)bytes, x.dtype());
   if (x.is_meta() || fake_) return {out, done_work("reduce_scatter", name_, bytes, tid, true)};
   const int64_t row = x.numel() / std::max<int64_t>(1, x.size(dim));
@@ -486,10 +566,10 @@ std::pair<Tensor, Work> ProcessGroup::reduce_scatter_async(const Tensor& x, int6
   Tensor in = chunks_contiguous(x, dim, sizes);
   MPI_Comm c = comm_;
   const double scale = op == ReduceOp::Avg ? 1.0 / size_ : 1.0;
+  const MPI_Op mop = reduction_op(ReduceOp::Sum, x.dtype());
   Work w = submit("reduce_scatter", *this, bytes, [=]() {
     MPI_Request req;
-    check_mpi(MPI_Ireduce_scatter(in.raw_data(), out.raw_data(), counts.data(), mpi_type(in.dtype()), MPI_SUM, c,
-                                  &req),
+    check_mpi(MPI_Ireduce_scatter(in.raw_data(), out.raw_data(), counts.data(), mpi_type(in.dtype()), mop, c, &req),
               "reduce_scatter");
     complete(req, "reduce_scatter");
   }, tid);
@@ -501,8 +581,9 @@ std::pair<Tensor, Work> ProcessGroup::reduce_scatter_async(const Tensor& x, int6
   return {out, w};
 }
 
-Tensor ProcessGroup::reduce_scatter(const Tensor& x, int64_t dim, ReduceOp op, const std::vector<int64_t>& sizes) {
-  auto [out, w] = reduce_scatter_async(x, dim, op, sizes);
+Tensor ProcessGroup::reduce_scatter(const Tensor& x, int64_t dim, ReduceOp op, const std::vector<int64_t>& sizes,
+                                    DType wire) {
+  auto [out, w] = reduce_scatter_async(x, dim, op, sizes, wire);
   w.wait();
   return out;
 }

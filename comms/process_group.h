@@ -96,14 +96,21 @@ class ProcessGroup {
   const std::string& name() const { return name_; }
   bool is_fake() const { return fake_; }
 
-  Tensor all_reduce(const Tensor& x, ReduceOp op = ReduceOp::Sum);
+  // Reductions on a bfloat16 wire (wire = DType::BF16, x float32): x's values rounded to bf16 and sent as 2-byte
+  // bits, summed as NCCL sums bf16 (each addition in float32, its result rounded to bf16: per hop, in the
+  // library's order), the result's float32 values bf16 values (Avg: the sum divided by the group's size and
+  // rounded again). Recorded as typed 2-byte traffic. A DType::BF16 x (bits) reduces the same way, Sum only.
+  Tensor all_reduce(const Tensor& x, ReduceOp op = ReduceOp::Sum, DType wire = DType::F32);
   // Concatenates every rank's x along `dim`; sizes[r] = rank r's extent along
   // dim (empty: all equal to the local extent).
-  Tensor all_gather(const Tensor& x, int64_t dim = 0, const std::vector<int64_t>& sizes = {});
+  // wire = DType::BF16 (x float32): x's values rounded to bf16 and moved as 2-byte bits, the result float32
+  // (lossless for bf16 values; recorded as typed 2-byte traffic).
+  Tensor all_gather(const Tensor& x, int64_t dim = 0, const std::vector<int64_t>& sizes = {},
+                    DType wire = DType::F32);
   // Reduces x over ranks and returns this rank's chunk along `dim`; sizes[r]
   // = chunk extents (empty: equal chunks).
   Tensor reduce_scatter(const Tensor& x, int64_t dim = 0, ReduceOp op = ReduceOp::Sum,
-                        const std::vector<int64_t>& sizes = {});
+                        const std::vector<int64_t>& sizes = {}, DType wire = DType::F32);
   Tensor broadcast(const Tensor& x, int root = 0);
   Tensor all_to_all(const Tensor& x);  // dim 0 split in size() equal chunks
   // Rows along dim 0: send_rows[r] rows to rank r (in rank order); returns the
@@ -128,10 +135,11 @@ class ProcessGroup {
   std::shared_ptr<ProcessGroup> split(const std::function<int(int)>& color_of, const std::function<int(int)>& key_of,
                                       const std::string& name);
 
-  std::pair<Tensor, Work> all_reduce_async(const Tensor& x, ReduceOp op = ReduceOp::Sum);
-  std::pair<Tensor, Work> all_gather_async(const Tensor& x, int64_t dim = 0, const std::vector<int64_t>& sizes = {});
+  std::pair<Tensor, Work> all_reduce_async(const Tensor& x, ReduceOp op = ReduceOp::Sum, DType wire = DType::F32);
+  std::pair<Tensor, Work> all_gather_async(const Tensor& x, int64_t dim = 0, const std::vector<int64_t>& sizes = {},
+                                           DType wire = DType::F32);
   std::pair<Tensor, Work> reduce_scatter_async(const Tensor& x, int64_t dim = 0, ReduceOp op = ReduceOp::Sum,
-                                               const std::vector<int64_t>& sizes = {});
+                                               const std::vector<int64_t>& sizes = {}, DType wire = DType::F32);
 
  private:
   ProcessGroup() = default;

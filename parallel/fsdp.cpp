@@ -369,28 +369,17 @@ void FSDP::set_reduce_dtype(DType dt) {
   reduce_bf16_ = dt == DType::BF16;
 }
 
-namespace {
-// A gradient as a bf16 reduction sends or returns it (values rounded in place; meta: nothing to round).
-void round_reduced(Tensor& flat, bool bf16) {
-  if (!bf16 || flat.is_meta()) return;
-  NoGradGuard ng;
-  if (!flat.is_contiguous()) flat = flat.contiguous();
-  round_to_bf16_(flat);
-}
-}  // namespace
-
 void FSDP::issue_reduction(Bucket& b) {
   while ((int)in_flight_.size() >= kMaxReductionsInFlight) advance_oldest();
   GradientReductionScope grads;  // these collectives carry gradients (training.mixed_precision_reduce)
   MemoryCategoryScope cat(MemoryCategory::Communication);
-  round_reduced(b.grad_flat, reduce_bf16_);
   auto r = std::make_unique<Reduction>();
   r->bucket = &b;
   if (b.sharded) {
-    std::tie(r->out, r->work) = b.group->reduce_scatter_async(b.grad_flat, 0, ReduceOp::Avg);  // [seg]
+    std::tie(r->out, r->work) = b.group->reduce_scatter_async(b.grad_flat, 0, ReduceOp::Avg, {}, reduce_dtype());  // [seg]
   } else {  // replicas only (DDP): all-reduce the flat gradients
     r->all_reduce_stage = true;
-    std::tie(r->out, r->work) = mesh_.dp_replicate->all_reduce_async(b.grad_flat, ReduceOp::Avg);
+    std::tie(r->out, r->work) = mesh_.dp_replicate->all_reduce_async(b.grad_flat, ReduceOp::Avg, reduce_dtype());
   }
   b.grad_flat = Tensor();  // the collective holds its input until it is done
   b.holds_earlier = false;
@@ -404,12 +393,11 @@ void FSDP::advance_oldest() {
   std::unique_ptr<Reduction> r = std::move(in_flight_.front());
   in_flight_.pop_front();
   r->work.wait();
-  round_reduced(r->out, reduce_bf16_);
   if (!r->all_reduce_stage && r->bucket->replicated) {
     GradientReductionScope grads;
     MemoryCategoryScope cat(MemoryCategory::Communication);
     r->all_reduce_stage = true;
-    std::tie(r->out, r->work) = mesh_.dp_replicate->all_reduce_async(r->out, ReduceOp::Avg);
+    std::tie(r->out, r->work) = mesh_.dp_replicate->all_reduce_async(r->out, ReduceOp::Avg, reduce_dtype());
     in_flight_.push_back(std::move(r));
     return;
   }

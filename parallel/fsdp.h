@@ -76,10 +76,11 @@ class FSDP {
   // next micro-batch of a pipeline schedule runs without gathering them again; the stage's last backward
   // turns it on and frees them. Default on.
   void set_reshard_after_backward(bool reshard) { reshard_after_backward_ = reshard; }
-  // The dtype gradients are reduced in (training.mixed_precision_reduce): bf16 rounds each rank's flat gradient
-  // before its reduce-scatter / all-reduce and the reduced result after (each stage of HSDP's two); the sum
-  // itself is float32 (NCCL's bf16 ring rounds its partial sums at every hop: a finer grain than this).
+  // The dtype gradients are reduced in (training.mixed_precision_reduce): bf16 reduce-scatters / all-reduces
+  // (each stage of HSDP's two) on a bf16 wire: each rank's flat gradient rounded to bf16 and sent as 2-byte bits,
+  // summed as NCCL sums bf16 (each addition rounded), the average rounded again (ProcessGroup's wire).
   void set_reduce_dtype(DType dt);
+  DType reduce_dtype() const { return reduce_bf16_ ? DType::BF16 : DType::F32; }
 
   struct Param;
   struct Bucket;

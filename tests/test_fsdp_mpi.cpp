@@ -8,12 +8,14 @@
 // typed bytes for the simulator.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <string>
 
 #include "comms/device_mesh.h"
 #include "step/train_step.h"
+#include "src/tensor/bfloat16.h"
 #include "src/tensor/cost.h"
 #include "tests/mpi_main.h"
 
@@ -144,26 +146,124 @@ TEST(FsdpMixedPrecision, Bf16AllGatherMovesBf16OperandsAsBf16AndChangesNoBit) {
   }
 }
 
-// A bf16 buffer moves as bits: gathered exactly, and refused by the reductions (naming the group).
-TEST(FsdpMixedPrecision, Bf16BuffersAreGatheredAsBitsAndNeverReduced) {
+// The bf16 wire (ProcessGroup's wire = bfloat16): reductions sum as NCCL sums bf16 — every addition in float32,
+// rounded to bf16, hop by hop in the library's order — so each result is one of the left folds of the ranks'
+// rounded inputs in some order (one candidate on 2 ranks); the average is the sum divided and rounded again;
+// gathers move bf16 values exactly; bits travel at 2 bytes, recorded typed; max and averaged bits are refused.
+namespace {
+float rb(float f) { return round_to_bf16(f); }
+float input(int r, int64_t i) { return 1.0f + 0.37f * (float)r + 3e-3f * (float)i + 7.1e-4f * (float)(r * i % 5); }
+// every order's per-hop sum of the ranks' rounded inputs for element i
+std::vector<float> per_hop_sums(int n, int64_t i) {
+  std::vector<int> order(n);
+  for (int r = 0; r < n; ++r) order[r] = r;
+  std::vector<float> out;
+  do {
+    float acc = rb(input(order[0], i));
+    for (int k = 1; k < n; ++k) acc = rb(acc + rb(input(order[k], i)));
+    out.push_back(acc);
+  } while (std::next_permutation(order.begin(), order.end()));
+  return out;
+}
+bool one_of(float v, const std::vector<float>& c) { return std::find(c.begin(), c.end(), v) != c.end(); }
+std::string what_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Bf16Wire, ReductionsSumAsNcclSumsBf16AndGathersMoveBits) {
   comms::DeviceMesh mesh(comms::MeshDegrees{});
   comms::ProcessGroup& g = *mesh.world_pg;
-  const int r = g.rank();
-  Tensor x = empty({3}, DType::BF16);
-  uint16_t* p = static_cast<uint16_t*>(x.raw_data());
-  for (int i = 0; i < 3; ++i) p[i] = (uint16_t)(0x3f80 + 256 * r + i);  // 1.0 + ..., distinct per rank
-  Tensor all = g.all_gather(x, 0);
-  ASSERT_EQ(all.dtype(), DType::BF16);
-  const uint16_t* q = static_cast<const uint16_t*>(all.raw_data());
-  for (int s = 0; s < g.size(); ++s)
-    for (int i = 0; i < 3; ++i) EXPECT_EQ(q[s * 3 + i], (uint16_t)(0x3f80 + 256 * s + i));
-  std::string e;
-  try {
-    g.all_reduce(x);
-  } catch (const std::exception& ex) {
-    e = ex.what();
+  const int n = g.size(), r = g.rank();
+  const int64_t rows = 3, cols = 2 * n + 1;  // an uneven split of the columns
+  std::vector<float> v((size_t)(rows * cols));
+  for (int64_t i = 0; i < rows * cols; ++i) v[(size_t)i] = input(r, i);
+  Tensor x = from_vector<float>(v, {rows, cols});
+  std::vector<int64_t> sizes = comms::chunk_sizes(cols, n);
+
+  CostTrace trace;
+  Tensor sum = g.all_reduce(x, comms::ReduceOp::Sum, DType::BF16);
+  Tensor avg = g.all_reduce(x, comms::ReduceOp::Avg, DType::BF16);
+  Tensor mine = g.reduce_scatter(x, 1, comms::ReduceOp::Avg, sizes, DType::BF16);  // [rows, sizes[r]]
+  Tensor gathered = g.all_gather(mine, 1, sizes, DType::BF16);                     // bf16 values: exact
+  ASSERT_EQ(sum.dtype(), DType::F32);
+  ASSERT_EQ(mine.shape(), (Shape{rows, sizes[(size_t)r]}));
+  int64_t at = 0;
+  for (int q = 0; q < r; ++q) at += sizes[(size_t)q];
+  int single_rounding_differs = 0;  // elements where one rounding of the float32 sum is none of the per-hop sums
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const std::vector<float> c = per_hop_sums(n, i);
+    std::vector<float> ca;
+    for (float s : c) ca.push_back(rb((float)(s * (1.0 / n))));
+    EXPECT_TRUE(one_of(sum.data<float>()[i], c)) << "element " << i << ": " << sum.data<float>()[i];
+    EXPECT_TRUE(one_of(avg.data<float>()[i], ca)) << "element " << i << ": " << avg.data<float>()[i];
+    const int64_t row = i / cols, col = i % cols;
+    if (col >= at && col < at + sizes[(size_t)r])
+      EXPECT_TRUE(one_of(mine.data<float>()[row * sizes[(size_t)r] + col - at], ca)) << "element " << i;
+    float f32 = 0;
+    for (int q = 0; q < n; ++q) f32 += rb(input(q, i));
+    single_rounding_differs += !one_of(rb(f32), c);
   }
-  EXPECT_NE(e.find("bfloat16"), std::string::npos) << e;
+  if (n == 2) EXPECT_EQ(single_rounding_differs, 0);  // one addition: one rounding either way
+  // the gather returns every rank's reduce-scatter result, its own in place
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t col = 0; col < sizes[(size_t)r]; ++col)
+      EXPECT_EQ(gathered.data<float>()[row * cols + at + col], mine.data<float>()[row * sizes[(size_t)r] + col]);
+
+  // 2 bytes an element, typed (the simulator prices them as they are)
+  std::vector<std::pair<std::string, double>> want = {{"all_reduce", 2.0 * rows * cols},
+                                                      {"all_reduce", 2.0 * rows * cols},
+                                                      {"reduce_scatter", 2.0 * rows * cols},
+                                                      {"all_gather", 2.0 * rows * cols}};
+  size_t k = 0;
+  for (const CostEvent& e : trace.events())
+    if (e.kind == CostEvent::Kind::CommStart) {
+      ASSERT_LT(k, want.size());
+      EXPECT_EQ(std::string(e.op), want[k].first);
+      EXPECT_EQ(e.bytes, want[k].second) << e.op;
+      EXPECT_TRUE(e.typed) << e.op;
+      ++k;
+    }
+  EXPECT_EQ(k, want.size());
+
+  // bits reduce as bits (sum only); max on the wire and averaged bits are refused, naming the collective
+  Tensor bits = empty({1}, DType::BF16);
+  *static_cast<uint16_t*>(bits.raw_data()) = float_to_bf16_bits(rb(input(r, 0)));
+  Tensor bsum = g.all_reduce(bits);
+  ASSERT_EQ(bsum.dtype(), DType::BF16);
+  EXPECT_TRUE(one_of(bf16_bits_to_float(*static_cast<const uint16_t*>(bsum.raw_data())), per_hop_sums(n, 0)));
+  const std::string e1 = what_of([&] { g.all_reduce(x, comms::ReduceOp::Max, DType::BF16); });
+  EXPECT_NE(e1.find("all_reduce: max on a bf16 wire"), std::string::npos) << e1;
+  const std::string e2 = what_of([&] { g.all_reduce(bits, comms::ReduceOp::Avg); });
+  EXPECT_NE(e2.find("all_reduce: avg of bf16 bits"), std::string::npos) << e2;
+}
+
+// training.mixed_precision_reduce bfloat16: FSDP's reduce-scatters move each gradient at 2 bytes (typed), half the
+// float32 reduction's bytes (the parity row bf16_reduce_fsdp2 holds the values: bf16, near one rank's).
+TEST(FsdpMixedPrecision, Bf16ReductionMovesHalfTheBytes) {
+  comms::DeviceMesh mesh(mesh_degrees(job_config("bfloat16")));
+  std::vector<double> bytes[2];
+  for (int bf16 = 0; bf16 < 2; ++bf16) {
+    JobConfig c = job_config("bfloat16");
+    if (bf16) c.training.mixed_precision_reduce = JobConfig::Training::Precision::bfloat16;
+    TrainJob job = build_job(c, mesh);
+    auto next = batches();
+    CostTrace trace;
+    train_step(job, next, 1e-3);
+    for (const CostEvent& e : trace.events())
+      if (e.kind == CostEvent::Kind::CommStart && std::string(e.op) == "reduce_scatter") {
+        bytes[bf16].push_back(e.bytes);
+        EXPECT_EQ(e.typed, bf16 == 1) << "reduce-scatter " << bytes[bf16].size();
+      }
+  }
+  ASSERT_EQ(bytes[0].size(), bytes[1].size());
+  ASSERT_GT(bytes[0].size(), 0u);
+  for (size_t i = 0; i < bytes[0].size(); ++i) EXPECT_EQ(bytes[1][i] * 2, bytes[0][i]) << "reduce-scatter " << i;
 }
 
 int main(int argc, char** argv) { return titan::testing::run_mpi_tests(argc, argv); }
