@@ -2,6 +2,7 @@
 
 #include "src/autograd/checkpoint.h"
 #include "src/autograd/function.h"
+#include "src/ops/autocast.h"
 #include "src/ops/ops.h"
 
 namespace titan::comms {
@@ -20,44 +21,54 @@ Tensor own_slice(const Tensor& x, int64_t dim, const PG& pg, const std::vector<i
 }
 }  // namespace
 
-Tensor copy_to(const Tensor& x, const PG& pg) {
-  return custom_op(
-      "CopyToParallel", {x}, [](const V& in) { return V{in[0]}; },
-      [pg](const V& g) { return V{pg->all_reduce(g[0], ReduceOp::Sum)}; })[0];
+DType wire_dtype(DType values, Wire w) {
+  return w == Wire::activation && values == DType::F32 && AutocastScope::current() == DType::BF16 ? DType::BF16
+                                                                                                    : DType::F32;
 }
 
-Tensor reduce_from(const Tensor& x, const PG& pg) {
+Tensor copy_to(const Tensor& x, const PG& pg, Wire w) {
+  const DType wire = wire_dtype(x.dtype(), w);
   return custom_op(
-      "ReduceFromParallel", {x}, [pg](const V& in) { return V{pg->all_reduce(in[0], ReduceOp::Sum)}; },
+      "CopyToParallel", {x}, [](const V& in) { return V{in[0]}; },
+      [pg, wire](const V& g) { return V{pg->all_reduce(g[0], ReduceOp::Sum, wire)}; })[0];
+}
+
+Tensor reduce_from(const Tensor& x, const PG& pg, Wire w) {
+  const DType wire = wire_dtype(x.dtype(), w);
+  return custom_op(
+      "ReduceFromParallel", {x}, [pg, wire](const V& in) { return V{pg->all_reduce(in[0], ReduceOp::Sum, wire)}; },
       [](const V& g) { return V{g[0]}; })[0];
 }
 
 Tensor all_gather_op(const Tensor& x, int64_t dim, const PG& pg, const std::vector<int64_t>& sizes, ReduceOp grad_op) {
   dim = wrap_dim(dim, x.dim(), "all_gather_op");
+  const DType wire = wire_dtype(x.dtype());
   return custom_op(
-      "AllGather", {x}, [=](const V& in) { return V{pg->all_gather(in[0], dim, sizes)}; },
+      "AllGather", {x}, [=](const V& in) { return V{pg->all_gather(in[0], dim, sizes, wire)}; },
       [=](const V& g) {
         auto s = sizes.empty() ? std::vector<int64_t>(pg->size(), g[0].size(dim) / pg->size()) : sizes;
-        return V{pg->reduce_scatter(g[0], dim, grad_op, s)};
+        return V{pg->reduce_scatter(g[0], dim, grad_op, s, wire)};
       })[0];
 }
 
 Tensor reduce_scatter_op(const Tensor& x, int64_t dim, const PG& pg, const std::vector<int64_t>& sizes) {
   dim = wrap_dim(dim, x.dim(), "reduce_scatter_op");
   auto s = sizes_or_even(sizes, x.size(dim), pg);
+  const DType wire = wire_dtype(x.dtype());
   return custom_op(
       "ReduceScatter", {x},
       [=](const V& in) {  // in TorchTitan's op-level save list: kept, not re-run, by a selective recompute
         return V{autograd::sac_forward(autograd::SacOp::ReduceScatter,
-                                       [&] { return pg->reduce_scatter(in[0], dim, ReduceOp::Sum, s); })};
+                                       [&] { return pg->reduce_scatter(in[0], dim, ReduceOp::Sum, s, wire); })};
       },
-      [=](const V& g) { return V{pg->all_gather(g[0], dim, s)}; })[0];
+      [=](const V& g) { return V{pg->all_gather(g[0], dim, s, wire)}; })[0];
 }
 
 Tensor gather_from(const Tensor& x, int64_t dim, const PG& pg, const std::vector<int64_t>& sizes) {
   dim = wrap_dim(dim, x.dim(), "gather_from");
+  const DType wire = wire_dtype(x.dtype());
   return custom_op(
-      "GatherFromParallel", {x}, [=](const V& in) { return V{pg->all_gather(in[0], dim, sizes)}; },
+      "GatherFromParallel", {x}, [=](const V& in) { return V{pg->all_gather(in[0], dim, sizes, wire)}; },
       [=](const V& g) {
         auto s = sizes.empty() ? std::vector<int64_t>(pg->size(), g[0].size(dim) / pg->size()) : sizes;
         return V{own_slice(g[0], dim, pg, s)};
@@ -67,9 +78,10 @@ Tensor gather_from(const Tensor& x, int64_t dim, const PG& pg, const std::vector
 Tensor split_to(const Tensor& x, int64_t dim, const PG& pg, const std::vector<int64_t>& sizes) {
   dim = wrap_dim(dim, x.dim(), "split_to");
   auto s = sizes_or_even(sizes, x.size(dim), pg);
+  const DType wire = wire_dtype(x.dtype());
   return custom_op(
       "SplitToParallel", {x}, [=](const V& in) { return V{own_slice(in[0], dim, pg, s)}; },
-      [=](const V& g) { return V{pg->all_gather(g[0], dim, s)}; })[0];
+      [=](const V& g) { return V{pg->all_gather(g[0], dim, s, wire)}; })[0];
 }
 
 }  // namespace titan::comms

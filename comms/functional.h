@@ -6,6 +6,12 @@
 //   reduce_scatter_op   fwd reduce-scatter    bwd all-gather        (sequence parallel)
 //   gather_from(x)      fwd all-gather        bwd split (own slice) (replicated consumers, e.g. logits)
 //   split_to(x)         fwd split (own slice) bwd all-gather
+//
+// What they carry (Wire): activations travel in the step's compute dtype — under bf16 autocast as bf16, forward
+// and backward, as TorchTitan's bf16 step moves its activations and their gradients (a gather rounds the values
+// it moves, a reduction sums as NCCL sums bf16: ProcessGroup's bf16 wire); float32 outside autocast and float64
+// as it is. Parameters' gradients and a norm's statistics always travel in float32 (Wire::float32). The choice is
+// made when the op records and its backward keeps it.
 #pragma once
 #include <vector>
 
@@ -13,8 +19,14 @@
 
 namespace titan::comms {
 
-Tensor copy_to(const Tensor& x, const PG& pg);
-Tensor reduce_from(const Tensor& x, const PG& pg);
+enum class Wire { activation, float32 };
+// The dtype a transfer of this kind moves values of dtype `values` in now: DType::BF16 for float32 activations
+// inside a bf16 autocast scope, else their own (DType::F32 standing for it: ProcessGroup's wire argument). The
+// pipeline's and context parallel's point-to-point transfers and the expert dispatch choose theirs here too.
+DType wire_dtype(DType values, Wire w = Wire::activation);
+
+Tensor copy_to(const Tensor& x, const PG& pg, Wire w = Wire::activation);
+Tensor reduce_from(const Tensor& x, const PG& pg, Wire w = Wire::activation);
 Tensor all_gather_op(const Tensor& x, int64_t dim, const PG& pg, const std::vector<int64_t>& sizes = {},
                      ReduceOp grad_op = ReduceOp::Sum);
 Tensor reduce_scatter_op(const Tensor& x, int64_t dim, const PG& pg, const std::vector<int64_t>& sizes = {});

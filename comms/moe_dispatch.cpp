@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "comms/functional.h"
 #include "src/autograd/function.h"
 #include "src/autograd/grad_mode.h"
 #include "src/ops/ops.h"
@@ -12,16 +13,17 @@ namespace titan::comms {
 Tensor all_to_all_v_op(const Tensor& x, const std::vector<int64_t>& send_rows, const std::vector<int64_t>& recv_rows,
                        const PG& group) {
   using V = std::vector<Tensor>;
+  const DType wire = wire_dtype(x.dtype());  // rows and their gradients in the compute dtype (functional.h)
   return autograd::custom_op(
       "AllToAllV", {x},
       [=](const V& in) {
         std::vector<int64_t> got;
-        Tensor out = group->all_to_all_v(in[0], send_rows, &got, recv_rows);
+        Tensor out = group->all_to_all_v(in[0], send_rows, &got, recv_rows, wire);
         return V{out};
       },
       [=](const V& g) {
         std::vector<int64_t> got;
-        return V{group->all_to_all_v(g[0], recv_rows, &got, send_rows)};
+        return V{group->all_to_all_v(g[0], recv_rows, &got, send_rows, wire)};
       })[0];
 }
 

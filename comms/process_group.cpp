@@ -133,11 +133,11 @@ MPI_Op bf16_sum_op() {
 MPI_Op reduction_op(ReduceOp op, DType t) { return t == DType::BF16 ? bf16_sum_op() : mpi_op(op); }
 
 // x's float32 values as bf16 bits in x's shape (rounded to nearest even; meta: a meta bf16 tensor), what a bf16
-// wire sends; priced as the pass it is.
+// wire sends. Not priced, as autocast's roundings are not: the step on a chip holds these tensors in bf16 already
+// (float32 tensors with bf16 values are the CPU's stand-in for them).
 Tensor to_bf16_bits(const Tensor& x) {
   Tensor in = x.contiguous();
   Tensor bits = empty(x.shape(), DType::BF16, x.device());
-  record_cost("bf16_wire_pack", 0, 6.0 * (double)x.numel());
   if (!x.is_meta()) float_to_bf16_bits(in.data<float>(), static_cast<uint16_t*>(bits.raw_data()), x.numel());
   return bits;
 }
@@ -607,8 +607,15 @@ Tensor ProcessGroup::all_to_all(const Tensor& x) {
 }
 
 Tensor ProcessGroup::all_to_all_v(const Tensor& x, const std::vector<int64_t>& send_rows,
-                                  std::vector<int64_t>* recv_rows, const std::vector<int64_t>& planned_recv) {
+                                  std::vector<int64_t>* recv_rows, const std::vector<int64_t>& planned_recv,
+                                  DType wire) {
   NoGradGuard ng;
+  if (bf16_wire(x, wire, ReduceOp::Sum, "all_to_all_v", name_)) {
+    Tensor bits = all_to_all_v(to_bf16_bits(x), send_rows, recv_rows, planned_recv);
+    Tensor out = empty(bits.shape(), DType::F32, x.device());
+    if (!x.is_meta() && !fake_) from_bf16_bits(bits, out, 1.0);
+    return out;
+  }
   TITAN_CHECK((int)send_rows.size() == size_, "all_to_all_v: send_rows must have ", size_, " entries (group '",
               name_, "')");
   int64_t total = 0;
@@ -651,7 +658,7 @@ Tensor ProcessGroup::all_to_all_v(const Tensor& x, const std::vector<int64_t>& s
   }
   Tensor in = x.contiguous();
   if (size_ == 1) {
-    copy_(out, in);
+    x.dtype() == DType::BF16 ? copy_bits(out, in) : copy_(out, in);
     record_comm_wait(tid);
     return out;
   }
@@ -709,9 +716,10 @@ Work p2p_work(const char* kind, const std::string& group, int64_t bytes, int64_t
 }
 }  // namespace
 
-Work ProcessGroup::isend(const Tensor& x, int dst, int tag) {
+Work ProcessGroup::isend(const Tensor& x, int dst, int tag, DType wire) {
   TITAN_CHECK(dst >= 0 && dst < size_ && dst != rank_, "isend: destination ", dst, " is not another rank of group '",
               name_, "' (", size_, " ranks)");
+  if (bf16_wire(x, wire, ReduceOp::Sum, "isend", name_)) return isend(to_bf16_bits(x), dst, tag);
   const int64_t tid = record_p2p_start(/*send=*/true, ref(), (double)x.nbytes(), (*world_ranks_)[dst], tag, x.dtype());
   if (x.is_meta() || fake_) return done_work("send", name_, x.nbytes(), tid, true);
   Tensor in = x.contiguous();
@@ -720,9 +728,18 @@ Work ProcessGroup::isend(const Tensor& x, int dst, int tag) {
   return p2p_work("send", name_, x.nbytes(), tid, req, in);  // `in` lives until the send completes
 }
 
-std::pair<Tensor, Work> ProcessGroup::irecv(const Shape& shape, DType dtype, int src, int tag) {
+std::pair<Tensor, Work> ProcessGroup::irecv(const Shape& shape, DType dtype, int src, int tag, DType wire) {
   TITAN_CHECK(src >= 0 && src < size_ && src != rank_, "irecv: source ", src, " is not another rank of group '", name_,
               "' (", size_, " ranks)");
+  TITAN_CHECK(wire == DType::F32 || (wire == DType::BF16 && (dtype == DType::F32 || dtype == DType::BF16)),
+              "irecv: a ", dtype_name(dtype), " tensor on a ", dtype_name(wire), " wire (group '", name_,
+              "'): float32 values on a bfloat16 wire, or a tensor's own dtype");
+  if (wire == DType::BF16 && dtype == DType::F32) {
+    auto [bits, w] = irecv(shape, DType::BF16, src, tag);
+    Tensor out = empty(shape, DType::F32, bits.device());
+    if (!bits.is_meta()) w.then([bits = bits, out] { from_bf16_bits(bits, out, 1.0); });
+    return {out, w};
+  }
   Tensor out = empty(shape, dtype, fake_ ? Device::Meta : default_device());
   const int64_t tid = record_p2p_start(/*send=*/false, ref(), (double)out.nbytes(), (*world_ranks_)[src], tag, out.dtype());
   if (out.is_meta()) return {out, done_work("recv", name_, 0, tid, true)};

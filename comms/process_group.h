@@ -117,8 +117,9 @@ class ProcessGroup {
   // received rows (in source-rank order) and fills recv_rows.
   // Planning (meta tensors or a fake group): planned_recv = the rows expected from each rank (empty: what
   // this rank sends, a balanced exchange); a real exchange learns the counts from the peers.
+  // wire = DType::BF16 (x float32): the rows' values rounded to bf16 and moved as 2-byte bits (typed).
   Tensor all_to_all_v(const Tensor& x, const std::vector<int64_t>& send_rows, std::vector<int64_t>* recv_rows,
-                      const std::vector<int64_t>& planned_recv = {});
+                      const std::vector<int64_t>& planned_recv = {}, DType wire = DType::F32);
   void send(const Tensor& x, int dst, int tag = 0);
   Tensor recv(const Shape& shape, DType dtype, int src, int tag = 0);
   // Nonblocking point-to-point (pipeline stages), posted and completed on the calling thread, not the
@@ -126,8 +127,9 @@ class ProcessGroup {
   // behind it. wait() polls (sleeping between tests) and aborts the job naming the peer and tag after
   // the collective timeout. Use a group that runs no collectives (DeviceMesh::pp_p2p). Planned
   // (meta / fake): recorded with the peer's world rank and the tag, so a simulation pairs them.
-  Work isend(const Tensor& x, int dst, int tag);
-  std::pair<Tensor, Work> irecv(const Shape& shape, DType dtype, int src, int tag);
+  // wire = DType::BF16 (float32 values): sent as bf16 bits (rounded), received into float32 — both ends alike.
+  Work isend(const Tensor& x, int dst, int tag, DType wire = DType::F32);
+  std::pair<Tensor, Work> irecv(const Shape& shape, DType dtype, int src, int tag, DType wire = DType::F32);
   void barrier();
   // Sub-groups: the ranks of equal color_of(group rank), ordered by key_of
   // (collective over this group). Functions of any member's group rank, so a

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "comms/functional.h"
 #include "src/autograd/checkpoint.h"
 #include "src/autograd/function.h"
 #include "src/autograd/grad_mode.h"
@@ -124,6 +125,9 @@ Tensor context_parallel_attention(const Tensor& q_in, const Tensor& k_in, const 
   const char* op = "context_parallel_attention";
   // bf16 autocast as flex_attention's: q / k / v read as bf16, float32 inside, a bf16 output; packs kept
   const bool pack = autocast_bf16(q_in) && !q_in.is_meta();
+  // k / v (bf16 values under autocast) and the all-gather method's dK / dV reductions travel in the compute dtype
+  // (comms/functional.h); the ring's dK / dV accumulators stay float32, as PyTorch's ring attention keeps them
+  const DType wire = comms::wire_dtype(q_in.dtype());
   const Tensor q = autocast_operand(q_in), k = autocast_operand(k_in), v = autocast_operand(v_in);
   TITAN_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && q.size(0) == k.size(0) && q.size(1) == k.size(1) &&
                   q.size(3) == k.size(3) && v.size(0) == k.size(0) && v.size(1) == k.size(1) && v.size(2) == k.size(2),
@@ -157,8 +161,8 @@ Tensor context_parallel_attention(const Tensor& q_in, const Tensor& k_in, const 
               flex::attention_block_forward(q_chunks[p.qa], chunk_of(kb, p.kb, c), chunk_of(vb, p.kb, c), p.opt));
     };
     if (method == RotateMethod::AllGather) {
-      auto [kg, wk] = cp->all_gather_async(kc, 1);  // [B, 2c cp, Hkv, D] in rank order
-      auto [vg, wv] = cp->all_gather_async(vc, 1);
+      auto [kg, wk] = cp->all_gather_async(kc, 1, {}, wire);  // [B, 2c cp, Hkv, D] in rank order
+      auto [vg, wv] = cp->all_gather_async(vc, 1, {}, wire);
       attend_block(r, kc, vc);  // overlaps the gather
       wk.wait();
       wv.wait();
@@ -173,9 +177,9 @@ Tensor context_parallel_attention(const Tensor& q_in, const Tensor& k_in, const 
         std::vector<comms::Work> w;
         if (t + 1 < n) {  // the next block travels while this one is attended (sends posted first: a plan
           comms::Work a, b;  // prices a neighbour it does not play as this rank)
-          w = {cp_p2p->isend(kb, next_of(cp_p2p), kK), cp_p2p->isend(vb, next_of(cp_p2p), kV)};
-          std::tie(kn, a) = cp_p2p->irecv(block, q.dtype(), prev_of(cp_p2p), kK);
-          std::tie(vn, b) = cp_p2p->irecv(vblock, q.dtype(), prev_of(cp_p2p), kV);
+          w = {cp_p2p->isend(kb, next_of(cp_p2p), kK, wire), cp_p2p->isend(vb, next_of(cp_p2p), kV, wire)};
+          std::tie(kn, a) = cp_p2p->irecv(block, q.dtype(), prev_of(cp_p2p), kK, wire);
+          std::tie(vn, b) = cp_p2p->irecv(vblock, q.dtype(), prev_of(cp_p2p), kV, wire);
           w.push_back(a);
           w.push_back(b);
         }
@@ -199,7 +203,7 @@ Tensor context_parallel_attention(const Tensor& q_in, const Tensor& k_in, const 
   return autograd::record(
       "context_parallel_attention", inputs, out,
       [qp = keep(qc), kp = keep(kc), vp = keep(vc), op = keep(out), ls = autograd::saved(lse), base, pieces, cp,
-       cp_p2p, method, has_sinks, c, n, r, block, vblock](const std::vector<Tensor>& g) {
+       cp_p2p, method, has_sinks, c, n, r, block, vblock, wire](const std::vector<Tensor>& g) {
         NoGradGuard ng;
         const Tensor qs = unpack_bf16(qp), ks = unpack_bf16(kp), vs = unpack_bf16(vp), os = unpack_bf16(op);
         Tensor go = g[0].contiguous();
@@ -227,8 +231,8 @@ Tensor context_parallel_attention(const Tensor& q_in, const Tensor& k_in, const 
         };
         Tensor dk_mine, dv_mine;
         if (method == RotateMethod::AllGather) {
-          auto [kg, wk] = cp->all_gather_async(ks, 1);  // gathered again: the forward kept only this rank's block
-          auto [vg, wv] = cp->all_gather_async(vs, 1);
+          auto [kg, wk] = cp->all_gather_async(ks, 1, {}, wire);  // again: the forward kept only this rank's block
+          auto [vg, wv] = cp->all_gather_async(vs, 1, {}, wire);
           Shape all = block, vall = vblock;
           all[1] *= n;
           vall[1] *= n;
@@ -244,8 +248,8 @@ Tensor context_parallel_attention(const Tensor& q_in, const Tensor& k_in, const 
             const int64_t s = ring_src(r, t, n);
             put(s, block_grads(s, kg.slice(1, 2 * c * s, 2 * c * (s + 1)), vg.slice(1, 2 * c * s, 2 * c * (s + 1))));
           }
-          dk_mine = cp->reduce_scatter(dk_all, 1);  // every rank's share of this rank's keys, summed
-          dv_mine = cp->reduce_scatter(dv_all, 1);
+          dk_mine = cp->reduce_scatter(dk_all, 1, comms::ReduceOp::Sum, {}, wire);  // every rank's share, summed
+          dv_mine = cp->reduce_scatter(dv_all, 1, comms::ReduceOp::Sum, {}, wire);
         } else {
           // K/V around the ring again, each block's dK/dV accumulator one step behind it; after n steps the
           // accumulator of every block (its owner's share first, then the ring's order) is home
@@ -257,9 +261,9 @@ Tensor context_parallel_attention(const Tensor& q_in, const Tensor& k_in, const 
             std::vector<comms::Work> w;
             if (t + 1 < n) {
               comms::Work a, b;
-              w = {cp_p2p->isend(kb, next_of(cp_p2p), kK), cp_p2p->isend(vb, next_of(cp_p2p), kV)};
-              std::tie(kn, a) = cp_p2p->irecv(block, qs.dtype(), prev_of(cp_p2p), kK);
-              std::tie(vn, b) = cp_p2p->irecv(vblock, qs.dtype(), prev_of(cp_p2p), kV);
+              w = {cp_p2p->isend(kb, next_of(cp_p2p), kK, wire), cp_p2p->isend(vb, next_of(cp_p2p), kV, wire)};
+              std::tie(kn, a) = cp_p2p->irecv(block, qs.dtype(), prev_of(cp_p2p), kK, wire);
+              std::tie(vn, b) = cp_p2p->irecv(vblock, qs.dtype(), prev_of(cp_p2p), kV, wire);
               w.push_back(a);
               w.push_back(b);
             }

@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "comms/functional.h"
 #include "parallel/fsdp.h"
 #include "src/autograd/function.h"
 #include "src/autograd/grad_mode.h"
@@ -199,6 +200,9 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
   Result r;
   const bool meta = b.inputs.is_meta();
   FSDP* fsdp = pm_.fsdp.get();
+  // the hidden states and their gradients travel in the compute dtype: bf16 under bf16 autocast (rounded at the
+  // boundary, as TorchTitan's bf16 stages send them; comms/functional.h)
+  const DType wire = comms::wire_dtype(DType::F32);
   record_cost("pipeline_schedule", 0, 0, KernelClass::PipelineMark);  // the window the bubble is measured in
   for (size_t ai = 0; ai < actions.size(); ++ai) {
     const PipelineAction& a = actions[ai];
@@ -210,7 +214,7 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
       if (ch.first) {
         x = mb_rows(b.inputs, i);
       } else {
-        auto [t, w] = p2p.irecv(activation_, DType::F32, (int)layout_.rank_of(a.stage - 1), tag(a.stage, i, 0));
+        auto [t, w] = p2p.irecv(activation_, DType::F32, (int)layout_.rank_of(a.stage - 1), tag(a.stage, i, 0), wire);
         w.wait();
         x = t;
         if (backward) x.requires_grad_(true);
@@ -235,7 +239,7 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
         if (aux.defined()) y = attach_aux_loss(y, aux, ascale);
         TITAN_CHECK(y.shape() == activation_, "pipeline: stage ", a.stage, " produced ", shape_str(y.shape()),
                     ", the next stage expects ", shape_str(activation_));
-        sends.push_back(p2p.isend(y.detach(), (int)layout_.rank_of(a.stage + 1), tag(a.stage + 1, i, 0)));
+        sends.push_back(p2p.isend(y.detach(), (int)layout_.rank_of(a.stage + 1), tag(a.stage + 1, i, 0), wire));
         s.output = y;
       }
       s.input = x;
@@ -254,14 +258,14 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
       if (ch.last) {
         s.output.backward();
       } else {
-        auto [g, w] = p2p.irecv(activation_, DType::F32, (int)layout_.rank_of(a.stage + 1), tag(a.stage, i, 1));
+        auto [g, w] = p2p.irecv(activation_, DType::F32, (int)layout_.rank_of(a.stage + 1), tag(a.stage, i, 1), wire);
         w.wait();
         s.output.backward(g);
       }
       if (!ch.first) {
         Tensor gx = s.input.grad();
         TITAN_CHECK(gx.defined(), "pipeline: stage ", a.stage, "'s input got no gradient");
-        sends.push_back(p2p.isend(gx, (int)layout_.rank_of(a.stage - 1), tag(a.stage - 1, i, 1)));
+        sends.push_back(p2p.isend(gx, (int)layout_.rank_of(a.stage - 1), tag(a.stage - 1, i, 1), wire));
       }
     }
   }

@@ -56,9 +56,9 @@ void float8_shard(nn::Linear* lin, bool out_cut, const comms::PG& pg) {
   lin->float8->tp = std::move(tp);
 }
 
-// identity forward, the gradient summed over `g` (after FSDP's pre-hook bound the weight)
+// identity forward, the gradient summed over `g` in float32 (after FSDP's pre-hook bound the weight)
 void sum_grads(Tensor& w, const comms::PG& g) {
-  if (w.defined()) w = comms::copy_to(w, g);
+  if (w.defined()) w = comms::copy_to(w, g, comms::Wire::float32);
 }
 
 void keep_chunk(const Entry& e, const Ctx& c, std::vector<ShardSpec>& specs) {
@@ -212,11 +212,13 @@ void block_collectives(nn::Module& m, const comms::PG& pg, bool sequence_paralle
   }
   struct Gathered {
     Tensor local, full;
+    DType wire;  // the forward's gather's (bf16 rounds: the re-gather moves the same bits)
   };
   auto open = std::make_shared<std::vector<Gathered>>();  // this module's forward in progress
   m.register_forward_pre_hook([pg, open](nn::Module&, const Tensor& x) {
     Tensor full = comms::all_gather_op(x, 1, pg);  // [B, S, H]
-    if (autograd::grad_enabled() && !autograd::recomputing()) open->push_back({x.detach(), full});
+    if (autograd::grad_enabled() && !autograd::recomputing())
+      open->push_back({x.detach(), full, comms::wire_dtype(x.dtype())});
     return full;
   });
   m.register_forward_post_hook([pg, open, block_out](nn::Module& mod, const Tensor& y) {
@@ -232,7 +234,7 @@ void block_collectives(nn::Module& m, const comms::PG& pg, bool sequence_paralle
         "SequenceParallelRegather", {out}, [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0]}; },
         [pg, g](const std::vector<Tensor>& grad) {
           NoGradGuard ng;
-          g.full.adopt_storage(pg->all_gather(g.local, 1));  // [B, S, H], bit-identical to the forward's
+          g.full.adopt_storage(pg->all_gather(g.local, 1, {}, g.wire));  // [B, S, H], bit-identical to the forward's
           return std::vector<Tensor>{grad[0]};
         })[0];
   });

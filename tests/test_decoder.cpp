@@ -18,6 +18,7 @@
 #include "src/log/log.h"
 #include "src/ops/autocast.h"
 #include "src/optim/adamw.h"
+#include "tests/gradcheck.h"
 
 using namespace titan;
 
@@ -198,6 +199,39 @@ void check_bf16_curve(const std::string& file, double slack) {
 
 TEST(Bf16Reference, Qwen3CurveIsAsCloseToFloat64AsPyTorchBf16) { check_bf16_curve("bf16_qwen3.h5", 1.15); }
 TEST(Bf16Reference, GptOssCurveIsAsCloseToFloat64AsPyTorchBf16) { check_bf16_curve("bf16_gpt_oss.h5", 1.15); }
+
+// SwiGLU under bf16 autocast rounds as PyTorch's bf16 ops do: silu's output is a bf16 tensor (rounded, and the
+// gradient reaching it rounded: bf16(dh * up)), the product is rounded where the down projection reads it. The
+// same block without autocast's rounding of silu's output gives other values (the test can fail).
+TEST(Autocast, SwigluRoundsSilusOutputAsPyTorch) {
+  const int64_t R = 16, F = 24;
+  auto bf16_leaf = [&](uint64_t seed) {
+    Tensor t = titan::testing::rand_t({R, F}, seed, DType::F32, -3, 3);
+    round_to_bf16_(t);
+    return t.requires_grad_(true);
+  };
+  Tensor g = bf16_leaf(81), u = bf16_leaf(82), dh = titan::testing::rand_t({R, F}, 83, DType::F32);
+  round_to_bf16_(dh);  // the down projection's input gradient: a bf16 GEMM's output
+  Tensor h;
+  {
+    AutocastScope bf16(DType::BF16);
+    h = decoder::gated_activation(g, u, decoder::Activation::silu, 0);
+    sum(mul(h, dh)).backward();
+  }
+  // the reference, op by op in float32 with PyTorch's roundings
+  Tensor g2 = g.detach().clone().requires_grad_(true);
+  Tensor a = silu(g2);
+  Tensor a16 = a.detach().clone();
+  round_to_bf16_(a16);
+  Tensor da = mul(dh, u.detach());
+  round_to_bf16_(da);  // the gradient of a bf16 tensor is bf16
+  a.backward(da);
+  NoGradGuard ng;
+  EXPECT_EQ(h.to_vector<float>(), mul(a16, u.detach()).to_vector<float>());
+  EXPECT_EQ(g.grad().to_vector<float>(), g2.grad().to_vector<float>());
+  EXPECT_EQ(u.grad().to_vector<float>(), mul(dh, a16).to_vector<float>());
+  EXPECT_NE(h.to_vector<float>(), mul(a.detach(), u.detach()).to_vector<float>()) << "silu's output unrounded";
+}
 
 TEST(Qwen3Reference, MatchesPyTorch) { check_against_reference("qwen3_tiny.h5"); }
 TEST(Qwen3Reference, TiedSlidingWindowGeluMatchesPyTorch) {

@@ -243,6 +243,41 @@ TEST(Bf16Wire, ReductionsSumAsNcclSumsBf16AndGathersMoveBits) {
   EXPECT_NE(e2.find("all_reduce: avg of bf16 bits"), std::string::npos) << e2;
 }
 
+// Point-to-point (a pipeline's hidden states, context parallel's ring) and all-to-all (the expert dispatch) on the
+// bf16 wire: the values arrive rounded to bf16, at 2 bytes an element, typed.
+TEST(Bf16Wire, PointToPointAndAllToAllMoveRoundedValues) {
+  comms::DeviceMesh mesh(comms::MeshDegrees{});
+  comms::ProcessGroup& g = *mesh.world_pg;
+  const int n = g.size(), r = g.rank();
+  const int64_t cols = 5;
+  std::vector<float> v((size_t)(n * cols));
+  for (int64_t i = 0; i < n * cols; ++i) v[(size_t)i] = input(r, i);
+  Tensor x = from_vector<float>(v, {n, cols});  // row q goes to rank q
+  CostTrace trace;
+  std::vector<int64_t> got;
+  Tensor rows = g.all_to_all_v(x, std::vector<int64_t>(n, 1), &got, {}, DType::BF16);  // row q from rank q
+  ASSERT_EQ(rows.dtype(), DType::F32);
+  ASSERT_EQ(rows.shape(), (Shape{n, cols}));
+  for (int q = 0; q < n; ++q)
+    for (int64_t j = 0; j < cols; ++j)
+      EXPECT_EQ(rows.data<float>()[q * cols + j], rb(input(q, r * cols + j))) << "from rank " << q;
+  // a ring: each rank sends its row to the next and receives the previous rank's
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  comms::Work s = g.isend(slice(x, 0, 0, 1), next, 7, DType::BF16);
+  auto [in, w] = g.irecv({1, cols}, DType::F32, prev, 7, DType::BF16);
+  w.wait();
+  s.wait();
+  ASSERT_EQ(in.dtype(), DType::F32);
+  for (int64_t j = 0; j < cols; ++j) EXPECT_EQ(in.data<float>()[j], rb(input(prev, j)));
+  for (const CostEvent& e : trace.events())
+    if (e.kind == CostEvent::Kind::CommStart && std::string(e.op) == "all_to_all" && e.bytes > 8.0 * n) {
+      EXPECT_TRUE(e.typed);
+      EXPECT_EQ(e.bytes, 2.0 * n * cols);
+    }
+  const std::string e = what_of([&] { g.irecv({1}, DType::I64, prev, 8, DType::BF16); });
+  EXPECT_NE(e.find("irecv: a int64 tensor on a bfloat16 wire"), std::string::npos) << e;
+}
+
 // training.mixed_precision_reduce bfloat16: FSDP's reduce-scatters move each gradient at 2 bytes (typed), half the
 // float32 reduction's bytes (the parity row bf16_reduce_fsdp2 holds the values: bf16, near one rank's).
 TEST(FsdpMixedPrecision, Bf16ReductionMovesHalfTheBytes) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -727,6 +728,96 @@ TEST(Simulation, Bf16AllGathersArePricedAsTheStepMovesThem) {
   ASSERT_FALSE(g.empty());
   for (const CostEvent& e : g) EXPECT_TRUE(e.typed);
   EXPECT_NEAR(g[0].bytes, 4.0 * 128256 * 4096, 1.0);  // [128256, 4096] float32, 4 ranks of 32064 rows
+}
+
+// Under bf16 a tensor-parallel step moves its activations and their gradients as bf16 (the vocab-parallel
+// embedding's reduction, sequence parallel's gathers and reduce-scatters, forward and backward: typed, 2 bytes an
+// element); the replicated norm weights' gradients are summed from float32 (untyped: priced, as every float32
+// stand-in, in the parameter dtype). A float32 run moves them all in float32 (untyped).
+TEST(Simulation, TensorParallelActivationsTravelInTheComputeDtype) {
+  const std::string cfg = "configs/validation/llama31_8b_h100x8.yaml";
+  const std::vector<std::string> tp = {"model.n_layers", "2", "parallelism.tensor_parallel_degree", "2",
+                                       "parallelism.enable_sequence_parallel", "true",
+                                       "parallelism.data_parallel_shard_degree", "4"};
+  std::vector<std::string> f32 = tp;
+  f32.insert(f32.end(), {"training.mixed_precision_param", "float32"});
+  SimResult bf = simulate_step(sim_config(cfg, tp), 8), fl = simulate_step(sim_config(cfg, f32), 8);
+  auto on_tp = [](const SimResult& r) {
+    std::vector<CostEvent> v;
+    for (const CostEvent& e : r.collectives)
+      if (e.group.name == "tp") v.push_back(e);
+    return v;
+  };
+  const auto b = on_tp(bf), f = on_tp(fl);
+  ASSERT_EQ(b.size(), f.size());
+  std::map<std::string, int> activations;
+  int norm_grads = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    EXPECT_EQ(std::string(b[i].op), std::string(f[i].op)) << i;
+    EXPECT_FALSE(f[i].typed) << i;
+    if (f[i].bytes < 1e6) {  // a norm weight's gradient: [4096] float32
+      EXPECT_EQ(std::string(b[i].op), "all_reduce") << i;
+      EXPECT_FALSE(b[i].typed) << i;
+      ++norm_grads;
+    } else {  // [2, 8192 (/ 2), 4096] activations
+      EXPECT_TRUE(b[i].typed) << i << " " << b[i].op;
+      EXPECT_EQ(b[i].bytes * 2, f[i].bytes) << i << " " << b[i].op;
+      ++activations[b[i].op];
+    }
+  }
+  // per block, attention's and the MLP's gather and reduce-scatter, each with its adjoint in the backward
+  EXPECT_GE(activations["all_gather"], 2 * 2 * 2);
+  EXPECT_GE(activations["reduce_scatter"], 2 * 2 * 2);
+  EXPECT_GE(norm_grads, 2 * 2);
+}
+
+// ... and so do a pipeline's hidden states and their gradients (point-to-point), context parallel's keys / values
+// and their gradients' reduce-scatter, and the expert dispatch / combine rows: typed, 2 bytes an element, against
+// the float32 run's 4 (untyped). Only the dispatch's count exchange (int64) is typed in both.
+TEST(Simulation, PipelineContextAndExpertTransfersTravelInTheComputeDtype) {
+  struct Case {
+    std::string cfg, group;
+    std::vector<std::string> keys;
+    int world;
+    std::map<std::string, int> at_least;  // op -> transfers expected on the group
+  };
+  const std::vector<Case> cases = {
+      {"configs/validation/llama31_8b_h100x8.yaml", "pp_p2p",
+       {"model.n_layers", "2", "parallelism.pipeline_parallel_degree", "2", "parallelism.data_parallel_shard_degree",
+        "4", "parallelism.pipeline_parallel_microbatch_size", "1"},
+       8, {{"send", 2}, {"recv", 2}}},
+      {"configs/validation/llama31_8b_h100x8.yaml", "cp",
+       {"model.n_layers", "2", "parallelism.context_parallel_degree", "2", "parallelism.data_parallel_shard_degree",
+        "4"},
+       8, {{"all_gather", 2 * 2 * 2}, {"reduce_scatter", 2 * 2}}},
+      {"configs/validation/qwen3_30b_a3b_h100x8.yaml", "ep", {"model.n_layers", "2"}, 8, {{"all_to_all", 2 * 4}}},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> f32 = c.keys;
+    f32.insert(f32.end(), {"training.mixed_precision_param", "float32"});
+    SimResult bf = simulate_step(sim_config(c.cfg, c.keys), c.world), fl = simulate_step(sim_config(c.cfg, f32), c.world);
+    auto on = [&](const SimResult& r) {
+      std::vector<CostEvent> v;
+      for (const CostEvent& e : r.collectives)
+        if (e.group.name == c.group) v.push_back(e);
+      return v;
+    };
+    const auto b = on(bf), f = on(fl);
+    ASSERT_EQ(b.size(), f.size()) << c.group;
+    std::map<std::string, int> seen;
+    for (size_t i = 0; i < b.size(); ++i) {
+      EXPECT_EQ(std::string(b[i].op), std::string(f[i].op)) << c.group << " " << i;
+      if (f[i].typed) {  // the dispatch's counts: int64 in both
+        EXPECT_TRUE(b[i].typed) << c.group << " " << i;
+        EXPECT_EQ(b[i].bytes, f[i].bytes) << c.group << " " << i;
+        continue;
+      }
+      EXPECT_TRUE(b[i].typed) << c.group << " " << i << " " << b[i].op;
+      EXPECT_EQ(b[i].bytes * 2, f[i].bytes) << c.group << " " << i << " " << b[i].op;
+      ++seen[b[i].op];
+    }
+    for (auto& [op, n] : c.at_least) EXPECT_GE(seen[op], n) << c.group << " " << op;
+  }
 }
 
 TEST(Simulation, Float8StepPricesItsGemmsAtTheFp8Rate) {

@@ -29,11 +29,17 @@ Tensor gated_activation(const Tensor& gate, const Tensor& up, Activation act, do
     g = clamp(g, -INFINITY, limit);
     u = clamp(u, -limit, limit);
   }
+  Tensor a;
   if (act == Activation::gelu_pytorch_tanh) {  // 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))
     Tensor inner = mul(add(g, mul(mul(mul(g, g), g), 0.044715)), std::sqrt(2.0 / M_PI));
-    return mul(mul(mul(g, 0.5), add(tanh(inner), 1.0)), u);
+    a = mul(mul(g, 0.5), add(tanh(inner), 1.0));
+  } else {
+    a = act == Activation::gelu ? gelu(g) : silu(g);
   }
-  return mul(act == Activation::gelu ? gelu(g) : silu(g), u);
+  // Under bf16 autocast the activation of a bf16 gate is a bf16 tensor, as PyTorch's silu / gelu return one
+  // (computed in float32, rounded; its gradient rounded too); the product is rounded where the down projection
+  // reads it, as PyTorch's bf16 mul rounds it: autocast's numerics of this block, rounding for rounding.
+  return mul(autocast_operand(a), u);
 }
 
 // ---- attention ----
@@ -94,7 +100,10 @@ Tensor split_width_norm(const nn::Norm& n, const Tensor& x, const comms::PG& gro
   if (!group || group->size() == 1) return n.forward(x);
   const int64_t d = x.dim() - 1;
   const double width = (double)x.size(d) * group->size();
-  auto group_sum = [&](const Tensor& t) { return comms::reduce_from(comms::copy_to(sum(t, {d}, true), group), group); };
+  auto group_sum = [&](const Tensor& t) {  // statistics: float32 on the wire in any precision
+    return comms::reduce_from(comms::copy_to(sum(t, {d}, true), group, comms::Wire::float32), group,
+                              comms::Wire::float32);
+  };
   Tensor c = x;
   if (n.layernorm) c = sub(x, mul(group_sum(x), 1.0 / width));  // centred on the full width's mean
   Tensor y = mul(c, rsqrt(add(mul(group_sum(mul(c, c)), 1.0 / width), n.eps)));  // [..., W_local]
