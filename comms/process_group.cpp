@@ -135,20 +135,25 @@ MPI_Op reduction_op(ReduceOp op, DType t) { return t == DType::BF16 ? bf16_sum_o
 // x's float32 values as bf16 bits in x's shape (rounded to nearest even; meta: a meta bf16 tensor), what a bf16
 // wire sends. Not priced, as autocast's roundings are not: the step on a chip holds these tensors in bf16 already
 // (float32 tensors with bf16 values are the CPU's stand-in for them).
-Tensor to_bf16_bits(const Tensor& x) {
+// scale != 1 (an average's 1 / ranks): each bf16 value times the scale rounded to bf16, rounded again, as NCCL's
+// bf16 average pre-multiplies its inputs (ncclAvg: a sum of the scaled values).
+Tensor to_bf16_bits(const Tensor& x, double scale = 1.0) {
   Tensor in = x.contiguous();
   Tensor bits = empty(x.shape(), DType::BF16, x.device());
-  if (!x.is_meta()) float_to_bf16_bits(in.data<float>(), static_cast<uint16_t*>(bits.raw_data()), x.numel());
+  uint16_t* b = static_cast<uint16_t*>(bits.raw_data());
+  const float* v = in.data<float>();
+  const int64_t n = x.numel();
+  if (scale == 1.0) {
+    float_to_bf16_bits(v, b, n);
+  } else {
+    const float s = round_to_bf16((float)scale);
+    for (int64_t i = 0; i < n; ++i) b[i] = float_to_bf16_bits(round_to_bf16(v[i]) * s);
+  }
   return bits;
 }
-// A bf16 wire's result into float32 `out` (contiguous, as many elements), times `scale` rounded to bf16 again
-// (a bf16 average) when scale != 1.
-void from_bf16_bits(const Tensor& bits, const Tensor& out, double scale) {
-  float* o = out.data<float>();
-  const int64_t n = out.numel();
-  bf16_bits_to_float(static_cast<const uint16_t*>(bits.raw_data()), o, n);
-  if (scale == 1.0) return;
-  for (int64_t i = 0; i < n; ++i) o[i] = round_to_bf16((float)(o[i] * scale));
+// A bf16 wire's result into float32 `out` (contiguous, as many elements).
+void from_bf16_bits(const Tensor& bits, const Tensor& out) {
+  bf16_bits_to_float(static_cast<const uint16_t*>(bits.raw_data()), out.data<float>(), out.numel());
 }
 // The bytes of a bf16 (bits) tensor into another of its size (a group of one's reduction).
 void copy_bits(const Tensor& dst, const Tensor& src) { std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes()); }
@@ -166,6 +171,10 @@ bool bf16_wire(const Tensor& x, DType wire, ReduceOp op, const char* what, const
               ", group '", group, "'): pass the float32 values with wire bfloat16");
   return bf16 && x.dtype() == DType::F32;
 }
+// What a planned transfer of float32 values records: on a bf16 wire 2 bytes an element, typed, and no stand-in
+// buffers (on a chip the tensors are bf16 already; the plan's memory is the float32 stand-in's, priced by dtype).
+double recorded_bytes(double f32_bytes, bool to_wire) { return to_wire ? f32_bytes / 2 : f32_bytes; }
+DType recorded_dtype(DType t, bool to_wire) { return to_wire ? DType::BF16 : t; }
 }  // namespace
 
 struct Work::State {
@@ -429,19 +438,18 @@ Tensor chunks_contiguous(const Tensor& x, int64_t dim, const std::vector<int64_t
 
 std::pair<Tensor, Work> ProcessGroup::all_reduce_async(const Tensor& x, ReduceOp op, DType wire) {
   NoGradGuard ng;
-  if (bf16_wire(x, wire, op, "all_reduce", name_)) {
-    auto [sum, w] = all_reduce_async(to_bf16_bits(x), ReduceOp::Sum);
+  const bool to_wire = bf16_wire(x, wire, op, "all_reduce", name_);
+  if (to_wire && !x.is_meta() && !fake_) {  // Avg: NCCL's pre-multiplied sum
+    auto [sum, w] = all_reduce_async(to_bf16_bits(x, op == ReduceOp::Avg ? 1.0 / size_ : 1.0), ReduceOp::Sum);
     Tensor out = empty(x.shape(), DType::F32, x.device());
-    if (!x.is_meta()) {
-      const double scale = op == ReduceOp::Avg ? 1.0 / size_ : 1.0;
-      w.then([sum = sum, out, scale] { from_bf16_bits(sum, out, scale); });
-    }
+    w.then([sum = sum, out] { from_bf16_bits(sum, out); });
     return {out, w};
   }
   Tensor in = x.contiguous();
   Tensor out = empty(x.shape(), x.dtype(), x.device());
   const int64_t bytes = x.nbytes();
-  const int64_t tid = record_comm_start("all_reduce", ref(), (double)bytes, x.dtype());
+  const int64_t tid = record_comm_start("all_reduce", ref(), recorded_bytes((double)bytes, to_wire),
+                                        recorded_dtype(x.dtype(), to_wire));
   if (x.is_meta() || fake_ || size_ == 1) {
     if (!x.is_meta()) x.dtype() == DType::BF16 ? copy_bits(out, in) : copy_(out, in);
     return {out, done_work("all_reduce", name_, bytes, tid, x.is_meta() || fake_)};
@@ -489,10 +497,10 @@ std::pair<Tensor, Work> ProcessGroup::all_gather_async(const Tensor& x, int64_t 
     });
     return {out, w};
   }
-  if (to_wire) {  // dim 0 (or planned)
+  if (to_wire && !x.is_meta() && !fake_) {  // dim 0
     auto [bits, w] = all_gather_async(to_bf16_bits(x), dim, sizes);
     Tensor out = empty(bits.shape(), DType::F32, x.device());
-    if (!x.is_meta()) w.then([bits = bits, out] { from_bf16_bits(bits, out, 1.0); });
+    w.then([bits = bits, out] { from_bf16_bits(bits, out); });
     return {out, w};
   }
   Shape os = x.shape();
@@ -501,7 +509,8 @@ std::pair<Tensor, Work> ProcessGroup::all_gather_async(const Tensor& x, int64_t 
   os[dim] = total;
   Tensor out = empty(os, x.dtype(), x.device());
   const int64_t bytes = x.nbytes();
-  const int64_t tid = record_comm_start("all_gather", ref(), (double)out.nbytes(), x.dtype());
+  const int64_t tid = record_comm_start("all_gather", ref(), recorded_bytes((double)out.nbytes(), to_wire),
+                                        recorded_dtype(x.dtype(), to_wire));
   if (x.is_meta() || fake_) return {out, done_work("all_gather", name_, bytes, tid, true)};
   const int64_t row = numel(Shape(x.shape().begin() + 1, x.shape().end()));  // elements per row of dim 0
   TITAN_CHECK(out.numel() <= (int64_t)INT_MAX, "all_gather: ", out.numel(), " gathered elements (", shape_str(os),
@@ -543,22 +552,22 @@ std::pair<Tensor, Work> ProcessGroup::reduce_scatter_async(const Tensor& x, int6
               " extents summing to ", x.size(dim), " (group '", name_, "')");
   Shape os = x.shape();
   os[dim] = sizes[rank_];
-  if (bf16_wire(x, wire, op, "reduce_scatter", name_)) {  // every rank's chunks rank after rank, as bits [n]
+  const bool to_wire = bf16_wire(x, wire, op, "reduce_scatter", name_);
+  if (to_wire && !x.is_meta() && !fake_) {  // every rank's chunks rank after rank, as bits [n]; Avg pre-multiplied
     const int64_t row = x.numel() / std::max<int64_t>(1, x.size(dim));
     std::vector<int64_t> flat(sizes.size());
     for (size_t r = 0; r < sizes.size(); ++r) flat[r] = sizes[r] * row;
-    Tensor chunks = x.is_meta() ? x : chunks_contiguous(x, dim, sizes);
-    auto [bits, w] = reduce_scatter_async(to_bf16_bits(chunks.reshape({-1})), 0, ReduceOp::Sum, flat);
+    Tensor chunks = chunks_contiguous(x, dim, sizes).reshape({-1});
+    auto [bits, w] =
+        reduce_scatter_async(to_bf16_bits(chunks, op == ReduceOp::Avg ? 1.0 / size_ : 1.0), 0, ReduceOp::Sum, flat);
     Tensor out = empty(os, DType::F32, x.device());
-    if (!x.is_meta()) {
-      const double scale = op == ReduceOp::Avg ? 1.0 / size_ : 1.0;
-      w.then([bits = bits, out, scale] { from_bf16_bits(bits, out, scale); });
-    }
+    w.then([bits = bits, out] { from_bf16_bits(bits, out); });
     return {out, w};
   }
   Tensor out = empty(os, x.dtype(), x.device());
   const int64_t bytes = x.nbytes();
-  const int64_t tid = record_comm_start("reduce_scatter", ref(), (double)bytes, x.dtype());
+  const int64_t tid = record_comm_start("reduce_scatter", ref(), recorded_bytes((double)bytes, to_wire),
+                                        recorded_dtype(x.dtype(), to_wire));
   if (x.is_meta() || fake_) return {out, done_work("reduce_scatter", name_, bytes, tid, true)};
   const int64_t row = x.numel() / std::max<int64_t>(1, x.size(dim));
   std::vector<int> counts(size_);
@@ -610,10 +619,11 @@ Tensor ProcessGroup::all_to_all_v(const Tensor& x, const std::vector<int64_t>& s
                                   std::vector<int64_t>* recv_rows, const std::vector<int64_t>& planned_recv,
                                   DType wire) {
   NoGradGuard ng;
-  if (bf16_wire(x, wire, ReduceOp::Sum, "all_to_all_v", name_)) {
+  const bool to_wire = bf16_wire(x, wire, ReduceOp::Sum, "all_to_all_v", name_);
+  if (to_wire && !x.is_meta() && !fake_) {
     Tensor bits = all_to_all_v(to_bf16_bits(x), send_rows, recv_rows, planned_recv);
     Tensor out = empty(bits.shape(), DType::F32, x.device());
-    if (!x.is_meta() && !fake_) from_bf16_bits(bits, out, 1.0);
+    from_bf16_bits(bits, out);
     return out;
   }
   TITAN_CHECK((int)send_rows.size() == size_, "all_to_all_v: send_rows must have ", size_, " entries (group '",
@@ -650,7 +660,8 @@ Tensor ProcessGroup::all_to_all_v(const Tensor& x, const std::vector<int64_t>& s
   Tensor out = empty(os, x.dtype(), x.device());
   // priced by the larger of what this rank sends and receives (under uneven routing the busiest rank receives more)
   const int64_t tid =
-      record_comm_start("all_to_all", ref(), (double)std::max(x.nbytes(), out.nbytes()), x.dtype());
+      record_comm_start("all_to_all", ref(), recorded_bytes((double)std::max(x.nbytes(), out.nbytes()), to_wire),
+                        recorded_dtype(x.dtype(), to_wire));
   if (recv_rows) *recv_rows = rr;
   if (x.is_meta() || fake_) {
     record_comm_wait(tid);
@@ -719,8 +730,10 @@ Work p2p_work(const char* kind, const std::string& group, int64_t bytes, int64_t
 Work ProcessGroup::isend(const Tensor& x, int dst, int tag, DType wire) {
   TITAN_CHECK(dst >= 0 && dst < size_ && dst != rank_, "isend: destination ", dst, " is not another rank of group '",
               name_, "' (", size_, " ranks)");
-  if (bf16_wire(x, wire, ReduceOp::Sum, "isend", name_)) return isend(to_bf16_bits(x), dst, tag);
-  const int64_t tid = record_p2p_start(/*send=*/true, ref(), (double)x.nbytes(), (*world_ranks_)[dst], tag, x.dtype());
+  const bool to_wire = bf16_wire(x, wire, ReduceOp::Sum, "isend", name_);
+  if (to_wire && !x.is_meta() && !fake_) return isend(to_bf16_bits(x), dst, tag);
+  const int64_t tid = record_p2p_start(/*send=*/true, ref(), recorded_bytes((double)x.nbytes(), to_wire),
+                                       (*world_ranks_)[dst], tag, recorded_dtype(x.dtype(), to_wire));
   if (x.is_meta() || fake_) return done_work("send", name_, x.nbytes(), tid, true);
   Tensor in = x.contiguous();
   auto req = std::make_shared<MPI_Request>();
@@ -734,14 +747,16 @@ std::pair<Tensor, Work> ProcessGroup::irecv(const Shape& shape, DType dtype, int
   TITAN_CHECK(wire == DType::F32 || (wire == DType::BF16 && (dtype == DType::F32 || dtype == DType::BF16)),
               "irecv: a ", dtype_name(dtype), " tensor on a ", dtype_name(wire), " wire (group '", name_,
               "'): float32 values on a bfloat16 wire, or a tensor's own dtype");
-  if (wire == DType::BF16 && dtype == DType::F32) {
+  const bool to_wire = wire == DType::BF16 && dtype == DType::F32;
+  if (to_wire && !fake_ && default_device() != Device::Meta) {
     auto [bits, w] = irecv(shape, DType::BF16, src, tag);
     Tensor out = empty(shape, DType::F32, bits.device());
-    if (!bits.is_meta()) w.then([bits = bits, out] { from_bf16_bits(bits, out, 1.0); });
+    w.then([bits = bits, out] { from_bf16_bits(bits, out); });
     return {out, w};
   }
   Tensor out = empty(shape, dtype, fake_ ? Device::Meta : default_device());
-  const int64_t tid = record_p2p_start(/*send=*/false, ref(), (double)out.nbytes(), (*world_ranks_)[src], tag, out.dtype());
+  const int64_t tid = record_p2p_start(/*send=*/false, ref(), recorded_bytes((double)out.nbytes(), to_wire),
+                                       (*world_ranks_)[src], tag, recorded_dtype(out.dtype(), to_wire));
   if (out.is_meta()) return {out, done_work("recv", name_, 0, tid, true)};
   auto req = std::make_shared<MPI_Request>();
   check_mpi(MPI_Irecv(out.raw_data(), (int)out.numel(), mpi_type(dtype), src, tag, comm_, req.get()), "irecv");

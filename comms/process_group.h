@@ -98,8 +98,10 @@ class ProcessGroup {
 
   // Reductions on a bfloat16 wire (wire = DType::BF16, x float32): x's values rounded to bf16 and sent as 2-byte
   // bits, summed as NCCL sums bf16 (each addition in float32, its result rounded to bf16: per hop, in the
-  // library's order), the result's float32 values bf16 values (Avg: the sum divided by the group's size and
-  // rounded again). Recorded as typed 2-byte traffic. A DType::BF16 x (bits) reduces the same way, Sum only.
+  // library's order), the result's float32 values bf16 values (Avg: each rank's rounded value first times
+  // bf16(1 / size), rounded, as NCCL's ncclAvg pre-multiplies). Recorded as typed 2-byte traffic; a planned one
+  // (meta, fake group) records the 2 bytes without stand-in buffers. A DType::BF16 x (bits) reduces the same way,
+  // Sum only.
   Tensor all_reduce(const Tensor& x, ReduceOp op = ReduceOp::Sum, DType wire = DType::F32);
   // Concatenates every rank's x along `dim`; sizes[r] = rank r's extent along
   // dim (empty: all equal to the local extent).

@@ -78,7 +78,8 @@ class FSDP {
   void set_reshard_after_backward(bool reshard) { reshard_after_backward_ = reshard; }
   // The dtype gradients are reduced in (training.mixed_precision_reduce): bf16 reduce-scatters / all-reduces
   // (each stage of HSDP's two) on a bf16 wire: each rank's flat gradient rounded to bf16 and sent as 2-byte bits,
-  // summed as NCCL sums bf16 (each addition rounded), the average rounded again (ProcessGroup's wire).
+  // averaged as NCCL's bf16 ncclAvg (each value times bf16(1 / ranks), rounded, then summed with each addition
+  // rounded: ProcessGroup's wire).
   void set_reduce_dtype(DType dt);
   DType reduce_dtype() const { return reduce_bf16_ ? DType::BF16 : DType::F32; }
 

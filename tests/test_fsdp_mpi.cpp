@@ -147,20 +147,24 @@ TEST(FsdpMixedPrecision, Bf16AllGatherMovesBf16OperandsAsBf16AndChangesNoBit) {
 }
 
 // The bf16 wire (ProcessGroup's wire = bfloat16): reductions sum as NCCL sums bf16 — every addition in float32,
-// rounded to bf16, hop by hop in the library's order — so each result is one of the left folds of the ranks'
-// rounded inputs in some order (one candidate on 2 ranks); the average is the sum divided and rounded again;
-// gathers move bf16 values exactly; bits travel at 2 bytes, recorded typed; max and averaged bits are refused.
+// rounded to bf16, hop by hop in the library's order — so on 2 and 3 ranks (where every association is a left
+// fold of some order; ctest runs these) each result is one of the folds of the ranks' rounded inputs (one
+// candidate on 2 ranks); the average pre-multiplies each rounded input by bf16(1 / ranks), rounded, as NCCL's
+// ncclAvg; gathers move bf16 values exactly; bits travel at 2 bytes, recorded typed; max and averaged bits are
+// refused.
 namespace {
 float rb(float f) { return round_to_bf16(f); }
 float input(int r, int64_t i) { return 1.0f + 0.37f * (float)r + 3e-3f * (float)i + 7.1e-4f * (float)(r * i % 5); }
-// every order's per-hop sum of the ranks' rounded inputs for element i
-std::vector<float> per_hop_sums(int n, int64_t i) {
+// every order's per-hop sum of the ranks' rounded inputs for element i (scale != 1: each input times bf16(scale))
+std::vector<float> per_hop_sums(int n, int64_t i, double scale = 1.0) {
   std::vector<int> order(n);
   for (int r = 0; r < n; ++r) order[r] = r;
+  const float s = rb((float)scale);
+  auto in = [&](int r) { return scale == 1.0 ? rb(input(r, i)) : rb(rb(input(r, i)) * s); };
   std::vector<float> out;
   do {
-    float acc = rb(input(order[0], i));
-    for (int k = 1; k < n; ++k) acc = rb(acc + rb(input(order[k], i)));
+    float acc = in(order[0]);
+    for (int k = 1; k < n; ++k) acc = rb(acc + in(order[k]));
     out.push_back(acc);
   } while (std::next_permutation(order.begin(), order.end()));
   return out;
@@ -195,11 +199,10 @@ TEST(Bf16Wire, ReductionsSumAsNcclSumsBf16AndGathersMoveBits) {
   ASSERT_EQ(mine.shape(), (Shape{rows, sizes[(size_t)r]}));
   int64_t at = 0;
   for (int q = 0; q < r; ++q) at += sizes[(size_t)q];
+  ASSERT_LE(n, 3) << "the candidates below are left folds: 2 or 3 ranks";
   int single_rounding_differs = 0;  // elements where one rounding of the float32 sum is none of the per-hop sums
   for (int64_t i = 0; i < rows * cols; ++i) {
-    const std::vector<float> c = per_hop_sums(n, i);
-    std::vector<float> ca;
-    for (float s : c) ca.push_back(rb((float)(s * (1.0 / n))));
+    const std::vector<float> c = per_hop_sums(n, i), ca = per_hop_sums(n, i, 1.0 / n);
     EXPECT_TRUE(one_of(sum.data<float>()[i], c)) << "element " << i << ": " << sum.data<float>()[i];
     EXPECT_TRUE(one_of(avg.data<float>()[i], ca)) << "element " << i << ": " << avg.data<float>()[i];
     const int64_t row = i / cols, col = i % cols;
@@ -210,10 +213,16 @@ TEST(Bf16Wire, ReductionsSumAsNcclSumsBf16AndGathersMoveBits) {
     single_rounding_differs += !one_of(rb(f32), c);
   }
   if (n == 2) EXPECT_EQ(single_rounding_differs, 0);  // one addition: one rounding either way
-  // the gather returns every rank's reduce-scatter result, its own in place
+  // the gather returns every rank's reduce-scatter result in place: its own as it is, the others' each one of
+  // their element's candidates
   for (int64_t row = 0; row < rows; ++row)
-    for (int64_t col = 0; col < sizes[(size_t)r]; ++col)
-      EXPECT_EQ(gathered.data<float>()[row * cols + at + col], mine.data<float>()[row * sizes[(size_t)r] + col]);
+    for (int64_t col = 0; col < cols; ++col) {
+      const float got = gathered.data<float>()[row * cols + col];
+      if (col >= at && col < at + sizes[(size_t)r])
+        EXPECT_EQ(got, mine.data<float>()[row * sizes[(size_t)r] + col - at]);
+      else
+        EXPECT_TRUE(one_of(got, per_hop_sums(n, row * cols + col, 1.0 / n))) << "row " << row << " col " << col;
+    }
 
   // 2 bytes an element, typed (the simulator prices them as they are)
   std::vector<std::pair<std::string, double>> want = {{"all_reduce", 2.0 * rows * cols},
@@ -269,11 +278,14 @@ TEST(Bf16Wire, PointToPointAndAllToAllMoveRoundedValues) {
   s.wait();
   ASSERT_EQ(in.dtype(), DType::F32);
   for (int64_t j = 0; j < cols; ++j) EXPECT_EQ(in.data<float>()[j], rb(input(prev, j)));
+  int rows_moved = 0;
   for (const CostEvent& e : trace.events())
     if (e.kind == CostEvent::Kind::CommStart && std::string(e.op) == "all_to_all" && e.bytes > 8.0 * n) {
       EXPECT_TRUE(e.typed);
       EXPECT_EQ(e.bytes, 2.0 * n * cols);
+      ++rows_moved;
     }
+  EXPECT_EQ(rows_moved, 1);
   const std::string e = what_of([&] { g.irecv({1}, DType::I64, prev, 8, DType::BF16); });
   EXPECT_NE(e.find("irecv: a int64 tensor on a bfloat16 wire"), std::string::npos) << e;
 }

@@ -104,31 +104,38 @@ TEST(Train, Bf16MixedPrecisionFollowsFloat32) {
   }
 }
 
+// In float32 and under bf16 mixed precision (fp32 master weights and AdamW state in the checkpoint, the
+// autocast step resumed as it ran): bit for bit.
 TEST(Train, ResumeReproducesTheUninterruptedRun) {
-  std::string d = tmpdir("resume");
-  JobConfig c = tiny_job(d);
-  c.training.steps = 8;
-  c.training.global_batch_size = 4;  // 2 micro-batches: accumulation is resumed too
-  c.checkpoint.enable = true;
-  c.checkpoint.interval = 3;
-  c.checkpoint.keep_latest_k = 2;
-  train(c);
-  auto cks = list_checkpoints(c.job.dump_folder + "/checkpoint");
-  ASSERT_EQ(cks.size(), 2u);  // steps 6 and 8 kept
-  EXPECT_EQ(cks[0].first, 6);
-  // interrupted: run to step 3, then resume to 8. A constant schedule after
-  // warmup keeps the learning rate independent of training.steps.
-  c.lr_scheduler.schedule = LRShape::constant;
-  JobConfig first = c;
-  first.training.steps = 3;
-  fs::remove_all(c.job.dump_folder);
-  TrainResult ref = train(c);
-  fs::remove_all(c.job.dump_folder);
-  train(first);
-  TrainResult rest = train(c);
-  EXPECT_EQ(rest.first_step, 4);
-  ASSERT_EQ(rest.losses.size(), 5u);
-  for (size_t i = 0; i < rest.losses.size(); ++i) EXPECT_EQ(rest.losses[i], ref.losses[i + 3]) << "step " << i + 4;
+  for (const auto precision : {JobConfig::Training::Precision::float32, JobConfig::Training::Precision::bfloat16}) {
+    const bool bf16 = precision == JobConfig::Training::Precision::bfloat16;
+    SCOPED_TRACE(bf16 ? "bfloat16" : "float32");
+    std::string d = tmpdir(bf16 ? "resume_bf16" : "resume");
+    JobConfig c = tiny_job(d);
+    c.training.mixed_precision_param = precision;
+    c.training.steps = 8;
+    c.training.global_batch_size = 4;  // 2 micro-batches: accumulation is resumed too
+    c.checkpoint.enable = true;
+    c.checkpoint.interval = 3;
+    c.checkpoint.keep_latest_k = 2;
+    train(c);
+    auto cks = list_checkpoints(c.job.dump_folder + "/checkpoint");
+    ASSERT_EQ(cks.size(), 2u);  // steps 6 and 8 kept
+    EXPECT_EQ(cks[0].first, 6);
+    // interrupted: run to step 3, then resume to 8. A constant schedule after
+    // warmup keeps the learning rate independent of training.steps.
+    c.lr_scheduler.schedule = LRShape::constant;
+    JobConfig first = c;
+    first.training.steps = 3;
+    fs::remove_all(c.job.dump_folder);
+    TrainResult ref = train(c);
+    fs::remove_all(c.job.dump_folder);
+    train(first);
+    TrainResult rest = train(c);
+    EXPECT_EQ(rest.first_step, 4);
+    ASSERT_EQ(rest.losses.size(), 5u);
+    for (size_t i = 0; i < rest.losses.size(); ++i) EXPECT_EQ(rest.losses[i], ref.losses[i + 3]) << "step " << i + 4;
+  }
 }
 
 // Auxiliary-loss-free balancing steers routing with per-expert biases that training updates: they are state
