@@ -29,17 +29,14 @@ Tensor gated_activation(const Tensor& gate, const Tensor& up, Activation act, do
     g = clamp(g, -INFINITY, limit);
     u = clamp(u, -limit, limit);
   }
-  Tensor a;
-  if (act == Activation::gelu_pytorch_tanh) {  // 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))
+  // Under bf16 autocast the activation of a bf16 gate (a GEMM's output) is a bf16 tensor, as PyTorch's silu /
+  // gelu return one (computed in float32, rounded; its gradient rounded too); the product is rounded where the down
+  // projection reads it, as PyTorch's bf16 mul rounds it: autocast's numerics of this block, rounding for rounding.
+  if (act == Activation::gelu_pytorch_tanh) {  // 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), PyTorch's one op
     Tensor inner = mul(add(g, mul(mul(mul(g, g), g), 0.044715)), std::sqrt(2.0 / M_PI));
-    a = mul(mul(g, 0.5), add(tanh(inner), 1.0));
-  } else {
-    a = act == Activation::gelu ? gelu(g) : silu(g);
+    return mul(autocast_operand(mul(mul(g, 0.5), add(tanh(inner), 1.0))), u);
   }
-  // Under bf16 autocast the activation of a bf16 gate is a bf16 tensor, as PyTorch's silu / gelu return one
-  // (computed in float32, rounded; its gradient rounded too); the product is rounded where the down projection
-  // reads it, as PyTorch's bf16 mul rounds it: autocast's numerics of this block, rounding for rounding.
-  return mul(autocast_operand(a), u);
+  return mul(act == Activation::gelu ? gelu(g, /*bf16_out=*/true) : silu(g, /*bf16_out=*/true), u);
 }
 
 // ---- attention ----

@@ -4,6 +4,7 @@
 
 #include "src/ops/autocast.h"
 #include "src/ops/common.h"
+#include "src/tensor/bfloat16.h"
 
 namespace titan {
 using namespace detail;
@@ -289,8 +290,9 @@ void eigen_chunks(int64_t n, F&& f) {
   for (int64_t c = 0; c < chunks; ++c) f(c * kChunk, std::min(kChunk, n - c * kChunk));
 }
 
+// bf16_out (float32 only): the output rounded to bf16 in the same pass, as a bf16 tensor's op returns it.
 template <U op>
-Tensor unary_forward(const Tensor& x, double p0, double p1) {
+Tensor unary_forward(const Tensor& x, double p0, double p1, bool bf16_out = false) {
   const char* name = kUnaryNames[(int)op];
   need_float(name, x);
   Tensor xc = x.contiguous();
@@ -310,25 +312,40 @@ Tensor unary_forward(const Tensor& x, double p0, double p1) {
         if constexpr (op == U::Silu) ya = xa * xa.logistic();
         if constexpr (op == U::Sigmoid) ya = xa.logistic();
         if constexpr (op == U::Tanh) ya = xa.tanh();
+        if (bf16_out) round_to_bf16(py + i0, len);
       });
       return;
     }
     const T a = static_cast<T>(p0), b = static_cast<T>(p1);
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
     for (int64_t i = 0; i < n; ++i) py[i] = ufwd<op, T>(px[i], a, b);
+    if constexpr (std::is_same_v<T, float>)
+      if (bf16_out) eigen_chunks(n, [&](int64_t i0, int64_t len) { round_to_bf16(py + i0, len); });
   });
   return out;
 }
 
+// Whether an op's derivative reads its output y (uderiv): its backward keeps y only then.
 template <U op>
-Tensor unary_backward(const Tensor& g, const Tensor& x, const Tensor& y, double p0, double p1) {
+constexpr bool derivative_reads_y() {
+  return op == U::Exp || op == U::Sqrt || op == U::Rsqrt || op == U::Sigmoid || op == U::Tanh;
+}
+
+// bf16_grad: g is the gradient of a bf16 output: read rounded to bf16, as a bf16 tensor's gradient is.
+template <U op>
+Tensor unary_backward(const Tensor& g, const Tensor& x, const Tensor& y, double p0, double p1, bool bf16_grad = false) {
   Tensor out = empty(x.shape(), x.dtype(), x.device());
-  record_cost(kUnaryBwdNames[(int)op], (kUnaryFlops[(int)op] + 1) * (double)x.numel(), bytes_of({&g, &x, &y, &out}));
+  record_cost(kUnaryBwdNames[(int)op], (kUnaryFlops[(int)op] + 1) * (double)x.numel(),
+              derivative_reads_y<op>() ? bytes_of({&g, &x, &y, &out}) : bytes_of({&g, &x, &out}));
   if (x.is_meta()) return out;
   Tensor gc = g.contiguous();
+  if (bf16_grad && gc.dtype() == DType::F32) {
+    if (gc.impl() == g.impl()) gc = g.clone();
+    round_to_bf16_(gc);
+  }
   dispatch_float(x.dtype(), kUnaryBwdNames[(int)op], [&]<typename T>() {
     const T* px = x.data<T>();
-    const T* py = y.data<T>();
+    const T* py = derivative_reads_y<op>() ? y.data<T>() : nullptr;
     const T* pg = gc.data<T>();
     T* po = out.data<T>();
     const int64_t n = x.numel();
@@ -343,23 +360,28 @@ Tensor unary_backward(const Tensor& g, const Tensor& x, const Tensor& y, double 
     }
     const T a = static_cast<T>(p0), b = static_cast<T>(p1);
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) po[i] = pg[i] * uderiv<op, T>(px[i], py[i], a, b);
+    for (int64_t i = 0; i < n; ++i) po[i] = pg[i] * uderiv<op, T>(px[i], derivative_reads_y<op>() ? py[i] : T(0), a, b);
   });
   return out;
 }
 
+// bf16_out: x is a bf16 tensor under autocast (the caller knows: a bf16 GEMM's output), so the op returns a bf16
+// tensor as PyTorch's does: computed in float32, rounded, and its incoming gradient read rounded.
 template <U op>
-Tensor unary(const Tensor& x, double p0 = 0, double p1 = 0) {
-  Tensor y = unary_forward<op>(x, p0, p1);
+Tensor unary(const Tensor& x, double p0 = 0, double p1 = 0, bool bf16_out = false) {
+  bf16_out = bf16_out && autocast_bf16(x) && !x.is_meta();
+  Tensor y = unary_forward<op>(x, p0, p1, bf16_out);
   if (!autograd::grad_enabled() || !x.requires_grad()) return y;
   // the derivative reads x (uderiv): under bf16 autocast a bf16-valued x (silu's gate) is kept as its pack;
-  // the others keep x as the alias it is
+  // the others keep x as the alias it is. y is kept where the derivative reads it.
   constexpr bool reads_x = !(op == U::Exp || op == U::Sqrt || op == U::Rsqrt || op == U::Neg || op == U::Sigmoid ||
                              op == U::Tanh);
+  constexpr bool reads_y = derivative_reads_y<op>();
   Tensor xc = x.contiguous();
   return record(kUnaryNames[(int)op], {x}, y,
-                [xs = reads_x ? saved_maybe_bf16(xc) : saved(xc), ys = saved(y), p0, p1](const std::vector<Tensor>& g) {
-                  return std::vector<Tensor>{unary_backward<op>(g[0], unpack_bf16(xs), ys, p0, p1)};
+                [xs = reads_x ? saved_maybe_bf16(xc) : saved(xc), ys = reads_y ? saved(y) : Tensor(), p0, p1,
+                 bf16_out](const std::vector<Tensor>& g) {
+                  return std::vector<Tensor>{unary_backward<op>(g[0], unpack_bf16(xs), ys, p0, p1, bf16_out)};
                 });
 }
 }  // namespace
@@ -371,8 +393,8 @@ Tensor rsqrt(const Tensor& x) { return unary<U::Rsqrt>(x); }
 Tensor pow(const Tensor& x, double p) { return unary<U::Pow>(x, p); }
 Tensor neg(const Tensor& x) { return unary<U::Neg>(x); }
 Tensor abs(const Tensor& x) { return unary<U::Abs>(x); }
-Tensor silu(const Tensor& x) { return unary<U::Silu>(x); }
-Tensor gelu(const Tensor& x) { return unary<U::Gelu>(x); }
+Tensor silu(const Tensor& x, bool bf16_out) { return unary<U::Silu>(x, 0, 0, bf16_out); }
+Tensor gelu(const Tensor& x, bool bf16_out) { return unary<U::Gelu>(x, 0, 0, bf16_out); }
 Tensor sigmoid(const Tensor& x) { return unary<U::Sigmoid>(x); }
 Tensor tanh(const Tensor& x) { return unary<U::Tanh>(x); }
 Tensor cos(const Tensor& x) { return unary<U::Cos>(x); }

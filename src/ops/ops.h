@@ -44,8 +44,10 @@ Tensor rsqrt(const Tensor& x);
 Tensor pow(const Tensor& x, double p);
 Tensor neg(const Tensor& x);
 Tensor abs(const Tensor& x);
-Tensor silu(const Tensor& x);
-Tensor gelu(const Tensor& x);  // exact (erf) form, as HF's "gelu"
+// bf16_out: x is a bf16 tensor under bf16 autocast (a bf16 GEMM's output): the result is one too, as PyTorch's op
+// on a bf16 tensor returns it (computed in float32, rounded; its gradient read rounded). Ignored outside autocast.
+Tensor silu(const Tensor& x, bool bf16_out = false);
+Tensor gelu(const Tensor& x, bool bf16_out = false);  // exact (erf) form, as HF's "gelu"
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor cos(const Tensor& x);
