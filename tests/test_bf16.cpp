@@ -382,6 +382,43 @@ TEST(Autocast, LinearKeepsOneBf16PackOfItsInput) {
 // autocast keeps its bf16 tensors: silu's input and mul's up, 2 bytes an element; silu's float32 output stays
 // float32 (its values are not bf16's), and so does a parameter (a leaf lives anyway). Lossless: the gradients
 // are the float32-saving run's bits.
+// silu / gelu asked for a bf16 output (their input a bf16 GEMM's): under autocast the output is the float32
+// result rounded to bf16 and the gradient is the derivative times the incoming gradient rounded to bf16, as
+// PyTorch's ops on a bf16 tensor; outside autocast the flag changes nothing.
+TEST(Autocast, SiluAndGeluAskedForBf16OutputsReturnBf16) {
+  const int64_t N = 4096;
+  Tensor x = rand_t({N}, 91, DType::F32, -4, 4);
+  round_to_bf16_(x);
+  Tensor gout = rand_t({N}, 92, DType::F32);  // off bf16's grid
+  for (int act = 0; act < 2; ++act) {
+    auto f = [&](const Tensor& t, bool bf16) { return act == 0 ? silu(t, bf16) : gelu(t, bf16); };
+    Tensor a = x.clone().requires_grad_(true), b = x.clone().requires_grad_(true), c = x.clone().requires_grad_(true);
+    Tensor ya, yc;
+    {
+      AutocastScope bf16(DType::BF16);
+      ya = f(a, true);
+      sum(mul(ya, gout)).backward();
+    }
+    Tensor yb = f(b, true);  // outside autocast: float32's
+    Tensor g16 = gout.clone();
+    round_to_bf16_(g16);
+    yc = f(c, false);
+    sum(mul(yc, g16)).backward();  // the float32 op on the rounded gradient
+    NoGradGuard ng;
+    std::vector<float> want = yc.to_vector<float>();
+    int rounded = 0;
+    for (float& v : want) {
+      const float r = round_to_bf16(v);
+      rounded += r != v;
+      v = r;
+    }
+    EXPECT_GT(rounded, N / 2) << act;  // the float32 values are mostly off the grid: the check can fail
+    EXPECT_EQ(ya.to_vector<float>(), want) << act;
+    EXPECT_EQ(a.grad().to_vector<float>(), c.grad().to_vector<float>()) << act;
+    EXPECT_EQ(yb.to_vector<float>(), yc.to_vector<float>()) << act;
+  }
+}
+
 TEST(Autocast, ElementwiseOpsKeepBf16ValuedOperandsAsPacks) {
   const int64_t R = 64, F = 96, N = R * F;
   auto cpu_bytes = [] { return MemoryTracker::get(Device::CPU).stats().total_current; };
