@@ -132,11 +132,10 @@ MPI_Op bf16_sum_op() {
 }
 MPI_Op reduction_op(ReduceOp op, DType t) { return t == DType::BF16 ? bf16_sum_op() : mpi_op(op); }
 
-// x's float32 values as bf16 bits in x's shape (rounded to nearest even; meta: a meta bf16 tensor), what a bf16
-// wire sends. Not priced, as autocast's roundings are not: the step on a chip holds these tensors in bf16 already
-// (float32 tensors with bf16 values are the CPU's stand-in for them).
-// scale != 1 (an average's 1 / ranks): each bf16 value times the scale rounded to bf16, rounded again, as NCCL's
-// bf16 average pre-multiplies its inputs (ncclAvg: a sum of the scaled values).
+// A real float32 x's values as bf16 bits in x's shape (rounded to nearest even), what a bf16 wire sends; scale != 1
+// (an average's 1 / ranks): each rounded value times bf16(scale), rounded again, as NCCL's bf16 ncclAvg
+// pre-multiplies its inputs. Not priced, as autocast's roundings are not: the step on a chip holds these tensors
+// in bf16 already (float32 tensors with bf16 values are the CPU's stand-in for them).
 Tensor to_bf16_bits(const Tensor& x, double scale = 1.0) {
   Tensor in = x.contiguous();
   Tensor bits = empty(x.shape(), DType::BF16, x.device());
@@ -748,13 +747,14 @@ std::pair<Tensor, Work> ProcessGroup::irecv(const Shape& shape, DType dtype, int
               "irecv: a ", dtype_name(dtype), " tensor on a ", dtype_name(wire), " wire (group '", name_,
               "'): float32 values on a bfloat16 wire, or a tensor's own dtype");
   const bool to_wire = wire == DType::BF16 && dtype == DType::F32;
-  if (to_wire && !fake_ && default_device() != Device::Meta) {
+  const Device device = fake_ ? Device::Meta : default_device();
+  if (to_wire && device != Device::Meta) {
     auto [bits, w] = irecv(shape, DType::BF16, src, tag);
-    Tensor out = empty(shape, DType::F32, bits.device());
+    Tensor out = empty(shape, DType::F32, device);
     w.then([bits = bits, out] { from_bf16_bits(bits, out); });
     return {out, w};
   }
-  Tensor out = empty(shape, dtype, fake_ ? Device::Meta : default_device());
+  Tensor out = empty(shape, dtype, device);
   const int64_t tid = record_p2p_start(/*send=*/false, ref(), recorded_bytes((double)out.nbytes(), to_wire),
                                        (*world_ranks_)[src], tag, recorded_dtype(out.dtype(), to_wire));
   if (out.is_meta()) return {out, done_work("recv", name_, 0, tid, true)};

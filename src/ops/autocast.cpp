@@ -22,25 +22,22 @@ void round_to_bf16_(Tensor& t) {
   for (int64_t i = 0; i < n; i += chunk) round_to_bf16(p + i, std::min(chunk, n - i));
 }
 
-Tensor autocast_operand(const Tensor& x) {
-  if (!x.defined() || !autocast_bf16(x) || x.is_meta()) return x;
+Tensor rounded_to_bf16(const Tensor& x) {
   Tensor r;
   {
     NoGradGuard ng;
     r = x.contiguous();
-    if (r.impl() == x.impl()) r = x.clone();  // a copy: x's own values stay float32
+    if (r.impl() == x.impl()) r = x.clone();  // a copy: x's own values stay as they are
   }
   round_to_bf16_(r);
-  return autograd::record("autocast_to_bf16", {x}, r, [](const std::vector<Tensor>& g) {
+  return r;
+}
+
+Tensor autocast_operand(const Tensor& x) {
+  if (!x.defined() || !autocast_bf16(x) || x.is_meta()) return x;
+  return autograd::record("autocast_to_bf16", {x}, rounded_to_bf16(x), [](const std::vector<Tensor>& g) {
     // x's gradient is the bf16 operand's (a bf16 tensor's gradient is bf16), cast back exactly
-    Tensor gx;
-    {
-      NoGradGuard ng;
-      gx = g[0].contiguous();
-      if (gx.impl() == g[0].impl()) gx = g[0].clone();
-    }
-    round_to_bf16_(gx);
-    return std::vector<Tensor>{gx};
+    return std::vector<Tensor>{rounded_to_bf16(g[0])};
   });
 }
 

@@ -20,6 +20,9 @@ inline bool autocast_bf16(const Tensor& x) { return x.dtype() == DType::F32 && A
 // Rounds a contiguous float32 tensor's values to bfloat16 in place (a bf16 op's output, a bf16 reduction's
 // gradient); meta tensors are left as they are.
 void round_to_bf16_(Tensor& t);
+// A contiguous copy of x (never x's own storage, no graph) with its values rounded to bfloat16: what a bf16 cast of
+// x, or a bf16 tensor's gradient, holds.
+Tensor rounded_to_bf16(const Tensor& x);
 
 // An op autocast runs in bf16 whose kernel computes in float32 (attention, as PyTorch's SDPA under autocast:
 // q / k / v cast to bf16, float32 inside, a bf16 output) reads its operand through this: a copy with the values

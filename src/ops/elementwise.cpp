@@ -320,7 +320,7 @@ Tensor unary_forward(const Tensor& x, double p0, double p1, bool bf16_out = fals
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
     for (int64_t i = 0; i < n; ++i) py[i] = ufwd<op, T>(px[i], a, b);
     if constexpr (std::is_same_v<T, float>)
-      if (bf16_out) eigen_chunks(n, [&](int64_t i0, int64_t len) { round_to_bf16(py + i0, len); });
+      if (bf16_out) round_to_bf16_(out);
   });
   return out;
 }
@@ -338,11 +338,7 @@ Tensor unary_backward(const Tensor& g, const Tensor& x, const Tensor& y, double 
   record_cost(kUnaryBwdNames[(int)op], (kUnaryFlops[(int)op] + 1) * (double)x.numel(),
               derivative_reads_y<op>() ? bytes_of({&g, &x, &y, &out}) : bytes_of({&g, &x, &out}));
   if (x.is_meta()) return out;
-  Tensor gc = g.contiguous();
-  if (bf16_grad && gc.dtype() == DType::F32) {
-    if (gc.impl() == g.impl()) gc = g.clone();
-    round_to_bf16_(gc);
-  }
+  Tensor gc = bf16_grad && g.dtype() == DType::F32 ? rounded_to_bf16(g) : g.contiguous();
   dispatch_float(x.dtype(), kUnaryBwdNames[(int)op], [&]<typename T>() {
     const T* px = x.data<T>();
     const T* py = derivative_reads_y<op>() ? y.data<T>() : nullptr;
