@@ -123,8 +123,9 @@ Tensor context_parallel_attention(const Tensor& q_in, const Tensor& k_in, const 
                                   const nn::SequenceShard& shard, const comms::PG& cp, const comms::PG& cp_p2p,
                                   RotateMethod method) {
   const char* op = "context_parallel_attention";
-  // bf16 autocast as flex_attention's: q / k / v read as bf16, float32 inside, a bf16 output; packs kept
-  const bool pack = autocast_bf16(q_in) && !q_in.is_meta();
+  // bf16 autocast as flex_attention's: q / k / v read as bf16, the tiles' GEMMs on bf16 operands, float32
+  // softmax and accumulation, a bf16 output; packs kept
+  const bool bf16 = autocast_bf16(q_in), pack = bf16 && !q_in.is_meta();
   // k / v (bf16 values under autocast) and the all-gather method's dK / dV reductions travel in the compute dtype
   // (comms/functional.h); the ring's dK / dV accumulators stay float32, as PyTorch's ring attention keeps them
   const DType wire = comms::wire_dtype(q_in.dtype());
@@ -158,7 +159,8 @@ Tensor context_parallel_attention(const Tensor& q_in, const Tensor& k_in, const 
     auto attend_block = [&](int64_t src, const Tensor& kb, const Tensor& vb) {
       for (const Piece& p : (*pieces)[(size_t)((r - src + n) % n)])
         merge(acc[p.qa], acc_lse[p.qa],
-              flex::attention_block_forward(q_chunks[p.qa], chunk_of(kb, p.kb, c), chunk_of(vb, p.kb, c), p.opt));
+              flex::attention_block_forward(q_chunks[p.qa], chunk_of(kb, p.kb, c), chunk_of(vb, p.kb, c), p.opt,
+                                            bf16));
     };
     if (method == RotateMethod::AllGather) {
       auto [kg, wk] = cp->all_gather_async(kc, 1, {}, wire);  // [B, 2c cp, Hkv, D] in rank order
@@ -203,7 +205,7 @@ Tensor context_parallel_attention(const Tensor& q_in, const Tensor& k_in, const 
   return autograd::record(
       "context_parallel_attention", inputs, out,
       [qp = keep(qc), kp = keep(kc), vp = keep(vc), op = keep(out), ls = autograd::saved(lse), base, pieces, cp,
-       cp_p2p, method, has_sinks, c, n, r, block, vblock, wire](const std::vector<Tensor>& g) {
+       cp_p2p, method, has_sinks, c, n, r, block, vblock, wire, bf16](const std::vector<Tensor>& g) {
         NoGradGuard ng;
         const Tensor qs = unpack_bf16(qp), ks = unpack_bf16(kp), vs = unpack_bf16(vp), os = unpack_bf16(op);
         Tensor go = g[0].contiguous();
@@ -223,7 +225,7 @@ Tensor context_parallel_attention(const Tensor& q_in, const Tensor& k_in, const 
           for (const Piece& p : (*pieces)[(size_t)((r - src + n) % n)]) {
             flex::BlockGrads bg = flex::attention_block_backward(goch[p.qa], qch[p.qa], chunk_of(kb, p.kb, c),
                                                                  chunk_of(vb, p.kb, c), p.opt, och[p.qa], lch[p.qa],
-                                                                 dq[p.qa], dsinks, dcaps);
+                                                                 dq[p.qa], dsinks, dcaps, bf16);
             add_into(dk, p.kb * c, bg.dk);
             add_into(dv, p.kb * c, bg.dv);
           }

@@ -10,6 +10,8 @@
 #include <optional>
 #include <random>
 
+#include <omp.h>
+
 #include "src/autograd/checkpoint.h"
 #include "src/nn/attention_variants.h"
 #include "src/ops/autocast.h"
@@ -124,6 +126,61 @@ TEST(Bf16Gemm, IsTheProductOfRoundedOperandsToFloat32Accumulation) {
       for (int64_t j = c.n; j < ldc; ++j) ASSERT_EQ(out[i * ldc + j], C[i * ldc + j]);
   }
   EXPECT_GT(worst_vs_f32, 1e-2) << "the operands were not rounded to bf16";
+}
+
+// gemm_bf16_tile, flash attention's tile GEMM: on bf16 bits, run by each thread of a parallel region at once (its
+// own one-thread oneDNN kernels), the exact product of the operands up to float32 accumulation's error (the
+// bound of the test above); called outside a parallel region it is the same and leaves the thread count alone.
+TEST(Bf16Gemm, TileGemmRunsOnEveryThreadOfAParallelRegion) {
+  struct Case {
+    bool ta, tb;
+    int64_t m, n, k;
+    float alpha, beta;
+    int64_t lda, ldb, ldc;
+  };
+  // attention's products (S = Q K^T with a head's stride, P V, P^T dO, dS K, dS^T Q), edges and a tiny one
+  const std::vector<Case> cases = {{false, true, 128, 128, 64, 0.125f, 0, 512, 256, 128},
+                                   {false, false, 128, 64, 128, 1, 1, 128, 256, 64},
+                                   {true, false, 128, 64, 128, 1, 1, 128, 512, 64},
+                                   {false, false, 100, 64, 77, 0.125f, 1, 128, 256, 512},
+                                   {true, false, 77, 64, 100, 0.125f, 1, 128, 512, 64},
+                                   {false, true, 3, 5, 7, 1, 0, 9, 8, 6}};
+  auto check = [](const Case& c, int seed) {
+    const int64_t ar = c.ta ? c.k : c.m, br = c.tb ? c.n : c.k;
+    std::vector<uint16_t> A((size_t)(ar * c.lda)), B((size_t)(br * c.ldb));
+    const std::vector<float> a = randv(A.size(), 11 + seed), b = randv(B.size(), 12 + seed);
+    float_to_bf16_bits(a.data(), A.data(), (int64_t)A.size());
+    float_to_bf16_bits(b.data(), B.data(), (int64_t)B.size());
+    const std::vector<float> C0 = randv((size_t)(c.m * c.ldc), 13 + seed);
+    std::vector<float> C = C0;
+    detail::gemm_bf16_tile(c.ta, c.tb, c.m, c.n, c.k, c.alpha, A.data(), c.lda, B.data(), c.ldb, c.beta, C.data(),
+                           c.ldc);
+    int bad = 0;
+    for (int64_t i = 0; i < c.m; ++i) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        double exact = 0, mag = 0;
+        for (int64_t p = 0; p < c.k; ++p) {
+          const double x = bf16_bits_to_float(c.ta ? A[p * c.lda + i] : A[i * c.lda + p]),
+                       y = bf16_bits_to_float(c.tb ? B[j * c.ldb + p] : B[p * c.ldb + j]);
+          exact += x * y;
+          mag += std::fabs(x * y);
+        }
+        const double ref = c.alpha * exact + c.beta * C0[i * c.ldc + j];
+        const double bound =
+            (c.k + 2) * std::ldexp(1.0, -24) * (std::fabs(c.alpha) * mag + std::fabs(c.beta * C0[i * c.ldc + j]));
+        bad += std::fabs(C[i * c.ldc + j] - ref) > bound + 1e-30;
+      }
+      for (int64_t j = c.n; j < c.ldc; ++j) bad += C[i * c.ldc + j] != C0[i * c.ldc + j];  // padding untouched
+    }
+    return bad;
+  };
+  std::vector<int> bad(cases.size() * 4, -1);
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t t = 0; t < (int64_t)bad.size(); ++t) bad[t] = check(cases[t % cases.size()], (int)t);
+  for (size_t t = 0; t < bad.size(); ++t) EXPECT_EQ(bad[t], 0) << "case " << t % cases.size() << " (task " << t << ")";
+  const int threads = omp_get_max_threads();
+  for (size_t c = 0; c < cases.size(); ++c) EXPECT_EQ(check(cases[c], 100), 0) << "case " << c << ", one thread";
+  EXPECT_EQ(omp_get_max_threads(), threads) << "the thread count changed";
 }
 
 TEST(Autocast, ScopeNestsAndRefusesOtherDtypes) {
@@ -299,49 +356,122 @@ TEST(Autocast, CheckpointRecomputesInTheForwardsPrecision) {
   for (float v : ck.second) ASSERT_TRUE(is_bf16(v));
 }
 
-// Attention under autocast, as PyTorch's SDPA: q / k / v read as bf16 (here they arrive float32, as QK-norm and
-// RoPE leave them), the kernel in float32, the output a bf16 value; q / k / v's gradients are bf16 values too.
-// Bit for bit the float32 kernel on the rounded operands with its output rounded (the backward reads that
-// rounded output, as flash attention reads its bf16 one), its gradients rounded. Sinks stay float32 parameters.
-TEST(Autocast, AttentionReadsBf16OperandsAndRoundsItsOutput) {
-  const int64_t B = 2, S = 24, H = 4, Hkv = 2, D = 16;
+// Attention under autocast, as PyTorch's CPU flash attention for bf16: q / k / v read as bf16 (here they arrive
+// float32, as QK-norm and RoPE leave them), scores from bf16 operands summed in float32, softmax in float32, the
+// probabilities rounded to bf16 for P V, the output a bf16 value; in backward dO, P and dS read as bf16 by their
+// GEMMs; q / k / v's gradients bf16 values, the sinks' float32. Against an independent float64 reference of those
+// roundings. With one key tile (S <= 128: the probabilities the kernel rounds are the final softmax's) the reference
+// must explain the kernel far better than the same reference without the probabilities rounded; over several
+// tiles (the online softmax rounds each tile's probabilities at its running maximum) within bf16's steps.
+void attention_under_autocast(int64_t S) {
+  const int64_t B = 2, H = 4, Hkv = 2, D = 16, G = H / Hkv;
   auto mk = [](const Shape& s, uint64_t seed) { return rand_t(s, seed, DType::F32, -2, 2).requires_grad_(true); };
   Tensor q = mk({B, S, H, D}, 51), k = mk({B, S, Hkv, D}, 52), v = mk({B, S, Hkv, D}, 53), sinks = mk({H}, 54);
-  Tensor G = rand_t({B, S, H, D}, 55, DType::F32);
+  Tensor Gt = rand_t({B, S, H, D}, 55, DType::F32);
   nn::AttentionVariant causal;
   Tensor out;
   {
     AutocastScope bf16(DType::BF16);
     out = nn::variant_attention(q, k, v, sinks, causal, 0, Tensor(), Tensor());
-    sum(mul(out, G)).backward();
+    sum(mul(out, Gt)).backward();
   }
-  // the reference: float32 attention on rounded leaves, its output rounded in place before the backward
-  auto rounded_leaf = [](const Tensor& t) {
-    Tensor r = t.detach().clone();
-    round_to_bf16_(r);
-    return r.requires_grad_(true);
+  auto rv = [](const Tensor& t) {
+    std::vector<double> r;
+    for (float x : t.detach().contiguous().to_vector<float>()) r.push_back(round_to_bf16(x));
+    return r;
   };
-  Tensor qr = rounded_leaf(q), kr = rounded_leaf(k), vr = rounded_leaf(v);
-  Tensor sr = sinks.detach().clone().requires_grad_(true);
-  Tensor ref = nn::variant_attention(qr, kr, vr, sr, causal, 0, Tensor(), Tensor());
-  int not_bf16 = 0;
-  for (float x : ref.to_vector<float>()) not_bf16 += !is_bf16(x);
-  EXPECT_GT(not_bf16, (int)ref.numel() / 2) << "outside the scope the output is float32";
-  round_to_bf16_(ref);
-  sum(mul(ref, G)).backward();
-  EXPECT_EQ(out.to_vector<float>(), ref.to_vector<float>()) << "out";
-  const Tensor* got[] = {&q, &k, &v};
-  const Tensor* want[] = {&qr, &kr, &vr};
-  const char* what[] = {"dq", "dk", "dv"};
-  for (int t = 0; t < 3; ++t) {
-    Tensor w = want[t]->grad().clone();
-    round_to_bf16_(w);
-    EXPECT_EQ(got[t]->grad().to_vector<float>(), w.to_vector<float>()) << what[t];
+  const std::vector<double> Q = rv(q), K = rv(k), V = rv(v), dO = rv(Gt);
+  const std::vector<float> sk = sinks.detach().to_vector<float>();
+  const double scale = 1.0 / std::sqrt((double)D);
+  struct Ref {
+    std::vector<double> out, dq, dk, dv, dsinks;
+  };
+  // round_p: the probabilities rounded to bf16 where the kernel's GEMMs read them (false: float64 throughout)
+  auto reference = [&](bool round_p) {
+    auto rp = [&](double x) { return round_p ? (double)round_to_bf16((float)x) : x; };
+    Ref r{std::vector<double>(q.numel()), std::vector<double>(q.numel()), std::vector<double>(k.numel()),
+          std::vector<double>(v.numel()), std::vector<double>(H)};
+    auto at = [&](int64_t b, int64_t s, int64_t h, int64_t nh) { return ((b * S + s) * nh + h) * D; };
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < S; ++i) {
+          const int64_t g = h / G, qi = at(b, i, h, H);
+          std::vector<double> s(i + 1), P(i + 1);
+          double m = sk[h];
+          for (int64_t j = 0; j <= i; ++j) {
+            double dot = 0;
+            for (int64_t c = 0; c < D; ++c) dot += Q[qi + c] * K[at(b, j, g, Hkv) + c];
+            s[j] = (double)(float)(scale * dot);  // the kernel's float32 score
+            m = std::max(m, s[j]);
+          }
+          double l = std::exp(sk[h] - m);
+          for (int64_t j = 0; j <= i; ++j) l += std::exp(s[j] - m);
+          std::vector<double> o(D, 0.0);
+          for (int64_t j = 0; j <= i; ++j)
+            for (int64_t c = 0; c < D; ++c) o[c] += rp(std::exp(s[j] - m)) * V[at(b, j, g, Hkv) + c];
+          double Di = 0;
+          for (int64_t c = 0; c < D; ++c) {
+            r.out[qi + c] = round_to_bf16((float)(o[c] / l));  // the bf16 output the backward reads
+            Di += dO[qi + c] * r.out[qi + c];
+          }
+          const double lse = m + std::log(l);
+          r.dsinks[h] -= std::exp(sk[h] - lse) * Di;
+          for (int64_t j = 0; j <= i; ++j) {
+            const int64_t kj = at(b, j, g, Hkv);
+            double dP = 0;
+            for (int64_t c = 0; c < D; ++c) dP += dO[qi + c] * V[kj + c];
+            P[j] = std::exp(s[j] - lse);
+            const double dS = rp(P[j] * (dP - Di));
+            for (int64_t c = 0; c < D; ++c) {
+              r.dv[kj + c] += rp(P[j]) * dO[qi + c];
+              r.dq[qi + c] += scale * dS * K[kj + c];
+              r.dk[kj + c] += scale * dS * Q[qi + c];
+            }
+          }
+        }
+    for (auto* t : {&r.dq, &r.dk, &r.dv})
+      for (double& x : *t) x = round_to_bf16((float)x);
+    return r;
+  };
+  const Ref flash = reference(true), plain = reference(false);
+  // elements of `got` further than a bf16 step (plus float32 noise) from `want`
+  auto misses = [](const Tensor& got_t, const std::vector<double>& want) {
+    const std::vector<float> got = got_t.contiguous().to_vector<float>();
+    double top = 0;
+    for (double w : want) top = std::max(top, std::fabs(w));
+    int n = 0;
+    for (size_t e = 0; e < got.size(); ++e) n += std::fabs(got[e] - want[e]) > 1e-6 * top + 1e-7;
+    return n;
+  };
+  auto near = [](const Tensor& got_t, const std::vector<double>& want, const char* what) {
+    const std::vector<float> got = got_t.contiguous().to_vector<float>();
+    double top = 0;
+    for (double w : want) top = std::max(top, std::fabs(w));
+    for (size_t e = 0; e < got.size(); ++e)
+      ASSERT_LE(std::fabs(got[e] - want[e]), std::ldexp(std::fabs(want[e]), -7) + std::ldexp(top, -9))
+          << what << " element " << e;
+  };
+  const Tensor got[] = {out, q.grad(), k.grad(), v.grad()};
+  const std::vector<double>* fl[] = {&flash.out, &flash.dq, &flash.dk, &flash.dv};
+  const std::vector<double>* pl[] = {&plain.out, &plain.dq, &plain.dk, &plain.dv};
+  const char* what[] = {"out", "dq", "dk", "dv"};
+  for (int t = 0; t < 4; ++t) {
+    for (float x : got[t].contiguous().to_vector<float>()) ASSERT_TRUE(is_bf16(x)) << what[t] << " is not bf16";
+    near(got[t], *fl[t], what[t]);
+    const int n = (int)got[t].numel(), mf = misses(got[t], *fl[t]), mp = misses(got[t], *pl[t]);
+    std::printf("[attention bf16] %s: %d of %d elements off the flash reference, %d off the unrounded one\n",
+                what[t], mf, n, mp);
+    if (S <= 128) EXPECT_LT(mf * 4, mp) << what[t] << ": the rounded probabilities do not explain the kernel";
   }
-  EXPECT_EQ(sinks.grad().to_vector<float>(), sr.grad().to_vector<float>()) << "dsinks (float32)";
+  const std::vector<float> ds = sinks.grad().to_vector<float>();
+  for (int64_t h = 0; h < H; ++h) EXPECT_NEAR(ds[h], flash.dsinks[h], 1e-4 * (1 + std::fabs(flash.dsinks[h])));
   int sink_not_bf16 = 0;
-  for (float x : sinks.grad().to_vector<float>()) sink_not_bf16 += !is_bf16(x);
+  for (float x : ds) sink_not_bf16 += !is_bf16(x);
   EXPECT_GT(sink_not_bf16, 0) << "the sinks' gradient is not rounded";
+}
+TEST(Autocast, AttentionRoundsItsOperandsProbabilitiesAndOutputAsFlashAttention) {
+  attention_under_autocast(40);   // one tile
+  attention_under_autocast(300);  // three key tiles, the last partial
 }
 
 // A real bf16 run keeps a linear's input as autocast keeps its cast: a bf16 pack, 2 bytes an element, one for

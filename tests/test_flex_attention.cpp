@@ -291,7 +291,7 @@ TEST(FlexAttention, OffsetsPlaceABlockAtItsGlobalPositions) {
   for (const MaskMod& m : masks) {
     SCOPED_TRACE(m.name());
     FlexOptions whole{.score_mod = nn::alibi_mod(slopes), .mask_mod = m, .sinks = sinks};
-    const flex::BlockOut full = flex::attention_block_forward(q, k, v, whole);
+    const flex::BlockOut full = flex::attention_block_forward(q, k, v, whole, false);
     // rows [5, 13) as a query block at offset 5
     FlexOptions part = whole;
     part.q_offset = 5;
@@ -307,7 +307,7 @@ TEST(FlexAttention, OffsetsPlaceABlockAtItsGlobalPositions) {
       if (k0 > 0) blk.sinks = Tensor();
       Tensor& ds = k0 == 0 ? dsinks : unused;
       flex::BlockGrads g = flex::attention_block_backward(dout, q, k.slice(1, k0, k1), v.slice(1, k0, k1), blk, full.out,
-                                                          full.lse, dq, ds, dcaps);
+                                                          full.lse, dq, ds, dcaps, false);
       for (int64_t b = 0; b < B; ++b) {  // rows of batch b, in order
         auto kr = g.dk.slice(0, b, b + 1).contiguous().to_vector<double>();
         auto vr = g.dv.slice(0, b, b + 1).contiguous().to_vector<double>();

@@ -24,8 +24,8 @@ void round_to_bf16_(Tensor& t);
 // x, or a bf16 tensor's gradient, holds.
 Tensor rounded_to_bf16(const Tensor& x);
 
-// An op autocast runs in bf16 whose kernel computes in float32 (attention, as PyTorch's SDPA under autocast:
-// q / k / v cast to bf16, float32 inside, a bf16 output) reads its operand through this: a copy with the values
+// An op autocast runs in bf16 whose kernel takes float32 tensors (attention, as PyTorch's flash attention on
+// bf16 tensors: q / k / v cast to bf16, a bf16 output) reads its operand through this: a copy with the values
 // rounded to bf16, whose gradient is rounded too (a bf16 tensor's gradient is bf16; the cast back is exact).
 // Outside a bf16 scope, for float64, and on meta tensors (the plan is float32; the simulator prices the run's
 // dtypes), `x` itself.

@@ -110,6 +110,11 @@ void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, B
 // sums as gemm_bf16, in OpenBLAS's order: the same bits on any thread count; callable inside parallel regions).
 void gemm_bf16_blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A, Bf16Operand B,
                     float beta, float* C, int64_t ldc);
+// The same product on bf16 bits, run by the calling thread alone: the GEMM of one task inside a parallel region
+// (flash attention's tiles; oneDNN's kernel made for one thread, threads never wait on each other), also correct
+// outside one. Where oneDNN has no fast bf16 kernel: gemm_bf16_blas.
+void gemm_bf16_tile(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
+                    const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
 // The r x c float32 matrix at p (leading dimension ld) as bf16 bits, row length c.
 std::vector<uint16_t> pack_bf16(const float* p, int64_t r, int64_t c, int64_t ld);
 // gemm<T>, or for float32 under bf16 autocast (bf16 = true) gemm_bf16.

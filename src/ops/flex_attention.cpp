@@ -1,6 +1,7 @@
 // Flex attention: masks, block masks, and the flash-tiled forward and
-// backward kernels (FlashAttention-2's loop order on the CPU: BLAS tile
-// GEMMs, online softmax, log-sum-exp saved, scores recomputed in backward).
+// backward kernels (FlashAttention-2's loop order on the CPU: tile GEMMs, BLAS
+// or under bf16 autocast oneDNN's bf16 kernel, online softmax, log-sum-exp
+// saved, scores recomputed in backward).
 #include "src/ops/flex_attention.h"
 
 #include <Eigen/Core>
@@ -10,6 +11,7 @@
 #include "src/autograd/checkpoint.h"
 #include "src/ops/autocast.h"
 #include "src/ops/common.h"
+#include "src/tensor/bfloat16.h"
 
 namespace titan {
 using namespace detail;
@@ -266,7 +268,49 @@ struct Problem {
   Dims d;
   double scale;
   std::vector<Tensor> caps;  // contiguous captured tensors
+  bool bf16 = false;         // bf16 autocast: the tile GEMMs on bf16 operands (TileOperand)
 };
+
+// One operand of a tile GEMM: T's values, or under bf16 autocast its bits (PyTorch's CPU flash attention for bf16:
+// q / k / v / dO and the probabilities P and dS read as bf16 by the GEMMs, float32 accumulation, softmax and its
+// gradient in float32; oneDNN's bf16 kernel on the calling thread, gemm_bf16_tile).
+template <typename T>
+struct TileOperand {
+  const T* values = nullptr;
+  const uint16_t* bits = nullptr;
+  // the operand `off` elements in
+  TileOperand at(int64_t off) const { return bits ? TileOperand{nullptr, bits + off} : TileOperand{values + off}; }
+};
+// C = alpha op(A) op(B) + beta C, A / B with leading dimensions lda / ldb
+template <typename T>
+void tile_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, TileOperand<T> A, int64_t lda,
+               TileOperand<T> B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>)
+    if (A.bits) return gemm_bf16_tile(ta, tb, M, N, K, alpha, A.bits, lda, B.bits, ldb, beta, C, ldc);
+  gemm<T>(ta, tb, M, N, K, alpha, A.values, lda, B.values, ldb, beta, C, ldc);
+}
+// A whole tensor's data as tile operands: its values, or (bf16) its bits in `pack`.
+template <typename T>
+TileOperand<T> tile_operand(const Tensor& t, bool bf16, std::vector<uint16_t>& pack) {
+  if constexpr (std::is_same_v<T, float>)
+    if (bf16) {
+      const int64_t row = t.dim() >= 2 ? t.size(t.dim() - 2) * t.size(t.dim() - 1) : t.numel();  // [.., H, D]
+      pack = pack_bf16(t.data<float>(), t.numel() / std::max<int64_t>(1, row), row, row);
+      return {nullptr, pack.data()};
+    }
+  return {t.data<T>(), nullptr};
+}
+// A tile's nq rows of nk float32 probabilities (row stride ld) as the next GEMM reads them: the values, or
+// (bf16) their roundings in `bits` (same stride).
+template <typename T>
+TileOperand<T> tile_rows(const T* p, int64_t nq, int64_t nk, int64_t ld, bool bf16, std::vector<uint16_t>& bits) {
+  if constexpr (std::is_same_v<T, float>)
+    if (bf16) {
+      for (int64_t i = 0; i < nq; ++i) float_to_bf16_bits(p + i * ld, bits.data() + i * ld, nk);
+      return {nullptr, bits.data()};
+    }
+  return {p, nullptr};
+}
 
 // -> out [B, Sq, Hq, Dv], lse [B, Hq, Sq]
 template <typename T>
@@ -276,9 +320,9 @@ void forward_kernel(const Problem& p, const Tensor& q, const Tensor& k, const Te
   const BlockMask& bm = *p.bm;
   const ScoreMod& sm = p.opt->score_mod;
   const MaskMod& mm = p.opt->mask_mod;
-  const T* pq = q.data<T>();
-  const T* pk = k.data<T>();
-  const T* pv = v.data<T>();
+  std::vector<uint16_t> qbits, kbits, vbits;
+  const TileOperand<T> pq = tile_operand<T>(q, p.bf16, qbits), pk = tile_operand<T>(k, p.bf16, kbits),
+                       pv = tile_operand<T>(v, p.bf16, vbits);
   const T* psink = sinks.defined() ? sinks.data<T>() : nullptr;
   T* po = out.data<T>();
   T* pl = lse.data<T>();
@@ -292,11 +336,12 @@ void forward_kernel(const Problem& p, const Tensor& q, const Tensor& k, const Te
   {
     AlignedVec<T> S((size_t)(QB * KB)), acc((size_t)(QB * Dv)), m(QB), l(QB);
     std::vector<uint8_t> keep((size_t)(QB * KB));
+    std::vector<uint16_t> Pbits(p.bf16 ? (size_t)(QB * KB) : 0);
 #pragma omp for schedule(dynamic)
     for (int64_t t = 0; t < d.B * d.Hq * nqb; ++t) errors.run([&] {
       const int64_t b = t / (d.Hq * nqb), h = t / nqb % d.Hq, qb = t % nqb, g = h / d.group;
       const int64_t q0 = qb * QB, nq = std::min(QB, d.Sq - q0);
-      const T* qh = pq + (b * d.Sq + q0) * ldq + h * D;
+      const TileOperand<T> qh = pq.at((b * d.Sq + q0) * ldq + h * D);
       for (int64_t i = 0; i < nq; ++i) {
         m[i] = psink ? psink[h] : ninf;  // the sink starts every row: exp(sink - m) = 1
         l[i] = psink ? T(1) : T(0);
@@ -306,9 +351,8 @@ void forward_kernel(const Problem& p, const Tensor& q, const Tensor& k, const Te
         const BlockKind kind = bm.at(b, h, qb, kb);
         if (kind == BlockKind::Empty) continue;
         const int64_t k0 = kb * KB, nk = std::min(KB, d.Skv - k0);
-        const T* kg = pk + (b * d.Skv + k0) * ldk + g * D;
-        const T* vg = pv + (b * d.Skv + k0) * ldv + g * Dv;
-        gemm<T>(false, true, nq, nk, D, T(p.scale), qh, ldq, kg, ldk, T(0), S.data(), KB);  // [nq, nk]
+        const TileOperand<T> kg = pk.at((b * d.Skv + k0) * ldk + g * D), vg = pv.at((b * d.Skv + k0) * ldv + g * Dv);
+        tile_gemm<T>(false, true, nq, nk, D, T(p.scale), qh, ldq, kg, ldk, T(0), S.data(), KB);  // [nq, nk]
         const uint8_t* kp = nullptr;
         if (kind == BlockKind::Partial) {
           mm.fill(keep.data(), KB, nq, nk, b, h, qo + q0, ko + k0);
@@ -333,7 +377,8 @@ void forward_kernel(const Problem& p, const Tensor& q, const Tensor& k, const Te
           l[i] = l[i] * alpha + sum;
           m[i] = mx;
         }
-        gemm<T>(false, false, nq, Dv, nk, T(1), S.data(), KB, vg, ldv, T(1), acc.data(), Dv);  // += P V
+        tile_gemm<T>(false, false, nq, Dv, nk, T(1), tile_rows(S.data(), nq, nk, KB, p.bf16, Pbits), KB, vg, ldv, T(1),
+                     acc.data(), Dv);  // += P V
       }
       T* oh = po + (b * d.Sq + q0) * ldo + h * Dv;
       T* lh = pl + (b * d.Hq + h) * d.Sq + q0;
@@ -368,11 +413,17 @@ void backward_kernel(const Problem& p, const Tensor& dout, const Tensor& q, cons
   const BlockMask& bm = *p.bm;
   const ScoreMod& sm = p.opt->score_mod;
   const MaskMod& mm = p.opt->mask_mod;
-  const T* pq = q.data<T>();
-  const T* pk = k.data<T>();
-  const T* pv = v.data<T>();
+  std::vector<uint16_t> qbits, kbits, vbits, dobits;
+  const TileOperand<T> tq = tile_operand<T>(q, p.bf16, qbits), tk = tile_operand<T>(k, p.bf16, kbits),
+                       tv = tile_operand<T>(v, p.bf16, vbits), tdo = tile_operand<T>(dout, p.bf16, dobits);
   const T* pO = out.data<T>();
-  const T* pdO = dout.data<T>();
+  const T* pdO = dout.data<T>();  // rowsum(dO * O) reads dO as the GEMMs do (bf16: its roundings)
+  std::vector<T> dO_read;
+  if (tdo.bits) {
+    dO_read.resize((size_t)dout.numel());
+    for (size_t e = 0; e < dO_read.size(); ++e) dO_read[e] = (T)bf16_bits_to_float(tdo.bits[e]);
+    pdO = dO_read.data();
+  }
   const T* pl = lse.data<T>();
   const T* psink = sinks.defined() ? sinks.data<T>() : nullptr;
   T* pdq = dq.data<T>();
@@ -413,19 +464,24 @@ void backward_kernel(const Problem& p, const Tensor& dout, const Tensor& q, cons
   struct Tile {
     AlignedVec<T> S, P, dP, dS;
     std::vector<uint8_t> keep;
+    std::vector<uint16_t> Pbits, dSbits;  // bf16: P and dS as the GEMMs read them
+    TileOperand<T> Pt, dSt;               // P and dS as the GEMMs read them
   };
   // P and dS (dL/d raw score) of one visible tile; captured-tensor gradients into cap_grad (null: skipped)
   auto tile_grads = [&](Tile& w, int64_t b, int64_t h, int64_t q0, int64_t nq, int64_t k0, int64_t nk, BlockKind kind,
                         double* const* cap_grad) {
     const int64_t g = h / d.group;
-    const T* qh = pq + (b * d.Sq + q0) * ldq + h * D;
-    const T* doh = pdO + (b * d.Sq + q0) * ldo + h * Dv;
-    const T* kg = pk + (b * d.Skv + k0) * ldk + g * D;
-    const T* vg = pv + (b * d.Skv + k0) * ldv + g * Dv;
+    const TileOperand<T> qh = tq.at((b * d.Sq + q0) * ldq + h * D), doh = tdo.at((b * d.Sq + q0) * ldo + h * Dv);
+    const TileOperand<T> kg = tk.at((b * d.Skv + k0) * ldk + g * D), vg = tv.at((b * d.Skv + k0) * ldv + g * Dv);
     const T* lh = pl + (b * d.Hq + h) * d.Sq + q0;
     const T* di = Di.data() + (b * d.Hq + h) * d.Sq + q0;
-    gemm<T>(false, true, nq, nk, D, T(p.scale), qh, ldq, kg, ldk, T(0), w.S.data(), KB);  // scores
-    gemm<T>(false, true, nq, nk, Dv, T(1), doh, ldo, vg, ldv, T(0), w.dP.data(), KB);     // dO V^T
+    tile_gemm<T>(false, true, nq, nk, D, T(p.scale), qh, ldq, kg, ldk, T(0), w.S.data(), KB);  // scores
+    tile_gemm<T>(false, true, nq, nk, Dv, T(1), doh, ldo, vg, ldv, T(0), w.dP.data(), KB);     // dO V^T
+    // P and dS as the GEMMs after this read them
+    auto operands = [&] {
+      w.Pt = tile_rows(w.P.data(), nq, nk, KB, p.bf16, w.Pbits);
+      w.dSt = tile_rows(w.dS.data(), nq, nk, KB, p.bf16, w.dSbits);
+    };
     const uint8_t* kp = nullptr;
     if (kind == BlockKind::Partial) {
       mm.fill(w.keep.data(), KB, nq, nk, b, h, qo + q0, ko + k0);
@@ -434,7 +490,7 @@ void backward_kernel(const Problem& p, const Tensor& dout, const Tensor& q, cons
     if (sm.defined()) {
       sm.tile<T>().backward(w.S.data(), w.P.data(), w.dS.data(), w.dP.data(), KB, nq, nk, b, h, qo + q0, ko + k0, kp,
                             lh, di, caps.data(), cap_grad);
-      return;
+      return operands();
     }
     for (int64_t i = 0; i < nq; ++i) {
       T* pr = w.P.data() + i * KB;
@@ -452,13 +508,14 @@ void backward_kernel(const Problem& p, const Tensor& dout, const Tensor& q, cons
       exp_rows(pr, nk, lh[i]);
       for (int64_t j = 0; j < nk; ++j) ds[j] = pr[j] * (dr[j] - di[i]);
     }
+    operands();
   };
   // dK/dV of key tile kb of KV head g over every query tile of its query heads (and their dQ when with_dq);
   // captured-tensor gradients into cg
   auto key_tile = [&](Tile& w, AlignedVec<T>& dKt, AlignedVec<T>& dVt, int64_t b, int64_t g, int64_t kb,
                       double* const* cg, bool with_dq) {
     const int64_t k0 = kb * KB, nk = std::min(KB, d.Skv - k0);
-    const T* kg = pk + (b * d.Skv + k0) * ldk + g * D;
+    const TileOperand<T> kg = tk.at((b * d.Skv + k0) * ldk + g * D);
     std::fill(dKt.begin(), dKt.begin() + nk * D, T(0));
     std::fill(dVt.begin(), dVt.begin() + nk * Dv, T(0));
     for (int64_t h = g * d.group; h < (g + 1) * d.group; ++h)
@@ -467,13 +524,12 @@ void backward_kernel(const Problem& p, const Tensor& dout, const Tensor& q, cons
         if (kind == BlockKind::Empty) continue;
         const int64_t q0 = qb * QB, nq = std::min(QB, d.Sq - q0);
         tile_grads(w, b, h, q0, nq, k0, nk, kind, cg);
-        const T* qh = pq + (b * d.Sq + q0) * ldq + h * D;
-        const T* doh = pdO + (b * d.Sq + q0) * ldo + h * Dv;
-        gemm<T>(true, false, nk, Dv, nq, T(1), w.P.data(), KB, doh, ldo, T(1), dVt.data(), Dv);  // dV += P^T dO
+        const TileOperand<T> qh = tq.at((b * d.Sq + q0) * ldq + h * D), doh = tdo.at((b * d.Sq + q0) * ldo + h * Dv);
+        tile_gemm<T>(true, false, nk, Dv, nq, T(1), w.Pt, KB, doh, ldo, T(1), dVt.data(), Dv);  // dV += P^T dO
         if (with_dq)
-          gemm<T>(false, false, nq, D, nk, T(p.scale), w.dS.data(), KB, kg, ldk, T(1),
-                  pdq + (b * d.Sq + q0) * ldq + h * D, ldq);                                      // dQ += dS K
-        gemm<T>(true, false, nk, D, nq, T(p.scale), w.dS.data(), KB, qh, ldq, T(1), dKt.data(), D);  // dK += dS^T Q
+          tile_gemm<T>(false, false, nq, D, nk, T(p.scale), w.dSt, KB, kg, ldk, T(1),
+                       pdq + (b * d.Sq + q0) * ldq + h * D, ldq);                                  // dQ += dS K
+        tile_gemm<T>(true, false, nk, D, nq, T(p.scale), w.dSt, KB, qh, ldq, T(1), dKt.data(), D);  // dK += dS^T Q
       }
     for (int64_t j = 0; j < nk; ++j) {
       std::copy(dKt.begin() + j * D, dKt.begin() + (j + 1) * D, pdk + (b * d.Skv + k0 + j) * ldk + g * D);
@@ -482,8 +538,10 @@ void backward_kernel(const Problem& p, const Tensor& dout, const Tensor& q, cons
   };
 #pragma omp parallel
   {
+    const size_t bits = p.bf16 ? (size_t)(QB * KB) : 0;
     Tile w{AlignedVec<T>((size_t)(QB * KB)), AlignedVec<T>((size_t)(QB * KB)), AlignedVec<T>((size_t)(QB * KB)),
-           AlignedVec<T>((size_t)(QB * KB)), std::vector<uint8_t>((size_t)(QB * KB))};
+           AlignedVec<T>((size_t)(QB * KB)), std::vector<uint8_t>((size_t)(QB * KB)), std::vector<uint16_t>(bits),
+           std::vector<uint16_t>(bits), {}, {}};
     AlignedVec<T> dKt((size_t)(KB * D)), dVt((size_t)(KB * Dv));
     std::vector<double*> cap_grad(p.caps.size());
     auto task_caps = [&](int64_t t) {
@@ -510,8 +568,8 @@ void backward_kernel(const Problem& p, const Tensor& dout, const Tensor& q, cons
           if (kind == BlockKind::Empty) continue;
           const int64_t k0 = kb * KB, nk = std::min(KB, d.Skv - k0);
           tile_grads(w, b, h, q0, nq, k0, nk, kind, nullptr);
-          gemm<T>(false, false, nq, D, nk, T(p.scale), w.dS.data(), KB, pk + (b * d.Skv + k0) * ldk + g * D, ldk,
-                  T(1), pdq + (b * d.Sq + q0) * ldq + h * D, ldq);  // dQ += dS K
+          tile_gemm<T>(false, false, nq, D, nk, T(p.scale), w.dSt, KB, tk.at((b * d.Skv + k0) * ldk + g * D), ldk,
+                       T(1), pdq + (b * d.Sq + q0) * ldq + h * D, ldq);  // dQ += dS K
         }
       });
     }
@@ -616,13 +674,15 @@ Problem prepare(const char* op, const Tensor& q, const Tensor& k, const Tensor& 
 
 Tensor flex_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const FlexOptions& opt) {
   const char* op = "flex_attention";
-  // bf16 autocast (PyTorch's SDPA): q / k / v read as bf16, float32 inside (scores, softmax, P V, the sinks), a
-  // bf16 output; a real run keeps q / k / v and the output for the backward as bf16 packs (lossless: bf16 values)
+  // bf16 autocast (PyTorch's CPU flash attention on bf16 tensors): q / k / v read as bf16, the tile GEMMs on bf16
+  // operands (TileOperand), softmax and the sinks in float32, a bf16 output; a real run keeps q / k / v and the
+  // output for the backward as bf16 packs (lossless: bf16 values)
   const bool bf16 = autocast_bf16(q_in);
   const bool pack = bf16 && !q_in.is_meta();
   const Tensor q = autocast_operand(q_in), k = autocast_operand(k_in), v = autocast_operand(v_in);
   BlockMask built;
   Problem p = prepare(op, q, k, v, opt, built);
+  p.bf16 = bf16;
   const BlockMask* bm = p.bm;
   const Dims d = p.d;
   Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
@@ -648,9 +708,9 @@ Tensor flex_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in
   for (Tensor& c : p.caps) c = saved(c);
   return record("flex_attention", inputs, out,
                 [qp = keep(qc), kp = keep(kc), vp = keep(vc), sks = saved(sc), op = keep(out), ls = saved(lse),
-                 keep_opt, d, scale = p.scale, caps = p.caps](const std::vector<Tensor>& g) {
+                 keep_opt, d, scale = p.scale, caps = p.caps, bf16](const std::vector<Tensor>& g) {
                   const Tensor qs = unpack_bf16(qp), ks = unpack_bf16(kp), vs = unpack_bf16(vp), os = unpack_bf16(op);
-                  Problem bp{keep_opt.get(), &keep_opt->block_mask, d, scale, caps};
+                  Problem bp{keep_opt.get(), &keep_opt->block_mask, d, scale, caps, bf16};
                   Tensor go = g[0].contiguous();
                   Tensor dq = zeros(qs.shape(), qs.dtype(), qs.device());
                   Tensor dk = empty(ks.shape(), ks.dtype(), ks.device());
@@ -672,10 +732,12 @@ Tensor flex_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in
 }
 
 namespace flex {
-BlockOut attention_block_forward(const Tensor& q, const Tensor& k, const Tensor& v, const FlexOptions& opt) {
+BlockOut attention_block_forward(const Tensor& q, const Tensor& k, const Tensor& v, const FlexOptions& opt,
+                                 bool bf16) {
   const char* op = "attention_block_forward";
   BlockMask built;
   Problem p = prepare(op, q, k, v, opt, built);
+  p.bf16 = bf16 && q.dtype() == DType::F32;
   const Dims& d = p.d;
   Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   Tensor sc = opt.sinks.defined() ? opt.sinks.contiguous() : Tensor();
@@ -688,10 +750,11 @@ BlockOut attention_block_forward(const Tensor& q, const Tensor& k, const Tensor&
 
 BlockGrads attention_block_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                     const FlexOptions& opt, const Tensor& out, const Tensor& lse, Tensor& dq,
-                                    Tensor& dsinks, std::vector<Tensor>& dcaps) {
+                                    Tensor& dsinks, std::vector<Tensor>& dcaps, bool bf16) {
   const char* op = "attention_block_backward";
   BlockMask built;
   Problem p = prepare(op, q, k, v, opt, built);
+  p.bf16 = bf16 && q.dtype() == DType::F32;
   const Dims& d = p.d;
   const Shape out_shape{d.B, d.Sq, d.Hq, d.Dv};
   TITAN_CHECK(dout.shape() == out_shape && out.shape() == out_shape && lse.shape() == (Shape{d.B, d.Hq, d.Sq}), op,

@@ -300,7 +300,9 @@ struct FlexOptions {
 // q [B, Sq, Hq, D], k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv] (Hq % Hkv == 0) -> [B, Sq, Hq, Dv]. Dv may differ from
 // D (multi-head latent attention: q.k over nope + rope dims, v narrower); the scale defaults to D's.
 // Rows that see no key (and no sink) give 0, as PyTorch's flex_attention.
-// Under bf16 autocast (src/ops/autocast.h) as PyTorch's SDPA: q / k / v read as bf16, float32 inside, a bf16 output.
+// Under bf16 autocast (src/ops/autocast.h) as PyTorch's CPU flash attention for bf16: q / k / v read as bf16, the
+// tile GEMMs on bf16 operands (the probabilities and, in backward, dO and dS rounded to bf16 for them) with float32
+// accumulation, softmax in float32, a bf16 output.
 Tensor flex_attention(const Tensor& q, const Tensor& k, const Tensor& v, const FlexOptions& opt);
 
 // ---- attention in blocks (context parallel) ---------------------------------------------
@@ -313,7 +315,10 @@ struct BlockOut {
   Tensor out;  // [B, Sq, Hq, Dv], normalized within the block
   Tensor lse;  // [B, Hq, Sq]: the block's log-sum-exp, -inf where it sees no key (and no sink)
 };
-BlockOut attention_block_forward(const Tensor& q, const Tensor& k, const Tensor& v, const FlexOptions& opt);
+// bf16: the tiles as flex_attention's under bf16 autocast (q / k / v, dO and the probabilities read as bf16 by the
+// tile GEMMs, float32 accumulation and softmax); false: in q's dtype.
+BlockOut attention_block_forward(const Tensor& q, const Tensor& k, const Tensor& v, const FlexOptions& opt,
+                                 bool bf16);
 // The block's share of the gradients, given the whole attention's output `out` [B, Sq, Hq, D] and
 // log-sum-exp `lse` [B, Hq, Sq] (the softmax of every block is exp(s - lse), so FlashAttention-2's backward
 // splits over key blocks): dq [B, Sq, Hq, D], dsinks [Hq] and dcaps (one per captured tensor) are added to
@@ -323,7 +328,7 @@ struct BlockGrads {
 };
 BlockGrads attention_block_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                     const FlexOptions& opt, const Tensor& out, const Tensor& lse, Tensor& dq,
-                                    Tensor& dsinks, std::vector<Tensor>& dcaps);
+                                    Tensor& dsinks, std::vector<Tensor>& dcaps, bool bf16);
 }  // namespace flex
 
 // ======================================================================================

@@ -3,8 +3,8 @@
 //  - float32 (gemm<float>): oneDNN's matmul (Debian's libdnnl, OpenMP runtime like OpenBLAS) where the CPU has
 //    AVX512 (oneDNN's brgemm kernels there: measured 1.3-1.75x OpenBLAS's sgemm on 2 threads for the K = 128-384
 //    products of small models, titan-bench-linear prints the ratio), else OpenBLAS's sgemm; also OpenBLAS
-//    inside a parallel region (attention's tile products: one GEMM per thread) and for products too small for a
-//    primitive call to pay. Both sum in float32; their orders differ. gemm_blas<T> is OpenBLAS always (callers
+//    inside a parallel region (a float32 run's attention tiles: one GEMM per thread) and for products too small
+//    for a primitive call to pay. Both sum in float32; their orders differ. gemm_blas<T> is OpenBLAS always (callers
 //    whose results must not depend on how work is spread over threads: batched matmuls, experts).
 //  - float64 (gemm<double>): OpenBLAS's dgemm (gradient checks, references).
 //  - bfloat16 (gemm_bf16): A and B read as bfloat16 and products summed in float32 — the GEMM of a bf16
@@ -16,6 +16,13 @@
 //    matmuls run on. The operands are float32 tensors rounded (to nearest even) into packed bf16 buffers here:
 //    autocast's casts.
 //
+// gemm_bf16_tile: the bf16 GEMM of one thread inside a parallel region (flash attention's tiles, one task per
+// thread): bf16 operands as bits, a float32 C. Each thread keeps its own oneDNN primitives, made for one thread
+// (oneDNN sizes its work split by the threads it is made with; inside a parallel region it runs on the caller
+// alone), its own stream and scratchpad, so threads never wait on each other; measured 2-3x OpenBLAS's sgemm on
+// the float32 roundings for attention's 128 x 128 x 64 tiles on this Zen 4 (AVX512-BF16). Where oneDNN has no
+// fast bf16 kernel: sgemm on the rounded values (gemm_bf16_blas).
+//
 // oneDNN's primitives are made once per problem (a primitive JITs or picks its kernel: ~0.1 ms) and kept in a
 // bounded cache. A oneDNN GEMM runs outside parallel regions only (oneDNN's threads do the parallel work: bf16
 // refuses a call inside one, float32 takes OpenBLAS there) and one at a time per process (a lock: calls from
@@ -26,6 +33,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -78,6 +86,7 @@ class Dnnl {
                                                  (impl.empty() ? std::string("no bf16 matmul") : impl) + ")";
     f32 = has_isa(dnnl::get_effective_cpu_isa(), dnnl::cpu_isa::avx512_core);
   }
+  bool bf16_fast() const { return bf16_; }
   // The primitive for `key`, or null where oneDNN has no fast one (the sgemm path).
   std::shared_ptr<dnnl::matmul> get(const Key& key) {
     if (key.bf16 ? !bf16_ : !f32) return nullptr;
@@ -106,21 +115,29 @@ class Dnnl {
   std::mutex mu_, run_mu_;
   std::unordered_map<Key, std::shared_ptr<dnnl::matmul>, KeyHash> prims_;
 
-  std::shared_ptr<dnnl::matmul> make(const Key& key, std::string* impl) {
+  friend class ThreadDnnl;
+  // The primitive's description for `key` (its scratchpad the caller's where user_scratchpad), or none where
+  // oneDNN declines (no bf16 kernel on this CPU)
+  std::optional<dnnl::matmul::primitive_desc> describe(const Key& key, bool user_scratchpad = false) {
     try {
       dnnl::primitive_attr attr;
+      if (user_scratchpad) attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
       if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
       if (key.beta != 0.0f) {
         dnnl::post_ops po;
         po.append_sum(key.beta);
         attr.set_post_ops(po);
       }
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(desc_a(key), desc_b(key), desc_c(key)), attr, eng);
-      *impl = pd.impl_info_str();
-      return std::make_shared<dnnl::matmul>(pd);
+      return dnnl::matmul::primitive_desc(dnnl::matmul::desc(desc_a(key), desc_b(key), desc_c(key)), attr, eng);
     } catch (const dnnl::error&) {
-      return nullptr;  // oneDNN declines (no bf16 kernel on this CPU)
+      return std::nullopt;
     }
+  }
+  std::shared_ptr<dnnl::matmul> make(const Key& key, std::string* impl) {
+    std::optional<dnnl::matmul::primitive_desc> pd = describe(key);
+    if (!pd) return nullptr;
+    *impl = pd->impl_info_str();
+    return std::make_shared<dnnl::matmul>(*pd);
   }
   // A [M, K] (stored [K, M] when ta), B [K, N] (stored [N, K] when tb), with their leading dimensions; C [M, N]
   static dnnl::memory::data_type operand(const Key& k) {
@@ -141,6 +158,62 @@ Dnnl& dnnl_state() {
   static Dnnl d;
   return d;
 }
+
+// This thread's count for the nested regions it opens set to one while in scope (oneDNN reads it when it makes a
+// primitive and when it runs one), the previous count back on exit.
+class OneThreadScope {
+ public:
+  OneThreadScope() : prev_(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~OneThreadScope() { omp_set_num_threads(prev_); }
+  OneThreadScope(const OneThreadScope&) = delete;
+  OneThreadScope& operator=(const OneThreadScope&) = delete;
+
+ private:
+  int prev_;
+};
+
+// One thread's oneDNN state for gemm_bf16_tile: its stream, its one-thread primitives (null: oneDNN declines),
+// their scratchpad.
+class ThreadDnnl {
+ public:
+  ThreadDnnl() : stream_(dnnl_state().eng) {}
+  // C = alpha op(A) op(B) + beta C on this thread; false where oneDNN has no fast kernel for the problem
+  bool run(const Key& key, const uint16_t* A, const uint16_t* B, float* C) {
+    Dnnl& d = dnnl_state();
+    if (!d.bf16_fast()) return false;
+    OneThreadScope one;
+    auto it = prims_.find(key);
+    if (it == prims_.end()) {
+      if (prims_.size() > 1024) prims_.clear();  // bounded: tiles come in few shapes
+      Prim p;
+      if (std::optional<dnnl::matmul::primitive_desc> pd = d.describe(key, true);
+          pd && std::string(pd->impl_info_str()).rfind("ref", 0) != 0) {
+        p.prim = std::make_shared<dnnl::matmul>(*pd);
+        p.scratch = pd->scratchpad_desc();
+      }
+      it = prims_.emplace(key, std::move(p)).first;
+    }
+    if (!it->second.prim) return false;
+    dnnl::matmul& prim = *it->second.prim;
+    const dnnl::memory::desc& sd = it->second.scratch;
+    if (scratch_.size() < sd.get_size()) scratch_.resize(sd.get_size());
+    const dnnl::memory ma(Dnnl::desc_a(key), d.eng, const_cast<uint16_t*>(A)),
+        mb(Dnnl::desc_b(key), d.eng, const_cast<uint16_t*>(B)), mc(Dnnl::desc_c(key), d.eng, C),
+        ms(sd, d.eng, scratch_.data());
+    prim.execute(stream_, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}});
+    stream_.wait();
+    return true;
+  }
+
+ private:
+  struct Prim {
+    std::shared_ptr<dnnl::matmul> prim;  // null: oneDNN has no fast kernel (sgemm instead)
+    dnnl::memory::desc scratch;
+  };
+  dnnl::stream stream_;
+  std::unordered_map<Key, Prim, KeyHash> prims_;
+  std::vector<char> scratch_;
+};
 
 // A bf16 GEMM's M or K as oneDNN is asked for it: up to 4096, rounded up to a multiple of 2^(floor(log2 x) - 3)
 // (at least 16: an AMX tile's rows), so at most 12.5% more from 128 up (below: to a multiple of 16) and about
@@ -287,6 +360,15 @@ void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, B
   }
   // sgemm on the rounded values (gemm<float> would hand a large product back to oneDNN: where it is, bf16 is too)
   gemm_bf16_blas(ta, tb, M, N, K, alpha, A, B, beta, C, ldc);
+}
+
+void gemm_bf16_tile(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
+                    const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  const Key key{true, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, 1};
+  thread_local ThreadDnnl mine;
+  if (K > 0 && alpha != 0.0f && mine.run(key, A, B, C)) return;
+  gemm_bf16_blas(ta, tb, M, N, K, alpha, Bf16Operand{nullptr, A, lda}, Bf16Operand{nullptr, B, ldb}, beta, C, ldc);
 }
 
 }  // namespace titan::detail
