@@ -363,8 +363,8 @@ TEST(Autocast, CheckpointRecomputesInTheForwardsPrecision) {
 // roundings. With one key tile (S <= 128: the probabilities the kernel rounds are the final softmax's) the reference
 // must explain the kernel far better than the same reference without the probabilities rounded; over several
 // tiles (the online softmax rounds each tile's probabilities at its running maximum) within bf16's steps.
-void attention_under_autocast(int64_t S) {
-  const int64_t B = 2, H = 4, Hkv = 2, D = 16, G = H / Hkv;
+void attention_under_autocast(int64_t B, int64_t S, int64_t H, int64_t Hkv) {
+  const int64_t D = 16, G = H / Hkv;
   auto mk = [](const Shape& s, uint64_t seed) { return rand_t(s, seed, DType::F32, -2, 2).requires_grad_(true); };
   Tensor q = mk({B, S, H, D}, 51), k = mk({B, S, Hkv, D}, 52), v = mk({B, S, Hkv, D}, 53), sinks = mk({H}, 54);
   Tensor Gt = rand_t({B, S, H, D}, 55, DType::F32);
@@ -461,7 +461,10 @@ void attention_under_autocast(int64_t S) {
     const int n = (int)got[t].numel(), mf = misses(got[t], *fl[t]), mp = misses(got[t], *pl[t]);
     std::printf("[attention bf16] %s: %d of %d elements off the flash reference, %d off the unrounded one\n",
                 what[t], mf, n, mp);
-    if (S <= 128) EXPECT_LT(mf * 4, mp) << what[t] << ": the rounded probabilities do not explain the kernel";
+    if (S <= 128) {  // all but a rounding flip in 500 (none measured), and far closer than the unrounded one
+      EXPECT_LE(mf * 500, n) << what[t] << ": off the flash reference";
+      EXPECT_LT(mf * 4, mp) << what[t] << ": the rounded probabilities do not explain the kernel";
+    }
   }
   const std::vector<float> ds = sinks.grad().to_vector<float>();
   for (int64_t h = 0; h < H; ++h) EXPECT_NEAR(ds[h], flash.dsinks[h], 1e-4 * (1 + std::fabs(flash.dsinks[h])));
@@ -470,8 +473,9 @@ void attention_under_autocast(int64_t S) {
   EXPECT_GT(sink_not_bf16, 0) << "the sinks' gradient is not rounded";
 }
 TEST(Autocast, AttentionRoundsItsOperandsProbabilitiesAndOutputAsFlashAttention) {
-  attention_under_autocast(40);   // one tile
-  attention_under_autocast(300);  // three key tiles, the last partial
+  attention_under_autocast(2, 40, 4, 2);   // one tile, the fused backward (a task per batch and KV head)
+  attention_under_autocast(1, 128, 2, 1);  // one whole 128 x 128 tile, the split backward (too few such tasks)
+  attention_under_autocast(2, 300, 4, 2);  // three key tiles, the last partial
 }
 
 // A real bf16 run keeps a linear's input as autocast keeps its cast: a bf16 pack, 2 bytes an element, one for

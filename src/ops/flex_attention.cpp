@@ -417,13 +417,7 @@ void backward_kernel(const Problem& p, const Tensor& dout, const Tensor& q, cons
   const TileOperand<T> tq = tile_operand<T>(q, p.bf16, qbits), tk = tile_operand<T>(k, p.bf16, kbits),
                        tv = tile_operand<T>(v, p.bf16, vbits), tdo = tile_operand<T>(dout, p.bf16, dobits);
   const T* pO = out.data<T>();
-  const T* pdO = dout.data<T>();  // rowsum(dO * O) reads dO as the GEMMs do (bf16: its roundings)
-  std::vector<T> dO_read;
-  if (tdo.bits) {
-    dO_read.resize((size_t)dout.numel());
-    for (size_t e = 0; e < dO_read.size(); ++e) dO_read[e] = (T)bf16_bits_to_float(tdo.bits[e]);
-    pdO = dO_read.data();
-  }
+  const T* pdO = dout.data<T>();
   const T* pl = lse.data<T>();
   const T* psink = sinks.defined() ? sinks.data<T>() : nullptr;
   T* pdq = dq.data<T>();
@@ -451,7 +445,12 @@ void backward_kernel(const Problem& p, const Tensor& dout, const Tensor& q, cons
       const T* o = pO + (b * d.Sq + i) * ldo + h * Dv;
       const T* go = pdO + (b * d.Sq + i) * ldo + h * Dv;
       T acc = 0;
-      for (int64_t c = 0; c < Dv; ++c) acc += go[c] * o[c];
+      if (tdo.bits) {  // dO as the GEMMs read it: its roundings
+        const uint16_t* gb = tdo.bits + (b * d.Sq + i) * ldo + h * Dv;
+        for (int64_t c = 0; c < Dv; ++c) acc += (T)bf16_bits_to_float(gb[c]) * o[c];
+      } else {
+        for (int64_t c = 0; c < Dv; ++c) acc += go[c] * o[c];
+      }
       di[i] = acc;
     }
     if (psink) {

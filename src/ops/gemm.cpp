@@ -24,9 +24,10 @@
 // fast bf16 kernel: sgemm on the rounded values (gemm_bf16_blas).
 //
 // oneDNN's primitives are made once per problem (a primitive JITs or picks its kernel: ~0.1 ms) and kept in a
-// bounded cache. A oneDNN GEMM runs outside parallel regions only (oneDNN's threads do the parallel work: bf16
-// refuses a call inside one, float32 takes OpenBLAS there) and one at a time per process (a lock: calls from
-// several host threads wait their turn).
+// bounded cache. gemm<float> and gemm_bf16 run oneDNN outside parallel regions only (oneDNN's threads do the
+// parallel work: gemm_bf16 refuses a call inside one, float32 takes OpenBLAS there) and one at a time per
+// process (a lock: calls from several host threads wait their turn); gemm_bf16_tile is the exception above:
+// each thread its own one-thread primitives, no lock.
 #include <cblas.h>
 #include <dnnl.hpp>
 #include <omp.h>
