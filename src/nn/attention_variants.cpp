@@ -98,7 +98,8 @@ Tensor variant_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
     const AttentionVariantKey key{variant, window, chunk, q.size(0), q.size(2), q.size(1), k.size(1)};
     f.block_mask = masks->get(key, [&] { return create_block_mask(f.mask_mod, key.B, key.H, key.q_len, key.kv_len); });
   }
-  // (under bf16 autocast both read q / k / v as bf16 and return a bf16 output, as PyTorch's SDPA)
+  // (under bf16 autocast both read q / k / v as bf16 and return a bf16 output, as PyTorch's CPU flash attention
+  // for bf16)
   return attend ? attend(q, k, v, f) : flex_attention(q, k, v, f);
 }
 

@@ -315,8 +315,9 @@ struct BlockOut {
   Tensor out;  // [B, Sq, Hq, Dv], normalized within the block
   Tensor lse;  // [B, Hq, Sq]: the block's log-sum-exp, -inf where it sees no key (and no sink)
 };
-// bf16: the tiles as flex_attention's under bf16 autocast (q / k / v, dO and the probabilities read as bf16 by the
-// tile GEMMs, float32 accumulation and softmax); false: in q's dtype.
+// bf16 (float32 q only): the tiles as flex_attention's under bf16 autocast (q / k / v and the probabilities, in
+// backward also dO and dS, read as bf16 by the tile GEMMs; float32 accumulation and softmax); otherwise in q's
+// dtype. Both calls of one attention take the same flag.
 BlockOut attention_block_forward(const Tensor& q, const Tensor& k, const Tensor& v, const FlexOptions& opt,
                                  bool bf16);
 // The block's share of the gradients, given the whole attention's output `out` [B, Sq, Hq, D] and
