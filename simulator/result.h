@@ -53,6 +53,8 @@ struct SimSpan {  // one slice of the timeline (seconds from the step's start)
   double other_s = -1;   // side by side (compare.h): the same op's time in the other timeline (-1: not compared)
   std::string_view kernel_class;  // compute: gemm | attention | elementwise | optimizer (simulated kernels; a literal)
   float launch_s = 0;        // of its time, the launch overhead (simulated kernels)
+  int launches = 1;          // simulated kernels: the launches it stands for (an eager op's aten kernels back to
+                             // back, one slice; a launch that waits for the host starts a slice of its own)
   // a measured collective: its members (world ranks, "0,1,2") and its number among this rank's collectives over
   // them: the same collective on every member has the same pair (merged traces link them, trace.h)
   std::string group_ranks;

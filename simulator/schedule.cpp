@@ -71,7 +71,20 @@ struct Lane {
     std::string name;
     int64_t event = -1;  // the first member's
   } fused;
-  std::map<std::vector<int>, int64_t> collectives_seen;  // per member set: collectives issued (cross-rank matching)
+  std::map<int, int64_t> collectives_seen;  // per member set (Schedule::member_set_id): collectives issued
+  // What a process group is to this lane, worked out at its first transfer (by group id; a pipeline peer by
+  // its rank): its members sorted and their set's id, the other simulated members, where it spans the
+  // system, its stream, the transfer times by operation and size. The same answer every time: a cache.
+  struct Group {
+    std::vector<int> sorted, others;
+    int member_set = -1;
+    GroupSpan span;
+    std::string stream;
+    std::map<std::pair<int, double>, CollectiveTime> times;  // (Collective, bytes) -> its time
+    std::map<const char*, std::string> algo_key;             // op -> its entry in algo_of_
+  };
+  std::map<uint64_t, Group> groups;
+  std::map<int, Group> peers;
   // point-to-point with peers the simulation does not play (a context-parallel ring's neighbours): this
   // rank's sends per (group, tag), their arrival times in order, and the receives matched to them so far
   std::map<std::pair<uint64_t, int>, std::vector<double>> sent;
@@ -175,18 +188,23 @@ class Schedule {
     }
     l.last_on_stream[stream] = (int64_t)l.r.spans.size();
   }
-  // The compute stream waits for the host (host-bound: the kernels are shorter than their issue).
-  void wait_for_host(Lane& l) {
-    if (l.th <= l.tc) return;
+  // The compute stream waits for the host (host-bound: the kernels are shorter than their issue). Returns
+  // whether it did.
+  bool wait_for_host(Lane& l) {
+    if (l.th <= l.tc) return false;
     const double w = l.th - l.tc;
     push_compute(l, {"compute", "wait host", "host", l.tc, w, 0, 0, -1, l.stage}, DepKind::host,
                  SpanRef{l.index, l.last_compute});
     l.r.host_wait_s += w;
     l.tc = l.th;
+    return true;
   }
-  void emit_kernel(Lane& l, const std::string& name, ClassSum cls, const Kernel& k, int64_t event) {
+  // again: one more launch of the op whose kernel is the compute stream's last slice (an eager op's next aten
+  // kernel): it extends that slice when it starts where the slice ends (no wait for the host between them)
+  void emit_kernel(Lane& l, const std::string& name, ClassSum cls, const Kernel& k, int64_t event,
+                   bool again = false) {
     host_issue(l);
-    wait_for_host(l);
+    const bool waited = wait_for_host(l);
     const KernelTime kt = kernel_time(chip_, rpc_, k, mode_);
     double extra = 0;  // the part of the kernel that overlaps a collective runs slower (chip.comm_interference)
     if (chip_.comm_interference > 0) {
@@ -196,11 +214,21 @@ class Schedule {
       if (overlap > 0) extra = overlap * chip_.comm_interference / (1 - chip_.comm_interference);
     }
     SimResult& r = l.r;
-    SimSpan span{"compute", name, "compute", l.tc, kt.seconds + extra, k.flops, k.bytes, -1, l.stage, event};
-    span.kernel_class = kClassSums[cls];
-    span.launch_s = (float)kt.overhead_s;
-    for (size_t i = 0; i < kt.engine_busy.size(); ++i) span.engine_busy[i] = (float)kt.engine_busy[i];
-    push_compute(l, std::move(span));
+    if (again && !waited && l.last_compute >= 0) {  // the slice of its previous launch, ending now
+      SimSpan& s = r.spans[(size_t)l.last_compute];
+      s.dur += kt.seconds + extra;
+      s.flops += k.flops;
+      s.bytes += k.bytes;
+      s.launch_s += (float)kt.overhead_s;
+      for (size_t i = 0; i < kt.engine_busy.size(); ++i) s.engine_busy[i] += (float)kt.engine_busy[i];
+      ++s.launches;
+    } else {
+      SimSpan span{"compute", name, "compute", l.tc, kt.seconds + extra, k.flops, k.bytes, -1, l.stage, event};
+      span.kernel_class = kClassSums[cls];
+      span.launch_s = (float)kt.overhead_s;
+      for (size_t i = 0; i < kt.engine_busy.size(); ++i) span.engine_busy[i] = (float)kt.engine_busy[i];
+      push_compute(l, std::move(span));
+    }
     l.tc += kt.seconds + extra;
     r.compute_s += kt.seconds + extra;
     l.by_class[cls] += kt.seconds - kt.overhead_s;
@@ -284,7 +312,23 @@ class Schedule {
     l.r.link_contention_s += std::max(0.0, (t - start) - ct.seconds);
     return t;
   }
-  std::string stream_for(Lane& l, const CostEvent& e, const std::string& prefix) {
+  // The lane's view of a collective's group (Lane::Group), worked out at its first collective.
+  Lane::Group& group_of(Lane& l, const CostEvent& e) {
+    auto [it, first] = l.groups.try_emplace(e.group.id);
+    Lane::Group& g = it->second;
+    if (!first) return g;
+    const std::vector<int>& members = *e.group.world_ranks;
+    g.sorted = members;
+    std::sort(g.sorted.begin(), g.sorted.end());
+    std::set_intersection(g.sorted.begin(), g.sorted.end(), simulated_.begin(), simulated_.end(),
+                          std::back_inserter(g.others));
+    g.others.erase(std::remove(g.others.begin(), g.others.end(), l.rank), g.others.end());
+    g.member_set = member_sets_.try_emplace(g.sorted, (int)member_sets_.size()).first->second;
+    g.span = group_span(sys_, rpc_, members);
+    g.stream = stream_for(l, e, "comm:");
+    return g;
+  }
+  const std::string& stream_for(Lane& l, const CostEvent& e, const std::string& prefix) {
     // one stream per group (by id; the name only labels its lane)
     auto [sit, fresh] = l.stream_of_group.emplace(e.group.id, prefix + e.group.name);
     if (fresh)
@@ -335,7 +379,7 @@ class Schedule {
       part.flops = k.flops / d.kernels;
       part.bytes = k.bytes * d.traffic / d.kernels;
       part.attention.pairs = k.attention.pairs / d.kernels;  // each launch its share of the tiles
-      for (int i = 0; i < d.kernels; ++i) emit_kernel(l, e.op, class_of(e), part, (int64_t)l.next);
+      for (int i = 0; i < d.kernels; ++i) emit_kernel(l, e.op, class_of(e), part, (int64_t)l.next, i > 0);
     } else {
       emit_kernel(l, e.op, class_of(e), k, (int64_t)l.next);
     }
@@ -373,9 +417,13 @@ class Schedule {
     }
     flush_fused(l);
     host_issue(l);
-    const GroupSpan span = group_span(sys_, rpc_, {l.rank, e.peer});
-    const CollectiveTime ct = p2p_time(chip_, sys_, bytes, span);
-    const std::string stream = stream_for(l, e, "p2p:");
+    auto [pit, first] = l.peers.try_emplace(e.peer);
+    Lane::Group& g = pit->second;
+    if (first) g.span = group_span(sys_, rpc_, {l.rank, e.peer});
+    auto [tit, fresh] = g.times.try_emplace({-1, bytes});
+    if (fresh) tit->second = p2p_time(chip_, sys_, bytes, g.span);
+    const CollectiveTime& ct = tit->second;
+    const std::string& stream = stream_for(l, e, "p2p:");
     l.stream_free_before = l.stream_free[stream];
     const double start = std::max({l.tc, l.th, l.stream_free_before});
     const double end = ct.seconds > 0 ? place_on_links(l, ct, start, -1, stream) : start;
@@ -402,13 +450,9 @@ class Schedule {
     flush_fused(l);
     TITAN_CHECK(e.group.world_ranks && !e.group.world_ranks->empty(), "simulation: collective ", e.op,
                 " over group '", e.group.name, "' carries no members");
+    Lane::Group& g = group_of(l, e);
     const std::vector<int>& members = *e.group.world_ranks;
-    std::vector<int> sorted = members;
-    std::sort(sorted.begin(), sorted.end());
-    std::vector<int> others;  // other simulated ranks in the group: the collective starts when all are there
-    std::set_intersection(sorted.begin(), sorted.end(), simulated_.begin(), simulated_.end(),
-                          std::back_inserter(others));
-    others.erase(std::remove(others.begin(), others.end(), l.rank), others.end());
+    const std::vector<int>& others = g.others;  // other simulated ranks in the group: it starts when all are there
     if (l.host_charged != l.next) {  // issued by the host once, however often a retry comes back here
       if (members.size() > 1) host_issue(l);  // a group of one launches nothing
       l.host_charged = l.next;
@@ -417,8 +461,8 @@ class Schedule {
     double issued = own, synced = -1;
     SpanRef last;  // the last member's slice when it issued (another lane's when it came last)
     if (!others.empty()) {
-      const int64_t k = l.collectives_seen[sorted];
-      auto& arrived = issue_times_[{sorted, k}];
+      const int64_t k = l.collectives_seen[g.member_set];
+      auto& arrived = issue_times_[{g.member_set, k}];
       if (!l.registered) {
         arrived[l.rank] = {own, SpanRef{l.index, l.last_compute}};
         l.registered = true;
@@ -428,22 +472,24 @@ class Schedule {
       for (auto& [rk, t] : arrived)
         if (t.first > issued) issued = t.first, last = t.second;
       synced = issued;
-      ++l.collectives_seen[sorted];
+      ++l.collectives_seen[g.member_set];
       l.registered = false;
     }
     const Collective kind = parse_collective(e.op);
     const double bytes = priced_comm_bytes(e, act_scale_, red_scale_);
-    const GroupSpan span = group_span(sys_, rpc_, members);
-    CollectiveTime ct = collective_time(chip_, sys_, rpc_, kind, bytes, span);
-    const std::string stream = stream_for(l, e, "comm:");
+    auto [tit, fresh] = g.times.try_emplace({(int)kind, bytes});
+    if (fresh) tit->second = collective_time(chip_, sys_, rpc_, kind, bytes, g.span);
+    const CollectiveTime& ct = tit->second;
+    const std::string& stream = g.stream;
     // a free collective (group of one) neither queues nor occupies its stream
     const double free = l.stream_free[stream];
     const double start = ct.seconds > 0 ? std::max(issued, free) : issued;
     const double end = ct.seconds > 0 ? place_on_links(l, ct, start, e.comm_id, stream) : start;
     if (ct.seconds > 0) l.stream_free[stream] = end;
     l.r.comm_busy_by_group[e.group.name] += end - start;
-    algo_of_[std::string(e.op) + " over " + e.group.name + " (" + std::to_string(e.group.size()) + " ranks)"] =
-        ct.algorithm;
+    auto [kit, named] = g.algo_key.try_emplace(e.op);
+    if (named) kit->second = std::string(e.op) + " over " + e.group.name + " (" + std::to_string(e.group.size()) + " ranks)";
+    algo_of_[kit->second] = ct.algorithm;
     int64_t idx = -1;
     if (ct.seconds > 0) {
       idx = (int64_t)l.r.spans.size();
@@ -519,7 +565,8 @@ class Schedule {
   // (sender, receiver, tag) -> when the data is there, and the send's slice
   std::map<std::tuple<int, int, int64_t>, std::pair<double, SpanRef>> arrivals_;
   // (members, k) -> each simulated member's issue time of its k-th collective over them, and its slice then
-  std::map<std::pair<std::vector<int>, int64_t>, std::map<int, std::pair<double, SpanRef>>> issue_times_;
+  std::map<std::pair<int, int64_t>, std::map<int, std::pair<double, SpanRef>>> issue_times_;
+  std::map<std::vector<int>, int> member_sets_;  // a group's members (sorted) -> their set's id, across lanes
 };
 }  // namespace
 

@@ -224,6 +224,7 @@ void write_chrome_trace(const SimResult& r, const std::string& path, const Trace
           o << ",\"bind_id\":\"" << bind[i] << "\"," << (flow_in[i] ? "\"flow_in\":true" : "\"flow_out\":true");
         o << ",\"args\":{\"flops\":" << s.flops << ",\"bytes\":" << s.bytes;
         if (s.event >= 0) o << ",\"event\":" << s.event;
+        if (s.launches > 1) o << ",\"launches\":" << s.launches;
         if (s.dep_kind != DepKind::none) o << ",\"waited_for\":\"" << dep_name(s.dep_kind) << "\"";
         if (s.group_seq >= 0)
           o << ",\"rank\":" << c * r.ranks_per_chip << ",\"group_ranks\":\"" << s.group_ranks << "\",\"group_seq\":" << s.group_seq;
