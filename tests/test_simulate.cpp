@@ -2235,8 +2235,9 @@ TEST(Simulation, PipelinedPlanOn16kChipsIsQuick) {
   // on a third (2 cores of an AMD EPYC without AMX, 2026-12-04; the PP 16 plan above 0.7-1.1 s there), and there
   // 2.45-2.51 s (PP 16: 0.53 s) since the stages are planned on the process's 2 threads and the schedule's slices
   // are smaller and never moved, 1.63-2.31 s (PP 16: 0.43-0.45 s) since the timeline and the events are advised
-  // to huge pages: held to three times the target here so a slower machine does not fail CI, the figure printed
-  // above for the record
+  // to huge pages, 1.39-1.68 s (median 1.61 of seven) since a stage works out each group once and an eager op's
+  // back-to-back launches are one slice: held to three times the target here so a slower machine does not fail
+  // CI, the figure printed above for the record
   EXPECT_LT(secs64, 6.0);
   EXPECT_EQ(r64.stages.size(), 64u);
 }
