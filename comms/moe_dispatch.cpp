@@ -35,23 +35,29 @@ Tensor index_tensor(const std::vector<int64_t>& v, bool meta) {
 }  // namespace
 
 namespace {
-thread_local const std::vector<double>* t_meta_routing = nullptr;
+thread_local const std::vector<std::vector<double>>* t_meta_routing = nullptr;
 }
 
-MetaRoutingScope::MetaRoutingScope(std::vector<double> weights) : weights_(std::move(weights)), prev_(t_meta_routing) {
-  for (double w : weights_)
-    TITAN_CHECK(std::isfinite(w) && w >= 0, "MetaRoutingScope: expert weights must be finite and >= 0");
+MetaRoutingScope::MetaRoutingScope(std::vector<std::vector<double>> weights)
+    : weights_(std::move(weights)), prev_(t_meta_routing) {
+  for (const auto& layer : weights_)
+    for (double w : layer)
+      TITAN_CHECK(std::isfinite(w) && w >= 0, "MetaRoutingScope: expert weights must be finite and >= 0");
   t_meta_routing = &weights_;
 }
 MetaRoutingScope::~MetaRoutingScope() { t_meta_routing = prev_; }
 
-std::vector<int64_t> meta_routed_counts(int64_t pairs, int64_t E, int64_t P) {
+std::vector<int64_t> meta_routed_counts(int64_t pairs, int64_t E, int64_t P, int64_t moe_layer) {
   std::vector<int64_t> counts(E, 0);
-  const std::vector<double>* w = t_meta_routing;
-  if (!w || w->empty()) {  // balanced: pair i to expert i mod E
+  const std::vector<std::vector<double>>* layers = t_meta_routing;
+  if (!layers || layers->empty()) {  // balanced: pair i to expert i mod E
     for (int64_t e = 0; e < E; ++e) counts[e] = pairs / E + (e < pairs % E ? 1 : 0);
     return counts;
   }
+  TITAN_CHECK(layers->size() == 1 || (moe_layer >= 0 && moe_layer < (int64_t)layers->size()),
+              "simulation: the MoE routing lists ", layers->size(), " layers, and MoE layer ", moe_layer,
+              " dispatches (simulation.moe_routing_histogram gives one list, or one per MoE layer)");
+  const std::vector<double>* w = &(*layers)[layers->size() == 1 ? 0 : (size_t)moe_layer];
   TITAN_CHECK((int64_t)w->size() == E, "simulation: the MoE routing lists ", w->size(), " experts, the model has ", E,
               " (simulation.moe_routing_histogram must give one count per expert)");
   double total = 0;
@@ -84,7 +90,7 @@ std::vector<int64_t> meta_routed_counts(int64_t pairs, int64_t E, int64_t P) {
 }
 
 Dispatched dispatch(const Tensor& hidden, const Tensor& topk_idx, const Tensor& topk_weight, int64_t E,
-                    const PG& group, bool weights_on_inputs) {
+                    const PG& group, bool weights_on_inputs, int64_t moe_layer) {
   TITAN_CHECK(hidden.dim() == 2 && topk_idx.dim() == 2 && topk_weight.shape() == topk_idx.shape() &&
                   topk_idx.size(0) == hidden.size(0),
               "dispatch: expected hidden [T, H], topk_idx [T, k], topk_weight [T, k], got ",
@@ -103,7 +109,7 @@ Dispatched dispatch(const Tensor& hidden, const Tensor& topk_idx, const Tensor& 
   const bool meta = hidden.is_meta() || topk_idx.is_meta();
   std::vector<int64_t> flat(T * k);
   if (meta) {  // pairs in expert order, as many per expert as the meta routing gives (balanced: i mod E)
-    const std::vector<int64_t> mc = meta_routed_counts(T * k, E, P);
+    const std::vector<int64_t> mc = meta_routed_counts(T * k, E, P, moe_layer);
     int64_t i = 0;
     for (int64_t e = 0; e < E; ++e)
       for (int64_t n = 0; n < mc[e]; ++n) flat[i++] = e;

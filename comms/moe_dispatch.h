@@ -34,25 +34,29 @@ struct DispatchHandle {
 };
 
 // Routing of meta (planned) dispatches, which have no router outputs: while a
-// MetaRoutingScope is alive on this thread, every (token, k) pair is routed by
-// `weights` (one per expert, any scale; empty = balanced, pair i to expert
-// i mod E), in proportion, and the experts are renumbered so that the
-// planned rank (group rank 0) holds the busiest rank's block: a planned step
-// is priced at the rank the real step waits for. The counts every source sends
-// follow the same weights.
+// MetaRoutingScope is alive on this thread, every (token, k) pair of MoE layer l
+// is routed by `weights[l]` (one per expert, any scale; a single list: every
+// layer's; none = balanced, pair i to expert i mod E), in proportion, and the
+// experts are renumbered, layer by layer, so that the planned rank (group rank
+// 0) holds that layer's busiest rank's block: a planned step is priced at the
+// rank each layer's exchange waits for (the ranks meet at every layer's
+// all-to-alls, so a step's MoE time is the sum over layers of each layer's
+// busiest rank, not the busiest rank of the layers' sum). The counts every
+// source sends follow the same weights.
 class MetaRoutingScope {
  public:
-  explicit MetaRoutingScope(std::vector<double> weights);
+  explicit MetaRoutingScope(std::vector<std::vector<double>> weights);
   ~MetaRoutingScope();
   MetaRoutingScope(const MetaRoutingScope&) = delete;
   MetaRoutingScope& operator=(const MetaRoutingScope&) = delete;
 
  private:
-  std::vector<double> weights_;
-  const std::vector<double>* prev_;  // scopes nest: the outer one's weights come back
+  std::vector<std::vector<double>> weights_;
+  const std::vector<std::vector<double>>* prev_;  // scopes nest: the outer one's weights come back
 };
-// (token, k) pairs per expert of a meta dispatch of `pairs` pairs over E experts on P ranks (see above).
-std::vector<int64_t> meta_routed_counts(int64_t pairs, int64_t E, int64_t P);
+// (token, k) pairs per expert of a meta dispatch of `pairs` pairs over E experts on P ranks, MoE layer
+// `moe_layer` (see above).
+std::vector<int64_t> meta_routed_counts(int64_t pairs, int64_t E, int64_t P, int64_t moe_layer = 0);
 
 struct Dispatched {
   Tensor expert_input;                          // [R, H]
@@ -61,9 +65,10 @@ struct Dispatched {
 };
 
 // weights_on_inputs: each (token, k) row is scaled by its weight before the experts (Llama 4: an expert sees
-// w x, its output joins the token unweighted), else combine weights the outputs.
+// w x, its output joins the token unweighted), else combine weights the outputs. moe_layer: the MoE layer's
+// place among the model's (a meta dispatch's routing, MetaRoutingScope).
 Dispatched dispatch(const Tensor& hidden, const Tensor& topk_idx, const Tensor& topk_weight, int64_t num_experts,
-                    const PG& group = nullptr, bool weights_on_inputs = false);
+                    const PG& group = nullptr, bool weights_on_inputs = false, int64_t moe_layer = 0);
 Tensor combine(const Tensor& expert_output, const DispatchHandle& handle);
 
 // Rows exchanged by all-to-all-v as a differentiable op (backward: the reverse exchange).

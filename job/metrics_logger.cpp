@@ -79,8 +79,13 @@ void MetricsLogger::fold_peak() {
 void MetricsLogger::step(int64_t step, const StepResult& r, double lr) {
   if (!r.expert_load.empty()) {
     expert_total_.resize(r.expert_load[0].size(), 0.0);
-    for (auto& layer : r.expert_load)
+    expert_by_layer_.resize(r.expert_load.size());
+    for (size_t l = 0; l < r.expert_load.size(); ++l) {
+      const auto& layer = r.expert_load[l];
+      expert_by_layer_[l].resize(layer.size(), 0.0);
+      for (size_t e = 0; e < layer.size(); ++e) expert_by_layer_[l][e] += layer[e];
       for (size_t e = 0; e < layer.size() && e < expert_total_.size(); ++e) expert_total_[e] += layer[e];
+    }
     for (auto& layer : r.expert_load) {  // min / mean / max over experts, averaged over layers
       double mn = 1e300, mx = 0, mean = 0;
       for (double c : layer) {
@@ -237,6 +242,15 @@ void MetricsLogger::finish() {
     for (double c : expert_total_) hist += (hist.empty() ? "" : ",") + fmt("%.0f", c);
     log_info("expert load (routed tokens per expert over this run, all MoE layers; for "
              "simulation.moe_routing_histogram): " + hist);
+    // the same by layer: the ranks meet at every layer's all-to-alls, so a simulation that prices each layer's
+    // busiest rank takes this one
+    std::string layers;
+    for (const auto& layer : expert_by_layer_) {
+      layers += layers.empty() ? "" : ";";
+      for (size_t e = 0; e < layer.size(); ++e) layers += (e ? "," : "") + fmt("%.0f", layer[e]);
+    }
+    log_info("expert load per MoE layer (routed tokens per expert over this run, the layers in order separated by "
+             "';'; for simulation.moe_routing_histogram): " + layers);
   }
 }
 

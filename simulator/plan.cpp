@@ -14,16 +14,25 @@
 namespace titan {
 
 namespace {
-// The expert weights of the meta step's routing (empty: balanced), from simulation.moe_routing_*.
-std::vector<double> meta_routing_weights(const JobConfig& cfg) {
+// The expert weights of the meta step's routing (empty: balanced; one list: every MoE layer; else one per MoE
+// layer), from simulation.moe_routing_*.
+std::vector<std::vector<double>> meta_routing_weights(const JobConfig& cfg) {
   const auto& sc = cfg.simulation;
-  std::vector<double> w;
-  if (sc.moe_routing_skew > 0)
-    for (int64_t e = 0; e < cfg.model.moe_num_experts; ++e) w.push_back(std::pow((double)(e + 1), -sc.moe_routing_skew));
+  std::vector<std::vector<double>> w;
+  if (sc.moe_routing_skew > 0) {
+    w.emplace_back();
+    for (int64_t e = 0; e < cfg.model.moe_num_experts; ++e)
+      w[0].push_back(std::pow((double)(e + 1), -sc.moe_routing_skew));
+  }
   if (!sc.moe_routing_histogram.empty()) {
     w = parse_routing_histogram(sc.moe_routing_histogram);
-    TITAN_CHECK((int64_t)w.size() == cfg.model.moe_num_experts, "config error: simulation.moe_routing_histogram gives ",
-                w.size(), " counts, model.moe_num_experts is ", cfg.model.moe_num_experts);
+    TITAN_CHECK((int64_t)w[0].size() == cfg.model.moe_num_experts, "config error: simulation.moe_routing_histogram gives ",
+                w[0].size(), " counts, model.moe_num_experts is ", cfg.model.moe_num_experts);
+    int64_t moe_layers = 0;
+    for (int64_t i = 0; i < cfg.model.n_layers; ++i) moe_layers += cfg.model.is_moe_layer(i);
+    TITAN_CHECK(w.size() == 1 || (int64_t)w.size() == moe_layers, "config error: simulation.moe_routing_histogram "
+                "gives ", w.size(), " lists (one per MoE layer, separated by ';'), the model has ", moe_layers,
+                " MoE layers; give one list for every layer alike, or one per MoE layer");
   }
   return w;
 }

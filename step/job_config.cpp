@@ -212,7 +212,8 @@ std::vector<Field> fields(JobConfig& c) {
       config::bind("simulation.moe_routing_skew", &c.simulation.moe_routing_skew,
                    "MoE routing priced at the busiest rank; 0: balanced; s > 0: expert e gets a share ~ 1/(e+1)^s"),
       config::bind("simulation.moe_routing_histogram", &c.simulation.moe_routing_histogram,
-                   "tokens per expert, comma-separated (a real run's \"expert load\" line); \"\": balanced"),
+                   "tokens per expert, comma-separated, for every MoE layer; or one such list per MoE layer in "
+                   "order, separated by ';' (a real run's \"expert load\" lines); \"\": balanced"),
       config::bind("simulation.allow_oom", &c.simulation.allow_oom,
                    "true: a simulated step that does not fit in memory still prints its figures and exits 0 (plan anyway)"),
       config::bind("simulation.published_tps", &c.simulation.published_tps,
@@ -518,20 +519,30 @@ void validate(const JobConfig& c) {
 }
 }  // namespace
 
-std::vector<double> parse_routing_histogram(const std::string& text) {
-  std::vector<double> w;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    char* end = nullptr;
-    const double v = std::strtod(item.c_str(), &end);
-    while (end && *end == ' ') ++end;
-    TITAN_CHECK(end != item.c_str() && end && *end == '\0' && std::isfinite(v) && v >= 0,
-                "config error: simulation.moe_routing_histogram: '", item,
-                "' is not a token count (expected comma-separated counts, one per expert)");
-    w.push_back(v);
+std::vector<std::vector<double>> parse_routing_histogram(const std::string& text) {
+  std::vector<std::vector<double>> layers;
+  std::stringstream layers_in(text);
+  std::string layer;
+  while (std::getline(layers_in, layer, ';')) {
+    std::vector<double> w;
+    std::stringstream in(layer);
+    std::string item;
+    while (std::getline(in, item, ',')) {
+      char* end = nullptr;
+      const double v = std::strtod(item.c_str(), &end);
+      while (end && *end == ' ') ++end;
+      TITAN_CHECK(end != item.c_str() && end && *end == '\0' && std::isfinite(v) && v >= 0,
+                  "config error: simulation.moe_routing_histogram: '", item, "' (MoE layer ", layers.size(),
+                  ") is not a token count (expected comma-separated counts, one per expert; a list per MoE layer "
+                  "separated by ';')");
+      w.push_back(v);
+    }
+    TITAN_CHECK(layers.empty() || w.size() == layers[0].size(), "config error: simulation.moe_routing_histogram: MoE "
+                "layer ", layers.size(), " lists ", w.size(), " experts, layer 0 lists ", layers[0].size(),
+                " (every layer's list gives one count per expert)");
+    layers.push_back(std::move(w));
   }
-  return w;
+  return layers;
 }
 
 std::vector<std::string> config_warnings(const JobConfig& c) {

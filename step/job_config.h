@@ -213,7 +213,9 @@ struct JobConfig {
     // MoE routing of the meta step (which has no router outputs), priced at the busiest rank:
     double moe_routing_skew = 0;  // 0: balanced; s > 0: Zipf, expert e gets a share proportional to 1/(e+1)^s
     std::string moe_routing_histogram = "";  // tokens per expert, comma-separated (the end-of-run "expert load"
-                                             // line of a real run); exclusive with moe_routing_skew
+                                             // line of a real run), every MoE layer alike; or one list per MoE
+                                             // layer, in order, separated by ';' (its "expert load per MoE layer"
+                                             // line); exclusive with moe_routing_skew
     bool allow_oom = false;  // a simulated step over the chip's memory: an error (exit 1), unless true (plan anyway)
     // the published measurement a config reproduces (configs/validation/): the report prints it and the error
     double published_tps = 0;               // tokens per second (0: none)
@@ -236,8 +238,9 @@ constexpr std::array<std::string_view, 3> enum_names(JobConfig::Simulation::Mode
 constexpr std::array<std::string_view, 2> enum_names(JobConfig::Simulation::KernelModel) { return {"table", "engines"}; }
 constexpr std::array<std::string_view, 2> enum_names(JobConfig::Training::Precision) { return {"bfloat16", "float32"}; }
 
-// simulation.moe_routing_histogram as numbers (errors name the key and the item).
-std::vector<double> parse_routing_histogram(const std::string& text);
+// simulation.moe_routing_histogram as numbers: one histogram (every MoE layer) or one per MoE layer (errors
+// name the key and the item; the layers' histograms must list as many experts).
+std::vector<std::vector<double>> parse_routing_histogram(const std::string& text);
 
 // Loads `path` (YAML), then applies `--section.key value` overrides from
 // argv. Throws titan::Error with file:line / flag and the allowed values.

@@ -904,6 +904,47 @@ TEST(Simulation, AccumulationPricesKMicroBatchesAndTheReductions) {
   EXPECT_LT(busy_b, busy_a);
 }
 
+// Routing per MoE layer: the ranks meet at every layer's all-to-alls, so each layer is priced at its own busiest
+// rank. A hot expert that moves from rank to rank over the layers costs what a hot expert that stays on one rank
+// does (each layer's busiest rank holds it; measured 5.504 vs 5.505 s), far more than the layers' sum (balanced over
+// the ranks, 3.276 s) says; every
+// layer alike is the single list. Lists of the wrong count or length are refused naming the key.
+TEST(Simulation, PerLayerRoutingPricesEachLayersBusiestRank) {
+  const std::string cfg = "configs/simulation/gpt_oss_20b_trn2.yaml";  // 24 MoE layers, 32 experts over EP 8
+  const JobConfig base = sim_config(cfg);
+  const int64_t E = base.model.moe_num_experts, L = base.model.n_layers, P = base.parallelism.expert_parallel_degree;
+  ASSERT_EQ(L % P, 0);
+  auto list = [&](int64_t hot) {  // expert `hot` takes 9 of every 40 tokens, the others 1
+    std::string h;
+    for (int64_t e = 0; e < E; ++e) h += (e ? "," : "") + std::string(e == hot ? "9" : "1");
+    return h;
+  };
+  std::string moving, fixed, zipf_layers, zipf;
+  for (int64_t e = 0; e < E; ++e) zipf += (e ? "," : "") + std::to_string(1e6 / (double)(e + 1));
+  for (int64_t l = 0; l < L; ++l) {
+    moving += (l ? ";" : "") + list((l % P) * (E / P));  // the hot expert on rank l mod P
+    fixed += (l ? ";" : "") + list(0);
+    zipf_layers += (l ? ";" : "") + zipf;
+  }
+  std::string summed;  // the moving routing summed over the layers: every rank's block alike
+  for (int64_t e = 0; e < E; ++e) summed += (e ? "," : "") + std::to_string(L + (e % (E / P) == 0 ? 8 * L / P : 0));
+  auto step = [&](const std::string& h) {
+    return simulate_step(sim_config(cfg, {"simulation.moe_routing_histogram", h}), 64).step_s;
+  };
+  const double per_layer = step(moving), one_rank = step(fixed), sum = step(summed), balanced = step("");
+  std::printf("gpt-oss-20B on 16 Trn2 (EP 8), a hot expert (9 of 40 tokens) per layer: on rank l mod 8 %.3f s, "
+              "always on rank 0 %.3f s, the layers' sum %.3f s, balanced %.3f s\n", per_layer, one_rank, sum,
+              balanced);
+  EXPECT_NEAR(per_layer, one_rank, 1e-3 * one_rank);  // the same but for where the other blocks' tokens go
+  EXPECT_GT(per_layer, 1.05 * sum);
+  EXPECT_NEAR(step(zipf_layers), step(zipf), 1e-9 * per_layer);
+  EXPECT_NE(error_of([&] { step(list(0) + ";" + list(1)); }).find("gives 2 lists (one per MoE layer"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { sim_config(cfg, {"simulation.moe_routing_histogram", list(0) + ";1,2"}); })
+                .find("MoE layer 1 lists 2 experts, layer 0 lists 32"),
+            std::string::npos);
+}
+
 // Uneven MoE routing in simulation: the meta step routes by a Zipf skew or a real run's tokens-per-expert
 // histogram and is priced at the busiest rank (the dispatch / combine all-to-alls and its grouped GEMMs).
 TEST(Simulation, SkewedRoutingRaisesTheMoETimeMonotonically) {

@@ -141,6 +141,52 @@ TEST(Train, ResumeReproducesTheUninterruptedRun) {
 // Auxiliary-loss-free balancing steers routing with per-expert biases that training updates: they are state
 // a resumed run needs. Checkpoints (and titan-layout exports) carry them; resuming reproduces the uninterrupted
 // run bit for bit, which it would not with the biases back at zero.
+// An MoE run ends with its routing, summed over the MoE layers and per layer, as simulation.moe_routing_histogram
+// takes it back: one list per MoE layer, each layer's counts adding up to the (token, k) pairs it routed.
+TEST(Train, MoERunPrintsItsRoutingPerLayerForTheSimulator) {
+  std::string d = tmpdir("routing_lines");
+  JobConfig c = tiny_job(d);
+  c.model.name = decoder::Family::qwen3_moe;
+  decoder::apply_preset(c.model, {});
+  c.model.moe_num_experts = 4;
+  c.model.moe_top_k = 2;
+  c.model.moe_hidden_dim = 16;
+  c.model.n_layers = 3;
+  c.model.moe_first_dense = 1;  // layer 0 dense: the lists are the MoE layers'
+  c.model.hidden_dim = 16;
+  c.training.steps = 2;
+  c.validation.enabled = false;
+  ::testing::internal::CaptureStdout();
+  train(c);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  auto value = [&](const std::string& head) {
+    const size_t at = out.find(head);
+    if (at == std::string::npos) return std::string();
+    const size_t colon = out.find("): ", at), end = out.find('\n', colon);
+    return out.substr(colon + 3, end - colon - 3);
+  };
+  const std::string all = value("expert load (routed tokens"), per = value("expert load per MoE layer (");
+  ASSERT_FALSE(all.empty()) << out;
+  ASSERT_FALSE(per.empty()) << out;
+  const auto layers = parse_routing_histogram(per);
+  const auto summed = parse_routing_histogram(all);
+  int64_t moe_layers = 0;
+  for (int64_t i = 0; i < c.model.n_layers; ++i) moe_layers += c.model.is_moe_layer(i);
+  ASSERT_GE(moe_layers, 1);
+  ASSERT_EQ((int64_t)layers.size(), moe_layers) << per;
+  ASSERT_EQ(summed.size(), 1u);
+  const double pairs = (double)c.training.steps * c.training.local_batch_size * c.training.seq_len * c.model.moe_top_k;
+  for (size_t e = 0; e < 4; ++e) {
+    double s = 0;
+    for (const auto& l : layers) s += l[e];
+    EXPECT_EQ(s, summed[0][e]) << "expert " << e;
+  }
+  for (const auto& l : layers) {
+    ASSERT_EQ(l.size(), 4u);
+    EXPECT_EQ(l[0] + l[1] + l[2] + l[3], pairs);
+  }
+}
+
 TEST(Train, ResumeKeepsTheExpertBiasesOfLossFreeBalancing) {
   std::string d = tmpdir("resume_bias");
   JobConfig c = tiny_job(d);

@@ -238,8 +238,9 @@ std::vector<const Tensor*> Experts::bf16_operands() const {
 
 // ---- MoE ----
 
-MoE::MoE(const Args& a)
-    : num_experts(a.moe_num_experts),
+MoE::MoE(const Args& a, int64_t moe_layer_)
+    : moe_layer(moe_layer_),
+      num_experts(a.moe_num_experts),
       top_k(a.moe_top_k),
       sigmoid_scores(a.moe_score_func == RouterScore::sigmoid),
       renormalize(a.moe_renormalize),
@@ -286,7 +287,7 @@ Tensor MoE::forward(const Tensor& x) const {
     if (renormalize) w = div(w, sum(w, {1}, true));
   }
   if (routed_scale != 1.0) w = mul(w, routed_scale);
-  auto d = comms::dispatch(h, idx, w, num_experts, ep_group, score_before_experts);
+  auto d = comms::dispatch(h, idx, w, num_experts, ep_group, score_before_experts, moe_layer);
   last_routed = moe::count_routed(idx, num_experts);
   last_aux_loss = aux_loss_coeff > 0 ? moe::switch_aux_loss(softmax(logits, -1), last_routed, aux_loss_coeff * aux_loss_scale) : Tensor();
   Tensor y = comms::combine(experts->forward(d.expert_input, d.tokens_per_local_expert), *d.handle);  // [T, H]
@@ -298,7 +299,11 @@ Tensor MoE::forward(const Tensor& x) const {
 
 DecoderLayer::DecoderLayer(const Args& a, int64_t layer) {
   self_attn = &register_module("self_attn", std::make_unique<Attention>(a, layer));
-  if (a.is_moe_layer(layer)) moe = &register_module("mlp", std::make_unique<MoE>(a));
+  if (a.is_moe_layer(layer)) {
+    int64_t before = 0;  // MoE layers before this one
+    for (int64_t i = 0; i < layer; ++i) before += a.is_moe_layer(i);
+    moe = &register_module("mlp", std::make_unique<MoE>(a, before));
+  }
   else mlp = &register_module("mlp", std::make_unique<MLP>(a, a.hidden_dim));
   auto norm = [&](const char* hf_name) {
     return &register_module(hf_name, std::make_unique<nn::Norm>(a.dim, a.norm_type, a.norm_eps, a.norm_weight_offset()));

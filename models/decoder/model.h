@@ -102,8 +102,9 @@ class Experts : public nn::Module {
 
 class MoE : public nn::Module {
  public:
-  explicit MoE(const Args& a);
+  MoE(const Args& a, int64_t moe_layer);
   Tensor forward(const Tensor& x) const;  // [B, S, dim]
+  int64_t moe_layer;   // its place among the model's MoE layers (a planned step's per-layer routing)
   nn::Linear* router;  // HF name: "router" (gpt-oss) or "gate" (Qwen3-MoE)
   Experts* experts;
   MLP* shared_expert = nullptr;  // HF name: shared_experts (DeepSeek-V3), else shared_expert
