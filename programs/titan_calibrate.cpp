@@ -9,9 +9,14 @@
 // Writes DIR/NAME.yaml (the chip: all of this machine's cores) and DIR/NAME-host.yaml (the system: one chip,
 // ranks of an mpirun job sharing it; `chip: NAME.yaml`, found beside it). Use them with
 //   titan-train ... --simulation.system DIR/NAME-host.yaml --simulation.ranks_per_chip <ranks on this machine>
+// Under mpirun -np N (N > 1) it also writes DIR/NAME-xN.yaml and DIR/NAME-xN-host.yaml: the same machine as N
+// ranks share it, each kernel measured on every rank at once with cores / N threads each (what a rank of an
+// N-rank job gets: the ranks contend for the memory and the caches, and a one-thread rank loses nothing to
+// threading); the figures are one rank's times N, the GEMM table one rank's (gemm_efficiency_per: rank). For a
+// job of N ranks on this machine: --simulation.system DIR/NAME-xN-host.yaml --simulation.ranks_per_chip N.
 //
-// What is measured (each figure the median of its repetitions; the kernels on rank 0 with every core's thread
-// while the other ranks sleep):
+// What is measured (each figure the median of its repetitions; first the kernels on rank 0 with every core's
+// thread while the other ranks sleep, then, under mpirun, on every rank at once):
 //   gemm_efficiency   titan's `linear` forward + backward (3 GEMMs of one size each) over token x model shapes
 //                     from 0.001 to ~4 GFLOP per GEMM; peak_tflops = the fastest, the table its fractions (of
 //                     the whole chip: gemm_efficiency_per chip)
@@ -158,6 +163,132 @@ Exchange measure_exchange() {
 }
 
 std::string num(double v) { return fmt("%.4g", v); }  // log.h's one number formatter
+
+// The kernels' figures on this rank's threads (omp_get_max_threads()).
+struct Kernels {
+  std::vector<std::pair<double, double>> table;  // (GFLOP per GEMM, fraction of peak), quarter-decade means
+  double peak = 0, hbm = 0, vector = 0, attn_eff = 0, launch_us = 0;  // TFLOP/s, TB/s, TFLOP/s, fraction, us
+};
+Kernels measure_kernels(double budget) {
+  Kernels K;
+  // GEMMs
+  const std::vector<GemmPoint> gemms = measure_gemms(budget * 0.6);
+  for (const auto& p : gemms) K.peak = std::max(K.peak, p.tflops);
+  std::map<int, std::pair<double, int>> bins;  // quarter decades of GFLOP -> mean efficiency
+  for (const auto& p : gemms) {
+    auto& b = bins[(int)std::floor(std::log10(p.gflop) * 4)];
+    b.first += p.tflops / K.peak;
+    ++b.second;
+  }
+  for (const auto& [k, b] : bins) {
+    double gf = 0;
+    int n = 0;
+    for (const auto& p : gemms)
+      if ((int)std::floor(std::log10(p.gflop) * 4) == k) gf += std::log10(p.gflop), ++n;
+    K.table.emplace_back(std::pow(10.0, gf / n), b.first / b.second);
+  }
+  Generator g(1);
+  // memory bandwidth
+  Tensor a = randn({8 << 20}, g), b = randn({8 << 20}, g);
+  const OpCost add_cost = recorded([&] { NoGradGuard ng; (void)add(a, b); });
+  const double t_add = median_time([&] { NoGradGuard ng; (void)add(a, b); }, budget * 0.06);
+  K.hbm = add_cost.bytes / t_add / 1e12;
+  // elementwise / norm / softmax
+  Tensor x = randn({4096, 256}, g);
+  Tensor wn = ones({256});
+  std::vector<double> rates = {op_rate([](const Tensor& t) { return silu(t); }, x, budget * 0.035),
+                               op_rate([](const Tensor& t) { return exp(mul(t, 0.1)); }, x, budget * 0.035),
+                               op_rate([](const Tensor& t) { return softmax(t, -1); }, x, budget * 0.035),
+                               op_rate([&](const Tensor& t) { return rms_norm(t, wn, 1e-6); }, x, budget * 0.035)};
+  std::sort(rates.begin(), rates.end());
+  K.vector = 0.5 * (rates[1] + rates[2]) / 1e12;
+  // attention
+  Tensor q = randn({8, 256, 4, 64}, g).requires_grad_(true), k = randn({8, 256, 2, 64}, g).requires_grad_(true),
+         v = randn({8, 256, 2, 64}, g).requires_grad_(true);
+  Tensor dyo = randn({8, 256, 4, 64}, g);
+  auto attn = [&] {
+    Tensor o = scaled_dot_product_attention(q, k, v, Tensor(), AttentionOptions{});
+    o.backward(dyo);
+    q.zero_grad(), k.zero_grad(), v.zero_grad();
+  };
+  const double attn_flops = recorded(attn).flops;
+  K.attn_eff = std::min(1.0, attn_flops / median_time(attn, budget * 0.12) / (K.peak * 1e12));
+  // per-op overhead: ops on one-element tensors, forward + backward
+  Tensor s0 = full({1}, 1.0).requires_grad_(true);
+  auto chain = [&] {
+    Tensor y = s0;
+    for (int i = 0; i < 100; ++i) y = mul(add(y, 1e-3), 0.999);
+    y.backward(ones({1}));
+    s0.zero_grad();
+  };
+  const OpCost chain_cost = recorded(chain);
+  K.launch_us = median_time(chain, budget * 0.06) / std::max<int64_t>(1, chain_cost.calls) * 1e6;
+  return K;
+}
+
+// Writes the chip NAME.yaml and the system NAME-host.yaml: `K` is the whole chip's (ranks == 1: measured with
+// every core) or one of `ranks` ranks' measured at once (the chip's figures are its times `ranks`, the GEMM table
+// one rank's share). Returns the system file.
+std::string write_spec(const std::string& out_dir, const std::string& name, const Kernels& K, int ranks, int threads,
+                       int world, const Exchange& ex) {
+  fs::create_directories(out_dir);
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  const std::time_t tt = std::time(nullptr);
+  char when[64];
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&tt));
+  const std::string chip_file = (fs::path(out_dir) / (name + ".yaml")).string();
+  const double n = ranks;
+  const std::string each = ranks == 1 ? "" : " (one of " + std::to_string(ranks) + " ranks at once, times " +
+                                                 std::to_string(ranks) + ")";
+  std::ofstream c(chip_file);
+  c << "# " << name << ": written by titan-calibrate on " << host << " at " << when << " (" << threads
+    << " threads" << (ranks == 1 ? "" : ", as " + std::to_string(ranks) + " ranks of " +
+                                           std::to_string(threads / ranks) + " threads each measured it at once")
+    << "); every figure measured here (programs/titan_calibrate.cpp says how)\n"
+    << "name: " << name << "\n"
+    << "cores: " << threads << "\n"
+    << "peak_tflops: " << num(n * K.peak) << "            # the fastest linear forward + backward measured" << each
+    << "\n"
+    << "fp32_tflops: " << num(n * K.peak) << "            # those linears are float32: a float32 run's rate\n"
+    << "vector_tflops: " << num(n * K.vector) << "          # silu, exp, softmax, rms_norm (fwd + bwd): median" << each
+    << "\n"
+    << "hbm_gib: " << fmt("%.1f", (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE) / (1 << 30)) << "\n"
+    << "hbm_tbps: " << num(n * K.hbm) << "               # add of two 32 MiB tensors" << each << "\n"
+    << "memory_efficiency: 1\n"
+    << "attention_efficiency: " << num(K.attn_eff) << "   # causal flash attention fwd + bwd\n"
+    << "eager_launch_us: " << num(K.launch_us) << "         # titan's per-op overhead (fwd + bwd of tiny ops)\n"
+    << "compiled_launch_us: " << num(K.launch_us) << "      # titan runs every op as it comes\n";
+  if (world > 1)
+    c << "local_comm_gbps: " << num(ex.gbps) << "        # all_gather between ranks (titan's comm thread)\n"
+      << "local_comm_latency_us: " << num(ex.latency_us) << "\n";
+  c << "gemm_tile: [1, 1, 1]          # the table is by measured size; no padding modelled\n"
+    << (ranks == 1 ? "gemm_efficiency_per: chip     # measured with every core: a rank of several reads it at its share\n"
+                   : "gemm_efficiency_per: rank     # measured as one rank's share, at the call's own size\n")
+    << "gemm_efficiency:              # (GFLOP per GEMM, fraction of peak_tflops), quarter-decade means\n";
+  for (const auto& [gf, eff] : K.table) c << "  - [" << num(gf) << ", " << num(eff) << "]\n";
+  c.close();
+  TITAN_CHECK(!c.fail(), "titan-calibrate: could not write ", chip_file);
+  const std::string sys_file = (fs::path(out_dir) / (name + "-host.yaml")).string();
+  std::ofstream s(sys_file);
+  s << "# " << name << "-host: this machine as a system of one chip (written by titan-calibrate at " << when
+    << "); the ranks of an mpirun job share the chip and exchange through its memory (local_comm_* in the chip)\n"
+    << "name: " << name << "-host\n"
+    << "chip: " << name << ".yaml\n"
+    << "chips: 1\n"
+    << "levels:\n"
+    << "  - name: host\n    topology: switch\n    units: 1\n    bandwidth_gbps: " << num(std::max(ex.gbps, 1.0))
+    << "\n    latency_us: " << num(std::max(ex.latency_us, 1.0)) << "\n    efficiency: 1\n";
+  s.close();
+  TITAN_CHECK(!s.fail(), "titan-calibrate: could not write ", sys_file);
+  // the spec loads as the simulator reads it
+  const sim::SystemSpec sys = sim::load_system(sys_file);
+  const sim::ChipSpec chip = sim::load_chip(sys.chip_name);
+  log_info("calibrate: peak " + num(chip.peak_tflops * 1e3) + " GFLOP/s, vector " + num(n * K.vector * 1e3) +
+           " GFLOP/s, memory " + num(n * K.hbm * 1e3) + " GB/s, attention " + fmt("%.1f", 100 * K.attn_eff) +
+           "% of peak, " + num(K.launch_us) + " us per op" + each + " [" + name + "]");
+  return sys_file;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -187,121 +318,38 @@ int main(int argc, char** argv) {
       ex = measure_exchange();
       log_info("calibrate: exchange latency " + num(ex.latency_us) + " us per step, " + num(ex.gbps) + " GB/s");
     }
-    if (rank != 0) {  // sleep (not spin) while rank 0 measures the kernels with every core
+    // the kernels on rank 0 with every core (the chip as one rank holds it); the others sleep (not spin)
+    const double solo_budget = world > 1 ? budget * 0.5 : budget * 0.85;
+    std::string sys_file;
+    if (rank == 0) {
+      omp_set_num_threads(threads);
+      log_info("calibrate: kernels on " + std::to_string(threads) + " threads, about " + fmt("%.0f", solo_budget) +
+               " s");
+      const Kernels K = measure_kernels(solo_budget);
+      log_info("calibrate: GEMMs peak " + num(K.peak * 1e3) + " GFLOP/s");
+      sys_file = write_spec(out_dir, name, K, 1, threads, world, ex);
+    }
+    {
       MPI_Request req;
       MPI_Ibarrier(MPI_COMM_WORLD, &req);
       for (int done = 0; !done; usleep(2000)) MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-      comms::finalize();
-      return 0;
     }
-    omp_set_num_threads(threads);
-    log_info("calibrate: kernels on " + std::to_string(threads) + " threads, about " + fmt("%.0f", budget * 0.85) + " s");
-    // GEMMs
-    const std::vector<GemmPoint> gemms = measure_gemms(budget * 0.5);
-    double peak = 0;
-    for (const auto& p : gemms) peak = std::max(peak, p.tflops);
-    std::map<int, std::pair<double, int>> bins;  // quarter decades of GFLOP -> mean efficiency
-    for (const auto& p : gemms) {
-      auto& b = bins[(int)std::floor(std::log10(p.gflop) * 4)];
-      b.first += p.tflops / peak;
-      ++b.second;
+    if (world > 1) {  // the same kernels on every rank at once, cores / world threads each
+      const int each = std::max(1, threads / world);
+      omp_set_num_threads(each);
+      log_info("calibrate: kernels on " + std::to_string(world) + " ranks at once, " + std::to_string(each) +
+               " threads each, about " + fmt("%.0f", budget * 0.35) + " s");
+      MPI_Barrier(MPI_COMM_WORLD);
+      const Kernels K = measure_kernels(budget * 0.35);
+      if (rank == 0) write_spec(out_dir, name + "-x" + std::to_string(world), K, world, threads, world, ex);
     }
-    std::vector<std::pair<double, double>> table;
-    for (const auto& [k, b] : bins) {
-      double gf = 0;
-      int n = 0;
-      for (const auto& p : gemms)
-        if ((int)std::floor(std::log10(p.gflop) * 4) == k) gf += std::log10(p.gflop), ++n;
-      table.emplace_back(std::pow(10.0, gf / n), b.first / b.second);
-    }
-    log_info("calibrate: GEMMs peak " + num(peak * 1e3) + " GFLOP/s over " + std::to_string(gemms.size()) + " shapes");
-    Generator g(1);
-    // memory bandwidth
-    Tensor a = randn({8 << 20}, g), b = randn({8 << 20}, g);
-    const OpCost add_cost = recorded([&] { NoGradGuard ng; (void)add(a, b); });
-    const double t_add = median_time([&] { NoGradGuard ng; (void)add(a, b); }, budget * 0.05);
-    const double hbm = add_cost.bytes / t_add / 1e12;
-    // elementwise / norm / softmax
-    Tensor x = randn({4096, 256}, g);
-    Tensor wn = ones({256});
-    std::vector<double> rates = {op_rate([](const Tensor& t) { return silu(t); }, x, budget * 0.03),
-                                 op_rate([](const Tensor& t) { return exp(mul(t, 0.1)); }, x, budget * 0.03),
-                                 op_rate([](const Tensor& t) { return softmax(t, -1); }, x, budget * 0.03),
-                                 op_rate([&](const Tensor& t) { return rms_norm(t, wn, 1e-6); }, x, budget * 0.03)};
-    std::sort(rates.begin(), rates.end());
-    const double vector = 0.5 * (rates[1] + rates[2]) / 1e12;
-    // attention
-    Tensor q = randn({8, 256, 4, 64}, g).requires_grad_(true), k = randn({8, 256, 2, 64}, g).requires_grad_(true),
-           v = randn({8, 256, 2, 64}, g).requires_grad_(true);
-    Tensor dyo = randn({8, 256, 4, 64}, g);
-    auto attn = [&] {
-      Tensor o = scaled_dot_product_attention(q, k, v, Tensor(), AttentionOptions{});
-      o.backward(dyo);
-      q.zero_grad(), k.zero_grad(), v.zero_grad();
-    };
-    const double attn_flops = recorded(attn).flops;
-    const double attn_eff = std::min(1.0, attn_flops / median_time(attn, budget * 0.1) / (peak * 1e12));
-    // per-op overhead: ops on one-element tensors, forward + backward
-    Tensor s0 = full({1}, 1.0).requires_grad_(true);
-    auto chain = [&] {
-      Tensor y = s0;
-      for (int i = 0; i < 100; ++i) y = mul(add(y, 1e-3), 0.999);
-      y.backward(ones({1}));
-      s0.zero_grad();
-    };
-    const OpCost chain_cost = recorded(chain);
-    const double launch_us = median_time(chain, budget * 0.05) / std::max<int64_t>(1, chain_cost.calls) * 1e6;
-
-    fs::create_directories(out_dir);
-    char host[256] = "?";
-    gethostname(host, sizeof host - 1);
-    const std::time_t tt = std::time(nullptr);
-    char when[64];
-    std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&tt));
-    const std::string chip_file = (fs::path(out_dir) / (name + ".yaml")).string();
-    std::ofstream c(chip_file);
-    c << "# " << name << ": written by titan-calibrate on " << host << " at " << when << " (" << threads
-      << " threads); every figure measured here (programs/titan_calibrate.cpp says how)\n"
-      << "name: " << name << "\n"
-      << "cores: " << threads << "\n"
-      << "peak_tflops: " << num(peak) << "            # the fastest linear forward + backward measured\n"
-      << "fp32_tflops: " << num(peak) << "            # those linears are float32: a float32 run's rate\n"
-      << "vector_tflops: " << num(vector) << "          # silu, exp, softmax, rms_norm (fwd + bwd): median\n"
-      << "hbm_gib: " << fmt("%.1f", (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE) / (1 << 30)) << "\n"
-      << "hbm_tbps: " << num(hbm) << "               # add of two 32 MiB tensors\n"
-      << "memory_efficiency: 1\n"
-      << "attention_efficiency: " << num(attn_eff) << "   # causal flash attention fwd + bwd\n"
-      << "eager_launch_us: " << num(launch_us) << "         # titan's per-op overhead (fwd + bwd of tiny ops)\n"
-      << "compiled_launch_us: " << num(launch_us) << "      # titan runs every op as it comes\n";
-    if (world > 1)
-      c << "local_comm_gbps: " << num(ex.gbps) << "        # all_gather between ranks (titan's comm thread)\n"
-        << "local_comm_latency_us: " << num(ex.latency_us) << "\n";
-    c << "gemm_tile: [1, 1, 1]          # the table is by measured size; no padding modelled\n"
-      << "gemm_efficiency_per: chip     # measured with every core: a rank of several reads it at its share\n"
-      << "gemm_efficiency:              # (GFLOP per GEMM, fraction of peak_tflops), quarter-decade means\n";
-    for (const auto& [gf, eff] : table) c << "  - [" << num(gf) << ", " << num(eff) << "]\n";
-    c.close();
-    TITAN_CHECK(!c.fail(), "titan-calibrate: could not write ", chip_file);
-    const std::string sys_file = (fs::path(out_dir) / (name + "-host.yaml")).string();
-    std::ofstream s(sys_file);
-    s << "# " << name << "-host: this machine as a system of one chip (written by titan-calibrate at " << when
-      << "); the ranks of an mpirun job share the chip and exchange through its memory (local_comm_* in the chip)\n"
-      << "name: " << name << "-host\n"
-      << "chip: " << name << ".yaml\n"
-      << "chips: 1\n"
-      << "levels:\n"
-      << "  - name: host\n    topology: switch\n    units: 1\n    bandwidth_gbps: " << num(std::max(ex.gbps, 1.0))
-      << "\n    latency_us: " << num(std::max(ex.latency_us, 1.0)) << "\n    efficiency: 1\n";
-    s.close();
-    TITAN_CHECK(!s.fail(), "titan-calibrate: could not write ", sys_file);
-    // the spec loads as the simulator reads it
-    const sim::SystemSpec sys = sim::load_system(sys_file);
-    const sim::ChipSpec chip = sim::load_chip(sys.chip_name);
-    log_info("calibrate: peak " + num(chip.peak_tflops * 1e3) + " GFLOP/s, vector " + num(vector * 1e3) +
-             " GFLOP/s, memory " + num(hbm * 1e3) + " GB/s, attention " + fmt("%.1f", 100 * attn_eff) + "% of peak, " +
-             num(launch_us) + " us per op");
-    log_info("calibrate: wrote " + chip_file + " and " + sys_file +
-             " (use: --simulation.system " + sys_file + " --simulation.ranks_per_chip <ranks on this machine>)");
+    log_info("calibrate: wrote " + (fs::path(out_dir) / name).string() + "{.yaml,-host.yaml}" +
+             (world > 1 ? " and the -x" + std::to_string(world) + " pair" : std::string()) + " (use: --simulation.system " +
+             sys_file + " --simulation.ranks_per_chip 1" +
+             (world > 1 ? "; a " + std::to_string(world) + "-rank job: --simulation.system " +
+                              (fs::path(out_dir) / (name + "-x" + std::to_string(world) + "-host.yaml")).string() +
+                              " --simulation.ranks_per_chip " + std::to_string(world)
+                        : std::string()) + ")");
     MPI_Request req;
     MPI_Ibarrier(MPI_COMM_WORLD, &req);
     MPI_Wait(&req, MPI_STATUS_IGNORE);

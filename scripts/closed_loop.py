@@ -8,8 +8,11 @@ For each layout: the measured step (median of the step-to-step times in metrics.
 and exposed communication (metrics.jsonl's comm_exposed_s), the simulated step and exposed communication (the
 report a real run with simulation.system prints), and simulated / measured. Nothing is adjusted after seeing
 the runs: the spec is titan-calibrate's as written (an MoE layout's step is planned with the routing its run
-made, the expert-load line it prints: the workload's input, not a hardware figure). --quick: 1 rank and 2-rank FSDP (the CI test,
-tests/simulator/closed_loop_test.py). Exit status 1 if a step's ratio is outside 1 +- --bar.
+made, its expert-load line per MoE layer: the workload's input, not a hardware figure). A layout of N > 1 ranks
+is simulated on the spec titan-calibrate measured as N ranks share the machine (this-machine-xN-host.yaml: every
+rank's kernels measured at once), a 1-rank layout on the all-core one (this-machine-host.yaml). --quick: 1 rank and 2-rank FSDP (the CI test,
+tests/simulator/closed_loop_test.py); --only TEXT: the layouts whose name holds TEXT. Exit status 1 if a step's
+ratio is outside 1 +- --bar.
 """
 import argparse
 import json
@@ -87,8 +90,9 @@ def measure(build, system, folder, ranks, config, flags, steps):
         sys.exit(f"failed: {' '.join(cmd)}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
     text = out.stdout + out.stderr
     sim_step, sim_exposed = sim_figures(text)
-    h = re.search(r"expert load \(routed tokens per expert[^:]*\): ([0-9,]+)", text)
-    if h:  # MoE: the routing the run made is the workload's, not the spec's: plan the step with it
+    # MoE: the routing the run made is the workload's, not the spec's: plan the step with it, layer by layer
+    h = re.search(r"expert load per MoE layer \([^:]*\): ([0-9,;]+)", text)
+    if h:
         plan = subprocess.run(cmd + ["--simulation.enabled", "true", "--simulation.world_size", str(ranks),
                                      "--simulation.moe_routing_histogram", h.group(1),
                                      "--job.dump_folder", folder + "_plan"], cwd=ROOT, env=ENV, capture_output=True,
@@ -109,6 +113,7 @@ def main():
     ap.add_argument("--out", default="outputs/closed_loop")
     ap.add_argument("--spec", help="a folder titan-calibrate wrote (default: calibrate now, under --out)")
     ap.add_argument("--quick", action="store_true", help="1 rank and 2-rank FSDP only")
+    ap.add_argument("--only", default="", help="the layouts whose name holds this text")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--budget", type=float, default=20, help="titan-calibrate --budget")
     ap.add_argument("--bar", type=float, default=0.10, help="allowed |simulated / measured - 1| of the step")
@@ -118,17 +123,20 @@ def main():
     os.makedirs(out, exist_ok=True)
     subprocess.run([os.path.join(ROOT, "scripts", "prepare_data.sh"), build], check=True, cwd=ROOT,
                    capture_output=True)
-    if a.spec:
-        system = os.path.join(os.path.abspath(a.spec), "this-machine-host.yaml")
-    else:
+    spec = os.path.abspath(a.spec) if a.spec else os.path.join(out, "spec")
+    if not a.spec:
         print(f"titan-calibrate (mpirun -np 2, --budget {a.budget:g}) -> {out}/spec")
-        system = calibrate(build, os.path.join(out, "spec"), a.budget)
-    layouts = [l for l in LAYOUTS if not a.quick or l[0] in QUICK]
+        calibrate(build, spec, a.budget)
+
+    def system(ranks):  # the spec measured as this many ranks share the machine (titan-calibrate's -xN pair)
+        shared = os.path.join(spec, f"this-machine-x{ranks}-host.yaml")
+        return shared if ranks > 1 and os.path.exists(shared) else os.path.join(spec, "this-machine-host.yaml")
+    layouts = [l for l in LAYOUTS if (not a.quick or l[0] in QUICK) and a.only in l[0]]
     print(f"{'layout':40s} {'measured':>9s} {'simulated':>9s} {'sim/meas':>8s}   "
           f"{'exposed comm: measured':>22s} {'simulated':>9s}")
     bad = 0
     for i, (name, ranks, config, flags) in enumerate(layouts):
-        t, e, st, se = measure(build, system, os.path.join(out, f"run{i}"), ranks, config, flags, a.steps)
+        t, e, st, se = measure(build, system(ranks), os.path.join(out, f"run{i}"), ranks, config, flags, a.steps)
         ok = abs(st / t - 1) <= a.bar
         bad += not ok
         print(f"{name:40s} {t:8.3f}s {st:8.3f}s {st / t:8.3f}   {e:21.3f}s {se:8.3f}s  {'ok' if ok else 'OUT'}",
