@@ -119,6 +119,25 @@ TEST(Tensor, PoolReusesBuffers) {
   EXPECT_EQ(pool_reserved_bytes(), 0);
 }
 
+// Sizes that move from step to step (an MoE layer's rows) reuse the pool: a large request takes the smallest free
+// block up to twice its size, which goes back to its own class; a request under half a block's size does not.
+TEST(Tensor, PoolServesAMovingSizeFromALargerFreeBlock) {
+  empty_cache();
+  const int64_t mib = (1 << 20) / 4;  // floats
+  { Tensor a = empty({3 * mib}); }
+  const int64_t r1 = pool_reserved_bytes();
+  EXPECT_GE(r1, 3 << 20);
+  EXPECT_LE(r1, (3 << 20) + (3 << 20) / 8);  // its class: at most 1/8 above
+  { Tensor b = empty({2 * mib}); }
+  EXPECT_EQ(pool_reserved_bytes(), r1);  // the 3 MiB block served it
+  { Tensor c = empty({3 * mib - 1000}); }
+  EXPECT_EQ(pool_reserved_bytes(), r1);  // and went back to its own class
+  { Tensor e = empty({mib}); }  // under half of the free 3 MiB block: a block of its own
+  EXPECT_EQ(pool_reserved_bytes(), r1 + (1 << 20));
+  empty_cache();
+  EXPECT_EQ(pool_reserved_bytes(), 0);
+}
+
 TEST(Tensor, ErrorsNameOpAndShapes) {
   Tensor a = zeros({2, 3}), b = zeros({4, 5});
   try {

@@ -6,9 +6,12 @@
 // real run would need: parameters, gradients, optimizer state, activations,
 // communication buffers, current and peak.
 //
-// CPU data comes from a size-bucketed caching pool: a training step allocates
-// the same sizes every step, so after step 1 no buffer hits malloc/mmap (and
-// the kernel's page zeroing) again. `empty_cache()` hands the pool back.
+// CPU data comes from a caching pool of size classes (at most 1/8 above the
+// request): a training step allocates about the same sizes every step, so after
+// the first steps no buffer hits malloc/mmap (and the kernel's page zeroing)
+// again; a block of 256 KiB or more may take a free block up to twice its size
+// (sizes that follow an MoE routing move from step to step). `empty_cache()`
+// hands the pool back.
 #pragma once
 #include <array>
 #include <cstddef>
