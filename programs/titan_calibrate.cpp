@@ -20,7 +20,7 @@
 //   gemm_efficiency   titan's `linear` forward + backward (3 GEMMs of one size each) over token x model shapes
 //                     from 0.001 to ~4 GFLOP per GEMM; peak_tflops = the fastest, the table its fractions (of
 //                     the whole chip: gemm_efficiency_per chip)
-//   hbm_tbps          `add` of two 32 MiB tensors (bytes as its cost record counts them)
+//   hbm_tbps          `add` of two 32 MiB tensors (bytes as its cost record counts them; the best repetition)
 //   vector_tflops     silu, exp, softmax and rms_norm forward + backward over a [4096, 256] tensor: the median of
 //                     their recorded FLOPs per second
 //   attention         causal flash attention forward + backward ([8, 256, 4 | 2 kv, 64]): recorded FLOPs per
@@ -56,8 +56,8 @@ using namespace titan;
 namespace fs = std::filesystem;
 
 namespace {
-// Median seconds of `f` over repetitions after one warm-up: at least 3, at most `max_reps`, until `budget` s.
-double median_time(const std::function<void()>& f, double budget, int max_reps = 50) {
+// Seconds of `f` over repetitions after one warm-up, sorted: at least 3, at most `max_reps`, until `budget` s.
+std::vector<double> times(const std::function<void()>& f, double budget, int max_reps = 50) {
   f();
   std::vector<double> ts;
   const double t_end = wall_seconds() + budget;
@@ -67,6 +67,10 @@ double median_time(const std::function<void()>& f, double budget, int max_reps =
     ts.push_back(wall_seconds() - t0);
   }
   std::sort(ts.begin(), ts.end());
+  return ts;
+}
+double median_time(const std::function<void()>& f, double budget, int max_reps = 50) {
+  const std::vector<double> ts = times(f, budget, max_reps);
   return ts[ts.size() / 2];
 }
 
@@ -85,7 +89,8 @@ struct GemmPoint {
   double gflop, tflops;
 };
 
-std::vector<GemmPoint> measure_gemms(double budget) {
+// sync: called before each measurement (ranks measuring at once start each kernel together).
+std::vector<GemmPoint> measure_gemms(double budget, const std::function<void()>& sync) {
   struct S {
     int64_t m, k, n;
   };
@@ -106,6 +111,7 @@ std::vector<GemmPoint> measure_gemms(double budget) {
       x.zero_grad();
       w.zero_grad();
     };
+    sync();
     const double t = median_time(step, budget / shapes.size());
     const double flops = 2.0 * s.m * s.k * s.n;
     out.push_back({flops / 1e9, 3 * flops / t / 1e12});
@@ -114,7 +120,8 @@ std::vector<GemmPoint> measure_gemms(double budget) {
 }
 
 // FLOPs per second of forward + backward of `op` on x, as the cost records count them.
-double op_rate(const std::function<Tensor(const Tensor&)>& op, const Tensor& x0, double budget) {
+double op_rate(const std::function<Tensor(const Tensor&)>& op, const Tensor& x0, double budget,
+               const std::function<void()>& sync) {
   Tensor x = x0.detach().requires_grad_(true);
   Tensor dy = ones(op(x0).shape());
   auto step = [&] {
@@ -122,7 +129,9 @@ double op_rate(const std::function<Tensor(const Tensor&)>& op, const Tensor& x0,
     y.backward(dy);
     x.zero_grad();
   };
-  return recorded(step).flops / median_time(step, budget);
+  const double flops = recorded(step).flops;
+  sync();
+  return flops / median_time(step, budget);
 }
 
 struct Exchange {
@@ -164,15 +173,16 @@ Exchange measure_exchange() {
 
 std::string num(double v) { return fmt("%.4g", v); }  // log.h's one number formatter
 
-// The kernels' figures on this rank's threads (omp_get_max_threads()).
+// The kernels' figures on this rank's threads (omp_get_max_threads()); `sync` before each measurement (a barrier
+// when every rank measures at once: each kernel then runs beside the same kernel on the others).
 struct Kernels {
   std::vector<std::pair<double, double>> table;  // (GFLOP per GEMM, fraction of peak), quarter-decade means
   double peak = 0, hbm = 0, vector = 0, attn_eff = 0, launch_us = 0;  // TFLOP/s, TB/s, TFLOP/s, fraction, us
 };
-Kernels measure_kernels(double budget) {
+Kernels measure_kernels(double budget, const std::function<void()>& sync) {
   Kernels K;
   // GEMMs
-  const std::vector<GemmPoint> gemms = measure_gemms(budget * 0.6);
+  const std::vector<GemmPoint> gemms = measure_gemms(budget * 0.6, sync);
   for (const auto& p : gemms) K.peak = std::max(K.peak, p.tflops);
   std::map<int, std::pair<double, int>> bins;  // quarter decades of GFLOP -> mean efficiency
   for (const auto& p : gemms) {
@@ -191,15 +201,18 @@ Kernels measure_kernels(double budget) {
   // memory bandwidth
   Tensor a = randn({8 << 20}, g), b = randn({8 << 20}, g);
   const OpCost add_cost = recorded([&] { NoGradGuard ng; (void)add(a, b); });
-  const double t_add = median_time([&] { NoGradGuard ng; (void)add(a, b); }, budget * 0.06);
+  sync();
+  // the best repetition, as STREAM reports a bandwidth: on this VM a median moved between ~50 and ~105 GB/s from
+  // one calibration to the next (2026-12-05) while the training steps it priced did not
+  const double t_add = times([&] { NoGradGuard ng; (void)add(a, b); }, budget * 0.06).front();
   K.hbm = add_cost.bytes / t_add / 1e12;
   // elementwise / norm / softmax
   Tensor x = randn({4096, 256}, g);
   Tensor wn = ones({256});
-  std::vector<double> rates = {op_rate([](const Tensor& t) { return silu(t); }, x, budget * 0.035),
-                               op_rate([](const Tensor& t) { return exp(mul(t, 0.1)); }, x, budget * 0.035),
-                               op_rate([](const Tensor& t) { return softmax(t, -1); }, x, budget * 0.035),
-                               op_rate([&](const Tensor& t) { return rms_norm(t, wn, 1e-6); }, x, budget * 0.035)};
+  std::vector<double> rates = {op_rate([](const Tensor& t) { return silu(t); }, x, budget * 0.035, sync),
+                               op_rate([](const Tensor& t) { return exp(mul(t, 0.1)); }, x, budget * 0.035, sync),
+                               op_rate([](const Tensor& t) { return softmax(t, -1); }, x, budget * 0.035, sync),
+                               op_rate([&](const Tensor& t) { return rms_norm(t, wn, 1e-6); }, x, budget * 0.035, sync)};
   std::sort(rates.begin(), rates.end());
   K.vector = 0.5 * (rates[1] + rates[2]) / 1e12;
   // attention
@@ -212,6 +225,7 @@ Kernels measure_kernels(double budget) {
     q.zero_grad(), k.zero_grad(), v.zero_grad();
   };
   const double attn_flops = recorded(attn).flops;
+  sync();
   K.attn_eff = std::min(1.0, attn_flops / median_time(attn, budget * 0.12) / (K.peak * 1e12));
   // per-op overhead: ops on one-element tensors, forward + backward
   Tensor s0 = full({1}, 1.0).requires_grad_(true);
@@ -222,6 +236,7 @@ Kernels measure_kernels(double budget) {
     s0.zero_grad();
   };
   const OpCost chain_cost = recorded(chain);
+  sync();
   K.launch_us = median_time(chain, budget * 0.06) / std::max<int64_t>(1, chain_cost.calls) * 1e6;
   return K;
 }
@@ -325,7 +340,7 @@ int main(int argc, char** argv) {
       omp_set_num_threads(threads);
       log_info("calibrate: kernels on " + std::to_string(threads) + " threads, about " + fmt("%.0f", solo_budget) +
                " s");
-      const Kernels K = measure_kernels(solo_budget);
+      const Kernels K = measure_kernels(solo_budget, [] {});
       log_info("calibrate: GEMMs peak " + num(K.peak * 1e3) + " GFLOP/s");
       sys_file = write_spec(out_dir, name, K, 1, threads, world, ex);
     }
@@ -339,8 +354,7 @@ int main(int argc, char** argv) {
       omp_set_num_threads(each);
       log_info("calibrate: kernels on " + std::to_string(world) + " ranks at once, " + std::to_string(each) +
                " threads each, about " + fmt("%.0f", budget * 0.35) + " s");
-      MPI_Barrier(MPI_COMM_WORLD);
-      const Kernels K = measure_kernels(budget * 0.35);
+      const Kernels K = measure_kernels(budget * 0.35, [] { MPI_Barrier(MPI_COMM_WORLD); });
       if (rank == 0) write_spec(out_dir, name + "-x" + std::to_string(world), K, world, threads, world, ex);
     }
     log_info("calibrate: wrote " + (fs::path(out_dir) / name).string() + "{.yaml,-host.yaml}" +
