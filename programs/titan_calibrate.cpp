@@ -8,8 +8,8 @@
 //
 // Writes DIR/NAME.yaml (the chip: all of this machine's cores) and DIR/NAME-host.yaml (the system: one chip,
 // ranks of an mpirun job sharing it; `chip: NAME.yaml`, found beside it). Use them with
-//   titan-train ... --simulation.system DIR/NAME-host.yaml --simulation.ranks_per_chip <ranks on this machine>
-// Under mpirun -np N (N > 1) it also writes DIR/NAME-xN.yaml and DIR/NAME-xN-host.yaml: the same machine as N
+//   titan-train ... --simulation.system DIR/NAME-host.yaml --simulation.ranks_per_chip 1
+// (several ranks on this spec: each priced at its 1/N share of the all-core figures). Under mpirun -np N (N > 1) it also writes DIR/NAME-xN.yaml and DIR/NAME-xN-host.yaml: the same machine as N
 // ranks share it, each kernel measured on every rank at once with cores / N threads each (what a rank of an
 // N-rank job gets: the ranks contend for the memory and the caches, and a one-thread rank loses nothing to
 // threading); the figures are one rank's times N, the GEMM table one rank's (gemm_efficiency_per: rank). For a
@@ -57,11 +57,15 @@ namespace fs = std::filesystem;
 
 namespace {
 // Seconds of `f` over repetitions after one warm-up, sorted: at least 3, at most `max_reps`, until `budget` s.
-std::vector<double> times(const std::function<void()>& f, double budget, int max_reps = 50) {
+// With `each` (ranks measuring at once): exactly `max_reps`, `each` before every one (a barrier: every repetition
+// runs beside the others' same one; the count cannot differ between ranks).
+std::vector<double> times(const std::function<void()>& f, double budget, int max_reps = 50,
+                          const std::function<void()>* each = nullptr) {
   f();
   std::vector<double> ts;
   const double t_end = wall_seconds() + budget;
-  while ((int)ts.size() < max_reps && (ts.size() < 3 || wall_seconds() < t_end)) {
+  while ((int)ts.size() < max_reps && (each || ts.size() < 3 || wall_seconds() < t_end)) {
+    if (each) (*each)();
     const double t0 = wall_seconds();
     f();
     ts.push_back(wall_seconds() - t0);
@@ -174,12 +178,13 @@ Exchange measure_exchange() {
 std::string num(double v) { return fmt("%.4g", v); }  // log.h's one number formatter
 
 // The kernels' figures on this rank's threads (omp_get_max_threads()); `sync` before each measurement (a barrier
-// when every rank measures at once: each kernel then runs beside the same kernel on the others).
+// when every rank measures at once: each kernel then runs beside the same kernel on the others; `shared`: the
+// bandwidth's repetitions are synchronized one by one too).
 struct Kernels {
   std::vector<std::pair<double, double>> table;  // (GFLOP per GEMM, fraction of peak), quarter-decade means
   double peak = 0, hbm = 0, vector = 0, attn_eff = 0, launch_us = 0;  // TFLOP/s, TB/s, TFLOP/s, fraction, us
 };
-Kernels measure_kernels(double budget, const std::function<void()>& sync) {
+Kernels measure_kernels(double budget, const std::function<void()>& sync, bool shared) {
   Kernels K;
   // GEMMs
   const std::vector<GemmPoint> gemms = measure_gemms(budget * 0.6, sync);
@@ -202,9 +207,11 @@ Kernels measure_kernels(double budget, const std::function<void()>& sync) {
   Tensor a = randn({8 << 20}, g), b = randn({8 << 20}, g);
   const OpCost add_cost = recorded([&] { NoGradGuard ng; (void)add(a, b); });
   sync();
-  // the best repetition, as STREAM reports a bandwidth: on this VM a median moved between ~50 and ~105 GB/s from
-  // one calibration to the next (2026-12-05) while the training steps it priced did not
-  const double t_add = times([&] { NoGradGuard ng; (void)add(a, b); }, budget * 0.06).front();
+  // the best repetition, as STREAM reports a bandwidth: on this VM a median moved between ~45 and ~110 GB/s from
+  // one calibration to the next (2026-12-05) while the training steps it priced did not. Ranks measuring at
+  // once run each repetition together (a rank's best is then never one it ran alone)
+  const double t_add = times([&] { NoGradGuard ng; (void)add(a, b); }, budget * 0.06, shared ? 12 : 50,
+                             shared ? &sync : nullptr).front();
   K.hbm = add_cost.bytes / t_add / 1e12;
   // elementwise / norm / softmax
   Tensor x = randn({4096, 256}, g);
@@ -259,7 +266,8 @@ std::string write_spec(const std::string& out_dir, const std::string& name, cons
   std::ofstream c(chip_file);
   c << "# " << name << ": written by titan-calibrate on " << host << " at " << when << " (" << threads
     << " threads" << (ranks == 1 ? "" : ", as " + std::to_string(ranks) + " ranks of " +
-                                           std::to_string(threads / ranks) + " threads each measured it at once")
+                                           std::to_string(std::max(1, threads / ranks)) +
+                                           " threads each measured it at once")
     << "); every figure measured here (programs/titan_calibrate.cpp says how)\n"
     << "name: " << name << "\n"
     << "cores: " << threads << "\n"
@@ -340,7 +348,7 @@ int main(int argc, char** argv) {
       omp_set_num_threads(threads);
       log_info("calibrate: kernels on " + std::to_string(threads) + " threads, about " + fmt("%.0f", solo_budget) +
                " s");
-      const Kernels K = measure_kernels(solo_budget, [] {});
+      const Kernels K = measure_kernels(solo_budget, [] {}, false);
       log_info("calibrate: GEMMs peak " + num(K.peak * 1e3) + " GFLOP/s");
       sys_file = write_spec(out_dir, name, K, 1, threads, world, ex);
     }
@@ -354,7 +362,7 @@ int main(int argc, char** argv) {
       omp_set_num_threads(each);
       log_info("calibrate: kernels on " + std::to_string(world) + " ranks at once, " + std::to_string(each) +
                " threads each, about " + fmt("%.0f", budget * 0.35) + " s");
-      const Kernels K = measure_kernels(budget * 0.35, [] { MPI_Barrier(MPI_COMM_WORLD); });
+      const Kernels K = measure_kernels(budget * 0.35, [] { MPI_Barrier(MPI_COMM_WORLD); }, true);
       if (rank == 0) write_spec(out_dir, name + "-x" + std::to_string(world), K, world, threads, world, ex);
     }
     log_info("calibrate: wrote " + (fs::path(out_dir) / name).string() + "{.yaml,-host.yaml}" +

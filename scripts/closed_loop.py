@@ -25,7 +25,8 @@ import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_WAIT_POLICY="PASSIVE")
-MPI = ["mpirun", "--oversubscribe", "--bind-to", "none", "-x", "OMP_NUM_THREADS=1", "-x", "OMP_WAIT_POLICY=PASSIVE"]
+# each rank's threads: OMP_NUM_THREADS as the caller's environment sets it (-x passes it on)
+MPI = ["mpirun", "--oversubscribe", "--bind-to", "none", "-x", "OMP_NUM_THREADS", "-x", "OMP_WAIT_POLICY=PASSIVE"]
 QWEN = "configs/qwen3_debug.yaml"
 MOE = "configs/qwen3_moe_debug.yaml"
 
@@ -56,15 +57,16 @@ LAYOUTS = [
 QUICK = ["qwen3 debug, 1 rank", "qwen3 debug, FSDP 2"]
 
 
-def run(cmd, **kw):
-    p = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, **kw)
+def run(cmd, env=None, **kw):
+    p = subprocess.run(cmd, cwd=ROOT, env=env or ENV, capture_output=True, text=True, **kw)
     if p.returncode != 0:
         sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
     return p.stdout + p.stderr
 
 
 def calibrate(build, spec_dir, budget):
-    out = run(MPI + ["-np", "2", os.path.join(build, "titan-calibrate"), "--out", spec_dir, "--budget", str(budget)])
+    out = run(MPI + ["-np", "2", os.path.join(build, "titan-calibrate"), "--out", spec_dir, "--budget", str(budget)],
+              env=dict(ENV, OMP_NUM_THREADS="1"))  # titan-calibrate sets its own thread counts
     for line in out.splitlines():
         if "calibrate: peak" in line or "exchange latency" in line:
             print("  " + line.split(" - ", 1)[-1])
@@ -83,7 +85,8 @@ def measure(build, system, folder, ranks, config, flags, steps):
            "--training.steps", str(steps), "--validation.enabled", "false", "--checkpoint.enable", "false",
            "--metrics.log_freq", "1", "--job.print_args", "false", "--lr_scheduler.warmup_steps", "2",
            "--simulation.system", system, "--simulation.ranks_per_chip", str(ranks), *flags]
-    env_threads = {"OMP_NUM_THREADS": str(os.cpu_count() // ranks if ranks == 1 else 1)}
+    # the cores shared out, as titan-calibrate measured the machine (all of them; cores / N for each of N ranks)
+    env_threads = {"OMP_NUM_THREADS": str(max(1, os.cpu_count() // ranks))}
     out = subprocess.run((MPI + ["-np", str(ranks)] if ranks > 1 else []) + cmd, cwd=ROOT,
                          env=dict(ENV, **env_threads), capture_output=True, text=True)
     if out.returncode != 0:
@@ -114,6 +117,9 @@ def main():
     ap.add_argument("--spec", help="a folder titan-calibrate wrote (default: calibrate now, under --out)")
     ap.add_argument("--quick", action="store_true", help="1 rank and 2-rank FSDP only")
     ap.add_argument("--only", default="", help="the layouts whose name holds this text")
+    ap.add_argument("--one-spec", action="store_true",
+                    help="every layout on the all-core spec (a rank priced at its 1/N share; the method before the "
+                         "shared spec, for comparison)")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--budget", type=float, default=20, help="titan-calibrate --budget")
     ap.add_argument("--bar", type=float, default=0.10, help="allowed |simulated / measured - 1| of the step")
@@ -130,7 +136,8 @@ def main():
 
     def system(ranks):  # the spec measured as this many ranks share the machine (titan-calibrate's -xN pair)
         shared = os.path.join(spec, f"this-machine-x{ranks}-host.yaml")
-        return shared if ranks > 1 and os.path.exists(shared) else os.path.join(spec, "this-machine-host.yaml")
+        return (shared if ranks > 1 and os.path.exists(shared) and not a.one_spec
+                else os.path.join(spec, "this-machine-host.yaml"))
     layouts = [l for l in LAYOUTS if (not a.quick or l[0] in QUICK) and a.only in l[0]]
     print(f"{'layout':40s} {'measured':>9s} {'simulated':>9s} {'sim/meas':>8s}   "
           f"{'exposed comm: measured':>22s} {'simulated':>9s}")

@@ -187,10 +187,9 @@ SimResult simulate_step(const JobConfig& cfg, int world, const std::vector<SpecE
       window_total += b - a;
       for (size_t s = 0; s < lanes.size(); ++s) {
         double busy = 0;
-        for (const SimSpan& sp : lanes[s].r.spans)
-          if ((sp.category == "compute" || sp.category == "idle" || sp.category == "host") && sp.start >= a &&
-              sp.start < b)
-            busy += std::min(sp.dur, b - sp.start);
+        for (const SimSpan& sp : lanes[s].r.spans)  // the part of each busy slice inside the window
+          if (sp.category == "compute" || sp.category == "idle" || sp.category == "host")
+            busy += std::max(0.0, std::min(sp.start + sp.dur, b) - std::max(sp.start, a));
         idle[s] += (b - a) - busy;
       }
     }

@@ -138,9 +138,6 @@ TEST(Train, ResumeReproducesTheUninterruptedRun) {
   }
 }
 
-// Auxiliary-loss-free balancing steers routing with per-expert biases that training updates: they are state
-// a resumed run needs. Checkpoints (and titan-layout exports) carry them; resuming reproduces the uninterrupted
-// run bit for bit, which it would not with the biases back at zero.
 // An MoE run ends with its routing, summed over the MoE layers and per layer, as simulation.moe_routing_histogram
 // takes it back: one list per MoE layer, each layer's counts adding up to the (token, k) pairs it routed.
 TEST(Train, MoERunPrintsItsRoutingPerLayerForTheSimulator) {
@@ -187,6 +184,9 @@ TEST(Train, MoERunPrintsItsRoutingPerLayerForTheSimulator) {
   }
 }
 
+// Auxiliary-loss-free balancing steers routing with per-expert biases that training updates: they are state
+// a resumed run needs. Checkpoints (and titan-layout exports) carry them; resuming reproduces the uninterrupted
+// run bit for bit, which it would not with the biases back at zero.
 TEST(Train, ResumeKeepsTheExpertBiasesOfLossFreeBalancing) {
   std::string d = tmpdir("resume_bias");
   JobConfig c = tiny_job(d);

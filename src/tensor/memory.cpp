@@ -143,7 +143,7 @@ void check_memory_budget(double bytes, const std::string& what) {
 }
 
 // A step whose sizes move from step to step (an MoE layer's rows follow its routing) would miss an exact-size
-// pool every step and fault in fresh pages, which the kernel zeroes (the EP 2 closed-loop layout: ~6k page faults
+// pool every step and fault in fresh pages, which the kernel zeroes (the EP 2 closed-loop layout: ~4k page faults
 // a step and rank, a 7.6 MB gather 16 ms on a 2-core VM). So a block of 256 KiB or more is served from the
 // smallest free block of its class up to twice its size (best fit; the block keeps its class, `lent`).
 void* pool_allocate(size_t nbytes) {

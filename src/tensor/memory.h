@@ -6,8 +6,9 @@
 // real run would need: parameters, gradients, optimizer state, activations,
 // communication buffers, current and peak.
 //
-// CPU data comes from a caching pool of size classes (at most 1/8 above the
-// request): a training step allocates about the same sizes every step, so after
+// CPU data comes from a caching pool of size classes (64 B steps to 4 KiB, 4 KiB
+// steps to 256 KiB, then at most 1/8 above the request): a training step
+// allocates about the same sizes every step, so after
 // the first steps no buffer hits malloc/mmap (and the kernel's page zeroing)
 // again; a block of 256 KiB or more may take a free block up to twice its size
 // (sizes that follow an MoE routing move from step to step). `empty_cache()`
