@@ -28,8 +28,7 @@ std::vector<std::vector<double>> meta_routing_weights(const JobConfig& cfg) {
     w = parse_routing_histogram(sc.moe_routing_histogram);
     TITAN_CHECK((int64_t)w[0].size() == cfg.model.moe_num_experts, "config error: simulation.moe_routing_histogram gives ",
                 w[0].size(), " counts, model.moe_num_experts is ", cfg.model.moe_num_experts);
-    int64_t moe_layers = 0;
-    for (int64_t i = 0; i < cfg.model.n_layers; ++i) moe_layers += cfg.model.is_moe_layer(i);
+    const int64_t moe_layers = cfg.model.moe_layers_before(cfg.model.n_layers);
     TITAN_CHECK(w.size() == 1 || (int64_t)w.size() == moe_layers, "config error: simulation.moe_routing_histogram "
                 "gives ", w.size(), " lists (one per MoE layer, separated by ';'), the model has ", moe_layers,
                 " MoE layers; give one list for every layer alike, or one per MoE layer");

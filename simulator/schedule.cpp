@@ -71,12 +71,12 @@ struct Lane {
     std::string name;
     int64_t event = -1;  // the first member's
   } fused;
-  std::map<int, int64_t> collectives_seen;  // per member set (Schedule::member_set_id): collectives issued
+  std::map<int, int64_t> collectives_seen;  // per member set (Group::member_set): collectives issued
   // What a process group is to this lane, worked out at its first transfer (by group id; a pipeline peer by
-  // its rank): its members sorted and their set's id, the other simulated members, where it spans the
+  // its rank): its member set's id, the other simulated members, where it spans the
   // system, its stream, the transfer times by operation and size. The same answer every time: a cache.
   struct Group {
-    std::vector<int> sorted, others;
+    std::vector<int> others;
     int member_set = -1;
     GroupSpan span;
     std::string stream;
@@ -318,12 +318,12 @@ class Schedule {
     Lane::Group& g = it->second;
     if (!first) return g;
     const std::vector<int>& members = *e.group.world_ranks;
-    g.sorted = members;
-    std::sort(g.sorted.begin(), g.sorted.end());
-    std::set_intersection(g.sorted.begin(), g.sorted.end(), simulated_.begin(), simulated_.end(),
+    std::vector<int> sorted = members;
+    std::sort(sorted.begin(), sorted.end());
+    std::set_intersection(sorted.begin(), sorted.end(), simulated_.begin(), simulated_.end(),
                           std::back_inserter(g.others));
     g.others.erase(std::remove(g.others.begin(), g.others.end(), l.rank), g.others.end());
-    g.member_set = member_sets_.try_emplace(g.sorted, (int)member_sets_.size()).first->second;
+    g.member_set = member_sets_.try_emplace(std::move(sorted), (int)member_sets_.size()).first->second;
     g.span = group_span(sys_, rpc_, members);
     g.stream = stream_for(l, e, "comm:");
     return g;

@@ -140,17 +140,26 @@ TEST(Train, ResumeReproducesTheUninterruptedRun) {
 
 // An MoE run ends with its routing, summed over the MoE layers and per layer, as simulation.moe_routing_histogram
 // takes it back: one list per MoE layer, each layer's counts adding up to the (token, k) pairs it routed.
-TEST(Train, MoERunPrintsItsRoutingPerLayerForTheSimulator) {
-  std::string d = tmpdir("routing_lines");
+namespace {
+// tiny_job as a Qwen3-MoE: 4 experts, top 2, expert width 16; the first `first_dense` blocks dense (width
+// `hidden`)
+JobConfig tiny_moe_job(const std::string& d, int64_t first_dense, int64_t hidden) {
   JobConfig c = tiny_job(d);
   c.model.name = decoder::Family::qwen3_moe;
   decoder::apply_preset(c.model, {});
   c.model.moe_num_experts = 4;
   c.model.moe_top_k = 2;
   c.model.moe_hidden_dim = 16;
+  c.model.moe_first_dense = first_dense;
+  c.model.hidden_dim = hidden;
+  return c;
+}
+}  // namespace
+
+TEST(Train, MoERunPrintsItsRoutingPerLayerForTheSimulator) {
+  std::string d = tmpdir("routing_lines");
+  JobConfig c = tiny_moe_job(d, 1, 16);  // layer 0 dense: the lists are the MoE layers'
   c.model.n_layers = 3;
-  c.model.moe_first_dense = 1;  // layer 0 dense: the lists are the MoE layers'
-  c.model.hidden_dim = 16;
   c.training.steps = 2;
   c.validation.enabled = false;
   ::testing::internal::CaptureStdout();
@@ -167,8 +176,7 @@ TEST(Train, MoERunPrintsItsRoutingPerLayerForTheSimulator) {
   ASSERT_FALSE(per.empty()) << out;
   const auto layers = parse_routing_histogram(per);
   const auto summed = parse_routing_histogram(all);
-  int64_t moe_layers = 0;
-  for (int64_t i = 0; i < c.model.n_layers; ++i) moe_layers += c.model.is_moe_layer(i);
+  const int64_t moe_layers = c.model.moe_layers_before(c.model.n_layers);
   ASSERT_GE(moe_layers, 1);
   ASSERT_EQ((int64_t)layers.size(), moe_layers) << per;
   ASSERT_EQ(summed.size(), 1u);
@@ -189,14 +197,7 @@ TEST(Train, MoERunPrintsItsRoutingPerLayerForTheSimulator) {
 // run bit for bit, which it would not with the biases back at zero.
 TEST(Train, ResumeKeepsTheExpertBiasesOfLossFreeBalancing) {
   std::string d = tmpdir("resume_bias");
-  JobConfig c = tiny_job(d);
-  c.model.name = decoder::Family::qwen3_moe;
-  decoder::apply_preset(c.model, {});
-  c.model.moe_num_experts = 4;
-  c.model.moe_top_k = 2;
-  c.model.moe_hidden_dim = 16;
-  c.model.moe_first_dense = 0;
-  c.model.hidden_dim = 0;
+  JobConfig c = tiny_moe_job(d, 0, 0);
   c.model.moe_bias_update_rate = 0.05;
   c.training.steps = 6;
   c.lr_scheduler.schedule = LRShape::constant;

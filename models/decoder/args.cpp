@@ -435,8 +435,7 @@ double Args::flops_per_token(int64_t seq_len) const {
 std::string Args::describe() const {
   std::string ffn = "ffn " + std::to_string(hidden_dim);
   if (moe_enabled) {
-    int64_t n_moe = 0;
-    for (int64_t i = 0; i < n_layers; ++i) n_moe += is_moe_layer(i);
+    const int64_t n_moe = moe_layers_before(n_layers);
     ffn = std::to_string(moe_num_experts) + " experts (top-" + std::to_string(moe_top_k) + ", " +
           config::enum_name(moe_score_func) + (moe_n_group > 1 ? ", " + std::to_string(moe_topk_group) + " of " +
                                                                      std::to_string(moe_n_group) + " groups"

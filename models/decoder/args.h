@@ -109,6 +109,11 @@ struct Args {
     return 1.0 + nope_attn_scale * std::log1p(std::floor((double)(position + 1) / (double)nope_floor_scale));
   }
   bool is_moe_layer(int64_t i) const { return moe_enabled && i >= moe_first_dense && (i + 1) % moe_every == 0; }
+  int64_t moe_layers_before(int64_t i) const {  // MoE layers among blocks [0, i) (n_layers: all of them)
+    int64_t n = 0;
+    for (int64_t j = 0; j < i; ++j) n += is_moe_layer(j);
+    return n;
+  }
   bool any_dense_layer() const;
   bool every_layer_moe() const { return moe_enabled && moe_every == 1 && moe_first_dense == 0; }
   int64_t shared_expert_hidden() const { return moe_shared_expert ? moe_shared_expert_width * moe_hidden_dim : 0; }

@@ -299,11 +299,7 @@ Tensor MoE::forward(const Tensor& x) const {
 
 DecoderLayer::DecoderLayer(const Args& a, int64_t layer) {
   self_attn = &register_module("self_attn", std::make_unique<Attention>(a, layer));
-  if (a.is_moe_layer(layer)) {
-    int64_t before = 0;  // MoE layers before this one
-    for (int64_t i = 0; i < layer; ++i) before += a.is_moe_layer(i);
-    moe = &register_module("mlp", std::make_unique<MoE>(a, before));
-  }
+  if (a.is_moe_layer(layer)) moe = &register_module("mlp", std::make_unique<MoE>(a, a.moe_layers_before(layer)));
   else mlp = &register_module("mlp", std::make_unique<MLP>(a, a.hidden_dim));
   auto norm = [&](const char* hf_name) {
     return &register_module(hf_name, std::make_unique<nn::Norm>(a.dim, a.norm_type, a.norm_eps, a.norm_weight_offset()));
