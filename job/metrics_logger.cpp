@@ -80,10 +80,13 @@ void MetricsLogger::step(int64_t step, const StepResult& r, double lr) {
   if (!r.expert_load.empty()) {
     expert_total_.resize(r.expert_load[0].size(), 0.0);
     expert_by_layer_.resize(r.expert_load.size());
+    expert_interval_.resize(r.expert_load.size());
     for (size_t l = 0; l < r.expert_load.size(); ++l) {
       const auto& layer = r.expert_load[l];
       expert_by_layer_[l].resize(layer.size(), 0.0);
+      expert_interval_[l].resize(layer.size(), 0.0);
       for (size_t e = 0; e < layer.size(); ++e) expert_by_layer_[l][e] += layer[e];
+      for (size_t e = 0; e < layer.size(); ++e) expert_interval_[l][e] += layer[e];
       for (size_t e = 0; e < layer.size() && e < expert_total_.size(); ++e) expert_total_[e] += layer[e];
     }
     for (auto& layer : r.expert_load) {  // min / mean / max over experts, averaged over layers
@@ -206,6 +209,15 @@ void MetricsLogger::step(int64_t step, const StepResult& r, double lr) {
       row["link_in_s"] = l;
       row["straggler"] = straggler;
     }
+    if (!expert_interval_.empty()) {  // routed tokens per expert and MoE layer since the last line: a step's own
+      // routing, layer by layer (simulation.moe_routing_histogram's form), for planning that step
+      std::string hist;
+      for (const auto& layer : expert_interval_) {
+        if (!hist.empty()) hist += ";";
+        for (size_t e = 0; e < layer.size(); ++e) hist += (e ? "," : "") + fmt("%.0f", layer[e]);
+      }
+      row["expert_load"] = hist;
+    }
     if (!waits.empty()) {  // seconds each rank waited in the interval's collectives, by world rank
       nlohmann::ordered_json w = nlohmann::ordered_json::array();
       for (double t : waits) w.push_back(rounded("%.4f", t));
@@ -214,6 +226,7 @@ void MetricsLogger::step(int64_t step, const StepResult& r, double lr) {
     }
     jsonl_->write(row_text(row));
   }
+  for (auto& layer : expert_interval_) std::fill(layer.begin(), layer.end(), 0.0);
   fold_peak();
   mem.reset_peak();
   t_log_ = wall_seconds();

@@ -45,6 +45,7 @@ class MetricsLogger {
   double load_min_ = 0, load_mean_ = 0, load_max_ = 0;
   int64_t load_steps_ = 0;
   std::vector<double> expert_total_;  // tokens per expert over the run, summed over MoE layers and ranks
+  std::vector<std::vector<double>> expert_interval_;  // the same since the last step line (metrics.jsonl)
   std::vector<std::vector<double>> expert_by_layer_;  // the same per MoE layer (the per-layer routing line)
   // across hosts: the links timed at every step line (metrics.link_probe_mib per host, left out of the
   // throughput), the straggler named on the line ("straggler: h3's link: ...") and the times in metrics.jsonl

@@ -93,20 +93,26 @@ def measure(build, system, folder, ranks, config, flags, steps):
         sys.exit(f"failed: {' '.join(cmd)}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
     text = out.stdout + out.stderr
     sim_step, sim_exposed = sim_figures(text)
-    # MoE: the routing the run made is the workload's, not the spec's: plan the step with it, layer by layer
-    h = re.search(r"expert load per MoE layer \([^:]*\): ([0-9,;]+)", text)
-    if h:
-        plan = subprocess.run(cmd + ["--simulation.enabled", "true", "--simulation.world_size", str(ranks),
-                                     "--simulation.moe_routing_histogram", h.group(1),
-                                     "--job.dump_folder", folder + "_plan"], cwd=ROOT, env=ENV, capture_output=True,
-                              text=True)
-        ptext = plan.stdout + plan.stderr
-        if plan.returncode != 0:
-            sys.exit(f"failed: planning {folder} with the run's routing\n{ptext[-3000:]}")
-        sim_step, sim_exposed = sim_figures(ptext)
     rows = [json.loads(l) for l in open(os.path.join(folder, "metrics.jsonl")) if '"tps"' in l]
     t = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(rows, rows[1:])][2:]  # past the first steps
     exposed = [r["comm_exposed_s"] for r in rows[3:]]
+    # MoE: the routing the run made is the workload's, not the spec's: each timed step planned with its own
+    # routing, layer by layer (a step waits for the busiest rank of each layer in that step; the run's summed
+    # routing evens that out), the median of those plans against the median measured step
+    loads = [(r["step"], r["expert_load"]) for r in rows[3:] if "expert_load" in r]
+    if loads:
+        plans = []
+        for i, h in loads:
+            plan = subprocess.run(cmd + ["--simulation.enabled", "true", "--simulation.world_size", str(ranks),
+                                         "--simulation.moe_routing_histogram", h,
+                                         "--job.dump_folder", f"{folder}_plan{i}"], cwd=ROOT, env=ENV,
+                                  capture_output=True, text=True)
+            ptext = plan.stdout + plan.stderr
+            if plan.returncode != 0:
+                sys.exit(f"failed: planning {folder} with step {i}'s routing\n{ptext[-3000:]}")
+            plans.append(sim_figures(ptext))
+        sim_step = statistics.median(p[0] for p in plans)
+        sim_exposed = statistics.median(p[1] for p in plans)
     return statistics.median(t), statistics.median(exposed) if exposed else 0.0, sim_step, sim_exposed
 
 

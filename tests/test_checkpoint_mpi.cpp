@@ -23,8 +23,11 @@ namespace fs = std::filesystem;
 namespace {
 int rank() { return comms::world_rank(); }
 
-std::string folder() {  // one per test run, shared by the ranks
-  const std::string f = (fs::temp_directory_path() / "titan_checkpoint_mpi").string();
+std::string folder() {  // one per test run, shared by the ranks (named by the world size: ctest runs np2 and np3 at
+                         // once, and a rank 0 clearing the other run's folder failed it)
+  int n = 1;
+  MPI_Comm_size(comms::world_comm(), &n);
+  const std::string f = (fs::temp_directory_path() / ("titan_checkpoint_mpi_np" + std::to_string(n))).string();
   if (rank() == 0) {
     fs::remove_all(f);
     fs::create_directories(f);

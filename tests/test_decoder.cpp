@@ -132,7 +132,7 @@ void check_against_reference(const std::string& file) {
 // distance is one draw of its rounding noise, so both sides draw several: the reference's bf16 run from its
 // weights and from weights nudged by a relative 1e-5 (re-rolling each rounding, far below bf16's spacing),
 // titan's the same way with its own nudges. Contract (issue 27): titan's mean bf16 distance is within `slack`
-// of PyTorch's mean, and bf16 took effect (titan's bf16 distance well above its float32 one).
+// of PyTorch's mean, and bf16 took effect (titan's bf16 curve stands apart from its float32 one).
 std::vector<double> adamw_curve(Golden& g, size_t steps, DType compute, uint64_t nudge_seed = 0) {
   decoder::Decoder m(g.args);
   g.load(m);
@@ -179,8 +179,14 @@ void check_bf16_curve(const std::string& file, double slack) {
   for (size_t r = 0; r * steps < nudged.size(); ++r)
     d_torch.push_back(rms_rel({nudged.begin() + r * steps, nudged.begin() + (r + 1) * steps}, f64));
   std::vector<double> d_titan;
-  for (size_t r = 0; r < d_torch.size(); ++r) d_titan.push_back(rms_rel(adamw_curve(g, steps, DType::BF16, r), f64));
-  const double d_titan32 = rms_rel(adamw_curve(g, steps, DType::F32), f64);
+  std::vector<double> bf16_first;  // titan's first bf16 curve (no nudge)
+  for (size_t r = 0; r < d_torch.size(); ++r) {
+    const auto curve = adamw_curve(g, steps, DType::BF16, r);
+    if (r == 0) bf16_first = curve;
+    d_titan.push_back(rms_rel(curve, f64));
+  }
+  const std::vector<double> titan32 = adamw_curve(g, steps, DType::F32);
+  const double d_titan32 = rms_rel(titan32, f64);
   const double d_torch32 = rms_rel(g.f.read_f32("ref/losses_f32").template to_vector<double>(), f64);
   auto mean = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / (double)v.size(); };
   auto range = [](const std::vector<double>& v) {
@@ -193,7 +199,10 @@ void check_bf16_curve(const std::string& file, double slack) {
   EXPECT_LE(mean(d_titan), slack * mean(d_torch)) << "titan's bf16 curves stray further from float64 than PyTorch's";
   // and not much closer: a bf16 that skipped most roundings would be (measured 0.74 and 1.05)
   EXPECT_GE(mean(d_titan), 0.5 * mean(d_torch)) << "titan's bf16 curves are far closer to float64 than PyTorch's";
-  EXPECT_GE(d_titan[0], 10 * d_titan32) << "bf16 autocast changed nothing";
+  // the bf16 curve stands apart from titan's own float32 curve by a good part of what bf16 costs PyTorch (a
+  // single float32 curve's distance to float64 is no yardstick: an MoE's routing flips on a rounding, measured
+  // 3.8e-4 and 1.5e-3 for the same model on two float32 GEMM kernels of the experts)
+  EXPECT_GE(rms_rel(bf16_first, titan32), 0.25 * mean(d_torch)) << "bf16 autocast changed nothing";
 }
 }  // namespace
 

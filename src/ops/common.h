@@ -93,6 +93,13 @@ template <typename T>
 void gemm_blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
                int64_t ldb, T beta, T* C, int64_t ldc);
 
+// A float32 GEMM run by the calling thread alone, its bits a function of the shapes only (one work item of a
+// parallel loop; a product that must come out the same on any thread count: the experts' blocks): oneDNN's sgemm
+// where gemm<float> runs on oneDNN (AVX512; measured 2.1-2.6x OpenBLAS's sgemm on one Zen 4 core for the
+// 128-row blocks of K, N = 128-256 the experts run), else OpenBLAS's sgemm.
+void gemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
 // The same GEMM on float32 operands read as bfloat16 (each rounded to nearest even) with float32 accumulation:
 // a bf16 mixed-precision region's GEMM (oneDNN where this CPU has a bf16 kernel, else sgemm on the roundings).
 void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
@@ -106,8 +113,8 @@ struct Bf16Operand {
 };
 void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A, Bf16Operand B,
                float beta, float* C, int64_t ldc);
-// The same product on OpenBLAS whatever the CPU: sgemm on the rounded operands (the same products and float32
-// sums as gemm_bf16, in OpenBLAS's order: the same bits on any thread count; callable inside parallel regions).
+// The same product as gemm_serial runs it: on the rounded operands (the same products and float32 sums as
+// gemm_bf16, in another order: the same bits on any thread count; callable inside parallel regions).
 void gemm_bf16_blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A, Bf16Operand B,
                     float beta, float* C, int64_t ldc);
 // The same product on bf16 bits, run by the calling thread alone: the GEMM of one task inside a parallel region

@@ -247,6 +247,34 @@ void gemm_blas<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double
               alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
 
+namespace {
+// RAII: the calling thread's parallel regions (oneDNN's sgemm splits over omp_get_max_threads()) one thread wide
+class OneThread {
+ public:
+  OneThread() : prev_(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~OneThread() { omp_set_num_threads(prev_); }
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+
+ private:
+  int prev_;
+};
+}  // namespace
+
+void gemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (!dnnl_state().f32) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
+                (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    return;
+  }
+  OneThread one;
+  const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  TITAN_CHECK(st == dnnl_success, "gemm_serial: oneDNN's sgemm failed (status ", (int)st, ") on ", M, "x", N, "x", K,
+              " (lda ", lda, ", ldb ", ldb, ", ldc ", ldc, ")");
+}
+
 template <>
 void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
@@ -306,7 +334,7 @@ void gemm_bf16_blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alp
   const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
   if (K > 0) check_operands("gemm_bf16_blas", A, ac, B, bc);
   const std::vector<float> a = rounded(A, ar, ac), b = rounded(B, br, bc);
-  gemm_blas<float>(ta, tb, M, N, K, alpha, a.data(), std::max<int64_t>(1, ac), b.data(), std::max<int64_t>(1, bc),
+  gemm_serial(ta, tb, M, N, K, alpha, a.data(), std::max<int64_t>(1, ac), b.data(), std::max<int64_t>(1, bc),
                    beta, C, ldc);
 }
 

@@ -15,10 +15,11 @@ std::vector<int64_t> offsets_of(const std::vector<int64_t>& counts) {
   return off;
 }
 
-// The experts' GEMMs as work items. An expert's products on sgemm (float32, float64, small bf16 experts) are cut
-// into blocks of a fixed size: its rows in kBlock-row blocks for the output and grad_input GEMMs, its weight's
+// The experts' GEMMs as work items. An expert's products off oneDNN's threaded matmul (float32, float64, small bf16
+// experts) are cut into blocks of a fixed size: its rows in kBlock-row blocks for the output and grad_input GEMMs, its weight's
 // columns in kBlock-column blocks for grad_weight (never its rows: they are that GEMM's sum), each block one
-// single-threaded sgemm, all blocks of all experts side by side, largest first. The cut depends on the shapes
+// GEMM run by its thread alone (gemm_serial; float64: OpenBLAS dgemm), all blocks of all experts side by side,
+// largest first. The cut depends on the shapes
 // alone, so an expert's numbers are the same on any thread count and any expert-parallel layout (OpenBLAS's own
 // threading is not: its Haswell kernels, which it runs on AMD Zen 4, give other bits for other row splits).
 // oneDNN's experts (large bf16 ones) run one at a time, whole, with oneDNN's threads.
@@ -49,9 +50,10 @@ void for_each_block(std::vector<Block> blocks, bool one_at_a_time, const std::ve
   errors.rethrow();
 }
 
-// Which GEMM an expert's products run on: float32 / float64 on OpenBLAS; bf16 on oneDNN for experts whose weight
-// holds over 2^18 elements (one at a time: oneDNN's AMX kernels outrun sgemm there), else sgemm on the rounded
-// operands, side by side (a oneDNN call's fixed cost and its packing outweigh such a product: measured on the
+// Which GEMM an expert's products run on: float32 on gemm_serial (oneDNN's sgemm on AVX512, else OpenBLAS's),
+// float64 on OpenBLAS; bf16 on oneDNN for experts whose weight
+// holds over 2^18 elements (one at a time: oneDNN's AMX kernels outrun sgemm there), else gemm_serial on the
+// rounded operands, side by side (a oneDNN call's fixed cost and its packing outweigh such a product: measured on the
 // gpt-oss debug experts, 128 x 256, bf16 one at a time ran 0.8x float32 side by side). The rule reads the weight's
 // shape only: the same kernel on any thread count and any expert-parallel layout.
 struct ExpertGemm {
@@ -63,6 +65,7 @@ struct ExpertGemm {
     if constexpr (std::is_same_v<T, float>) {
       if (onednn) return gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
       if (bf16) return gemm_bf16_blas(ta, tb, M, N, K, alpha, {A, nullptr, lda}, {B, nullptr, ldb}, beta, C, ldc);
+      return gemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     }
     gemm_blas<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
