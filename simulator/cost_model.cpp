@@ -70,9 +70,10 @@ KernelTime kernel_time(const ChipSpec& c, int rpc, const Kernel& k, ExecMode mod
     t.efficiency = rate / gpeak * real / padded;
     t.compute_s = padded / rate;
   } else if (k.kind == KernelKind::Attention) {  // a float32 run's attention on the float32 units too
-    t.efficiency = c.attention_efficiency;
+    t.efficiency = k.attention.backward && c.attention_backward_efficiency > 0 ? c.attention_backward_efficiency
+                                                                               : c.attention_efficiency;
     const double ratio = k.precision == GemmPrecision::fp32 ? gemm_peak_tflops(c, k.precision) / c.peak_tflops : 1.0;
-    t.compute_s = k.flops / (peak * ratio * c.attention_efficiency);
+    t.compute_s = k.flops / (peak * ratio * t.efficiency);
   } else {
     t.compute_s = k.flops / (c.vector_tflops * 1e12 / rpc);
   }

@@ -5,7 +5,8 @@
 // Kernels (roofline): a rank owns 1/ranks_per_chip of its chip (cores, HBM
 // bandwidth). time = max(compute, memory) + launch overhead, with
 //   GEMM:      2*b*pad(m)*pad(n)*pad(k) / (peak * gemm_efficiency(GFLOP of the call))
-//   attention: flops / (peak * attention_efficiency)   (fused flash kernel)
+//   attention: flops / (peak * attention_efficiency)   (fused flash kernel; its backward at
+//              attention_backward_efficiency where the spec gives one)
 //   other:     flops / vector_tflops
 //   memory:    bytes / (hbm * memory_efficiency)
 // and the overhead of the execution mode (eager: every op is a kernel;

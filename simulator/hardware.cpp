@@ -226,7 +226,7 @@ ChipSpec read_chip(const std::string& file, const std::vector<SpecEdit>& edits) 
   if (!n.IsMap()) fail(file, "expected a map of chip figures");
   check_keys(n,
              {"name", "cores", "peak_tflops", "headline_tflops", "mfu_peak_tflops", "vector_tflops", "hbm_gib",
-              "hbm_tbps", "memory_efficiency", "attention_efficiency", "eager_launch_us", "compiled_launch_us",
+              "hbm_tbps", "memory_efficiency", "attention_efficiency", "attention_backward_efficiency", "eager_launch_us", "compiled_launch_us",
               "comm_interference", "gemm_tile", "gemm_efficiency", "attention_kernels", "gemm_power_limit_tflops",
               "eager_host_us", "compiled_host_us", "local_comm_gbps", "local_comm_latency_us", "gemm_efficiency_per",
               "fp8_tflops", "mxfp8_tflops", "fp32_tflops", "engines"},
@@ -246,6 +246,8 @@ ChipSpec read_chip(const std::string& file, const std::vector<SpecEdit>& edits) 
   c.hbm_tbps = number(n, "hbm_tbps", file);
   c.memory_efficiency = number(n, "memory_efficiency", file);
   c.attention_efficiency = number(n, "attention_efficiency", file);
+  c.attention_backward_efficiency =
+      n["attention_backward_efficiency"] ? number(n, "attention_backward_efficiency", file) : 0.0;
   c.eager_launch_us = number(n, "eager_launch_us", file, true);
   c.compiled_launch_us = number(n, "compiled_launch_us", file, true);
   c.eager_host_us = n["eager_host_us"] ? number(n, "eager_host_us", file, true) : 0.0;
@@ -263,8 +265,8 @@ ChipSpec read_chip(const std::string& file, const std::vector<SpecEdit>& edits) 
   }
   c.comm_interference = n["comm_interference"] ? number(n, "comm_interference", file, true) : 0.0;
   if (c.comm_interference >= 1) fail(file, "key 'comm_interference' must be < 1");
-  for (const char* k : {"memory_efficiency", "attention_efficiency"})
-    if (n[k].as<double>() > 1) fail(file, std::string("key '") + k + "' must be <= 1");
+  for (const char* k : {"memory_efficiency", "attention_efficiency", "attention_backward_efficiency"})
+    if (n[k] && n[k].as<double>() > 1) fail(file, std::string("key '") + k + "' must be <= 1");
   if (n["attention_kernels"]) {
     if (!n["attention_kernels"].IsMap()) fail(file, "key 'attention_kernels' must be a map of kernel: fraction of peak");
     for (const auto& kv : n["attention_kernels"]) {

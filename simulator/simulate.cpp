@@ -47,6 +47,7 @@ void load_target(const JobConfig& cfg, int world, SystemSpec& sys, ChipSpec& chi
            "); drop the key for the chip's default kernel or add the kernel's published efficiency to the spec");
     }
     chip.attention_efficiency = it->second;
+    chip.attention_backward_efficiency = 0;  // a published kernel's one fraction, forward and backward
   }
   const int rpc = (int)sc.ranks_per_chip;
   TITAN_CHECK(world % rpc == 0, "simulation: world size ", world, " is not divisible by ranks_per_chip ", rpc,

@@ -107,6 +107,40 @@ TEST(CostModel, RooflineGemmIsComputeBoundWithTableEfficiency) {
   EXPECT_NEAR(t1.overhead_s, 10e-6, 1e-15);
 }
 
+// A fused attention kernel at attention_efficiency; its backward at attention_backward_efficiency where the spec
+// gives one (titan-calibrate times the two apart), else at the same fraction; a fraction above 1 is refused.
+TEST(CostModel, AttentionBackwardHasItsOwnEfficiencyWhereGiven) {
+  ChipSpec c = test_chip();
+  Kernel k;
+  k.kind = KernelKind::Attention;
+  k.flops = 1e12;
+  k.attention = AttentionShape{1e9, 64, 64, /*backward=*/false};
+  const double fwd = kernel_time(c, 1, k, ExecMode::Compiled).compute_s;
+  EXPECT_NEAR(fwd, 1e12 / (100e12 * 0.5), 1e-12);
+  k.attention.backward = true;
+  EXPECT_NEAR(kernel_time(c, 1, k, ExecMode::Compiled).compute_s, fwd, 1e-12);  // no backward figure: the same
+  c.attention_backward_efficiency = 0.25;
+  EXPECT_NEAR(kernel_time(c, 1, k, ExecMode::Compiled).compute_s, 1e12 / (100e12 * 0.25), 1e-12);
+  k.attention.backward = false;
+  EXPECT_NEAR(kernel_time(c, 1, k, ExecMode::Compiled).compute_s, fwd, 1e-12);  // the forward unchanged
+  const std::string dir = (fs::temp_directory_path() / "titan_attention_bwd_spec").string();
+  fs::create_directories(dir);
+  const std::string chip = dir + "/chip.yaml";
+  auto write = [&](const std::string& bwd) {
+    std::ofstream(chip) << "name: t\ncores: 1\npeak_tflops: 1\nvector_tflops: 1\nhbm_gib: 1\nhbm_tbps: 1\n"
+                           "memory_efficiency: 1\nattention_efficiency: 0.3\nattention_backward_efficiency: "
+                        << bwd << "\neager_launch_us: 1\ncompiled_launch_us: 1\ngemm_tile: [1, 1, 1]\n"
+                                  "gemm_efficiency: [[1, 0.5]]\n";
+  };
+  write("0.4");
+  EXPECT_DOUBLE_EQ(load_chip(chip).attention_backward_efficiency, 0.4);
+  write("1.4");
+  const std::string e = error_of([&] { load_chip(chip); });
+  EXPECT_NE(e.find("'attention_backward_efficiency' must be <= 1"), std::string::npos) << e;
+  EXPECT_NE(e.find(chip), std::string::npos) << e;
+  fs::remove_all(dir);
+}
+
 // FP8 GEMMs: priced at peak x (FP8 headline / BF16 headline) with the same efficiency table and power limit;
 // a precision the chip has no rate for is refused, naming the chip and the key.
 TEST(CostModel, Fp8GemmsArePricedAtTheChipsFp8Rate) {

@@ -190,6 +190,23 @@ TEST(Train, MoERunPrintsItsRoutingPerLayerForTheSimulator) {
     ASSERT_EQ(l.size(), 4u);
     EXPECT_EQ(l[0] + l[1] + l[2] + l[3], pairs);
   }
+  // metrics.jsonl: each line's own routing (the steps since the line before), layer by layer, for planning that
+  // step; the lines add up to the run's
+  std::ifstream jf(c.job.dump_folder + "/metrics.jsonl");
+  std::vector<std::vector<double>> lines_sum(layers.size(), std::vector<double>(4, 0.0));
+  int rows = 0;
+  for (std::string row; std::getline(jf, row);) {
+    const auto j = nlohmann::json::parse(row);
+    if (!j.contains("tps")) continue;
+    ASSERT_TRUE(j.contains("expert_load")) << row;
+    const auto step_layers = parse_routing_histogram(j["expert_load"].get<std::string>());
+    ASSERT_EQ(step_layers.size(), layers.size()) << row;
+    for (size_t l = 0; l < layers.size(); ++l)
+      for (size_t e = 0; e < 4; ++e) lines_sum[l][e] += step_layers[l][e];
+    ++rows;
+  }
+  EXPECT_EQ(rows, 2) << "a line per step (log_freq " << c.metrics.log_freq << ": the first and the last step)";
+  EXPECT_EQ(lines_sum, layers);
 }
 
 // Auxiliary-loss-free balancing steers routing with per-expert biases that training updates: they are state
