@@ -339,7 +339,8 @@ std::string write_spec(const std::string& out_dir, const std::string& name, cons
   const sim::ChipSpec chip = sim::load_chip(sys.chip_name);
   log_info("calibrate: peak " + num(chip.peak_tflops * 1e3) + " GFLOP/s, vector " + num(n * K.vector * 1e3) +
            " GFLOP/s, memory " + num(n * K.hbm * 1e3) + " GB/s, attention " + fmt("%.1f", 100 * K.attn_eff) +
-           " / " + fmt("%.1f", 100 * K.attn_bwd_eff) + "% of peak (forward / backward), " + num(K.launch_us) + " us per op" + each + " [" + name + "]");
+           " / " + fmt("%.1f", 100 * K.attn_bwd_eff) + "% of peak (forward / backward), " + num(K.launch_us) +
+           " us per op" + each + " [" + name + "]");
   return sys_file;
 }
 }  // namespace

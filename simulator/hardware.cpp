@@ -226,8 +226,9 @@ ChipSpec read_chip(const std::string& file, const std::vector<SpecEdit>& edits) 
   if (!n.IsMap()) fail(file, "expected a map of chip figures");
   check_keys(n,
              {"name", "cores", "peak_tflops", "headline_tflops", "mfu_peak_tflops", "vector_tflops", "hbm_gib",
-              "hbm_tbps", "memory_efficiency", "attention_efficiency", "attention_backward_efficiency", "eager_launch_us", "compiled_launch_us",
-              "comm_interference", "gemm_tile", "gemm_efficiency", "attention_kernels", "gemm_power_limit_tflops",
+              "hbm_tbps", "memory_efficiency", "attention_efficiency", "attention_backward_efficiency",
+              "eager_launch_us", "compiled_launch_us", "comm_interference", "gemm_tile", "gemm_efficiency",
+              "attention_kernels", "gemm_power_limit_tflops",
               "eager_host_us", "compiled_host_us", "local_comm_gbps", "local_comm_latency_us", "gemm_efficiency_per",
               "fp8_tflops", "mxfp8_tflops", "fp32_tflops", "engines"},
              file, "");
