@@ -119,20 +119,30 @@ struct Waiting {  // RAII: this thread waits on the communication thread
 // Completes a nonblocking MPI operation from the communication thread. MPI progresses a nonblocking collective
 // (its rounds, a large message's fragments) only inside a call, so each poll is a step of the collective. While
 // a thread waits on it the rank computes nothing: test in a tight loop (yielding the core to a runnable thread,
-// if any). Otherwise (a prefetch or a gradient reduction in flight under the compute) test in a tight loop for
-// the first ~50 us, then nap 20 us between tests: polling would take the core the compute needs (two ranks on
-// two cores). Napping while a thread waits made each collective of a TP step ~1 ms on two ranks (one round a
-// nap of ~90 us), 4-5x what the exchange costs.
+// if any), for up to 2 ms of waiting (a peer that is that late is computing still; on a machine with more ranks
+// than cores the spin would take its turns). Otherwise (a prefetch or a gradient reduction in flight under the
+// compute) test in a tight loop for the first ~50 us, then nap 20 us between tests: polling would take the core
+// the compute needs (two ranks on two cores). Napping while a thread waits made each collective of a TP step
+// ~1 ms on two ranks (one round a nap of ~90 us), 4-5x what the exchange costs.
 void complete(MPI_Request& req, const char* what) {
-  const auto t0 = std::chrono::steady_clock::now();
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  auto waited_since = clock::time_point::max();  // when a waiting thread was first seen (max: none waits)
   int done = 0;
   for (;;) {
     check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
     if (done) return;
-    if (g_waiters.load(std::memory_order_relaxed) > 0)
-      sched_yield();
-    else if (std::chrono::steady_clock::now() - t0 > std::chrono::microseconds(50))
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    const auto now = clock::now();
+    if (g_waiters.load(std::memory_order_relaxed) > 0) {
+      if (waited_since == clock::time_point::max()) waited_since = now;
+      if (now - waited_since < std::chrono::milliseconds(2)) {
+        sched_yield();
+        continue;
+      }
+    } else {
+      waited_since = clock::time_point::max();
+    }
+    if (now - t0 > std::chrono::microseconds(50)) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }
 

@@ -187,8 +187,8 @@ std::string num(double v) { return fmt("%.4g", v); }  // log.h's one number form
 // bandwidth's repetitions are synchronized one by one too).
 struct Kernels {
   std::vector<std::pair<double, double>> table;  // (GFLOP per GEMM, fraction of peak), quarter-decade means
-  double peak = 0, hbm = 0, vector = 0, attn_eff = 0, attn_bwd_eff = 0, launch_us = 0;  // TFLOP/s, TB/s, TFLOP/s,
-                                                                                      // fractions, us
+  // TFLOP/s, TB/s, TFLOP/s, fractions of peak (attention forward, backward), us
+  double peak = 0, hbm = 0, vector = 0, attn_eff = 0, attn_bwd_eff = 0, launch_us = 0;
 };
 Kernels measure_kernels(double budget, const std::function<void()>& sync, bool shared) {
   Kernels K;

@@ -111,6 +111,7 @@ def measure(build, system, folder, ranks, config, flags, steps):
             if plan.returncode != 0:
                 sys.exit(f"failed: planning {folder} with step {i}'s routing\n{ptext[-3000:]}")
             plans.append(sim_figures(ptext))
+            shutil.rmtree(f"{folder}_plan{i}", ignore_errors=True)
         sim_step = statistics.median(p[0] for p in plans)
         sim_exposed = statistics.median(p[1] for p in plans)
     return statistics.median(t), statistics.median(exposed) if exposed else 0.0, sim_step, sim_exposed

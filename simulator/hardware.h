@@ -66,7 +66,7 @@ struct ChipSpec {
                                    // kernel: FlashAttention-2 on GPUs)
   double attention_backward_efficiency = 0;  // the backward kernel's own fraction where it was measured apart
                                             // (titan-calibrate; the fused backward recomputes and reduces more
-                                            // than the forward); 0: attention_efficiency for both
+                                            // than the forward); absent (0 here): attention_efficiency for both
   std::map<std::string, double> attention_kernels;  // other published attention kernels' fractions of peak
                                                     // (simulation.attention_kernel picks one; optional)
   double gemm_power_limit_tflops = 0;  // the most GEMM throughput the chip sustains at its power limit (TFLOP/s

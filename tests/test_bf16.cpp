@@ -183,6 +183,70 @@ TEST(Bf16Gemm, TileGemmRunsOnEveryThreadOfAParallelRegion) {
   EXPECT_EQ(omp_get_max_threads(), threads) << "the thread count changed";
 }
 
+// gemm_serial, the experts' float32 block GEMM: the product within float32 accumulation's error, the same bits
+// inside a parallel region (one task per thread) and outside one, the thread count left alone; K = 0 or alpha = 0
+// is C = beta C as BLAS defines it (a NaN in A never reaches C).
+TEST(Gemm, SerialGemmIsOneThreadsProductWhereverItRuns) {
+  struct Case {
+    bool ta, tb;
+    int64_t m, n, k;
+    float alpha, beta;
+    int64_t lda, ldb, ldc;
+  };
+  // the experts' blocks (output and grad_input: 128-row blocks; grad_weight: x^T dy over all of an expert's rows)
+  const std::vector<Case> cases = {{false, false, 128, 40, 48, 1, 0, 48, 40, 40},
+                                   {false, true, 77, 48, 40, 1, 0, 40, 40, 48},
+                                   {true, false, 48, 40, 370, 1, 0, 48, 40, 40},
+                                   {false, false, 3, 5, 7, 0.5f, 1, 9, 8, 6}};
+  auto run = [](const Case& c, int seed) {
+    const int64_t ar = c.ta ? c.k : c.m, br = c.tb ? c.n : c.k;
+    const std::vector<float> A = randv((size_t)(ar * c.lda), 21 + seed), B = randv((size_t)(br * c.ldb), 22 + seed);
+    std::vector<float> C = randv((size_t)(c.m * c.ldc), 23);
+    detail::gemm_serial(c.ta, c.tb, c.m, c.n, c.k, c.alpha, A.data(), c.lda, B.data(), c.ldb, c.beta, C.data(), c.ldc);
+    return C;
+  };
+  auto bad_of = [](const Case& c, int seed, const std::vector<float>& C) {
+    const int64_t ar = c.ta ? c.k : c.m, br = c.tb ? c.n : c.k;
+    const std::vector<float> A = randv((size_t)(ar * c.lda), 21 + seed), B = randv((size_t)(br * c.ldb), 22 + seed);
+    const std::vector<float> C0 = randv((size_t)(c.m * c.ldc), 23);
+    int bad = 0;
+    for (int64_t i = 0; i < c.m; ++i) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        double exact = 0, mag = 0;
+        for (int64_t p = 0; p < c.k; ++p) {
+          const double x = c.ta ? A[p * c.lda + i] : A[i * c.lda + p], y = c.tb ? B[j * c.ldb + p] : B[p * c.ldb + j];
+          exact += x * y;
+          mag += std::fabs(x * y);
+        }
+        const double ref = c.alpha * exact + c.beta * C0[i * c.ldc + j];
+        const double bound =
+            (c.k + 2) * std::ldexp(1.0, -24) * (std::fabs(c.alpha) * mag + std::fabs(c.beta * C0[i * c.ldc + j]));
+        bad += std::fabs(C[i * c.ldc + j] - ref) > bound + 1e-30;
+      }
+      for (int64_t j = c.n; j < c.ldc; ++j) bad += C[i * c.ldc + j] != C0[i * c.ldc + j];  // padding untouched
+    }
+    return bad;
+  };
+  const int threads = omp_get_max_threads();
+  std::vector<std::vector<float>> inside(cases.size());
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t t = 0; t < (int64_t)cases.size(); ++t) inside[t] = run(cases[t], (int)t);
+  for (size_t t = 0; t < cases.size(); ++t) {
+    const std::vector<float> outside = run(cases[t], (int)t);
+    EXPECT_EQ(bad_of(cases[t], (int)t, outside), 0) << "case " << t;
+    EXPECT_EQ(inside[t], outside) << "case " << t << ": other bits inside a parallel region";
+  }
+  EXPECT_EQ(omp_get_max_threads(), threads) << "the thread count changed";
+  // K = 0 and alpha = 0: C = beta C; beta = 0 writes zeros over whatever C held
+  const float nan = std::nanf("");
+  std::vector<float> A(4 * 4, nan), B(4 * 4, 1.0f), C(4 * 4, 2.0f);
+  detail::gemm_serial(false, false, 4, 4, 4, 0.0f, A.data(), 4, B.data(), 4, 0.5f, C.data(), 4);
+  for (float v : C) EXPECT_EQ(v, 1.0f);
+  C.assign(16, nan);
+  detail::gemm_serial(false, false, 4, 4, 0, 1.0f, A.data(), 4, B.data(), 4, 0.0f, C.data(), 4);
+  for (float v : C) EXPECT_EQ(v, 0.0f);
+}
+
 TEST(Autocast, ScopeNestsAndRefusesOtherDtypes) {
   EXPECT_EQ(AutocastScope::current(), DType::F32);
   {

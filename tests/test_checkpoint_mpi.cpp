@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <string>
 
@@ -23,14 +25,23 @@ namespace fs = std::filesystem;
 namespace {
 int rank() { return comms::world_rank(); }
 
-std::string folder() {  // one per test run, shared by the ranks (named by the world size: ctest runs np2 and np3 at
-                         // once, and a rank 0 clearing the other run's folder failed it)
-  int n = 1;
-  MPI_Comm_size(comms::world_comm(), &n);
-  const std::string f = (fs::temp_directory_path() / ("titan_checkpoint_mpi_np" + std::to_string(n))).string();
+std::string folder() {  // one per test run, shared by the ranks: named by rank 0's process id (ctest runs np2 and
+                         // np3 at once, and a rank 0 clearing the other run's folder failed it)
+  long id = rank() == 0 ? (long)::getpid() : 0;
+  MPI_Bcast(&id, 1, MPI_LONG, 0, comms::world_comm());
+  const std::string f = (fs::temp_directory_path() / ("titan_checkpoint_mpi_" + std::to_string(id))).string();
+  struct RemovedAtExit {  // rank 0 removes the run's folder when the process ends
+    std::string path;
+    ~RemovedAtExit() {
+      std::error_code ec;
+      if (!path.empty()) fs::remove_all(path, ec);
+    }
+  };
+  static RemovedAtExit at_exit;
   if (rank() == 0) {
     fs::remove_all(f);
     fs::create_directories(f);
+    at_exit.path = f;
   }
   MPI_Barrier(comms::world_comm());
   return f;

@@ -454,9 +454,9 @@ TEST(GroupedLinear, Bf16ExpertsKeepOneBf16PackOfTheirInput) {
   EXPECT_FALSE(has_bf16_pack(x));
 }
 
-// float32 experts: many rows over many experts runs experts side by side (one per thread), a skewed split (or one
-// thread) one expert at a time with threaded GEMMs; both equal the float64 product within float32 rounding,
-// forward and backward, and give the same bits on a second run and on one thread.
+// float32 experts: their products cut into fixed blocks run side by side (one thread each), whatever the split of
+// the rows; both splits equal the float64 product within float32 rounding, forward and backward, and give the
+// same bits on a second run and on one thread.
 TEST(GroupedLinear, Float32ExpertsSideBySideOrOneAtATime) {
   const int64_t K = 48, N = 40, E = 6;
   for (const std::vector<int64_t>& counts :

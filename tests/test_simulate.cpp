@@ -1,6 +1,7 @@
 // The simulated UltraServer: cost formulas against hand-computed cases, spec
 // files and their errors, meta runs against real ones, the published runs.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <ctime>
@@ -123,7 +124,8 @@ TEST(CostModel, AttentionBackwardHasItsOwnEfficiencyWhereGiven) {
   EXPECT_NEAR(kernel_time(c, 1, k, ExecMode::Compiled).compute_s, 1e12 / (100e12 * 0.25), 1e-12);
   k.attention.backward = false;
   EXPECT_NEAR(kernel_time(c, 1, k, ExecMode::Compiled).compute_s, fwd, 1e-12);  // the forward unchanged
-  const std::string dir = (fs::temp_directory_path() / "titan_attention_bwd_spec").string();
+  const std::string dir =
+      (fs::temp_directory_path() / ("titan_attention_bwd_spec_" + std::to_string((long)::getpid()))).string();
   fs::create_directories(dir);
   const std::string chip = dir + "/chip.yaml";
   auto write = [&](const std::string& bwd) {

@@ -93,10 +93,11 @@ template <typename T>
 void gemm_blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
                int64_t ldb, T beta, T* C, int64_t ldc);
 
-// A float32 GEMM run by the calling thread alone, its bits a function of the shapes only (one work item of a
-// parallel loop; a product that must come out the same on any thread count: the experts' blocks): oneDNN's sgemm
-// where gemm<float> runs on oneDNN (AVX512; measured 2.1-2.6x OpenBLAS's sgemm on one Zen 4 core for the
-// 128-row blocks of K, N = 128-256 the experts run), else OpenBLAS's sgemm.
+// A float32 GEMM whose bits are a function of the shapes only (one work item of a parallel loop; a product that
+// must come out the same on any thread count: the experts' blocks): where gemm<float> runs on oneDNN (AVX512)
+// oneDNN's sgemm run by the calling thread alone (measured 2.1-2.6x OpenBLAS's sgemm on one Zen 4 core for the
+// 128-row blocks of K, N = 128-256 the experts run), else OpenBLAS's sgemm on the calling thread alone (on its
+// threads it gives other bits below AVX512). K = 0 or alpha = 0: C = beta C, as BLAS.
 void gemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 

@@ -5,7 +5,8 @@
 //    products of small models, titan-bench-linear prints the ratio), else OpenBLAS's sgemm; also OpenBLAS
 //    inside a parallel region (a float32 run's attention tiles: one GEMM per thread) and for products too small
 //    for a primitive call to pay. Both sum in float32; their orders differ. gemm_blas<T> is OpenBLAS always (callers
-//    whose results must not depend on how work is spread over threads: batched matmuls, experts).
+//    whose results must not depend on how work is spread over threads: batched matmuls); gemm_serial runs on the
+//    calling thread alone, oneDNN's sgemm where gemm<float> is on oneDNN, else OpenBLAS's (the experts' blocks).
 //  - float64 (gemm<double>): OpenBLAS's dgemm (gradient checks, references).
 //  - bfloat16 (gemm_bf16): A and B read as bfloat16 and products summed in float32 — the GEMM of a bf16
 //    mixed-precision region (PyTorch's bf16 matmul: bf16 operands, fp32 accumulation). oneDNN picks the
@@ -21,7 +22,7 @@
 // (oneDNN sizes its work split by the threads it is made with; inside a parallel region it runs on the caller
 // alone), its own stream and scratchpad, so threads never wait on each other; measured 2-3x OpenBLAS's sgemm on
 // the float32 roundings for attention's 128 x 128 x 64 tiles on this Zen 4 (AVX512-BF16). Where oneDNN has no
-// fast bf16 kernel: sgemm on the rounded values (gemm_bf16_blas).
+// fast bf16 kernel: gemm_serial on the rounded values (gemm_bf16_blas).
 //
 // oneDNN's primitives are made once per problem (a primitive JITs or picks its kernel: ~0.1 ms) and kept in a
 // bounded cache. gemm<float> and gemm_bf16 run oneDNN outside parallel regions only (oneDNN's threads do the
@@ -247,29 +248,20 @@ void gemm_blas<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double
               alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
 
-namespace {
-// RAII: the calling thread's parallel regions (oneDNN's sgemm splits over omp_get_max_threads()) one thread wide
-class OneThread {
- public:
-  OneThread() : prev_(omp_get_max_threads()) { omp_set_num_threads(1); }
-  ~OneThread() { omp_set_num_threads(prev_); }
-  OneThread(const OneThread&) = delete;
-  OneThread& operator=(const OneThread&) = delete;
-
- private:
-  int prev_;
-};
-}  // namespace
-
 void gemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
-  if (!dnnl_state().f32) {
+  if (K == 0 || alpha == 0.0f) {  // C = beta C, as BLAS defines it: the product is skipped (0 * Inf is not NaN)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+    return;
+  }
+  OneThreadScope one;  // oneDNN's sgemm and Debian's OpenMP OpenBLAS split over omp_get_max_threads()
+  if (!dnnl_state().f32) {  // OpenBLAS on its threads gives other bits than on one (measured below AVX512)
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
                 (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
     return;
   }
-  OneThread one;
   const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   TITAN_CHECK(st == dnnl_success, "gemm_serial: oneDNN's sgemm failed (status ", (int)st, ") on ", M, "x", N, "x", K,
               " (lda ", lda, ", ldb ", ldb, ", ldc ", ldc, ")");
@@ -328,14 +320,23 @@ void check_operands(const char* fn, const Bf16Operand& A, int64_t ac, const Bf16
               ", ", bc, ")");
 }
 
-void gemm_bf16_blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A, Bf16Operand B,
-                    float beta, float* C, int64_t ldc) {
+namespace {
+// The product of the rounded operands in float32: on gemm_serial (serial) or on gemm_blas's threads.
+void gemm_rounded(bool serial, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A,
+                  Bf16Operand B, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
   if (K > 0) check_operands("gemm_bf16_blas", A, ac, B, bc);
   const std::vector<float> a = rounded(A, ar, ac), b = rounded(B, br, bc);
-  gemm_serial(ta, tb, M, N, K, alpha, a.data(), std::max<int64_t>(1, ac), b.data(), std::max<int64_t>(1, bc),
-                   beta, C, ldc);
+  const int64_t la = std::max<int64_t>(1, ac), lb = std::max<int64_t>(1, bc);
+  if (serial) return gemm_serial(ta, tb, M, N, K, alpha, a.data(), la, b.data(), lb, beta, C, ldc);
+  gemm_blas<float>(ta, tb, M, N, K, alpha, a.data(), la, b.data(), lb, beta, C, ldc);
+}
+}  // namespace
+
+void gemm_bf16_blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A, Bf16Operand B,
+                    float beta, float* C, int64_t ldc) {
+  gemm_rounded(/*serial=*/true, ta, tb, M, N, K, alpha, A, B, beta, C, ldc);
 }
 
 void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
@@ -387,8 +388,9 @@ void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, B
     for (int64_t i = 0; i < M; ++i) std::copy(c.data() + i * N, c.data() + (i + 1) * N, C + i * ldc);
     return;
   }
-  // sgemm on the rounded values (gemm<float> would hand a large product back to oneDNN: where it is, bf16 is too)
-  gemm_bf16_blas(ta, tb, M, N, K, alpha, A, B, beta, C, ldc);
+  // sgemm on the rounded values, on OpenBLAS's threads (gemm<float> would hand a large product back to oneDNN:
+  // where it is, bf16 is too)
+  gemm_rounded(/*serial=*/false, ta, tb, M, N, K, alpha, A, B, beta, C, ldc);
 }
 
 void gemm_bf16_tile(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,

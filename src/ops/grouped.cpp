@@ -15,14 +15,13 @@ std::vector<int64_t> offsets_of(const std::vector<int64_t>& counts) {
   return off;
 }
 
-// The experts' GEMMs as work items. An expert's products off oneDNN's threaded matmul (float32, float64, small bf16
-// experts) are cut into blocks of a fixed size: its rows in kBlock-row blocks for the output and grad_input GEMMs, its weight's
-// columns in kBlock-column blocks for grad_weight (never its rows: they are that GEMM's sum), each block one
-// GEMM run by its thread alone (gemm_serial; float64: OpenBLAS dgemm), all blocks of all experts side by side,
-// largest first. The cut depends on the shapes
-// alone, so an expert's numbers are the same on any thread count and any expert-parallel layout (OpenBLAS's own
-// threading is not: its Haswell kernels, which it runs on AMD Zen 4, give other bits for other row splits).
-// oneDNN's experts (large bf16 ones) run one at a time, whole, with oneDNN's threads.
+// The experts' GEMMs as work items. An expert's products off oneDNN's threaded matmul (float32, float64, small
+// bf16 experts) are cut into blocks of a fixed size: its rows in kBlock-row blocks for the output and grad_input
+// GEMMs, its weight's columns in kBlock-column blocks for grad_weight (never its rows: they are that GEMM's sum),
+// each block one GEMM run by its thread alone (gemm_serial; float64: OpenBLAS's dgemm), all blocks of all experts
+// side by side, largest first. The cut depends on the shapes alone, so an expert's numbers are the same on any
+// thread count and any expert-parallel layout. oneDNN's experts (large bf16 ones) run one at a time, whole, with
+// oneDNN's threads.
 constexpr int64_t kBlock = 128;
 struct Block {
   int64_t e, lo, hi;  // expert e's rows (or columns) [lo, hi)
@@ -51,11 +50,11 @@ void for_each_block(std::vector<Block> blocks, bool one_at_a_time, const std::ve
 }
 
 // Which GEMM an expert's products run on: float32 on gemm_serial (oneDNN's sgemm on AVX512, else OpenBLAS's),
-// float64 on OpenBLAS; bf16 on oneDNN for experts whose weight
-// holds over 2^18 elements (one at a time: oneDNN's AMX kernels outrun sgemm there), else gemm_serial on the
-// rounded operands, side by side (a oneDNN call's fixed cost and its packing outweigh such a product: measured on the
-// gpt-oss debug experts, 128 x 256, bf16 one at a time ran 0.8x float32 side by side). The rule reads the weight's
-// shape only: the same kernel on any thread count and any expert-parallel layout.
+// float64 on OpenBLAS; bf16 on oneDNN for experts whose weight holds over 2^18 elements (one at a time: oneDNN's
+// AMX kernels outrun sgemm there), else gemm_serial on the rounded operands, side by side (a oneDNN call's fixed
+// cost and its packing outweigh such a product: measured on the gpt-oss debug experts, 128 x 256, bf16 one at a
+// time ran 0.8x float32 side by side, when side by side was OpenBLAS). The rule reads the weight's shape only: the
+// same kernel on any thread count and any expert-parallel layout.
 struct ExpertGemm {
   bool bf16 = false, onednn = false;
   ExpertGemm(bool bf16_, int64_t K, int64_t N) : bf16(bf16_), onednn(bf16_ && K * N > (1 << 18)) {}
