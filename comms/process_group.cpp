@@ -119,8 +119,9 @@ struct Waiting {  // RAII: this thread waits on the communication thread
 // Completes a nonblocking MPI operation from the communication thread. MPI progresses a nonblocking collective
 // (its rounds, a large message's fragments) only inside a call, so each poll is a step of the collective. While
 // a thread waits on it the rank computes nothing: test in a tight loop (yielding the core to a runnable thread,
-// if any), for up to 2 ms of waiting (a peer that is that late is computing still; on a machine with more ranks
-// than cores the spin would take its turns). Otherwise (a prefetch or a gradient reduction in flight under the
+// if any), for up to 50 ms of waiting (a peer that late is computing still or a slow link carries the data: on a
+// machine with more ranks than cores the spin would take its turns; measured back to back on TP 2 + SP here, a
+// 2 ms bound left 29-47 ms of exposed communication a step, 50 ms and none 12-24 ms). Otherwise (a prefetch or a gradient reduction in flight under the
 // compute) test in a tight loop for the first ~50 us, then nap 20 us between tests: polling would take the core
 // the compute needs (two ranks on two cores). Napping while a thread waits made each collective of a TP step
 // ~1 ms on two ranks (one round a nap of ~90 us), 4-5x what the exchange costs.
@@ -135,7 +136,7 @@ void complete(MPI_Request& req, const char* what) {
     const auto now = clock::now();
     if (g_waiters.load(std::memory_order_relaxed) > 0) {
       if (waited_since == clock::time_point::max()) waited_since = now;
-      if (now - waited_since < std::chrono::milliseconds(2)) {
+      if (now - waited_since < std::chrono::milliseconds(50)) {
         sched_yield();
         continue;
       }
