@@ -85,8 +85,10 @@ void MetricsLogger::step(int64_t step, const StepResult& r, double lr) {
       const auto& layer = r.expert_load[l];
       expert_by_layer_[l].resize(layer.size(), 0.0);
       expert_interval_[l].resize(layer.size(), 0.0);
-      for (size_t e = 0; e < layer.size(); ++e) expert_by_layer_[l][e] += layer[e];
-      for (size_t e = 0; e < layer.size(); ++e) expert_interval_[l][e] += layer[e];
+      for (size_t e = 0; e < layer.size(); ++e) {
+        expert_by_layer_[l][e] += layer[e];
+        expert_interval_[l][e] += layer[e];
+      }
       for (size_t e = 0; e < layer.size() && e < expert_total_.size(); ++e) expert_total_[e] += layer[e];
     }
     for (auto& layer : r.expert_load) {  // min / mean / max over experts, averaged over layers

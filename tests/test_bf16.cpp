@@ -50,6 +50,36 @@ std::vector<float> randv(size_t n, uint64_t seed) {
   for (auto& x : v) x = d(g);
   return v;
 }
+
+// A GEMM problem with its strides: C [m, n] (row stride ldc) = alpha op(A) op(B) + beta C.
+struct GemmCase {
+  bool ta, tb;
+  int64_t m, n, k;
+  float alpha, beta;
+  int64_t lda, ldb, ldc;
+};
+// The entries of C off the exact product of op(A) (a(i, p)) and op(B) (b(p, j)) by more than float32
+// accumulation's error bound, plus the padding entries (columns n..ldc) that changed from C0.
+template <typename ReadA, typename ReadB>
+int off_entries(const GemmCase& c, ReadA a, ReadB b, const std::vector<float>& C0, const std::vector<float>& C) {
+  int bad = 0;
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      double exact = 0, mag = 0;
+      for (int64_t p = 0; p < c.k; ++p) {
+        const double x = a(i, p), y = b(p, j);
+        exact += x * y;
+        mag += std::fabs(x * y);
+      }
+      const double ref = c.alpha * exact + c.beta * C0[i * c.ldc + j];
+      const double bound =
+          (c.k + 2) * std::ldexp(1.0, -24) * (std::fabs(c.alpha) * mag + std::fabs(c.beta * C0[i * c.ldc + j]));
+      bad += std::fabs(C[i * c.ldc + j] - ref) > bound + 1e-30;
+    }
+    for (int64_t j = c.n; j < c.ldc; ++j) bad += C[i * c.ldc + j] != C0[i * c.ldc + j];  // padding untouched
+  }
+  return bad;
+}
 }  // namespace
 
 TEST(Bf16, RoundsToNearestEvenKeepsNaNAndOverflowsToInfinity) {
@@ -132,12 +162,7 @@ TEST(Bf16Gemm, IsTheProductOfRoundedOperandsToFloat32Accumulation) {
 // own one-thread oneDNN kernels), the exact product of the operands up to float32 accumulation's error (the
 // bound of the test above); called outside a parallel region it is the same and leaves the thread count alone.
 TEST(Bf16Gemm, TileGemmRunsOnEveryThreadOfAParallelRegion) {
-  struct Case {
-    bool ta, tb;
-    int64_t m, n, k;
-    float alpha, beta;
-    int64_t lda, ldb, ldc;
-  };
+  using Case = GemmCase;
   // attention's products (S = Q K^T with a head's stride, P V, P^T dO, dS K, dS^T Q), edges and a tiny one
   const std::vector<Case> cases = {{false, true, 128, 128, 64, 0.125f, 0, 512, 256, 128},
                                    {false, false, 128, 64, 128, 1, 1, 128, 256, 64},
@@ -155,24 +180,9 @@ TEST(Bf16Gemm, TileGemmRunsOnEveryThreadOfAParallelRegion) {
     std::vector<float> C = C0;
     detail::gemm_bf16_tile(c.ta, c.tb, c.m, c.n, c.k, c.alpha, A.data(), c.lda, B.data(), c.ldb, c.beta, C.data(),
                            c.ldc);
-    int bad = 0;
-    for (int64_t i = 0; i < c.m; ++i) {
-      for (int64_t j = 0; j < c.n; ++j) {
-        double exact = 0, mag = 0;
-        for (int64_t p = 0; p < c.k; ++p) {
-          const double x = bf16_bits_to_float(c.ta ? A[p * c.lda + i] : A[i * c.lda + p]),
-                       y = bf16_bits_to_float(c.tb ? B[j * c.ldb + p] : B[p * c.ldb + j]);
-          exact += x * y;
-          mag += std::fabs(x * y);
-        }
-        const double ref = c.alpha * exact + c.beta * C0[i * c.ldc + j];
-        const double bound =
-            (c.k + 2) * std::ldexp(1.0, -24) * (std::fabs(c.alpha) * mag + std::fabs(c.beta * C0[i * c.ldc + j]));
-        bad += std::fabs(C[i * c.ldc + j] - ref) > bound + 1e-30;
-      }
-      for (int64_t j = c.n; j < c.ldc; ++j) bad += C[i * c.ldc + j] != C0[i * c.ldc + j];  // padding untouched
-    }
-    return bad;
+    return off_entries(
+        c, [&](int64_t i, int64_t p) { return bf16_bits_to_float(c.ta ? A[p * c.lda + i] : A[i * c.lda + p]); },
+        [&](int64_t p, int64_t j) { return bf16_bits_to_float(c.tb ? B[j * c.ldb + p] : B[p * c.ldb + j]); }, C0, C);
   };
   std::vector<int> bad(cases.size() * 4, -1);
 #pragma omp parallel for schedule(dynamic)
@@ -187,54 +197,36 @@ TEST(Bf16Gemm, TileGemmRunsOnEveryThreadOfAParallelRegion) {
 // inside a parallel region (one task per thread) and outside one, the thread count left alone; K = 0 or alpha = 0
 // is C = beta C as BLAS defines it (a NaN in A never reaches C).
 TEST(Gemm, SerialGemmIsOneThreadsProductWhereverItRuns) {
-  struct Case {
-    bool ta, tb;
-    int64_t m, n, k;
-    float alpha, beta;
-    int64_t lda, ldb, ldc;
-  };
+  using Case = GemmCase;
   // the experts' blocks (output and grad_input: 128-row blocks; grad_weight: x^T dy over all of an expert's rows)
   const std::vector<Case> cases = {{false, false, 128, 40, 48, 1, 0, 48, 40, 40},
                                    {false, true, 77, 48, 40, 1, 0, 40, 40, 48},
                                    {true, false, 48, 40, 370, 1, 0, 48, 40, 40},
                                    {false, false, 3, 5, 7, 0.5f, 1, 9, 8, 6}};
+  struct Run {
+    std::vector<float> A, B, C0, C;
+  };
   auto run = [](const Case& c, int seed) {
     const int64_t ar = c.ta ? c.k : c.m, br = c.tb ? c.n : c.k;
-    const std::vector<float> A = randv((size_t)(ar * c.lda), 21 + seed), B = randv((size_t)(br * c.ldb), 22 + seed);
-    std::vector<float> C = randv((size_t)(c.m * c.ldc), 23);
-    detail::gemm_serial(c.ta, c.tb, c.m, c.n, c.k, c.alpha, A.data(), c.lda, B.data(), c.ldb, c.beta, C.data(), c.ldc);
-    return C;
-  };
-  auto bad_of = [](const Case& c, int seed, const std::vector<float>& C) {
-    const int64_t ar = c.ta ? c.k : c.m, br = c.tb ? c.n : c.k;
-    const std::vector<float> A = randv((size_t)(ar * c.lda), 21 + seed), B = randv((size_t)(br * c.ldb), 22 + seed);
-    const std::vector<float> C0 = randv((size_t)(c.m * c.ldc), 23);
-    int bad = 0;
-    for (int64_t i = 0; i < c.m; ++i) {
-      for (int64_t j = 0; j < c.n; ++j) {
-        double exact = 0, mag = 0;
-        for (int64_t p = 0; p < c.k; ++p) {
-          const double x = c.ta ? A[p * c.lda + i] : A[i * c.lda + p], y = c.tb ? B[j * c.ldb + p] : B[p * c.ldb + j];
-          exact += x * y;
-          mag += std::fabs(x * y);
-        }
-        const double ref = c.alpha * exact + c.beta * C0[i * c.ldc + j];
-        const double bound =
-            (c.k + 2) * std::ldexp(1.0, -24) * (std::fabs(c.alpha) * mag + std::fabs(c.beta * C0[i * c.ldc + j]));
-        bad += std::fabs(C[i * c.ldc + j] - ref) > bound + 1e-30;
-      }
-      for (int64_t j = c.n; j < c.ldc; ++j) bad += C[i * c.ldc + j] != C0[i * c.ldc + j];  // padding untouched
-    }
-    return bad;
+    Run r{randv((size_t)(ar * c.lda), 21 + seed), randv((size_t)(br * c.ldb), 22 + seed),
+          randv((size_t)(c.m * c.ldc), 23), {}};
+    r.C = r.C0;
+    detail::gemm_serial(c.ta, c.tb, c.m, c.n, c.k, c.alpha, r.A.data(), c.lda, r.B.data(), c.ldb, c.beta, r.C.data(),
+                        c.ldc);
+    return r;
   };
   const int threads = omp_get_max_threads();
   std::vector<std::vector<float>> inside(cases.size());
 #pragma omp parallel for schedule(dynamic)
-  for (int64_t t = 0; t < (int64_t)cases.size(); ++t) inside[t] = run(cases[t], (int)t);
+  for (int64_t t = 0; t < (int64_t)cases.size(); ++t) inside[t] = run(cases[t], (int)t).C;
   for (size_t t = 0; t < cases.size(); ++t) {
-    const std::vector<float> outside = run(cases[t], (int)t);
-    EXPECT_EQ(bad_of(cases[t], (int)t, outside), 0) << "case " << t;
-    EXPECT_EQ(inside[t], outside) << "case " << t << ": other bits inside a parallel region";
+    const Case& c = cases[t];
+    const Run out = run(c, (int)t);
+    const int bad = off_entries(
+        c, [&](int64_t i, int64_t p) { return c.ta ? out.A[p * c.lda + i] : out.A[i * c.lda + p]; },
+        [&](int64_t p, int64_t j) { return c.tb ? out.B[j * c.ldb + p] : out.B[p * c.ldb + j]; }, out.C0, out.C);
+    EXPECT_EQ(bad, 0) << "case " << t;
+    EXPECT_EQ(inside[t], out.C) << "case " << t << ": other bits inside a parallel region";
   }
   EXPECT_EQ(omp_get_max_threads(), threads) << "the thread count changed";
   // K = 0 and alpha = 0: C = beta C; beta = 0 writes zeros over whatever C held
