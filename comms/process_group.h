@@ -151,6 +151,7 @@ class ProcessGroup {
   void set_members(std::vector<int> world_ranks);  // world_ranks_ and the id hashed from them and the name
   friend struct GroupAccess;
   MPI_Comm comm_ = nullptr;
+  MPI_Comm ring_ = nullptr;  // a duplicate of comm_ for the ring collectives' point-to-point steps
   int rank_ = 0, size_ = 1;
   std::shared_ptr<const std::vector<int>> world_ranks_ = std::make_shared<const std::vector<int>>();
   uint64_t id_ = 0;   // the same on every member: a hash of the name and the world ranks

@@ -114,6 +114,58 @@ TEST(Comms, ReduceScatterEvenUnevenAvg) {
   EXPECT_THROW(pg->reduce_scatter(of_rank(r, {n + 1}), 0), Error);  // uneven without sizes
 }
 
+// The ring collectives (comms/ring.h): a reduce-scatter's chunk q is the left fold of the ranks' chunks from
+// rank q + 1 round the ring (float32 values that round differently in other orders, so the order is checked);
+// chunks may be empty; an all-reduce of 1 MiB or more (ring reduce-scatter + all-gather) is the same on every
+// rank, sums, averages and takes maxima as a reference does, in every dtype it carries.
+TEST(Comms, RingCollectivesFoldRoundTheRing) {
+  PG pg = world();
+  const int n = pg->size(), r = pg->rank();
+  auto value = [](int q, int64_t i) { return 1.0f + 0.1f * (float)q + 1e-3f * (float)(i % 97) + 1e-7f * (float)i; };
+  auto input = [&](int q, int64_t len) {
+    std::vector<float> v((size_t)len);
+    for (int64_t i = 0; i < len; ++i) v[(size_t)i] = value(q, i) * (q % 2 ? -1.0f : 1.0f) * (i % 3 ? 1.0f : 3.3f);
+    return v;
+  };
+  for (int64_t per : {int64_t(3000), int64_t(0), int64_t(1)}) {  // elements per rank's chunk (0: all empty)
+    std::vector<int64_t> sizes(n, per);
+    if (per == 1) sizes = chunk_sizes(2, n);  // 1, 1, 0, ...: some ranks' chunks empty
+    int64_t total = 0, start = 0;
+    for (int q = 0; q < n; ++q) total += sizes[q], start += q < r ? sizes[q] : 0;
+    std::vector<std::vector<float>> in;
+    for (int q = 0; q < n; ++q) in.push_back(input(q, total));
+    Tensor x = from_vector<float>(in[r], {total});
+    std::vector<float> got = pg->reduce_scatter(x, 0, ReduceOp::Sum, sizes).to_vector<float>();
+    ASSERT_EQ((int64_t)got.size(), sizes[r]);
+    int wrong = 0;
+    for (int64_t i = start; i < start + sizes[r]; ++i) {
+      float acc = in[(r + 1) % n][(size_t)i];  // rank r + 1, r + 2, ... round the ring
+      for (int k = 2; k <= n; ++k) acc = acc + in[(r + k) % n][(size_t)i];
+      wrong += got[(size_t)(i - start)] != acc;
+    }
+    EXPECT_EQ(wrong, 0) << "of " << sizes[r] << " elements, chunk of " << per;
+  }
+  // all-reduce above the ring's threshold (1 MiB): exact sums of integers in float32, float64 and int64
+  const int64_t len = (1 << 18) + 3;  // 1 MiB and more in every dtype; uneven chunks
+  for (DType t : {DType::F32, DType::F64, DType::I64}) {
+    Tensor x = of_rank(r, {len}, t);
+    std::vector<double> s = pg->all_reduce(x, ReduceOp::Sum).to(DType::F64).to_vector<double>();
+    std::vector<double> m = pg->all_reduce(x, ReduceOp::Max).to(DType::F64).to_vector<double>();
+    int wrong = 0;
+    for (int64_t i = 0; i < len; i += 7) {
+      double sum = 0;
+      for (int q = 0; q < n; ++q) sum += 100.0 * q + (double)i;
+      wrong += s[(size_t)i] != sum || m[(size_t)i] != 100.0 * (n - 1) + (double)i;
+    }
+    EXPECT_EQ(wrong, 0) << dtype_name(t);
+  }
+  // non-integer float32: every rank holds the same bits (each chunk folded once, then gathered)
+  Tensor y = from_vector<float>(input(r, len), {len});
+  Tensor avg = pg->all_reduce(y, ReduceOp::Avg);
+  Tensor first = pg->all_gather(avg.reshape({1, len}), 0).slice(0, 0, 1).reshape({len});
+  EXPECT_EQ(avg.to_vector<float>(), first.to_vector<float>());
+}
+
 TEST(Comms, BroadcastAllToAllSendRecvBarrier) {
   PG pg = world();
   const int n = pg->size(), r = pg->rank();
