@@ -149,10 +149,14 @@ void complete(MPI_Request* reqs, int n, const char* what) {
 }
 void complete(MPI_Request& req, const char* what) { complete(&req, 1, what); }
 
-// An all-reduce of this many bytes or more runs as a ring reduce-scatter and an all-gather (each rank moves
-// 2 (p - 1) / p of the buffer, as NCCL's ring); below it MPI's own (a recursive doubling moves the whole buffer
-// per doubling, fewer latencies). Measured on two ranks here (titan-bench-collectives): the ring took 1.1-1.9x
-// MPI's time at 64-256 KiB, the same at 1 MiB, 0.85-0.89x at 4 MiB and 0.66-0.79x at 16 MiB.
+// Within a host, an all-reduce of this many bytes or more runs as a ring reduce-scatter and an all-gather (each
+// rank moves 2 (p - 1) / p of the buffer, as NCCL's ring); below it MPI's own (a recursive doubling moves the
+// whole buffer per doubling, fewer latencies). Measured on two ranks here (titan-bench-collectives): the ring
+// took 1.1-1.9x MPI's time at 64-256 KiB, the same at 1 MiB, 0.85-0.89x at 4 MiB and 0.66-0.79x at 16 MiB.
+// Across hosts (TCP) the collectives stay MPI's, as before the ring: on the 4-rank namespace cluster of
+// scripts/bench_hosts.py (4 ranks on this machine's 2 cores) one run with the ring across hosts measured flat
+// FSDP 4 at 1.39-1.96 s against 1.17-1.52 s without, but repeated runs of one build moved the same rows by 20-40%;
+// the ring's p - 1 lockstep exchanges over links with latency are untimed until hosts with cores of their own.
 constexpr int64_t kRingAllReduceBytes = 1 << 20;
 
 // A reduce-scatter as NCCL's ring runs it (comms/ring.h says why not MPI's), on the group's ring communicator;
@@ -444,6 +448,10 @@ void ProcessGroup::set_members(std::vector<int> global) {
   for (char ch : name_) mix((uint8_t)ch);
   for (int g : global) mix((uint64_t)g + 1);
   id_ = h;
+  const std::vector<int>& host_of = hosts().host_of;
+  one_host_ = true;
+  for (int g : global)
+    one_host_ = one_host_ && g < (int)host_of.size() && !global.empty() && host_of[g] == host_of[global[0]];
   world_ranks_ = std::make_shared<const std::vector<int>>(std::move(global));
 }
 
@@ -514,7 +522,7 @@ std::pair<Tensor, Work> ProcessGroup::all_reduce_async(const Tensor& x, ReduceOp
   }
   MPI_Comm c = comm_, ring = ring_;
   Work w;
-  if (bytes >= kRingAllReduceBytes) {  // a ring reduce-scatter into this rank's part of out, then an all-gather
+  if (one_host_ && bytes >= kRingAllReduceBytes) {  // a ring reduce-scatter into this rank's part of out, then an all-gather
     const std::vector<int64_t> counts = chunk_sizes(in.numel(), size_);
     int64_t at = 0;
     for (int r = 0; r < rank_; ++r) at += counts[r];
@@ -645,12 +653,25 @@ std::pair<Tensor, Work> ProcessGroup::reduce_scatter_async(const Tensor& x, int6
   std::vector<int64_t> counts(size_);
   for (int r = 0; r < size_; ++r) counts[r] = sizes[r] * row;
   Tensor in = chunks_contiguous(x, dim, sizes);
-  Tensor scratch = ring_scratch(counts, in.dtype(), in.device());
-  MPI_Comm ring = ring_;
   const double scale = op == ReduceOp::Avg ? 1.0 / size_ : 1.0;
-  Work w = submit("reduce_scatter", *this, bytes, [=]() {
-    ring_reduce_scatter(in, out.raw_data(), counts, ReduceOp::Sum, scratch, ring, "reduce_scatter");
-  }, tid);
+  Work w;
+  if (one_host_) {  // the ring (comms/ring.h)
+    Tensor scratch = ring_scratch(counts, in.dtype(), in.device());
+    MPI_Comm ring = ring_;
+    w = submit("reduce_scatter", *this, bytes, [=]() {
+      ring_reduce_scatter(in, out.raw_data(), counts, ReduceOp::Sum, scratch, ring, "reduce_scatter");
+    }, tid);
+  } else {  // across hosts MPI's own: see kRingAllReduceBytes
+    std::vector<int> n(counts.begin(), counts.end());
+    MPI_Comm c = comm_;
+    const MPI_Op mop = reduction_op(ReduceOp::Sum, x.dtype());
+    w = submit("reduce_scatter", *this, bytes, [=]() {
+      MPI_Request req;
+      check_mpi(MPI_Ireduce_scatter(in.raw_data(), out.raw_data(), n.data(), mpi_type(in.dtype()), mop, c, &req),
+                "reduce_scatter");
+      complete(req, "reduce_scatter");
+    }, tid);
+  }
   if (scale != 1.0)  // the mean on the waiting thread: the communication thread runs MPI only
     w.then([out, scale] {
       NoGradGuard g;

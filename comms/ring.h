@@ -5,7 +5,8 @@
 // one rank and scatters it back: on two ranks sharing this machine a 4 MB reduce-scatter took 0.72 ms against
 // 0.28 ms for the exchange and add below, and a 16 MB one 76 ms against ~1 ms (benchmarks in docs/simulator.md,
 // "Titan's collectives"). The simulator prices a reduce-scatter as this ring (or halving-doubling, the same
-// traffic on a power of two): the step that runs is the step that is priced.
+// traffic on a power of two): the step that runs is the step that is priced. ProcessGroup runs them among the
+// ranks of one host; across hosts MPI's own (process_group.cpp, kRingAllReduceBytes, says why).
 #include <mpi.h>
 
 #include <cstdint>
