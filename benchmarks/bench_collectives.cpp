@@ -1,13 +1,10 @@
-// titan-bench-collectives: titan's reduce-scatter and all-reduce (comms/ring.h: NCCL's ring over MPI
-// point-to-point on the communication thread) against Open MPI's own nonblocking collectives (polled to
-// completion as titan polls), by size, measured in one run, as ratios. Run under mpirun:
-//
-//   mpirun -np 2 ./build/titan-bench-collectives [--reps N] [--max-mib M]
-//
-// Each figure is the median of 3 rounds of N repetitions, the rounds interleaved (N of titan's, N of MPI's, ...)
-// so a slow spell of the machine hits both alike (call by call, one library's calls slowed the other's: the
-// first titan call after an MPI one took twice its time); each repetition starts at a barrier. The transfer's floor on a ring: (p - 1) / p of the buffer
-// sent per rank (twice for an all-reduce).
+// titan-bench-collectives: titan's reduce-scatter and all-reduce (comms/ring.h: NCCL's ring over MPI point-to-point on
+// the communication thread) against Open MPI's own nonblocking collectives (polled to completion as titan polls), by
+// size, measured in one run, as ratios. Run under mpirun:  mpirun -np 2 ./build/titan-bench-collectives [--reps N]
+// [--max-mib M]  Each figure is the median of 3 rounds of N repetitions pooled, the rounds interleaved (N of titan's, N
+// of MPI's, ...) so a slow spell of the machine hits both alike (call by call, one library's calls slowed the other's:
+// the first titan call after an MPI one took twice its time); each repetition starts at a barrier. The transfer's floor
+// on a ring: (p - 1) / p of the buffer sent per rank (twice for an all-reduce).
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -77,6 +74,14 @@ int main(int argc, char** argv) {
           MPI_Iallreduce(x.raw_data(), out.raw_data(), (int)n, MPI_FLOAT, MPI_SUM, comm, &req);
           poll(req);
         });
+      }
+      // the results agree: rank q holds 1 + q everywhere, so every sum is p (p + 1) / 2
+      const double want = p * (p + 1) / 2.0;
+      const float rs = pg.reduce_scatter(x, 0).data<float>()[0], ar = pg.all_reduce(x).data<float>()[n - 1];
+      if (rs != want || ar != want) {
+        std::fprintf(stderr, "titan-bench-collectives: rank %d, %lld bytes: reduce_scatter gave %g, all_reduce %g, "
+                     "not %g\n", pg.rank(), (long long)(n * 4), rs, ar, want);
+        MPI_Abort(MPI_COMM_WORLD, 1);
       }
       if (pg.rank() == 0) {
         const double a = median(t_rs), b = median(m_rs), c = median(t_ar), d = median(m_ar);

@@ -117,15 +117,15 @@ struct Waiting {  // RAII: this thread waits on the communication thread
   ~Waiting() { g_waiters.fetch_sub(1, std::memory_order_relaxed); }
 };
 
-// Completes a nonblocking MPI operation from the communication thread. MPI progresses a nonblocking collective
-// (its rounds, a large message's fragments) only inside a call, so each poll is a step of the collective. While
-// a thread waits on it the rank computes nothing: test in a tight loop (yielding the core to a runnable thread,
-// if any), for up to 50 ms of waiting (a peer that late is computing still or a slow link carries the data: on a
-// machine with more ranks than cores the spin would take its turns; measured back to back on TP 2 + SP here, a
-// 2 ms bound left 29-47 ms of exposed communication a step, 50 ms and none 12-24 ms). Otherwise (a prefetch or a gradient reduction in flight under the
-// compute) test in a tight loop for the first ~50 us, then nap 20 us between tests: polling would take the core
-// the compute needs (two ranks on two cores). Napping while a thread waits made each collective of a TP step
-// ~1 ms on two ranks (one round a nap of ~90 us), 4-5x what the exchange costs.
+// Completes a nonblocking MPI operation from the communication thread. MPI progresses a nonblocking collective (its
+// rounds, a large message's fragments) only inside a call, so each poll is a step of the collective. While a thread
+// waits on it the rank computes nothing: test in a tight loop (yielding the core to a runnable thread, if any), for up
+// to 50 ms of waiting (a peer that late is computing still or a slow link carries the data: on a machine with more
+// ranks than cores the spin would take its turns; measured back to back on TP 2 + SP here, a 2 ms bound left 29-47 ms
+// of exposed communication a step, 50 ms and none 12-24 ms). Otherwise (a prefetch or a gradient reduction in flight
+// under the compute) test in a tight loop for the first ~50 us, then nap 20 us between tests: polling would take the
+// core the compute needs (two ranks on two cores). Napping while a thread waits made each collective of a TP step ~1 ms
+// on two ranks (one round a nap of ~90 us), 4-5x what the exchange costs.
 void complete(MPI_Request* reqs, int n, const char* what) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
@@ -149,19 +149,21 @@ void complete(MPI_Request* reqs, int n, const char* what) {
 }
 void complete(MPI_Request& req, const char* what) { complete(&req, 1, what); }
 
-// Within a host, an all-reduce of this many bytes or more runs as a ring reduce-scatter and an all-gather (each
-// rank moves 2 (p - 1) / p of the buffer, as NCCL's ring); below it MPI's own (a recursive doubling moves the
-// whole buffer per doubling, fewer latencies). Measured on two ranks here (titan-bench-collectives): the ring
-// took 1.1-1.9x MPI's time at 64-256 KiB, the same at 1 MiB, 0.85-0.89x at 4 MiB and 0.66-0.79x at 16 MiB.
-// Across hosts (TCP) the collectives stay MPI's, as before the ring: on the 4-rank namespace cluster of
-// scripts/bench_hosts.py (4 ranks on this machine's 2 cores) one run with the ring across hosts measured flat
-// FSDP 4 at 1.39-1.96 s against 1.17-1.52 s without, but repeated runs of one build moved the same rows by 20-40%;
-// the ring's p - 1 lockstep exchanges over links with latency are untimed until hosts with cores of their own.
+// An all-reduce of this many bytes or more runs as a ring reduce-scatter and an all-gather (each rank moves
+// 2 (p - 1) / p of the buffer, as NCCL's ring, in 2 (p - 1) steps); below it MPI's own (Open MPI's libnbc: a
+// reduce to one rank and a broadcast on under 4 ranks or 64 KiB, fewer steps). Measured on two ranks here
+// (titan-bench-collectives): the ring took 1.1-1.9x MPI's time at 64-256 KiB, the same at 1 MiB, 0.85-0.89x at
+// 4 MiB and 0.66-0.79x at 16 MiB. The choice depends on the size alone, never on where the ranks run: a
+// reduction's bits (its order) are the same on one host and across hosts, so a checkpoint saved on 4 hosts
+// resumes bit-exact on one machine (tests/parallel/multihost.py; with the ring within a host and MPI's across,
+// the resumed run's lm_head differed). Across hosts the ring's p - 1 lockstep exchanges over links with latency
+// are untimed: the namespace cluster's rows (4 ranks on 2 cores) moved 20-40% between repeats of one build.
 constexpr int64_t kRingAllReduceBytes = 1 << 20;
 
 // A reduce-scatter as NCCL's ring runs it (comms/ring.h says why not MPI's), on the group's ring communicator;
 // scratch from the tensor pool (allocated on the calling thread: no fresh pages on the communication thread).
 Tensor ring_scratch(const std::vector<int64_t>& counts, DType t, Device d) {
+  if (counts.size() < 2) return empty({0}, t, d);  // a group of one copies its chunk
   const int64_t most = *std::max_element(counts.begin(), counts.end());
   return empty({(counts.size() > 2 ? 2 : 1) * most}, t, d);
 }
@@ -303,7 +305,7 @@ Work submit(const std::string& kind, ProcessGroup& pg, int64_t bytes, std::funct
   CommThread::get().enqueue([st, body = std::move(body), kind, group, seq, gid, members] {
     const double t0 = now();
     op_begin({kind.c_str(), &group, gid, seq, members.get()});
-    try {  // the communication thread runs MPI only; anything thrown there ends the job with its message
+    try {  // the communication thread runs MPI and the ring's reductions; anything thrown there ends the job
       body();
       op_end();
     } catch (const std::exception& e) {
@@ -448,10 +450,6 @@ void ProcessGroup::set_members(std::vector<int> global) {
   for (char ch : name_) mix((uint8_t)ch);
   for (int g : global) mix((uint64_t)g + 1);
   id_ = h;
-  const std::vector<int>& host_of = hosts().host_of;
-  one_host_ = true;
-  for (int g : global)
-    one_host_ = one_host_ && g < (int)host_of.size() && !global.empty() && host_of[g] == host_of[global[0]];
   world_ranks_ = std::make_shared<const std::vector<int>>(std::move(global));
 }
 
@@ -522,7 +520,7 @@ std::pair<Tensor, Work> ProcessGroup::all_reduce_async(const Tensor& x, ReduceOp
   }
   MPI_Comm c = comm_, ring = ring_;
   Work w;
-  if (one_host_ && bytes >= kRingAllReduceBytes) {  // a ring reduce-scatter into this rank's part of out, then an all-gather
+  if (bytes >= kRingAllReduceBytes) {  // ring reduce-scatter into this rank's part of out, all-gather
     const std::vector<int64_t> counts = chunk_sizes(in.numel(), size_);
     int64_t at = 0;
     for (int r = 0; r < rank_; ++r) at += counts[r];
@@ -533,7 +531,7 @@ std::pair<Tensor, Work> ProcessGroup::all_reduce_async(const Tensor& x, ReduceOp
       detail::ring_all_gather(out.raw_data(), counts, dtype_size(in.dtype()), mpi_type(in.dtype()), ring,
                               [](MPI_Request* r, int k) { complete(r, k, "all_reduce"); });
     }, tid);
-  } else {  // small: MPI's latency-bound algorithm (recursive doubling), one exchange per doubling
+  } else {  // below the threshold: MPI's own (Open MPI's libnbc picks its algorithm)
     const MPI_Op mop = reduction_op(op, x.dtype());
     w = submit("all_reduce", *this, bytes, [=]() {
       MPI_Request req;
@@ -654,25 +652,12 @@ std::pair<Tensor, Work> ProcessGroup::reduce_scatter_async(const Tensor& x, int6
   for (int r = 0; r < size_; ++r) counts[r] = sizes[r] * row;
   Tensor in = chunks_contiguous(x, dim, sizes);
   const double scale = op == ReduceOp::Avg ? 1.0 / size_ : 1.0;
-  Work w;
-  if (one_host_) {  // the ring (comms/ring.h)
-    Tensor scratch = ring_scratch(counts, in.dtype(), in.device());
-    MPI_Comm ring = ring_;
-    w = submit("reduce_scatter", *this, bytes, [=]() {
-      ring_reduce_scatter(in, out.raw_data(), counts, ReduceOp::Sum, scratch, ring, "reduce_scatter");
-    }, tid);
-  } else {  // across hosts MPI's own: see kRingAllReduceBytes
-    std::vector<int> n(counts.begin(), counts.end());
-    MPI_Comm c = comm_;
-    const MPI_Op mop = reduction_op(ReduceOp::Sum, x.dtype());
-    w = submit("reduce_scatter", *this, bytes, [=]() {
-      MPI_Request req;
-      check_mpi(MPI_Ireduce_scatter(in.raw_data(), out.raw_data(), n.data(), mpi_type(in.dtype()), mop, c, &req),
-                "reduce_scatter");
-      complete(req, "reduce_scatter");
-    }, tid);
-  }
-  if (scale != 1.0)  // the mean on the waiting thread: the communication thread runs MPI only
+  Tensor scratch = ring_scratch(counts, in.dtype(), in.device());
+  MPI_Comm ring = ring_;
+  Work w = submit("reduce_scatter", *this, bytes, [=]() {
+    ring_reduce_scatter(in, out.raw_data(), counts, ReduceOp::Sum, scratch, ring, "reduce_scatter");
+  }, tid);
+  if (scale != 1.0)  // the mean on the waiting thread (async and blocking alike)
     w.then([out, scale] {
       NoGradGuard g;
       mul_(out, scale);

@@ -152,7 +152,6 @@ class ProcessGroup {
   friend struct GroupAccess;
   MPI_Comm comm_ = nullptr;
   MPI_Comm ring_ = nullptr;  // a duplicate of comm_ for the ring collectives' point-to-point steps
-  bool one_host_ = true;     // every member on this rank's host (shared memory): the ring collectives' domain
   int rank_ = 0, size_ = 1;
   std::shared_ptr<const std::vector<int>> world_ranks_ = std::make_shared<const std::vector<int>>();
   uint64_t id_ = 0;   // the same on every member: a hash of the name and the world ranks

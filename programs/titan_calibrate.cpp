@@ -277,7 +277,8 @@ Kernels measure_kernels(double budget, const std::function<void()>& sync, bool s
   for (int i = 0; i < 2; ++i) passes.push_back(measure_pass(budget / 2, sync, shared));
   Pass best = passes[0];
   for (const Pass& p : passes) {
-    for (size_t i = 0; i < best.gemms.size(); ++i) best.gemms[i].tflops = std::max(best.gemms[i].tflops, p.gemms[i].tflops);
+    for (size_t i = 0; i < best.gemms.size(); ++i)
+      best.gemms[i].tflops = std::max(best.gemms[i].tflops, p.gemms[i].tflops);
     best.hbm = std::max(best.hbm, p.hbm);
     best.vector = std::max(best.vector, p.vector);
     best.attn_fwd = std::max(best.attn_fwd, p.attn_fwd);

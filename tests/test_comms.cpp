@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <functional>
 
 #include "comms/device_mesh.h"
 #include "comms/hosts.h"
@@ -15,6 +16,7 @@
 #include "comms/moe_dispatch.h"
 #include "tests/gradcheck.h"
 #include "src/ops/ops.h"
+#include "src/tensor/bfloat16.h"
 
 using namespace titan;
 using namespace titan::comms;
@@ -115,9 +117,10 @@ TEST(Comms, ReduceScatterEvenUnevenAvg) {
 }
 
 // The ring collectives (comms/ring.h): a reduce-scatter's chunk q is the left fold of the ranks' chunks from
-// rank q + 1 round the ring (float32 values that round differently in other orders, so the order is checked);
-// chunks may be empty; an all-reduce of 1 MiB or more (ring reduce-scatter + all-gather) is the same on every
-// rank, sums, averages and takes maxima as a reference does, in every dtype it carries.
+// rank q + 1 round the ring (float32 values that round differently in other orders: on 3 and more ranks the
+// order is checked; one addition on 2 commutes); chunks may be empty; an all-reduce of 1 MiB or more (ring
+// reduce-scatter + all-gather) folds each chunk in that order (float32, and bf16 bits on the bf16 wire, each hop
+// rounded), is the same on every rank, and sums and takes maxima of float32, float64, int32 and int64 exactly.
 TEST(Comms, RingCollectivesFoldRoundTheRing) {
   PG pg = world();
   const int n = pg->size(), r = pg->rank();
@@ -147,7 +150,7 @@ TEST(Comms, RingCollectivesFoldRoundTheRing) {
   }
   // all-reduce above the ring's threshold (1 MiB): exact sums of integers in float32, float64 and int64
   const int64_t len = (1 << 18) + 3;  // 1 MiB and more in every dtype; uneven chunks
-  for (DType t : {DType::F32, DType::F64, DType::I64}) {
+  for (DType t : {DType::F32, DType::F64, DType::I32, DType::I64}) {
     Tensor x = of_rank(r, {len}, t);
     std::vector<double> s = pg->all_reduce(x, ReduceOp::Sum).to(DType::F64).to_vector<double>();
     std::vector<double> m = pg->all_reduce(x, ReduceOp::Max).to(DType::F64).to_vector<double>();
@@ -159,11 +162,35 @@ TEST(Comms, RingCollectivesFoldRoundTheRing) {
     }
     EXPECT_EQ(wrong, 0) << dtype_name(t);
   }
-  // non-integer float32: every rank holds the same bits (each chunk folded once, then gathered)
-  Tensor y = from_vector<float>(input(r, len), {len});
+  // non-integer float32: each chunk q folded round the ring from rank q + 1 (the reduce-scatter's order), then
+  // gathered: every rank holds the same bits
+  const int64_t half = (1 << 19) + 5;  // the bf16 wire's 1 MiB of bits, below
+  std::vector<std::vector<float>> in;
+  for (int q = 0; q < n; ++q) in.push_back(input(q, half));
+  auto ring_folds = [&](const std::vector<float>& got, const std::function<float(int, int64_t)>& value,
+                        const std::function<float(float, float)>& add) {
+    const std::vector<int64_t> chunks = chunk_sizes((int64_t)got.size(), n);  // the all-reduce's chunks
+    int wrong = 0;
+    for (int64_t q = 0, at = 0; q < n; at += chunks[q], ++q)
+      for (int64_t i = at; i < at + chunks[q]; ++i) {
+        float acc = value((int)(q + 1) % n, i);
+        for (int k = 2; k <= n; ++k) acc = add(acc, value((int)(q + k) % n, i));
+        wrong += got[(size_t)i] != acc;
+      }
+    return wrong;
+  };
+  Tensor y = from_vector<float>(std::vector<float>(in[r].begin(), in[r].begin() + len), {len});
+  std::vector<float> sum = pg->all_reduce(y, ReduceOp::Sum).to_vector<float>();
+  EXPECT_EQ(ring_folds(sum, [&](int q, int64_t i) { return in[q][(size_t)i]; }, std::plus<float>()), 0);
   Tensor avg = pg->all_reduce(y, ReduceOp::Avg);
   Tensor first = pg->all_gather(avg.reshape({1, len}), 0).slice(0, 0, 1).reshape({len});
   EXPECT_EQ(avg.to_vector<float>(), first.to_vector<float>());
+  // the bf16 wire above the threshold (1 MiB of bits): every hop's sum rounded to bf16, in the ring's order
+  std::vector<float> b =
+      pg->all_reduce(from_vector<float>(in[r], {half}), ReduceOp::Sum, DType::BF16).to_vector<float>();
+  EXPECT_EQ(ring_folds(b, [&](int q, int64_t i) { return round_to_bf16(in[q][(size_t)i]); },
+                       [](float a, float c) { return round_to_bf16(a + c); }),
+            0);
 }
 
 TEST(Comms, BroadcastAllToAllSendRecvBarrier) {
