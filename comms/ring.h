@@ -2,12 +2,12 @@
 // Ring collectives over MPI point-to-point, as NCCL's ring runs them: a reduce-scatter in p - 1 steps, each rank
 // sending one chunk to its right neighbour while it receives another from its left and adds it into its own; an
 // all-gather passing the chunks on the same way; an all-reduce is the two. Open MPI's nonblocking reduce-scatter
-// (libnbc, the only one it offers) reduces the whole buffer towards one rank and scatters it back: on two ranks sharing
-// this machine a 4 MB reduce-scatter took 0.72 ms against 0.28 ms for the exchange and add below, and a 16 MB one 74-94
-// ms against 1.8-2.9 ms (titan-bench-collectives; docs/simulator.md, "Titan's collectives"). The simulator prices a
-// reduce-scatter as this ring (or halving-doubling, the same traffic on a power of two): the step that runs is the
-// step that is priced. ProcessGroup runs every reduce-scatter, and every all-reduce of 1 MiB or more, as these
-// rings, on one host or across hosts alike (process_group.cpp, kRingAllReduceBytes, says why).
+// (libnbc, the only one it offers) reduces the whole buffer towards one rank and scatters it back: on two ranks
+// sharing this machine a 4 MB reduce-scatter took 0.72 ms against 0.28 ms for the exchange and add below, and a
+// 16 MB one 74-94 ms against 1.8-2.9 ms (titan-bench-collectives; docs/simulator.md, "Titan's collectives"). The
+// simulator prices a reduce-scatter as this ring (or halving-doubling, the same traffic on a power of two): the
+// step that runs is the step that is priced. ProcessGroup runs every reduce-scatter, and every all-reduce of 1 MiB
+// or more, as these rings, on one host or across hosts alike (process_group.cpp, kRingAllReduceBytes, says why).
 #include <mpi.h>
 
 #include <cstdint>
