@@ -176,11 +176,10 @@ void ring_reduce_scatter(const Tensor& in, void* out, const std::vector<int64_t>
 
 // ---- the bf16 wire ---------------------------------------------------------------
 // MPI's reduction of bf16 bits as NCCL sums bf16: each addition in float32, its result rounded to bf16 (nearest
-// even), hop by hop in the library's order.
+// even), hop by hop in the library's order: the ring's own sum of bf16 bits (comms/ring.h).
 void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
-  const uint16_t* a = static_cast<const uint16_t*>(in);
-  uint16_t* b = static_cast<uint16_t*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = float_to_bf16_bits(bf16_bits_to_float(a[i]) + bf16_bits_to_float(b[i]));
+  static const detail::Combine add = detail::combine_for(DType::BF16, /*max=*/false);
+  add(in, inout, inout, *len);
 }
 std::mutex g_bf16_sum_mu;
 MPI_Op g_bf16_sum = MPI_OP_NULL;

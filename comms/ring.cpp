@@ -37,6 +37,24 @@ void check(int rc, const char* what) {
   MPI_Error_string(rc, msg, &len);
   fail("ring collective: ", what, ": ", std::string(msg, len));
 }
+// This rank's place on the ring of comm and where each chunk starts: chunk q is elements [at[q], at[q + 1]).
+struct Ring {
+  int p = 1, r = 0, right = 0, left = 0;
+  std::vector<int64_t> at;
+  Ring(const std::vector<int64_t>& counts, MPI_Comm comm, const char* what) {
+    MPI_Comm_size(comm, &p);
+    MPI_Comm_rank(comm, &r);
+    TITAN_CHECK((int)counts.size() == p, what, ": ", counts.size(), " chunk counts for ", p, " ranks");
+    at.assign(p + 1, 0);
+    for (int q = 0; q < p; ++q) {
+      TITAN_CHECK(counts[q] >= 0 && counts[q] <= INT_MAX, what, ": chunk ", q, " of ", counts[q],
+                  " elements (MPI counts are int)");
+      at[q + 1] = at[q] + counts[q];
+    }
+    right = (r + 1) % p, left = (r + p - 1) % p;
+  }
+  int chunk(int q) const { return ((q % p) + p) % p; }  // q modulo p, q may be negative
+};
 }  // namespace
 
 Combine combine_for(DType t, bool max) {
@@ -54,59 +72,38 @@ Combine combine_for(DType t, bool max) {
 
 void ring_reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts, size_t esize,
                          MPI_Datatype type, Combine combine, void* scratch, MPI_Comm comm, const Complete& complete) {
-  int p = 1, r = 0;
-  MPI_Comm_size(comm, &p);
-  MPI_Comm_rank(comm, &r);
-  TITAN_CHECK((int)counts.size() == p, "ring_reduce_scatter: ", counts.size(), " chunk counts for ", p, " ranks");
-  std::vector<int64_t> at(p + 1, 0);  // chunk q: elements [at[q], at[q + 1]) of in
-  for (int q = 0; q < p; ++q) {
-    TITAN_CHECK(counts[q] >= 0 && counts[q] <= INT_MAX, "ring_reduce_scatter: chunk ", q, " of ", counts[q],
-                " elements (MPI counts are int)");
-    at[q + 1] = at[q] + counts[q];
-  }
-  const char* src = static_cast<const char*>(in);
-  auto chunk = [&](int q) { return src + at[q] * esize; };
-  if (p == 1) {
+  const Ring g(counts, comm, "ring_reduce_scatter");
+  auto chunk = [&](int q) { return static_cast<const char*>(in) + g.at[q] * esize; };
+  if (g.p == 1) {
     std::memcpy(out, chunk(0), (size_t)counts[0] * esize);
     return;
   }
-  const int right = (r + 1) % p, left = (r + p - 1) % p;
   const size_t stride = (size_t)*std::max_element(counts.begin(), counts.end()) * esize;
   char* buf[2] = {static_cast<char*>(scratch), static_cast<char*>(scratch) + stride};
   // step s: send the partial sum of chunk (r - s - 1) (at s = 0 this rank's own input), receive the left
   // neighbour's partial sum of chunk (r - s - 2) and add this rank's input to it; at s = p - 2 that chunk is r's.
-  for (int s = 0; s < p - 1; ++s) {
-    const int send_q = ((r - s - 1) % p + p) % p, recv_q = ((r - s - 2) % p + p) % p;
+  for (int s = 0; s < g.p - 1; ++s) {
+    const int send_q = g.chunk(g.r - s - 1), recv_q = g.chunk(g.r - s - 2);
     const void* send = s == 0 ? chunk(send_q) : buf[(s - 1) % 2];
     char* recv = buf[s % 2];
     MPI_Request req[2];
-    check(MPI_Irecv(recv, (int)counts[recv_q], type, left, 0, comm, &req[0]), "irecv");
-    check(MPI_Isend(send, (int)counts[send_q], type, right, 0, comm, &req[1]), "isend");
+    check(MPI_Irecv(recv, (int)counts[recv_q], type, g.left, 0, comm, &req[0]), "irecv");
+    check(MPI_Isend(send, (int)counts[send_q], type, g.right, 0, comm, &req[1]), "isend");
     complete(req, 2);
-    combine(chunk(recv_q), recv, s == p - 2 ? out : recv, counts[recv_q]);
+    combine(chunk(recv_q), recv, s == g.p - 2 ? out : recv, counts[recv_q]);
   }
 }
 
 void ring_all_gather(void* buf, const std::vector<int64_t>& counts, size_t esize, MPI_Datatype type, MPI_Comm comm,
                      const Complete& complete) {
-  int p = 1, r = 0;
-  MPI_Comm_size(comm, &p);
-  MPI_Comm_rank(comm, &r);
-  TITAN_CHECK((int)counts.size() == p, "ring_all_gather: ", counts.size(), " chunk counts for ", p, " ranks");
-  std::vector<int64_t> at(p + 1, 0);
-  for (int q = 0; q < p; ++q) {
-    TITAN_CHECK(counts[q] >= 0 && counts[q] <= INT_MAX, "ring_all_gather: chunk ", q, " of ", counts[q],
-                " elements (MPI counts are int)");
-    at[q + 1] = at[q] + counts[q];
-  }
+  const Ring g(counts, comm, "ring_all_gather");
   char* b = static_cast<char*>(buf);
-  const int right = (r + 1) % p, left = (r + p - 1) % p;
   // step s: pass on chunk (r - s) (this rank's own at s = 0), receive chunk (r - s - 1) in its place
-  for (int s = 0; s < p - 1; ++s) {
-    const int send_q = ((r - s) % p + p) % p, recv_q = ((r - s - 1) % p + p) % p;
+  for (int s = 0; s < g.p - 1; ++s) {
+    const int send_q = g.chunk(g.r - s), recv_q = g.chunk(g.r - s - 1);
     MPI_Request req[2];
-    check(MPI_Irecv(b + at[recv_q] * esize, (int)counts[recv_q], type, left, 1, comm, &req[0]), "irecv");
-    check(MPI_Isend(b + at[send_q] * esize, (int)counts[send_q], type, right, 1, comm, &req[1]), "isend");
+    check(MPI_Irecv(b + g.at[recv_q] * esize, (int)counts[recv_q], type, g.left, 1, comm, &req[0]), "irecv");
+    check(MPI_Isend(b + g.at[send_q] * esize, (int)counts[send_q], type, g.right, 1, comm, &req[1]), "isend");
     complete(req, 2);
   }
 }
