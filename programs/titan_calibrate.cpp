@@ -24,9 +24,10 @@
 //   hbm_tbps          `add` of two 32 MiB tensors (bytes as its cost record counts them; the best repetition)
 //   vector_tflops     silu, exp, softmax and rms_norm forward + backward over a [4096, 256] tensor: the median of
 //                     their recorded FLOPs per second (each at its repetitions' lower quartile)
-//   attention         causal flash attention ([8, 256, 4 | 2 kv, 64]), the forward and the backward kernel timed
-//                     apart: each one's recorded FLOPs per second (lower quartile) over peak_tflops
-//                     (attention_efficiency, attention_backward_efficiency)
+//   attention         causal flash attention ([8, 256, 4 | 2 kv, D]), the forward and the backward kernel timed
+//                     apart: each one's recorded FLOPs per second (lower quartile) over peak_tflops, at head dims
+//                     D = 32, 64 and 128 (attention_by_head_dim; D = 64 also as attention_efficiency,
+//                     attention_backward_efficiency)
 //   *_launch_us       titan's per-op overhead: a chain of ops on one-element tensors, forward + backward, per op
 //   local_comm_*      (2+ ranks) all_gather over every rank through titan's communication thread: the latency
 //                     per step of the smallest (8 B per rank), the bandwidth (GB/s) of the largest (16 MiB)
@@ -37,6 +38,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <ctime>
 #include <cmath>
 #include <filesystem>
@@ -190,12 +192,53 @@ struct Kernels {
   std::vector<std::pair<double, double>> table;  // (GFLOP per GEMM, fraction of peak), quarter-decade means
   // TFLOP/s, TB/s, TFLOP/s, fractions of peak (attention forward, backward), us
   double peak = 0, hbm = 0, vector = 0, attn_eff = 0, attn_bwd_eff = 0, launch_us = 0;
+  std::vector<sim::AttentionPoint> attention;  // by head dim (kAttentionHeadDims)
 };
+// The head dims attention is measured at (models use 32 to 256; 64 also gives attention_efficiency)
+constexpr std::array<int64_t, 3> kAttentionHeadDims = {32, 64, 128};
 // One pass over every kernel: rates as measured (TFLOP/s, TB/s, us).
 struct Pass {
   std::vector<GemmPoint> gemms;
-  double hbm = 0, vector = 0, attn_fwd = 0, attn_bwd = 0, launch_us = 0;
+  double hbm = 0, vector = 0, launch_us = 0;
+  std::array<double, 3> attn_fwd{}, attn_bwd{};  // TFLOP/s at each of kAttentionHeadDims
 };
+// Causal flash attention [8, 256, 4 | 2 kv, D]: the forward and the backward kernel timed apart (the backward
+// recomputes the scores and reduces dK, dV: its own fraction of peak), each one's recorded FLOPs per second at
+// the lower quartile of its repetitions (TFLOP/s).
+std::pair<double, double> attention_rates(int64_t D, double budget, const std::function<void()>& sync, Generator& g) {
+  Tensor q = randn({8, 256, 4, D}, g).requires_grad_(true), k = randn({8, 256, 2, D}, g).requires_grad_(true),
+         v = randn({8, 256, 2, D}, g).requires_grad_(true);
+  Tensor dyo = randn({8, 256, 4, D}, g);
+  auto forward = [&] { return scaled_dot_product_attention(q, k, v, Tensor(), AttentionOptions{}); };
+  auto backward = [&](const Tensor& o) {
+    o.backward(dyo);
+    q.zero_grad(), k.zero_grad(), v.zero_grad();
+  };
+  double fwd_flops = 0, all_flops = 0;
+  {
+    CostScope scope;
+    Tensor o = forward();
+    fwd_flops = scope.flops();
+    backward(o);
+    all_flops = scope.flops();
+  }
+  backward(forward());  // warm-up
+  sync();
+  std::vector<double> tf, tb;
+  const double t_end = wall_seconds() + budget;
+  while (tf.size() < 50 && (tf.size() < 5 || wall_seconds() < t_end)) {
+    const double t0 = wall_seconds();
+    Tensor o = forward();
+    const double t1 = wall_seconds();
+    backward(o);
+    tf.push_back(t1 - t0);
+    tb.push_back(wall_seconds() - t1);
+  }
+  std::sort(tf.begin(), tf.end());
+  std::sort(tb.begin(), tb.end());
+  return {fwd_flops / lower_quartile(tf) / 1e12, (all_flops - fwd_flops) / lower_quartile(tb) / 1e12};
+}
+
 Pass measure_pass(double budget, const std::function<void()>& sync, bool shared) {
   Pass P;
   P.gemms = measure_gemms(budget * 0.6, sync);
@@ -219,41 +262,12 @@ Pass measure_pass(double budget, const std::function<void()>& sync, bool shared)
                                op_rate([&](const Tensor& t) { return rms_norm(t, wn, 1e-6); }, x, budget * 0.035, sync)};
   std::sort(rates.begin(), rates.end());
   P.vector = 0.5 * (rates[1] + rates[2]) / 1e12;
-  // attention
-  Tensor q = randn({8, 256, 4, 64}, g).requires_grad_(true), k = randn({8, 256, 2, 64}, g).requires_grad_(true),
-         v = randn({8, 256, 2, 64}, g).requires_grad_(true);
-  Tensor dyo = randn({8, 256, 4, 64}, g);
-  // the forward and the backward kernel apart (the backward recomputes the scores and reduces dK, dV: its own
-  // fraction of peak), each the lower quartile of its repetitions
-  auto forward = [&] { return scaled_dot_product_attention(q, k, v, Tensor(), AttentionOptions{}); };
-  auto backward = [&](const Tensor& o) {
-    o.backward(dyo);
-    q.zero_grad(), k.zero_grad(), v.zero_grad();
-  };
-  double fwd_flops = 0, all_flops = 0;
-  {
-    CostScope scope;
-    Tensor o = forward();
-    fwd_flops = scope.flops();
-    backward(o);
-    all_flops = scope.flops();
+  // attention at each head dim of kAttentionHeadDims
+  for (size_t i = 0; i < kAttentionHeadDims.size(); ++i) {
+    const auto [fwd, bwd] = attention_rates(kAttentionHeadDims[i], budget * 0.04, sync, g);
+    P.attn_fwd[i] = fwd;
+    P.attn_bwd[i] = bwd;
   }
-  backward(forward());  // warm-up
-  sync();
-  std::vector<double> tf, tb;
-  const double t_end = wall_seconds() + budget * 0.12;
-  while (tf.size() < 50 && (tf.size() < 5 || wall_seconds() < t_end)) {
-    const double t0 = wall_seconds();
-    Tensor o = forward();
-    const double t1 = wall_seconds();
-    backward(o);
-    tf.push_back(t1 - t0);
-    tb.push_back(wall_seconds() - t1);
-  }
-  std::sort(tf.begin(), tf.end());
-  std::sort(tb.begin(), tb.end());
-  P.attn_fwd = fwd_flops / lower_quartile(tf) / 1e12;
-  P.attn_bwd = (all_flops - fwd_flops) / lower_quartile(tb) / 1e12;
   // per-op overhead: ops on one-element tensors, forward + backward
   Tensor s0 = full({1}, 1.0).requires_grad_(true);
   auto chain = [&] {
@@ -281,8 +295,10 @@ Kernels measure_kernels(double budget, const std::function<void()>& sync, bool s
       best.gemms[i].tflops = std::max(best.gemms[i].tflops, p.gemms[i].tflops);
     best.hbm = std::max(best.hbm, p.hbm);
     best.vector = std::max(best.vector, p.vector);
-    best.attn_fwd = std::max(best.attn_fwd, p.attn_fwd);
-    best.attn_bwd = std::max(best.attn_bwd, p.attn_bwd);
+    for (size_t i = 0; i < kAttentionHeadDims.size(); ++i) {
+      best.attn_fwd[i] = std::max(best.attn_fwd[i], p.attn_fwd[i]);
+      best.attn_bwd[i] = std::max(best.attn_bwd[i], p.attn_bwd[i]);
+    }
     best.launch_us = std::min(best.launch_us, p.launch_us);
   }
   Kernels K;
@@ -302,8 +318,11 @@ Kernels measure_kernels(double budget, const std::function<void()>& sync, bool s
   }
   K.hbm = best.hbm;
   K.vector = best.vector;
-  K.attn_eff = std::min(1.0, best.attn_fwd / K.peak);
-  K.attn_bwd_eff = std::min(1.0, best.attn_bwd / K.peak);
+  for (size_t i = 0; i < kAttentionHeadDims.size(); ++i) {
+    K.attention.push_back({kAttentionHeadDims[i], std::min(1.0, best.attn_fwd[i] / K.peak),
+                           std::min(1.0, best.attn_bwd[i] / K.peak)});
+    if (kAttentionHeadDims[i] == 64) K.attn_eff = K.attention.back().forward, K.attn_bwd_eff = K.attention.back().backward;
+  }
   K.launch_us = best.launch_us;
   return K;
 }
@@ -339,9 +358,12 @@ std::string write_spec(const std::string& out_dir, const std::string& name, cons
     << "hbm_gib: " << fmt("%.1f", (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE) / (1 << 30)) << "\n"
     << "hbm_tbps: " << num(n * K.hbm) << "               # add of two 32 MiB tensors" << each << "\n"
     << "memory_efficiency: 1\n"
-    << "attention_efficiency: " << num(K.attn_eff) << "   # causal flash attention, the forward kernel\n"
-    << "attention_backward_efficiency: " << num(K.attn_bwd_eff) << "   # and its backward\n"
-    << "eager_launch_us: " << num(K.launch_us) << "         # titan's per-op overhead (fwd + bwd of tiny ops)\n"
+    << "attention_efficiency: " << num(K.attn_eff) << "   # causal flash attention, the forward kernel (head dim 64)\n"
+    << "attention_backward_efficiency: " << num(K.attn_bwd_eff) << "   # and its backward (head dim 64)\n"
+    << "attention_by_head_dim:        # [head dim, forward, backward] fractions of peak_tflops\n";
+  for (const auto& a : K.attention)
+    c << "  - [" << a.head_dim << ", " << num(a.forward) << ", " << num(a.backward) << "]\n";
+  c << "eager_launch_us: " << num(K.launch_us) << "         # titan's per-op overhead (fwd + bwd of tiny ops)\n"
     << "compiled_launch_us: " << num(K.launch_us) << "      # titan runs every op as it comes\n";
   if (world > 1)
     c << "local_comm_gbps: " << num(ex.gbps) << "        # all_gather between ranks (titan's comm thread)\n"

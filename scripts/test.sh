@@ -35,7 +35,7 @@ if [ -z "${SKIP_ASAN:-}" ]; then
   # Layouts labelled release_only (further context-parallel compositions, whose code paths the other CP tests
   # run here) run in the release suite only.
   (cd build-asan && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 TITAN_PARITY_STEPS=3 \
-     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j 1 -L mpi -LE release_only --timeout 1200)
+     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j "$JOBS" -L mpi -LE release_only --timeout 1200)
 
   echo "[test] ThreadSanitizer build: the comms tests (the main thread and the communication thread)"
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTITAN_TSAN=ON >/dev/null

@@ -52,6 +52,20 @@ double gemm_peak_tflops(const ChipSpec& c, GemmPrecision p) {
   return c.peak_tflops * v / c.headline_tflops;
 }
 
+double attention_efficiency(const ChipSpec& c, int64_t head_dim, bool backward) {
+  const auto& t = c.attention_by_head_dim;
+  if (t.empty() || head_dim < 1)
+    return backward && c.attention_backward_efficiency > 0 ? c.attention_backward_efficiency : c.attention_efficiency;
+  auto at = [&](const AttentionPoint& p) { return backward ? p.backward : p.forward; };
+  if (head_dim <= t.front().head_dim) return at(t.front());
+  if (head_dim >= t.back().head_dim) return at(t.back());
+  size_t i = 1;
+  while (t[i].head_dim < head_dim) ++i;  // t[i - 1] < head_dim <= t[i]
+  const double x = std::log2((double)head_dim), x0 = std::log2((double)t[i - 1].head_dim),
+               x1 = std::log2((double)t[i].head_dim);
+  return at(t[i - 1]) + (at(t[i]) - at(t[i - 1])) * (x - x0) / (x1 - x0);
+}
+
 KernelTime kernel_time(const ChipSpec& c, int rpc, const Kernel& k, ExecMode mode) {
   KernelTime t;
   const double peak = c.peak_tflops * 1e12 / rpc;
@@ -70,8 +84,7 @@ KernelTime kernel_time(const ChipSpec& c, int rpc, const Kernel& k, ExecMode mod
     t.efficiency = rate / gpeak * real / padded;
     t.compute_s = padded / rate;
   } else if (k.kind == KernelKind::Attention) {  // a float32 run's attention on the float32 units too
-    t.efficiency = k.attention.backward && c.attention_backward_efficiency > 0 ? c.attention_backward_efficiency
-                                                                               : c.attention_efficiency;
+    t.efficiency = attention_efficiency(c, k.attention.d, k.attention.backward);
     const double ratio = k.precision == GemmPrecision::fp32 ? gemm_peak_tflops(c, k.precision) / c.peak_tflops : 1.0;
     t.compute_s = k.flops / (peak * ratio * t.efficiency);
   } else {

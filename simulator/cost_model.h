@@ -6,7 +6,8 @@
 // bandwidth). time = max(compute, memory) + launch overhead, with
 //   GEMM:      2*b*pad(m)*pad(n)*pad(k) / (peak * gemm_efficiency(GFLOP of the call))
 //   attention: flops / (peak * attention_efficiency)   (fused flash kernel; its backward at
-//              attention_backward_efficiency where the spec gives one)
+//              attention_backward_efficiency where the spec gives one; by the kernel's head dim where the
+//              spec has attention_by_head_dim)
 //   other:     flops / vector_tflops
 //   memory:    bytes / (hbm * memory_efficiency)
 // and the overhead of the execution mode (eager: every op is a kernel;
@@ -54,6 +55,11 @@ struct Kernel {
 // MXFP8 peak_tflops x their headline / headline_tflops; a precision the chip has no rate for is refused, naming
 // the chip and the spec key.
 double gemm_peak_tflops(const ChipSpec& chip, GemmPrecision p);
+
+// The fraction of peak an attention kernel of this head dim reaches (its backward kernel where `backward`): the
+// spec's attention_by_head_dim row, between two rows linear in log2(head dim), outside them the nearest row's;
+// without that table (or with head_dim 0, unknown) attention_efficiency / attention_backward_efficiency.
+double attention_efficiency(const ChipSpec& chip, int64_t head_dim, bool backward);
 
 struct KernelTime {
   double seconds = 0, compute_s = 0, memory_s = 0, overhead_s = 0;

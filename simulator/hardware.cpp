@@ -228,7 +228,7 @@ ChipSpec read_chip(const std::string& file, const std::vector<SpecEdit>& edits) 
              {"name", "cores", "peak_tflops", "headline_tflops", "mfu_peak_tflops", "vector_tflops", "hbm_gib",
               "hbm_tbps", "memory_efficiency", "attention_efficiency", "attention_backward_efficiency",
               "eager_launch_us", "compiled_launch_us", "comm_interference", "gemm_tile", "gemm_efficiency",
-              "attention_kernels", "gemm_power_limit_tflops",
+              "attention_kernels", "attention_by_head_dim", "gemm_power_limit_tflops",
               "eager_host_us", "compiled_host_us", "local_comm_gbps", "local_comm_latency_us", "gemm_efficiency_per",
               "fp8_tflops", "mxfp8_tflops", "fp32_tflops", "engines"},
              file, "");
@@ -275,6 +275,23 @@ ChipSpec read_chip(const std::string& file, const std::vector<SpecEdit>& edits) 
       const double e = number(n["attention_kernels"], name, file);  // a number > 0, or an error naming the file
       if (e > 1) fail(file, "attention_kernels." + name + " must be <= 1");
       c.attention_kernels[name] = e;
+    }
+  }
+  if (n["attention_by_head_dim"]) {  // [head dim, forward, backward] rows, by increasing head dim
+    const YAML::Node t = n["attention_by_head_dim"];
+    if (!t.IsSequence() || t.size() < 1)
+      fail(file, "key 'attention_by_head_dim' must be a list of [head dim, forward, backward] (fractions of peak)");
+    for (const auto& p : t) {
+      if (!p.IsSequence() || p.size() != 3)
+        fail(file, "attention_by_head_dim entries must be [head dim, forward, backward]");
+      AttentionPoint a{p[0].as<int64_t>(), p[1].as<double>(), p[2].as<double>()};
+      if (a.head_dim < 1 || !(a.forward > 0) || a.forward > 1 || !(a.backward > 0) || a.backward > 1)
+        fail(file, "attention_by_head_dim entry [" + p[0].as<std::string>() + ", " + p[1].as<std::string>() + ", " +
+                       p[2].as<std::string>() + "]: need head dim >= 1 and fractions of peak in (0, 1]");
+      if (!c.attention_by_head_dim.empty() && a.head_dim <= c.attention_by_head_dim.back().head_dim)
+        fail(file, "attention_by_head_dim must be sorted by increasing head dim (" + p[0].as<std::string>() +
+                       " follows " + std::to_string(c.attention_by_head_dim.back().head_dim) + ")");
+      c.attention_by_head_dim.push_back(a);
     }
   }
   c.gemm_power_limit_tflops = n["gemm_power_limit_tflops"] ? number(n, "gemm_power_limit_tflops", file) : 0.0;

@@ -9,6 +9,7 @@
 // at position c % units(level 0) in the innermost level (e.g. its (x, y) in
 // the 4x4 torus), c / units(level 0) % units(level 1) in the next, and so on.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -21,6 +22,11 @@ namespace titan::sim {
 // of peak), interpolated linearly in log10(GFLOP), clamped at the ends.
 struct EfficiencyPoint {
   double gflop = 0, efficiency = 0;
+};
+// An attention kernel's fractions of peak at one head dim, its forward and its backward kernel.
+struct AttentionPoint {
+  int64_t head_dim = 0;
+  double forward = 0, backward = 0;
 };
 
 // One core's engines (Trainium's NeuronCore; simulator/engines.h schedules kernels on them). Optional in a chip
@@ -67,6 +73,12 @@ struct ChipSpec {
   double attention_backward_efficiency = 0;  // the backward kernel's own fraction where it was measured apart
                                             // (titan-calibrate; the fused backward recomputes and reduces more
                                             // than the forward); absent (0 here): attention_efficiency for both
+  // The attention kernel's fractions of peak by head dim, where they were measured (titan-calibrate: at head dims
+  // 32, 64 and 128): per pair of positions the softmax and the masking cost the same at any head dim while the
+  // FLOPs grow with it, so a small head dim reaches less of the peak. Sorted by head dim; a kernel's head dim
+  // between two rows reads the line between them in log2(head dim), outside the first or last row that row's.
+  // Empty: attention_efficiency (and attention_backward_efficiency) at every head dim.
+  std::vector<AttentionPoint> attention_by_head_dim;
   std::map<std::string, double> attention_kernels;  // other published attention kernels' fractions of peak
                                                     // (simulation.attention_kernel picks one; optional)
   double gemm_power_limit_tflops = 0;  // the most GEMM throughput the chip sustains at its power limit (TFLOP/s

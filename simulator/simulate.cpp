@@ -48,6 +48,7 @@ void load_target(const JobConfig& cfg, int world, SystemSpec& sys, ChipSpec& chi
     }
     chip.attention_efficiency = it->second;
     chip.attention_backward_efficiency = 0;  // a published kernel's one fraction, forward and backward
+    chip.attention_by_head_dim.clear();       // at every head dim
   }
   const int rpc = (int)sc.ranks_per_chip;
   TITAN_CHECK(world % rpc == 0, "simulation: world size ", world, " is not divisible by ranks_per_chip ", rpc,

@@ -143,6 +143,60 @@ TEST(CostModel, AttentionBackwardHasItsOwnEfficiencyWhereGiven) {
   fs::remove_all(dir);
 }
 
+// Attention by head dim (titan-calibrate measures 32, 64 and 128: a small head dim does the same softmax and
+// masking per pair of positions for fewer FLOPs): a kernel reads its head dim's row, between rows the line in
+// log2(head dim), outside them the nearest row; forward and backward apart; no head dim: attention_efficiency.
+// The table loads from a spec; an unsorted table, a fraction above 1 or a short row is refused naming the file.
+TEST(CostModel, AttentionEfficiencyFollowsTheHeadDim) {
+  ChipSpec c = test_chip();
+  c.attention_by_head_dim = {{32, 0.2, 0.3}, {64, 0.4, 0.5}, {128, 0.5, 0.6}};
+  Kernel k;
+  k.kind = KernelKind::Attention;
+  k.flops = 1e12;
+  auto eff = [&](int64_t d, bool bwd) {
+    k.attention = AttentionShape{1e9, d, d, bwd};
+    return 1e12 / (100e12 * kernel_time(c, 1, k, ExecMode::Compiled).compute_s);
+  };
+  EXPECT_NEAR(eff(32, false), 0.2, 1e-12);
+  EXPECT_NEAR(eff(64, false), 0.4, 1e-12);
+  EXPECT_NEAR(eff(64, true), 0.5, 1e-12);
+  EXPECT_NEAR(eff(128, true), 0.6, 1e-12);
+  EXPECT_NEAR(eff(45, false), 0.2 + 0.2 * (std::log2(45.0) - 5), 1e-12);  // between 32 and 64, in log2
+  EXPECT_NEAR(eff(96, true), 0.5 + 0.1 * (std::log2(96.0) - 6), 1e-12);
+  EXPECT_NEAR(eff(16, false), 0.2, 1e-12);  // below the table: its first row
+  EXPECT_NEAR(eff(256, false), 0.5, 1e-12);  // above: its last
+  EXPECT_NEAR(eff(0, false), 0.5, 1e-12);    // head dim unknown: attention_efficiency
+  c.attention_by_head_dim.clear();
+  EXPECT_NEAR(eff(32, false), 0.5, 1e-12);   // no table: attention_efficiency at every head dim
+  const std::string dir =
+      (fs::temp_directory_path() / ("titan_attention_hd_spec_" + std::to_string((long)::getpid()))).string();
+  fs::create_directories(dir);
+  const std::string chip = dir + "/chip.yaml";
+  auto write = [&](const std::string& table) {
+    std::ofstream(chip) << "name: t\ncores: 1\npeak_tflops: 1\nvector_tflops: 1\nhbm_gib: 1\nhbm_tbps: 1\n"
+                           "memory_efficiency: 1\nattention_efficiency: 0.3\nattention_by_head_dim: "
+                        << table << "\neager_launch_us: 1\ncompiled_launch_us: 1\ngemm_tile: [1, 1, 1]\n"
+                                    "gemm_efficiency: [[1, 0.5]]\n";
+  };
+  write("[[32, 0.25, 0.3], [64, 0.32, 0.35], [128, 0.36, 0.37]]");
+  const ChipSpec loaded = load_chip(chip);
+  ASSERT_EQ(loaded.attention_by_head_dim.size(), 3u);
+  EXPECT_EQ(loaded.attention_by_head_dim[1].head_dim, 64);
+  EXPECT_DOUBLE_EQ(loaded.attention_by_head_dim[1].forward, 0.32);
+  EXPECT_DOUBLE_EQ(loaded.attention_by_head_dim[2].backward, 0.37);
+  for (const auto& [table, want] : std::vector<std::pair<std::string, std::string>>{
+           {"[[64, 0.3, 0.3], [32, 0.2, 0.2]]", "sorted by increasing head dim (32 follows 64)"},
+           {"[[32, 1.3, 0.3]]", "[32, 1.3, 0.3]: need head dim >= 1 and fractions of peak in (0, 1]"},
+           {"[[32, 0.3]]", "entries must be [head dim, forward, backward]"},
+           {"0.3", "must be a list of [head dim, forward, backward]"}}) {
+    write(table);
+    const std::string e = error_of([&] { load_chip(chip); });
+    EXPECT_NE(e.find(want), std::string::npos) << table << ": " << e;
+    EXPECT_NE(e.find(chip), std::string::npos) << e;
+  }
+  fs::remove_all(dir);
+}
+
 // FP8 GEMMs: priced at peak x (FP8 headline / BF16 headline) with the same efficiency table and power limit;
 // a precision the chip has no rate for is refused, naming the chip and the key.
 TEST(CostModel, Fp8GemmsArePricedAtTheChipsFp8Rate) {

@@ -33,6 +33,11 @@ def main():
     check(all(figures.get(k, 0) > 0 for k in ("peak_tflops", "vector_tflops", "hbm_tbps", "attention_efficiency",
                                                "eager_launch_us", "local_comm_gbps", "local_comm_latency_us")),
           "the chip spec holds every measured figure, each > 0: " + str(figures))
+    rows = re.findall(r"^  - \[(\d+), ([0-9.eE+-]+), ([0-9.eE+-]+)\]$",
+                      chip.split("attention_by_head_dim:")[-1].split("eager_launch_us")[0], re.M)
+    check([int(d) for d, _, _ in rows] == [32, 64, 128] and all(0 < float(f) <= 1 and 0 < float(b) <= 1
+                                                                for _, f, b in rows),
+          "attention measured at head dims 32, 64 and 128, forward and backward, fractions of peak: " + str(rows))
     log = p.stdout + p.stderr
     m = re.search(r"calibrate: peak ([0-9.eE+-]+) GFLOP/s", log)
     check(m is not None and abs(float(m.group(1)) / 1e3 / figures.get("peak_tflops", 1) - 1) < 0.01,
