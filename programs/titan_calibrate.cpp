@@ -21,11 +21,9 @@
 //   gemm_efficiency   titan's `linear` forward + backward (3 GEMMs of one size each) over token x model shapes
 //                     from 0.001 to ~4 GFLOP per GEMM; peak_tflops = the fastest, the table its fractions (of
 //                     the whole chip: gemm_efficiency_per chip)
-//   hbm_tbps          `add` of two 32 MiB tensors (bytes as its cost record counts them; the best repetition);
-//                     memory_by_size: `add` of two 0.25, 1, 4 and 32 MiB tensors, each rate / hbm_tbps
+//   hbm_tbps          `add` of two 32 MiB tensors (bytes as its cost record counts them; the best repetition)
 //   vector_tflops     silu, exp, softmax and rms_norm forward + backward over a [4096, 256] tensor: the median of
-//                     their recorded FLOPs per second (each at its repetitions' lower quartile); vector_by_size:
-//                     the same over [256 | 1024 | 4096 | 16384, 256], each rate / vector_tflops
+//                     their recorded FLOPs per second (each at its repetitions' lower quartile)
 //   attention         causal flash attention ([8, 256, 4 | 2 kv, D]), the forward and the backward kernel timed
 //                     apart: each one's recorded FLOPs per second (lower quartile) over peak_tflops, at head dims
 //                     D = 32, 64 and 128 (attention_by_head_dim; D = 64 also as attention_efficiency,
@@ -134,12 +132,7 @@ std::vector<GemmPoint> measure_gemms(double budget, const std::function<void()>&
 }
 
 // FLOPs per second of forward + backward of `op` on x, as the cost records count them.
-// An elementwise op's forward + backward on `x0`: its recorded FLOPs per second (lower quartile) and the bytes one
-// of its kernels moves (recorded bytes / kernels).
-struct OpRate {
-  double flops_per_s = 0, bytes_per_kernel = 0;
-};
-OpRate op_rate(const std::function<Tensor(const Tensor&)>& op, const Tensor& x0, double budget,
+double op_rate(const std::function<Tensor(const Tensor&)>& op, const Tensor& x0, double budget,
                const std::function<void()>& sync) {
   Tensor x = x0.detach().requires_grad_(true);
   Tensor dy = ones(op(x0).shape());
@@ -148,9 +141,9 @@ OpRate op_rate(const std::function<Tensor(const Tensor&)>& op, const Tensor& x0,
     y.backward(dy);
     x.zero_grad();
   };
-  const OpCost c = recorded(step);
+  const double flops = recorded(step).flops;
   sync();
-  return {c.flops / lower_quartile(times(step, budget)), c.bytes / std::max<int64_t>(1, c.calls)};
+  return flops / lower_quartile(times(step, budget));
 }
 
 struct Exchange {
@@ -199,23 +192,14 @@ struct Kernels {
   std::vector<std::pair<double, double>> table;  // (GFLOP per GEMM, fraction of peak), quarter-decade means
   // TFLOP/s, TB/s, TFLOP/s, fractions of peak (attention forward, backward), us
   double peak = 0, hbm = 0, vector = 0, attn_eff = 0, attn_bwd_eff = 0, launch_us = 0;
-  std::vector<sim::EfficiencyPoint> memory_by_size, vector_by_size;  // (MB per kernel, rate / hbm or vector)
   std::vector<sim::AttentionPoint> attention;  // by head dim (kAttentionHeadDims)
 };
-// The sizes memory-bound kernels are measured at: `add` of two tensors of these many floats (0.25 MiB to 32 MiB
-// each; the largest gives hbm_tbps), the elementwise ops over [rows, 256] (0.25 MiB to 16 MiB; 4096 rows gives
-// vector_tflops): a kernel whose tensors the caches hold runs faster than one streaming from memory
-constexpr std::array<int64_t, 4> kAddFloats = {64 << 10, 256 << 10, 1 << 20, 8 << 20};
-constexpr std::array<int64_t, 4> kVectorRows = {256, 1024, 4096, 16384};
 // The head dims attention is measured at (models use 32 to 256; 64 also gives attention_efficiency)
 constexpr std::array<int64_t, 3> kAttentionHeadDims = {32, 64, 128};
 // One pass over every kernel: rates as measured (TFLOP/s, TB/s, us).
 struct Pass {
   std::vector<GemmPoint> gemms;
-  double launch_us = 0;
-  // (MB per kernel, TB/s) of `add` at each of kAddFloats; (MB per kernel, TFLOP/s) of the elementwise ops at each
-  // of kVectorRows
-  std::array<std::pair<double, double>, 4> memory{}, vector{};
+  double hbm = 0, vector = 0, launch_us = 0;
   std::array<double, 3> attn_fwd{}, attn_bwd{};  // TFLOP/s at each of kAttentionHeadDims
 };
 // Causal flash attention [8, 256, 4 | 2 kv, D]: the forward and the backward kernel timed apart (the backward
@@ -259,34 +243,25 @@ Pass measure_pass(double budget, const std::function<void()>& sync, bool shared)
   Pass P;
   P.gemms = measure_gemms(budget * 0.6, sync);
   Generator g(1);
-  // memory bandwidth: `add` at each size of kAddFloats, the largest two 32 MiB tensors (hbm_tbps)
-  for (size_t i = 0; i < kAddFloats.size(); ++i) {
-    Tensor a = randn({kAddFloats[i]}, g), b = randn({kAddFloats[i]}, g);
-    const OpCost add_cost = recorded([&] { NoGradGuard ng; (void)add(a, b); });
-    sync();
-    // the best repetition, as STREAM reports a bandwidth: on this VM a median moved between ~45 and ~110 GB/s
-    // from one calibration to the next (2026-12-05) while the training steps it priced did not. Ranks measuring
-    // at once run each repetition together (a rank's best is then never one it ran alone)
-    const double t_add = times([&] { NoGradGuard ng; (void)add(a, b); }, budget * 0.015 * (i + 1),
-                               shared ? 12 : 50, shared ? &sync : nullptr).front();
-    P.memory[i] = {add_cost.bytes / 1e6, add_cost.bytes / t_add / 1e12};
-  }
-  // elementwise / norm / softmax: silu, exp, softmax and rms_norm over [rows, 256] at each of kVectorRows, the
-  // median of the four ops' rates at each size (its MB per kernel the four's median too)
+  // memory bandwidth
+  Tensor a = randn({8 << 20}, g), b = randn({8 << 20}, g);
+  const OpCost add_cost = recorded([&] { NoGradGuard ng; (void)add(a, b); });
+  sync();
+  // the best repetition, as STREAM reports a bandwidth: on this VM a median moved between ~45 and ~110 GB/s from
+  // one calibration to the next (2026-12-05) while the training steps it priced did not. Ranks measuring at
+  // once run each repetition together (a rank's best is then never one it ran alone)
+  const double t_add = times([&] { NoGradGuard ng; (void)add(a, b); }, budget * 0.06, shared ? 12 : 50,
+                             shared ? &sync : nullptr).front();
+  P.hbm = add_cost.bytes / t_add / 1e12;
+  // elementwise / norm / softmax
+  Tensor x = randn({4096, 256}, g);
   Tensor wn = ones({256});
-  for (size_t i = 0; i < kVectorRows.size(); ++i) {
-    Tensor x = randn({kVectorRows[i], 256}, g);
-    const double b = budget * 0.01;
-    std::vector<OpRate> r = {op_rate([](const Tensor& t) { return silu(t); }, x, b, sync),
-                             op_rate([](const Tensor& t) { return exp(mul(t, 0.1)); }, x, b, sync),
-                             op_rate([](const Tensor& t) { return softmax(t, -1); }, x, b, sync),
-                             op_rate([&](const Tensor& t) { return rms_norm(t, wn, 1e-6); }, x, b, sync)};
-    std::vector<double> rates, mbs;
-    for (const auto& o : r) rates.push_back(o.flops_per_s), mbs.push_back(o.bytes_per_kernel / 1e6);
-    std::sort(rates.begin(), rates.end());
-    std::sort(mbs.begin(), mbs.end());
-    P.vector[i] = {0.5 * (mbs[1] + mbs[2]), 0.5 * (rates[1] + rates[2]) / 1e12};
-  }
+  std::vector<double> rates = {op_rate([](const Tensor& t) { return silu(t); }, x, budget * 0.035, sync),
+                               op_rate([](const Tensor& t) { return exp(mul(t, 0.1)); }, x, budget * 0.035, sync),
+                               op_rate([](const Tensor& t) { return softmax(t, -1); }, x, budget * 0.035, sync),
+                               op_rate([&](const Tensor& t) { return rms_norm(t, wn, 1e-6); }, x, budget * 0.035, sync)};
+  std::sort(rates.begin(), rates.end());
+  P.vector = 0.5 * (rates[1] + rates[2]) / 1e12;
   // attention at each head dim of kAttentionHeadDims
   for (size_t i = 0; i < kAttentionHeadDims.size(); ++i) {
     const auto [fwd, bwd] = attention_rates(kAttentionHeadDims[i], budget * 0.04, sync, g);
@@ -318,10 +293,8 @@ Kernels measure_kernels(double budget, const std::function<void()>& sync, bool s
   for (const Pass& p : passes) {
     for (size_t i = 0; i < best.gemms.size(); ++i)
       best.gemms[i].tflops = std::max(best.gemms[i].tflops, p.gemms[i].tflops);
-    for (size_t i = 0; i < best.memory.size(); ++i) {
-      best.memory[i].second = std::max(best.memory[i].second, p.memory[i].second);
-      best.vector[i].second = std::max(best.vector[i].second, p.vector[i].second);
-    }
+    best.hbm = std::max(best.hbm, p.hbm);
+    best.vector = std::max(best.vector, p.vector);
     for (size_t i = 0; i < kAttentionHeadDims.size(); ++i) {
       best.attn_fwd[i] = std::max(best.attn_fwd[i], p.attn_fwd[i]);
       best.attn_bwd[i] = std::max(best.attn_bwd[i], p.attn_bwd[i]);
@@ -343,12 +316,8 @@ Kernels measure_kernels(double budget, const std::function<void()>& sync, bool s
       if ((int)std::floor(std::log10(p.gflop) * 4) == k) gf += std::log10(p.gflop), ++n;
     K.table.emplace_back(std::pow(10.0, gf / n), b.first / b.second);
   }
-  K.hbm = best.memory.back().second;  // two 32 MiB tensors
-  K.vector = best.vector[2].second;   // [4096, 256]
-  for (size_t i = 0; i < best.memory.size(); ++i) {
-    K.memory_by_size.push_back({best.memory[i].first, best.memory[i].second / K.hbm});
-    K.vector_by_size.push_back({best.vector[i].first, best.vector[i].second / K.vector});
-  }
+  K.hbm = best.hbm;
+  K.vector = best.vector;
   for (size_t i = 0; i < kAttentionHeadDims.size(); ++i) {
     K.attention.push_back({kAttentionHeadDims[i], std::min(1.0, best.attn_fwd[i] / K.peak),
                            std::min(1.0, best.attn_bwd[i] / K.peak)});
@@ -388,11 +357,6 @@ std::string write_spec(const std::string& out_dir, const std::string& name, cons
     << "\n"
     << "hbm_gib: " << fmt("%.1f", (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE) / (1 << 30)) << "\n"
     << "hbm_tbps: " << num(n * K.hbm) << "               # add of two 32 MiB tensors" << each << "\n"
-    << "memory_by_size:               # [MB per kernel, its rate / hbm_tbps]: add of two tensors by size\n";
-  for (const auto& p : K.memory_by_size) c << "  - [" << num(p.gflop) << ", " << num(p.efficiency) << "]\n";
-  c << "vector_by_size:               # [MB per kernel, its rate / vector_tflops]: the elementwise ops by size\n";
-  for (const auto& p : K.vector_by_size) c << "  - [" << num(p.gflop) << ", " << num(p.efficiency) << "]\n";
-  c
     << "memory_efficiency: 1\n"
     << "attention_efficiency: " << num(K.attn_eff) << "   # causal flash attention, the forward kernel (head dim 64)\n"
     << "attention_backward_efficiency: " << num(K.attn_bwd_eff) << "   # and its backward (head dim 64)\n"

@@ -52,16 +52,6 @@ double gemm_peak_tflops(const ChipSpec& c, GemmPrecision p) {
   return c.peak_tflops * v / c.headline_tflops;
 }
 
-double by_size(const std::vector<EfficiencyPoint>& t, double mb) {
-  if (t.empty() || !(mb > 0)) return 1.0;
-  if (mb <= t.front().gflop) return t.front().efficiency;
-  if (mb >= t.back().gflop) return t.back().efficiency;
-  size_t i = 1;
-  while (t[i].gflop < mb) ++i;  // t[i - 1] < mb <= t[i]
-  const double x = std::log10(mb), x0 = std::log10(t[i - 1].gflop), x1 = std::log10(t[i].gflop);
-  return t[i - 1].efficiency + (t[i].efficiency - t[i - 1].efficiency) * (x - x0) / (x1 - x0);
-}
-
 double attention_efficiency(const ChipSpec& c, int64_t head_dim, bool backward) {
   const auto& t = c.attention_by_head_dim;
   if (t.empty() || head_dim < 1)
@@ -79,10 +69,7 @@ double attention_efficiency(const ChipSpec& c, int64_t head_dim, bool backward) 
 KernelTime kernel_time(const ChipSpec& c, int rpc, const Kernel& k, ExecMode mode) {
   KernelTime t;
   const double peak = c.peak_tflops * 1e12 / rpc;
-  // memory-bound kernels by size where the spec measured them (the MB a rank's kernel moves; a table of the whole
-  // chip read at ranks_per_chip x that, as the GEMM table)
-  const double mb = k.bytes / 1e6 * (c.gemm_table_per_chip ? rpc : 1);
-  const double hbm = c.hbm_tbps * 1e12 * c.memory_efficiency / rpc * by_size(c.memory_by_size, mb);
+  const double hbm = c.hbm_tbps * 1e12 * c.memory_efficiency / rpc;
   if (k.kind == KernelKind::Gemm && k.m > 0 && k.n > 0 && k.k > 0) {
     const double b = (double)std::max(1LL, k.batch);
     const double real = 2.0 * b * (double)k.m * (double)k.n * (double)k.k;
@@ -101,7 +88,7 @@ KernelTime kernel_time(const ChipSpec& c, int rpc, const Kernel& k, ExecMode mod
     const double ratio = k.precision == GemmPrecision::fp32 ? gemm_peak_tflops(c, k.precision) / c.peak_tflops : 1.0;
     t.compute_s = k.flops / (peak * ratio * t.efficiency);
   } else {
-    t.compute_s = k.flops / (c.vector_tflops * 1e12 / rpc * by_size(c.vector_by_size, mb));
+    t.compute_s = k.flops / (c.vector_tflops * 1e12 / rpc);
   }
   t.memory_s = k.bytes / hbm;
   t.overhead_s = (mode == ExecMode::Eager ? c.eager_launch_us : c.compiled_launch_us) * 1e-6;

@@ -8,9 +8,8 @@
 //   attention: flops / (peak * attention_efficiency)   (fused flash kernel; its backward at
 //              attention_backward_efficiency where the spec gives one; by the kernel's head dim where the
 //              spec has attention_by_head_dim)
-//   other:     flops / (vector_tflops * vector_by_size(MB the kernel moves))
-//   memory:    bytes / (hbm * memory_efficiency * memory_by_size(MB))   (the size tables where the spec has
-//              them, as titan-calibrate measures a CPU's caches; else 1)
+//   other:     flops / vector_tflops
+//   memory:    bytes / (hbm * memory_efficiency)
 // and the overhead of the execution mode (eager: every op is a kernel;
 // compiled: the scheduler fuses elementwise chains first).
 //
@@ -61,9 +60,6 @@ double gemm_peak_tflops(const ChipSpec& chip, GemmPrecision p);
 // spec's attention_by_head_dim row, between two rows linear in log2(head dim), outside them the nearest row's;
 // without that table (or with head_dim 0, unknown) attention_efficiency / attention_backward_efficiency.
 double attention_efficiency(const ChipSpec& chip, int64_t head_dim, bool backward);
-// A size table's relative rate at `mb` MB per kernel: linear in log10(MB) between rows, the nearest row outside
-// them; 1 for an empty table.
-double by_size(const std::vector<EfficiencyPoint>& table, double mb);
 
 struct KernelTime {
   double seconds = 0, compute_s = 0, memory_s = 0, overhead_s = 0;

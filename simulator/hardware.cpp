@@ -228,7 +228,7 @@ ChipSpec read_chip(const std::string& file, const std::vector<SpecEdit>& edits) 
              {"name", "cores", "peak_tflops", "headline_tflops", "mfu_peak_tflops", "vector_tflops", "hbm_gib",
               "hbm_tbps", "memory_efficiency", "attention_efficiency", "attention_backward_efficiency",
               "eager_launch_us", "compiled_launch_us", "comm_interference", "gemm_tile", "gemm_efficiency",
-              "attention_kernels", "attention_by_head_dim", "memory_by_size", "vector_by_size", "gemm_power_limit_tflops",
+              "attention_kernels", "attention_by_head_dim", "gemm_power_limit_tflops",
               "eager_host_us", "compiled_host_us", "local_comm_gbps", "local_comm_latency_us", "gemm_efficiency_per",
               "fp8_tflops", "mxfp8_tflops", "fp32_tflops", "engines"},
              file, "");
@@ -275,25 +275,6 @@ ChipSpec read_chip(const std::string& file, const std::vector<SpecEdit>& edits) 
       const double e = number(n["attention_kernels"], name, file);  // a number > 0, or an error naming the file
       if (e > 1) fail(file, "attention_kernels." + name + " must be <= 1");
       c.attention_kernels[name] = e;
-    }
-  }
-  for (const char* key : {"memory_by_size", "vector_by_size"}) {  // [MB per kernel, rate / the chip's figure]
-    if (!n[key]) continue;
-    const YAML::Node t = n[key];
-    const std::string k = key;
-    if (!t.IsSequence() || t.size() < 1) fail(file, "key '" + k + "' must be a list of [MB per kernel, relative rate]");
-    auto& rows = k == "memory_by_size" ? c.memory_by_size : c.vector_by_size;
-    std::string prev;  // the previous row's MB as written
-    for (const auto& p : t) {
-      if (!p.IsSequence() || p.size() != 2) fail(file, k + " entries must be [MB per kernel, relative rate]");
-      EfficiencyPoint e{p[0].as<double>(), p[1].as<double>()};
-      if (!(e.gflop > 0) || !(e.efficiency > 0) || !std::isfinite(e.gflop) || !std::isfinite(e.efficiency))
-        fail(file, k + " entry [" + p[0].as<std::string>() + ", " + p[1].as<std::string>() +
-                       "]: need MB > 0 and a relative rate > 0");
-      if (!rows.empty() && e.gflop <= rows.back().gflop)
-        fail(file, k + " must be sorted by increasing MB (" + p[0].as<std::string>() + " follows " + prev + ")");
-      rows.push_back(e);
-      prev = p[0].as<std::string>();
     }
   }
   if (n["attention_by_head_dim"]) {  // [head dim, forward, backward] rows, by increasing head dim

@@ -73,12 +73,6 @@ struct ChipSpec {
   double attention_backward_efficiency = 0;  // the backward kernel's own fraction where it was measured apart
                                             // (titan-calibrate; the fused backward recomputes and reduces more
                                             // than the forward); absent (0 here): attention_efficiency for both
-  // Memory-bound kernels by size, where they were measured (titan-calibrate on a CPU: a kernel whose tensors the
-  // caches hold runs faster than one streaming from memory): [MB a kernel moves, its rate / hbm_tbps] and
-  // [MB, its rate / vector_tflops], sorted by MB; a kernel between two rows reads the line between them in
-  // log10(MB), outside them the nearest row's; read at ranks_per_chip x the rank's MB where the tables were
-  // measured on the whole chip (gemm_efficiency_per: chip). Empty: hbm_tbps and vector_tflops at every size.
-  std::vector<EfficiencyPoint> memory_by_size, vector_by_size;  // (gflop holds the MB)
   // The attention kernel's fractions of peak by head dim, where they were measured (titan-calibrate: at head dims
   // 32, 64 and 128): per pair of positions the softmax and the masking cost the same at any head dim while the
   // FLOPs grow with it, so a small head dim reaches less of the peak. Sorted by head dim; a kernel's head dim

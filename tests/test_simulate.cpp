@@ -197,68 +197,6 @@ TEST(CostModel, AttentionEfficiencyFollowsTheHeadDim) {
   fs::remove_all(dir);
 }
 
-// Memory-bound kernels by size (titan-calibrate measures a CPU's: a kernel whose tensors the caches hold runs
-// faster than one streaming from memory): the memory rate is hbm x memory_by_size(MB the kernel moves), the
-// elementwise rate vector_tflops x vector_by_size(MB), linear in log10(MB) between rows and the nearest row outside;
-// a table measured on the whole chip is read at ranks_per_chip x the rank's MB; no table: the figures as they are.
-// The tables load from a spec; an unsorted one or a rate of 0 is refused naming the file.
-TEST(CostModel, MemoryBoundKernelsFollowTheirSize) {
-  ChipSpec c = test_chip();  // hbm 2 TB/s x 0.5, vector 10 TFLOP/s
-  Kernel k;
-  k.kind = KernelKind::Other;
-  auto times = [&](double mb, int rpc = 1) {
-    k.bytes = mb * 1e6;
-    k.flops = 1e9;
-    const KernelTime t = kernel_time(c, rpc, k, ExecMode::Compiled);
-    return std::make_pair(t.memory_s, t.compute_s);
-  };
-  EXPECT_NEAR(times(1).first, 1e6 / 1e12, 1e-15);  // no tables
-  EXPECT_NEAR(times(1).second, 1e9 / 10e12, 1e-15);
-  c.memory_by_size = {{1, 2.0}, {100, 1.0}};
-  c.vector_by_size = {{1, 1.5}, {10, 1.0}, {100, 0.5}};
-  EXPECT_NEAR(times(1).first, 1e6 / 2e12, 1e-15);
-  EXPECT_NEAR(times(1).second, 1e9 / 15e12, 1e-15);
-  EXPECT_NEAR(times(0.1).first, 1e5 / 2e12, 1e-15);  // below the table: its first row
-  EXPECT_NEAR(times(1000).first, 1e9 / 1e12, 1e-15);  // above: its last
-  EXPECT_NEAR(times(1000).second, 1e9 / 5e12, 1e-15);
-  EXPECT_NEAR(times(10).first, 1e7 / (1e12 * 1.5), 1e-15);  // halfway in log10 between 1 and 100 MB
-  EXPECT_NEAR(times(10).second, 1e9 / 10e12, 1e-15);
-  EXPECT_NEAR(times(std::sqrt(10.0)).second, 1e9 / 12.5e12, 1e-15);
-  // two ranks on a chip: each has half the bandwidth; a per-rank table is read at the rank's own MB, a table of
-  // the whole chip at twice it
-  EXPECT_NEAR(times(1, 2).first, 1e6 / 1e12, 1e-15);
-  c.gemm_table_per_chip = true;
-  EXPECT_NEAR(times(1, 2).first, 1e6 / (0.5e12 * (2.0 - std::log10(2.0) / 2)), 1e-15);
-  EXPECT_NEAR(by_size({}, 5), 1.0, 0);
-  const std::string dir =
-      (fs::temp_directory_path() / ("titan_by_size_spec_" + std::to_string((long)::getpid()))).string();
-  fs::create_directories(dir);
-  const std::string chip = dir + "/chip.yaml";
-  auto write = [&](const std::string& memory, const std::string& vector) {
-    std::ofstream(chip) << "name: t\ncores: 1\npeak_tflops: 1\nvector_tflops: 1\nhbm_gib: 1\nhbm_tbps: 1\n"
-                           "memory_efficiency: 1\nattention_efficiency: 0.3\nmemory_by_size: "
-                        << memory << "\nvector_by_size: " << vector
-                        << "\neager_launch_us: 1\ncompiled_launch_us: 1\ngemm_tile: [1, 1, 1]\n"
-                           "gemm_efficiency: [[1, 0.5]]\n";
-  };
-  write("[[0.79, 2.47], [100.7, 1]]", "[[0.66, 1.14], [10.5, 1], [41.9, 0.76]]");
-  const ChipSpec loaded = load_chip(chip);
-  ASSERT_EQ(loaded.memory_by_size.size(), 2u);
-  ASSERT_EQ(loaded.vector_by_size.size(), 3u);
-  EXPECT_DOUBLE_EQ(loaded.memory_by_size[0].efficiency, 2.47);
-  EXPECT_DOUBLE_EQ(loaded.vector_by_size[2].gflop, 41.9);
-  for (const auto& [memory, vector, want] : std::vector<std::tuple<std::string, std::string, std::string>>{
-           {"[[100, 1], [1, 2]]", "[[1, 1]]", "memory_by_size must be sorted by increasing MB (1 follows 100)"},
-           {"[[1, 1]]", "[[1, 0]]", "vector_by_size entry [1, 0]: need MB > 0 and a relative rate > 0"},
-           {"[[1, 1, 3]]", "[[1, 1]]", "memory_by_size entries must be [MB per kernel, relative rate]"}}) {
-    write(memory, vector);
-    const std::string e = error_of([&] { load_chip(chip); });
-    EXPECT_NE(e.find(want), std::string::npos) << memory << " " << vector << ": " << e;
-    EXPECT_NE(e.find(chip), std::string::npos) << e;
-  }
-  fs::remove_all(dir);
-}
-
 // FP8 GEMMs: priced at peak x (FP8 headline / BF16 headline) with the same efficiency table and power limit;
 // a precision the chip has no rate for is refused, naming the chip and the key.
 TEST(CostModel, Fp8GemmsArePricedAtTheChipsFp8Rate) {
