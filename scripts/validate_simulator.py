@@ -114,9 +114,10 @@ OPEN = {
     "gpt-oss-120B (MoE), 64 H100, PP4 x EP8 x DP16": (
         "simulated 1.7x fast; what is known and what is not published (a per-kernel profile of the step): "
         "docs/simulator.md, 'Open'",
-        0.686),  # +69.7% before pipeline sends shared their links with reductions, +70.0% before the MoE
+        0.662),  # +69.7% before pipeline sends shared their links with reductions, +70.0% before the MoE
                  # dispatch's count exchange and host sync were priced (docs/simulator.md), then +68.1%;
-                 # +68.6% measured 2026-12-04 (before and after FSDP's all-gathers were priced as typed bytes)
+                 # +68.6% measured 2026-12-04 (before and after FSDP's all-gathers were priced as typed bytes);
+                 # +66.2% 2026-12-05 with cuDNN's attention priced at its head dim (64 here; [fa3-hd])
     # NeMo AutoModel's DeepSeek-V3 / Kimi K2 rows (TE + DeepEP), simulated slow: half of the simulated step is the
     # expert dispatch's all-to-all over 8 nodes left exposed, which DeepEP's kernels run at other rates and may
     # overlap; not yet modelled (docs/simulator.md, 'Open')

@@ -220,6 +220,24 @@ ChipSpec load_chip(const std::string& name_or_path, const std::vector<SpecEdit>&
                          [&](const std::string& f) { return read_chip(f, edits); });
 }
 namespace {
+// Rows of [head dim, forward, backward] fractions of peak, by increasing head dim (`what`: the key, for errors).
+std::vector<AttentionPoint> attention_rows(const YAML::Node& t, const std::string& what, const std::string& file) {
+  if (!t.IsSequence() || t.size() < 1)
+    fail(file, "key '" + what + "' must be a list of [head dim, forward, backward] (fractions of peak)");
+  std::vector<AttentionPoint> rows;
+  for (const auto& p : t) {
+    if (!p.IsSequence() || p.size() != 3) fail(file, what + " entries must be [head dim, forward, backward]");
+    AttentionPoint a{p[0].as<int64_t>(), p[1].as<double>(), p[2].as<double>()};
+    if (a.head_dim < 1 || !(a.forward > 0) || a.forward > 1 || !(a.backward > 0) || a.backward > 1)
+      fail(file, what + " entry [" + p[0].as<std::string>() + ", " + p[1].as<std::string>() + ", " +
+                     p[2].as<std::string>() + "]: need head dim >= 1 and fractions of peak in (0, 1]");
+    if (!rows.empty() && a.head_dim <= rows.back().head_dim)
+      fail(file, what + " must be sorted by increasing head dim (" + p[0].as<std::string>() + " follows " +
+                     std::to_string(rows.back().head_dim) + ")");
+    rows.push_back(a);
+  }
+  return rows;
+}
 ChipSpec read_chip(const std::string& file, const std::vector<SpecEdit>& edits) {
   YAML::Node n = load_yaml(file);
   apply_edits(n, edits, file);
@@ -268,32 +286,26 @@ ChipSpec read_chip(const std::string& file, const std::vector<SpecEdit>& edits) 
   if (c.comm_interference >= 1) fail(file, "key 'comm_interference' must be < 1");
   for (const char* k : {"memory_efficiency", "attention_efficiency", "attention_backward_efficiency"})
     if (n[k] && n[k].as<double>() > 1) fail(file, std::string("key '") + k + "' must be <= 1");
-  if (n["attention_kernels"]) {
-    if (!n["attention_kernels"].IsMap()) fail(file, "key 'attention_kernels' must be a map of kernel: fraction of peak");
+  if (n["attention_kernels"]) {  // kernel: fraction, or kernel: {efficiency: fraction, by_head_dim: rows}
+    if (!n["attention_kernels"].IsMap())
+      fail(file, "key 'attention_kernels' must be a map of kernel: fraction of peak (or {efficiency, by_head_dim})");
     for (const auto& kv : n["attention_kernels"]) {
       const std::string name = kv.first.as<std::string>();
-      const double e = number(n["attention_kernels"], name, file);  // a number > 0, or an error naming the file
-      if (e > 1) fail(file, "attention_kernels." + name + " must be <= 1");
-      c.attention_kernels[name] = e;
+      AttentionKernel a;
+      if (kv.second.IsMap()) {
+        check_keys(kv.second, {"efficiency", "by_head_dim"}, file, " in attention_kernels." + name);
+        a.efficiency = number(kv.second, "efficiency", file);
+        if (kv.second["by_head_dim"])
+          a.by_head_dim = attention_rows(kv.second["by_head_dim"], "attention_kernels." + name + ".by_head_dim", file);
+      } else {
+        a.efficiency = number(n["attention_kernels"], name, file);  // a number > 0, or an error naming the file
+      }
+      if (a.efficiency > 1) fail(file, "attention_kernels." + name + " must be <= 1");
+      c.attention_kernels[name] = a;
     }
   }
-  if (n["attention_by_head_dim"]) {  // [head dim, forward, backward] rows, by increasing head dim
-    const YAML::Node t = n["attention_by_head_dim"];
-    if (!t.IsSequence() || t.size() < 1)
-      fail(file, "key 'attention_by_head_dim' must be a list of [head dim, forward, backward] (fractions of peak)");
-    for (const auto& p : t) {
-      if (!p.IsSequence() || p.size() != 3)
-        fail(file, "attention_by_head_dim entries must be [head dim, forward, backward]");
-      AttentionPoint a{p[0].as<int64_t>(), p[1].as<double>(), p[2].as<double>()};
-      if (a.head_dim < 1 || !(a.forward > 0) || a.forward > 1 || !(a.backward > 0) || a.backward > 1)
-        fail(file, "attention_by_head_dim entry [" + p[0].as<std::string>() + ", " + p[1].as<std::string>() + ", " +
-                       p[2].as<std::string>() + "]: need head dim >= 1 and fractions of peak in (0, 1]");
-      if (!c.attention_by_head_dim.empty() && a.head_dim <= c.attention_by_head_dim.back().head_dim)
-        fail(file, "attention_by_head_dim must be sorted by increasing head dim (" + p[0].as<std::string>() +
-                       " follows " + std::to_string(c.attention_by_head_dim.back().head_dim) + ")");
-      c.attention_by_head_dim.push_back(a);
-    }
-  }
+  if (n["attention_by_head_dim"])
+    c.attention_by_head_dim = attention_rows(n["attention_by_head_dim"], "attention_by_head_dim", file);
   c.gemm_power_limit_tflops = n["gemm_power_limit_tflops"] ? number(n, "gemm_power_limit_tflops", file) : 0.0;
   if (n["engines"]) {  // one core's engines (simulator/engines.h)
     const YAML::Node en = n["engines"];

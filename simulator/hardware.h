@@ -28,6 +28,12 @@ struct AttentionPoint {
   int64_t head_dim = 0;
   double forward = 0, backward = 0;
 };
+// A published attention kernel (attention_kernels): its fraction of peak, forward and backward alike, and where
+// its figures by head dim were published, its rows by head dim (as attention_by_head_dim).
+struct AttentionKernel {
+  double efficiency = 0;
+  std::vector<AttentionPoint> by_head_dim;
+};
 
 // One core's engines (Trainium's NeuronCore; simulator/engines.h schedules kernels on them). Optional in a chip
 // spec (`engines:`); every figure cited there.
@@ -79,8 +85,8 @@ struct ChipSpec {
   // between two rows reads the line between them in log2(head dim), outside the first or last row that row's.
   // Empty: attention_efficiency (and attention_backward_efficiency) at every head dim.
   std::vector<AttentionPoint> attention_by_head_dim;
-  std::map<std::string, double> attention_kernels;  // other published attention kernels' fractions of peak
-                                                    // (simulation.attention_kernel picks one; optional)
+  std::map<std::string, AttentionKernel> attention_kernels;  // other published attention kernels' fractions of
+                                                             // peak (simulation.attention_kernel picks one; optional)
   double gemm_power_limit_tflops = 0;  // the most GEMM throughput the chip sustains at its power limit (TFLOP/s
                                        // per chip; 0: no limit beyond gemm_efficiency)
   double eager_launch_us = 0;      // per-kernel overhead in eager mode (dispatch + launch)

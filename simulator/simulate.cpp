@@ -46,9 +46,9 @@ void load_target(const JobConfig& cfg, int world, SystemSpec& sys, ChipSpec& chi
            " (", chip.file, "; attention_kernels: ", known.empty() ? "none" : known,
            "); drop the key for the chip's default kernel or add the kernel's published efficiency to the spec");
     }
-    chip.attention_efficiency = it->second;
-    chip.attention_backward_efficiency = 0;  // a published kernel's one fraction, forward and backward
-    chip.attention_by_head_dim.clear();       // at every head dim
+    chip.attention_efficiency = it->second.efficiency;
+    chip.attention_backward_efficiency = 0;  // a published kernel's one fraction, forward and backward,
+    chip.attention_by_head_dim = it->second.by_head_dim;  // or its rows by head dim where the spec has them
   }
   const int rpc = (int)sc.ranks_per_chip;
   TITAN_CHECK(world % rpc == 0, "simulation: world size ", world, " is not divisible by ranks_per_chip ", rpc,

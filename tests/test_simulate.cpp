@@ -382,7 +382,7 @@ TEST(HardwareSpecs, ShippedSpecsLoad) {
 TEST(HardwareSpecs, AttentionKernelIsTheRunsAndListedByTheChip) {
   ChipSpec h = load_chip("h100-sxm");
   ASSERT_EQ(h.attention_kernels.count("cudnn"), 1u);
-  EXPECT_GT(h.attention_kernels["cudnn"], h.attention_efficiency);
+  EXPECT_GT(h.attention_kernels["cudnn"].efficiency, h.attention_efficiency);
   JobConfig c = sim_config("configs/validation/llama3_8b_a100x64.yaml", {"simulation.system", "h100-hgx",
                                                                       "simulation.num_systems", "8"});
   SimResult fa2 = simulate_step(c, 64);
@@ -390,7 +390,7 @@ TEST(HardwareSpecs, AttentionKernelIsTheRunsAndListedByTheChip) {
   SimResult cud = simulate_step(c, 64);
   ASSERT_GT(fa2.compute_by_class.at("attention"), 0);
   EXPECT_NEAR(cud.compute_by_class.at("attention") / fa2.compute_by_class.at("attention"),
-              h.attention_efficiency / h.attention_kernels["cudnn"], 0.02);
+              h.attention_efficiency / h.attention_kernels["cudnn"].efficiency, 0.02);
   EXPECT_NEAR(cud.compute_by_class.at("gemm"), fa2.compute_by_class.at("gemm"), 1e-9);
   c.simulation.attention_kernel = "flash9";
   std::string e = error_of([&] { simulate_step(c, 64); });
@@ -402,6 +402,36 @@ TEST(HardwareSpecs, AttentionKernelIsTheRunsAndListedByTheChip) {
   EXPECT_NE(e.find("attention_kernels: none"), std::string::npos) << e;
   e = error_of([&] { sim_config("configs/qwen3_debug.yaml", {"simulation.attention_kernel", "cudnn"}); });
   EXPECT_NE(e.find("simulation.attention_kernel shapes the simulated step only"), std::string::npos) << e;
+}
+
+// A listed kernel may carry its figures by head dim ([fa3-hd]: cuDNN at head dim 64 and 128, forward and backward
+// apart): the run picking it prices its attention at its own head dim. The same model with 64 heads of 64 (16 kv
+// heads: the same FLOPs and GEMMs) takes cuDNN's 64 row: (1/0.367 + 2.5/0.422) / (1/0.524 + 2.5/0.505) = 1.261x the attention time
+// (the backward kernel does 2.5x the forward's FLOPs), and ~2% more for the softmax of twice the heads' scores.
+TEST(HardwareSpecs, AttentionKernelsArePricedByHeadDimWhereListed) {
+  const ChipSpec h = load_chip("h100-sxm");
+  ASSERT_EQ(h.attention_kernels.at("cudnn").by_head_dim.size(), 2u);
+  EXPECT_EQ(h.attention_kernels.at("cudnn").by_head_dim[0].head_dim, 64);
+  EXPECT_DOUBLE_EQ(h.attention_kernels.at("cudnn").by_head_dim[0].backward, 0.422);
+  std::vector<std::string> keys = {"simulation.system", "h100-hgx", "simulation.num_systems", "8",
+                                   "simulation.attention_kernel", "cudnn"};
+  SimResult d128 = simulate_step(sim_config("configs/validation/llama3_8b_a100x64.yaml", keys), 64);
+  keys.insert(keys.end(), {"model.n_heads", "64", "model.n_kv_heads", "16", "model.head_dim", "64"});
+  SimResult d64 = simulate_step(sim_config("configs/validation/llama3_8b_a100x64.yaml", keys), 64);
+  EXPECT_NEAR(d64.compute_by_class.at("attention") / d128.compute_by_class.at("attention"),
+              1.02 * (1 / 0.367 + 2.5 / 0.422) / (1 / 0.524 + 2.5 / 0.505), 0.02);
+  EXPECT_NEAR(d64.compute_by_class.at("gemm"), d128.compute_by_class.at("gemm"), 1e-9);
+  const fs::path dir = fs::temp_directory_path() / ("titan_attention_kernels_" + std::to_string((long)::getpid()));
+  fs::create_directories(dir);
+  const std::string chip = (dir / "chip.yaml").string();
+  std::ofstream(chip) << "name: t\ncores: 1\npeak_tflops: 1\nvector_tflops: 1\nhbm_gib: 1\nhbm_tbps: 1\n"
+                         "memory_efficiency: 1\nattention_efficiency: 0.3\nattention_kernels:\n  k:\n"
+                         "    efficiency: 0.5\n    by_headdim: [[64, 0.4, 0.4]]\neager_launch_us: 1\n"
+                         "compiled_launch_us: 1\ngemm_tile: [1, 1, 1]\ngemm_efficiency: [[1, 0.5]]\n";
+  const std::string err = error_of([&] { load_chip(chip); });
+  EXPECT_NE(err.find("by_headdim"), std::string::npos) << err;
+  EXPECT_NE(err.find(chip), std::string::npos) << err;
+  fs::remove_all(dir);
 }
 
 TEST(HardwareSpecs, ErrorsNameTheFileAndKey) {
