@@ -185,6 +185,8 @@ Exchange measure_exchange() {
 
 std::string num(double v) { return fmt("%.4g", v); }  // log.h's one number formatter
 
+// The head dims attention is measured at (models use 32 to 256; 64 also gives attention_efficiency)
+constexpr std::array<int64_t, 3> kAttentionHeadDims = {32, 64, 128};
 // The kernels' figures on this rank's threads (omp_get_max_threads()); `sync` before each measurement (a barrier
 // when every rank measures at once: each kernel then runs beside the same kernel on the others; `shared`: the
 // bandwidth's repetitions are synchronized one by one too).
@@ -194,13 +196,11 @@ struct Kernels {
   double peak = 0, hbm = 0, vector = 0, attn_eff = 0, attn_bwd_eff = 0, launch_us = 0;
   std::vector<sim::AttentionPoint> attention;  // by head dim (kAttentionHeadDims)
 };
-// The head dims attention is measured at (models use 32 to 256; 64 also gives attention_efficiency)
-constexpr std::array<int64_t, 3> kAttentionHeadDims = {32, 64, 128};
 // One pass over every kernel: rates as measured (TFLOP/s, TB/s, us).
 struct Pass {
   std::vector<GemmPoint> gemms;
   double hbm = 0, vector = 0, launch_us = 0;
-  std::array<double, 3> attn_fwd{}, attn_bwd{};  // TFLOP/s at each of kAttentionHeadDims
+  std::array<double, kAttentionHeadDims.size()> attn_fwd{}, attn_bwd{};  // TFLOP/s at each of kAttentionHeadDims
 };
 // Causal flash attention [8, 256, 4 | 2 kv, D]: the forward and the backward kernel timed apart (the backward
 // recomputes the scores and reduces dK, dV: its own fraction of peak), each one's recorded FLOPs per second at
@@ -321,7 +321,10 @@ Kernels measure_kernels(double budget, const std::function<void()>& sync, bool s
   for (size_t i = 0; i < kAttentionHeadDims.size(); ++i) {
     K.attention.push_back({kAttentionHeadDims[i], std::min(1.0, best.attn_fwd[i] / K.peak),
                            std::min(1.0, best.attn_bwd[i] / K.peak)});
-    if (kAttentionHeadDims[i] == 64) K.attn_eff = K.attention.back().forward, K.attn_bwd_eff = K.attention.back().backward;
+    if (kAttentionHeadDims[i] == 64) {  // also the single figures (attention_efficiency, ..._backward_...)
+      K.attn_eff = K.attention.back().forward;
+      K.attn_bwd_eff = K.attention.back().backward;
+    }
   }
   K.launch_us = best.launch_us;
   return K;

@@ -56,7 +56,7 @@ struct Kernel {
 // the chip and the spec key.
 double gemm_peak_tflops(const ChipSpec& chip, GemmPrecision p);
 
-// The fraction of peak an attention kernel of this head dim reaches (its backward kernel where `backward`): the
+// The fraction of peak an attention kernel of this head dim (its query / key dim) reaches (its backward kernel where `backward`): the
 // spec's attention_by_head_dim row, between two rows linear in log2(head dim), outside them the nearest row's;
 // without that table (or with head_dim 0, unknown) attention_efficiency / attention_backward_efficiency.
 double attention_efficiency(const ChipSpec& chip, int64_t head_dim, bool backward);

@@ -169,16 +169,48 @@ std::vector<std::string> known_systems() { return stems("systems"); }
 
 namespace {
 // Applies edit `e` at parts[i..] below node `n` (SpecEdit); errors name the file and the edit as written.
+// A table row as written: "64, 0.3, 0.3".
+std::string row_text(const YAML::Node& row) {
+  std::string t;
+  for (size_t k = 0; row.IsSequence() && k < row.size(); ++k)
+    t += (k ? ", " : "") + row[k].as<std::string>("?");
+  return t;
+}
+// Element `col` of a row of table `what` as a number, or an error naming the table and the row as written.
+double number_at(const YAML::Node& row, size_t col, const std::string& what, const std::string& file) {
+  try {
+    return row[col].as<double>();
+  } catch (const YAML::Exception&) {
+    fail(file, what + " entry [" + row_text(row) + "]: '" + row[col].as<std::string>("?") + "' is not a number");
+  }
+  return 0;
+}
 void apply_edit(YAML::Node n, const std::vector<std::string>& parts, size_t i, const SpecEdit& e,
                 const std::string& file) {
   const std::string& key = parts[i];
   if (!n.IsMap()) fail(file, "'" + e.as_written + "': '" + e.path + "' does not name a figure");
   if (i + 1 == parts.size()) {
+    if (n[key] && n[key].IsMap())
+      fail(file, "'" + e.as_written + "': '" + key + "' is a map of figures: name one (" + e.path + ".<key>)");
     if (e.scale) {
       if (!n[key]) fail(file, "'" + e.as_written + "': the spec gives no '" + key + "' to scale (set it with =)");
       n[key] = number(n, key, file, true) * e.value;
     } else {
       n[key] = e.value;
+    }
+    // An attention figure whose spec also has it by head dim (attention_by_head_dim; a kernel's by_head_dim): a
+    // scaled figure scales its rows' columns alike, a set one replaces the rows (it then prices every head dim)
+    const bool root_fig = key == "attention_efficiency" || key == "attention_backward_efficiency";
+    const char* rows_key = root_fig ? "attention_by_head_dim" : key == "efficiency" ? "by_head_dim" : nullptr;
+    if (rows_key && n[rows_key] && n[rows_key].IsSequence()) {
+      if (!e.scale) {
+        n.remove(rows_key);
+      } else {
+        const size_t first = key == "attention_backward_efficiency" ? 2 : 1;  // the backward column, or both
+        for (auto row : n[rows_key])
+          for (size_t col = first; row.IsSequence() && col < row.size() && col <= 2; ++col)
+            row[col] = number_at(row, col, std::string(rows_key), file) * e.value;
+      }
     }
     return;
   }
@@ -222,15 +254,16 @@ ChipSpec load_chip(const std::string& name_or_path, const std::vector<SpecEdit>&
 namespace {
 // Rows of [head dim, forward, backward] fractions of peak, by increasing head dim (`what`: the key, for errors).
 std::vector<AttentionPoint> attention_rows(const YAML::Node& t, const std::string& what, const std::string& file) {
-  if (!t.IsSequence() || t.size() < 1)
-    fail(file, "key '" + what + "' must be a list of [head dim, forward, backward] (fractions of peak)");
+  if (!t.IsSequence() || t.size() == 0)
+    fail(file, "key '" + what + "' must be a non-empty list of [head dim, forward, backward] (fractions of peak)");
   std::vector<AttentionPoint> rows;
   for (const auto& p : t) {
     if (!p.IsSequence() || p.size() != 3) fail(file, what + " entries must be [head dim, forward, backward]");
-    AttentionPoint a{p[0].as<int64_t>(), p[1].as<double>(), p[2].as<double>()};
-    if (a.head_dim < 1 || !(a.forward > 0) || a.forward > 1 || !(a.backward > 0) || a.backward > 1)
-      fail(file, what + " entry [" + p[0].as<std::string>() + ", " + p[1].as<std::string>() + ", " +
-                     p[2].as<std::string>() + "]: need head dim >= 1 and fractions of peak in (0, 1]");
+    const double d = number_at(p, 0, what, file);
+    AttentionPoint a{(int64_t)d, number_at(p, 1, what, file), number_at(p, 2, what, file)};
+    if (!(d >= 1) || d != std::floor(d) || d > 1e6 || !(a.forward > 0) || a.forward > 1 || !(a.backward > 0) ||
+        a.backward > 1)
+      fail(file, what + " entry [" + row_text(p) + "]: need a whole head dim >= 1 and fractions of peak in (0, 1]");
     if (!rows.empty() && a.head_dim <= rows.back().head_dim)
       fail(file, what + " must be sorted by increasing head dim (" + p[0].as<std::string>() + " follows " +
                      std::to_string(rows.back().head_dim) + ")");
@@ -294,6 +327,9 @@ ChipSpec read_chip(const std::string& file, const std::vector<SpecEdit>& edits) 
       AttentionKernel a;
       if (kv.second.IsMap()) {
         check_keys(kv.second, {"efficiency", "by_head_dim"}, file, " in attention_kernels." + name);
+        if (!kv.second["efficiency"])
+          fail(file, "attention_kernels." + name + " needs 'efficiency' (its fraction of peak where the head dim is "
+                     "unknown) beside by_head_dim");
         a.efficiency = number(kv.second, "efficiency", file);
         if (kv.second["by_head_dim"])
           a.by_head_dim = attention_rows(kv.second["by_head_dim"], "attention_kernels." + name + ".by_head_dim", file);

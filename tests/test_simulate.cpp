@@ -149,6 +149,8 @@ TEST(CostModel, AttentionBackwardHasItsOwnEfficiencyWhereGiven) {
 // The table loads from a spec; an unsorted table, a fraction above 1 or a short row is refused naming the file.
 TEST(CostModel, AttentionEfficiencyFollowsTheHeadDim) {
   ChipSpec c = test_chip();
+  c.attention_efficiency = 0.45;  // the single figures, apart from every row
+  c.attention_backward_efficiency = 0.35;
   c.attention_by_head_dim = {{32, 0.2, 0.3}, {64, 0.4, 0.5}, {128, 0.5, 0.6}};
   Kernel k;
   k.kind = KernelKind::Attention;
@@ -165,9 +167,11 @@ TEST(CostModel, AttentionEfficiencyFollowsTheHeadDim) {
   EXPECT_NEAR(eff(96, true), 0.5 + 0.1 * (std::log2(96.0) - 6), 1e-12);
   EXPECT_NEAR(eff(16, false), 0.2, 1e-12);  // below the table: its first row
   EXPECT_NEAR(eff(256, false), 0.5, 1e-12);  // above: its last
-  EXPECT_NEAR(eff(0, false), 0.5, 1e-12);    // head dim unknown: attention_efficiency
+  EXPECT_NEAR(eff(0, false), 0.45, 1e-12);   // head dim unknown: attention_efficiency
+  EXPECT_NEAR(eff(0, true), 0.35, 1e-12);    // and attention_backward_efficiency (the table has the rest)
   c.attention_by_head_dim.clear();
-  EXPECT_NEAR(eff(32, false), 0.5, 1e-12);   // no table: attention_efficiency at every head dim
+  EXPECT_NEAR(eff(32, false), 0.45, 1e-12);  // no table: the single figures at every head dim
+  EXPECT_NEAR(eff(128, true), 0.35, 1e-12);
   const std::string dir =
       (fs::temp_directory_path() / ("titan_attention_hd_spec_" + std::to_string((long)::getpid()))).string();
   fs::create_directories(dir);
@@ -186,9 +190,12 @@ TEST(CostModel, AttentionEfficiencyFollowsTheHeadDim) {
   EXPECT_DOUBLE_EQ(loaded.attention_by_head_dim[2].backward, 0.37);
   for (const auto& [table, want] : std::vector<std::pair<std::string, std::string>>{
            {"[[64, 0.3, 0.3], [32, 0.2, 0.2]]", "sorted by increasing head dim (32 follows 64)"},
-           {"[[32, 1.3, 0.3]]", "[32, 1.3, 0.3]: need head dim >= 1 and fractions of peak in (0, 1]"},
+           {"[[32, 1.3, 0.3]]", "[32, 1.3, 0.3]: need a whole head dim >= 1 and fractions of peak in (0, 1]"},
+           {"[[64.5, 0.3, 0.3]]", "[64.5, 0.3, 0.3]: need a whole head dim >= 1"},
+           {"[[abc, 0.3, 0.3]]", "entry [abc, 0.3, 0.3]: 'abc' is not a number"},
            {"[[32, 0.3]]", "entries must be [head dim, forward, backward]"},
-           {"0.3", "must be a list of [head dim, forward, backward]"}}) {
+           {"[]", "must be a non-empty list of [head dim, forward, backward]"},
+           {"0.3", "must be a non-empty list of [head dim, forward, backward]"}}) {
     write(table);
     const std::string e = error_of([&] { load_chip(chip); });
     EXPECT_NE(e.find(want), std::string::npos) << table << ": " << e;
@@ -431,7 +438,52 @@ TEST(HardwareSpecs, AttentionKernelsArePricedByHeadDimWhereListed) {
   const std::string err = error_of([&] { load_chip(chip); });
   EXPECT_NE(err.find("by_headdim"), std::string::npos) << err;
   EXPECT_NE(err.find(chip), std::string::npos) << err;
+  std::ofstream(chip) << "name: t\ncores: 1\npeak_tflops: 1\nvector_tflops: 1\nhbm_gib: 1\nhbm_tbps: 1\n"
+                         "memory_efficiency: 1\nattention_efficiency: 0.3\nattention_kernels:\n  k:\n"
+                         "    by_head_dim: [[64, 0.4, 0.4]]\neager_launch_us: 1\n"
+                         "compiled_launch_us: 1\ngemm_tile: [1, 1, 1]\ngemm_efficiency: [[1, 0.5]]\n";
+  const std::string err2 = error_of([&] { load_chip(chip); });
+  EXPECT_NE(err2.find("attention_kernels.k needs 'efficiency'"), std::string::npos) << err2;
   fs::remove_all(dir);
+}
+
+// simulation.what_if on an attention figure of a spec that also has it by head dim: a scaled figure scales its
+// rows alike (forward and backward; the backward figure the backward column), a set one replaces them (then it
+// prices every head dim); a published kernel's likewise through its `efficiency`; naming the kernel's map itself
+// is refused, saying which key to name. Never a what-if that silently changes nothing.
+TEST(HardwareSpecs, AttentionWhatIfsEditTheRowsByHeadDim) {
+  auto edit = [](const std::string& path, double v, bool scale) {
+    return SpecEdit{path, v, scale, "chip." + path + (scale ? "*" : "=") + std::to_string(v)};
+  };
+  const ChipSpec h = load_chip("h100-sxm");
+  ASSERT_EQ(h.attention_by_head_dim.size(), 2u);
+  const ChipSpec x2 = load_chip("h100-sxm", {edit("attention_efficiency", 2, true)});
+  EXPECT_DOUBLE_EQ(x2.attention_efficiency, 2 * h.attention_efficiency);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_DOUBLE_EQ(x2.attention_by_head_dim[i].forward, 2 * h.attention_by_head_dim[i].forward);
+    EXPECT_DOUBLE_EQ(x2.attention_by_head_dim[i].backward, 2 * h.attention_by_head_dim[i].backward);
+  }
+  const ChipSpec set = load_chip("h100-sxm", {edit("attention_efficiency", 0.6, false)});
+  EXPECT_TRUE(set.attention_by_head_dim.empty());
+  EXPECT_NEAR(attention_efficiency(set, 64, false), 0.6, 1e-12);
+  EXPECT_NEAR(attention_efficiency(set, 64, true), 0.6, 1e-12);
+  const ChipSpec k = load_chip("h100-sxm", {edit("attention_kernels.cudnn.efficiency", 1.5, true)});
+  const AttentionKernel &a = h.attention_kernels.at("cudnn"), &b = k.attention_kernels.at("cudnn");
+  EXPECT_DOUBLE_EQ(b.efficiency, 1.5 * a.efficiency);
+  EXPECT_DOUBLE_EQ(b.by_head_dim[0].forward, 1.5 * a.by_head_dim[0].forward);
+  EXPECT_DOUBLE_EQ(b.by_head_dim[1].backward, 1.5 * a.by_head_dim[1].backward);
+  const std::string e = error_of([&] { load_chip("h100-sxm", {edit("attention_kernels.cudnn", 1.2, true)}); });
+  EXPECT_NE(e.find("'cudnn' is a map of figures: name one (attention_kernels.cudnn.<key>)"), std::string::npos) << e;
+  // a picked kernel without rows clears the chip's default rows: its one figure prices every head dim
+  JobConfig c = sim_config("configs/validation/llama3_8b_a100x64.yaml",
+                           {"simulation.system", "h100-hgx", "simulation.num_systems", "8", "model.n_heads", "64",
+                            "model.n_kv_heads", "16", "model.head_dim", "64"});
+  const SimResult fa2 = simulate_step(c, 64);  // FlashAttention-2's 64 row: 0.276, 0.279
+  c.simulation.what_if = "";
+  c.simulation.attention_kernel = "cudnn";
+  const SimResult cud = simulate_what_if(c, parse_what_if("chip.attention_kernels.cudnn.efficiency=0.276"));
+  EXPECT_NEAR(cud.compute_by_class.at("attention") / fa2.compute_by_class.at("attention"),
+              (1 / 0.276 + 2.5 / 0.276) / (1 / 0.276 + 2.5 / 0.279), 0.005);
 }
 
 TEST(HardwareSpecs, ErrorsNameTheFileAndKey) {
