@@ -168,7 +168,6 @@ std::vector<std::string> known_chips() { return stems("chips"); }
 std::vector<std::string> known_systems() { return stems("systems"); }
 
 namespace {
-// Applies edit `e` at parts[i..] below node `n` (SpecEdit); errors name the file and the edit as written.
 // A table row as written: "64, 0.3, 0.3".
 std::string row_text(const YAML::Node& row) {
   std::string t;
@@ -185,6 +184,7 @@ double number_at(const YAML::Node& row, size_t col, const std::string& what, con
   }
   return 0;
 }
+// Applies edit `e` at parts[i..] below node `n` (SpecEdit); errors name the file and the edit as written.
 void apply_edit(YAML::Node n, const std::vector<std::string>& parts, size_t i, const SpecEdit& e,
                 const std::string& file) {
   const std::string& key = parts[i];
