@@ -259,11 +259,10 @@ std::vector<AttentionPoint> attention_rows(const YAML::Node& t, const std::strin
   std::vector<AttentionPoint> rows;
   for (const auto& p : t) {
     if (!p.IsSequence() || p.size() != 3) fail(file, what + " entries must be [head dim, forward, backward]");
-    const double d = number_at(p, 0, what, file);
-    AttentionPoint a{(int64_t)d, number_at(p, 1, what, file), number_at(p, 2, what, file)};
-    if (!(d >= 1) || d != std::floor(d) || d > 1e6 || !(a.forward > 0) || a.forward > 1 || !(a.backward > 0) ||
-        a.backward > 1)
+    const double d = number_at(p, 0, what, file), f = number_at(p, 1, what, file), b = number_at(p, 2, what, file);
+    if (!(d >= 1) || !(d <= 1e6) || d != std::floor(d) || !(f > 0) || f > 1 || !(b > 0) || b > 1)
       fail(file, what + " entry [" + row_text(p) + "]: need a whole head dim >= 1 and fractions of peak in (0, 1]");
+    const AttentionPoint a{(int64_t)d, f, b};  // d checked first: a whole number in [1, 10^6]
     if (!rows.empty() && a.head_dim <= rows.back().head_dim)
       fail(file, what + " must be sorted by increasing head dim (" + p[0].as<std::string>() + " follows " +
                      std::to_string(rows.back().head_dim) + ")");

@@ -192,6 +192,8 @@ TEST(CostModel, AttentionEfficiencyFollowsTheHeadDim) {
            {"[[64, 0.3, 0.3], [32, 0.2, 0.2]]", "sorted by increasing head dim (32 follows 64)"},
            {"[[32, 1.3, 0.3]]", "[32, 1.3, 0.3]: need a whole head dim >= 1 and fractions of peak in (0, 1]"},
            {"[[64.5, 0.3, 0.3]]", "[64.5, 0.3, 0.3]: need a whole head dim >= 1"},
+           {"[[1e300, 0.3, 0.3]]", "[1e300, 0.3, 0.3]: need a whole head dim >= 1"},
+           {"[[.nan, 0.3, 0.3]]", "[.nan, 0.3, 0.3]: need a whole head dim >= 1"},
            {"[[abc, 0.3, 0.3]]", "entry [abc, 0.3, 0.3]: 'abc' is not a number"},
            {"[[32, 0.3]]", "entries must be [head dim, forward, backward]"},
            {"[]", "must be a non-empty list of [head dim, forward, backward]"},
