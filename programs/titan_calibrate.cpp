@@ -193,7 +193,7 @@ constexpr std::array<int64_t, 3> kAttentionHeadDims = {32, 64, 128};
 struct Kernels {
   std::vector<std::pair<double, double>> table;  // (GFLOP per GEMM, fraction of peak), quarter-decade means
   // TFLOP/s, TB/s, TFLOP/s, fractions of peak (attention forward, backward), us
-  double peak = 0, hbm = 0, vector = 0, attn_eff = 0, attn_bwd_eff = 0, launch_us = 0;
+  double peak = 0, hbm = 0, vector = 0, launch_us = 0;
   std::vector<sim::AttentionPoint> attention;  // by head dim (kAttentionHeadDims)
 };
 // One pass over every kernel: rates as measured (TFLOP/s, TB/s, us).
@@ -321,10 +321,6 @@ Kernels measure_kernels(double budget, const std::function<void()>& sync, bool s
   for (size_t i = 0; i < kAttentionHeadDims.size(); ++i) {
     K.attention.push_back({kAttentionHeadDims[i], std::min(1.0, best.attn_fwd[i] / K.peak),
                            std::min(1.0, best.attn_bwd[i] / K.peak)});
-    if (kAttentionHeadDims[i] == 64) {  // also the single figures (attention_efficiency, ..._backward_...)
-      K.attn_eff = K.attention.back().forward;
-      K.attn_bwd_eff = K.attention.back().backward;
-    }
   }
   K.launch_us = best.launch_us;
   return K;
@@ -345,6 +341,9 @@ std::string write_spec(const std::string& out_dir, const std::string& name, cons
   const double n = ranks;
   const std::string each = ranks == 1 ? "" : " (one of " + std::to_string(ranks) + " ranks at once, times " +
                                                  std::to_string(ranks) + ")";
+  // head dim 64's row is also the single figures (attention_efficiency, attention_backward_efficiency)
+  const sim::AttentionPoint a64 = *std::find_if(K.attention.begin(), K.attention.end(),
+                                                [](const sim::AttentionPoint& a) { return a.head_dim == 64; });
   std::ofstream c(chip_file);
   c << "# " << name << ": written by titan-calibrate on " << host << " at " << when << " (" << threads
     << " threads" << (ranks == 1 ? "" : ", as " + std::to_string(ranks) + " ranks of " +
@@ -361,8 +360,8 @@ std::string write_spec(const std::string& out_dir, const std::string& name, cons
     << "hbm_gib: " << fmt("%.1f", (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE) / (1 << 30)) << "\n"
     << "hbm_tbps: " << num(n * K.hbm) << "               # add of two 32 MiB tensors" << each << "\n"
     << "memory_efficiency: 1\n"
-    << "attention_efficiency: " << num(K.attn_eff) << "   # causal flash attention, the forward kernel (head dim 64)\n"
-    << "attention_backward_efficiency: " << num(K.attn_bwd_eff) << "   # and its backward (head dim 64)\n"
+    << "attention_efficiency: " << num(a64.forward) << "   # causal flash attention, the forward kernel (head dim 64)\n"
+    << "attention_backward_efficiency: " << num(a64.backward) << "   # and its backward (head dim 64)\n"
     << "attention_by_head_dim:        # [head dim, forward, backward] fractions of peak_tflops\n";
   for (const auto& a : K.attention)
     c << "  - [" << a.head_dim << ", " << num(a.forward) << ", " << num(a.backward) << "]\n";
@@ -394,8 +393,8 @@ std::string write_spec(const std::string& out_dir, const std::string& name, cons
   const sim::SystemSpec sys = sim::load_system(sys_file);
   const sim::ChipSpec chip = sim::load_chip(sys.chip_name);
   log_info("calibrate: peak " + num(chip.peak_tflops * 1e3) + " GFLOP/s, vector " + num(n * K.vector * 1e3) +
-           " GFLOP/s, memory " + num(n * K.hbm * 1e3) + " GB/s, attention " + fmt("%.1f", 100 * K.attn_eff) +
-           " / " + fmt("%.1f", 100 * K.attn_bwd_eff) + "% of peak (forward / backward), " + num(K.launch_us) +
+           " GFLOP/s, memory " + num(n * K.hbm * 1e3) + " GB/s, attention " + fmt("%.1f", 100 * a64.forward) +
+           " / " + fmt("%.1f", 100 * a64.backward) + "% of peak (forward / backward), " + num(K.launch_us) +
            " us per op" + each + " [" + name + "]");
   return sys_file;
 }

@@ -53,6 +53,14 @@ ChipSpec test_chip() {
   return c;
 }
 
+// A chip spec file holding every required key (attention_efficiency 0.3) and `extra` (YAML lines) beside them.
+void write_minimal_chip(const std::string& path, const std::string& extra) {
+  std::ofstream(path) << "name: t\ncores: 1\npeak_tflops: 1\nvector_tflops: 1\nhbm_gib: 1\nhbm_tbps: 1\n"
+                         "memory_efficiency: 1\nattention_efficiency: 0.3\neager_launch_us: 1\ncompiled_launch_us: 1\n"
+                         "gemm_tile: [1, 1, 1]\ngemm_efficiency: [[1, 0.5]]\n"
+                      << extra;
+}
+
 SystemSpec one_level(Topology t, int units, double gbps, int links, double latency_us, std::vector<int> shape = {}) {
   SystemSpec s;
   s.name = "test-system";
@@ -129,10 +137,7 @@ TEST(CostModel, AttentionBackwardHasItsOwnEfficiencyWhereGiven) {
   fs::create_directories(dir);
   const std::string chip = dir + "/chip.yaml";
   auto write = [&](const std::string& bwd) {
-    std::ofstream(chip) << "name: t\ncores: 1\npeak_tflops: 1\nvector_tflops: 1\nhbm_gib: 1\nhbm_tbps: 1\n"
-                           "memory_efficiency: 1\nattention_efficiency: 0.3\nattention_backward_efficiency: "
-                        << bwd << "\neager_launch_us: 1\ncompiled_launch_us: 1\ngemm_tile: [1, 1, 1]\n"
-                                  "gemm_efficiency: [[1, 0.5]]\n";
+    write_minimal_chip(chip, "attention_backward_efficiency: " + bwd + "\n");
   };
   write("0.4");
   EXPECT_DOUBLE_EQ(load_chip(chip).attention_backward_efficiency, 0.4);
@@ -177,10 +182,7 @@ TEST(CostModel, AttentionEfficiencyFollowsTheHeadDim) {
   fs::create_directories(dir);
   const std::string chip = dir + "/chip.yaml";
   auto write = [&](const std::string& table) {
-    std::ofstream(chip) << "name: t\ncores: 1\npeak_tflops: 1\nvector_tflops: 1\nhbm_gib: 1\nhbm_tbps: 1\n"
-                           "memory_efficiency: 1\nattention_efficiency: 0.3\nattention_by_head_dim: "
-                        << table << "\neager_launch_us: 1\ncompiled_launch_us: 1\ngemm_tile: [1, 1, 1]\n"
-                                    "gemm_efficiency: [[1, 0.5]]\n";
+    write_minimal_chip(chip, "attention_by_head_dim: " + table + "\n");
   };
   write("[[32, 0.25, 0.3], [64, 0.32, 0.35], [128, 0.36, 0.37]]");
   const ChipSpec loaded = load_chip(chip);
@@ -415,7 +417,8 @@ TEST(HardwareSpecs, AttentionKernelIsTheRunsAndListedByTheChip) {
 
 // A listed kernel may carry its figures by head dim ([fa3-hd]: cuDNN at head dim 64 and 128, forward and backward
 // apart): the run picking it prices its attention at its own head dim. The same model with 64 heads of 64 (16 kv
-// heads: the same FLOPs and GEMMs) takes cuDNN's 64 row: (1/0.367 + 2.5/0.422) / (1/0.524 + 2.5/0.505) = 1.261x the attention time
+// heads: the same FLOPs and GEMMs) takes cuDNN's 64 row: (1/0.367 + 2.5/0.422) / (1/0.524 + 2.5/0.505) = 1.261x
+// the attention time
 // (the backward kernel does 2.5x the forward's FLOPs), and ~2% more for the softmax of twice the heads' scores.
 TEST(HardwareSpecs, AttentionKernelsArePricedByHeadDimWhereListed) {
   const ChipSpec h = load_chip("h100-sxm");
@@ -433,17 +436,11 @@ TEST(HardwareSpecs, AttentionKernelsArePricedByHeadDimWhereListed) {
   const fs::path dir = fs::temp_directory_path() / ("titan_attention_kernels_" + std::to_string((long)::getpid()));
   fs::create_directories(dir);
   const std::string chip = (dir / "chip.yaml").string();
-  std::ofstream(chip) << "name: t\ncores: 1\npeak_tflops: 1\nvector_tflops: 1\nhbm_gib: 1\nhbm_tbps: 1\n"
-                         "memory_efficiency: 1\nattention_efficiency: 0.3\nattention_kernels:\n  k:\n"
-                         "    efficiency: 0.5\n    by_headdim: [[64, 0.4, 0.4]]\neager_launch_us: 1\n"
-                         "compiled_launch_us: 1\ngemm_tile: [1, 1, 1]\ngemm_efficiency: [[1, 0.5]]\n";
+  write_minimal_chip(chip, "attention_kernels:\n  k:\n    efficiency: 0.5\n    by_headdim: [[64, 0.4, 0.4]]\n");
   const std::string err = error_of([&] { load_chip(chip); });
   EXPECT_NE(err.find("by_headdim"), std::string::npos) << err;
   EXPECT_NE(err.find(chip), std::string::npos) << err;
-  std::ofstream(chip) << "name: t\ncores: 1\npeak_tflops: 1\nvector_tflops: 1\nhbm_gib: 1\nhbm_tbps: 1\n"
-                         "memory_efficiency: 1\nattention_efficiency: 0.3\nattention_kernels:\n  k:\n"
-                         "    by_head_dim: [[64, 0.4, 0.4]]\neager_launch_us: 1\n"
-                         "compiled_launch_us: 1\ngemm_tile: [1, 1, 1]\ngemm_efficiency: [[1, 0.5]]\n";
+  write_minimal_chip(chip, "attention_kernels:\n  k:\n    by_head_dim: [[64, 0.4, 0.4]]\n");
   const std::string err2 = error_of([&] { load_chip(chip); });
   EXPECT_NE(err2.find("attention_kernels.k needs 'efficiency'"), std::string::npos) << err2;
   fs::remove_all(dir);
