@@ -90,6 +90,36 @@ CASES = [
       "--simulation.world_size", "64", "--simulation.num_systems", "8", "--simulation.published_tps", tps,
       "--simulation.published_source", "TorchTitan benchmarks/asyncTP_llama3_h100_2025-06 (vanilla TP)"], 0.15)
     for recipe, tps in (("tensorwise", "5078.1"), ("rowwise", "3708.5"))
+] + [
+    # Megatron-LM's weak-scaling table (SC21 Table 1, GPT 1.7B-1T on A100): every row, each as the paper's script
+    # ran it (examples/sc21/run_table_1.sh; configs/validation/megatron_gpt_a100.yaml says how GPT is expressed),
+    # added together; the 1.7B row alone had been simulated before (flash attention: +39%)
+    (f"GPT {name} (Megatron SC21), {gpus} A100, TP{tp} x PP{pp}{' (x' + str(layers // pp // lps) + ' virtual)' if lps else ''} x DP{gpus // (tp * pp)}",
+     "configs/validation/megatron_gpt_a100.yaml",
+     ["--model.dim", str(h), "--model.n_layers", str(layers), "--model.n_heads", str(heads), "--model.n_kv_heads",
+      str(heads), "--model.head_dim", str(h // heads), "--model.hidden_dim", str(-(-(8 * h) // 3) // 8 * 8),
+      "--parallelism.tensor_parallel_degree", str(tp), "--parallelism.pipeline_parallel_degree", str(pp),
+      "--parallelism.data_parallel_replicate_degree", str(gpus // (tp * pp)),
+      "--training.global_batch_size", str(gbs), "--simulation.world_size", str(gpus),
+      "--simulation.num_systems", str(gpus // 8), "--simulation.published_tps", tps]
+     + (["--training.local_batch_size", str(mbs)] if pp == 1 else
+        ["--training.local_batch_size", str(gbs // (gpus // (tp * pp))),
+         "--parallelism.pipeline_parallel_microbatch_size", str(mbs)])
+     + (["--parallelism.pipeline_parallel_schedule", "Interleaved1F1B",
+         "--parallelism.pipeline_parallel_layers_per_stage", str(lps)] if lps else []), 0.15)
+    # name, heads, hidden, layers, TP, PP, GPUs, global batch, micro-batch, layers per virtual stage (0: 1F1B or
+    # no pipeline), tokens/s per GPU (the paper's TFLOP/s per GPU over its FLOPs per token)
+    for name, heads, h, layers, tp, pp, gpus, gbs, mbs, lps, tps in (
+        ("1.7B", 24, 2304, 24, 1, 1, 32, 512, 16, 0, "9287.9"),
+        ("3.6B", 32, 3072, 30, 2, 1, 64, 512, 16, 0, "4431.2"),
+        ("7.5B", 32, 4096, 36, 4, 1, 128, 512, 16, 0, "2216.3"),
+        ("18.4B", 48, 6144, 40, 8, 1, 256, 1024, 8, 0, "871.6"),
+        ("39.1B", 64, 8192, 48, 8, 2, 512, 1536, 4, 0, "425.1"),
+        ("76.1B", 80, 10240, 60, 8, 4, 1024, 1792, 2, 5, "223.2"),
+        ("145.6B", 96, 12288, 80, 8, 8, 1536, 2304, 2, 5, "123.8"),
+        ("310.1B", 128, 16384, 96, 8, 16, 1920, 2160, 1, 3, "61.3"),
+        ("529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 1, 1, "37.9"),
+        ("1008B", 160, 25600, 128, 8, 64, 3072, 3072, 1, 0, "20.0"))
 ]
 
 

@@ -126,6 +126,59 @@ KernelTime kernel_time(const ChipSpec& c, int rpc, const Kernel& k, ExecMode mod
   return t;
 }
 
+std::vector<Kernel> materialized_attention(const Kernel& k, double dropout, ExecMode mode) {
+  const AttentionShape& a = k.attention;
+  TITAN_CHECK(k.kind == KernelKind::Attention && a.scores > 0 && a.sq > 0 && a.skv > 0 && a.d > 0,
+              "simulator: materialized attention needs an attention kernel with its score matrix (scores ", a.scores,
+              ", sq ", a.sq, ", skv ", a.skv, ", d ", a.d, "); its record gave none");
+  const double N = a.scores, e = k.element_bytes;
+  const int64_t dv = a.dv > 0 ? a.dv : a.d;
+  const long long heads = std::max(1LL, std::llround(N / ((double)a.sq * (double)a.skv)));  // B x Hq
+  const double q = (double)heads * a.sq * a.d * e, kk = (double)heads * a.skv * a.d * e;  // Q, K bytes
+  const double v = (double)heads * a.skv * dv * e, o = (double)heads * a.sq * dv * e;     // V, O (dO) bytes
+  auto gemm = [&](int64_t m, int64_t n, int64_t depth, double bytes) {
+    Kernel g;
+    g.kind = KernelKind::Gemm;
+    g.batch = heads, g.m = m, g.n = n, g.k = depth;
+    g.flops = 2.0 * (double)heads * (double)m * (double)n * (double)depth;
+    g.bytes = bytes;
+    g.precision = k.precision;
+    g.element_bytes = e;
+    return g;
+  };
+  auto pass = [&](double flops_per_score, double bytes) {
+    Kernel p;
+    p.flops = flops_per_score * N;
+    p.bytes = bytes;
+    p.element_bytes = e;
+    return p;
+  };
+  const bool drop = dropout > 0, fused = mode != ExecMode::Eager;
+  std::vector<Kernel> out;
+  if (!a.backward) {
+    out.push_back(gemm(a.sq, a.skv, a.d, q + kk + N * e));  // S = Q K^T
+    if (drop && fused) {
+      out.push_back(pass(7, 2 * N * e + N));  // softmax + dropout: reads S, writes P' and the mask
+    } else {
+      out.push_back(pass(5, 2 * N * e));                // scale, mask, max, exp, sum, divide
+      if (drop) out.push_back(pass(2, 2 * N * e + N));  // dropout: P' and its mask
+    }
+    out.push_back(gemm(a.sq, dv, a.skv, N * e + v + o));  // O = P' V
+  } else {
+    out.push_back(gemm(a.sq, a.skv, dv, o + v + N * e));  // dP' = dO V^T
+    out.push_back(gemm(a.skv, dv, a.sq, N * e + o + v));  // dV = P'^T dO
+    if (drop && fused) {
+      out.push_back(pass(5, 3 * N * e + N));  // dropout' + softmax': reads dP', the mask and P, writes dS
+    } else {
+      if (drop) out.push_back(pass(1, 2 * N * e + N));  // dropout': reads dP' and the mask, writes dP
+      out.push_back(pass(4, 3 * N * e));                // softmax': reads P and dP, writes dS
+    }
+    out.push_back(gemm(a.sq, a.d, a.skv, N * e + kk + q));  // dQ = dS K
+    out.push_back(gemm(a.skv, a.d, a.sq, N * e + q + kk));  // dK = dS^T Q
+  }
+  return out;
+}
+
 int GroupSpan::size() const {
   int n = ranks_on_chip * systems;
   for (int u : units) n *= u;

@@ -72,6 +72,20 @@ struct KernelTime {
 // kernels take their engine schedule's time (simulator/engines.h) on the rank's cores.
 KernelTime kernel_time(const ChipSpec& chip, int ranks_per_chip, const Kernel& k, ExecMode mode);
 
+// An attention kernel (its AttentionShape's score matrix given) as the kernels an eager framework runs with
+// the scores materialized in memory (chip.attention_materialized: simulation.attention_scores materialized):
+// every one of the N = B x Hq x sq x skv scores is computed (a causal mask masks scores, it skips none) and
+// goes through memory, e bytes each (the kernel's element_bytes), p = chip.attention_dropout:
+//   forward:  S = Q K^T (a GEMM per (b, h): [sq, d] x [d, skv], writes N), P = softmax(scale S + mask) (reads
+//             and writes N), P' = dropout(P) when p > 0 (reads N, writes N and an N-byte mask), O = P' V
+//             ([sq, skv] x [skv, dv], reads N);
+//   backward: dP' = dO V^T (writes N), dV = P'^T dO (reads N), dP = dropout'(dP') when p > 0 (reads N and the
+//             mask, writes N), dS = softmax'(P, dP) (reads 2N, writes N), dQ = dS K and dK = dS^T Q (read N each).
+// Compiled (and CUDA graphs): the softmax and the dropout fused into one pass, forward and backward. The GEMMs
+// are Gemm kernels (the table at their per-matrix size, tile padding), the passes elementwise ones; each is
+// priced by kernel_time as its own launch.
+std::vector<Kernel> materialized_attention(const Kernel& attention, double dropout, ExecMode mode);
+
 enum class Collective { AllGather, ReduceScatter, AllReduce, AllToAll };
 Collective parse_collective(const std::string& s);
 const char* collective_name(Collective c);

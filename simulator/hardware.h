@@ -54,6 +54,10 @@ struct ChipSpec {
   EngineSpec engines;              // optional (Trainium): the per-core engines
   bool price_by_engines = false;   // simulation.kernel_model engines: GEMM and elementwise kernels priced by
                                    // their engine schedule (simulator/engines.h), not the tables
+  // simulation.attention_scores materialized: attention as the kernels of an eager matmul - softmax - matmul
+  // (materialized_attention, cost_model.h), with a dropout pass over the probabilities when attention_dropout > 0
+  bool attention_materialized = false;
+  double attention_dropout = 0;
   int cores = 1;                   // compute cores (NeuronCores, SMs are not modelled separately)
   double peak_tflops = 0;          // dense bf16 tensor-engine peak the kernels are priced against
   double headline_tflops = 0;      // vendor's headline dense bf16 figure (reported, not priced)

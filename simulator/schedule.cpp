@@ -371,6 +371,11 @@ class Schedule {
       return;
     }
     flush_fused(l);
+    if (k.kind == KernelKind::Attention && chip_.attention_materialized) {  // matmul - softmax - matmul, one slice
+      const std::vector<Kernel> parts = materialized_attention(k, chip_.attention_dropout, mode_);
+      for (size_t i = 0; i < parts.size(); ++i) emit_kernel(l, e.op, class_of(e), parts[i], (int64_t)l.next, i > 0);
+      return;
+    }
     // eager mode: the kernels PyTorch's eager aten decomposition launches for the op, as the op declared
     // them (EagerSplit: launches sharing its arithmetic, multiplied traffic); compiled mode: one
     const EagerSplit d = mode_ == ExecMode::Eager ? e.eager : EagerSplit{};

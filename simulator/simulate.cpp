@@ -50,6 +50,9 @@ void load_target(const JobConfig& cfg, int world, SystemSpec& sys, ChipSpec& chi
     chip.attention_backward_efficiency = 0;  // a published kernel's one fraction, forward and backward,
     chip.attention_by_head_dim = it->second.by_head_dim;  // or its rows by head dim where the spec has them
   }
+  // the run's attention as its stack computes it: a fused kernel, or its scores through memory
+  chip.attention_materialized = sc.attention_scores == JobConfig::Simulation::AttentionScores::materialized;
+  chip.attention_dropout = sc.attention_dropout;
   const int rpc = (int)sc.ranks_per_chip;
   TITAN_CHECK(world % rpc == 0, "simulation: world size ", world, " is not divisible by ranks_per_chip ", rpc,
               " (each chip holds ranks_per_chip ranks)");

@@ -197,6 +197,12 @@ std::vector<Field> fields(JobConfig& c) {
                    "eager (each op its kernels), compiled (elementwise chains fused), cudagraphs (compiled, step issued once)"),
       config::bind("simulation.attention_kernel", &c.simulation.attention_kernel,
                    "\"\": the chip's default attention kernel; else one its spec lists (e.g. cudnn, flash3 on H100)"),
+      config::bind("simulation.attention_scores", &c.simulation.attention_scores,
+                   "fused: attention as one flash kernel; materialized: as an eager matmul - softmax - matmul, every "
+                   "score written to and read from memory (Megatron-LM before flash attention, HF eager)"),
+      config::bind("simulation.attention_dropout", &c.simulation.attention_dropout,
+                   "with attention_scores materialized: the probabilities' dropout, a kernel pass of its own (0: "
+                   "none; Megatron-LM's default 0.1)"),
       config::bind("simulation.kernel_model", &c.simulation.kernel_model,
                    "table: kernels priced by the chip's efficiency tables; engines: GEMM and elementwise kernels by "
                    "the schedule of the chip's engines (specs with engines:, Trainium)"),
@@ -494,6 +500,24 @@ void validate(const JobConfig& c) {
   TITAN_CHECK(c.simulation.attention_kernel.empty() || !c.simulation.system.empty(),
               "config error: simulation.attention_kernel shapes the simulated step only, and nothing is simulated "
               "(set simulation.system, or drop the key)");
+  using AttentionScores = JobConfig::Simulation::AttentionScores;
+  const bool materialized = c.simulation.attention_scores == AttentionScores::materialized;
+  TITAN_CHECK(!materialized || !c.simulation.system.empty(),
+              "config error: simulation.attention_scores materialized shapes the simulated step only, and nothing "
+              "is simulated (set simulation.system, or drop the key)");
+  TITAN_CHECK(std::isfinite(c.simulation.attention_dropout) && c.simulation.attention_dropout >= 0 &&
+                  c.simulation.attention_dropout < 1,
+              "config error: simulation.attention_dropout must be in [0, 1), got ", c.simulation.attention_dropout);
+  TITAN_CHECK(c.simulation.attention_dropout == 0 || materialized,
+              "config error: simulation.attention_dropout (", c.simulation.attention_dropout, ") prices a dropout "
+              "pass over materialized attention probabilities; it applies only with simulation.attention_scores "
+              "materialized (a fused kernel drops inside the kernel)");
+  TITAN_CHECK(!materialized || c.simulation.attention_kernel.empty(),
+              "config error: simulation.attention_kernel '", c.simulation.attention_kernel, "' names a fused kernel, "
+              "and simulation.attention_scores is materialized (no fused kernel); drop one of the two keys");
+  TITAN_CHECK(!materialized || c.simulation.kernel_model == JobConfig::Simulation::KernelModel::table,
+              "config error: simulation.attention_scores materialized is priced by the chip's tables, not by its "
+              "engines; set simulation.kernel_model table or drop simulation.attention_scores");
   TITAN_CHECK(c.simulation.kernel_model == JobConfig::Simulation::KernelModel::table || !c.simulation.system.empty(),
               "config error: simulation.kernel_model engines prices kernels on a simulated chip, but no "
               "simulation.system is set (set simulation.system, or drop the key)");

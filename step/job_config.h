@@ -203,6 +203,13 @@ struct JobConfig {
                               // host issues the step once)
     std::string attention_kernel = "";  // "": the chip's default attention kernel (attention_efficiency); else a
                                         // kernel its spec lists under attention_kernels (e.g. cudnn on H100)
+    // how the run's stack computes attention: fused (a flash kernel: the scores never leave the chip) |
+    // materialized (an eager framework's matmul - scale / mask / softmax - matmul: every score written to and read
+    // from memory; Megatron-LM before flash attention, Hugging Face's "eager" attention)
+    enum class AttentionScores { fused, materialized };
+    AttentionScores attention_scores = AttentionScores::fused;
+    double attention_dropout = 0;  // materialized: the dropout on the attention probabilities, its own kernel
+                                   // pass (Megatron-LM's default 0.1); titan's model has no dropout
     std::string trace_file = "";  // Chrome-trace JSON of the simulated step (relative to job.dump_folder)
     std::string what_if = "";     // changes priced beside the planned step (simulator/what_if.h); "": none
     enum class KernelModel { table, engines };
@@ -236,6 +243,9 @@ constexpr std::array<std::string_view, 3> enum_names(JobConfig::Parallelism::Res
 constexpr std::array<std::string_view, 2> enum_names(JobConfig::Training::OnNonFinite) { return {"abort", "skip"}; }
 constexpr std::array<std::string_view, 3> enum_names(JobConfig::Simulation::Mode) { return {"eager", "compiled", "cudagraphs"}; }
 constexpr std::array<std::string_view, 2> enum_names(JobConfig::Simulation::KernelModel) { return {"table", "engines"}; }
+constexpr std::array<std::string_view, 2> enum_names(JobConfig::Simulation::AttentionScores) {
+  return {"fused", "materialized"};
+}
 constexpr std::array<std::string_view, 2> enum_names(JobConfig::Training::Precision) { return {"bfloat16", "float32"}; }
 
 // simulation.moe_routing_histogram as numbers: one histogram (every MoE layer) or one per MoE layer (errors

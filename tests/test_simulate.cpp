@@ -387,6 +387,107 @@ TEST(HardwareSpecs, ShippedSpecsLoad) {
   EXPECT_LT(h500.gemm_power_limit_tflops, h500.peak_tflops);
 }
 
+// simulation.attention_scores materialized: an attention record becomes the kernels of an eager matmul - softmax
+// - matmul over its whole score matrix (N = B x Hq x sq x skv, a causal mask skips none): forward QK^T, softmax,
+// dropout (when p > 0: its N-byte mask), PV; backward dO V^T, P'^T dO, dropout', softmax', dS K, dS^T Q. The GEMMs
+// carry 4 N d FLOPs forward and 8 N d backward; the passes move (4e + 1) N and (5e + 1) N bytes (e bytes an
+// element); compiled fuses the softmax and the dropout into one pass each way.
+TEST(CostModel, MaterializedAttentionIsAnEagerMatmulSoftmaxMatmul) {
+  Kernel k;
+  k.kind = KernelKind::Attention;
+  k.element_bytes = 2;
+  const double N = 32.0 * 1024 * 1024, e = 2;  // 32 (batch x heads) score matrices of 1024 x 1024
+  k.attention = AttentionShape{N / 2, 64, 64, /*backward=*/false, N, 1024, 1024};
+  auto split = [&](double p, ExecMode mode, int& gemms, double& gemm_flops, double& pass_bytes) {
+    const std::vector<Kernel> parts = materialized_attention(k, p, mode);
+    gemms = 0, gemm_flops = 0, pass_bytes = 0;
+    for (const Kernel& x : parts) {
+      if (x.kind == KernelKind::Gemm) {
+        ++gemms;
+        gemm_flops += x.flops;
+        EXPECT_EQ(x.batch, 32);
+        EXPECT_NEAR(x.flops, 2.0 * x.batch * x.m * x.n * x.k, 1);
+      } else {
+        EXPECT_EQ(x.kind, KernelKind::Other);
+        pass_bytes += x.bytes;
+      }
+    }
+    return parts.size();
+  };
+  int gemms = 0;
+  double flops = 0, bytes = 0;
+  EXPECT_EQ(split(0.1, ExecMode::Eager, gemms, flops, bytes), 4u);
+  EXPECT_EQ(gemms, 2);
+  EXPECT_NEAR(flops, 4 * N * 64, 1);
+  EXPECT_NEAR(bytes, (4 * e + 1) * N, 1);  // softmax 2eN, dropout (2e + 1) N
+  const std::vector<Kernel> fwd = materialized_attention(k, 0.1, ExecMode::Eager);
+  EXPECT_EQ(fwd[0].m, 1024);  // S = Q K^T: [1024, 64] x [64, 1024]
+  EXPECT_EQ(fwd[0].n, 1024);
+  EXPECT_EQ(fwd[0].k, 64);
+  EXPECT_EQ(split(0, ExecMode::Eager, gemms, flops, bytes), 3u);
+  EXPECT_NEAR(bytes, 2 * e * N, 1);
+  EXPECT_EQ(split(0.1, ExecMode::Compiled, gemms, flops, bytes), 3u);
+  EXPECT_NEAR(bytes, (2 * e + 1) * N, 1);  // one pass: reads S, writes P' and the mask
+  k.attention.backward = true;
+  EXPECT_EQ(split(0.1, ExecMode::Eager, gemms, flops, bytes), 6u);
+  EXPECT_EQ(gemms, 4);
+  EXPECT_NEAR(flops, 8 * N * 64, 1);
+  EXPECT_NEAR(bytes, (5 * e + 1) * N, 1);  // dropout' (2e + 1) N, softmax' 3eN
+  EXPECT_EQ(split(0, ExecMode::Eager, gemms, flops, bytes), 5u);
+  EXPECT_NEAR(bytes, 3 * e * N, 1);
+  EXPECT_EQ(split(0.1, ExecMode::Graphs, gemms, flops, bytes), 5u);
+  EXPECT_NEAR(bytes, (3 * e + 1) * N, 1);
+  // priced as kernels: on the test chip a pass is memory-bound, each one launch
+  const ChipSpec c = test_chip();
+  const KernelTime softmax = kernel_time(c, 1, fwd[1], ExecMode::Eager);
+  EXPECT_NEAR(softmax.seconds, 2 * e * N / (2e12 * 0.5) + 10e-6, 1e-12);
+  // a record without its score matrix cannot be materialized
+  k.attention.scores = 0;
+  const std::string err = error_of([&] { materialized_attention(k, 0, ExecMode::Eager); });
+  EXPECT_NE(err.find("materialized attention needs an attention kernel with its score matrix"), std::string::npos)
+      << err;
+}
+
+// A run's attention as its stack computed it: Megatron-LM's GPT 1.7B (SC21 Table 1, its scores materialized,
+// attention dropout 0.1) against the same job with a flash kernel: every attention record becomes its eager
+// kernels (a block's two forwards, full recomputation, 3 more launches each, its backward 4 more: 240 over 24
+// blocks), the GEMMs outside attention are unchanged, the attention takes longer (its scores through memory),
+// dropout adds its passes, compiled mode fuses them; the knobs are refused where they do not apply.
+TEST(Simulation, MaterializedAttentionPricesTheScoresThroughMemory) {
+  const std::string cfg = "configs/validation/megatron_gpt_a100.yaml";
+  const SimResult mat = simulate_step(sim_config(cfg), 32);
+  const SimResult flash =
+      simulate_step(sim_config(cfg, {"simulation.attention_scores", "fused", "simulation.attention_dropout", "0"}), 32);
+  const SimResult nodrop = simulate_step(sim_config(cfg, {"simulation.attention_dropout", "0"}), 32);
+  const SimResult compiled = simulate_step(sim_config(cfg, {"simulation.mode", "compiled"}), 32);
+  EXPECT_EQ(mat.kernels - flash.kernels, 24 * (2 * 3 + 4));
+  EXPECT_EQ(nodrop.kernels - flash.kernels, 24 * (2 * 2 + 3));
+  EXPECT_NEAR(mat.compute_by_class.at("gemm"), flash.compute_by_class.at("gemm"), 1e-9);
+  EXPECT_GT(mat.compute_by_class.at("attention"), 3 * flash.compute_by_class.at("attention"));
+  EXPECT_GT(mat.compute_by_class.at("attention"), nodrop.compute_by_class.at("attention"));
+  EXPECT_GT(mat.step_s, nodrop.step_s);
+  EXPECT_GT(nodrop.step_s, flash.step_s);
+  EXPECT_LT(compiled.compute_by_class.at("attention"), mat.compute_by_class.at("attention"));
+  std::string e = error_of([&] { sim_config(cfg, {"simulation.attention_scores", "fused"}); });
+  EXPECT_NE(e.find("simulation.attention_dropout (0.1) prices a dropout pass over materialized attention "
+                   "probabilities; it applies only with simulation.attention_scores materialized"),
+            std::string::npos)
+      << e;
+  e = error_of([&] { sim_config(cfg, {"simulation.attention_dropout", "1.5"}); });
+  EXPECT_NE(e.find("simulation.attention_dropout must be in [0, 1), got 1.5"), std::string::npos) << e;
+  e = error_of([&] { sim_config(cfg, {"simulation.attention_kernel", "cudnn"}); });
+  EXPECT_NE(e.find("simulation.attention_kernel 'cudnn' names a fused kernel, and simulation.attention_scores is "
+                   "materialized"),
+            std::string::npos)
+      << e;
+  e = error_of([&] { sim_config(cfg, {"simulation.kernel_model", "engines"}); });
+  EXPECT_NE(e.find("simulation.attention_scores materialized is priced by the chip's tables"), std::string::npos)
+      << e;
+  e = error_of([&] { sim_config("configs/qwen3_debug.yaml", {"simulation.attention_scores", "materialized"}); });
+  EXPECT_NE(e.find("simulation.attention_scores materialized shapes the simulated step only"), std::string::npos)
+      << e;
+}
+
 // simulation.attention_kernel picks one of the kernels a chip's spec lists (the run's software: PyTorch's
 // flash SDPA is the default FlashAttention-2, Transformer Engine runs cuDNN's); one it does not list is
 // refused naming the chip and what it lists; without a simulated system the key is refused.

@@ -108,7 +108,7 @@ const Args kLlama3{.name = Family::llama3,
 // model.flavor: each member's named sizes, the knobs each sets (values as YAML writes them). The published
 // configs: Qwen/Qwen3-*, Qwen/Qwen3-30B-A3B, openai/gpt-oss-*, meta-llama/Llama-2-*, Meta-Llama-3(.1)-*,
 // mistralai/Mixtral-8x7B-v0.1 and -8x22B-v0.1, allenai/OLMo-2-0425-1B, -1124-7B, -1124-13B and -0325-32B,
-// google/gemma-3-{1b,4b,12b,27b}-pt (text);
+// google/gemma-3-{1b,4b,12b,27b}-pt (text); Megatron-LM's GPT 1.7B (a validation row's model, as a llama3);
 // "debug" / "bench": titan's small models (configs/*_debug.yaml, configs/qwen3_bench.yaml).
 struct Flavor {
   Family family;
@@ -217,6 +217,10 @@ const std::vector<Flavor>& flavor_table() {
       {Family::llama3, "llama3.1-8b", dense("4096", "32", "32", "8", "128", "14336", "128256")},
       {Family::llama3, "llama3.1-70b", dense("8192", "80", "64", "8", "128", "28672", "128256")},
       {Family::llama3, "llama3.1-405b", dense("16384", "126", "128", "8", "128", "53248", "128256")},
+      // Megatron-LM's GPT 1.7B (SC21 Table 1: 24 layers, hidden 2304, 24 heads, vocab 51,200) in the llama3
+      // member's form: SwiGLU of GPT's MLP FLOPs (8h/3 = 6144), RoPE (configs/validation/megatron_gpt_a100.yaml)
+      {Family::llama3, "megatron-gpt-1.7b",
+       with(dense("2304", "24", "24", "24", "96", "6144", "51200"), {{"rope_theta", "10000"}})},
   };
   return t;
 }

@@ -611,7 +611,8 @@ void record_costs(const Problem& p, const std::vector<const Tensor*>& io, bool b
   if (sm.defined())
     record_cost(backward ? "flex_score_mod_backward" : "flex_score_mod", 0, pairs * es * (backward ? 3 : 2),
                 KernelClass::EagerOnly);
-  const AttentionShape shape{pairs, p.d.D, p.d.Dv, backward};
+  const double scores = (double)p.d.B * (double)p.d.Hq * (double)p.d.Sq * (double)p.d.Skv;  // [B, Hq, Sq, Skv]
+  const AttentionShape shape{pairs, p.d.D, p.d.Dv, backward, scores, p.d.Sq, p.d.Skv};
   if (backward)
     // eager: the flash backward plus the dO*O row-sum preprocessing kernel
     record_attention_cost("flex_attention_backward", pairs * (6.0 * p.d.D + 4.0 * p.d.Dv + 6.0 + mod_flops), bytes,

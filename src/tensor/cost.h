@@ -134,11 +134,15 @@ class GradientReductionScope {
 // wait of a collective. The simulator schedules these on a compute stream and
 // one communication stream per process group.
 // The problem an attention record runs (the simulator's engine schedules, simulator/engines.h): the (query, key)
-// pairs its visible tiles compute, summed over batch and heads, the head dims, and whether it is the backward.
+// pairs its visible tiles compute, summed over batch and heads, the head dims, and whether it is the backward;
+// and the whole score matrix, [B x Hq, sq, skv], which an attention that materializes its scores (an eager
+// framework's matmul - softmax - matmul) computes and stores every element of (simulation.attention_scores).
 struct AttentionShape {
   double pairs = 0;
   int64_t d = 0, dv = 0;
   bool backward = false;
+  double scores = 0;         // B x Hq x sq x skv (0: not given)
+  int64_t sq = 0, skv = 0;   // one score matrix's rows and columns
 };
 
 struct CostEvent {
