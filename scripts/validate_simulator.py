@@ -120,6 +120,44 @@ CASES = [
         ("310.1B", 128, 16384, 96, 8, 16, 1920, 2160, 1, 3, "61.3"),
         ("529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 1, 1, "37.9"),
         ("1008B", 160, 25600, 128, 8, 64, 3072, 3072, 1, 0, "20.0"))
+] + [
+    # Megatron-LM's H100 weak-scaling table (its README's model_table.png, Megatron-Core r0.8.0, 2024; docs/
+    # validation_sources.md S1, rows M1-M9): first simulated 2026-12-01 (1.7B +46% ... 462B -22.6%) and left out
+    # then while they missed, which they should not have been; every row, expressed by the rule that first pass
+    # wrote down, before the errors of this run were seen: bf16 (the MFU column is against 989 TFLOP/s), the
+    # decoder with multi-head attention and SwiGLU of GPT's MLP FLOPs (8h/3), Transformer Engine as compiled mode
+    # with cuDNN's attention (as the other TE rows), Megatron's distributed optimizer as the other Megatron rows
+    # express it ("How the runs are expressed", docs/simulator.md: under PP FSDP over the 48 data-parallel ranks
+    # without resharding, without PP 48 replicas reducing once a step — a first run of this session had FSDP
+    # without PP too, which re-gathers the weights every micro-batch where Megatron gathers them once: 1.7B
+    # +33.9%, 7.1B +4.6%, 16B -14.0%, 32B -37.6%), micro-batch 1 (1F1B under PP), no recomputation (none is stated: the plan's memory is not what these rows check,
+    # allow_oom); tokens/s per GPU = the published TFLOP/s over Megatron-Core's own count,
+    # 12 l h^2 (6 + s / h + V / 2lh) per token (multi-head, 4h MLP, vocab 131,072, seq 4096)
+    (f"GPT {name} (Megatron-Core), {48 * tp * pp} H100, TP{tp} x PP{pp} x DP48",
+     "configs/validation/megatron_gpt_a100.yaml",
+     ["--model.dim", str(h), "--model.n_layers", str(layers), "--model.n_heads", str(h // 128), "--model.n_kv_heads",
+      str(h // 128), "--model.head_dim", "128", "--model.hidden_dim", str(-(-(8 * h) // 3) // 8 * 8),
+      "--model.vocab_size", "131072", "--training.seq_len", "4096", "--activation_checkpoint.mode", "none",
+      "--parallelism.tensor_parallel_degree", str(tp), "--parallelism.pipeline_parallel_degree", str(pp),
+      "--training.global_batch_size", str(gbs),
+      "--simulation.system", "h100-hgx", "--simulation.num_systems", str(6 * tp * pp),
+      "--simulation.world_size", str(48 * tp * pp), "--simulation.mode", "compiled",
+      "--simulation.attention_scores", "fused", "--simulation.attention_dropout", "0",
+      "--simulation.attention_kernel", "cudnn", "--simulation.allow_oom", "true",
+      "--simulation.published_tps", f"{tflops * 1e12 / (12 * layers * h * h * (6 + 4096 / h + 131072 / (2 * layers * h))):.1f}",
+      "--simulation.published_source", "Megatron-LM README weak-scaling table (Megatron-Core r0.8.0, H100)"]
+     + (["--parallelism.data_parallel_replicate_degree", "48", "--parallelism.data_parallel_shard_degree", "1",
+         "--training.local_batch_size", "1", "--parallelism.fsdp_reduce_every_microbatch", "false"] if pp == 1 else
+        ["--parallelism.data_parallel_replicate_degree", "1", "--parallelism.data_parallel_shard_degree", "48",
+         "--parallelism.fsdp_reshard_after_forward", "never", "--training.local_batch_size", str(gbs // 48),
+         "--parallelism.pipeline_parallel_microbatch_size", "1"]),
+     0.15)
+    # name, hidden, layers, TP, PP, global batch, published TFLOP/s per GPU (48 data-parallel ranks each)
+    for name, h, layers, tp, pp, gbs, tflops in (
+        ("1.7B", 2048, 24, 1, 1, 192, 408.8), ("7.1B", 4096, 30, 2, 1, 192, 465.9), ("16B", 6144, 32, 4, 1, 192, 489.1),
+        ("32B", 7168, 48, 8, 1, 192, 459.6), ("70B", 8192, 84, 8, 2, 384, 419.7), ("119B", 10240, 92, 8, 4, 768, 420.5),
+        ("177B", 12288, 96, 8, 6, 1152, 432.8), ("314B", 16384, 96, 8, 8, 1536, 474.4),
+        ("462B", 18432, 112, 8, 16, 3072, 459.9))
 ]
 
 
@@ -179,6 +217,16 @@ OPEN = {
         "simulated fast: TorchTitan's vanilla-TP rowwise path was slow (its issue 1207)", 0.203),
     "Llama 3.1 8B, 64 H100, FSDP8 x TP8, op SAC, compiled, Float8 rowwise": (
         "simulated fast: TorchTitan's vanilla-TP rowwise path was slow (its issue 1207)", 0.372),
+    # Megatron-Core's H100 weak-scaling rows (added 2026-12-05 with every row of their table): the shortest step
+    # (0.45 s published) simulated fast, with its micro-batch and recomputation unstated; the TP 8 rows simulated
+    # slow with every tensor-parallel collective exposed, which the run overlaps with its GEMMs
+    # (--tp-comm-overlap) and titan's step waits for (0.49 s of 32B's 1.18 s, 1.3 s of 314B's 10.1 s)
+    "GPT 1.7B (Megatron-Core), 48 H100, TP1 x PP1 x DP48": (
+        "simulated fast: a 0.45 s step; micro-batch and recomputation not published", 0.436),
+    "GPT 32B (Megatron-Core), 384 H100, TP8 x PP1 x DP48": (
+        "simulated slow: TP collectives exposed, the run overlaps them (--tp-comm-overlap)", -0.241),
+    "GPT 314B (Megatron-Core), 3072 H100, TP8 x PP8 x DP48": (
+        "simulated slow: TP collectives exposed, the run overlaps them (--tp-comm-overlap)", -0.171),
 }
 
 LINE = re.compile(r"sim step: ([0-9.]+) s\s+tps: ([0-9.]+) \(([0-9.]+) per chip\)")
