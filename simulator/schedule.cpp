@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
 #include <iterator>
 #include <map>
 #include <set>
@@ -413,10 +414,14 @@ class Schedule {
         l.inflight[e.comm_id] = p;
         return true;
       }
+      // the oldest message of this (sender, receiver, tag) not yet received, as MPI matches them: the tags repeat
+      // in every schedule of a step (gradient accumulation), and a receive of schedule j + 1 must not take
+      // schedule j's message (before 2026-12-05 it did: the last stage ran ahead through every schedule)
       auto it = arrivals_.find({e.peer, l.rank, e.tag});
-      if (it == arrivals_.end()) return false;
-      Lane::Pending p{it->second.first, "recv", -1, true};
-      p.from = it->second.second;
+      if (it == arrivals_.end() || it->second.empty()) return false;
+      Lane::Pending p{it->second.front().first, "recv", -1, true};
+      p.from = it->second.front().second;
+      it->second.pop_front();
       l.inflight[e.comm_id] = p;
       return true;
     }
@@ -444,7 +449,7 @@ class Schedule {
     }
     // the slice a receive waits for: the send's, or (a free transfer) the kernel before it
     const SpanRef sent_at = idx >= 0 ? SpanRef{l.index, idx} : SpanRef{l.index, l.last_compute};
-    arrivals_[{l.rank, e.peer, e.tag}] = {end, sent_at};
+    arrivals_[{l.rank, e.peer, e.tag}].push_back({end, sent_at});
     l.sent[{e.group.id, e.tag}].push_back(end);
     l.sent_span[{e.group.id, e.tag}].push_back(sent_at);
     l.inflight[e.comm_id] = {end, "send", idx, false};
@@ -568,7 +573,7 @@ class Schedule {
   double host_s_;  // the host's time to issue one kernel or collective (0: never holds the device back)
   std::vector<int> simulated_;  // world ranks played, sorted
   // (sender, receiver, tag) -> when the data is there, and the send's slice
-  std::map<std::tuple<int, int, int64_t>, std::pair<double, SpanRef>> arrivals_;
+  std::map<std::tuple<int, int, int64_t>, std::deque<std::pair<double, SpanRef>>> arrivals_;  // sent, not yet received
   // (members, k) -> each simulated member's issue time of its k-th collective over them, and its slice then
   std::map<std::pair<int, int64_t>, std::map<int, std::pair<double, SpanRef>>> issue_times_;
   std::map<std::vector<int>, int> member_sets_;  // a group's members (sorted) -> their set's id, across lanes

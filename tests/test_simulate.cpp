@@ -2231,6 +2231,14 @@ TEST(Simulation, PipelineBubbleIsTheTextbookFraction) {
           << "pp " << pp << " m " << m;
     }
   }
+  // gradient accumulation: three schedules a step, each with its own fill and drain, so the same fraction; the
+  // schedules' windows tile the step (consecutive schedules overlap across the stages: counted once)
+  JobConfig acc = uniform_pipeline(2, 4, "1F1B");
+  acc.training.global_batch_size = 3 * acc.training.local_batch_size;
+  const SimResult three = simulate_step(acc, 2);
+  EXPECT_NEAR(three.bubble_fraction / 0.2, 1.0, 0.03) << three.bubble_fraction;
+  EXPECT_LE(three.pipeline_s, three.step_s * (1 + 1e-9));
+  EXPECT_LT(three.bubble_s, three.step_s);
   const SimResult one = simulate_step(uniform_pipeline(4, 8, "1F1B"), 4);
   const SimResult gpipe = simulate_step(uniform_pipeline(4, 8, "GPipe"), 4);
   EXPECT_NEAR(gpipe.bubble_fraction / one.bubble_fraction, 1.0, 0.05);
