@@ -220,6 +220,10 @@ void FSDP::prefetch(Unit& u) {
   u.prefetched = true;
 }
 
+void FSDP::prefetch_all() {
+  for (auto& u : units_) prefetch(*u);  // a no-op for a unit gathered or in flight
+}
+
 void FSDP::unshard(Unit& u) {
   if (u.gathered) return;
   prefetch(u);  // a no-op when already issued

@@ -76,6 +76,17 @@ class FSDP {
   // next micro-batch of a pipeline schedule runs without gathering them again; the stage's last backward
   // turns it on and frees them. Default on.
   void set_reshard_after_backward(bool reshard) { reshard_after_backward_ = reshard; }
+  // Issues the all-gathers of every unit not gathered or in flight yet, in unit order. With
+  // parallelism.fsdp_gather_stage_at_start, a pipeline stage that keeps its weights gathered through a schedule
+  // (no resharding after forward, the default under PP) calls it as the schedule starts: its weights then arrive
+  // while the stages before it fill the pipeline, instead of one unit ahead of its first forward (FSDP2's way,
+  // which, where a unit's gather outlasts its forward, makes every stage's first micro-batch wait for its
+  // gathers one by one). The peak memory is the same: such a stage holds all of its gathered weights anyway.
+  void prefetch_all();
+  // parallelism.fsdp_gather_stage_at_start: the pipeline schedule calls prefetch_all() as it starts (off: each
+  // unit is gathered one unit ahead of its forward, as FSDP2)
+  void set_gather_stage_at_start(bool on) { gather_stage_at_start_ = on; }
+  bool gathers_stage_at_start() const { return gather_stage_at_start_ && !reshard_; }
   // The dtype gradients are reduced in (training.mixed_precision_reduce): bf16 reduce-scatters / all-reduces
   // (each stage of HSDP's two) on a bf16 wire: each rank's flat gradient rounded to bf16 and sent as 2-byte bits,
   // averaged as NCCL's bf16 ncclAvg (each value times bf16(1 / ranks), rounded, then summed with each addition
@@ -107,6 +118,7 @@ class FSDP {
   bool sync_ = true;
   bool reshard_after_backward_ = true;
   bool reduce_bf16_ = false;
+  bool gather_stage_at_start_ = false;
 };
 
 }  // namespace titan::parallel

@@ -204,6 +204,9 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
   // boundary, as TorchTitan's bf16 stages send them; comms/functional.h)
   const DType wire = comms::wire_dtype(DType::F32);
   record_cost("pipeline_schedule", 0, 0, KernelClass::PipelineMark);  // the window the bubble is measured in
+  // parallelism.fsdp_gather_stage_at_start: a stage keeping its weights gathered through the schedule gathers
+  // them all now (FSDP::prefetch_all), so a later stage's arrive while the earlier stages fill the pipeline
+  if (fsdp && fsdp->gathers_stage_at_start()) fsdp->prefetch_all();
   for (size_t ai = 0; ai < actions.size(); ++ai) {
     const PipelineAction& a = actions[ai];
     ModelChunk ch = layout_.stages[a.stage];

@@ -121,6 +121,9 @@ std::vector<Field> fields(JobConfig& c) {
                    "with sequence parallel: free each block's gathered input after forward, gather it again in backward"),
       config::bind("parallelism.fsdp_reduce_every_microbatch", &c.parallelism.fsdp_reduce_every_microbatch,
                    "accumulation under FSDP: true reduces every micro-batch; false reduces once per step (more memory)"),
+      config::bind("parallelism.fsdp_gather_stage_at_start", &c.parallelism.fsdp_gather_stage_at_start,
+                   "with pp > 1 (weights kept gathered): true gathers all of a stage's weights as its schedule "
+                   "starts; false one unit ahead of its forward (FSDP2's)"),
       config::bind("parallelism.pipeline_parallel_degree", &c.parallelism.pipeline_parallel_degree,
                    "pp: pipeline stages over ranks (the outermost mesh dimension); 1: no pipeline"),
       config::bind("parallelism.pipeline_parallel_schedule", &c.parallelism.pipeline_parallel_schedule,
@@ -500,6 +503,12 @@ void validate(const JobConfig& c) {
   TITAN_CHECK(c.simulation.attention_kernel.empty() || !c.simulation.system.empty(),
               "config error: simulation.attention_kernel shapes the simulated step only, and nothing is simulated "
               "(set simulation.system, or drop the key)");
+  TITAN_CHECK(!c.parallelism.fsdp_gather_stage_at_start ||
+                  (c.parallelism.pipeline_parallel_degree > 1 && !c.parallelism.reshard_after_forward()),
+              "config error: parallelism.fsdp_gather_stage_at_start applies only to a pipeline stage that keeps its "
+              "weights gathered through its schedule (pipeline_parallel_degree > 1, it is ",
+              c.parallelism.pipeline_parallel_degree, "; fsdp_reshard_after_forward default or never, it is ",
+              config::enum_name(c.parallelism.fsdp_reshard_after_forward), "); drop the key");
   using AttentionScores = JobConfig::Simulation::AttentionScores;
   const bool materialized = c.simulation.attention_scores == AttentionScores::materialized;
   TITAN_CHECK(!materialized || !c.simulation.system.empty(),

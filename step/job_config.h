@@ -115,6 +115,10 @@ struct JobConfig {
     // false = accumulate them unsharded and reduce once per step (less communication, the memory of the
     // unsharded gradients)
     bool fsdp_reduce_every_microbatch = true;
+    // pipeline parallel with the stage's weights kept gathered (reshard after forward off): true = a stage issues
+    // every unit's all-gather when its schedule starts, false = one unit ahead of its forward (FSDP2's,
+    // TorchTitan's)
+    bool fsdp_gather_stage_at_start = false;
     // pipeline parallel (the outermost mesh dimension): stages over pp ranks, the local batch split into
     // micro-batches of pipeline_parallel_microbatch_size run by the schedule (GPipe | 1F1B |
     // Interleaved1F1B: more than one stage per rank, virtual stages); pipeline_parallel_layers_per_stage:

@@ -103,6 +103,12 @@ TrainJob build_job(const JobConfig& cfg, comms::DeviceMesh& mesh,
     popt.pipeline_chunks = layout.chunks_of(mesh.pp_rank);
   }
   job.pm = parallel::parallelize(*job.model, mesh, popt);
+  if (cfg.parallelism.fsdp_gather_stage_at_start) {  // the config checked pp > 1 and the reshard policy
+    TITAN_CHECK(job.pm.fsdp && mesh.degrees.dp_shard * mesh.degrees.cp > 1,
+                "config error: parallelism.fsdp_gather_stage_at_start gathers a stage's sharded weights, and this "
+                "layout shards none (dp_shard ", mesh.degrees.dp_shard, " x cp ", mesh.degrees.cp, " = 1); drop the key");
+    job.pm.fsdp->set_gather_stage_at_start(true);
+  }
   if (cfg.training.mixed_precision_reduce == Precision::bfloat16) {
     if (job.pm.fsdp && mesh.dp_size() * mesh.degrees.cp > 1) job.pm.fsdp->set_reduce_dtype(DType::BF16);
     else if (mesh.rank == 0)  // as TorchTitan's: it acts on FSDP's / DDP's reductions only
