@@ -590,11 +590,14 @@ std::vector<RankTimeline> schedule_ranks(const std::vector<RankEvents>& ranks, c
     lanes[i].events = ranks[i].events;
     lanes[i].recv_arrival = ranks[i].recv_arrival;
     lanes[i].index = (int)i;
-    // the timeline's slices at most: an eager op's launches and a host wait before each; a transfer; two waits
+    // the timeline's slices at most: an eager op's launches (a materialized attention's six kernels) and a host
+    // wait before each; a transfer; two waits
     size_t most = 0;
     for (const CostEvent& e : *ranks[i].events)
-      most += e.kind == CostEvent::Kind::Compute ? 2 * (size_t)std::max(1, e.eager.kernels)
-              : e.kind == CostEvent::Kind::CommStart ? 1 : 2;
+      most += e.kind == CostEvent::Kind::Compute
+                  ? 2 * (size_t)std::max(chip.attention_materialized && e.attention.scores > 0 ? 6 : 1, e.eager.kernels)
+              : e.kind == CostEvent::Kind::CommStart ? 1
+                                                     : 2;
     lanes[i].r.spans.reserve(most);  // capacity only (untouched pages cost nothing): no slice moves as it grows
     advise_huge_pages(lanes[i].r.spans.data(), most * sizeof(SimSpan));  // first touch: 2 MiB at a time
   }
