@@ -125,11 +125,15 @@ def main():
     d = os.path.join(work, "locked")
     first = start(d)
     wait_for_step(first, 1)
+    # held stopped while the second job tries the folder: its 14 small steps can otherwise end (and free the folder)
+    # before the second job starts (a fresh-clone CI run once saw the second job run to completion)
+    os.kill(first.pid, signal.SIGSTOP)
     t0 = time.time()
     rc, out, err = run(d)
+    os.kill(first.pid, signal.SIGCONT)
     check(rc != 0 and "is in use by another titan job" in err and f"pid {first.pid}" in err and time.time() - t0 < 30,
           f"a second job on a folder in use is refused in {time.time() - t0:.1f} s, naming the holder: "
-          + err.strip().splitlines()[-1][:160])
+          + ((err.strip().splitlines() or ["(nothing on stderr, rc %d)" % rc])[-1][:160]))
     first.send_signal(signal.SIGTERM)
     first.communicate(timeout=120)
     rc, out, err = run(d, extra=["--optimizer.lr", "1e-3"])
