@@ -815,9 +815,14 @@ Work ProcessGroup::isend(const Tensor& x, int dst, int tag, DType wire) {
   return p2p_work("send", name_, x.nbytes(), tid, req, in);  // `in` lives until the send completes
 }
 
-std::pair<Tensor, Work> ProcessGroup::irecv(const Shape& shape, DType dtype, int src, int tag, DType wire) {
+std::pair<Tensor, Work> ProcessGroup::irecv(const Shape& shape, DType dtype, int src, int tag, DType wire,
+                                             const Tensor& into) {
   TITAN_CHECK(src >= 0 && src < size_ && src != rank_, "irecv: source ", src, " is not another rank of group '", name_,
               "' (", size_, " ranks)");
+  TITAN_CHECK(!into.defined() || (into.shape() == shape && into.dtype() == dtype && into.is_contiguous() &&
+                                  into.is_meta() == (fake_ || default_device() == Device::Meta)),
+              "irecv: the destination must be a contiguous ", shape_str(shape), " ", dtype_name(dtype),
+              " tensor on the group's device, got ", shape_str(into.shape()), " ", dtype_name(into.dtype()));
   TITAN_CHECK(wire == DType::F32 || (wire == DType::BF16 && (dtype == DType::F32 || dtype == DType::BF16)),
               "irecv: a ", dtype_name(dtype), " tensor on a ", dtype_name(wire), " wire (group '", name_,
               "'): float32 values on a bfloat16 wire, or a tensor's own dtype");
@@ -825,11 +830,11 @@ std::pair<Tensor, Work> ProcessGroup::irecv(const Shape& shape, DType dtype, int
   const Device device = fake_ ? Device::Meta : default_device();
   if (to_wire && device != Device::Meta) {
     auto [bits, w] = irecv(shape, DType::BF16, src, tag);
-    Tensor out = empty(shape, DType::F32, device);
+    Tensor out = into.defined() ? into : empty(shape, DType::F32, device);
     w.then([bits = bits, out] { from_bf16_bits(bits, out); });
     return {out, w};
   }
-  Tensor out = empty(shape, dtype, device);
+  Tensor out = into.defined() ? into : empty(shape, dtype, device);
   const int64_t tid = record_p2p_start(/*send=*/false, ref(), recorded_bytes((double)out.nbytes(), to_wire),
                                        (*world_ranks_)[src], tag, recorded_dtype(out.dtype(), to_wire));
   if (out.is_meta()) return {out, done_work("recv", name_, 0, tid, true)};

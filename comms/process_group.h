@@ -131,7 +131,9 @@ class ProcessGroup {
   // (meta / fake): recorded with the peer's world rank and the tag, so a simulation pairs them.
   // wire = DType::BF16 (float32 values): sent as bf16 bits (rounded), received into float32 — both ends alike.
   Work isend(const Tensor& x, int dst, int tag, DType wire = DType::F32);
-  std::pair<Tensor, Work> irecv(const Shape& shape, DType dtype, int src, int tag, DType wire = DType::F32);
+  // into: a contiguous tensor of that shape and dtype to receive into (a block of a larger one), else a new one.
+  std::pair<Tensor, Work> irecv(const Shape& shape, DType dtype, int src, int tag, DType wire = DType::F32,
+                                const Tensor& into = Tensor());
   void barrier();
   // Sub-groups: the ranks of equal color_of(group rank), ordered by key_of
   // (collective over this group). Functions of any member's group rank, so a

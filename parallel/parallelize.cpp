@@ -154,7 +154,7 @@ ParallelModel parallelize(decoder::Decoder& model, comms::DeviceMesh& mesh, cons
     tp = std::make_unique<TensorParallel>(
         model, mesh,
         TensorParallelOptions{opt.sequence_parallel, opt.loss_parallel,
-                              opt.sequence_parallel && opt.sequence_parallel_regather},
+                              opt.sequence_parallel && opt.sequence_parallel_regather, opt.async_tensor_parallel},
         own);
     tp->cut(pm.specs);
   }

@@ -27,6 +27,9 @@ struct ParallelOptions {
   // when the block's forward ends and gathered again from the rank's [B, S/tp, H] shard when its backward
   // begins: (tp-1)/tp of those activations saved, one more all-gather per block in the backward
   bool sequence_parallel_regather = false;
+  // with sequence parallel: each block's gather / reduce-scatter fused with its projections (async tensor parallel,
+  // parallel/tensor_parallel.h)
+  bool async_tensor_parallel = false;
   // pipeline parallel: the model chunks (stages) this rank holds (empty: the whole model). The other
   // stages' parameters become empty blocks (ShardSpec::owned false) before anything else is cut.
   std::vector<ModelChunk> pipeline_chunks;

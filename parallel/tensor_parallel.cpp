@@ -1,5 +1,6 @@
 #include "parallel/tensor_parallel.h"
 
+#include "comms/collective_matmul.h"
 #include "comms/functional.h"
 #include "comms/vocab_parallel.h"
 #include "src/autograd/checkpoint.h"
@@ -239,6 +240,50 @@ void block_collectives(nn::Module& m, const comms::PG& pg, bool sequence_paralle
         })[0];
   });
 }
+
+// Async tensor parallel (sequence parallel): the block's input shard [B, S/tp, H] is gathered round the ring while its
+// column-parallel projections `col` multiply each shard as it arrives (comms::all_gather_linear: their outputs made
+// in the block's pre-hook, taken by the projections when the block's forward calls them), and its row-parallel
+// projection's partial products are reduce-scattered round the ring as they are made (linear_reduce_scatter): the
+// block's output is its sequence shard, no collective after it. Its bias (whole on every rank) is added to the
+// shard: once per position, as the unfused row-parallel layer adds it once to the sum.
+void fused_block_collectives(nn::Module& m, const std::vector<nn::Linear*>& col, nn::Linear* row, const comms::PG& p2p,
+                             const char* block) {
+  struct Made {  // the projections' outputs of the block's forward in progress
+    const TensorImpl* input = nullptr;
+    std::vector<Tensor> ys;
+  };
+  auto made = std::make_shared<Made>();
+  m.register_forward_pre_hook([col, made, p2p](nn::Module&, const Tensor& x) {
+    std::vector<Tensor> ws, bs;
+    for (nn::Linear* l : col) {
+      ws.push_back(l->weight);  // as FSDP's pre-hook bound them
+      bs.push_back(l->bias);
+    }
+    std::vector<Tensor> out = comms::all_gather_linear(x, ws, bs, p2p);  // {x [B, S, H], y_i [B, S, N_i]}
+    made->input = out[0].impl().get();
+    made->ys.assign(out.begin() + 1, out.end());
+    return out[0];
+  });
+  for (size_t i = 0; i < col.size(); ++i)
+    col[i]->compute = [made, i, block](const nn::Linear&, const Tensor& x) {
+      TITAN_CHECK(made->input == x.impl().get() && i < made->ys.size() && made->ys[i].defined(),
+                  "async tensor parallel: a column-parallel projection of the ", block, " ran on an input other than "
+                  "the block's gathered one, or twice; its output is made with the gather (parallel/tensor_parallel.cpp)");
+      Tensor y = made->ys[i];
+      made->ys[i] = Tensor();
+      return y;
+    };
+  row->compute = [p2p](const nn::Linear& l, const Tensor& x) {
+    Tensor y = comms::linear_reduce_scatter(x, l.weight, p2p);  // [B, S/tp, H]
+    return l.bias.defined() ? add(y, l.bias) : y;
+  };
+  m.register_forward_post_hook([made](nn::Module&, const Tensor& y) {
+    made->input = nullptr;
+    made->ys.clear();
+    return y;
+  });
+}
 }  // namespace
 
 TensorParallel::TensorParallel(decoder::Decoder& model, comms::DeviceMesh& mesh, const TensorParallelOptions& opt,
@@ -313,6 +358,22 @@ void TensorParallel::cut(std::vector<ShardSpec>& specs) {
     }
     // what the plan's rows imply for the block's forward
     auto* at = layer->self_attn;
+    if (opt_.async) {
+      TITAN_CHECK(opt_.sequence_parallel && !opt_.regather,
+                  "tensor parallel: async tensor parallel fuses sequence parallel's collectives; it needs sequence "
+                  "parallel without the regather");
+      TITAN_CHECK(!layer->moe && !at->kv_a_proj, "config error: parallelism.enable_async_tensor_parallel fuses a "
+                  "block's gather with the projections that read its input; layer ", li, " has ",
+                  layer->moe ? "a mixture of experts (its router and experts read the gathered input)"
+                             : "multi-head latent attention (its latent projections read the gathered input)",
+                  ", which it does not fuse; set parallelism.enable_async_tensor_parallel: false");
+      for (nn::Linear* l : {at->q_proj, at->k_proj, at->v_proj, at->o_proj, layer->mlp->gate_proj, layer->mlp->up_proj,
+                            layer->mlp->down_proj})
+        TITAN_CHECK(!l->float8, "config error: parallelism.enable_async_tensor_parallel with model.converters float8: "
+                    "layer ", li, "'s attention and MLP projections run in FP8, which the fused gather / "
+                    "reduce-scatter GEMMs do not yet; add them to float8.filter_fqns, or set "
+                    "enable_async_tensor_parallel: false");
+    }
     at->o_proj->bias_scale = r == 0 ? 1.0 : 0.0;  // rowwise: the bias added once
     if (at->qk_norm_projection) at->heads_group = mesh_.tp;  // the QK-norm's statistics over all heads
     if (at->variant.bias == nn::ScoreBias::alibi) {  // ALiBi slopes: a constant, sliced to this rank's heads
@@ -345,8 +406,14 @@ void TensorParallel::hooks() {
         if (e.style->grad) e.style->grad(*e.param, ctx);
       return x;
     });
-    block_collectives(*at, pg, sp, opt_.regather);
-    block_collectives(*layer->ffn(), pg, sp, opt_.regather);
+    if (opt_.async) {
+      fused_block_collectives(*at, {at->q_proj, at->k_proj, at->v_proj}, at->o_proj, mesh_.tp_p2p, "attention");
+      fused_block_collectives(*layer->mlp, {layer->mlp->gate_proj, layer->mlp->up_proj}, layer->mlp->down_proj,
+                              mesh_.tp_p2p, "MLP");
+    } else {
+      block_collectives(*at, pg, sp, opt_.regather);
+      block_collectives(*layer->ffn(), pg, sp, opt_.regather);
+    }
   }
   decoder::Decoder& model = model_;
   // the residual stream leaves the embedding sequence-sharded, on whichever stage holds it (a pipeline's edge

@@ -32,6 +32,9 @@ struct TensorParallelOptions {
   bool sequence_parallel = true;  // norms and the residual stream sharded along the sequence
   bool loss_parallel = true;      // logits split over the vocabulary into the loss
   bool regather = false;          // sequence parallel: a block's gathered input freed after forward, gathered again
+  // sequence parallel: each block's all-gather fused with its column-parallel projections and its reduce-scatter
+  // with its row-parallel one, ring steps overlapping the GEMMs (comms/collective_matmul.h)
+  bool async = false;
 };
 
 class TensorParallel {

@@ -119,6 +119,9 @@ std::vector<Field> fields(JobConfig& c) {
                    "with tp > 1: true gathers the logits; false keeps them split over the vocabulary"),
       config::bind("parallelism.sequence_parallel_regather", &c.parallelism.sequence_parallel_regather,
                    "with sequence parallel: free each block's gathered input after forward, gather it again in backward"),
+      config::bind("parallelism.enable_async_tensor_parallel", &c.parallelism.enable_async_tensor_parallel,
+                   "with sequence parallel: each block's gather / reduce-scatter fused with its projections, ring steps "
+                   "overlapping the GEMMs"),
       config::bind("parallelism.fsdp_reduce_every_microbatch", &c.parallelism.fsdp_reduce_every_microbatch,
                    "accumulation under FSDP: true reduces every micro-batch; false reduces once per step (more memory)"),
       config::bind("parallelism.fsdp_gather_stage_at_start", &c.parallelism.fsdp_gather_stage_at_start,
@@ -451,6 +454,13 @@ void validate(const JobConfig& c) {
                 "parallelism.tensor_parallel_degree > 1 (it is ", p.tensor_parallel_degree,
                 ") and parallelism.enable_sequence_parallel: true (it is ", p.enable_sequence_parallel ? "true" : "false",
                 "); set them or drop the key");
+    TITAN_CHECK(!p.enable_async_tensor_parallel || (p.tensor_parallel_degree > 1 && p.enable_sequence_parallel &&
+                                                    !p.sequence_parallel_regather),
+                "config error: parallelism.enable_async_tensor_parallel fuses sequence parallel's collectives with the "
+                "projections: it needs parallelism.tensor_parallel_degree > 1 (it is ", p.tensor_parallel_degree,
+                ") and parallelism.enable_sequence_parallel: true (it is ", p.enable_sequence_parallel ? "true" : "false",
+                "), without parallelism.sequence_parallel_regather (it is ",
+                p.sequence_parallel_regather ? "true" : "false", "); set them or drop the key");
     TITAN_CHECK(!p.sequence_parallel_regather || c.activation_checkpoint.every() != 1,
                 "config error: parallelism.sequence_parallel_regather frees what a block keeps for its backward, but "
                 "activation_checkpoint.mode ", config::enum_name(c.activation_checkpoint.mode),

@@ -111,6 +111,9 @@ struct JobConfig {
     // with sequence parallel: free each block's gathered input after its forward, gather it again in its
     // backward (Megatron-LM's layout; parallel/parallelize.h)
     bool sequence_parallel_regather = false;
+    // with sequence parallel (TorchTitan's key): each block's all-gather fused with its column-parallel projections
+    // and its reduce-scatter with its row-parallel one, the ring's steps overlapping the GEMMs
+    bool enable_async_tensor_parallel = false;
     // gradient accumulation under FSDP/HSDP: true = reduce every micro-batch's gradients (FSDP2's default);
     // false = accumulate them unsharded and reduce once per step (less communication, the memory of the
     // unsharded gradients)

@@ -22,6 +22,7 @@ parallel::ParallelOptions parallel_options(const JobConfig& cfg) {
   parallel::ParallelOptions o{p.reshard_after_forward(), p.enable_sequence_parallel, p.expert_parallel_degree,
                               !p.disable_loss_parallel};
   o.sequence_parallel_regather = p.sequence_parallel_regather;
+  o.async_tensor_parallel = p.enable_async_tensor_parallel;
   o.context_parallel_rotate = p.context_parallel_rotate_method;
   o.param_dtype = compute_dtype(cfg);
   return o;

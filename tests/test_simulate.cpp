@@ -2446,6 +2446,72 @@ TEST(Simulation, SequenceParallelRegatherKeepsTheShardAndGathersAgainInBackward)
   EXPECT_NE(e.find("enable_sequence_parallel: true (it is false)"), std::string::npos) << e;
 }
 
+// Async tensor parallel (parallelism.enable_async_tensor_parallel): each block's all-gather and reduce-scatter run as
+// rings of neighbour sends over tp_p2p, each step's GEMM on the shard at hand: the plan carries no block collective
+// over tp, 4 (tp - 1) sends per block and micro-batch (the forward's gather and reduce-scatter, the backward's
+// reduce-scatter and gather), the same FLOPs in more, smaller GEMMs; the simulated step hides the exchanges the
+// unfused step waits for. Refused where it cannot apply.
+TEST(Simulation, AsyncTensorParallelOverlapsTheRingWithTheGemms) {
+  const int64_t L = 4;
+  auto cfg = [&](bool async, std::vector<std::string> more = {}) {
+    // Llama 3.1 70B's blocks on one 8-GPU H100 node, TP 8 alone (nothing else to wait for), compiled
+    std::vector<std::string> o = {"model.n_layers", std::to_string(L), "activation_checkpoint.mode", "none",
+                                  "training.local_batch_size", "1", "parallelism.data_parallel_shard_degree", "1",
+                                  "simulation.world_size", "8", "simulation.num_systems", "1",
+                                  "parallelism.enable_async_tensor_parallel", async ? "true" : "false"};
+    o.insert(o.end(), more.begin(), more.end());
+    return sim_config("configs/validation/llama31_70b_h100x256.yaml", o);
+  };
+  const JobConfig base = cfg(false);
+  const int64_t tp = base.parallelism.tensor_parallel_degree, mb = base.training.local_batch_size;
+  ASSERT_GT(tp, 1);
+  ASSERT_EQ(tp, 8);
+  StepPlan off = plan_step(base, 8, true), on = plan_step(cfg(true), 8, true);
+  auto count = [](const StepPlan& p, const char* op, const std::string& group) {
+    int k = 0;
+    for (const auto& e : p.events)
+      k += e.kind == CostEvent::Kind::CommStart && std::string(e.op) == op && e.group.name == group &&
+           (std::string(op) != "send" || e.send);
+    return k;
+  };
+  auto gemms = [](const StepPlan& p) {
+    std::pair<int, double> k{0, 0.0};  // GEMM kernels, their FLOPs
+    for (const auto& e : p.events)
+      if (e.kind == CostEvent::Kind::Compute && e.gemm.m > 0) {
+        k.first += 1;
+        k.second += e.flops;
+      }
+    return k;
+  };
+  // unfused: a gather and a reduce-scatter per block (2 per layer), forward and backward; fused: none left over tp
+  // but the embedding's / head's, and the ring's sends instead
+  const int blocks = 2 * (int)L;
+  EXPECT_EQ(count(off, "all_gather", "tp") - count(on, "all_gather", "tp"), 2 * blocks);
+  EXPECT_EQ(count(off, "reduce_scatter", "tp") - count(on, "reduce_scatter", "tp"), 2 * blocks);
+  EXPECT_EQ(count(off, "send", "tp_p2p"), 0);
+  EXPECT_EQ(count(on, "send", "tp_p2p"), 4 * blocks * (int)(tp - 1)) << "micro-batch " << mb;
+  EXPECT_NEAR(gemms(on).second, gemms(off).second, 1e-9 * gemms(off).second);  // the same GEMMs, cut into shards
+  EXPECT_GT(gemms(on).first, gemms(off).first + blocks * (int)(tp - 1));
+  const SimResult a = simulate_step(base, 8), b = simulate_step(cfg(true), 8);
+  auto tp_exposed = [](const SimResult& r) {
+    double t = 0;
+    for (const char* k : {"all_gather", "reduce_scatter", "send", "recv"})
+      if (r.exposed_by_kind.count(k)) t += r.exposed_by_kind.at(k);
+    return t;
+  };
+  EXPECT_LT(tp_exposed(b), 0.3 * tp_exposed(a)) << tp_exposed(a) << " -> " << tp_exposed(b);
+  EXPECT_LT(b.step_s, a.step_s);
+  std::string e = error_of([&] {
+    cfg(true, {"parallelism.enable_sequence_parallel", "false"});
+  });
+  EXPECT_NE(e.find("parallelism.enable_async_tensor_parallel"), std::string::npos) << e;
+  EXPECT_NE(e.find("enable_sequence_parallel: true (it is false)"), std::string::npos) << e;
+  e = error_of([&] { plan_step(sim_config("configs/qwen3_moe_debug.yaml", {"parallelism.tensor_parallel_degree", "2",
+                                                                        "parallelism.enable_async_tensor_parallel", "true"}),
+                               2); });
+  EXPECT_NE(e.find("mixture of experts"), std::string::npos) << e;
+}
+
 // ---- context parallel ----------------------------------------------------------------------------------
 namespace {
 JobConfig cp_config(int64_t cp, const std::string& method = "allgather", std::vector<std::string> more = {},

@@ -21,6 +21,7 @@ class Linear : public Module {
  public:
   Linear(int64_t in, int64_t out, bool bias);
   Tensor forward(const Tensor& x) const {
+    if (compute) return compute(*this, x);
     const bool once = bias_scale == 1.0 || !bias.defined();
     const Tensor b = once ? bias : Tensor();
     std::optional<AutocastScope> fp32;
@@ -43,6 +44,9 @@ class Linear : public Module {
   std::optional<Float8Casts> float8;
   // computes in float32 under bf16 autocast (an MoE router, as TorchTitan's)
   bool float32 = false;
+  // set by a parallel plan: computes the layer's output in its place (async tensor parallel: the projection fused
+  // with its input's all-gather or its output's reduce-scatter, parallel/tensor_parallel.cpp); default x W^T + b
+  std::function<Tensor(const Linear&, const Tensor& x)> compute;
 };
 
 class Embedding : public Module {

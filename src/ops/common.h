@@ -154,6 +154,15 @@ void bias_grad_bf16(const Tensor& g, Tensor& db);
 // own forward or backward multiplies (the float8 linear). bf16: autocast's bf16 GEMM, output rounded to bf16.
 Tensor matmul_forward(const Tensor& a, const Tensor& b, bool bf16 = false);
 
+// linear's kernels (matmul.cpp), no graph, no selective-checkpoint bookkeeping: for ops that interleave a linear's
+// GEMMs with communication (comms/collective_matmul.h). Forward: x2 [N, in] @ w [out, in]^T + bias [out] -> [N, out];
+// x2 float32 values or, under bf16, its bf16 pack. Backward: g [N, out] -> {dx [N, in] (need_x), dw [out, in]
+// (need_w), db [out] (has_bias)}. bf16: autocast's bf16 GEMMs (operands read as bf16, outputs rounded to bf16).
+// out / dx_out: a contiguous tensor of the result's shape to write y / dx into (a row block of a larger one).
+Tensor linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias, bool bf16, const Tensor& out = Tensor());
+std::vector<Tensor> linear_backward(const Tensor& g, const Tensor& x2, const Tensor& w, bool has_bias, bool need_x,
+                                    bool need_w, bool bf16, const Tensor& dx_out = Tensor());
+
 // grouped_linear's kernels and checks (grouped.cpp), for ops whose own forward or backward multiplies by expert
 // (the float8 grouped linear). Forward: x [R, K] (rows grouped by expert, counts[e] each) @ W [E, K, N] + b [E, N]
 // -> [R, N]. Backward: dy [R, N] -> dx [R, K] = dy W^T, dW [E, K, N] = x^T dy_w (dy_w: dy when undefined),

@@ -153,13 +153,18 @@ Bf16Operand bf16_operand(const Tensor& x2) {
   if (x2.dtype() == DType::BF16) return {nullptr, bf16_bits(x2), x2.size(1)};
   return {x2.data<float>(), nullptr, x2.size(1)};
 }
+}  // namespace
 
+namespace detail {
 // x2 [N, in], w [out, in], bias [out] -> y [N, out]
 // bf16: autocast's bf16 GEMM (operands and bias read as bf16, the output rounded to bf16); x2 float32, or on a
 // real run its bf16 pack (bf16_pack)
-Tensor linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias, bool bf16) {
+Tensor linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias, bool bf16, const Tensor& out) {
   const int64_t N = x2.size(0), in = x2.size(1), out_f = w.size(0);
-  Tensor y = empty({N, out_f}, w.dtype(), x2.device());
+  TITAN_CHECK(!out.defined() || (out.shape() == Shape{N, out_f} && out.is_contiguous() && out.dtype() == w.dtype()),
+              "linear_forward: out must be a contiguous [", N, ", ", out_f, "] ", dtype_name(w.dtype()), " tensor, got ",
+              out.defined() ? shape_str(out.shape()) : std::string("-"));
+  Tensor y = out.defined() ? out : empty({N, out_f}, w.dtype(), x2.device());
   record_cost("linear", 2.0 * N * in * out_f + (bias.defined() ? (double)N * out_f : 0.0),
               bytes_of({&x2, &w, &bias, &y}), GemmShape{1, N, out_f, in});
   if (x2.is_meta() || y.numel() == 0) return y;
@@ -188,10 +193,14 @@ Tensor linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias, boo
 
 // g [N, out] -> dx [N, in], dw [out, in], db [out]
 std::vector<Tensor> linear_backward(const Tensor& g, const Tensor& x2, const Tensor& w, bool has_bias, bool need_x,
-                                    bool need_w, bool bf16) {
+                                    bool need_w, bool bf16, const Tensor& dx_out) {
   const int64_t N = x2.size(0), in = x2.size(1), out_f = w.size(0);
+  TITAN_CHECK(!dx_out.defined() || (need_x && dx_out.shape() == Shape{N, in} && dx_out.is_contiguous() &&
+                                    dx_out.dtype() == g.dtype()),
+              "linear_backward: dx_out must be a contiguous [", N, ", ", in, "] tensor of the gradient's dtype, got ",
+              dx_out.defined() ? shape_str(dx_out.shape()) : std::string("-"));
   Tensor dx, dw, db;
-  if (need_x) dx = empty({N, in}, g.dtype(), g.device());
+  if (need_x) dx = dx_out.defined() ? dx_out : empty({N, in}, g.dtype(), g.device());
   if (need_w) dw = empty({out_f, in}, g.dtype(), g.device());
   record_cost("linear_backward", (need_x ? 2.0 * N * in * out_f : 0) + (need_w ? 2.0 * N * in * out_f : 0),
               bytes_of({&g, &x2, &w, &dx, &dw}), GemmShape{(int64_t)need_x + (int64_t)need_w, N, in, out_f});
@@ -233,7 +242,7 @@ std::vector<Tensor> linear_backward(const Tensor& g, const Tensor& x2, const Ten
   bias_grad();
   return {dx, dw, db};
 }
-}  // namespace
+}  // namespace detail
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   same_device("linear", {&x, &w, &bias});
@@ -256,7 +265,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   // a real bf16 run multiplies, and keeps for the weight's gradient, the input's bf16 pack (autocast's cast of
   // it; one per input however many projections read it): half float32's memory
   if (bf16 && !x2.is_meta() && x2.numel() > 0) x2 = bf16_pack(x2);
-  Tensor y2 = autograd::sac_forward(autograd::SacOp::Matmul, [&] { return linear_forward(x2, w, bias, bf16); });
+  Tensor y2 = autograd::sac_forward(autograd::SacOp::Matmul, [&] { return detail::linear_forward(x2, w, bias, bf16); });
   Shape os = x.shape();
   os.back() = w.size(0);
   Tensor y;
@@ -271,7 +280,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
                 [xs = saved(x2), ws = saved(w), xshape = x.shape(), has_b = bias.defined(), gx, gw,
                  bf16](const std::vector<Tensor>& g) {
                   Tensor g2 = reshape(g[0], {-1, g[0].size(-1)});
-                  auto r = linear_backward(g2, xs, ws, has_b, gx, gw, bf16);
+                  auto r = detail::linear_backward(g2, xs, ws, has_b, gx, gw, bf16);
                   std::vector<Tensor> out = {gx ? reshape(r[0], xshape) : Tensor(), r[1]};
                   if (has_b) out.push_back(r[2]);
                   return out;

@@ -1,0 +1,272 @@
+#include "comms/collective_matmul.h"
+
+#include <tuple>
+
+#include "comms/functional.h"
+#include "src/autograd/function.h"
+#include "src/autograd/grad_mode.h"
+#include "src/ops/autocast.h"
+#include "src/ops/common.h"
+#include "src/ops/ops.h"
+
+namespace titan::comms {
+
+namespace {
+using V = std::vector<Tensor>;
+enum Tag { kGather = 0, kScatter = 1, kGradGather = 2, kGradScatter = 3 };
+
+int next_of(const PG& g) { return (g->rank() + 1) % g->size(); }
+int prev_of(const PG& g) { return (g->rank() + g->size() - 1) % g->size(); }
+
+// One ring step: this rank's `out` posted to the next rank and the previous rank's tensor of the same shape
+// received (the send posted first: a plan prices a neighbour it does not play as this rank).
+struct Exchange {
+  Tensor in;
+  std::vector<Work> w;
+  void wait() {
+    for (Work& x : w) x.wait();
+  }
+};
+Exchange shift(const Tensor& out, const PG& g, int tag, DType wire, const Tensor& into = Tensor()) {
+  Exchange e;
+  e.w.push_back(g->isend(out, next_of(g), tag, wire));
+  Work r;
+  std::tie(e.in, r) = g->irecv(out.shape(), out.dtype(), prev_of(g), tag, wire, into);
+  e.w.push_back(r);
+  return e;
+}
+
+// chunk j of a [B, S, C] tensor: its sequence rows [j s, (j + 1) s) of every batch row, as contiguous [B s, C]
+// (a view when B = 1, else a recorded copy)
+Tensor chunk_rows(const Tensor& t, int64_t j, int64_t s) {
+  const int64_t B = t.size(0), C = t.size(2);
+  return t.slice(1, j * s, (j + 1) * s).contiguous().reshape({B * s, C});
+}
+
+// dst's chunk j (of [B, S, C]) = src [B s, C]: a view's write when B = 1, a strided copy else (recorded as one)
+void put_chunk(const Tensor& dst, int64_t j, int64_t s, const Tensor& src) {
+  const int64_t B = dst.size(0), C = dst.size(2);
+  Tensor part = dst.slice(1, j * s, (j + 1) * s);
+  record_cost("collective_matmul_copy", 0, 2.0 * (double)src.nbytes());
+  if (!dst.is_meta()) copy_(part, src.reshape({B, s, C}));
+}
+
+// chunk j of a [1, S, C] tensor as a contiguous [s, C] view (to receive or write into); undefined for B > 1 (its
+// chunk's rows are strided over the batch)
+Tensor chunk_view(const Tensor& t, int64_t j, int64_t s) {
+  if (t.size(0) != 1) return Tensor();
+  return t.slice(1, j * s, (j + 1) * s).reshape({s, t.size(2)});
+}
+
+// [p B s, C] chunk-major (chunk j: rows [j B s, (j + 1) B s)) -> [B, S, C] in sequence order (a view when B = 1)
+Tensor from_chunks(const Tensor& t, int64_t B, int64_t p) {
+  const int64_t C = t.size(1), s = t.size(0) / (p * B);
+  if (B == 1) return t.reshape({1, p * s, C});
+  return t.reshape({p, B, s, C}).permute({1, 0, 2, 3}).contiguous().reshape({B, p * s, C});
+}
+
+Tensor rows(const Tensor& t, int64_t j, int64_t n) { return t.slice(0, j * n, (j + 1) * n); }
+
+void check_shard(const char* op, const Tensor& x, int64_t seq_dim_size, const PG& p2p) {
+  TITAN_CHECK(p2p->size() >= 2, op, ": a ring needs at least 2 ranks, group '", p2p->name(), "' has ", p2p->size());
+  TITAN_CHECK(x.dim() == 3, op, ": expected a [B, S, C] input, got ", shape_str(x.shape()));
+  TITAN_CHECK(seq_dim_size % p2p->size() == 0, op, ": the sequence (", seq_dim_size, ") must split evenly over the ",
+              p2p->size(), " ranks of group '", p2p->name(), "'");
+}
+}  // namespace
+
+std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>& ws, const std::vector<Tensor>& bs,
+                                      const PG& p2p) {
+  const char* op = "all_gather_linear";
+  check_shard(op, x, x.dim() == 3 ? x.size(1) * p2p->size() : 0, p2p);
+  const size_t n = ws.size();
+  TITAN_CHECK(n >= 1 && bs.size() == n, op, ": ", n, " weights and ", bs.size(), " biases (one per weight, undefined "
+              "for none)");
+  for (size_t i = 0; i < n; ++i) {
+    TITAN_CHECK(ws[i].dim() == 2 && ws[i].size(1) == x.size(2) && ws[i].dtype() == x.dtype(), op, ": weight ", i, " ",
+                shape_str(ws[i].shape()), " must be [N, ", x.size(2), "] of the input's dtype");
+    TITAN_CHECK(!bs[i].defined() || (bs[i].dim() == 1 && bs[i].size(0) == ws[i].size(0)), op, ": bias ", i, " ",
+                shape_str(bs[i].shape()), " must be [", ws[i].size(0), "]");
+  }
+  const int64_t p = p2p->size(), r = p2p->rank(), B = x.size(0), s = x.size(1), H = x.size(2), R = B * s;
+  const bool bf16 = autocast_bf16(x);
+  const DType wire = wire_dtype(x.dtype());  // the unfused gather's: bf16 values under autocast
+
+  // ---- forward: step t holds rank (r - t) mod p's shard; its GEMMs run while the next shard travels
+  Tensor X;    // [B, S, H] the gathered input, sequence order
+  V Y(n);      // [p R, N_i] chunk-major outputs
+  {
+    NoGradGuard ng;
+    X = empty({B, s * p, H}, x.dtype(), x.device());
+    for (size_t i = 0; i < n; ++i) Y[i] = empty({p * R, ws[i].size(0)}, ws[i].dtype(), x.device());
+    Tensor c = x.contiguous().reshape({R, H});
+    bool in_x = false;  // c is X's own chunk (received into it)
+    for (int64_t t = 0; t < p; ++t) {
+      const int64_t j = (r - t + p) % p;
+      Exchange e;
+      Tensor into;
+      if (t + 1 < p) {
+        into = chunk_view(X, (j - 1 + p) % p, s);  // B = 1: the next shard lands in place
+        e = shift(c, p2p, kGather, wire, into);
+      }
+      for (size_t i = 0; i < n; ++i) detail::linear_forward(c, ws[i], bs[i], bf16, rows(Y[i], j, R));
+      if (!in_x) put_chunk(X, j, s, c);
+      if (t + 1 < p) {
+        e.wait();
+        c = e.in;
+        in_x = into.defined();
+      }
+    }
+  }
+  V outs;
+  {
+    NoGradGuard ng;
+    for (size_t i = 0; i < n; ++i) outs.push_back(from_chunks(Y[i], B, p));  // [B, S, N_i]
+  }
+  V inputs = {x};
+  for (const Tensor& w : ws) inputs.push_back(w);
+  std::vector<bool> has_b(n);
+  for (size_t i = 0; i < n; ++i)
+    if ((has_b[i] = bs[i].defined())) inputs.push_back(bs[i]);
+  // the weight gradients read the gathered input as the GEMMs did: its bf16 pack under autocast (half the memory)
+  Tensor x2 = X.reshape({B * s * p, H});
+  if (bf16 && !x2.is_meta()) x2 = bf16_pack(x2);
+  V saved_w;
+  for (const Tensor& w : ws) saved_w.push_back(autograd::saved(w));
+  const bool need_x = x.requires_grad();
+  std::vector<bool> need_w(n);
+  for (size_t i = 0; i < n; ++i) need_w[i] = ws[i].requires_grad();
+  outs = autograd::record(
+      "all_gather_linear", inputs, outs,
+      [xs = autograd::saved(x2), saved_w, has_b, need_x, need_w, p2p, wire, bf16, p, r, B, s, H, R,
+       n](const V& g) {
+        NoGradGuard ng;
+        // ---- backward: the input gradient reduce-scattered round the ring, chunk j's partial (the sum over the
+        // projections of g_i[j] W_i, in the order the unfused graph accumulates them: the last projection's first)
+        // computed while the previous step's sum travels; the weight gradients one GEMM each over the whole input
+        V gc(n);
+        for (size_t i = 0; i < n; ++i) gc[i] = g[i].contiguous();
+        auto partial = [&](int64_t j) {
+          Tensor acc;
+          for (size_t k = n; k-- > 0;) {
+            // [R, H] (the input is read for its shape only)
+            Tensor d = detail::linear_backward(chunk_rows(gc[k], j, s), rows(xs, 0, R), saved_w[k], false, true,
+                                               false, bf16)[0];
+            acc = acc.defined() ? add(acc, d) : d;
+          }
+          if (wire == DType::BF16 && !acc.is_meta()) round_to_bf16_(acc);  // as the unfused wire rounds each rank's
+          return acc;
+        };
+        V wgrad(n), bgrad(n);
+        auto weight_grads = [&](size_t i) {
+          if (!need_w[i] && !has_b[i]) return;
+          auto rr = detail::linear_backward(gc[i].reshape({B * s * p, gc[i].size(2)}), xs, saved_w[i], has_b[i], false,
+                                            need_w[i], bf16);
+          wgrad[i] = rr[1];
+          bgrad[i] = rr[2];
+        };
+        Tensor dx;
+        if (need_x) {
+          // step t computes chunk (r - t - 1) mod p's partial, adds the sum received from the previous rank and
+          // sends it on; at the last step the chunk is this rank's own, the sum complete
+          Exchange e;
+          size_t next_w = 0;
+          for (int64_t t = 0; t < p; ++t) {
+            Tensor acc = partial((r - t - 1 + 2 * p) % p);
+            if (t > 0) {
+              // a weight gradient while the sum travels (spread over the steps; the rest after the ring)
+              if (next_w < n) weight_grads(next_w++);
+              e.wait();
+              acc = add(e.in, acc);
+              if (wire == DType::BF16 && !acc.is_meta()) round_to_bf16_(acc);  // each hop's sum, as NCCL's bf16
+            }
+            if (t + 1 < p) e = shift(acc, p2p, kGradScatter, wire);
+            else dx = acc.reshape({B, s, H});
+          }
+          while (next_w < n) weight_grads(next_w++);
+        } else {
+          for (size_t i = 0; i < n; ++i) weight_grads(i);
+        }
+        V out = {dx};
+        for (size_t i = 0; i < n; ++i) out.push_back(wgrad[i]);
+        for (size_t i = 0; i < n; ++i)
+          if (has_b[i]) out.push_back(bgrad[i]);
+        return out;
+      });
+  V result = {X};  // no graph: the gathered input, for readers of its shape
+  for (const Tensor& y : outs) result.push_back(y);
+  return result;
+}
+
+Tensor linear_reduce_scatter(const Tensor& x, const Tensor& w, const PG& p2p) {
+  const char* op = "linear_reduce_scatter";
+  check_shard(op, x, x.dim() == 3 ? x.size(1) : 0, p2p);
+  TITAN_CHECK(w.dim() == 2 && w.size(1) == x.size(2) && w.dtype() == x.dtype(), op, ": weight ", shape_str(w.shape()),
+              " must be [N, ", x.size(2), "] of the input's dtype");
+  const int64_t p = p2p->size(), r = p2p->rank(), B = x.size(0), S = x.size(1), K = x.size(2), s = S / p, R = B * s,
+                N = w.size(0);
+  const bool bf16 = autocast_bf16(x);
+  // the output's wire, as the unfused reduce-scatter of the projection's output and its backward's gather
+  const DType wire = wire_dtype(x.dtype());
+
+  // ---- forward: step t computes chunk (r - t - 1) mod p's partial product while the sum of the steps before
+  // travels, adds the sum received and sends it on; the last step's chunk is this rank's own
+  Tensor y;
+  Tensor x2;  // [B S, K] the input as the weight gradient reads it (sequence order; its bf16 pack under autocast)
+  {
+    NoGradGuard ng;
+    const Tensor xc = x.contiguous();
+    Exchange e;
+    for (int64_t t = 0; t < p; ++t) {
+      const int64_t j = (r - t - 1 + 2 * p) % p;
+      Tensor acc = detail::linear_forward(chunk_rows(xc, j, s), w, Tensor(), bf16);  // [R, N]
+      if (t > 0) {
+        e.wait();
+        acc = add(e.in, acc);
+        if (wire == DType::BF16 && !acc.is_meta()) round_to_bf16_(acc);  // each hop's sum, as NCCL's bf16
+      }
+      if (t + 1 < p) e = shift(acc, p2p, kScatter, wire);
+      else y = acc.reshape({B, s, N});
+    }
+    x2 = xc.reshape({B * S, K});
+    if (bf16 && !x2.is_meta()) x2 = bf16_pack(x2);
+  }
+  const bool need_x = x.requires_grad(), need_w = w.requires_grad();
+  return autograd::record(
+      "linear_reduce_scatter", {x, w}, y,
+      [xs = autograd::saved(x2), ws = autograd::saved(w), need_x, need_w, p2p, wire, bf16, p, r, B, s, K, R,
+       N](const V& g) {
+        NoGradGuard ng;
+        // ---- backward: the output gradient all-gathered round the ring; step t's data-gradient GEMM on rank
+        // (r - t) mod p's rows runs while the next rows travel; the weight gradient one GEMM over all rows
+        Tensor G = empty({B, s * p, N}, g[0].dtype(), g[0].device());  // [B, S, N] gathered, sequence order
+        Tensor dX = need_x ? empty({B, s * p, K}, g[0].dtype(), g[0].device()) : Tensor();
+        Tensor c = g[0].contiguous().reshape({R, N});
+        bool in_g = false;  // c is G's own chunk (received into it)
+        for (int64_t t = 0; t < p; ++t) {
+          const int64_t j = (r - t + p) % p;
+          Exchange e;
+          Tensor into;
+          if (t + 1 < p) {
+            into = chunk_view(G, (j - 1 + p) % p, s);  // B = 1: the next rows land in place
+            e = shift(c, p2p, kGradGather, wire, into);
+          }
+          if (need_x) {  // dX's chunk j = c w ([R, K]; the input is read for its shape only)
+            const Tensor at = chunk_view(dX, j, s);
+            Tensor d = detail::linear_backward(c, rows(xs, 0, R), ws, false, true, false, bf16, at)[0];
+            if (!at.defined()) put_chunk(dX, j, s, d);
+          }
+          if (!in_g) put_chunk(G, j, s, c);
+          if (t + 1 < p) {
+            e.wait();
+            c = e.in;
+            in_g = into.defined();
+          }
+        }
+        Tensor dw;
+        if (need_w) dw = detail::linear_backward(G.reshape({B * s * p, N}), xs, ws, false, false, true, bf16)[1];
+        return V{dX, dw};
+      });
+}
+
+}  // namespace titan::comms
