@@ -18,21 +18,16 @@ enum Tag { kGather = 0, kScatter = 1, kGradGather = 2, kGradScatter = 3 };
 int next_of(const PG& g) { return (g->rank() + 1) % g->size(); }
 int prev_of(const PG& g) { return (g->rank() + g->size() - 1) % g->size(); }
 
-// One ring step: this rank's `out` posted to the next rank and the previous rank's tensor of the same shape
-// received (the send posted first: a plan prices a neighbour it does not play as this rank).
+// One ring step: this rank's `out` sent to the next rank and the previous rank's tensor of the same shape
+// received, on the communication thread (it moves while this thread computes).
 struct Exchange {
   Tensor in;
-  std::vector<Work> w;
-  void wait() {
-    for (Work& x : w) x.wait();
-  }
+  Work w;
+  void wait() { w.wait(); }
 };
 Exchange shift(const Tensor& out, const PG& g, int tag, DType wire, const Tensor& into = Tensor()) {
   Exchange e;
-  e.w.push_back(g->isend(out, next_of(g), tag, wire));
-  Work r;
-  std::tie(e.in, r) = g->irecv(out.shape(), out.dtype(), prev_of(g), tag, wire, into);
-  e.w.push_back(r);
+  std::tie(e.in, e.w) = g->exchange_async(out, next_of(g), prev_of(g), tag, wire, into);
   return e;
 }
 

@@ -239,6 +239,7 @@ struct Work::State {
   std::condition_variable cv;
   bool done = false;
   int64_t trace_id = -1;  // record_comm_start id (simulation input)
+  int64_t trace_id2 = -1;  // a second record the wait closes (an exchange's send; its receive is trace_id)
   CommRecord rec;
   std::function<void()> finish;  // runs on the waiting thread after completion
   std::function<bool()> test;    // point-to-point: polled by the waiting thread until true (done stays false)
@@ -258,6 +259,7 @@ void Work::wait() {
   if (!state_) return;
   const double t0 = now();
   record_comm_wait(state_->trace_id);  // the wait begins (measured timelines: the stall follows)
+  if (state_->trace_id2 >= 0) record_comm_wait(state_->trace_id2);
   if (state_->test) {
     std::string key;
     const double limit = collective_timeout(&key);
@@ -292,9 +294,10 @@ struct GroupAccess {  // what submit() reads of a group
 namespace {
 // Runs `body` on the communication thread; returns its Work. The watchdog sees it from start to end.
 Work submit(const std::string& kind, ProcessGroup& pg, int64_t bytes, std::function<void()> body,
-           int64_t trace_id = -1, bool collective = true) {
+           int64_t trace_id = -1, bool collective = true, int64_t trace_id2 = -1) {
   auto st = std::make_shared<Work::State>();
   st->trace_id = trace_id;
+  st->trace_id2 = trace_id2;
   const std::string group = pg.name();
   st->rec = {kind, group, bytes, 0, 0};
   // collectives are numbered in program order, the same on every member (point-to-point ops are not)
@@ -322,10 +325,12 @@ Work submit(const std::string& kind, ProcessGroup& pg, int64_t bytes, std::funct
 
 // A collective with nothing to move: a group of one, or a planned one (meta tensors or a fake group: planning
 // neither logs it nor counts it as this process's traffic, and plans stages on several threads).
-Work done_work(const std::string& kind, const std::string& group, int64_t bytes, int64_t trace_id, bool planned) {
+Work done_work(const std::string& kind, const std::string& group, int64_t bytes, int64_t trace_id, bool planned,
+               int64_t trace_id2 = -1) {
   auto st = std::make_shared<Work::State>();
   st->logged = !planned;
   st->trace_id = trace_id;
+  st->trace_id2 = trace_id2;
   st->rec = {kind, group, bytes, 0, 0};
   st->done = true;
   return Work(st);
@@ -841,6 +846,45 @@ std::pair<Tensor, Work> ProcessGroup::irecv(const Shape& shape, DType dtype, int
   auto req = std::make_shared<MPI_Request>();
   check_mpi(MPI_Irecv(out.raw_data(), (int)out.numel(), mpi_type(dtype), src, tag, comm_, req.get()), "irecv");
   return {out, p2p_work("recv", name_, out.nbytes(), tid, req, out)};
+}
+
+std::pair<Tensor, Work> ProcessGroup::exchange_async(const Tensor& x, int dst, int src, int tag, DType wire,
+                                                     const Tensor& into) {
+  NoGradGuard ng;
+  TITAN_CHECK(dst >= 0 && dst < size_ && dst != rank_ && src >= 0 && src < size_ && src != rank_, "exchange: send to ",
+              dst, " and receive from ", src, ": both must be other ranks of group '", name_, "' (", size_, " ranks)");
+  const bool to_wire = bf16_wire(x, wire, ReduceOp::Sum, "exchange", name_);
+  const Device device = fake_ ? Device::Meta : default_device();
+  const DType got = to_wire ? DType::F32 : x.dtype();
+  TITAN_CHECK(!into.defined() || (into.shape() == x.shape() && into.dtype() == got && into.is_contiguous() &&
+                                  into.is_meta() == (device == Device::Meta)),
+              "exchange: the destination must be a contiguous ", shape_str(x.shape()), " ", dtype_name(got),
+              " tensor on the group's device, got ", shape_str(into.shape()), " ", dtype_name(into.dtype()));
+  if (to_wire && !x.is_meta() && !fake_) {  // bf16 bits both ways, float32 values on arrival
+    Tensor out = into.defined() ? into : empty(x.shape(), DType::F32, device);
+    auto [bits, w] = exchange_async(to_bf16_bits(x), dst, src, tag);
+    w.then([bits = bits, out] { from_bf16_bits(bits, out); });
+    return {out, w};
+  }
+  const double bytes = recorded_bytes((double)x.nbytes(), to_wire);
+  const DType typed = recorded_dtype(x.dtype(), to_wire);
+  const int64_t send_id = record_p2p_start(/*send=*/true, ref(), bytes, (*world_ranks_)[dst], tag, typed);
+  const int64_t recv_id = record_p2p_start(/*send=*/false, ref(), bytes, (*world_ranks_)[src], tag, typed);
+  Tensor out = into.defined() ? into : empty(x.shape(), got, device);
+  if (x.is_meta() || fake_) return {out, done_work("exchange", name_, x.nbytes(), recv_id, true, send_id)};
+  Tensor in = x.contiguous();
+  MPI_Comm c = comm_;
+  Work w = submit(
+      "exchange", *this, x.nbytes(),
+      [in, out, c, dst, src, tag]() {
+        MPI_Request reqs[2];
+        const MPI_Datatype t = mpi_type(in.dtype());
+        check_mpi(MPI_Isend(in.raw_data(), (int)in.numel(), t, dst, tag, c, &reqs[0]), "exchange");
+        check_mpi(MPI_Irecv(out.raw_data(), (int)out.numel(), t, src, tag, c, &reqs[1]), "exchange");
+        complete(reqs, 2, "exchange");
+      },
+      recv_id, /*collective=*/false, send_id);
+  return {out, w};
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::split(const std::function<int(int)>& color_of,

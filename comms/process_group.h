@@ -134,6 +134,13 @@ class ProcessGroup {
   // into: a contiguous tensor of that shape and dtype to receive into (a block of a larger one), else a new one.
   std::pair<Tensor, Work> irecv(const Shape& shape, DType dtype, int src, int tag, DType wire = DType::F32,
                                 const Tensor& into = Tensor());
+  // One step of a ring every member takes at once (async tensor parallel, comms/collective_matmul.h): x sent to
+  // group rank dst while a tensor of its shape and dtype comes from src, on the communication thread, whose
+  // polling moves it while the caller computes (a pair posted on the calling thread moves only inside its
+  // wait); queued in program order as collectives are. Recorded as the send and the receive it is (a plan pairs
+  // them as isend / irecv's); wire and into as irecv's.
+  std::pair<Tensor, Work> exchange_async(const Tensor& x, int dst, int src, int tag, DType wire = DType::F32,
+                                         const Tensor& into = Tensor());
   void barrier();
   // Sub-groups: the ranks of equal color_of(group rank), ordered by key_of
   // (collective over this group). Functions of any member's group rank, so a

@@ -41,6 +41,8 @@ LAYOUTS = [
                                            "--parallelism.data_parallel_shard_degree", "1"]),
     ("qwen3 debug, TP 2 + SP", 2, QWEN, ["--parallelism.tensor_parallel_degree", "2",
                                           "--parallelism.enable_sequence_parallel", "true"]),
+    ("qwen3 debug, TP 2 + SP, async", 2, QWEN, ["--parallelism.tensor_parallel_degree", "2",
+                                                 "--parallelism.enable_async_tensor_parallel", "true"]),
     ("qwen3 debug, PP 2 GPipe", 2, QWEN, ["--parallelism.pipeline_parallel_degree", "2",
                                            "--parallelism.pipeline_parallel_schedule", "GPipe",
                                            "--parallelism.pipeline_parallel_microbatch_size", "2"]),
