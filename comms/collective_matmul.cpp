@@ -3,6 +3,7 @@
 #include <tuple>
 
 #include "comms/functional.h"
+#include "src/autograd/checkpoint.h"
 #include "src/autograd/function.h"
 #include "src/autograd/grad_mode.h"
 #include "src/ops/autocast.h"
@@ -88,12 +89,15 @@ std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>
   const DType wire = wire_dtype(x.dtype());  // the unfused gather's: bf16 values under autocast
 
   // ---- forward: step t holds rank (r - t) mod p's shard; its GEMMs run while the next shard travels
-  Tensor X;    // [B, S, H] the gathered input, sequence order
-  V Y(n);      // [p R, N_i] chunk-major outputs
-  {
+  // under op-level selective checkpointing the projections are kept or recomputed as their unfused GEMMs would be;
+  // the gather runs in every run (the backward reads it), the GEMMs a recompute needs on its steps
+  Tensor X;  // [B, S, H] the gathered input, sequence order
+  V outs = autograd::sac_forward_matmuls(n, false, [&](const std::vector<bool>& need) {
     NoGradGuard ng;
+    V Y(n);  // [p R, N_i] chunk-major outputs (those needed)
     X = empty({B, s * p, H}, x.dtype(), x.device());
-    for (size_t i = 0; i < n; ++i) Y[i] = empty({p * R, ws[i].size(0)}, ws[i].dtype(), x.device());
+    for (size_t i = 0; i < n; ++i)
+      if (need[i]) Y[i] = empty({p * R, ws[i].size(0)}, ws[i].dtype(), x.device());
     Tensor c = x.contiguous().reshape({R, H});
     bool in_x = false;  // c is X's own chunk (received into it)
     for (int64_t t = 0; t < p; ++t) {
@@ -104,7 +108,8 @@ std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>
         into = chunk_view(X, (j - 1 + p) % p, s);  // B = 1: the next shard lands in place
         e = shift(c, p2p, kGather, wire, into);
       }
-      for (size_t i = 0; i < n; ++i) detail::linear_forward(c, ws[i], bs[i], bf16, rows(Y[i], j, R));
+      for (size_t i = 0; i < n; ++i)
+        if (need[i]) detail::linear_forward(c, ws[i], bs[i], bf16, rows(Y[i], j, R));
       if (!in_x) put_chunk(X, j, s, c);
       if (t + 1 < p) {
         e.wait();
@@ -112,12 +117,11 @@ std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>
         in_x = into.defined();
       }
     }
-  }
-  V outs;
-  {
-    NoGradGuard ng;
-    for (size_t i = 0; i < n; ++i) outs.push_back(from_chunks(Y[i], B, p));  // [B, S, N_i]
-  }
+    V y(n);
+    for (size_t i = 0; i < n; ++i)
+      if (need[i]) y[i] = from_chunks(Y[i], B, p);  // [B, S, N_i]
+    return y;
+  });
   V inputs = {x};
   for (const Tensor& w : ws) inputs.push_back(w);
   std::vector<bool> has_b(n);
@@ -206,11 +210,19 @@ Tensor linear_reduce_scatter(const Tensor& x, const Tensor& w, const PG& p2p) {
 
   // ---- forward: step t computes chunk (r - t - 1) mod p's partial product while the sum of the steps before
   // travels, adds the sum received and sends it on; the last step's chunk is this rank's own
-  Tensor y;
+  // under op-level selective checkpointing kept, as the unfused reduce-scatter is (the save list keeps it): a
+  // recompute runs nothing of it; its GEMM counts as the unfused one's matmul
   Tensor x2;  // [B S, K] the input as the weight gradient reads it (sequence order; its bf16 pack under autocast)
   {
     NoGradGuard ng;
+    x2 = x.contiguous().reshape({B * S, K});
+    if (bf16 && !x2.is_meta()) x2 = bf16_pack(x2);
+  }
+  Tensor y = autograd::sac_forward_matmuls(1, true, [&](const std::vector<bool>& need) {
+    if (!need[0]) return V(1);
+    NoGradGuard ng;
     const Tensor xc = x.contiguous();
+    Tensor out;
     Exchange e;
     for (int64_t t = 0; t < p; ++t) {
       const int64_t j = (r - t - 1 + 2 * p) % p;
@@ -221,11 +233,10 @@ Tensor linear_reduce_scatter(const Tensor& x, const Tensor& w, const PG& p2p) {
         if (wire == DType::BF16 && !acc.is_meta()) round_to_bf16_(acc);  // each hop's sum, as NCCL's bf16
       }
       if (t + 1 < p) e = shift(acc, p2p, kScatter, wire);
-      else y = acc.reshape({B, s, N});
+      else out = acc.reshape({B, s, N});
     }
-    x2 = xc.reshape({B * S, K});
-    if (bf16 && !x2.is_meta()) x2 = bf16_pack(x2);
-  }
+    return V{out};
+  })[0];
   const bool need_x = x.requires_grad(), need_w = w.requires_grad();
   return autograd::record(
       "linear_reduce_scatter", {x, w}, y,

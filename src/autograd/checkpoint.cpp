@@ -69,6 +69,35 @@ std::vector<Tensor> sac_forward(SacOp op, const std::function<std::vector<Tensor
   return out;
 }
 
+std::vector<Tensor> sac_forward_matmuls(size_t n, bool reduced,
+                                        const std::function<std::vector<Tensor>(const std::vector<bool>&)>& kernel) {
+  SacCache* c = t_sac;
+  if (!c) return kernel(std::vector<bool>(n, true));
+  std::vector<bool> keep(n);
+  for (size_t i = 0; i < n; ++i) keep[i] = (++c->matmuls % 2 == 1) || reduced;  // as n sac_forward(Matmul) calls
+  const size_t i0 = c->at;
+  c->at += n;
+  if (!c->recompute) {
+    std::vector<Tensor> out = kernel(std::vector<bool>(n, true));
+    TITAN_CHECK(out.size() == n, "checkpoint (op-level selective): a fused op of ", n, " matmuls returned ", out.size(),
+                " outputs");
+    for (size_t i = 0; i < n; ++i) c->kept.push_back(keep[i] ? std::vector<Tensor>{out[i].detach()} : std::vector<Tensor>{});
+    return out;
+  }
+  TITAN_CHECK(i0 + n <= c->kept.size(), "checkpoint (op-level selective): the recompute called more save-list ops than "
+              "the first run (", c->kept.size(), "); the block must be deterministic");
+  std::vector<bool> need(n);
+  for (size_t i = 0; i < n; ++i) need[i] = !keep[i];
+  std::vector<Tensor> out = kernel(need);
+  out.resize(n);
+  for (size_t i = 0; i < n; ++i)
+    if (keep[i]) {
+      out[i] = c->kept[i0 + i][0].detach();  // a fresh alias: the op records its node on it
+      c->kept[i0 + i].clear();
+    }
+  return out;
+}
+
 std::vector<Tensor> checkpoint(const BlockFn& fn, const std::vector<Tensor>& inputs, SavePolicy policy) {
   if (!grad_enabled()) return fn(inputs);
   std::shared_ptr<SacCache> sac = policy == SavePolicy::TorchTitanOps ? std::make_shared<SacCache>() : nullptr;

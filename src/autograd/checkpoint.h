@@ -38,6 +38,15 @@ inline Tensor sac_forward(SacOp op, const std::function<Tensor()>& kernel) {
   return sac_forward(op, [&] { return std::vector<Tensor>{kernel()}; })[0];
 }
 
+// A fused op of n matmuls (async tensor parallel's gather + projections, comms/collective_matmul.h) under the same
+// policy as its n unfused matmuls: their outputs kept or not as n sac_forward(Matmul) calls would decide, or all
+// kept when `reduced` (the op ends in a reduce-scatter, which the save list keeps); the matmul count moves by n
+// either way. kernel(need) runs in every run (what else it does, e.g. a gather the backward reads, runs again) and
+// computes the outputs `need` marks — every one in a first run or outside a TorchTitanOps block, in a recompute
+// those not kept — leaving the others undefined; a recompute returns the kept ones in their place.
+std::vector<Tensor> sac_forward_matmuls(size_t n, bool reduced,
+                                        const std::function<std::vector<Tensor>(const std::vector<bool>& need)>& kernel);
+
 // True while a checkpointed block re-runs its forward inside the backward (the recompute): hooks that
 // prepare a forward's own backward (e.g. freeing what the backward gathers again) leave it alone, since
 // its backward follows at once.
