@@ -2501,6 +2501,17 @@ TEST(Simulation, AsyncTensorParallelOverlapsTheRingWithTheGemms) {
   };
   EXPECT_LT(tp_exposed(b), 0.3 * tp_exposed(a)) << tp_exposed(a) << " -> " << tp_exposed(b);
   EXPECT_LT(b.step_s, a.step_s);
+  // op-level selective checkpointing recomputes the fused column-parallel projections as it does the unfused GEMMs
+  // (every second one kept, counted through the fused op); the fused row-parallel GEMM + reduce-scatter is kept as
+  // the unfused reduce-scatter is, so the unfused recompute of o_proj (each layer's 4th matmul, not kept), whose
+  // output only feeds that kept reduce-scatter, is not repeated (as a compiled graph drops it)
+  const std::vector<std::string> sac = {"activation_checkpoint.mode", "selective",
+                                        "activation_checkpoint.selective_ac_option", "op"};
+  const auto g_off = gemms(plan_step(cfg(false, sac), 8, true)), g_on = gemms(plan_step(cfg(true, sac), 8, true));
+  EXPECT_GT(g_off.second, gemms(off).second * 1.05);  // something recomputed
+  const auto& m = base.model;
+  const double o_proj = 2.0 * base.training.seq_len * (m.n_heads * m.head_dim) * m.dim / tp;  // micro-batch 1
+  EXPECT_NEAR(g_off.second - g_on.second, L * o_proj, 1e-9 * g_off.second);
   std::string e = error_of([&] {
     cfg(true, {"parallelism.enable_sequence_parallel", "false"});
   });
