@@ -63,26 +63,32 @@ Tensor from_chunks(const Tensor& t, int64_t B, int64_t p) {
 
 Tensor rows(const Tensor& t, int64_t j, int64_t n) { return t.slice(0, j * n, (j + 1) * n); }
 
-void check_shard(const char* op, const Tensor& x, int64_t seq_dim_size, const PG& p2p) {
+void check_input(const char* op, const Tensor& x, const PG& p2p) {
   TITAN_CHECK(p2p->size() >= 2, op, ": a ring needs at least 2 ranks, group '", p2p->name(), "' has ", p2p->size());
   TITAN_CHECK(x.dim() == 3, op, ": expected a [B, S, C] input, got ", shape_str(x.shape()));
-  TITAN_CHECK(seq_dim_size % p2p->size() == 0, op, ": the sequence (", seq_dim_size, ") must split evenly over the ",
-              p2p->size(), " ranks of group '", p2p->name(), "'");
+}
+
+// the forward's and backward's saved operands are made only when a backward will read them
+bool saving(const std::vector<Tensor>& inputs) {
+  if (!autograd::grad_enabled()) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
 }
 }  // namespace
 
 std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>& ws, const std::vector<Tensor>& bs,
                                       const PG& p2p) {
   const char* op = "all_gather_linear";
-  check_shard(op, x, x.dim() == 3 ? x.size(1) * p2p->size() : 0, p2p);
+  check_input(op, x, p2p);  // every rank's shard the same size: the caller's layout (check_sequence_length)
   const size_t n = ws.size();
   TITAN_CHECK(n >= 1 && bs.size() == n, op, ": ", n, " weights and ", bs.size(), " biases (one per weight, undefined "
               "for none)");
   for (size_t i = 0; i < n; ++i) {
     TITAN_CHECK(ws[i].dim() == 2 && ws[i].size(1) == x.size(2) && ws[i].dtype() == x.dtype(), op, ": weight ", i, " ",
                 shape_str(ws[i].shape()), " must be [N, ", x.size(2), "] of the input's dtype");
-    TITAN_CHECK(!bs[i].defined() || (bs[i].dim() == 1 && bs[i].size(0) == ws[i].size(0)), op, ": bias ", i, " ",
-                shape_str(bs[i].shape()), " must be [", ws[i].size(0), "]");
+    TITAN_CHECK(!bs[i].defined() || (bs[i].dim() == 1 && bs[i].size(0) == ws[i].size(0) && bs[i].dtype() == x.dtype()),
+                op, ": bias ", i, " ", shape_str(bs[i].shape()), " must be [", ws[i].size(0), "] of the input's dtype");
   }
   const int64_t p = p2p->size(), r = p2p->rank(), B = x.size(0), s = x.size(1), H = x.size(2), R = B * s;
   const bool bf16 = autocast_bf16(x);
@@ -128,8 +134,11 @@ std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>
   for (size_t i = 0; i < n; ++i)
     if ((has_b[i] = bs[i].defined())) inputs.push_back(bs[i]);
   // the weight gradients read the gathered input as the GEMMs did: its bf16 pack under autocast (half the memory)
+  V all_inputs = {x};
+  all_inputs.insert(all_inputs.end(), ws.begin(), ws.end());
+  all_inputs.insert(all_inputs.end(), bs.begin(), bs.end());
   Tensor x2 = X.reshape({B * s * p, H});
-  if (bf16 && !x2.is_meta()) x2 = bf16_pack(x2);
+  if (bf16 && !x2.is_meta() && saving(all_inputs)) x2 = bf16_pack(x2);
   V saved_w;
   for (const Tensor& w : ws) saved_w.push_back(autograd::saved(w));
   const bool need_x = x.requires_grad();
@@ -199,7 +208,9 @@ std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>
 
 Tensor linear_reduce_scatter(const Tensor& x, const Tensor& w, const PG& p2p) {
   const char* op = "linear_reduce_scatter";
-  check_shard(op, x, x.dim() == 3 ? x.size(1) : 0, p2p);
+  check_input(op, x, p2p);
+  TITAN_CHECK(x.size(1) % p2p->size() == 0, op, ": the sequence (", x.size(1), ") must split evenly over the ",
+              p2p->size(), " ranks of group '", p2p->name(), "'");
   TITAN_CHECK(w.dim() == 2 && w.size(1) == x.size(2) && w.dtype() == x.dtype(), op, ": weight ", shape_str(w.shape()),
               " must be [N, ", x.size(2), "] of the input's dtype");
   const int64_t p = p2p->size(), r = p2p->rank(), B = x.size(0), S = x.size(1), K = x.size(2), s = S / p, R = B * s,
@@ -216,7 +227,7 @@ Tensor linear_reduce_scatter(const Tensor& x, const Tensor& w, const PG& p2p) {
   {
     NoGradGuard ng;
     x2 = x.contiguous().reshape({B * S, K});
-    if (bf16 && !x2.is_meta()) x2 = bf16_pack(x2);
+    if (bf16 && !x2.is_meta() && saving({x, w})) x2 = bf16_pack(x2);
   }
   Tensor y = autograd::sac_forward_matmuls(1, true, [&](const std::vector<bool>& need) {
     if (!need[0]) return V(1);

@@ -117,7 +117,6 @@ DeviceMesh::DeviceMesh(MeshDegrees d, bool fake, int fake_rank, int fake_world, 
     };
   };
   tp = group(color(true, true, true, false), tp_of, "tp");
-  tp_p2p = T == 1 ? tp : group(color(true, true, true, false), tp_of, "tp_p2p");
   cp = group(color(true, true, false, true), cp_of, "cp");
   cp_p2p = C == 1 ? cp : group(color(true, true, false, true), cp_of, "cp_p2p");
   dp_shard = group(color(true, false, true, true), shard_of, "dp_shard");

@@ -40,8 +40,6 @@ class DeviceMesh {
   int position = 0;
   int pp_rank = 0, replicate_rank = 0, shard_rank = 0, cp_rank = 0, tp_rank = 0;
   PG world_pg, dp_replicate, dp_shard, dp, tp;  // dp = replicate x shard (data-parallel ranks)
-  // tp_p2p: the tp ranks, a communicator of their own for async tensor parallel's ring exchanges (tp when tp = 1)
-  PG tp_p2p;
   // cp: the ranks sharing each sequence (equal coordinates but cp); cp_p2p: the same ranks, a communicator of
   // their own for the ring exchange's point-to-point transfers; dp_shard_cp = dp_shard x cp, the group FSDP
   // shards parameters and reduces gradients over (TorchTitan folds cp into it: cp ranks see different tokens)

@@ -337,6 +337,19 @@ void TensorParallel::cut(std::vector<ShardSpec>& specs) {
   }
   const Ctx ctx{r, mesh_.tp, kv_group_, kv_head_ * a.head_dim, a.head_dim};
   auto& layers = model_.model->layers->layers;
+  if (opt_.async) {  // every layer, owned or not: every stage refuses alike
+    TITAN_CHECK(opt_.sequence_parallel && !opt_.regather, "config error: parallelism.enable_async_tensor_parallel "
+                "fuses sequence parallel's collectives; it needs parallelism.enable_sequence_parallel: true without "
+                "parallelism.sequence_parallel_regather");
+    for (size_t li = 0; li < layers.size(); ++li)
+      TITAN_CHECK(!layers[li]->moe && !layers[li]->self_attn->kv_a_proj, "config error: "
+                  "parallelism.enable_async_tensor_parallel fuses a block's gather with the projections that read its "
+                  "input; layer ", li, " has ", layers[li]->moe
+                  ? "a mixture of experts (its router and experts read the gathered input)"
+                  : "multi-head latent attention (its latent projections read the gathered input)",
+                  ", which it does not fuse; set parallelism.enable_async_tensor_parallel: false");
+    p2p_ = mesh_.tp->split([](int) { return 0; }, [](int t) { return t; }, "tp_p2p");  // collective over tp
+  }
   for (size_t li = 0; li < layers.size(); ++li) {
     if (!own_.layer[li]) continue;  // another pipeline stage's
     decoder::DecoderLayer* layer = layers[li];
@@ -359,14 +372,6 @@ void TensorParallel::cut(std::vector<ShardSpec>& specs) {
     // what the plan's rows imply for the block's forward
     auto* at = layer->self_attn;
     if (opt_.async) {
-      TITAN_CHECK(opt_.sequence_parallel && !opt_.regather,
-                  "tensor parallel: async tensor parallel fuses sequence parallel's collectives; it needs sequence "
-                  "parallel without the regather");
-      TITAN_CHECK(!layer->moe && !at->kv_a_proj, "config error: parallelism.enable_async_tensor_parallel fuses a "
-                  "block's gather with the projections that read its input; layer ", li, " has ",
-                  layer->moe ? "a mixture of experts (its router and experts read the gathered input)"
-                             : "multi-head latent attention (its latent projections read the gathered input)",
-                  ", which it does not fuse; set parallelism.enable_async_tensor_parallel: false");
       for (nn::Linear* l : {at->q_proj, at->k_proj, at->v_proj, at->o_proj, layer->mlp->gate_proj, layer->mlp->up_proj,
                             layer->mlp->down_proj})
         TITAN_CHECK(!l->float8, "config error: parallelism.enable_async_tensor_parallel with model.converters float8: "
@@ -407,9 +412,9 @@ void TensorParallel::hooks() {
       return x;
     });
     if (opt_.async) {
-      fused_block_collectives(*at, {at->q_proj, at->k_proj, at->v_proj}, at->o_proj, mesh_.tp_p2p, "attention");
+      fused_block_collectives(*at, {at->q_proj, at->k_proj, at->v_proj}, at->o_proj, p2p_, "attention");
       fused_block_collectives(*layer->mlp, {layer->mlp->gate_proj, layer->mlp->up_proj}, layer->mlp->down_proj,
-                              mesh_.tp_p2p, "MLP");
+                              p2p_, "MLP");
     } else {
       block_collectives(*at, pg, sp, opt_.regather);
       block_collectives(*layer->ffn(), pg, sp, opt_.regather);

@@ -53,6 +53,7 @@ class TensorParallel {
   TensorParallelOptions opt_;
   Ownership own_;
   comms::PG kv_group_;  // replicated KV heads (n_kv_heads < tp): the tp ranks sharing one head
+  comms::PG p2p_;       // async: the tp ranks on a communicator of their own, the rings' exchanges
   int64_t kv_head_ = 0;  // ... and which head this rank keeps
 };
 
