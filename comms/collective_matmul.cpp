@@ -1,5 +1,6 @@
 #include "comms/collective_matmul.h"
 
+#include <functional>
 #include <tuple>
 
 #include "comms/functional.h"
@@ -63,6 +64,32 @@ Tensor from_chunks(const Tensor& t, int64_t B, int64_t p) {
 
 Tensor rows(const Tensor& t, int64_t j, int64_t n) { return t.slice(0, j * n, (j + 1) * n); }
 
+// The ring all-gather both fused ops run (the forward's input, the reduce-scatter's output gradient): this rank's
+// rows `local` [B s, C] passed round the ring into `full` [B, S, C] (sequence order); step t holds rank (r - t) mod
+// p's rows and calls at(j, rows) on them while the next rank's travel (landing in place in `full` when B = 1).
+void ring_all_gather(const Tensor& local, const Tensor& full, int64_t s, const PG& p2p, int tag, DType wire,
+                     const std::function<void(int64_t j, const Tensor& rows)>& at) {
+  const int64_t p = p2p->size(), r = p2p->rank();
+  Tensor c = local;
+  bool in_full = false;  // c is already full's chunk (received into it)
+  for (int64_t t = 0; t < p; ++t) {
+    const int64_t j = (r - t + p) % p;
+    Exchange e;
+    Tensor into;
+    if (t + 1 < p) {
+      into = chunk_view(full, (j - 1 + p) % p, s);
+      e = shift(c, p2p, tag, wire, into);
+    }
+    at(j, c);
+    if (!in_full) put_chunk(full, j, s, c);
+    if (t + 1 < p) {
+      e.wait();
+      c = e.in;
+      in_full = into.defined();
+    }
+  }
+}
+
 void check_input(const char* op, const Tensor& x, const PG& p2p) {
   TITAN_CHECK(p2p->size() >= 2, op, ": a ring needs at least 2 ranks, group '", p2p->name(), "' has ", p2p->size());
   TITAN_CHECK(x.dim() == 3, op, ": expected a [B, S, C] input, got ", shape_str(x.shape()));
@@ -104,25 +131,10 @@ std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>
     X = empty({B, s * p, H}, x.dtype(), x.device());
     for (size_t i = 0; i < n; ++i)
       if (need[i]) Y[i] = empty({p * R, ws[i].size(0)}, ws[i].dtype(), x.device());
-    Tensor c = x.contiguous().reshape({R, H});
-    bool in_x = false;  // c is X's own chunk (received into it)
-    for (int64_t t = 0; t < p; ++t) {
-      const int64_t j = (r - t + p) % p;
-      Exchange e;
-      Tensor into;
-      if (t + 1 < p) {
-        into = chunk_view(X, (j - 1 + p) % p, s);  // B = 1: the next shard lands in place
-        e = shift(c, p2p, kGather, wire, into);
-      }
+    ring_all_gather(x.contiguous().reshape({R, H}), X, s, p2p, kGather, wire, [&](int64_t j, const Tensor& c) {
       for (size_t i = 0; i < n; ++i)
         if (need[i]) detail::linear_forward(c, ws[i], bs[i], bf16, rows(Y[i], j, R));
-      if (!in_x) put_chunk(X, j, s, c);
-      if (t + 1 < p) {
-        e.wait();
-        c = e.in;
-        in_x = into.defined();
-      }
-    }
+    });
     V y(n);
     for (size_t i = 0; i < n; ++i)
       if (need[i]) y[i] = from_chunks(Y[i], B, p);  // [B, S, N_i]
@@ -251,35 +263,20 @@ Tensor linear_reduce_scatter(const Tensor& x, const Tensor& w, const PG& p2p) {
   const bool need_x = x.requires_grad(), need_w = w.requires_grad();
   return autograd::record(
       "linear_reduce_scatter", {x, w}, y,
-      [xs = autograd::saved(x2), ws = autograd::saved(w), need_x, need_w, p2p, wire, bf16, p, r, B, s, K, R,
+      [xs = autograd::saved(x2), ws = autograd::saved(w), need_x, need_w, p2p, wire, bf16, p, B, s, K, R,
        N](const V& g) {
         NoGradGuard ng;
         // ---- backward: the output gradient all-gathered round the ring; step t's data-gradient GEMM on rank
         // (r - t) mod p's rows runs while the next rows travel; the weight gradient one GEMM over all rows
         Tensor G = empty({B, s * p, N}, g[0].dtype(), g[0].device());  // [B, S, N] gathered, sequence order
         Tensor dX = need_x ? empty({B, s * p, K}, g[0].dtype(), g[0].device()) : Tensor();
-        Tensor c = g[0].contiguous().reshape({R, N});
-        bool in_g = false;  // c is G's own chunk (received into it)
-        for (int64_t t = 0; t < p; ++t) {
-          const int64_t j = (r - t + p) % p;
-          Exchange e;
-          Tensor into;
-          if (t + 1 < p) {
-            into = chunk_view(G, (j - 1 + p) % p, s);  // B = 1: the next rows land in place
-            e = shift(c, p2p, kGradGather, wire, into);
-          }
-          if (need_x) {  // dX's chunk j = c w ([R, K]; the input is read for its shape only)
-            const Tensor at = chunk_view(dX, j, s);
-            Tensor d = detail::linear_backward(c, rows(xs, 0, R), ws, false, true, false, bf16, at)[0];
-            if (!at.defined()) put_chunk(dX, j, s, d);
-          }
-          if (!in_g) put_chunk(G, j, s, c);
-          if (t + 1 < p) {
-            e.wait();
-            c = e.in;
-            in_g = into.defined();
-          }
-        }
+        ring_all_gather(g[0].contiguous().reshape({R, N}), G, s, p2p, kGradGather, wire,
+                        [&](int64_t j, const Tensor& c) {
+                          if (!need_x) return;  // dX's chunk j = c w ([R, K]; the input read for its shape only)
+                          const Tensor at = chunk_view(dX, j, s);
+                          Tensor d = detail::linear_backward(c, rows(xs, 0, R), ws, false, true, false, bf16, at)[0];
+                          if (!at.defined()) put_chunk(dX, j, s, d);
+                        });
         Tensor dw;
         if (need_w) dw = detail::linear_backward(G.reshape({B * s * p, N}), xs, ws, false, false, true, bf16)[1];
         return V{dX, dw};
