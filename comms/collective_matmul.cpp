@@ -1,6 +1,7 @@
 #include "comms/collective_matmul.h"
 
 #include <functional>
+#include <optional>
 #include <tuple>
 
 #include "comms/functional.h"
@@ -90,6 +91,48 @@ void ring_all_gather(const Tensor& local, const Tensor& full, int64_t s, const P
   }
 }
 
+// This rank's rows as the unfused gather delivers them to every rank, its own included: through the wire (bf16
+// values under autocast), so an FP8 cast of them is the unfused one's
+Tensor through_wire(const Tensor& local, DType wire) {
+  if (wire != DType::BF16 || local.is_meta()) return local;
+  Tensor t = local.clone();
+  round_to_bf16_(t);
+  return t;
+}
+
+// An FP8 operand whose rows arrive a shard at a time (round the ring), cast with the scales of the whole tensor as
+// the unfused op casts the gathered one (along its columns, axis 1): a scale spanning the rows (tensorwise) takes
+// the group's amax once, with this rank's shard (first, before the ring: every rank in one order), and each later
+// shard's cast is given it; scales within a row (axiswise, MX blocks) need neither.
+struct RowShardCast {
+  Fp8Cast c;
+  std::function<void(std::vector<float>&)> reduce_max;  // the tensor-parallel group's
+  std::vector<float> amax;                              // the whole tensor's (tensorwise)
+  Tensor first(const Tensor& local) {
+    const std::function<void(std::vector<float>&)> f = [this](std::vector<float>& a) {
+      reduce_max(a);
+      amax = a;
+    };
+    return fp8_round_trip(local, c, 1, /*rows_cut=*/true, false, &f);
+  }
+  Tensor next(const Tensor& rows) const {
+    const std::function<void(std::vector<float>&)> f = [this](std::vector<float>& a) { a = amax; };
+    return fp8_round_trip(rows, c, 1, /*rows_cut=*/true, false, &f);
+  }
+};
+
+// a projection's FP8 casts: float32 operands, the plan's cut set (its scales' group), MX rows in whole blocks
+void check_float8(const char* op, const Float8Casts& k, const Tensor& x, const Tensor& w, int64_t rows, bool out_cut) {
+  TITAN_CHECK(x.dtype() == DType::F32 && w.dtype() == DType::F32, op, ": FP8 projections need float32 tensors, got ",
+              dtype_name(x.dtype()), " input and ", dtype_name(w.dtype()), " weight ", shape_str(w.shape()));
+  TITAN_CHECK(k.tp && k.tp->out_sharded == out_cut && k.tp->in_sharded == !out_cut, op, ": the FP8 casts of weight ",
+              shape_str(w.shape()), " must carry the tensor-parallel cut (", out_cut ? "colwise" : "rowwise",
+              ") the plan sets (Fp8TensorParallel)");
+  TITAN_CHECK(!k.mx || rows % kMxBlock == 0, op, ": MX recipes need the tokens of a micro-batch (", rows,
+              ") to be a multiple of ", kMxBlock, " (grad_weight's blocks run along them); choose local_batch_size x "
+              "seq_len accordingly");
+}
+
 void check_input(const char* op, const Tensor& x, const PG& p2p) {
   TITAN_CHECK(p2p->size() >= 2, op, ": a ring needs at least 2 ranks, group '", p2p->name(), "' has ", p2p->size());
   TITAN_CHECK(x.dim() == 3, op, ": expected a [B, S, C] input, got ", shape_str(x.shape()));
@@ -105,7 +148,7 @@ bool saving(const std::vector<Tensor>& inputs) {
 }  // namespace
 
 std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>& ws, const std::vector<Tensor>& bs,
-                                      const PG& p2p) {
+                                      const PG& p2p, const std::vector<const Float8Casts*>& f8) {
   const char* op = "all_gather_linear";
   check_input(op, x, p2p);  // every rank's shard the same size: the caller's layout (check_sequence_length)
   const size_t n = ws.size();
@@ -120,6 +163,16 @@ std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>
   const int64_t p = p2p->size(), r = p2p->rank(), B = x.size(0), s = x.size(1), H = x.size(2), R = B * s;
   const bool bf16 = autocast_bf16(x);
   const DType wire = wire_dtype(x.dtype());  // the unfused gather's: bf16 values under autocast
+  TITAN_CHECK(f8.empty() || f8.size() == n, op, ": ", f8.size(), " FP8 casts for ", n, " weights (one per weight, "
+              "null for high precision)");
+  std::vector<std::optional<Float8Casts>> k(n);  // the FP8 projections' casts
+  bool any_f8 = false;
+  for (size_t i = 0; i < f8.size(); ++i)
+    if (f8[i]) {
+      check_float8(op, *f8[i], x, ws[i], B * s * p, /*out_cut=*/true);
+      k[i] = *f8[i];
+      any_f8 = true;
+    }
 
   // ---- forward: step t holds rank (r - t) mod p's shard; its GEMMs run while the next shard travels
   // under op-level selective checkpointing the projections are kept or recomputed as their unfused GEMMs would be;
@@ -131,9 +184,35 @@ std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>
     X = empty({B, s * p, H}, x.dtype(), x.device());
     for (size_t i = 0; i < n; ++i)
       if (need[i]) Y[i] = empty({p * R, ws[i].size(0)}, ws[i].dtype(), x.device());
-    ring_all_gather(x.contiguous().reshape({R, H}), X, s, p2p, kGather, wire, [&](int64_t j, const Tensor& c) {
-      for (size_t i = 0; i < n; ++i)
-        if (need[i]) detail::linear_forward(c, ws[i], bs[i], bf16, rows(Y[i], j, R));
+    const Tensor local = through_wire(x.contiguous().reshape({R, H}), wire);
+    // FP8: the weights cast once; the input shard by shard, one cast per distinct recipe (q / k / v share theirs)
+    V wq(n), xq_local;
+    std::vector<RowShardCast> xcast;
+    std::vector<size_t> cast_of(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (!need[i] || !k[i]) continue;
+      wq[i] = fp8_round_trip(ws[i], k[i]->weight, 1, /*rows_cut=*/true, false, &k[i]->tp->reduce_max);
+      size_t d = 0;
+      while (d < xcast.size() && !(xcast[d].c == k[i]->input)) ++d;
+      if (d == xcast.size()) {
+        xcast.push_back(RowShardCast{k[i]->input, k[i]->tp->reduce_max, {}});
+        xq_local.push_back(xcast.back().first(local));
+      }
+      cast_of[i] = d;
+    }
+    ring_all_gather(local, X, s, p2p, kGather, wire, [&](int64_t j, const Tensor& c) {
+      V xq = xq_local;  // [R, H] each recipe's cast of the shard at hand
+      if (j != r)
+        for (size_t d = 0; d < xcast.size(); ++d) xq[d] = xcast[d].next(c);
+      for (size_t i = 0; i < n; ++i) {
+        if (!need[i]) continue;
+        if (!k[i]) {
+          detail::linear_forward(c, ws[i], bs[i], bf16, rows(Y[i], j, R));
+          continue;
+        }
+        const Tensor y = detail::float8_output_gemm(xq[cast_of[i]], wq[i], bs[i], *k[i], bf16);  // [R, N_i]
+        if (!y.is_meta()) copy_(rows(Y[i], j, R), y);
+      }
     });
     V y(n);
     for (size_t i = 0; i < n; ++i)
@@ -145,12 +224,10 @@ std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>
   std::vector<bool> has_b(n);
   for (size_t i = 0; i < n; ++i)
     if ((has_b[i] = bs[i].defined())) inputs.push_back(bs[i]);
-  // the weight gradients read the gathered input as the GEMMs did: its bf16 pack under autocast (half the memory)
-  V all_inputs = {x};
-  all_inputs.insert(all_inputs.end(), ws.begin(), ws.end());
-  all_inputs.insert(all_inputs.end(), bs.begin(), bs.end());
+  // the weight gradients read the gathered input as the GEMMs did: its bf16 pack under autocast (half the memory),
+  // float32 for FP8 casts (float8_linear's)
   Tensor x2 = X.reshape({B * s * p, H});
-  if (bf16 && !x2.is_meta() && saving(all_inputs)) x2 = bf16_pack(x2);
+  if (bf16 && !any_f8 && !x2.is_meta() && saving(inputs)) x2 = bf16_pack(x2);
   V saved_w;
   for (const Tensor& w : ws) saved_w.push_back(autograd::saved(w));
   const bool need_x = x.requires_grad();
@@ -158,20 +235,38 @@ std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>
   for (size_t i = 0; i < n; ++i) need_w[i] = ws[i].requires_grad();
   outs = autograd::record(
       "all_gather_linear", inputs, outs,
-      [xs = autograd::saved(x2), saved_w, has_b, need_x, need_w, p2p, wire, bf16, p, r, B, s, H, R,
-       n](const V& g) {
+      [xs = autograd::saved(x2), saved_w, has_b, need_x, need_w, p2p, wire, bf16, p, r, B, s, H, R, n,
+       k](const V& g) {
         NoGradGuard ng;
         // ---- backward: the input gradient reduce-scattered round the ring, chunk j's partial (the sum over the
         // projections of g_i[j] W_i, in the order the unfused graph accumulates them: the last projection's first)
         // computed while the previous step's sum travels; the weight gradients one GEMM each over the whole input
+        const int64_t M = B * s * p;
         V gc(n);
         for (size_t i = 0; i < n; ++i) gc[i] = g[i].contiguous();
+        // FP8: every operand cast before the ring, as float8_linear casts the unfused op's (the output gradient's
+        // columns are cut: its scales take the group's amax, every rank in one order)
+        V dyq(n), wq(n), dyq_w(n), xq_w(n);
+        for (size_t i = 0; i < n; ++i) {
+          if (!k[i]) continue;
+          const auto* reduce = &k[i]->tp->reduce_max;
+          const Tensor g2 = gc[i].reshape({M, gc[i].size(2)});  // [M, N_i]
+          if (need_x) {
+            dyq[i] = fp8_round_trip(g2, k[i]->grad_output, 1, false, /*cols_cut=*/true, reduce).reshape(gc[i].shape());
+            wq[i] = fp8_round_trip(saved_w[i], k[i]->weight_for_grad_input, 0, /*rows_cut=*/true, false, reduce);
+          }
+          if (need_w[i]) {
+            dyq_w[i] = fp8_round_trip(g2, k[i]->grad_output_for_grad_weight, 0, false, /*cols_cut=*/true, reduce);
+            xq_w[i] = fp8_round_trip(xs, k[i]->input_for_grad_weight, 0, false, false, reduce);
+          }
+        }
         auto partial = [&](int64_t j) {
           Tensor acc;
-          for (size_t k = n; k-- > 0;) {
+          for (size_t q = n; q-- > 0;) {
             // [R, H] (the input is read for its shape only)
-            Tensor d = detail::linear_backward(chunk_rows(gc[k], j, s), rows(xs, 0, R), saved_w[k], false, true,
-                                               false, bf16)[0];
+            Tensor d = k[q] ? detail::float8_grad_input_gemm(chunk_rows(dyq[q], j, s), wq[q], *k[q], bf16)
+                            : detail::linear_backward(chunk_rows(gc[q], j, s), rows(xs, 0, R), saved_w[q], false, true,
+                                                      false, bf16)[0];
             acc = acc.defined() ? add(acc, d) : d;
           }
           if (wire == DType::BF16 && !acc.is_meta()) round_to_bf16_(acc);  // as the unfused wire rounds each rank's
@@ -180,7 +275,12 @@ std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>
         V wgrad(n), bgrad(n);
         auto weight_grads = [&](size_t i) {
           if (!need_w[i] && !has_b[i]) return;
-          auto rr = detail::linear_backward(gc[i].reshape({B * s * p, gc[i].size(2)}), xs, saved_w[i], has_b[i], false,
+          if (k[i]) {
+            if (need_w[i]) wgrad[i] = detail::float8_grad_weight_gemm(dyq_w[i], xq_w[i], *k[i], bf16);
+            if (has_b[i]) bgrad[i] = detail::float8_bias_grad(gc[i].reshape({M, gc[i].size(2)}), bf16);
+            return;
+          }
+          auto rr = detail::linear_backward(gc[i].reshape({M, gc[i].size(2)}), xs, saved_w[i], has_b[i], false,
                                             need_w[i], bf16);
           wgrad[i] = rr[1];
           bgrad[i] = rr[2];
@@ -218,7 +318,7 @@ std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>
   return result;
 }
 
-Tensor linear_reduce_scatter(const Tensor& x, const Tensor& w, const PG& p2p) {
+Tensor linear_reduce_scatter(const Tensor& x, const Tensor& w, const PG& p2p, const Float8Casts* f8) {
   const char* op = "linear_reduce_scatter";
   check_input(op, x, p2p);
   TITAN_CHECK(x.size(1) % p2p->size() == 0, op, ": the sequence (", x.size(1), ") must split evenly over the ",
@@ -230,6 +330,11 @@ Tensor linear_reduce_scatter(const Tensor& x, const Tensor& w, const PG& p2p) {
   const bool bf16 = autocast_bf16(x);
   // the output's wire, as the unfused reduce-scatter of the projection's output and its backward's gather
   const DType wire = wire_dtype(x.dtype());
+  std::optional<Float8Casts> k;  // an FP8 projection's casts
+  if (f8) {
+    check_float8(op, *f8, x, w, B * S, /*out_cut=*/false);
+    k = *f8;
+  }
 
   // ---- forward: step t computes chunk (r - t - 1) mod p's partial product while the sum of the steps before
   // travels, adds the sum received and sends it on; the last step's chunk is this rank's own
@@ -239,17 +344,24 @@ Tensor linear_reduce_scatter(const Tensor& x, const Tensor& w, const PG& p2p) {
   {
     NoGradGuard ng;
     x2 = x.contiguous().reshape({B * S, K});
-    if (bf16 && !x2.is_meta() && saving({x, w})) x2 = bf16_pack(x2);
+    if (bf16 && !k && !x2.is_meta() && saving({x, w})) x2 = bf16_pack(x2);  // FP8: float32, as float8_linear's
   }
   Tensor y = autograd::sac_forward_matmuls(1, true, [&](const std::vector<bool>& need) {
     if (!need[0]) return V(1);
     NoGradGuard ng;
     const Tensor xc = x.contiguous();
+    Tensor xq, wq;  // FP8: the input and weight cast once (their scales span the cut K: the group's amax)
+    if (k) {
+      const auto* reduce = &k->tp->reduce_max;
+      xq = fp8_round_trip(xc.reshape({B * S, K}), k->input, 1, false, /*cols_cut=*/true, reduce).reshape({B, S, K});
+      wq = fp8_round_trip(w, k->weight, 1, false, /*cols_cut=*/true, reduce);
+    }
     Tensor out;
     Exchange e;
     for (int64_t t = 0; t < p; ++t) {
       const int64_t j = (r - t - 1 + 2 * p) % p;
-      Tensor acc = detail::linear_forward(chunk_rows(xc, j, s), w, Tensor(), bf16);  // [R, N]
+      Tensor acc = k ? detail::float8_output_gemm(chunk_rows(xq, j, s), wq, Tensor(), *k, bf16)  // [R, N]
+                     : detail::linear_forward(chunk_rows(xc, j, s), w, Tensor(), bf16);
       if (t > 0) {
         e.wait();
         acc = add(e.in, acc);
@@ -263,22 +375,44 @@ Tensor linear_reduce_scatter(const Tensor& x, const Tensor& w, const PG& p2p) {
   const bool need_x = x.requires_grad(), need_w = w.requires_grad();
   return autograd::record(
       "linear_reduce_scatter", {x, w}, y,
-      [xs = autograd::saved(x2), ws = autograd::saved(w), need_x, need_w, p2p, wire, bf16, p, B, s, K, R,
-       N](const V& g) {
+      [xs = autograd::saved(x2), ws = autograd::saved(w), need_x, need_w, p2p, wire, bf16, p, r, B, s, K, R, N,
+       k](const V& g) {
         NoGradGuard ng;
         // ---- backward: the output gradient all-gathered round the ring; step t's data-gradient GEMM on rank
         // (r - t) mod p's rows runs while the next rows travel; the weight gradient one GEMM over all rows
         Tensor G = empty({B, s * p, N}, g[0].dtype(), g[0].device());  // [B, S, N] gathered, sequence order
         Tensor dX = need_x ? empty({B, s * p, K}, g[0].dtype(), g[0].device()) : Tensor();
-        ring_all_gather(g[0].contiguous().reshape({R, N}), G, s, p2p, kGradGather, wire,
-                        [&](int64_t j, const Tensor& c) {
-                          if (!need_x) return;  // dX's chunk j = c w ([R, K]; the input read for its shape only)
-                          const Tensor at = chunk_view(dX, j, s);
-                          Tensor d = detail::linear_backward(c, rows(xs, 0, R), ws, false, true, false, bf16, at)[0];
-                          if (!at.defined()) put_chunk(dX, j, s, d);
-                        });
+        const Tensor local = through_wire(g[0].contiguous().reshape({R, N}), wire);
+        // FP8: the weight cast once (its K is cut: the group's amax), the gradient's rows as they arrive with the
+        // whole gathered gradient's scales (this rank's shard cast before the ring)
+        std::optional<RowShardCast> dycast;
+        Tensor wq, dyq_local;
+        if (k && need_x) {
+          wq = fp8_round_trip(ws, k->weight_for_grad_input, 0, false, /*cols_cut=*/true, &k->tp->reduce_max);
+          dycast = RowShardCast{k->grad_output, k->tp->reduce_max, {}};
+          dyq_local = dycast->first(local);
+        }
+        ring_all_gather(local, G, s, p2p, kGradGather, wire, [&](int64_t j, const Tensor& c) {
+          if (!need_x) return;  // dX's chunk j = c w ([R, K]; the input read for its shape only)
+          const Tensor at = chunk_view(dX, j, s);
+          if (k) {
+            const Tensor d = detail::float8_grad_input_gemm(j == r ? dyq_local : dycast->next(c), wq, *k, bf16);
+            put_chunk(dX, j, s, d);
+            return;
+          }
+          Tensor d = detail::linear_backward(c, rows(xs, 0, R), ws, false, true, false, bf16, at)[0];
+          if (!at.defined()) put_chunk(dX, j, s, d);
+        });
         Tensor dw;
-        if (need_w) dw = detail::linear_backward(G.reshape({B * s * p, N}), xs, ws, false, false, true, bf16)[1];
+        if (need_w && k) {  // q(dy, along M) of the gathered gradient (whole on every rank), q(x, along M) of the cut x
+          const Tensor dyq = fp8_round_trip(G.reshape({B * s * p, N}), k->grad_output_for_grad_weight, 0, false, false,
+                                            nullptr);
+          const Tensor xq = fp8_round_trip(xs, k->input_for_grad_weight, 0, false, /*cols_cut=*/true,
+                                           &k->tp->reduce_max);
+          dw = detail::float8_grad_weight_gemm(dyq, xq, *k, bf16);
+        } else if (need_w) {
+          dw = detail::linear_backward(G.reshape({B * s * p, N}), xs, ws, false, false, true, bf16)[1];
+        }
         return V{dX, dw};
       });
 }

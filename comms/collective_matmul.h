@@ -18,18 +18,24 @@
 //                          -> {x_full [B, S, H] (no graph: the gathered input, for readers of its shape), y_i [B, S, N_i]}
 //   linear_reduce_scatter: x [B, S, K], w [N, K] -> y [B, s, N] (this rank's rows of the summed x w^T; no bias:
 //                          the caller adds one once)
-// A meta tensor plans: the exchanges are recorded as the point-to-point transfers they are, the GEMMs per shard.
+// A meta tensor plans: the exchanges are recorded as the point-to-point transfers they are, the GEMMs per shard
+// (FP8 ones as FP8 GEMMs, with their casts and amax all-reduces).
 #pragma once
 #include <vector>
 
 #include "comms/process_group.h"
+#include "src/ops/float8.h"
 
 namespace titan::comms {
 
 // The ring's group: the tensor-parallel ranks on a communicator of their own (DeviceMesh::tp_p2p), its rank
 // order the ring's.
+// f8[i] / f8: a projection whose GEMMs run in FP8 (nn::Linear::float8, cut by the tensor-parallel plan: its `tp`
+// set), null for one in high precision: each operand cast as float8_linear casts it on the unfused op's tensors
+// (the gathered input, the gathered output gradient), with the scales of the whole tensor (a tensorwise scale of
+// rows that arrive a shard at a time: the group's amax, all-reduced once before the ring). float32 tensors only.
 std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>& ws, const std::vector<Tensor>& bs,
-                                      const PG& p2p);
-Tensor linear_reduce_scatter(const Tensor& x, const Tensor& w, const PG& p2p);
+                                      const PG& p2p, const std::vector<const Float8Casts*>& f8 = {});
+Tensor linear_reduce_scatter(const Tensor& x, const Tensor& w, const PG& p2p, const Float8Casts* f8 = nullptr);
 
 }  // namespace titan::comms

@@ -256,11 +256,13 @@ void fused_block_collectives(nn::Module& m, const std::vector<nn::Linear*>& col,
   auto made = std::make_shared<Made>();
   m.register_forward_pre_hook([col, made, p2p](nn::Module&, const Tensor& x) {
     std::vector<Tensor> ws, bs;
+    std::vector<const Float8Casts*> f8;
     for (nn::Linear* l : col) {
       ws.push_back(l->weight);  // as FSDP's pre-hook bound them
       bs.push_back(l->bias);
+      f8.push_back(l->float8 ? &*l->float8 : nullptr);  // FP8 (its cut set by float8_shard)
     }
-    std::vector<Tensor> out = comms::all_gather_linear(x, ws, bs, p2p);  // {x [B, S, H], y_i [B, S, N_i]}
+    std::vector<Tensor> out = comms::all_gather_linear(x, ws, bs, p2p, f8);  // {x [B, S, H], y_i [B, S, N_i]}
     made->input = out[0].impl().get();
     made->ys.assign(out.begin() + 1, out.end());
     return out[0];
@@ -275,7 +277,7 @@ void fused_block_collectives(nn::Module& m, const std::vector<nn::Linear*>& col,
       return y;
     };
   row->compute = [p2p](const nn::Linear& l, const Tensor& x) {
-    Tensor y = comms::linear_reduce_scatter(x, l.weight, p2p);  // [B, S/tp, H]
+    Tensor y = comms::linear_reduce_scatter(x, l.weight, p2p, l.float8 ? &*l.float8 : nullptr);  // [B, S/tp, H]
     return l.bias.defined() ? add(y, l.bias) : y;
   };
   m.register_forward_post_hook([made](nn::Module&, const Tensor& y) {
@@ -371,14 +373,6 @@ void TensorParallel::cut(std::vector<ShardSpec>& specs) {
     }
     // what the plan's rows imply for the block's forward
     auto* at = layer->self_attn;
-    if (opt_.async) {
-      for (nn::Linear* l : {at->q_proj, at->k_proj, at->v_proj, at->o_proj, layer->mlp->gate_proj, layer->mlp->up_proj,
-                            layer->mlp->down_proj})
-        TITAN_CHECK(!l->float8, "config error: parallelism.enable_async_tensor_parallel with model.converters float8: "
-                    "layer ", li, "'s attention and MLP projections run in FP8, which the fused gather / "
-                    "reduce-scatter GEMMs do not yet; add them to float8.filter_fqns, or set "
-                    "enable_async_tensor_parallel: false");
-    }
     at->o_proj->bias_scale = r == 0 ? 1.0 : 0.0;  // rowwise: the bias added once
     if (at->qk_norm_projection) at->heads_group = mesh_.tp;  // the QK-norm's statistics over all heads
     if (at->variant.bias == nn::ScoreBias::alibi) {  // ALiBi slopes: a constant, sliced to this rank's heads

@@ -16,6 +16,7 @@
 #include "comms/functional.h"
 #include "comms/moe_dispatch.h"
 #include "tests/gradcheck.h"
+#include "src/ops/float8.h"
 #include "src/ops/ops.h"
 #include "src/tensor/bfloat16.h"
 
@@ -392,6 +393,96 @@ TEST(CollectiveMatmul, FusedOpsEqualTheCollectiveThenTheGemm) {
     e = ex.what();
   }
   EXPECT_NE(e.find("linear_reduce_scatter: the sequence"), std::string::npos) << e;
+}
+
+// FP8 projections fused with their collective: the same casts as the unfused op's on the gathered tensors (a
+// tensorwise scale over rows that arrive a shard at a time is the whole tensor's), for each recipe; a high-precision
+// projection beside FP8 ones stays high precision.
+TEST(CollectiveMatmul, Float8FusedOpsEqualTheCollectiveThenTheFloat8Gemm) {
+  PG pg = world();
+  static PG p2p = std::make_shared<ProcessGroup>(MPI_COMM_WORLD, "p2p_f8");
+  const int n = pg->size(), r = pg->rank();
+  auto leaf = [](const Tensor& t) { return t.clone().detach().requires_grad_(true); };
+  auto rel = [](const Tensor& a, const Tensor& b) {
+    const auto u = a.to_vector<double>(), v = b.to_vector<double>();
+    double num = 0, den = 0;
+    for (size_t i = 0; i < u.size(); ++i) num += (u[i] - v[i]) * (u[i] - v[i]), den += v[i] * v[i];
+    return std::sqrt(num / std::max(den, 1e-300));
+  };
+  auto close = [&](const Tensor& a, const Tensor& b, const char* what) {
+    ASSERT_EQ(a.shape(), b.shape()) << what;
+    EXPECT_LE(rel(a, b), 2e-6) << what;  // float32 GEMMs over row blocks, the ring's order of sums
+  };
+  auto cut = [pg](bool out) {
+    auto t = std::make_shared<Fp8TensorParallel>();
+    t->out_sharded = out;
+    t->in_sharded = !out;
+    t->reduce_max = [pg](std::vector<float>& a) {
+      a = pg->all_reduce(from_vector<float>(a, {(int64_t)a.size()}), ReduceOp::Max).to_vector<float>();
+    };
+    return t;
+  };
+  for (Float8Recipe recipe : {Float8Recipe::tensorwise, Float8Recipe::rowwise, Float8Recipe::mxfp8}) {
+    SCOPED_TRACE(std::string(enum_names(Float8Recipe{})[(size_t)recipe]));
+    Float8Casts col = float8_casts(recipe), row = float8_casts(recipe);
+    col.tp = cut(true);
+    row.tp = cut(false);
+    for (int64_t B : {1, 2}) {
+      SCOPED_TRACE("batch " + std::to_string(B));
+      const int64_t s = 32, H = 32, S = s * n;  // MX: every contraction a multiple of 32
+      Generator g(300 + r);
+      // each rank's shard differs in scale: a tensorwise scale taken from one shard alone would differ
+      const Tensor x0 = mul(randn({B, s, H}, g, DType::F32), 1.0 + r), w0 = randn({32, H}, g, DType::F32),
+                   w1 = randn({64, H}, g, DType::F32), b1 = randn({64}, g, DType::F32),
+                   w2 = randn({32, H}, g, DType::F32);
+      const Tensor c0 = randn({B, S, 32}, g, DType::F32), c1 = randn({B, S, 64}, g, DType::F32),
+                   c2 = randn({B, S, 32}, g, DType::F32);
+      Tensor xa = leaf(x0), wa0 = leaf(w0), wa1 = leaf(w1), ba1 = leaf(b1), wa2 = leaf(w2);
+      Tensor full = all_gather_op(xa, 1, pg);
+      Tensor ya0 = float8_linear(full, wa0, Tensor(), col), ya1 = float8_linear(full, wa1, ba1, col),
+             ya2 = linear(full, wa2);
+      add(add(sum(mul(ya0, c0)), sum(mul(ya1, c1))), sum(mul(ya2, c2))).backward();
+      {  // the reference is FP8's: the test can tell a high-precision GEMM from it
+        NoGradGuard ng;
+        EXPECT_GT(rel(linear(full, w0), ya0), 1e-3);
+      }
+      Tensor xb = leaf(x0), wb0 = leaf(w0), wb1 = leaf(w1), bb1 = leaf(b1), wb2 = leaf(w2);
+      std::vector<Tensor> f =
+          all_gather_linear(xb, {wb0, wb1, wb2}, {Tensor(), bb1, Tensor()}, p2p, {&col, &col, nullptr});
+      ASSERT_EQ(f.size(), 4u);
+      close(f[1], ya0, "y0");
+      close(f[2], ya1, "y1");
+      close(f[3], ya2, "y2 (high precision)");
+      add(add(sum(mul(f[1], c0)), sum(mul(f[2], c1))), sum(mul(f[3], c2))).backward();
+      close(xb.grad(), xa.grad(), "dx");
+      close(wb0.grad(), wa0.grad(), "dw0");
+      close(wb1.grad(), wa1.grad(), "dw1");
+      close(bb1.grad(), ba1.grad(), "db1");
+      close(wb2.grad(), wa2.grad(), "dw2");
+      // projection + reduce-scatter: K cut over the ranks
+      const Tensor z0 = mul(randn({B, S, H}, g, DType::F32), 1.0 + r), v0 = randn({32, H}, g, DType::F32),
+                   e0 = mul(randn({B, s, 32}, g, DType::F32), 1.0 + 2.0 * r);
+      Tensor za = leaf(z0), va = leaf(v0);
+      Tensor ra = reduce_scatter_op(float8_linear(za, va, Tensor(), row), 1, pg);
+      sum(mul(ra, e0)).backward();
+      Tensor zb = leaf(z0), vb = leaf(v0);
+      Tensor rb = linear_reduce_scatter(zb, vb, p2p, &row);
+      close(rb, ra, "reduce-scattered y");
+      sum(mul(rb, e0)).backward();
+      close(zb.grad(), za.grad(), "dz");
+      close(vb.grad(), va.grad(), "dv");
+    }
+  }
+  // casts without the plan's cut are refused, naming the op
+  std::string e;
+  Generator g(9);
+  try {
+    const Float8Casts whole = float8_casts(Float8Recipe::tensorwise);
+    linear_reduce_scatter(randn({1, 2 * n, 32}, g, DType::F32), randn({32, 32}, g, DType::F32), p2p, &whole);
+  } catch (const std::exception& ex) {
+    e = ex.what();
+  }
+  EXPECT_NE(e.find("linear_reduce_scatter: the FP8 casts"), std::string::npos) << e;
 }
 
 TEST(Mesh, DegreesResolveOrFailClearly) {

@@ -2512,6 +2512,21 @@ TEST(Simulation, AsyncTensorParallelOverlapsTheRingWithTheGemms) {
   const auto& m = base.model;
   const double o_proj = 2.0 * base.training.seq_len * (m.n_heads * m.head_dim) * m.dim / tp;  // micro-batch 1
   EXPECT_NEAR(g_off.second - g_on.second, L * o_proj, 1e-9 * g_off.second);
+  // FP8 projections (torchao's tensorwise recipe, the head in bf16): the fused per-shard GEMMs are FP8 GEMMs, the
+  // same FP8 FLOPs as the unfused ones', and the fused step is still the faster
+  const std::vector<std::string> f8 = {"model.converters", "float8", "float8.recipe", "tensorwise",
+                                       "float8.filter_fqns", "lm_head"};
+  auto fp8_gemm_flops = [](const StepPlan& p) {
+    double f = 0;
+    for (const auto& ev : p.events)
+      if (ev.kind == CostEvent::Kind::Compute && ev.gemm.m > 0 && ev.gemm.precision == GemmPrecision::fp8) f += ev.flops;
+    return f;
+  };
+  const StepPlan f8_off = plan_step(cfg(false, f8), 8, true), f8_on = plan_step(cfg(true, f8), 8, true);
+  EXPECT_GT(fp8_gemm_flops(f8_off), 0.5 * gemms(f8_off).second);  // the blocks' projections (4 blocks beside the head)
+  EXPECT_NEAR(fp8_gemm_flops(f8_on), fp8_gemm_flops(f8_off), 1e-9 * fp8_gemm_flops(f8_off));
+  EXPECT_EQ(count(f8_on, "send", "tp_p2p"), 4 * blocks * (int)(tp - 1));
+  EXPECT_LT(simulate_step(cfg(true, f8), 8).step_s, simulate_step(cfg(false, f8), 8).step_s);
   std::string e = error_of([&] {
     cfg(true, {"parallelism.enable_sequence_parallel", "false"});
   });

@@ -358,6 +358,34 @@ Tensor cast_gemm(const Tensor& a, const Tensor& b, bool fp8, bool mx, bool bf16)
 }
 }  // namespace
 
+Tensor detail::float8_output_gemm(const Tensor& xq, const Tensor& wq, const Tensor& bias, const Float8Casts& k,
+                                  bool bf16) {
+  Tensor r = cast_gemm(xq, transpose(wq, 0, 1), !k.input.high_precision, k.mx, bf16);  // [M, N]
+  if (!bias.defined()) return r;
+  Tensor b = bias;
+  if (bf16) {  // the bias as the bf16 GEMM reads it
+    b = bias.clone();
+    round_to_bf16_(b);
+  }
+  r = add(r, b);
+  if (bf16) round_to_bf16_(r);
+  return r;
+}
+
+Tensor detail::float8_grad_input_gemm(const Tensor& dyq, const Tensor& wq, const Float8Casts& k, bool bf16) {
+  return cast_gemm(dyq, wq, !k.grad_output.high_precision, k.mx, bf16);
+}
+
+Tensor detail::float8_grad_weight_gemm(const Tensor& dyq, const Tensor& xq, const Float8Casts& k, bool bf16) {
+  return cast_gemm(transpose(dyq, 0, 1), xq, !k.grad_output_for_grad_weight.high_precision, k.mx, bf16);
+}
+
+Tensor detail::float8_bias_grad(const Tensor& dy, bool bf16) {
+  Tensor db = sum(dy, {0}, false);  // bf16: the bf16 gradient summed, rounded
+  if (bf16 && !db.is_meta()) bias_grad_bf16(dy, db);
+  return db;
+}
+
 Tensor float8_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const Float8Casts& k) {
   same_device("float8_linear", {&x, &w, &bias});
   TITAN_CHECK(x.dtype() == DType::F32 && w.dtype() == DType::F32, "float8_linear: float32 input and weight expected, got ",
@@ -382,16 +410,7 @@ Tensor float8_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const
     Tensor y2 = autograd::sac_forward(autograd::SacOp::Matmul, [&] {
       const Tensor xq = fp8_round_trip(x2, k.input, 1, false, in_cut, reduce);  // along K
       const Tensor wq = fp8_round_trip(w, k.weight, 1, out_cut, in_cut, reduce);
-      Tensor r = cast_gemm(xq, transpose(wq, 0, 1), !k.input.high_precision, k.mx, bf16);      // [M, N]
-      if (!bias.defined()) return r;
-      Tensor b = bias;
-      if (bf16) {  // the bias as the bf16 GEMM reads it
-        b = bias.clone();
-        round_to_bf16_(b);
-      }
-      r = add(r, b);
-      if (bf16) round_to_bf16_(r);
-      return r;
+      return float8_output_gemm(xq, wq, bias, k, bf16);  // [M, N]
     });
     y = reshape(y2, os);
   }
@@ -407,18 +426,14 @@ Tensor float8_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const
                   if (gx) {  // dx [M, K] = q(dy, along N) @ q(w, along N)
                     const Tensor dyq = fp8_round_trip(dy, k.grad_output, 1, false, out_cut, reduce);
                     const Tensor wq = fp8_round_trip(ws, k.weight_for_grad_input, 0, out_cut, in_cut, reduce);
-                    dx = reshape(cast_gemm(dyq, wq, !k.grad_output.high_precision, k.mx, bf16), xshape);
+                    dx = reshape(float8_grad_input_gemm(dyq, wq, k, bf16), xshape);
                   }
                   if (gw) {  // dw [N, K] = q(dy, along M)^T @ q(x, along M)
                     const Tensor dyq = fp8_round_trip(dy, k.grad_output_for_grad_weight, 0, false, out_cut, reduce);
                     const Tensor xq = fp8_round_trip(xs, k.input_for_grad_weight, 0, false, in_cut, reduce);
-                    dw = cast_gemm(transpose(dyq, 0, 1), xq, !k.grad_output_for_grad_weight.high_precision, k.mx,
-                                   bf16);
+                    dw = float8_grad_weight_gemm(dyq, xq, k, bf16);
                   }
-                  if (has_b) {
-                    db = sum(dy, {0}, false);  // bf16: the bf16 gradient summed, rounded
-                    if (bf16 && !db.is_meta()) bias_grad_bf16(dy, db);
-                  }
+                  if (has_b) db = float8_bias_grad(dy, bf16);
                   std::vector<Tensor> out = {dx, dw};
                   if (has_b) out.push_back(db);
                   return out;

@@ -96,6 +96,21 @@ Float8Casts float8_casts(Float8Recipe r);
 // float32 only. Its GEMMs are recorded as FP8 GEMMs (the simulator prices them at the chip's FP8 rate).
 Tensor float8_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const Float8Casts& casts);
 
+// float8_linear's GEMMs on operands already cast (fp8_round_trip, each as `k` says), for ops that split its GEMMs
+// over row blocks (async tensor parallel's per-shard GEMMs, comms/collective_matmul.h). bf16: under bf16 autocast
+// (autocast_bf16 of the input): the output rounded to bf16, as float8_linear's. Recorded as FP8 (or MX) GEMMs unless
+// the operand's cast is high precision.
+namespace detail {
+// y [M, N] = xq [M, K] @ wq [N, K]^T (+ bias [N], added as float8_linear adds it)
+Tensor float8_output_gemm(const Tensor& xq, const Tensor& wq, const Tensor& bias, const Float8Casts& k, bool bf16);
+// dx [M, K] = dyq [M, N] @ wq [N, K]
+Tensor float8_grad_input_gemm(const Tensor& dyq, const Tensor& wq, const Float8Casts& k, bool bf16);
+// dw [N, K] = dyq [M, N]^T @ xq [M, K]
+Tensor float8_grad_weight_gemm(const Tensor& dyq, const Tensor& xq, const Float8Casts& k, bool bf16);
+// db [N]: dy [M, N] summed over its rows in float32 (bf16: the bf16 gradient summed, rounded), as float8_linear's
+Tensor float8_bias_grad(const Tensor& dy, bool bf16);
+}  // namespace detail
+
 // MoE experts' grouped GEMMs in FP8 (float8.moe_fqns_prototype: torchao's _Float8GroupedMM for rowwise casts,
 // _MXFP8GroupedMM for MX): x [R, K] whose rows are grouped by expert (counts[e] each) @ w [E, K, N] + b [E, N]
 // -> [R, N], each GEMM's operands cast as `casts` says, per expert (rowwise: a scale per row / column; MX: 32-blocks
