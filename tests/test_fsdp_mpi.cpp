@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "comms/device_mesh.h"
 #include "step/train_step.h"
@@ -24,11 +25,12 @@ using namespace titan;
 namespace {
 int world() { return comms::world_size(); }
 
-JobConfig job_config(const std::string& precision) {
-  JobConfig c = load_job_config_file(std::string(TITAN_SOURCE_DIR) + "/configs/qwen3_moe_debug.yaml",
-                                     {"training.mixed_precision_param", precision, "training.seq_len", "32",
-                                      "training.local_batch_size", "2", "parallelism.data_parallel_shard_degree",
-                                      std::to_string(world())});
+JobConfig job_config(const std::string& precision, std::vector<std::string> more = {}) {
+  std::vector<std::string> o = {"training.mixed_precision_param", precision, "training.seq_len", "32",
+                                "training.local_batch_size", "2", "parallelism.data_parallel_shard_degree",
+                                std::to_string(world())};
+  o.insert(o.end(), more.begin(), more.end());
+  JobConfig c = load_job_config_file(std::string(TITAN_SOURCE_DIR) + "/configs/qwen3_moe_debug.yaml", o);
   c.job.print_args = false;
   return c;
 }
@@ -144,6 +146,29 @@ TEST(FsdpMixedPrecision, Bf16AllGatherMovesBf16OperandsAsBf16AndChangesNoBit) {
     if (u >= 0) EXPECT_LT(expect.first, 0.6 * expect.second) << "unit " << u;  // a block: mostly GEMM weights
     ++i;
   }
+}
+
+// FP8 linear layers under bf16 mixed precision read their weight's bf16 values (torchao under FSDP2's bf16
+// param_dtype; float8_weight), so FSDP gathers those weights as bf16 too: the same bits as gathering them in
+// float32, half the bytes.
+TEST(FsdpMixedPrecision, Float8WeightsTravelAsBf16AndChangeNoBit) {
+  const std::vector<std::string> f8 = {"model.converters", "float8", "float8.recipe", "tensorwise"};
+  comms::DeviceMesh mesh(mesh_degrees(job_config("bfloat16", f8)));
+  TrainJob bf16 = build_job(job_config("bfloat16", f8), mesh, off_the_bf16_grid);
+  TrainJob f32 = build_job(job_config("float32", f8), mesh, off_the_bf16_grid);
+  f32.compute = DType::BF16;  // the same bf16 step, every parameter gathered in float32
+  std::map<std::string, bool> operand;
+  for (auto& s : bf16.pm.specs) operand[s.name] = s.bf16_operand;
+  EXPECT_TRUE(operand.at("model.layers.0.self_attn.q_proj.weight"));  // an FP8 layer's weight
+  const Steps a = run(bf16), b = run(f32);
+  for (size_t s = 0; s < a.steps.size(); ++s) {
+    EXPECT_EQ(bits(a.steps[s].loss), bits(b.steps[s].loss)) << "step " << s << ": " << a.steps[s].loss << " vs "
+                                                            << b.steps[s].loss;
+    EXPECT_EQ(bits(a.steps[s].grad_norm), bits(b.steps[s].grad_norm)) << "step " << s;
+  }
+  double wire = 0, whole = 0;
+  for (size_t i = 0; i < a.gathers.size(); ++i) wire += a.gathers[i].bytes, whole += b.gathers[i].bytes;
+  EXPECT_LT(wire, 0.6 * whole);
 }
 
 // The bf16 wire (ProcessGroup's wire = bfloat16): reductions sum as NCCL sums bf16 — every addition in float32,

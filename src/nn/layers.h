@@ -29,10 +29,10 @@ class Linear : public Module {
     Tensor y = float8 ? float8_linear(x, weight, b, *float8) : linear(x, weight, b);
     return once ? y : add(y, mul(bias, bias_scale));
   }
-  // the weight, unless the layer computes in float32 or FP8 (the bias is added in float32 on a row-parallel
-  // layer's one rank: not listed)
+  // the weight, unless the layer computes in float32 (an FP8 layer's casts read its bf16 values: float8_weight;
+  // the bias is added in float32 on a row-parallel layer's one rank: not listed)
   std::vector<const Tensor*> bf16_operands() const override {
-    if (float32 || float8) return {};
+    if (float32) return {};
     return {&weight};
   }
   Tensor weight;  // [out, in]

@@ -358,6 +358,14 @@ Tensor cast_gemm(const Tensor& a, const Tensor& b, bool fp8, bool mx, bool bf16)
 }
 }  // namespace
 
+Tensor float8_weight(const Tensor& w, bool bf16) {
+  if (!bf16 || w.is_meta()) return w;
+  NoGradGuard ng;
+  Tensor r = w.contiguous().clone();
+  round_to_bf16_(r);
+  return r;
+}
+
 Tensor detail::float8_output_gemm(const Tensor& xq, const Tensor& wq, const Tensor& bias, const Float8Casts& k,
                                   bool bf16) {
   Tensor r = cast_gemm(xq, transpose(wq, 0, 1), !k.input.high_precision, k.mx, bf16);  // [M, N]
@@ -409,7 +417,7 @@ Tensor float8_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const
                 " (grad_weight's blocks run along them); choose local_batch_size x seq_len accordingly");
     Tensor y2 = autograd::sac_forward(autograd::SacOp::Matmul, [&] {
       const Tensor xq = fp8_round_trip(x2, k.input, 1, false, in_cut, reduce);  // along K
-      const Tensor wq = fp8_round_trip(w, k.weight, 1, out_cut, in_cut, reduce);
+      const Tensor wq = fp8_round_trip(float8_weight(w, bf16), k.weight, 1, out_cut, in_cut, reduce);
       return float8_output_gemm(xq, wq, bias, k, bf16);  // [M, N]
     });
     y = reshape(y2, os);
@@ -425,7 +433,8 @@ Tensor float8_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const
                   const auto* reduce = k.tp ? &k.tp->reduce_max : nullptr;
                   if (gx) {  // dx [M, K] = q(dy, along N) @ q(w, along N)
                     const Tensor dyq = fp8_round_trip(dy, k.grad_output, 1, false, out_cut, reduce);
-                    const Tensor wq = fp8_round_trip(ws, k.weight_for_grad_input, 0, out_cut, in_cut, reduce);
+                    const Tensor wq =
+                        fp8_round_trip(float8_weight(ws, bf16), k.weight_for_grad_input, 0, out_cut, in_cut, reduce);
                     dx = reshape(float8_grad_input_gemm(dyq, wq, k, bf16), xshape);
                   }
                   if (gw) {  // dw [N, K] = q(dy, along M)^T @ q(x, along M)

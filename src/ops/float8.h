@@ -96,6 +96,11 @@ Float8Casts float8_casts(Float8Recipe r);
 // float32 only. Its GEMMs are recorded as FP8 GEMMs (the simulator prices them at the chip's FP8 rate).
 Tensor float8_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const Float8Casts& casts);
 
+// The weight as a float8 layer's casts read it: under bf16 autocast its bf16 values, as torchao reads the weight
+// that FSDP2's bf16 mixed precision (TorchTitan's training.mixed_precision_param) gathers; float32 otherwise. No
+// kernel is priced: that bf16 weight is what the all-gather delivers (titan's FSDP gathers it as bf16 too).
+Tensor float8_weight(const Tensor& w, bool bf16);
+
 // float8_linear's GEMMs on operands already cast (fp8_round_trip, each as `k` says), for ops that split its GEMMs
 // over row blocks (async tensor parallel's per-shard GEMMs, comms/collective_matmul.h). bf16: under bf16 autocast
 // (autocast_bf16 of the input): the output rounded to bf16, as float8_linear's. Recorded as FP8 (or MX) GEMMs unless
