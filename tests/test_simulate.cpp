@@ -2536,6 +2536,13 @@ TEST(Simulation, AsyncTensorParallelOverlapsTheRingWithTheGemms) {
                                                                         "parallelism.enable_async_tensor_parallel", "true"}),
                                2); });
   EXPECT_NE(e.find("mixture of experts"), std::string::npos) << e;
+  // multi-head latent attention's latent projections read the gathered input too (DeepSeek-V3's debug model:
+  // layer 0 is dense, moe_first_dense 1, so its latent attention is what is named)
+  e = error_of([&] { plan_step(sim_config("configs/deepseek_v3_debug.yaml", {"parallelism.tensor_parallel_degree", "2",
+                                                                           "parallelism.enable_async_tensor_parallel", "true"}),
+                               2); });
+  EXPECT_NE(e.find("enable_async_tensor_parallel"), std::string::npos) << e;
+  EXPECT_NE(e.find("layer 0 has multi-head latent attention"), std::string::npos) << e;
 }
 
 // ---- context parallel ----------------------------------------------------------------------------------
