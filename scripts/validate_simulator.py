@@ -22,6 +22,21 @@ ROOT = Path(__file__).resolve().parent.parent
 # simulation.published_tps / published_tps_per (chip: per chip, job: the whole job) / published_source (a flag
 # overrides them, as for the compiled rows); the sources' verbatim rows: docs/validation_sources.md and each
 # config's header.
+# TorchTitan's Float8 rows: torchao's recipe, the output layer in bf16 (TorchTitan's float8.py of the time:
+# module_filter_fn fqn != "output")
+def float8(recipe="tensorwise"):
+    return ["--model.converters", "float8", "--float8.recipe", recipe, "--float8.filter_fqns", "lm_head"]
+
+
+# TorchTitan's async-TP benchmark's 8B layout (benchmarks/asyncTP_llama3_h100_2025-06): 64 H100, FSDP 8 x TP 8,
+# local batch 12, compiled (per-op SAC: the config's)
+def llama8b_fsdp8_tp8(flags, tps, source):
+    return ["--simulation.mode", "compiled", "--training.local_batch_size", "12",
+            "--parallelism.data_parallel_shard_degree", "8", "--parallelism.tensor_parallel_degree", "8",
+            "--simulation.world_size", "64", "--simulation.num_systems", "8", *flags,
+            "--simulation.published_tps", tps, "--simulation.published_source", source]
+
+
 CASES = [
     ("Qwen3-32B, 16 Trn2, FSDP16 x TP4, eager", "configs/qwen3_32b.yaml", [], 0.10),
     ("Qwen3-32B, 16 Trn2, FSDP16 x TP4, compiled", "configs/qwen3_32b.yaml",
@@ -51,18 +66,14 @@ CASES = [
     # float8 refuses), torchao's default tensorwise recipe with the output layer left in bf16 (TorchTitan's float8.py
     # at the time: module_filter_fn fqn != "output"), added before the errors of all but the first were seen
     ("Llama 3.1 8B, 8 H100, FSDP8, op SAC, compiled, Float8", "configs/validation/llama31_8b_h100x8.yaml",
-     ["--simulation.mode", "compiled", "--model.converters", "float8", "--float8.recipe", "tensorwise",
-      "--float8.filter_fqns", "lm_head",
-      "--simulation.published_tps", "8532"], 0.15),
+     ["--simulation.mode", "compiled", *float8(), "--simulation.published_tps", "8532"], 0.15),
     ("Llama 3.1 8B, 128 H100, FSDP128, op SAC, compiled, Float8", "configs/validation/llama31_8b_h100x8.yaml",
-     ["--simulation.mode", "compiled", "--model.converters", "float8", "--float8.recipe", "tensorwise",
-      "--float8.filter_fqns", "lm_head",
+     ["--simulation.mode", "compiled", *float8(),
       "--simulation.world_size", "128", "--simulation.num_systems", "16", "--simulation.published_tps", "8380"], 0.15),
 ] + [
     (f"Llama 3.1 8B, 8 H100, FSDP{8 // cp} x CP{cp}, seq {32 * cp}k, full AC, Float8",
      "configs/validation/llama31_8b_h100x8.yaml",
-     ["--simulation.mode", "compiled", "--model.converters", "float8", "--float8.recipe", "tensorwise",
-      "--float8.filter_fqns", "lm_head",
+     ["--simulation.mode", "compiled", *float8(),
       "--training.seq_len", str(32768 * cp), "--training.local_batch_size", "1", "--activation_checkpoint.mode",
       "full", "--activation_checkpoint.selective_ac_option", "2", "--parallelism.context_parallel_degree", str(cp),
       "--parallelism.data_parallel_shard_degree", str(8 // cp), "--simulation.published_tps", str(tps)], 0.15)
@@ -72,23 +83,17 @@ CASES = [
     # both TorchTitan sources' vanilla-TP Float8 rows (async TP is not expressible), before their errors were seen
     ("Llama 3.1 70B, 256 H100, FSDP32 x TP8, full AC, compiled, Float8 (2024-12)",
      "configs/validation/llama31_70b_h100x256.yaml",
-     ["--model.converters", "float8", "--float8.recipe", "tensorwise", "--float8.filter_fqns", "lm_head",
-      "--simulation.published_tps", "829", "--simulation.published_source",
+     float8() + ["--simulation.published_tps", "829", "--simulation.published_source",
       "TorchTitan benchmarks/llama3_h100_202412 Table 4 (2D)"], 0.15),
 ] + [
     (f"Llama 3.1 70B, 256 H100, FSDP32 x TP8, full AC, compiled, Float8 {recipe}",
      "configs/validation/llama31_70b_h100x256.yaml",
-     ["--model.converters", "float8", "--float8.recipe", recipe, "--float8.filter_fqns", "lm_head",
-      "--simulation.published_tps", tps], 0.15)
+     float8(recipe) + ["--simulation.published_tps", tps], 0.15)
     for recipe, tps in (("tensorwise", "809.8"), ("rowwise", "599.6"))
 ] + [
     (f"Llama 3.1 8B, 64 H100, FSDP8 x TP8, op SAC, compiled, Float8 {recipe}",
      "configs/validation/llama31_8b_h100x8.yaml",
-     ["--simulation.mode", "compiled", "--model.converters", "float8", "--float8.recipe", recipe,
-      "--float8.filter_fqns", "lm_head", "--training.local_batch_size", "12",
-      "--parallelism.data_parallel_shard_degree", "8", "--parallelism.tensor_parallel_degree", "8",
-      "--simulation.world_size", "64", "--simulation.num_systems", "8", "--simulation.published_tps", tps,
-      "--simulation.published_source", "TorchTitan benchmarks/asyncTP_llama3_h100_2025-06 (vanilla TP)"], 0.15)
+     llama8b_fsdp8_tp8(float8(recipe), tps, "TorchTitan benchmarks/asyncTP_llama3_h100_2025-06 (vanilla TP)"), 0.15)
     for recipe, tps in (("tensorwise", "5078.1"), ("rowwise", "3708.5"))
 ] + [
     # TorchTitan's async-TP benchmark (benchmarks/asyncTP_llama3_h100_2025-06, T5 / T6 in docs/validation_sources.md):
@@ -101,11 +106,8 @@ CASES = [
       "--simulation.published_source", "TorchTitan benchmarks/asyncTP_llama3_h100_2025-06 (async TP)"], 0.15),
 ] + [
     (f"Llama 3.1 8B, 64 H100, FSDP8 x TP8, op SAC, compiled, {name}", "configs/validation/llama31_8b_h100x8.yaml",
-     ["--simulation.mode", "compiled", "--training.local_batch_size", "12",
-      "--parallelism.data_parallel_shard_degree", "8", "--parallelism.tensor_parallel_degree", "8",
-      "--parallelism.enable_async_tensor_parallel", async_tp,
-      "--simulation.world_size", "64", "--simulation.num_systems", "8", "--simulation.published_tps", tps,
-      "--simulation.published_source", f"TorchTitan benchmarks/asyncTP_llama3_h100_2025-06 ({name})"], 0.15)
+     llama8b_fsdp8_tp8(["--parallelism.enable_async_tensor_parallel", async_tp], tps,
+                       f"TorchTitan benchmarks/asyncTP_llama3_h100_2025-06 ({name})"), 0.15)
     for name, async_tp, tps in (("vanilla TP", "false", "4378"), ("async TP", "true", "4809.4"))
 ] + [
     # expressible since async tensor parallel runs FP8 projections (2026-12-05, a later session): every TorchTitan
@@ -122,31 +124,24 @@ CASES = [
     # rows check), said in the row's line.
     (f"Llama 3.1 70B, 256 H100, FSDP32 x TP8, full AC, compiled, Float8 {recipe}, async TP",
      "configs/validation/llama31_70b_h100x256.yaml",
-     ["--model.converters", "float8", "--float8.recipe", recipe, "--float8.filter_fqns", "lm_head",
-      "--parallelism.enable_async_tensor_parallel", "true", "--simulation.published_tps", tps,
+     float8(recipe) + ["--parallelism.enable_async_tensor_parallel", "true", "--simulation.published_tps", tps,
       "--simulation.published_source", "TorchTitan benchmarks/asyncTP_llama3_h100_2025-06 (async TP)"], 0.15)
     for recipe, tps in (("tensorwise", "942.4"), ("rowwise", "624.8"))
 ] + [
     ("Llama 3.1 70B, 256 H100, FSDP32 x TP8, full AC, compiled, Float8 (2024-12), async TP",
      "configs/validation/llama31_70b_h100x256.yaml",
-     ["--model.converters", "float8", "--float8.recipe", "tensorwise", "--float8.filter_fqns", "lm_head",
-      "--parallelism.enable_async_tensor_parallel", "true", "--simulation.published_tps", "876",
+     float8() + ["--parallelism.enable_async_tensor_parallel", "true", "--simulation.published_tps", "876",
       "--simulation.published_source", "TorchTitan benchmarks/llama3_h100_202412 Table 4 (2D + AsyncTP)"], 0.15),
 ] + [
     (f"Llama 3.1 8B, 64 H100, FSDP8 x TP8, op SAC, compiled, Float8 {recipe}, async TP",
      "configs/validation/llama31_8b_h100x8.yaml",
-     ["--simulation.mode", "compiled", "--model.converters", "float8", "--float8.recipe", recipe,
-      "--float8.filter_fqns", "lm_head", "--training.local_batch_size", "12",
-      "--parallelism.data_parallel_shard_degree", "8", "--parallelism.tensor_parallel_degree", "8",
-      "--parallelism.enable_async_tensor_parallel", "true",
-      "--simulation.world_size", "64", "--simulation.num_systems", "8", "--simulation.published_tps", tps,
-      "--simulation.published_source", "TorchTitan benchmarks/asyncTP_llama3_h100_2025-06 (async TP)"], 0.15)
+     llama8b_fsdp8_tp8(float8(recipe) + ["--parallelism.enable_async_tensor_parallel", "true"], tps,
+                       "TorchTitan benchmarks/asyncTP_llama3_h100_2025-06 (async TP)"), 0.15)
     for recipe, tps in (("tensorwise", "5570.1"), ("rowwise", "3914.9"))
 ] + [
     (f"Llama 3.1 405B, 128 H100, FSDP16 x TP8, {name}", "configs/validation/llama31_405b_h100x128.yaml",
-     ["--model.converters", "float8", "--float8.recipe", "tensorwise", "--float8.filter_fqns", "lm_head",
-      "--simulation.published_tps", tps, "--simulation.published_source",
-      f"TorchTitan docs/performance.md @4d88a8a44 ({name})"] + more, 0.15)
+     float8() + ["--simulation.published_tps", tps, "--simulation.published_source",
+                 f"TorchTitan docs/performance.md @4d88a8a44 ({name})"] + more, 0.15)
     for name, tps, more in (("Float8", "177", []),
                             ("compiled, Float8 + async TP", "185",
                              ["--simulation.mode", "compiled", "--parallelism.enable_async_tensor_parallel", "true"]))
