@@ -247,7 +247,7 @@ std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>
         for (size_t i = 0; i < n; ++i) gc[i] = g[i].contiguous();
         // FP8: every operand cast before the ring, as float8_linear casts the unfused op's (the output gradient's
         // columns are cut: its scales take the group's amax, every rank in one order)
-        V dyq(n), wq(n), dyq_w(n), xq_w(n);
+        V dyq(n), wq(n), dyq_w(n), xq_w(n);  // xq_w: one cast per distinct recipe (q / k / v share theirs)
         for (size_t i = 0; i < n; ++i) {
           if (!k[i]) continue;
           const auto* reduce = &k[i]->tp->reduce_max;
@@ -259,7 +259,9 @@ std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>
           }
           if (need_w[i]) {
             dyq_w[i] = fp8_round_trip(g2, k[i]->grad_output_for_grad_weight, 0, false, /*cols_cut=*/true, reduce);
-            xq_w[i] = fp8_round_trip(xs, k[i]->input_for_grad_weight, 0, false, false, reduce);
+            for (size_t j = 0; j < i && !xq_w[i].defined(); ++j)
+              if (k[j] && need_w[j] && k[j]->input_for_grad_weight == k[i]->input_for_grad_weight) xq_w[i] = xq_w[j];
+            if (!xq_w[i].defined()) xq_w[i] = fp8_round_trip(xs, k[i]->input_for_grad_weight, 0, false, false, reduce);
           }
         }
         auto partial = [&](int64_t j) {

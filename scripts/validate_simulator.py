@@ -63,7 +63,7 @@ CASES = [
     ("Kimi K2 1T, 256 H100, PP8 x VP4 x EP32 x FSDP32", "configs/validation/kimi_k2_h100x256.yaml", [], 0.15),
     # expressible since FP8 training numerics (issue 27): every Float8 row of TorchTitan's 2024-12 H100 benchmark
     # titan can express (its Tables 1 and 3 FSDP rows, Table 2's FSDP x CP rows; Tables 4-6 use TP, which titan's
-    # float8 refuses), torchao's default tensorwise recipe with the output layer left in bf16 (TorchTitan's float8.py
+    # float8 refused then), torchao's default tensorwise recipe with the output layer left in bf16 (TorchTitan's float8.py
     # at the time: module_filter_fn fqn != "output"), added before the errors of all but the first were seen
     ("Llama 3.1 8B, 8 H100, FSDP8, op SAC, compiled, Float8", "configs/validation/llama31_8b_h100x8.yaml",
      ["--simulation.mode", "compiled", *float8(), "--simulation.published_tps", "8532"], 0.15),
@@ -80,7 +80,7 @@ CASES = [
     for cp, tps in ((1, 3890), (2, 2540), (4, 1071), (8, 548))
 ] + [
     # expressible since float8 composes with TP (its amax all-reduced over the group): the same rule, applied to
-    # both TorchTitan sources' vanilla-TP Float8 rows (async TP is not expressible), before their errors were seen
+    # both TorchTitan sources' vanilla-TP Float8 rows (async TP was not expressible then), before their errors were seen
     ("Llama 3.1 70B, 256 H100, FSDP32 x TP8, full AC, compiled, Float8 (2024-12)",
      "configs/validation/llama31_70b_h100x256.yaml",
      float8() + ["--simulation.published_tps", "829", "--simulation.published_source",
@@ -100,7 +100,7 @@ CASES = [
     # its bf16 rows, vanilla and async TP, expressible since parallelism.enable_async_tensor_parallel (2026-12-05),
     # added before their errors were seen, each as the vanilla-TP Float8 rows above express the layout (70B: its
     # config, the vanilla bf16 row 597.3 already in this list; 8B: local batch 12, FSDP8 x TP8, 64 GPUs); its
-    # Float8 + async rows are not expressible (the fused GEMMs are not FP8 yet)
+    # Float8 + async rows were not expressible then (the fused GEMMs were not FP8; below)
     ("Llama 3.1 70B, 256 H100, FSDP32 x TP8, full AC, compiled, async TP", "configs/validation/llama31_70b_h100x256.yaml",
      ["--parallelism.enable_async_tensor_parallel", "true", "--simulation.published_tps", "652.4",
       "--simulation.published_source", "TorchTitan benchmarks/asyncTP_llama3_h100_2025-06 (async TP)"], 0.15),

@@ -228,8 +228,7 @@ Tensor Experts::forward(const Tensor& x, const std::vector<int64_t>& counts) con
   return grouped_linear(h, down_proj, mul(down_proj_bias, down_bias_scale), counts);
 }
 
-std::vector<const Tensor*> Experts::bf16_operands() const {
-  if (float8) return {};
+std::vector<const Tensor*> Experts::bf16_operands() const {  // FP8 experts too: their casts read bf16 values
   std::vector<const Tensor*> w;
   for (const Tensor* t : {&gate_up_proj, &gate_proj, &up_proj, &down_proj})
     if (t->defined()) w.push_back(t);

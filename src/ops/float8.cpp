@@ -509,7 +509,8 @@ Tensor float8_grouped_linear(const Tensor& x, const Tensor& w, const Tensor& b, 
   {
     NoGradGuard ng;
     const Tensor xq = fp8_round_trip(xc, k.input, 1);                                              // [R, K]
-    const Tensor wq = fp8_round_trip_groups(wc.reshape({E * K, N}), k.weight, 0, per_expert).reshape({E, K, N});
+    const Tensor wq =
+        fp8_round_trip_groups(float8_weight(wc, bf16).reshape({E * K, N}), k.weight, 0, per_expert).reshape({E, K, N});
     GemmPrecisionScope scope(precision_of(k.input, k.mx));
     y = grouped_linear_forward(xq, wq, Tensor(), counts, false);  // [R, N]
     if (bf16 && !y.is_meta()) round_to_bf16_(y);                  // torchao's output dtype is the input's
@@ -523,7 +524,8 @@ Tensor float8_grouped_linear(const Tensor& x, const Tensor& w, const Tensor& b, 
                   const Tensor dy = g[0].contiguous();  // [R, N]
                   // dx: dy per token along N, w per (e, k) along N; dw: x and dy per column over each expert's tokens
                   const Tensor dyq = fp8_round_trip(dy, k.grad_output, 1);
-                  const Tensor wq = fp8_round_trip(ws.reshape({E * K, N}), k.weight_for_grad_input, 1).reshape({E, K, N});
+                  const Tensor wq = fp8_round_trip(float8_weight(ws, bf16).reshape({E * K, N}), k.weight_for_grad_input, 1)
+                                        .reshape({E, K, N});
                   const Tensor xq = fp8_round_trip_groups(xs, k.input_for_grad_weight, 0, counts);
                   const Tensor dyq_w = fp8_round_trip_groups(dy, k.grad_output_for_grad_weight, 0, counts);
                   std::vector<Tensor> r;

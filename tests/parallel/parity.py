@@ -203,8 +203,15 @@ def run_layout(build, name, np_, ref_name, flags, launcher=None, where=""):
         # 2.0e-4). Step 1's gradients hold the casts exact (1e-5). (Every gpt-oss FP8 row: the two EP 2 rows.)
         weight_tol = 0.1
     bf16 = deg.get("--training.mixed_precision_param") == "bfloat16"
-    if bf16:
-        first_tol, later_tol, grad_tol, weight_tol = BF16_TOL
+    if bf16:  # bf16's roundings, and FP8's rounding-boundary moves where they apply: the looser of each bound
+        first_tol, later_tol, grad_tol, weight_tol = (
+            max(a, b) for a, b in zip(BF16_TOL, (first_tol, later_tol, grad_tol, weight_tol)))
+        if fp8 and tp > 1:
+            # each rank's bf16-rounded partial GEMM outputs move values across FP8 rounding boundaries (1/16 steps)
+            # from the first layer on, and the moves compound backward: step-1 gradients up to 1.02e-1 (layer 2's
+            # k_proj; bf16_fp8_tp2 and bf16_fp8_tp2_async_ac alike, the fused ops being the unfused ones' bits,
+            # CollectiveMatmul.Float8FusedOps...); losses within 1e-3 (the contract that binds here)
+            grad_tol = 0.2
     lw = max(compare_losses(losses(ref), got, [1], first_tol),
              compare_losses(losses(ref), got, range(2, LAYOUT_STEPS + 1), later_tol))
     gw = compare_grads(os.path.join(ref, "grads_step_1.h5"), os.path.join(out, "grads_step_1.h5"), grad_tol)
