@@ -194,15 +194,18 @@ TEST(Float8, GroupedLinearFollowsTorchaosFloat8GroupedGemm) {
 }
 
 // Under bf16 autocast the FP8 grouped GEMMs' outputs are bf16, as torchao's output dtype is the input's: y, dx
-// and dw are float32's rounded to bf16, the bias added in bf16 and its gradient the bf16 gradient summed, rounded.
+// and dw are float32's rounded to bf16, the bias added in bf16 and its gradient the bf16 gradient summed, rounded;
+// the weights are cast from their bf16 values (float8_weight: FSDP2's bf16 param_dtype hands torchao bf16 weights).
 TEST(Float8, GroupedLinearUnderBf16AutocastRoundsItsOutputs) {
   Generator g(6);
-  const Tensor x0 = randn({40, 32}, g), w0 = randn({3, 32, 16}, g, DType::F32, 0.2), b0 = randn({3, 16}, g);
+  const Tensor x0 = randn({40, 32}, g), w_off = randn({3, 32, 16}, g, DType::F32, 0.2), b0 = randn({3, 16}, g);
+  Tensor w0 = w_off.clone();  // the weights' bf16 values (float32 runs below read these too)
+  round_to_bf16_(w0);
   const Tensor dy = randn({40, 16}, g);
   const std::vector<int64_t> counts = {12, 20, 8};
   const Float8Casts k = float8_casts(Float8Recipe::rowwise);
-  auto run = [&](bool bf16, bool bias) {
-    std::vector<Tensor> p = {x0.detach(), w0.detach(), b0.detach()};
+  auto run = [&](bool bf16, bool bias, const Tensor& w = Tensor()) {
+    std::vector<Tensor> p = {x0.detach(), (w.defined() ? w : w0).detach(), b0.detach()};
     for (Tensor& t : p) t.requires_grad_(true);
     Tensor y;
     {
@@ -220,6 +223,10 @@ TEST(Float8, GroupedLinearUnderBf16AutocastRoundsItsOutputs) {
   };
   const auto f32 = run(false, false), b16 = run(true, false);
   for (int i = 0; i < 3; ++i) expect_bitwise(b16[i], rounded(f32[i]), "output " + std::to_string(i));
+  // weights off bf16's grid give the run of their bf16 values (y and dx; dw is each run's own gradient)
+  const auto off = run(true, false, w_off);
+  EXPECT_NE(w_off.to_vector<float>(), w0.to_vector<float>());
+  for (int i = 0; i < 2; ++i) expect_bitwise(off[i], b16[i], "off-grid weights, output " + std::to_string(i));
   const auto with_b = run(true, true);
   const auto yv = b16[0].to_vector<float>(), ybv = with_b[0].to_vector<float>(), bv = b0.to_vector<float>();
   const auto dyv = dy.to_vector<float>();
