@@ -12,7 +12,6 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <iostream>
@@ -350,12 +349,6 @@ void init(int* argc, char*** argv) {
                 "; titan needs MPI_THREAD_MULTIPLE");
   }
   if (!already) {
-    // Open MPI's MPI-IO (ompio, under parallel HDF5) opens every file with its shared-file-pointer component,
-    // and the shared-memory one ("sm") serializes the opens on a named semaphore keyed by the file's base name
-    // (/dev/shm/sem.OMPIO_<name>): a process killed inside an open leaves it taken, and every later job that opens
-    // a file of that name (model.h5, step-N.h5) waits on it forever. Titan never uses a shared file pointer:
-    // leave that component out, unless the environment chose otherwise (OMPI_MCA_sharedfp).
-    setenv("OMPI_MCA_sharedfp", "^sm", /*overwrite=*/0);
     int provided = 0;
     MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
     // MPI runs on two threads: collectives on the communication thread, and communicator set-up, parallel
