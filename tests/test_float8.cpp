@@ -466,6 +466,36 @@ TEST(Float8, MetaTensorsGiveShapesAndFp8GemmRecords) {
   EXPECT_EQ(casts, 6);
 }
 
+// torchao's rowwise recipe runs its backward GEMMs (both operands axiswise, no fast accumulation) as the tensorwise
+// kernel with unit scales and multiplies the output by the scales' outer product afterwards: one elementwise kernel
+// per such GEMM, over its output (read and written), recorded as a GPU runs it. The output GEMM (fast accumulation:
+// the rowwise kernel scales) has none; no other recipe has any (rowwise_with_gw_hp: its grad_input's weight is
+// tensorwise, its grad_weight in high precision).
+TEST(Float8, RowwiseBackwardGemmsRecordTheirRescale) {
+  const int64_t M = 4 * 64, K = 128, N = 256;
+  for (Float8Recipe r : {Float8Recipe::tensorwise, Float8Recipe::rowwise, Float8Recipe::rowwise_with_gw_hp,
+                         Float8Recipe::mxfp8}) {
+    Tensor x = empty({4, 64, K}, DType::F32, Device::Meta), w = empty({N, K}, DType::F32, Device::Meta);
+    x.requires_grad_(true);
+    w.requires_grad_(true);
+    CostTrace trace;
+    Tensor y = float8_linear(x, w, Tensor(), float8_casts(r));
+    autograd::backward({y}, {empty({4, 64, N}, DType::F32, Device::Meta)});
+    std::vector<double> rescaled;  // each rescale's elements (its FLOPs: one multiply an element)
+    for (const CostEvent& e : trace.events())
+      if (std::string(e.op) == "fp8_rowwise_rescale") {
+        EXPECT_EQ(e.bytes, 8.0 * e.flops) << "read and written, float32 stand-in bytes";
+        rescaled.push_back(e.flops);
+      }
+    const std::string what = std::string(enum_names(Float8Recipe{})[(int)r]);
+    if (r == Float8Recipe::rowwise) {
+      EXPECT_EQ(rescaled, (std::vector<double>{(double)(M * K), (double)(N * K)})) << what << ": dx, then dw";
+    } else {
+      EXPECT_TRUE(rescaled.empty()) << what;
+    }
+  }
+}
+
 TEST(Float8, MetaGroupedLinearRecordsFp8GroupedGemms) {
   for (Float8Recipe r : {Float8Recipe::rowwise, Float8Recipe::mxfp8}) {
     Tensor x = empty({256, 64}, DType::F32, Device::Meta), w = empty({8, 64, 96}, DType::F32, Device::Meta);

@@ -380,12 +380,30 @@ Tensor detail::float8_output_gemm(const Tensor& xq, const Tensor& wq, const Tens
   return r;
 }
 
+namespace {
+// A backward GEMM whose two operands both carry axiswise scales (the rowwise recipe's grad_input and grad_weight)
+// runs, in torchao, as the tensorwise cuBLAS kernel with unit scales (its rowwise CUTLASS kernel is slow without
+// fast accumulation, which the backward GEMMs leave off), the output then multiplied in place by the outer product
+// of the two scales (torchao/float8/float8_ops.py, addmm_float8_unwrapped: `output *= post_inverse_scale`). Titan's
+// round trips apply the scales already, so nothing is computed here: that multiply is recorded as the elementwise
+// kernel it is on a GPU (one multiply an element; the output read and written, in the run's activation dtype).
+void record_rowwise_rescale(const Fp8Cast& a, const Fp8Cast& b, const Tensor& out) {
+  if (a.high_precision || b.high_precision || a.scaling != Fp8Scaling::axiswise || b.scaling != Fp8Scaling::axiswise)
+    return;
+  record_cost("fp8_rowwise_rescale", (double)out.numel(), 2.0 * 4.0 * (double)out.numel());
+}
+}  // namespace
+
 Tensor detail::float8_grad_input_gemm(const Tensor& dyq, const Tensor& wq, const Float8Casts& k, bool bf16) {
-  return cast_gemm(dyq, wq, !k.grad_output.high_precision, k.mx, bf16);
+  Tensor dx = cast_gemm(dyq, wq, !k.grad_output.high_precision, k.mx, bf16);  // [M, K]
+  record_rowwise_rescale(k.grad_output, k.weight_for_grad_input, dx);
+  return dx;
 }
 
 Tensor detail::float8_grad_weight_gemm(const Tensor& dyq, const Tensor& xq, const Float8Casts& k, bool bf16) {
-  return cast_gemm(transpose(dyq, 0, 1), xq, !k.grad_output_for_grad_weight.high_precision, k.mx, bf16);
+  Tensor dw = cast_gemm(transpose(dyq, 0, 1), xq, !k.grad_output_for_grad_weight.high_precision, k.mx, bf16);  // [N, K]
+  record_rowwise_rescale(k.grad_output_for_grad_weight, k.input_for_grad_weight, dw);
+  return dw;
 }
 
 Tensor detail::float8_bias_grad(const Tensor& dy, bool bf16) {
