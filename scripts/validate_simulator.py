@@ -160,6 +160,20 @@ CASES = [
       "--simulation.published_source", "TorchTitan benchmarks/llama3_h100_202412 Table 6 (4D)"], 0.15)
     for cp, tps in ((1, 76), (2, 47), (4, 31), (8, 16))
 ] + [
+    # torchao's float8 training benchmark (docs/source/workflows/training.md at pytorch/ao 36027d82, "NVIDIA H100":
+    # Llama3-8b on 8 H100, batch 1, seq 8192, torch.compile, FSDP2, per-op SAC, via TorchTitan; T10 in
+    # docs/validation_sources.md): its three H100 rows, added 2026-12-06 before any of their errors was seen, by this
+    # rule, written first: the 8B config of TorchTitan's own rows (Llama 3 and 3.1 8B differ in RoPE scaling only)
+    # at local batch 1, compiled; the H100 is not named, and the same team's TorchTitan benchmarks of the period ran
+    # on Grand Teton, so the config's system; Float8 as the other TorchTitan rows (output layer in bf16). The
+    # tensorwise row's FSDP float8 all-gather is not implemented: expressed with the bf16 all-gather (within one
+    # node; the other 8-GPU FSDP rows expose ~1% of their step as communication).
+    (f"Llama 3 8B, 8 H100, FSDP8, batch 1, op SAC, compiled, {name} (torchao)", "configs/validation/llama31_8b_h100x8.yaml",
+     ["--simulation.mode", "compiled", "--training.local_batch_size", "1", *flags, "--simulation.published_tps", tps,
+      "--simulation.published_source", "torchao docs/source/workflows/training.md (H100)"], 0.15)
+    for name, flags, tps in (("bf16", [], "6150"), ("Float8 tensorwise", float8(), "7689.5"),
+                             ("Float8 rowwise", float8("rowwise"), "6768"))
+] + [
     # Megatron-LM's weak-scaling table (SC21 Table 1, GPT 1.7B-1T on A100): every row, each as the paper's script
     # ran it (examples/sc21/run_table_1.sh; configs/validation/megatron_gpt_a100.yaml says how GPT is expressed),
     # added together; the 1.7B row alone had been simulated before (flash attention: +39%)
@@ -306,6 +320,11 @@ OPEN = {
         "simulated fast: TorchTitan's rowwise path was slow (its vanilla row, issue 1207; async TP 1.06x of it)",
         0.546),  # +52.1% first run; +57.7% once the fused backward cast the gathered input once for q / k / v;
     # +54.6% once rowwise backward GEMMs record torchao's rescale (src/ops/float8.cpp, record_rowwise_rescale)
+    # torchao's H100 rows (added 2026-12-06 by the rule at their list entry; first run: bf16 +12.4%, within)
+    "Llama 3 8B, 8 H100, FSDP8, batch 1, op SAC, compiled, Float8 tensorwise (torchao)": (
+        "simulated fast: FP8 GEMM efficiency unmeasured (as TorchTitan's 8B Float8 rows)", 0.227),
+    "Llama 3 8B, 8 H100, FSDP8, batch 1, op SAC, compiled, Float8 rowwise (torchao)": (
+        "simulated fast: rowwise priced as tensorwise but its backward rescale (published 0.88x tensorwise)", 0.391),
     # (first run -26.8%; -24.8% once FP8 layers' weights travel as bf16 under bf16 mixed precision, as FSDP2's
     # param_dtype casts them; the Float8 + async TP row went -17.9% -> -8.4% with it, within its bar)
     "Llama 3.1 405B, 128 H100, FSDP16 x TP8, Float8": (
