@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <fcntl.h>
+#include <semaphore.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -15,6 +17,7 @@
 #include "tests/mpi_main.h"
 #include "comms/process_group.h"
 #include "src/checkpoint/checkpoint.h"
+#include "src/checkpoint/h5.h"
 #include "src/checkpoint/safetensors.h"
 #include "src/ops/ops.h"
 
@@ -108,6 +111,36 @@ TEST(CheckpointMpi, RanksThatAgreeWriteAFileThatReadsBack) {
   EXPECT_EQ(st.step, 7);
   EXPECT_EQ(q.w.to_vector<float>(), p.w.to_vector<float>());
   EXPECT_EQ(q.b.to_vector<float>(), p.b.to_vector<float>());
+}
+
+// A process killed inside an MPI-IO open leaves Open MPI's OMPIO_<base name> semaphore taken, and every later
+// parallel open of a file of that name waited on it forever (src/checkpoint/h5.h): each rank's open now removes one
+// that no process holds. One some process holds (an open in progress) is left alone. Without the removal the write
+// below waits until ctest's timeout.
+TEST(CheckpointMpi, AStaleMpiIoSemaphoreOfTheFilesNameDoesNotHangItsOpen) {
+  const std::string dir = folder();
+  const std::string base = fs::path(dir).filename().string() + "_stale.h5";  // one name per run (np 2 and 3 at once)
+  const std::string name = "OMPIO_" + base, file = "/dev/shm/sem." + name, path = dir + "/" + base;
+  sem_t* sem = SEM_FAILED;
+  if (rank() == 0) {
+    sem = sem_open(name.c_str(), O_CREAT, 0644, 0);  // taken (value 0), and held: mapped by rank 0
+    EXPECT_NE(sem, SEM_FAILED);
+  }
+  MPI_Barrier(comms::world_comm());
+  EXPECT_FALSE(h5::clear_stale_mpiio_semaphore(path)) << "a semaphore rank 0 holds was removed";
+  MPI_Barrier(comms::world_comm());
+  EXPECT_TRUE(fs::exists(file));
+  if (rank() == 0 && sem != SEM_FAILED) sem_close(sem);  // still taken, now held by no process: a killed open's
+  MPI_Barrier(comms::world_comm());
+  {
+    h5::File f(path, h5::File::Create, comms::world_comm());
+    f.write_region("x", {3}, {0}, full({3}, 2.0f), rank() == 0);
+    f.close();
+  }
+  MPI_Barrier(comms::world_comm());
+  EXPECT_FALSE(fs::exists(file)) << "the stale semaphore, or Open MPI's own one after the open";
+  h5::File r(path, h5::File::Read, comms::world_comm());
+  EXPECT_EQ(r.shape("x"), (Shape{3}));
 }
 
 int main(int argc, char** argv) { return titan::testing::run_mpi_tests(argc, argv); }

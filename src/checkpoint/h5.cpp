@@ -2,9 +2,18 @@
 
 #include <hdf5.h>
 
+#include <dirent.h>
+#include <semaphore.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "src/ops/ops.h"
 #include "src/tensor/bfloat16.h"
@@ -36,12 +45,71 @@ hid_t bf16_type() {
   return t;
 }
 
+// Whether any process this one can see holds the file `st` describes: an open descriptor on it or a mapping of it
+// (fuser's test), matched by device and inode (a semaphore glibc creates is mapped under the temporary name it was
+// made as). Processes whose /proc entries it cannot read are not counted (another user's: see
+// clear_stale_mpiio_semaphore).
+bool held_by_a_process(const struct stat& st) {
+  DIR* proc = opendir("/proc");
+  if (!proc) return true;  // nothing can be told: leave it
+  char dev[32];
+  std::snprintf(dev, sizeof(dev), "%02x:%02x", major(st.st_dev), minor(st.st_dev));
+  const std::string inode = std::to_string((unsigned long long)st.st_ino);
+  bool held = false;
+  while (dirent* e = readdir(proc)) {
+    if (held) break;
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    const std::string pid = std::string("/proc/") + e->d_name;
+    std::ifstream maps(pid + "/maps");  // "address perms offset dev inode path"
+    for (std::string line; !held && std::getline(maps, line);) {
+      std::istringstream in(line);
+      std::string addr, perms, offset, d, ino;
+      in >> addr >> perms >> offset >> d >> ino;
+      held = d == dev && ino == inode;
+    }
+    if (held) break;
+    if (DIR* fds = opendir((pid + "/fd").c_str())) {
+      while (dirent* f = readdir(fds)) {
+        struct stat t;
+        if (f->d_name[0] != '.' && stat((pid + "/fd/" + f->d_name).c_str(), &t) == 0 && t.st_dev == st.st_dev &&
+            t.st_ino == st.st_ino) {
+          held = true;
+          break;
+        }
+      }
+      closedir(fds);
+    }
+  }
+  closedir(proc);
+  return held;
+}
+
 }  // namespace
+
+bool clear_stale_mpiio_semaphore(const std::string& path) {
+  const std::string name = "OMPIO_" + std::filesystem::path(path).filename().string();
+  const std::string file = "/dev/shm/sem." + name;  // where glibc keeps a named semaphore
+  struct stat st;
+  if (stat(file.c_str(), &st) != 0) return false;             // none: the usual case
+  if (st.st_uid != geteuid() && geteuid() != 0) return false;  // another user's: theirs to hold, not ours to remove
+  if (held_by_a_process(st)) return false;                     // an open in progress (this job's or another's)
+  if (sem_unlink(name.c_str()) != 0) return false;
+  char host[256] = "?";
+  gethostname(host, sizeof(host) - 1);
+  std::fprintf(stderr, "[titan] removed %s on %s: an MPI-IO semaphore no process held, left taken by a process "
+               "killed inside an MPI-IO open of a file named %s; it would have made this open of '%s' wait forever\n",
+               file.c_str(), host, std::filesystem::path(path).filename().c_str(), path.c_str());
+  return true;
+}
 
 File::File(const std::string& path, Mode mode, MPI_Comm comm) : path_(path), parallel_(comm != nullptr) {
   silence();
   Handle fapl{H5Pcreate(H5P_FILE_ACCESS), H5Pclose};
-  if (comm) H5Pset_fapl_mpio(fapl.id, comm, MPI_INFO_NULL);
+  if (comm) {
+    clear_stale_mpiio_semaphore(path);  // every rank, on its own machine, before any rank opens (creates a new one)
+    MPI_Barrier(comm);
+    H5Pset_fapl_mpio(fapl.id, comm, MPI_INFO_NULL);
+  }
   if (mode == Create) {
     id_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id);
     TITAN_CHECK(id_ >= 0, "hdf5: cannot create '", path, "' (directory missing or not writable?)");

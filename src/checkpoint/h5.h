@@ -16,6 +16,16 @@ typedef struct ompi_communicator_t* MPI_Comm;
 
 namespace titan::h5 {
 
+// Open MPI's MPI-IO (ompio) opens every file with its shared-file-pointer component, whose shared-memory flavour
+// takes and releases a named POSIX semaphore keyed by the file's base name (OMPIO_<base name>, in /dev/shm) inside
+// MPI_File_open and unlinks it once every rank has opened the file. A process killed in between leaves it taken
+// under that name, and every later parallel open of a file of that base name on the machine waits on it forever.
+// While any open uses it some process holds it (mapped or open), so one that exists and that no process holds is
+// such a leftover: removed, with a line on stderr. Returns whether it removed one. A semaphore of another user is
+// left alone (they alone can hold it; it cannot be removed by us). File's parallel opens call it on every rank, then
+// wait for all of comm's ranks before the open.
+bool clear_stale_mpiio_semaphore(const std::string& path);
+
 class File {
  public:
   enum Mode { Read, Create /* truncates */ };
