@@ -64,7 +64,9 @@ DeviceMesh::DeviceMesh(MeshDegrees d, bool fake, int fake_rank, int fake_world, 
   if (fake && fake_hosts.empty()) fake_hosts.assign(world, 0);
   TITAN_CHECK(!fake || (int)fake_hosts.size() == world, "DeviceMesh: fake_hosts lists ", fake_hosts.size(),
               " ranks for a world of ", world);
-  order = host_major_order(fake ? fake_hosts : hosts().host_of);
+  host_of = fake ? fake_hosts : hosts().host_of;
+  if ((int)host_of.size() != world) host_of.assign(world, 0);  // before MPI starts: one host
+  order = host_major_order(host_of);
   std::vector<int> pos_of(world);
   for (int p = 0; p < world; ++p) pos_of[order[p]] = p;
   position = pos_of[rank];

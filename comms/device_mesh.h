@@ -37,6 +37,7 @@ class DeviceMesh {
   // position -> world rank: the mesh's coordinates are those of a rank's position (the ranks of a host at
   // consecutive positions, comms/hosts.h), equal to the world rank when mpirun placed the ranks host by host
   std::vector<int> order;
+  std::vector<int> host_of;  // [world] each world rank's host (comms/hosts.h; a fake mesh: the hosts it was given)
   int position = 0;
   int pp_rank = 0, replicate_rank = 0, shard_rank = 0, cp_rank = 0, tp_rank = 0;
   PG world_pg, dp_replicate, dp_shard, dp, tp;  // dp = replicate x shard (data-parallel ranks)

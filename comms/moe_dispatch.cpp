@@ -11,9 +11,10 @@
 namespace titan::comms {
 
 Tensor all_to_all_v_op(const Tensor& x, const std::vector<int64_t>& send_rows, const std::vector<int64_t>& recv_rows,
-                       const PG& group) {
+                       const PG& group, bool float32_wire) {
   using V = std::vector<Tensor>;
-  const DType wire = wire_dtype(x.dtype());  // rows and their gradients in the compute dtype (functional.h)
+  // rows and their gradients in the compute dtype (functional.h)
+  const DType wire = wire_dtype(x.dtype(), float32_wire ? Wire::float32 : Wire::activation);
   return autograd::custom_op(
       "AllToAllV", {x},
       [=](const V& in) {
@@ -27,12 +28,10 @@ Tensor all_to_all_v_op(const Tensor& x, const std::vector<int64_t>& send_rows, c
       })[0];
 }
 
-namespace {
-// Index tensors on the data's device: meta data plans with meta indices.
-Tensor index_tensor(const std::vector<int64_t>& v, bool meta) {
+Tensor detail::index_tensor(const std::vector<int64_t>& v, bool meta) {
   return meta ? empty({(int64_t)v.size()}, DType::I64, Device::Meta) : from_vector<int64_t>(v, {(int64_t)v.size()});
 }
-}  // namespace
+using detail::index_tensor;
 
 namespace {
 thread_local const std::vector<std::vector<double>>* t_meta_routing = nullptr;
@@ -47,11 +46,13 @@ MetaRoutingScope::MetaRoutingScope(std::vector<std::vector<double>> weights)
 }
 MetaRoutingScope::~MetaRoutingScope() { t_meta_routing = prev_; }
 
-std::vector<int64_t> meta_routed_counts(int64_t pairs, int64_t E, int64_t P, int64_t moe_layer) {
+std::vector<int64_t> meta_routed_counts(int64_t pairs, int64_t E, int64_t P, int64_t moe_layer, bool rotate,
+                                        std::vector<double>* weights) {
   std::vector<int64_t> counts(E, 0);
   const std::vector<std::vector<double>>* layers = t_meta_routing;
   if (!layers || layers->empty()) {  // balanced: pair i to expert i mod E
     for (int64_t e = 0; e < E; ++e) counts[e] = pairs / E + (e < pairs % E ? 1 : 0);
+    if (weights) weights->assign(E, 1.0);
     return counts;
   }
   TITAN_CHECK(layers->size() == 1 || (moe_layer >= 0 && moe_layer < (int64_t)layers->size()),
@@ -77,6 +78,8 @@ std::vector<int64_t> meta_routed_counts(int64_t pairs, int64_t E, int64_t P, int
     return exact[a] - std::floor(exact[a]) > exact[b] - std::floor(exact[b]);
   });
   for (int64_t i = 0; given < pairs; ++i, ++given) ++counts[by_rest[i % E]];
+  if (weights) *weights = *w;
+  if (!rotate) return counts;
   // the busiest rank's block of experts first: the planned rank is group rank 0
   const int64_t El = E / P;
   int64_t busiest = 0, most = -1;
@@ -86,6 +89,7 @@ std::vector<int64_t> meta_routed_counts(int64_t pairs, int64_t E, int64_t P, int
     if (load > most) most = load, busiest = r;
   }
   std::rotate(counts.begin(), counts.begin() + busiest * El, counts.end());
+  if (weights) std::rotate(weights->begin(), weights->begin() + busiest * El, weights->end());
   return counts;
 }
 
@@ -186,6 +190,7 @@ Dispatched dispatch(const Tensor& hidden, const Tensor& topk_idx, const Tensor& 
 
 Tensor combine(const Tensor& y, const DispatchHandle& h) {
   TITAN_CHECK(y.dim() == 2, "combine: expert_output must be [R, H], got ", shape_str(y.shape()));
+  if (h.within) return detail::combine_by_host(y, h);
   Tensor rows = y;
   if (h.group) {
     Tensor back = index_select(y, 0, h.ungroup);                           // source-major again

@@ -94,8 +94,9 @@ void drop_unowned(decoder::Decoder& model, const Ownership& o, std::vector<Shard
 // Expert parallel (every model with MoE layers): rank keeps experts
 // [e*El, (e+1)*El) of every MoE layer, e = its index in the ep group
 // (consecutive dp_shard ranks); the MoE blocks dispatch over that group.
-void apply_ep(decoder::Decoder& model, comms::PG ep_group, std::vector<ShardSpec>& specs, const Ownership& own) {
-  const int64_t ep = ep_group->size(), e = ep_group->rank();
+void apply_ep(decoder::Decoder& model, const comms::ExpertComm& comm, std::vector<ShardSpec>& specs,
+              const Ownership& own) {
+  const int64_t ep = comm.group->size(), e = comm.group->rank();
   for (size_t li = 0; li < model.model->layers->layers.size(); ++li) {
     auto* layer = model.model->layers->layers[li];
     if (!layer->moe || !own.layer[li]) continue;
@@ -107,8 +108,36 @@ void apply_ep(decoder::Decoder& model, comms::PG ep_group, std::vector<ShardSpec
         shard_param(*t, 0, std::vector<int64_t>(ep, El), (int)e, specs, /*tp=*/false);
         find_spec(specs, t).expert = true;  // FSDP places it over the ranks holding the same experts
       }
-    layer->moe->ep_group = ep_group;
+    layer->moe->ep = comm;
   }
+}
+
+// The dispatch's groups: the ep group alone (standard), or with its ranks' hosts (hierarchical): each host must
+// hold the same number L of the group's ranks, consecutive in the group (the mesh puts a host's ranks side by
+// side); across_hosts: the ranks of one local index, within_host: one host's.
+comms::ExpertComm expert_comm(const comms::DeviceMesh& mesh, const comms::PG& group, comms::ExpertCommBackend backend) {
+  comms::ExpertComm c{group, nullptr, nullptr};
+  if (backend != comms::ExpertCommBackend::Hierarchical) return c;
+  const std::vector<int>& members = group->world_ranks();
+  const int P = group->size();
+  std::vector<int> host(P);
+  std::string hosts_as_listed;
+  for (int g = 0; g < P; ++g) {
+    host[g] = mesh.host_of[members[g]];
+    hosts_as_listed += (g ? "," : "") + std::to_string(host[g]);
+  }
+  int L = 1;
+  while (L < P && host[L] == host[0]) ++L;
+  bool even = P % L == 0;  // blocks of L ranks, one host each, no host twice
+  std::set<int> seen;
+  for (int g = 0; even && g < P; ++g) even = host[g] == host[g / L * L] && (g % L != 0 || seen.insert(host[g]).second);
+  TITAN_CHECK(even, "config error: parallelism.expert_parallel_comm_backend hierarchical needs every host to hold "
+              "the same number of each expert-parallel group's ranks, consecutive in the group; group '",
+              group->name(), "' (world ranks of group ranks 0..", P - 1, ") sits on hosts [", hosts_as_listed,
+              "]; launch the same number of ranks on every host, or use parallelism.expert_parallel_comm_backend: standard");
+  c.across_hosts = group->split([L](int g) { return g % L; }, [L](int g) { return g / L; }, "ep_across_hosts");
+  c.within_host = group->split([L](int g) { return g / L; }, [L](int g) { return g % L; }, "ep_within_host");
+  return c;
 }
 
 }  // namespace
@@ -172,7 +201,7 @@ ParallelModel parallelize(decoder::Decoder& model, comms::DeviceMesh& mesh, cons
     comms::PG ep_group = mesh.dp_shard_cp->split([e](int s) { return s / e; }, [e](int s) { return s % e; }, "ep");
     comms::PG expert_dp =
         mesh.dp_shard_cp->split([e](int s) { return s % e; }, [e](int s) { return s / e; }, "dp_shard_mod_ep");
-    apply_ep(model, ep_group, pm.specs, own);
+    apply_ep(model, expert_comm(mesh, ep_group, opt.expert_comm), pm.specs, own);
     // expert weights: sharded over the ranks holding the same experts; their gradient gathered
     // every ep rank's tokens already, so the dp average is 1/ep of the group average
     placement = [&mesh, expert_dp, ep](const ShardSpec& s) {

@@ -35,6 +35,8 @@ struct ParallelOptions {
   std::vector<ModelChunk> pipeline_chunks;
   // context parallel (mesh.cp > 1): how attention exchanges K/V over the cp group (parallel/context_parallel.h)
   RotateMethod context_parallel_rotate = RotateMethod::AllGather;
+  // expert parallel: how a MoE layer's tokens reach the experts' ranks (comms/moe_dispatch.h)
+  comms::ExpertCommBackend expert_comm = comms::ExpertCommBackend::Standard;
   // training.mixed_precision_param: BF16 (the step under bf16 autocast) all-gathers the parameters that are only
   // bf16 GEMM operands (ShardSpec::bf16_operand) in bf16, as FSDP2's param_dtype; the rest in float32
   DType param_dtype = DType::F32;

@@ -274,18 +274,10 @@ OPEN = {
                  # dispatch's count exchange and host sync were priced (docs/simulator.md), then +68.1%;
                  # +68.6% measured 2026-12-04 (before and after FSDP's all-gathers were priced as typed bytes);
                  # +66.2% 2026-12-05 with cuDNN's attention priced at its head dim (64 here; [fa3-hd])
-    # NeMo AutoModel's DeepSeek-V3 / Kimi K2 rows (TE + DeepEP), simulated slow: half of the simulated step is the
-    # expert dispatch's all-to-all over 8 nodes left exposed, which DeepEP's kernels run at other rates and may
-    # overlap; not yet modelled (docs/simulator.md, 'Open')
-    # (recorded -33.2%, -26.0%, -23.1% while FSDP re-gathered every micro-batch's weights under pipeline parallel,
-    # before TorchTitan's reshard policy, 2026-12-04)
-    "DeepSeek-V3 671B, 256 H100, PP4 x VP8 x EP64 x FSDP64": ("simulated slow: exposed expert all-to-all", -0.324),
-    # (-22.2% until 2026-12-05, when a receive of the next accumulation step stopped taking the previous one's
-    # message: its four schedules no longer overlap, its bubble 0.72 -> 2.20 s)
-    "DeepSeek-V3 671B, 1024 H100, PP4 x VP8 x EP64 x FSDP256": ("simulated slow: exposed expert all-to-all", -0.245),
-    # (-22.5% until the same change, which moved it within OPEN_DRIFT: its bubble 1.25 -> 1.93 s; noticed and
-    # recorded 2026-12-05, a later session)
-    "Kimi K2 1T, 256 H100, PP8 x VP4 x EP32 x FSDP32": ("simulated slow: exposed expert all-to-all", -0.270),
+    # (NeMo AutoModel's DeepSeek-V3 / Kimi K2 rows (TE + DeepEP) were open here, simulated slow by their exposed
+    # expert all-to-all: -32.4%, -24.5%, -27.0% as last recorded, with the standard one-exchange dispatch; within
+    # their bars since their configs run DeepEP's two-level dispatch as the rows state (titan's hierarchical
+    # backend, 2026-12-06: -12.7%, -3.8%, -4.7%; docs/simulator.md))
     # TorchTitan's Float8 rows, simulated fast (the bf16 compiled row of the same model is already +7.8%): FP8 GEMMs
     # are priced at the bf16 table's fraction of the FP8 peak, for want of a published FP8 GEMM sweep of the part;
     # torchao's casts, amax reductions and FSDP's float8 all-gather as titan's (docs/simulator.md, 'FP8'). Recorded

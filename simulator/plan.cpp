@@ -37,7 +37,7 @@ std::vector<std::vector<double>> meta_routing_weights(const JobConfig& cfg) {
 }
 }  // namespace
 
-StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device device, int rank) {
+StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device device, int rank, int ranks_per_host) {
   TITAN_CHECK(device == Device::Meta || world == 1, "plan_step: a real (cpu) step plays one rank, not ", world);
   TITAN_CHECK(rank >= 0 && rank < world, "plan_step: rank ", rank, " outside the world of ", world);
   StepPlan plan;
@@ -50,7 +50,10 @@ StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device dev
   const MemoryStats before = mt.stats();
   mt.reset_peak();
   {
-    comms::DeviceMesh mesh(mesh_degrees(cfg), /*fake=*/true, rank, world);
+    std::vector<int> host_of(world, 0);
+    if (ranks_per_host > 0)
+      for (int w = 0; w < world; ++w) host_of[w] = w / ranks_per_host;
+    comms::DeviceMesh mesh(mesh_degrees(cfg), /*fake=*/true, rank, world, host_of);
     plan.layout = mesh.describe();
     plan.dp_degree = mesh.degrees.dp_replicate * mesh.degrees.dp_shard;
     plan.tp_degree = mesh.degrees.tp;

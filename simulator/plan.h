@@ -37,7 +37,9 @@ struct StepPlan {
 // device Meta (planning) or, for world 1, CPU: the same step really computed
 // (tests hold the meta counts and memory to the real ones).
 // `rank`: the world rank the plan plays (a pipeline's stages differ: the simulator plans one rank per stage).
+// ranks_per_host: world rank w on host w / ranks_per_host (the simulated system's ranks; 0: one host), which
+// what depends on hosts sees (the hierarchical expert dispatch).
 StepPlan plan_step(const JobConfig& cfg, int world, bool with_events = false, Device device = Device::Meta,
-                   int rank = 0);
+                   int rank = 0, int ranks_per_host = 0);
 
 }  // namespace titan

@@ -79,7 +79,7 @@ void load_target(const JobConfig& cfg, int world, SystemSpec& sys, ChipSpec& chi
 // its own slot: the result does not depend on the threads. Every plan runs on a fresh thread (none inherits the
 // caller's thread-local scopes, whatever the count) whose own OpenMP regions take one thread (the helpers are
 // the parallelism). A failure is the lowest failing stage's.
-std::vector<StepPlan> plan_stages(const JobConfig& cfg, int world, int64_t pp) {
+std::vector<StepPlan> plan_stages(const JobConfig& cfg, int world, int64_t pp, int ranks_per_host) {
   std::vector<StepPlan> plans((size_t)pp);
   std::vector<std::exception_ptr> failed((size_t)pp);
   std::atomic<int64_t> next{0};
@@ -87,7 +87,8 @@ std::vector<StepPlan> plan_stages(const JobConfig& cfg, int world, int64_t pp) {
     omp_set_num_threads(1);
     for (int64_t s; (s = next++) < pp;) {
       try {
-        plans[(size_t)s] = plan_step(cfg, world, /*with_events=*/true, Device::Meta, (int)(s * (world / pp)));
+        plans[(size_t)s] = plan_step(cfg, world, /*with_events=*/true, Device::Meta, (int)(s * (world / pp)),
+                                     ranks_per_host);
       } catch (...) {
         failed[(size_t)s] = std::current_exception();
       }
@@ -117,7 +118,8 @@ SimResult simulate_step(const JobConfig& cfg, int world, const std::vector<SpecE
   // one planned rank per pipeline stage (the first rank of each stage's slice of the world); SPMD within a stage
   const int64_t pp = cfg.parallelism.pipeline_parallel_degree;
   TITAN_CHECK(world % pp == 0, "simulation: world size ", world, " is not divisible by pipeline_parallel_degree ", pp);
-  std::vector<StepPlan> plans = plan_stages(cfg, world, pp);
+  // a system is a host: its chips' ranks share one (the hierarchical expert dispatch's hosts)
+  std::vector<StepPlan> plans = plan_stages(cfg, world, pp, sys.chips * (int)sc.ranks_per_chip);
   const StepPlan& plan = plans[0];
   const int rpc = (int)sc.ranks_per_chip;
   r.chip = chip.name;

@@ -143,6 +143,9 @@ std::vector<Field> fields(JobConfig& c) {
                    "cp: ranks sharing each sequence (2 x cp chunks, head-tail balanced); seq_len divisible by 2cp"),
       config::bind("parallelism.context_parallel_rotate_method", &c.parallelism.context_parallel_rotate_method,
                    "K/V exchange over cp: allgather (Llama 3's) or alltoall (ring attention), overlapped"),
+      config::bind("parallelism.expert_parallel_comm_backend", &c.parallelism.expert_parallel_comm_backend,
+                   "ep > 1: standard (one all-to-all, a row per token and expert) or hierarchical (DeepEP's: a "
+                   "token crosses to a host once, then fans out to its ranks there)"),
       config::bind("activation_checkpoint.mode", &c.activation_checkpoint.mode,
                    "recompute activations in backward: none, full (every block), selective (selective_ac_option)"),
       config::bind("activation_checkpoint.selective_ac_option", &c.activation_checkpoint.selective_ac_option,
@@ -449,6 +452,11 @@ void validate(const JobConfig& c) {
     TITAN_CHECK(p.context_parallel_degree > 1 || p.context_parallel_rotate_method == parallel::RotateMethod::AllGather,
                 "config error: parallelism.context_parallel_rotate_method (", config::enum_name(p.context_parallel_rotate_method),
                 ") applies only with parallelism.context_parallel_degree > 1 (it is 1); set the degree or drop the key");
+    TITAN_CHECK(p.expert_parallel_degree > 1 || p.expert_parallel_comm_backend == comms::ExpertCommBackend::Standard,
+                "config error: parallelism.expert_parallel_comm_backend (",
+                config::enum_name(p.expert_parallel_comm_backend), ") applies only with "
+                "parallelism.expert_parallel_degree > 1 (it is ", p.expert_parallel_degree,
+                "); set the degree or drop the key");
     TITAN_CHECK(!p.sequence_parallel_regather || (p.tensor_parallel_degree > 1 && p.enable_sequence_parallel),
                 "config error: parallelism.sequence_parallel_regather needs sequence parallel: "
                 "parallelism.tensor_parallel_degree > 1 (it is ", p.tensor_parallel_degree,

@@ -141,6 +141,7 @@ struct JobConfig {
     // gradients sharded over dp_shard x cp (parallel/context_parallel.h)
     int64_t context_parallel_degree = 1;
     parallel::RotateMethod context_parallel_rotate_method = parallel::RotateMethod::AllGather;
+    comms::ExpertCommBackend expert_parallel_comm_backend = comms::ExpertCommBackend::Standard;
   } parallelism;
 
   struct Comm {  // TorchTitan's comm section: the collective watchdog (comms/watchdog.h)

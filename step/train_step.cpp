@@ -24,6 +24,7 @@ parallel::ParallelOptions parallel_options(const JobConfig& cfg) {
   o.sequence_parallel_regather = p.sequence_parallel_regather;
   o.async_tensor_parallel = p.enable_async_tensor_parallel;
   o.context_parallel_rotate = p.context_parallel_rotate_method;
+  o.expert_comm = p.expert_parallel_comm_backend;
   o.param_dtype = compute_dtype(cfg);
   return o;
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <functional>
 #include <optional>
+#include <set>
 
 #include "comms/collective_matmul.h"
 #include "comms/device_mesh.h"
@@ -640,6 +641,105 @@ TEST(MoeDispatch, ExpertParallelEqualsLocalWithSkewedRouting) {
     sum(mul(y_local, dy)).backward();
     expect_near_vec_d(xr.grad().to_vector<double>(), xl.grad().to_vector<double>(), 1e-12);
     expect_near_vec_d(wr.grad().to_vector<double>(), wl.grad().to_vector<double>(), 1e-12);
+  }
+}
+
+// The hierarchical dispatch (DeepEP's two-level exchange) on the world split as H hosts of L ranks (every L
+// dividing the world: one host, one rank per host, and between), with experts repeated on one host, spread
+// over hosts, all on one expert, weights on the outputs or the inputs: outputs and the gradients into the
+// tokens and the routing weights equal the local computation's; the rows it moves between "hosts" are the
+// distinct (token, host) pairs, the rows each rank's experts see the (token, expert) pairs.
+TEST(MoeDispatch, HierarchicalEqualsLocalOnEveryHostSplit) {
+  PG pg = world();
+  const int P = pg->size(), r = pg->rank();
+  const int64_t H = 3;
+  for (int L = 1; L <= P; ++L) {
+    if (P % L) continue;
+    ExpertComm ep{pg, pg->split([L](int g) { return g % L; }, [L](int g) { return g / L; }, "across"),
+                  pg->split([L](int g) { return g / L; }, [L](int g) { return g % L; }, "within")};
+    for (MoeCase c : {MoeCase{5, 2, 2 * P, false}, MoeCase{4, 1, P, true}, MoeCase{6, 4, 4 * P, false}}) {
+      for (bool on_inputs : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "L " << L << " T " << c.T << " k " << c.k << " E " << c.E << " skew "
+                                          << c.all_to_expert0 << " on_inputs " << on_inputs);
+        const int64_t T = c.T + r;
+        Generator g(1000 + r), gw(7);
+        Tensor x = randn({T, H}, g, DType::F64);
+        Tensor W = randn({c.E, H, H}, gw, DType::F64);
+        std::vector<int64_t> ids;
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t j = 0; j < c.k; ++j) ids.push_back(c.all_to_expert0 ? 0 : (t * 5 + j * (c.E / c.k + 1) + r) % c.E);
+        Tensor idx = from_vector<int64_t>(ids, {T, c.k});
+        Tensor w = softmax(randn({T, c.k}, g, DType::F64));
+        auto run = [&](const Tensor& xi, const Tensor& wi, bool hier) {
+          auto d = hier ? dispatch_by_host(xi, idx, wi, c.E, ep, on_inputs) : dispatch(xi, idx, wi, c.E, nullptr, on_inputs);
+          const int64_t El = c.E / (hier ? P : 1), first = hier ? r * El : 0;
+          Tensor y = tanh(grouped_linear(d.expert_input, slice(W, 0, first, first + El), Tensor(), d.tokens_per_local_expert));
+          return std::make_pair(combine(y, *d.handle), d);
+        };
+        Tensor xh = x.clone().detach().requires_grad_(true), wh = w.clone().detach().requires_grad_(true);
+        auto [y_h, dh] = run(xh, wh, true);
+        Tensor xl = x.clone().detach().requires_grad_(true), wl = w.clone().detach().requires_grad_(true);
+        auto [y_l, dl] = run(xl, wl, false);
+        expect_near_vec_d(y_h.to_vector<double>(), y_l.to_vector<double>(), 1e-12);
+        Generator gy(2000 + r);
+        Tensor dy = randn(y_h.shape(), gy, DType::F64);
+        sum(mul(y_h, dy)).backward();
+        sum(mul(y_l, dy)).backward();
+        expect_near_vec_d(xh.grad().to_vector<double>(), xl.grad().to_vector<double>(), 1e-12);
+        expect_near_vec_d(wh.grad().to_vector<double>(), wl.grad().to_vector<double>(), 1e-12);
+        // rows sent across hosts: one per (token, host of any of its experts)
+        const int64_t El = c.E / P;
+        int64_t want = 0;
+        for (int64_t t = 0; t < T; ++t) {
+          std::set<int64_t> hosts;
+          for (int64_t j = 0; j < c.k; ++j) hosts.insert(ids[t * c.k + j] / El / L);
+          want += (int64_t)hosts.size();
+        }
+        int64_t sent = 0;
+        for (int64_t n : dh.handle->send1) sent += n;
+        EXPECT_EQ(sent, want);
+        // every (token, expert) pair became one expert row somewhere
+        int64_t rows = 0;
+        for (int64_t n : dh.tokens_per_local_expert) rows += n;
+        const double got = pg->all_reduce(from_vector<double>({(double)rows}, {1})).to_vector<double>()[0];
+        const double pairs = pg->all_reduce(from_vector<double>({(double)(T * c.k)}, {1})).to_vector<double>()[0];
+        EXPECT_EQ(got, pairs);
+      }
+    }
+  }
+}
+
+// Planned (meta, fake groups), 64 ranks as 8 hosts of 8, 256 experts, top-8: the expert rows are the standard
+// dispatch's; between hosts a token moves once per host it reaches, at most 8 and, with its experts confined
+// to 4 of 8 groups (one group a host), at most 4 — fewer rows than the standard dispatch's k per token.
+TEST(MoeDispatch, PlannedHierarchicalMovesATokenOncePerHost) {
+  if (world()->rank() != 0) return;
+  const int P = 64, L = 8;
+  std::vector<int> members(P);
+  for (int i = 0; i < P; ++i) members[i] = i;
+  PG g = ProcessGroup::fake(0, members, "ep");
+  ExpertComm ep{g, g->split([](int x) { return x % L; }, [](int x) { return x / L; }, "across"),
+                g->split([](int x) { return x / L; }, [](int x) { return x % L; }, "within")};
+  const int64_t T = 4096, k = 8, E = 256, Hd = 16;
+  Tensor x = empty({T, Hd}, DType::F32, Device::Meta), idx = empty({T, k}, DType::I64, Device::Meta);
+  Tensor w = empty({T, k}, DType::F32, Device::Meta);
+  auto flat = dispatch(x, idx, w, E, g);
+  auto across = [](const Dispatched& d) {
+    int64_t n = 0;
+    for (size_t i = 1; i < d.handle->send1.size(); ++i) n += d.handle->send1[i];  // to the other hosts
+    return n;
+  };
+  for (auto [groups, chosen] : {std::pair<int64_t, int64_t>{1, 1}, {8, 4}}) {
+    SCOPED_TRACE(::testing::Message() << chosen << " of " << groups << " groups");
+    auto h = dispatch_by_host(x, idx, w, E, ep, false, 0, groups, chosen);
+    EXPECT_EQ(h.tokens_per_local_expert, flat.tokens_per_local_expert);
+    EXPECT_EQ(h.expert_input.size(0), flat.expert_input.size(0));
+    const int64_t moved = across(h);
+    // every token reaches ~ 8 (1 - (7/8)^8 ...) hosts without groups, <= 4 with them; the standard dispatch
+    // moves 7/8 of its T k rows to other hosts
+    EXPECT_LT(moved, T * k * 7 / 8);
+    if (chosen == 4) EXPECT_LE(moved, T * 4);
+    else EXPECT_GT(moved, T * 4);
   }
 }
 

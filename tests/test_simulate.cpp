@@ -1062,7 +1062,8 @@ TEST(Simulation, PipelineContextAndExpertTransfersTravelInTheComputeDtype) {
        {"model.n_layers", "2", "parallelism.context_parallel_degree", "2", "parallelism.data_parallel_shard_degree",
         "4"},
        8, {{"all_gather", 2 * 2 * 2}, {"reduce_scatter", 2 * 2}}},
-      {"configs/validation/qwen3_30b_a3b_h100x8.yaml", "ep", {"model.n_layers", "2"}, 8, {{"all_to_all", 2 * 4}}},
+      {"configs/validation/qwen3_30b_a3b_h100x8.yaml", "ep",  // (the hierarchical dispatch moves its weights in float32)
+       {"model.n_layers", "2", "parallelism.expert_parallel_comm_backend", "standard"}, 8, {{"all_to_all", 2 * 4}}},
   };
   for (const Case& c : cases) {
     std::vector<std::string> f32 = c.keys;
@@ -1284,6 +1285,57 @@ TEST(Simulation, ExpertParallelMoEStepRunsOnMeta) {
   EXPECT_GT(r.exposed_by_kind.count("all_to_all"), 0u);  // waited on in the critical path
   EXPECT_GT(r.mfu, 0.05);
   EXPECT_LT(r.mfu, 0.8);
+}
+
+// The hierarchical expert dispatch, planned over hosts (a system is a host): its all-to-alls run on groups
+// across and within hosts, the expert rows (so the expert GEMMs) are the standard dispatch's, and it moves
+// less between hosts (DeepSeek-V3's experts in 8 groups, a token's in 4 of them: one 8-GPU HGX per group at EP 64);
+// on one host each token reaches each rank once. Refused without expert parallel.
+TEST(Simulation, HierarchicalExpertDispatchCrossesHostsOncePerToken) {
+  const std::vector<std::string> small = {"model.n_layers", "5", "parallelism.pipeline_parallel_degree", "1",
+                                          "training.local_batch_size", "1", "training.global_batch_size", "64",
+                                          "simulation.world_size", "64", "simulation.num_systems", "8",
+                                          "parallelism.expert_parallel_comm_backend"};
+  auto with = [&](const char* backend) {
+    std::vector<std::string> o;
+    for (const auto& x : {"parallelism.pipeline_parallel_schedule", "1F1B", "parallelism.pipeline_parallel_microbatch_size",
+                          "1", "parallelism.pipeline_parallel_layers_per_stage", "-1",
+                          "parallelism.pipeline_parallel_first_stage_less_layers", "0",
+                          "parallelism.pipeline_parallel_last_stage_less_layers", "0"})
+      o.push_back(x);
+    o.insert(o.end(), small.begin(), small.end());
+    o.push_back(backend);
+    return simulate_step(sim_config("configs/validation/deepseek_v3_671b_h100x256.yaml", o), 64);
+  };
+  const SimResult standard = with("standard"), hier = with("hierarchical");
+  EXPECT_GT(hier.comm_busy_by_group.count("ep_across_hosts"), 0u);
+  EXPECT_GT(hier.comm_busy_by_group.count("ep_within_host"), 0u);
+  EXPECT_EQ(hier.comm_busy_by_group.count("ep"), 0u);  // the expert rows never cross the whole group at once
+  EXPECT_GT(standard.comm_busy_by_group.count("ep"), 0u);
+  EXPECT_NEAR(hier.compute_by_class.at("gemm"), standard.compute_by_class.at("gemm"),
+              1e-9 * standard.compute_by_class.at("gemm"));
+  // between hosts: <= 4 rows per token instead of the standard dispatch's 8 (7 of them to other hosts)
+  const double across = hier.comm_busy_by_group.at("ep_across_hosts"), all = standard.comm_busy_by_group.at("ep");
+  EXPECT_LT(across, 0.65 * all) << across << " s across hosts vs " << all << " s";
+  EXPECT_LT(hier.exposed_by_kind.at("all_to_all"), standard.exposed_by_kind.at("all_to_all"));
+  EXPECT_NE(error_of([] {
+              sim_config("configs/qwen3_32b.yaml", {"parallelism.expert_parallel_comm_backend", "hierarchical"});
+            }).find("parallelism.expert_parallel_comm_backend (hierarchical) applies only with "
+                    "parallelism.expert_parallel_degree > 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              sim_config("configs/qwen3_32b.yaml", {"parallelism.expert_parallel_comm_backend", "deepep"});
+            }).find("standard, hierarchical"),
+            std::string::npos);
+  // an ep group over hosts of unequal shares (3 ranks a host: group 0-3 on hosts 0,0,0,1) is refused, naming them
+  const std::string e = error_of([] {
+    plan_step(sim_config("configs/validation/qwen3_30b_a3b_h100x8.yaml",
+                         {"model.n_layers", "2", "parallelism.data_parallel_shard_degree", "12",
+                          "parallelism.expert_parallel_degree", "4", "training.global_batch_size", "48"}),
+              12, false, Device::Meta, 0, /*ranks_per_host=*/3);
+  });
+  EXPECT_NE(e.find("needs every host to hold the same number of each expert-parallel group's ranks"), std::string::npos) << e;
+  EXPECT_NE(e.find("sits on hosts [0,0,0,1]"), std::string::npos) << e;
 }
 
 TEST(Simulation, ChromeTraceIsValidJsonWithTheExpectedTracks) {

@@ -286,7 +286,9 @@ Tensor MoE::forward(const Tensor& x) const {
     if (renormalize) w = div(w, sum(w, {1}, true));
   }
   if (routed_scale != 1.0) w = mul(w, routed_scale);
-  auto d = comms::dispatch(h, idx, w, num_experts, ep_group, score_before_experts, moe_layer);
+  auto d = ep.hierarchical() ? comms::dispatch_by_host(h, idx, w, num_experts, ep, score_before_experts, moe_layer,
+                                                       n_group, topk_group)
+                             : comms::dispatch(h, idx, w, num_experts, ep.group, score_before_experts, moe_layer);
   last_routed = moe::count_routed(idx, num_experts);
   last_aux_loss = aux_loss_coeff > 0 ? moe::switch_aux_loss(softmax(logits, -1), last_routed, aux_loss_coeff * aux_loss_scale) : Tensor();
   Tensor y = comms::combine(experts->forward(d.expert_input, d.tokens_per_local_expert), *d.handle);  // [T, H]

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "comms/moe_dispatch.h"
 #include "comms/process_group.h"
 #include "models/hf_layout.h"
 #include "models/decoder/args.h"
@@ -119,7 +120,7 @@ class MoE : public nn::Module {
   // auxiliary-loss-free balancing: added to the scores for the top-k choice
   // only (the weights come from the unbiased scores); not trained
   Tensor expert_bias;  // [E]
-  comms::PG ep_group;  // null: all experts local (an expert-parallel plan sets it)
+  comms::ExpertComm ep;  // group null: all experts local (an expert-parallel plan sets it)
   mutable std::vector<int64_t> last_routed;  // (token, k) pairs this rank routed to each expert, last forward
   mutable Tensor last_aux_loss;
 };

@@ -4,8 +4,10 @@ own network stack, hostname and /dev/shm, ranks on different hosts talking TCP o
 
   multihost.py --build BUILD --case parity   2 hosts x 2 ranks: FSDP 4, HSDP 2 x 2 (shard within a host,
                                              replicate across), FSDP 2 x TP 2 + SP (TP within a host), PP 2 x
-                                             FSDP 2 (a stage per host), EP 2 x HSDP (gpt-oss): losses, gradients
-                                             and exports equal to one rank (parity.py's contract); HSDP with
+                                             FSDP 2 (a stage per host), EP 2 x HSDP (gpt-oss), EP 4 with the
+                                             hierarchical dispatch (its all-to-alls across and within hosts):
+                                             losses, gradients and exports equal to one rank (parity.py's
+                                             contract); HSDP with
                                              ranks numbered round-robin over hosts (mpirun --map-by node): the
                                              mesh still shards within a host (its collectives' groups say so)
   multihost.py --build BUILD --case eval_hosts4   titan-eval across 2 hosts (FSDP 2 x TP 2) = one rank's loss;
@@ -127,6 +129,19 @@ def case_parity(build, c):
             spans = re.search(r"parallelism: .* over 2 hosts \(h1: ranks 0-1; h2: ranks 2-3\)", text)
             c(spans is not None, f"{name} on {HOSTS} hosts (the log: {spans.group(0) if spans else 'no hosts line'}) "
                                  f"equals one rank")
+        # the hierarchical expert dispatch over 2 hosts x 2 ranks: a token crosses to the other host once (group
+        # ep_across_hosts: a rank and its peer of the same local index), then fans out within it (ep_within_host)
+        np_, ref, _, flags = layouts["oss_ep4_hier"]
+        out, _ = run_layout(build, "hosts2_oss_ep4_hier", np_, ref, flags + " --profiling.enable_profiling true "
+                            "--profiling.profile_step 2", launcher(np_), where=f" on {HOSTS} hosts")
+        for r in range(np_):
+            groups = {g: ranks for k, g, ranks, _, _ in read_collectives(os.path.join(out, f"collectives_rank{r}.tsv"))
+                      if k == "all_to_all"}
+            want = {"ep_across_hosts": "0,2" if r % 2 == 0 else "1,3", "ep_within_host": "0,1" if r < 2 else "2,3"}
+            c(all(groups.get(g) == v for g, v in want.items()),
+              f"hierarchical EP 4 on {HOSTS} hosts, rank {r}: all-to-alls across hosts over ranks "
+              f"{groups.get('ep_across_hosts')}, within its host over {groups.get('ep_within_host')} (want "
+              f"{want['ep_across_hosts']}, {want['ep_within_host']}); equals one rank")
         # ranks numbered round-robin over hosts: world ranks 0, 2 on h1 and 1, 3 on h2; HSDP's shard groups must
         # still be a host's ranks (the mesh lays its dimensions over hosts, not over world ranks)
         np_, ref, _, flags = layouts["hsdp2x2"]
