@@ -34,6 +34,10 @@ std::unique_ptr<JobLock> open_job_folder(const JobConfig& cfg, comms::DeviceMesh
   if (cfg.job.print_args) log_info("effective config:\n" + cfg_text);
   else log_info("config: " + cfg.job.dump_folder + "/config.yaml (job.print_args true prints it here)");
   log_info("parallelism: " + mesh.describe() + (mesh.world > 1 ? "" : " (single rank)"));
+  if (cfg.parallelism.expert_parallel_degree > 1)  // ep borrows dp_shard x cp's ranks: not a mesh dimension
+    log_info("expert parallel: " + std::to_string(cfg.parallelism.expert_parallel_degree) +
+             " ranks share each MoE layer's experts (from dp_shard" + (mesh.degrees.cp > 1 ? " x cp" : "") +
+             "), dispatch " + config::enum_name(cfg.parallelism.expert_parallel_comm_backend));
   if (mesh.degrees.pp > 1) {
     const auto& p = cfg.parallelism;
     log_info("pipeline: " + config::enum_name(p.pipeline_parallel_schedule) + ", " +
