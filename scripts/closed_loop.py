@@ -53,6 +53,8 @@ LAYOUTS = [
                                                  "--parallelism.pipeline_parallel_layers_per_stage", "1",
                                                  "--parallelism.pipeline_parallel_microbatch_size", "2"]),
     ("qwen3-moe debug, EP 2", 2, MOE, ["--parallelism.expert_parallel_degree", "2"]),
+    ("qwen3-moe debug, EP 2, hierarchical", 2, MOE, ["--parallelism.expert_parallel_degree", "2",
+                                                     "--parallelism.expert_parallel_comm_backend", "hierarchical"]),
     ("qwen3 debug, FSDP 2, accumulation 2", 2, QWEN, ["--training.global_batch_size", "32"]),
     ("qwen3 debug, FSDP 2, full AC", 2, QWEN, ["--activation_checkpoint.mode", "full"]),
     ("qwen3 debug, 1 rank, selective AC", 1, QWEN, ["--activation_checkpoint.mode", "selective",
