@@ -246,6 +246,62 @@ CASES = [
         ("32B", 7168, 48, 8, 1, 192, 459.6), ("70B", 8192, 84, 8, 2, 384, 419.7), ("119B", 10240, 92, 8, 4, 768, 420.5),
         ("177B", 12288, 96, 8, 6, 1152, 432.8), ("314B", 16384, 96, 8, 8, 1536, 474.4),
         ("462B", 18432, 112, 8, 16, 3072, 459.9))
+] + [
+    # NeMo's and Megatron-Bridge's FP8 rows on DGX-H100 (docs/validation_sources.md N1-N6, B3, B4: NeMo 24.07 and
+    # Megatron-Bridge 25.11 tables), left out while titan priced bf16 only; added 2026-12-06, every dense one catalogued there,
+    # before any of their errors was seen, by this rule, written first: Transformer Engine's FP8 (NeMo 24.07:
+    # delayed scaling; Bridge's "FP8-CS": current scaling) as torchao's tensorwise Float8 (the same per-tensor scaled
+    # GEMMs; delayed scaling reads its scale from the amax history, which titan does not have), the output layer in
+    # bf16 (not a TE layer); everything else as the Megatron-Core rows above: compiled mode with cuDNN's attention,
+    # no recomputation (none is stated), TP with sequence parallel and its communication overlapped (async TP), the
+    # distributed optimizer as FSDP without resharding under PP and as replicas reducing once a step without it,
+    # micro-batches of the published size, interleaved 1F1B with the published virtual stages (blocks per virtual
+    # stage = layers / (PP x VP); the 405B's 126 blocks over 64: the edge stages one block fewer, the embedding and
+    # the head counted as blocks), context parallel as a ring (TE's), GPT-3 as the SC21 rows express GPT (SwiGLU of
+    # the 4h MLP's FLOPs), Nemotron-4 340B's squared-ReLU MLP likewise (2/3 of its width); Llama architectures as
+    # published (HF configs); DGX-H100 = h100-hgx; plans over the HBM priced with allow_oom.
+    (f"{name}, {gpus} H100, TP{tp} x PP{pp} (x{vp} virtual){' x CP' + str(cp) if cp > 1 else ''} x DP{gpus // (tp * pp * cp)}, "
+     f"seq {seq // 1024}k, FP8 ({src.split()[0]})" if pp > 1 else
+     f"{name}, {gpus} H100, DP{gpus}, seq {seq // 1024}k, FP8 ({src.split()[0]})",
+     "configs/validation/megatron_gpt_a100.yaml",
+     ["--model.dim", str(h), "--model.n_layers", str(layers), "--model.n_heads", str(heads), "--model.n_kv_heads",
+      str(kv), "--model.head_dim", str(h // heads), "--model.hidden_dim", str(ffn), "--model.vocab_size", str(vocab),
+      "--training.seq_len", str(seq), "--activation_checkpoint.mode", "none",
+      "--parallelism.tensor_parallel_degree", str(tp), "--parallelism.pipeline_parallel_degree", str(pp),
+      "--training.global_batch_size", str(gbs), *float8(),
+      "--simulation.system", "h100-hgx", "--simulation.num_systems", str(gpus // 8),
+      "--simulation.world_size", str(gpus), "--simulation.mode", "compiled",
+      "--simulation.attention_scores", "fused", "--simulation.attention_dropout", "0",
+      "--simulation.attention_kernel", "cudnn", "--simulation.allow_oom", "true",
+      "--simulation.published_tps", str(tps), "--simulation.published_source", src]
+     + (["--parallelism.enable_async_tensor_parallel", "true"] if tp > 1 else [])
+     + (["--parallelism.context_parallel_degree", str(cp), "--parallelism.context_parallel_rotate_method", "alltoall"]
+        if cp > 1 else [])
+     + (["--parallelism.data_parallel_replicate_degree", str(gpus // tp), "--parallelism.data_parallel_shard_degree", "1",
+         "--training.local_batch_size", str(mbs), "--parallelism.fsdp_reduce_every_microbatch", "false"] if pp == 1 else
+        ["--parallelism.data_parallel_replicate_degree", "1",
+         "--parallelism.data_parallel_shard_degree", str(gpus // (tp * pp * cp)),
+         "--parallelism.fsdp_reshard_after_forward", "never",
+         "--training.local_batch_size", str(gbs // (gpus // (tp * pp * cp))),
+         "--parallelism.pipeline_parallel_microbatch_size", str(mbs),
+         "--parallelism.pipeline_parallel_schedule", "Interleaved1F1B",
+         "--parallelism.pipeline_parallel_layers_per_stage", str(-(-layers // (pp * vp)))]
+        + (["--parallelism.pipeline_parallel_first_stage_less_layers", "1",
+            "--parallelism.pipeline_parallel_last_stage_less_layers", "1"] if layers % (pp * vp) else [])), 0.15)
+    # name, layers, hidden, heads, KV heads, MLP width (SwiGLU), vocab, seq, GPUs, global batch, micro-batch, TP, PP,
+    # CP, VP, published tokens/s per GPU, source
+    for name, layers, h, heads, kv, ffn, vocab, seq, gpus, gbs, mbs, tp, pp, cp, vp, tps, src in (
+        ("GPT-3 175B", 96, 12288, 96, 96, 32768, 51200, 2048, 128, 256, 1, 4, 8, 1, 6, 726, "NeMo 24.07 performance summary"),
+        ("GPT-3 175B", 96, 12288, 96, 96, 32768, 51200, 2048, 512, 2048, 2, 4, 8, 1, 6, 782, "NeMo 24.07 performance summary"),
+        ("Llama 2 70B", 80, 8192, 64, 8, 28672, 32000, 4096, 64, 128, 1, 4, 4, 1, 20, 1707, "NeMo 24.07 performance summary"),
+        ("Llama 3 70B", 80, 8192, 64, 8, 28672, 128256, 8192, 64, 128, 1, 4, 4, 2, 5, 1533, "NeMo 24.07 performance summary"),
+        ("Nemotron-4 340B", 96, 18432, 96, 8, 49152, 256000, 4096, 128, 32, 1, 8, 8, 1, 12, 322,
+         "NeMo 24.07 performance summary"),
+        ("Llama 2 7B", 32, 4096, 32, 32, 11008, 32000, 4096, 8, 128, 1, 1, 1, 1, 1, 16847, "NeMo 24.07 performance summary"),
+        ("Llama 3 70B", 80, 8192, 64, 8, 28672, 128256, 8192, 64, 128, 1, 4, 8, 1, 5, 1602,
+         "Megatron-Bridge 25.11 performance summary"),
+        ("Llama 3.1 405B", 126, 16384, 128, 8, 53248, 128256, 8192, 1024, 512, 1, 8, 8, 2, 8, 292,
+         "Megatron-Bridge 25.11 performance summary"))
 ]
 
 
@@ -334,6 +390,14 @@ OPEN = {
     # parallel the TP 8 rows were simulated slow with every tensor-parallel collective exposed (32B -24.1%, 314B
     # -17.1%); with it (the runs' --tp-comm-overlap) 314B came within its bar and 7.1B (+14.6% before) went out:
     # its 0.65 s step is the short-step regime of the 1.7B row, its TP 2 exchange now hidden
+    # NeMo 24.07's FP8 rows (added 2026-12-06 by the rule at their entry; six of the eight FP8 rows within their
+    # bars on their first run): the 128-GPU GPT-3 row, micro-batch 1, simulated slow where the same model at 512
+    # GPUs and micro-batch 2 is -2.5%; the 8-GPU Llama 2 7B row simulated fast, as TorchTitan's 8B Float8 rows
+    # (FP8 GEMMs priced at the bf16 table's fraction of the FP8 peak; a 3.0 s step of 16 micro-batches)
+    "GPT-3 175B, 128 H100, TP4 x PP8 (x6 virtual) x DP4, seq 2k, FP8 (NeMo)": (
+        "simulated slow at micro-batch 1 (the 512-GPU row, micro-batch 2: -2.5%)", -0.175),
+    "Llama 2 7B, 8 H100, DP8, seq 4k, FP8 (NeMo)": ("simulated fast: FP8 GEMM efficiency unmeasured (as TorchTitan's 8B "
+                                                    "Float8 rows)", 0.288),
     "GPT 1.7B (Megatron-Core), 48 H100, TP1 x PP1 x DP48": (
         "simulated fast: a 0.45 s step; micro-batch and recomputation not published", 0.436),
     "GPT 7.1B (Megatron-Core), 96 H100, TP2 x PP1 x DP48": (

@@ -98,7 +98,15 @@ struct Lane {
     int64_t owner;  // the collective's comm id; -1 for a point-to-point transfer
     std::string stream;
   };
-  std::map<std::string, std::vector<Use>> link_busy;
+  // a level's uses: `live` may still meet a transfer placed from now on; `done` ended at or before the compute
+  // clock, where every later transfer starts (the clock only moves forward), and is kept for the report only.
+  // Retired when live doubles: the scan of each placement stays as short as what is in flight.
+  struct Link {
+    std::vector<Use> live;
+    std::vector<std::pair<double, double>> done;
+    size_t retire_at = 16;
+  };
+  std::map<std::string, Link> link_busy;
   bool registered = false;  // the collective at `next` has been announced to the other lanes
   double stream_free_before = 0;  // the stream's free time when the transfer being placed was issued
   SimResult r;              // this lane's timeline and sums
@@ -142,9 +150,9 @@ class Schedule {
           l.r.compute_by_class[kClassSums[c]] += l.by_class[c];
       l.r.step_s = l.tc;
       for (auto& [s, t] : l.stream_free) l.r.step_s = std::max(l.r.step_s, t);
-      for (auto& [level, uses] : l.link_busy) {  // when each level's links carried this rank's transfers
-        std::vector<std::pair<double, double>> iv;
-        for (const auto& u : uses) iv.push_back({u.a, u.b});
+      for (auto& [level, link] : l.link_busy) {  // when each level's links carried this rank's transfers
+        std::vector<std::pair<double, double>> iv = link.done;
+        for (const auto& u : link.live) iv.push_back({u.a, u.b});
         std::sort(iv.begin(), iv.end());
         auto& merged = l.r.link_busy[level];
         for (const auto& [a, b] : iv) {
@@ -258,8 +266,16 @@ class Schedule {
   //    a collective holds the level, beside it at half the rate each (NCCL's channels progress together:
   //    they share the bandwidth, not a queue): the collective, still in flight, ends as much later as the
   //    transfer moved beside it. Point-to-point transfers take the level in turns among themselves.
-  double fill_gaps(Lane& l, double t, double work, std::vector<Lane::Use>& busy, int64_t owner,
-                   const std::string& stream) {
+  double fill_gaps(Lane& l, double t, double work, Lane::Link& link, int64_t owner, const std::string& stream) {
+    if (link.live.size() >= link.retire_at) {  // t >= l.tc: a use that ended by then is passed over below
+      std::vector<Lane::Use> keep;
+      for (auto& u : link.live)
+        if (u.b <= l.tc) link.done.push_back({u.a, u.b});
+        else keep.push_back(std::move(u));
+      link.live = std::move(keep);
+      link.retire_at = std::max<size_t>(16, 2 * link.live.size());
+    }
+    std::vector<Lane::Use>& busy = link.live;
     const bool p2p = owner < 0;
     std::vector<Lane::Use> pieces;
     std::map<int64_t, double> delayed;  // collective -> the seconds of its bytes moved later
