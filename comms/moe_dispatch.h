@@ -8,7 +8,8 @@
 // (rows summed back to their tokens) and combine's backward a dispatch;
 // gradients reach the router through topk_weight, which combine applies (or dispatch, weights_on_inputs).
 // Dropless: every (token, k) pair is routed; an expert with no tokens works.
-// combine sums each token's k contributions in expert order (deterministic).
+// combine sums each token's k contributions in a fixed order (deterministic): the standard backend in expert
+// order; the hierarchical one each rank's experts, then a host's ranks, then the hosts (not bitwise the same).
 //
 // Backends behind one interface: `group` null or of size 1 -> local (no
 // communication); otherwise experts are split evenly over the group's ranks
@@ -20,8 +21,8 @@
 //    (DeepSeek-V3 report, 3.2.2): a token crosses to another host once per host that holds any of its experts,
 //    to the rank of the sender's local index there, which forwards it once to each rank of its host holding
 //    any of them; that rank makes the (token, expert) rows. combine sums on the way back: each rank over its
-//    experts, each forwarder over its host's ranks, the token over hosts. Between hosts a token of k experts
-//    on m hosts moves m rows, not k.
+//    experts, each forwarder over its host's ranks, the token over hosts. A token of k experts on m hosts moves m
+//    rows across (m - 1 of them leave its host), not k.
 #pragma once
 #include <array>
 #include <memory>

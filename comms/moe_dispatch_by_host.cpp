@@ -158,10 +158,11 @@ TokenSpread spread(const std::vector<double>& w, int64_t T, int64_t k, int64_t E
   return r;
 }
 
-// x tokens' share of `of` (counted on spread.tokens), at least `lo`, at most `hi`
+// x tokens' share of `of` (counted on spread.tokens), at least `lo`, never more than `hi` (what there is to send;
+// a routing histogram heavier than k distinct experts a token allows can put lo above it)
 int64_t scaled(int64_t of, int64_t sampled, int64_t x, int64_t lo, int64_t hi) {
   const int64_t v = sampled > 0 ? (int64_t)std::llround((double)of * (double)x / (double)sampled) : 0;
-  return std::clamp(v, lo, std::max(lo, hi));
+  return std::clamp(v, std::min(lo, hi), hi);
 }
 
 }  // namespace
@@ -192,7 +193,9 @@ Dispatched dispatch_by_host(const Tensor& hidden, const Tensor& topk_idx, const 
   h->group = G, h->across = across, h->within = within;
   h->num_tokens = T, h->num_experts = E, h->local_experts = El;
   h->weights_on_inputs = weights_on_inputs;
-  const bool meta = hidden.is_meta() || topk_idx.is_meta() || G->is_fake();
+  const bool meta = hidden.is_meta() || topk_idx.is_meta();
+  TITAN_CHECK(meta || !G->is_fake(), "dispatch_by_host: a planned (fake) expert-parallel group dispatches meta "
+              "tensors, got ", hidden.device() == Device::Meta ? "meta" : "real", " hidden ", shape_str(hidden.shape()));
   Dispatched d;
   d.handle = h;
   d.tokens_per_local_expert.assign(El, 0);

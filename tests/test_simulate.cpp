@@ -1296,8 +1296,8 @@ TEST(Simulation, HierarchicalExpertDispatchCrossesHostsOncePerToken) {
                                           "training.local_batch_size", "1", "training.global_batch_size", "64",
                                           "simulation.world_size", "64", "simulation.num_systems", "8",
                                           "parallelism.expert_parallel_comm_backend"};
-  auto with = [&](const char* backend) {
-    std::vector<std::string> o;
+  auto with = [&](const char* backend, std::vector<std::string> more = {}) {
+    std::vector<std::string> o = more;
     for (const auto& x : {"parallelism.pipeline_parallel_schedule", "1F1B", "parallelism.pipeline_parallel_microbatch_size",
                           "1", "parallelism.pipeline_parallel_layers_per_stage", "-1",
                           "parallelism.pipeline_parallel_first_stage_less_layers", "0",
@@ -1318,6 +1318,11 @@ TEST(Simulation, HierarchicalExpertDispatchCrossesHostsOncePerToken) {
   const double across = hier.comm_busy_by_group.at("ep_across_hosts"), all = standard.comm_busy_by_group.at("ep");
   EXPECT_LT(across, 0.65 * all) << across << " s across hosts vs " << all << " s";
   EXPECT_LT(hier.exposed_by_kind.at("all_to_all"), standard.exposed_by_kind.at("all_to_all"));
+  // skewed routing (Zipf 2: a third of the pairs on one expert, more than a token's distinct experts allow at
+  // balance) plans and waits longer on its all-to-alls, as the standard dispatch does
+  const SimResult skewed = with("hierarchical", {"simulation.moe_routing_skew", "2"});
+  EXPECT_GT(skewed.exposed_by_kind.at("all_to_all"), hier.exposed_by_kind.at("all_to_all"));
+  EXPECT_GT(skewed.step_s, hier.step_s);
   EXPECT_NE(error_of([] {
               sim_config("configs/qwen3_32b.yaml", {"parallelism.expert_parallel_comm_backend", "hierarchical"});
             }).find("parallelism.expert_parallel_comm_backend (hierarchical) applies only with "
