@@ -33,6 +33,14 @@ Tensor detail::index_tensor(const std::vector<int64_t>& v, bool meta) {
 }
 using detail::index_tensor;
 
+void detail::check_dispatch_inputs(const char* who, const Tensor& hidden, const Tensor& topk_idx,
+                                   const Tensor& topk_weight) {
+  TITAN_CHECK(hidden.dim() == 2 && topk_idx.dim() == 2 && topk_weight.shape() == topk_idx.shape() &&
+                  topk_idx.size(0) == hidden.size(0),
+              who, ": expected hidden [T, H], topk_idx [T, k], topk_weight [T, k], got ", shape_str(hidden.shape()),
+              ", ", shape_str(topk_idx.shape()), ", ", shape_str(topk_weight.shape()));
+}
+
 namespace {
 thread_local const std::vector<std::vector<double>>* t_meta_routing = nullptr;
 }
@@ -95,10 +103,7 @@ std::vector<int64_t> meta_routed_counts(int64_t pairs, int64_t E, int64_t P, int
 
 Dispatched dispatch(const Tensor& hidden, const Tensor& topk_idx, const Tensor& topk_weight, int64_t E,
                     const PG& group, bool weights_on_inputs, int64_t moe_layer) {
-  TITAN_CHECK(hidden.dim() == 2 && topk_idx.dim() == 2 && topk_weight.shape() == topk_idx.shape() &&
-                  topk_idx.size(0) == hidden.size(0),
-              "dispatch: expected hidden [T, H], topk_idx [T, k], topk_weight [T, k], got ",
-              shape_str(hidden.shape()), ", ", shape_str(topk_idx.shape()), ", ", shape_str(topk_weight.shape()));
+  detail::check_dispatch_inputs("dispatch", hidden, topk_idx, topk_weight);
   const int64_t T = hidden.size(0), k = topk_idx.size(1);
   const int64_t P = group ? group->size() : 1;
   TITAN_CHECK(E % P == 0, "dispatch: ", E, " experts are not divisible by the ", P, " ranks of the expert-parallel group");

@@ -121,6 +121,8 @@ namespace detail {
 Tensor combine_by_host(const Tensor& expert_output, const DispatchHandle& handle);  // combine's hierarchical half
 // Index tensors on the data's device: meta data plans with meta indices.
 Tensor index_tensor(const std::vector<int64_t>& v, bool meta);
+// Both dispatches' inputs: hidden [T, H], topk_idx and topk_weight [T, k]; throws naming `who` and the shapes.
+void check_dispatch_inputs(const char* who, const Tensor& hidden, const Tensor& topk_idx, const Tensor& topk_weight);
 }  // namespace detail
 
 }  // namespace titan::comms

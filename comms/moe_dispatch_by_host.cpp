@@ -170,10 +170,7 @@ int64_t scaled(int64_t of, int64_t sampled, int64_t x, int64_t lo, int64_t hi) {
 Dispatched dispatch_by_host(const Tensor& hidden, const Tensor& topk_idx, const Tensor& topk_weight, int64_t E,
                             const ExpertComm& ep, bool weights_on_inputs, int64_t moe_layer, int64_t n_group,
                             int64_t topk_group) {
-  TITAN_CHECK(hidden.dim() == 2 && topk_idx.dim() == 2 && topk_weight.shape() == topk_idx.shape() &&
-                  topk_idx.size(0) == hidden.size(0),
-              "dispatch_by_host: expected hidden [T, H], topk_idx [T, k], topk_weight [T, k], got ",
-              shape_str(hidden.shape()), ", ", shape_str(topk_idx.shape()), ", ", shape_str(topk_weight.shape()));
+  detail::check_dispatch_inputs("dispatch_by_host", hidden, topk_idx, topk_weight);
   TITAN_CHECK(ep.hierarchical(), "dispatch_by_host: needs the expert-parallel group and its across-hosts and "
               "within-host groups (comms::ExpertComm)");
   const PG &G = ep.group, &across = ep.across_hosts, &within = ep.within_host;
