@@ -91,6 +91,34 @@ void ring_all_gather(const Tensor& local, const Tensor& full, int64_t s, const P
   }
 }
 
+// The ring all-gather on an FP8 wire (TorchTitan's async tensor parallel under the float8 tensorwise recipe: its
+// input cast before the gather, PyTorch's fused all-gather + scaled-matmul): this rank's rows `local` [B s, C] cast
+// once with one scale for the whole gathered tensor (this rank's amax all-reduced with reduce_max), passed round the
+// ring as 1-byte codes into `codes` [B, S, C] (U8), at(j, values) given each chunk's decoded values (what the FP8
+// GEMM multiplies, [B s, C]); returns the gathered values [B, S, C], marked as cast c (comms/functional.h).
+Tensor ring_all_gather_fp8(const Tensor& local, const Shape& full, int64_t s, const PG& p2p, int tag, const Fp8Cast& c,
+                           const std::function<void(std::vector<float>&)>& reduce_max,
+                           const std::function<void(int64_t j, const Tensor& values)>& at) {
+  const Fp8Codes mine = fp8_encode(local, c, reduce_max);
+  const Tensor codes = empty(full, DType::U8, local.device());
+  ring_all_gather(mine.codes, codes, s, p2p, tag, DType::F32,
+                  [&](int64_t j, const Tensor& cc) { at(j, fp8_decode(cc, c, mine.scale)); });
+  const Tensor values = fp8_decode(codes.reshape({full[0] * full[1], full[2]}), c, mine.scale).reshape(full);
+  mark_fp8_operand(values, c);
+  return values;
+}
+
+// One tensorwise cast of an FP8 operand for every GEMM that reads it (the projections' inputs; the output
+// gradient's two GEMMs), else none: the operand may travel as FP8 codes.
+std::optional<Fp8Cast> one_tensorwise(const std::vector<std::pair<const Fp8Cast*, const Fp8Cast*>>& uses) {
+  if (uses.empty() || !uses[0].first) return std::nullopt;
+  const Fp8Cast c = *uses[0].first;
+  if (c.high_precision || c.scaling != Fp8Scaling::tensorwise) return std::nullopt;
+  for (const auto& [a, b] : uses)
+    if (!a || !b || !(*a == c) || !(*b == c)) return std::nullopt;
+  return c;
+}
+
 // This rank's rows as the unfused gather delivers them to every rank, its own included: through the wire (bf16
 // values under autocast), so an FP8 cast of them is the unfused one's
 Tensor through_wire(const Tensor& local, DType wire) {
@@ -173,6 +201,11 @@ std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>
       k[i] = *f8[i];
       any_f8 = true;
     }
+  // every projection FP8 with one tensorwise cast of the input: the input travels as FP8 codes
+  std::vector<std::pair<const Fp8Cast*, const Fp8Cast*>> in_uses;
+  for (size_t i = 0; i < n; ++i)
+    in_uses.push_back(k[i] ? std::pair{&k[i]->input, &k[i]->input_for_grad_weight} : std::pair{nullptr, nullptr});
+  const std::optional<Fp8Cast> ring8 = one_tensorwise(in_uses);
 
   // ---- forward: step t holds rank (r - t) mod p's shard; its GEMMs run while the next shard travels
   // under op-level selective checkpointing the projections are kept or recomputed as their unfused GEMMs would be;
@@ -193,6 +226,7 @@ std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>
       if (!need[i] || !k[i]) continue;
       wq[i] = fp8_round_trip(float8_weight(ws[i], bf16), k[i]->weight, 1, /*rows_cut=*/true, false,
                              &k[i]->tp->reduce_max);
+      if (ring8) continue;
       size_t d = 0;
       while (d < xcast.size() && !(xcast[d].c == k[i]->input)) ++d;
       if (d == xcast.size()) {
@@ -201,20 +235,31 @@ std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>
       }
       cast_of[i] = d;
     }
-    ring_all_gather(local, X, s, p2p, kGather, wire, [&](int64_t j, const Tensor& c) {
-      V xq = xq_local;  // [R, H] each recipe's cast of the shard at hand
-      if (j != r)
-        for (size_t d = 0; d < xcast.size(); ++d) xq[d] = xcast[d].next(c);
-      for (size_t i = 0; i < n; ++i) {
-        if (!need[i]) continue;
-        if (!k[i]) {
-          detail::linear_forward(c, ws[i], bs[i], bf16, rows(Y[i], j, R));
-          continue;
+    if (ring8) {
+      X = ring_all_gather_fp8(local, X.shape(), s, p2p, kGather, *ring8, k[0]->tp->reduce_max,
+                              [&](int64_t j, const Tensor& xq) {  // [R, H] the chunk's FP8 values
+                                for (size_t i = 0; i < n; ++i) {
+                                  if (!need[i]) continue;
+                                  const Tensor y = detail::float8_output_gemm(xq, wq[i], bs[i], *k[i], bf16);
+                                  if (!y.is_meta()) copy_(rows(Y[i], j, R), y);
+                                }
+                              });
+    } else {
+      ring_all_gather(local, X, s, p2p, kGather, wire, [&](int64_t j, const Tensor& c) {
+        V xq = xq_local;  // [R, H] each recipe's cast of the shard at hand
+        if (j != r)
+          for (size_t d = 0; d < xcast.size(); ++d) xq[d] = xcast[d].next(c);
+        for (size_t i = 0; i < n; ++i) {
+          if (!need[i]) continue;
+          if (!k[i]) {
+            detail::linear_forward(c, ws[i], bs[i], bf16, rows(Y[i], j, R));
+            continue;
+          }
+          const Tensor y = detail::float8_output_gemm(xq[cast_of[i]], wq[i], bs[i], *k[i], bf16);  // [R, N_i]
+          if (!y.is_meta()) copy_(rows(Y[i], j, R), y);
         }
-        const Tensor y = detail::float8_output_gemm(xq[cast_of[i]], wq[i], bs[i], *k[i], bf16);  // [R, N_i]
-        if (!y.is_meta()) copy_(rows(Y[i], j, R), y);
-      }
-    });
+      });
+    }
     V y(n);
     for (size_t i = 0; i < n; ++i)
       if (need[i]) y[i] = from_chunks(Y[i], B, p);  // [B, S, N_i]
@@ -391,23 +436,34 @@ Tensor linear_reduce_scatter(const Tensor& x, const Tensor& w, const PG& p2p, co
         // whole gathered gradient's scales (this rank's shard cast before the ring)
         std::optional<RowShardCast> dycast;
         Tensor wq, dyq_local;
-        if (k && need_x) {
+        if (k && need_x)
           wq = fp8_round_trip(float8_weight(ws, bf16), k->weight_for_grad_input, 0, false, /*cols_cut=*/true,
                               &k->tp->reduce_max);
-          dycast = RowShardCast{k->grad_output, k->tp->reduce_max, {}};
-          dyq_local = dycast->first(local);
-        }
-        ring_all_gather(local, G, s, p2p, kGradGather, wire, [&](int64_t j, const Tensor& c) {
-          if (!need_x) return;  // dX's chunk j = c w ([R, K]; the input read for its shape only)
-          const Tensor at = chunk_view(dX, j, s);
-          if (k) {
-            const Tensor d = detail::float8_grad_input_gemm(j == r ? dyq_local : dycast->next(c), wq, *k, bf16);
-            put_chunk(dX, j, s, d);
-            return;
+        // one tensorwise cast for both its GEMMs: the gradient travels as FP8 codes
+        const std::optional<Fp8Cast> ring8 =
+            k ? one_tensorwise({{&k->grad_output, &k->grad_output_for_grad_weight}}) : std::nullopt;
+        if (ring8) {
+          G = ring_all_gather_fp8(local, G.shape(), s, p2p, kGradGather, *ring8, k->tp->reduce_max,
+                                  [&](int64_t j, const Tensor& dyq) {  // [R, N] the chunk's FP8 values
+                                    if (need_x) put_chunk(dX, j, s, detail::float8_grad_input_gemm(dyq, wq, *k, bf16));
+                                  });
+        } else {
+          if (k && need_x) {
+            dycast = RowShardCast{k->grad_output, k->tp->reduce_max, {}};
+            dyq_local = dycast->first(local);
           }
-          Tensor d = detail::linear_backward(c, rows(xs, 0, R), ws, false, true, false, bf16, at)[0];
-          if (!at.defined()) put_chunk(dX, j, s, d);
-        });
+          ring_all_gather(local, G, s, p2p, kGradGather, wire, [&](int64_t j, const Tensor& c) {
+            if (!need_x) return;  // dX's chunk j = c w ([R, K]; the input read for its shape only)
+            const Tensor at = chunk_view(dX, j, s);
+            if (k) {
+              const Tensor d = detail::float8_grad_input_gemm(j == r ? dyq_local : dycast->next(c), wq, *k, bf16);
+              put_chunk(dX, j, s, d);
+              return;
+            }
+            Tensor d = detail::linear_backward(c, rows(xs, 0, R), ws, false, true, false, bf16, at)[0];
+            if (!at.defined()) put_chunk(dX, j, s, d);
+          });
+        }
         Tensor dw;
         if (need_w && k) {  // q(dy, along M) of the gathered gradient (whole on every rank), q(x, along M) of the cut x
           const Tensor dyq = fp8_round_trip(G.reshape({B * s * p, N}), k->grad_output_for_grad_weight, 0, false, false,

@@ -40,18 +40,57 @@ Tensor reduce_from(const Tensor& x, const PG& pg, Wire w) {
       [](const V& g) { return V{g[0]}; })[0];
 }
 
-Tensor all_gather_op(const Tensor& x, int64_t dim, const PG& pg, const std::vector<int64_t>& sizes, ReduceOp grad_op) {
+Tensor all_gather_fp8(const Tensor& x, int64_t dim, const PG& pg, const std::vector<int64_t>& sizes, const Fp8Cast& c,
+                      DType wire) {
+  NoGradGuard ng;
+  TITAN_CHECK(x.dtype() == DType::F32 && x.dim() >= 1, "all_gather_fp8: a float32 tensor expected, got ",
+              dtype_name(x.dtype()), " ", shape_str(x.shape()), " (group '", pg->name(), "')");
+  dim = wrap_dim(dim, x.dim(), "all_gather_fp8");
+  Tensor t;
+  {
+    CostRecordPause pause;  // the gathered dim moved first and the wire's rounding: the emulation's, no GPU kernel
+    t = (dim == 0 ? x : transpose(x, 0, dim)).contiguous();  // [R, ...]
+    if (wire == DType::BF16 && !t.is_meta()) t = rounded_to_bf16(t);
+  }
+  const Shape ts = t.shape();
+  const int64_t R = ts[0], C = R > 0 ? t.numel() / R : numel(Shape(ts.begin() + 1, ts.end()));
+  const bool meta = t.is_meta();
+  const Fp8Codes codes = fp8_encode(t.reshape({R, C}), c, [&](std::vector<float>& amax) {
+    const int64_t n = (int64_t)amax.size();
+    if (meta) {  // a plan: the all-reduce priced, the values unchanged
+      pg->all_reduce(empty({n}, DType::F32, Device::Meta), ReduceOp::Max);
+      return;
+    }
+    amax = pg->all_reduce(from_vector<float>(amax, {n}), ReduceOp::Max).to_vector<float>();
+  });
+  const Tensor got = pg->all_gather(codes.codes, 0, sizes);  // [sum of R, C] codes, one byte each
+  CostRecordPause pause;
+  Shape os = ts;
+  os[0] = got.size(0);
+  Tensor out = fp8_decode(got, c, codes.scale).reshape(os);  // marked
+  if (dim == 0) return out;
+  out = transpose(out, 0, dim).contiguous();
+  mark_fp8_operand(out, c);
+  return out;
+}
+
+Tensor all_gather_op(const Tensor& x, int64_t dim, const PG& pg, const std::vector<int64_t>& sizes, ReduceOp grad_op,
+                     const std::optional<Fp8Cast>& fp8) {
   dim = wrap_dim(dim, x.dim(), "all_gather_op");
   const DType wire = wire_dtype(x.dtype());
   return custom_op(
-      "AllGather", {x}, [=](const V& in) { return V{pg->all_gather(in[0], dim, sizes, wire)}; },
+      "AllGather", {x},
+      [=](const V& in) {
+        return V{fp8 ? all_gather_fp8(in[0], dim, pg, sizes, *fp8, wire) : pg->all_gather(in[0], dim, sizes, wire)};
+      },
       [=](const V& g) {
         auto s = sizes.empty() ? std::vector<int64_t>(pg->size(), g[0].size(dim) / pg->size()) : sizes;
         return V{pg->reduce_scatter(g[0], dim, grad_op, s, wire)};
       })[0];
 }
 
-Tensor reduce_scatter_op(const Tensor& x, int64_t dim, const PG& pg, const std::vector<int64_t>& sizes) {
+Tensor reduce_scatter_op(const Tensor& x, int64_t dim, const PG& pg, const std::vector<int64_t>& sizes,
+                         const std::optional<Fp8Cast>& grad_fp8) {
   dim = wrap_dim(dim, x.dim(), "reduce_scatter_op");
   auto s = sizes_or_even(sizes, x.size(dim), pg);
   const DType wire = wire_dtype(x.dtype());
@@ -61,7 +100,9 @@ Tensor reduce_scatter_op(const Tensor& x, int64_t dim, const PG& pg, const std::
         return V{autograd::sac_forward(autograd::SacOp::ReduceScatter,
                                        [&] { return pg->reduce_scatter(in[0], dim, ReduceOp::Sum, s, wire); })};
       },
-      [=](const V& g) { return V{pg->all_gather(g[0], dim, s, wire)}; })[0];
+      [=](const V& g) {
+        return V{grad_fp8 ? all_gather_fp8(g[0], dim, pg, s, *grad_fp8, wire) : pg->all_gather(g[0], dim, s, wire)};
+      })[0];
 }
 
 Tensor gather_from(const Tensor& x, int64_t dim, const PG& pg, const std::vector<int64_t>& sizes) {

@@ -12,10 +12,21 @@
 // it moves, a reduction sums as NCCL sums bf16: ProcessGroup's bf16 wire); float32 outside autocast and float64
 // as it is. Parameters' gradients and a norm's statistics always travel in float32 (Wire::float32). The choice is
 // made when the op records and its backward keeps it.
+//
+// An FP8 wire (torchao's float8 tensor parallel under the tensorwise recipe: TorchTitan's Float8ColwiseParallel,
+// Float8RowwiseParallel, PrepareFloat8ModuleInput): the values, rounded to the activation wire's dtype first (the
+// bf16 tensor torchao casts), cast to FP8 with one scale for the whole gathered tensor (this rank's amax all-reduced
+// (max) over the group), moved as 1-byte codes, decoded on arrival and marked as that cast (mark_fp8_operand): the
+// FP8 GEMMs reading the result do not cast it again. The values are the gather's followed by the GEMM's cast, bit
+// for bit; the wire moves half a bf16 gather's bytes.
+//   all_gather_op(x, .., fp8)           fwd all-gather on the FP8 wire   bwd reduce-scatter (activation wire)
+//   reduce_scatter_op(x, .., grad_fp8)  fwd reduce-scatter               bwd all-gather on the FP8 wire
 #pragma once
+#include <optional>
 #include <vector>
 
 #include "comms/process_group.h"
+#include "src/ops/float8.h"
 
 namespace titan::comms {
 
@@ -28,8 +39,13 @@ DType wire_dtype(DType values, Wire w = Wire::activation);
 Tensor copy_to(const Tensor& x, const PG& pg, Wire w = Wire::activation);
 Tensor reduce_from(const Tensor& x, const PG& pg, Wire w = Wire::activation);
 Tensor all_gather_op(const Tensor& x, int64_t dim, const PG& pg, const std::vector<int64_t>& sizes = {},
-                     ReduceOp grad_op = ReduceOp::Sum);
-Tensor reduce_scatter_op(const Tensor& x, int64_t dim, const PG& pg, const std::vector<int64_t>& sizes = {});
+                     ReduceOp grad_op = ReduceOp::Sum, const std::optional<Fp8Cast>& fp8 = std::nullopt);
+Tensor reduce_scatter_op(const Tensor& x, int64_t dim, const PG& pg, const std::vector<int64_t>& sizes = {},
+                         const std::optional<Fp8Cast>& grad_fp8 = std::nullopt);
+// x (float32) gathered along dim on the FP8 wire with cast c (tensorwise), not differentiable: the values an FP8
+// GEMM multiplies, marked. `wire`: the activation wire the values are rounded to first (DType::BF16 or F32).
+Tensor all_gather_fp8(const Tensor& x, int64_t dim, const PG& pg, const std::vector<int64_t>& sizes, const Fp8Cast& c,
+                      DType wire);
 Tensor gather_from(const Tensor& x, int64_t dim, const PG& pg, const std::vector<int64_t>& sizes = {});
 Tensor split_to(const Tensor& x, int64_t dim, const PG& pg, const std::vector<int64_t>& sizes = {});
 

@@ -94,6 +94,7 @@ MPI_Datatype mpi_type(DType t) {
     case DType::I64: return MPI_INT64_T;
     case DType::I32: return MPI_INT32_T;
     case DType::BF16: return MPI_UINT16_T;  // bits: moved as they are, reduced by bf16_sum_op
+    case DType::U8: return MPI_UINT8_T;     // FP8 codes (a float8 wire): moved as they are, never reduced
     default: fail("comms: no MPI type for dtype ", dtype_name(t));
   }
 }

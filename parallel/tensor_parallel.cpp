@@ -194,19 +194,44 @@ std::vector<Entry> block_plan(decoder::DecoderLayer* layer, const decoder::Args&
   return plan;
 }
 
+// TorchTitan's float8 tensor parallel (the tensorwise recipe: Float8ColwiseParallel, Float8RowwiseParallel,
+// PrepareFloat8ModuleInput), under sequence parallel: a block's input travels on the FP8 wire (comms/functional.h)
+// when every projection reading it is an FP8 column-parallel one casting its input tensorwise alike (q, k, v; gate,
+// up: one cast of the rank's shard for all of them, half the bf16 bytes gathered), and its output gradient when its
+// row-parallel projection casts that gradient tensorwise for both its GEMMs and has no bias (a bias gradient sums
+// the gradient's own values, not its cast). Each GEMM then reads the values its own cast would have made.
+struct Fp8Wires {
+  std::optional<Fp8Cast> input, grad_output;
+};
+Fp8Wires fp8_wires(const std::vector<nn::Linear*>& readers, const nn::Linear* out) {
+  auto tensorwise = [](const Fp8Cast& c) { return !c.high_precision && c.scaling == Fp8Scaling::tensorwise; };
+  Fp8Wires w;
+  bool all = !readers.empty();
+  for (const nn::Linear* l : readers)
+    all = all && l->float8 && tensorwise(l->float8->input) && l->float8->input == readers[0]->float8->input &&
+          l->float8->input_for_grad_weight == l->float8->input;
+  if (all) w.input = readers[0]->float8->input;
+  if (out->float8 && !out->bias.defined() && tensorwise(out->float8->grad_output) &&
+      out->float8->grad_output_for_grad_weight == out->float8->grad_output)
+    w.grad_output = out->float8->grad_output;
+  return w;
+}
+
 // The collectives around an attention / MLP block. Inputs: replicated x -> copy_to (backward all-reduce);
 // with sequence parallel the residual stream is split along the sequence and gathered here (backward
 // reduce-scatter). Outputs: all-reduce, or reduce-scatter back to sequence shards. regather: the block's
 // gathered input [B, S, H] (what its colwise projections keep for their weight gradients) is freed when
 // its forward ends and gathered again from the rank's shard [B, S/tp, H] when its backward begins (not in
 // a checkpoint's first run, which keeps nothing, nor in its recompute, whose backward follows at once).
-void block_collectives(nn::Module& m, const comms::PG& pg, bool sequence_parallel, bool regather) {
-  auto block_out = [pg, sequence_parallel](nn::Module&, const Tensor& y) {
-    return sequence_parallel ? comms::reduce_scatter_op(y, 1, pg) : comms::reduce_from(y, pg);
+// fp8: the FP8 wires of sequence parallel's gathers (not with regather, whose gathers stay bf16).
+void block_collectives(nn::Module& m, const comms::PG& pg, bool sequence_parallel, bool regather,
+                       const Fp8Wires& fp8 = {}) {
+  auto block_out = [pg, sequence_parallel, g = fp8.grad_output](nn::Module&, const Tensor& y) {
+    return sequence_parallel ? comms::reduce_scatter_op(y, 1, pg, {}, g) : comms::reduce_from(y, pg);
   };
   if (!regather) {
-    m.register_forward_pre_hook([pg, sequence_parallel](nn::Module&, const Tensor& x) {
-      return sequence_parallel ? comms::all_gather_op(x, 1, pg) : comms::copy_to(x, pg);
+    m.register_forward_pre_hook([pg, sequence_parallel, f = fp8.input](nn::Module&, const Tensor& x) {
+      return sequence_parallel ? comms::all_gather_op(x, 1, pg, {}, comms::ReduceOp::Sum, f) : comms::copy_to(x, pg);
     });
     m.register_forward_post_hook(block_out);
     return;
@@ -409,6 +434,15 @@ void TensorParallel::hooks() {
       fused_block_collectives(*at, {at->q_proj, at->k_proj, at->v_proj}, at->o_proj, p2p_, "attention");
       fused_block_collectives(*layer->mlp, {layer->mlp->gate_proj, layer->mlp->up_proj}, layer->mlp->down_proj,
                               p2p_, "MLP");
+    } else if (sp && !opt_.regather) {
+      const Fp8Wires none;
+      block_collectives(*at, pg, sp, false,
+                        at->kv_a_proj ? none : fp8_wires({at->q_proj, at->k_proj, at->v_proj}, at->o_proj));
+      std::vector<nn::Linear*> mlp_in;  // a dense MLP's input projections (an MoE's router and experts read it too)
+      if (auto* mlp = layer->mlp)
+        for (nn::Linear* l : {mlp->gate_proj, mlp->up_proj})
+          if (l) mlp_in.push_back(l);
+      block_collectives(*layer->ffn(), pg, sp, false, layer->mlp ? fp8_wires(mlp_in, layer->mlp->down_proj) : none);
     } else {
       block_collectives(*at, pg, sp, opt_.regather);
       block_collectives(*layer->ffn(), pg, sp, opt_.regather);

@@ -81,6 +81,7 @@ KernelTime kernel_time(const ChipSpec& c, int rpc, const Kernel& k, ExecMode mod
     const double gpeak = peak * ratio;
     double rate = gpeak * gemm_efficiency(c, fill * real / b / 1e9);  // FLOP/s this rank's share of the chip reaches
     if (c.gemm_power_limit_tflops > 0) rate = std::min(rate, ratio * c.gemm_power_limit_tflops * 1e12 / rpc);
+    if (k.split_accumulation && k.precision == GemmPrecision::fp8) rate *= c.fp8_split_accumulation_rate;
     t.efficiency = rate / gpeak * real / padded;
     t.compute_s = padded / rate;
   } else if (k.kind == KernelKind::Attention) {  // a float32 run's attention on the float32 units too

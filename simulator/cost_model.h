@@ -47,6 +47,7 @@ struct Kernel {
   double flops = 0, bytes = 0;
   long long batch = 1, m = 0, n = 0, k = 0;  // GEMM shape
   GemmPrecision precision = GemmPrecision::high;  // GEMM (and attention: high or fp32): priced at the chip's peak for it
+  bool split_accumulation = false;  // an FP8 GEMM without fast accumulation: at the chip's fp8_split_accumulation_rate
   double element_bytes = 4;  // the dtype it moves (engine schedules count elements: simulator/engines.h)
   AttentionShape attention;  // an attention kernel's problem (engine schedules; pairs 0: unknown)
 };

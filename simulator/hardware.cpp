@@ -280,7 +280,7 @@ ChipSpec read_chip(const std::string& file, const std::vector<SpecEdit>& edits) 
               "eager_launch_us", "compiled_launch_us", "comm_interference", "gemm_tile", "gemm_efficiency",
               "attention_kernels", "attention_by_head_dim", "gemm_power_limit_tflops",
               "eager_host_us", "compiled_host_us", "local_comm_gbps", "local_comm_latency_us", "gemm_efficiency_per",
-              "fp8_tflops", "mxfp8_tflops", "fp32_tflops", "engines"},
+              "fp8_tflops", "mxfp8_tflops", "fp32_tflops", "engines", "fp8_split_accumulation_rate"},
              file, "");
   ChipSpec c;
   c.file = file;
@@ -293,6 +293,11 @@ ChipSpec read_chip(const std::string& file, const std::vector<SpecEdit>& edits) 
   c.fp8_tflops = n["fp8_tflops"] ? number(n, "fp8_tflops", file) : 0.0;
   c.mxfp8_tflops = n["mxfp8_tflops"] ? number(n, "mxfp8_tflops", file) : 0.0;
   c.fp32_tflops = n["fp32_tflops"] ? number(n, "fp32_tflops", file) : 0.0;
+  c.fp8_split_accumulation_rate =
+      n["fp8_split_accumulation_rate"] ? number(n, "fp8_split_accumulation_rate", file) : 1.0;
+  if (!(c.fp8_split_accumulation_rate > 0 && c.fp8_split_accumulation_rate <= 1))
+    fail(file, "fp8_split_accumulation_rate must be in (0, 1] (the fraction of the FP8 rate a GEMM without fast "
+               "accumulation reaches), got " + std::to_string(c.fp8_split_accumulation_rate));
   c.hbm_gib = number(n, "hbm_gib", file);
   c.hbm_tbps = number(n, "hbm_tbps", file);
   c.memory_efficiency = number(n, "memory_efficiency", file);

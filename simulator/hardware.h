@@ -69,6 +69,10 @@ struct ChipSpec {
   // FP8 sweep per chip yet); a step with FP8 GEMMs reports MFU against mfu_peak_tflops x that ratio.
   double fp8_tflops = 0;
   double mxfp8_tflops = 0;
+  // The fraction of its rate an FP8 GEMM reaches with split accumulation (no fast accumulation: torchao's and
+  // Transformer Engine's backward GEMMs on Hopper, whose accumulator is promoted to float32 periodically); 1: the
+  // chip has no such mode (Blackwell, Trainium) or no figure.
+  double fp8_split_accumulation_rate = 1;
   // Dense float32 GEMM rate (the vendor's FP32 figure: GPUs' CUDA cores, as PyTorch multiplies float32 without
   // TF32 by default; Trainium's FP32 tensor-engine rate; a CPU's measured sgemm peak). A float32 run
   // (training.mixed_precision_param: float32) prices its GEMMs and attention at peak_tflops x fp32 / headline

@@ -364,6 +364,7 @@ class Schedule {
     k.n = e.gemm.n;
     k.k = e.gemm.k;
     k.precision = fp32_compute_ && e.gemm.precision == GemmPrecision::high ? GemmPrecision::fp32 : e.gemm.precision;
+    k.split_accumulation = e.gemm.split_accumulation;
     k.element_bytes = e.cls == KernelClass::Optimizer ? 4.0 : 4.0 * act_scale_;
     k.attention = e.attention;
     if (e.cls == KernelClass::HostSync) {  // the host waits for the device to get here

@@ -4,6 +4,8 @@
 //   sum_ranks <A(x), y> == sum_ranks <x, A^T(y)>   with A^T from backward().
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <mpi.h>
 
 #include <cmath>
@@ -38,6 +40,23 @@ Tensor of_rank(int r, const Shape& s, DType t = DType::F64) {
   for (size_t i = 0; i < v.size(); ++i) v[i] = 100.0 * r + (double)i;
   copy_(x, from_vector<double>(v, s));
   return x;
+}
+// ||a - b|| / ||b||
+double rel_err(const Tensor& a, const Tensor& b) {
+  const auto u = a.to_vector<double>(), v = b.to_vector<double>();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < u.size(); ++i) num += (u[i] - v[i]) * (u[i] - v[i]), den += v[i] * v[i];
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+// A float8 linear's tensor-parallel cut over pg (colwise: its output features; rowwise: its input features)
+std::shared_ptr<Fp8TensorParallel> fp8_cut(const PG& pg, bool out) {
+  auto t = std::make_shared<Fp8TensorParallel>();
+  t->out_sharded = out;
+  t->in_sharded = !out;
+  t->reduce_max = [pg](std::vector<float>& a) {
+    a = pg->all_reduce(from_vector<float>(a, {(int64_t)a.size()}), ReduceOp::Max).to_vector<float>();
+  };
+  return t;
 }
 }  // namespace
 
@@ -406,27 +425,14 @@ TEST(CollectiveMatmul, Float8FusedOpsEqualTheCollectiveThenTheFloat8Gemm) {
   static PG p2p = std::make_shared<ProcessGroup>(MPI_COMM_WORLD, "p2p_f8");
   const int n = pg->size(), r = pg->rank();
   auto leaf = [](const Tensor& t) { return t.clone().detach().requires_grad_(true); };
-  auto rel = [](const Tensor& a, const Tensor& b) {
-    const auto u = a.to_vector<double>(), v = b.to_vector<double>();
-    double num = 0, den = 0;
-    for (size_t i = 0; i < u.size(); ++i) num += (u[i] - v[i]) * (u[i] - v[i]), den += v[i] * v[i];
-    return std::sqrt(num / std::max(den, 1e-300));
-  };
+  auto rel = rel_err;
   // the GEMMs over row blocks and the ring's order of sums (equal bits on 2-4 ranks here, bf16 too: a bf16
   // rounding moved, or a weight cast from float32 instead of bf16, is 1e-4 or more)
   auto close = [&](const Tensor& a, const Tensor& b, const char* what) {
     ASSERT_EQ(a.shape(), b.shape()) << what;
     EXPECT_LE(rel(a, b), 2e-6) << what;
   };
-  auto cut = [pg](bool out) {
-    auto t = std::make_shared<Fp8TensorParallel>();
-    t->out_sharded = out;
-    t->in_sharded = !out;
-    t->reduce_max = [pg](std::vector<float>& a) {
-      a = pg->all_reduce(from_vector<float>(a, {(int64_t)a.size()}), ReduceOp::Max).to_vector<float>();
-    };
-    return t;
-  };
+  auto cut = [pg](bool out) { return fp8_cut(pg, out); };
   for (int mode = 0; mode < 4; ++mode) {
     // the three recipes in float32, then tensorwise under bf16 autocast (weights cast from their bf16 values,
     // the ring's own shard through the bf16 wire, outputs rounded to bf16)
@@ -494,6 +500,100 @@ TEST(CollectiveMatmul, Float8FusedOpsEqualTheCollectiveThenTheFloat8Gemm) {
     e = ex.what();
   }
   EXPECT_NE(e.find("linear_reduce_scatter: the FP8 casts"), std::string::npos) << e;
+}
+
+// TorchTitan's float8 tensor parallel (tensorwise): sequence parallel's gathers on the FP8 wire — the block input
+// before the column-parallel projections, the output gradient of the row-parallel one — deliver exactly the
+// values the projections' own casts of the bf16-wire gather make (the projections then cast nothing), in half
+// the bytes; the fused ring (async TP) on the FP8 wire agrees with them.
+TEST(Float8Wire, GathersTheCastValuesInHalfTheBytes) {
+  PG pg = world();
+  static PG p2p = std::make_shared<ProcessGroup>(MPI_COMM_WORLD, "p2p_f8_wire");
+  const int n = pg->size(), r = pg->rank();
+  auto leaf = [](const Tensor& t) { return t.clone().detach().requires_grad_(true); };
+  auto bits = [](const Tensor& a, const Tensor& b, const std::string& what) {
+    ASSERT_EQ(a.shape(), b.shape()) << what;
+    const auto u = a.contiguous().to_vector<float>(), v = b.contiguous().to_vector<float>();
+    size_t differ = 0;
+    for (size_t i = 0; i < u.size(); ++i) differ += std::memcmp(&u[i], &v[i], sizeof(float)) != 0;
+    EXPECT_EQ(differ, 0u) << what << ": " << differ << " of " << u.size() << " values differ";
+  };
+  auto close = [](const Tensor& a, const Tensor& b, const std::string& what) { EXPECT_LE(rel_err(a, b), 2e-6) << what; };
+  auto cut = [pg](bool out) { return fp8_cut(pg, out); };
+  Float8Casts col = float8_casts(Float8Recipe::tensorwise), row = float8_casts(Float8Recipe::tensorwise);
+  col.tp = cut(true);
+  row.tp = cut(false);
+  for (bool bf16 : {false, true}) {
+    std::optional<AutocastScope> autocast;
+    if (bf16) autocast.emplace(DType::BF16);
+    SCOPED_TRACE(bf16 ? "under bf16 autocast" : "float32");
+    const int64_t B = 2, s = 16, H = 32, S = s * n;
+    Generator g(700 + r);
+    // each rank's shard at its own scale: a scale from one shard alone would differ from the tensor's
+    const Tensor x0 = mul(randn({B, s, H}, g, DType::F32), 1.0 + r), w0 = randn({32, H}, g, DType::F32),
+                 w1 = randn({64, H}, g, DType::F32), c0 = randn({B, S, 32}, g, DType::F32),
+                 c1 = randn({B, S, 64}, g, DType::F32);
+    // reference: the gather on the activation wire, each projection casting the gathered input itself
+    Tensor xa = leaf(x0), wa0 = leaf(w0), wa1 = leaf(w1);
+    Tensor fa = all_gather_op(xa, 1, pg);
+    Tensor ya0 = float8_linear(fa, wa0, Tensor(), col), ya1 = float8_linear(fa, wa1, Tensor(), col);
+    add(sum(mul(ya0, c0)), sum(mul(ya1, c1))).backward();
+    // the FP8 wire: one cast of the shard, codes gathered (one byte each), the projections read them as cast
+    CommLog::get().clear();
+    Tensor xb = leaf(x0), wb0 = leaf(w0), wb1 = leaf(w1);
+    Tensor fb = all_gather_op(xb, 1, pg, {}, ReduceOp::Sum, col.input);
+    std::vector<CommRecord> recs = CommLog::get().take();
+    int64_t gathered = 0;
+    for (const CommRecord& c : recs)
+      if (c.kind == "all_gather") gathered += c.bytes;
+    EXPECT_EQ(gathered, B * s * H) << "the FP8 wire moves one byte an element";
+    EXPECT_TRUE(is_fp8_operand(fb, col.input));
+    {
+      NoGradGuard ng;
+      bits(fb, fp8_round_trip(fa.detach().reshape({B * S, H}), col.input, 1).reshape({B, S, H}), "gathered values");
+    }
+    Tensor yb0 = float8_linear(fb, wb0, Tensor(), col), yb1 = float8_linear(fb, wb1, Tensor(), col);
+    bits(yb0, ya0, "y0");
+    bits(yb1, ya1, "y1");
+    add(sum(mul(yb0, c0)), sum(mul(yb1, c1))).backward();
+    bits(xb.grad(), xa.grad(), "dx");
+    bits(wb0.grad(), wa0.grad(), "dw0");
+    bits(wb1.grad(), wa1.grad(), "dw1");
+    // the fused ring on the FP8 wire (every projection FP8, one tensorwise input cast)
+    Tensor xc = leaf(x0), wc0 = leaf(w0), wc1 = leaf(w1);
+    std::vector<Tensor> f = all_gather_linear(xc, {wc0, wc1}, {Tensor(), Tensor()}, p2p, {&col, &col});
+    EXPECT_TRUE(is_fp8_operand(f[0], col.input));
+    close(f[1], ya0, "fused y0");
+    close(f[2], ya1, "fused y1");
+    add(sum(mul(f[1], c0)), sum(mul(f[2], c1))).backward();
+    close(xc.grad(), xa.grad(), "fused dx");
+    close(wc0.grad(), wa0.grad(), "fused dw0");
+    close(wc1.grad(), wa1.grad(), "fused dw1");
+    // row-parallel: the output gradient gathered on the FP8 wire in the reduce-scatter's backward
+    const Tensor z0 = mul(randn({B, S, H}, g, DType::F32), 1.0 + r), v0 = randn({32, H}, g, DType::F32),
+                 e0 = mul(randn({B, s, 32}, g, DType::F32), 1.0 + 2.0 * r);
+    Tensor za = leaf(z0), va = leaf(v0);
+    sum(mul(reduce_scatter_op(float8_linear(za, va, Tensor(), row), 1, pg), e0)).backward();
+    Tensor zb = leaf(z0), vb = leaf(v0);
+    CommLog::get().clear();
+    sum(mul(reduce_scatter_op(float8_linear(zb, vb, Tensor(), row), 1, pg, {}, row.grad_output), e0)).backward();
+    recs = CommLog::get().take();
+    gathered = 0;
+    for (const CommRecord& c : recs)
+      if (c.kind == "all_gather") gathered += c.bytes;
+    EXPECT_EQ(gathered, B * s * 32) << "the gradient's FP8 wire moves one byte an element";
+    bits(zb.grad(), za.grad(), "dz");
+    bits(vb.grad(), va.grad(), "dv");
+  }
+  // only a tensorwise cast spans a whole tensor: an axiswise one on the wire is refused, naming the op
+  std::string e;
+  Generator g(9);
+  try {
+    all_gather_fp8(randn({2, 4, 32}, g, DType::F32), 1, pg, {}, float8_casts(Float8Recipe::rowwise).input, DType::F32);
+  } catch (const std::exception& ex) {
+    e = ex.what();
+  }
+  EXPECT_NE(e.find("fp8_encode: an FP8 wire carries one tensorwise scale"), std::string::npos) << e;
 }
 
 TEST(Mesh, DegreesResolveOrFailClearly) {

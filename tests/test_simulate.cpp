@@ -226,6 +226,13 @@ TEST(CostModel, Fp8GemmsArePricedAtTheChipsFp8Rate) {
   EXPECT_NEAR(f8.compute_s, k.flops / 160e12, 1e-12);  // both scaled by 2
   EXPECT_NEAR(f8.efficiency, hi.efficiency, 1e-12);   // the same fraction of its own peak
   EXPECT_DOUBLE_EQ(gemm_peak_tflops(c, GemmPrecision::fp8), 200);
+  // without fast accumulation (a backward GEMM of torchao's recipes): at the chip's split-accumulation rate; a
+  // high-precision GEMM never is
+  c.fp8_split_accumulation_rate = 0.8;
+  k.split_accumulation = true;
+  EXPECT_NEAR(kernel_time(c, 1, k, ExecMode::Compiled).compute_s, k.flops / (160e12 * 0.8), 1e-12);
+  k.precision = GemmPrecision::high;
+  EXPECT_NEAR(kernel_time(c, 1, k, ExecMode::Compiled).compute_s, hi.compute_s, 1e-12);
   k.precision = GemmPrecision::mxfp8;
   const std::string e = error_of([&] { kernel_time(c, 1, k, ExecMode::Compiled); });
   EXPECT_NE(e.find("chip test"), std::string::npos) << e;
@@ -1093,14 +1100,46 @@ TEST(Simulation, PipelineContextAndExpertTransfersTravelInTheComputeDtype) {
   }
 }
 
+// TorchTitan's float8 tensor parallel (tensorwise): sequence parallel's gathers move FP8 codes, one byte an element,
+// where the rowwise recipe's move bf16 (two): the planned step's tensor-parallel all-gathers carry half the bytes,
+// and the gathered input is cast once per block on its shard, not once per projection on the whole
+TEST(Simulation, Float8TensorParallelGathersMoveFp8Codes) {
+  const std::string cfg = "configs/validation/llama31_8b_h100x8.yaml";
+  auto run = [&](const char* recipe) {
+    return simulate_step(sim_config(cfg, {"simulation.mode", "compiled", "model.converters", "float8", "float8.recipe",
+                                          recipe, "float8.filter_fqns", "lm_head", "parallelism.tensor_parallel_degree",
+                                          "8", "parallelism.data_parallel_shard_degree", "1"}), 8);
+  };
+  auto tp_gathered = [](const SimResult& r) {
+    double b = 0;
+    int n = 0;
+    for (const CostEvent& e : r.collectives)
+      if (e.group.name == "tp" && std::string(e.op) == "all_gather") b += e.bytes, ++n;
+    EXPECT_GT(n, 0);
+    return b;
+  };
+  const SimResult tw = run("tensorwise"), row = run("rowwise");
+  // (the output layer's input, its gather outside the blocks, travels as bf16 in both: 0.505 here)
+  EXPECT_GT(tp_gathered(tw) / tp_gathered(row), 0.5);
+  EXPECT_LT(tp_gathered(tw) / tp_gathered(row), 0.51);
+  EXPECT_LT(tw.exposed_by_kind.at("all_gather"), 0.6 * row.exposed_by_kind.at("all_gather"));
+}
+
 TEST(Simulation, Float8StepPricesItsGemmsAtTheFp8Rate) {
   const std::string cfg = "configs/validation/llama31_8b_h100x8.yaml";
   SimResult bf = simulate_step(sim_config(cfg, {"simulation.mode", "compiled"}), 8);
   SimResult f8 = simulate_step(sim_config(cfg, {"simulation.mode", "compiled", "model.converters", "float8",
                                                 "float8.recipe", "tensorwise"}), 8);
   // every GEMM of a dense Llama is a linear layer: the GEMM time is BF16's x 989 / 1979 (the 500 W part's
-  // peak scaled by the H100's FP8 : BF16 headlines)
-  EXPECT_NEAR(f8.compute_by_class.at("gemm") / bf.compute_by_class.at("gemm"), 989.0 / 1979.0, 1e-9);
+  // peak scaled by the H100's FP8 : BF16 headlines) where every FP8 GEMM accumulates fast; torchao's backward
+  // GEMMs (two of a linear's three) accumulate split, at the spec's 0.87 of that rate
+  const std::vector<sim::SpecEdit> fast = {{"fp8_split_accumulation_rate", 1.0, false, "fp8_split_accumulation_rate=1"}};
+  SimResult f8_fast = simulate_step(sim_config(cfg, {"simulation.mode", "compiled", "model.converters", "float8",
+                                                     "float8.recipe", "tensorwise"}), 8, fast);
+  EXPECT_NEAR(f8_fast.compute_by_class.at("gemm") / bf.compute_by_class.at("gemm"), 989.0 / 1979.0, 1e-9);
+  const double split = f8.compute_by_class.at("gemm") / f8_fast.compute_by_class.at("gemm");
+  EXPECT_GT(split, 1.0 + 0.5 * (1 / 0.87 - 1));  // more than half of the GEMM time is backward (op SAC's recompute
+  EXPECT_LT(split, 1.0 + (2.0 / 3.0) * (1 / 0.87 - 1) + 1e-9);  // adds forward GEMMs), at most two thirds
   EXPECT_GT(f8.compute_by_class.at("elementwise"), bf.compute_by_class.at("elementwise"));  // the casts
   EXPECT_GT(f8.kernels, bf.kernels);
   EXPECT_DOUBLE_EQ(f8.compute_by_class.at("attention"), bf.compute_by_class.at("attention"));

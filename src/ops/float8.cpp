@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 
 #include "src/autograd/checkpoint.h"
 #include "src/ops/autocast.h"
@@ -216,6 +217,8 @@ Tensor fp8_round_trip(const Tensor& x, const Fp8Cast& c, int axis, bool rows_cut
                       const std::function<void(std::vector<float>&)>* reduce_max) {
   check_operand("fp8_round_trip", x, c, axis);
   if (c.high_precision) return x;
+  // an operand an FP8 wire delivered, already cast with one scale for the whole tensor: read as it is
+  if (c.scaling == Fp8Scaling::tensorwise && !rows_cut && !cols_cut && is_fp8_operand(x, c)) return x;
   TITAN_CHECK(!(rows_cut || cols_cut) || reduce_max, "fp8_round_trip: operand ", shape_str(x.shape()),
               " is cut by a tensor-parallel group but no max all-reduce was given");
   const auto* reduce = spans_cut(c, axis, rows_cut, cols_cut) ? reduce_max : nullptr;
@@ -266,6 +269,78 @@ Tensor fp8_round_trip(const Tensor& x, const Fp8Cast& c, int axis, bool rows_cut
         for (int64_t j = 0; j < C; ++j) dst[j] = round_fp8(src[j] * m[j], s) * k[j];
     }
   }
+  return out;
+}
+
+// ---- an operand on an FP8 wire -------------------------------------------------------
+namespace {
+struct OperandMark {
+  const Storage* key;
+  std::weak_ptr<Storage> storage;  // the mark ends with the storage (a later tensor at the same address is not it)
+  int64_t offset, numel;
+  Fp8Cast cast;
+};
+std::mutex g_marks_mu;
+std::vector<OperandMark> g_marks;
+}  // namespace
+
+void mark_fp8_operand(const Tensor& x, const Fp8Cast& c) {
+  TITAN_CHECK(c.scaling == Fp8Scaling::tensorwise && !c.high_precision, "mark_fp8_operand: only a tensorwise FP8 "
+              "cast spans a whole tensor (got ", c.scaling == Fp8Scaling::axiswise ? "axiswise" : "MX", ")");
+  std::lock_guard<std::mutex> lock(g_marks_mu);
+  std::erase_if(g_marks, [](const OperandMark& m) { return m.storage.expired(); });
+  g_marks.push_back({x.impl()->storage.get(), x.impl()->storage, x.offset(), x.numel(), c});
+}
+
+bool is_fp8_operand(const Tensor& x, const Fp8Cast& c) {
+  if (!x.defined() || !x.impl()->storage) return false;
+  std::lock_guard<std::mutex> lock(g_marks_mu);
+  for (const OperandMark& m : g_marks)
+    if (m.key == x.impl()->storage.get() && m.offset == x.offset() && m.numel == x.numel() && m.cast == c &&
+        !m.storage.expired() && x.is_contiguous())
+      return true;
+  return false;
+}
+
+Fp8Codes fp8_encode(const Tensor& x, const Fp8Cast& c, const std::function<void(std::vector<float>&)>& reduce_max) {
+  check_operand("fp8_encode", x, c, 1);
+  TITAN_CHECK(c.scaling == Fp8Scaling::tensorwise && !c.high_precision, "fp8_encode: an FP8 wire carries one "
+              "tensorwise scale; operand ", shape_str(x.shape()), " asks for ",
+              c.high_precision ? "no cast" : c.scaling == Fp8Scaling::axiswise ? "axiswise scales" : "MX blocks");
+  // amax, then scale + cast: the rank's rows read twice, one byte written (what the wire moves)
+  record_cost("fp8_cast", 4.0 * (double)x.numel(), 2.0 * 4.0 * (double)x.numel() + (double)x.numel(),
+              EagerSplit{3, 1.5});
+  const Tensor xc = x.is_meta() ? x : x.contiguous();
+  const ScaleGrid g = grid_of(xc, c, 1);
+  std::vector<float> amax = x.is_meta() ? std::vector<float>{0.0f} : amaxes(xc.data<float>(), x.size(0), x.size(1), g);
+  reduce_max(amax);  // on meta tensors too: the plan prices the all-reduce
+  const GroupScale gs = group_scale(amax[0], c);
+  Fp8Codes out{empty(x.shape(), DType::U8, x.device()), gs.mul};
+  if (x.is_meta()) return out;
+  const float* p = xc.data<float>();
+  uint8_t* o = out.codes.data<uint8_t>();
+  const int64_t n = x.numel();
+  const float m = gs.mul;
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) o[i] = fp8_encode(p[i] * m, c.format);
+  return out;
+}
+
+Tensor fp8_decode(const Tensor& codes, const Fp8Cast& c, float scale) {
+  TITAN_CHECK(codes.dtype() == DType::U8 && codes.dim() == 2, "fp8_decode: 2-D uint8 codes [R, C] expected, got ",
+              dtype_name(codes.dtype()), " ", shape_str(codes.shape()));
+  Tensor out = empty(codes.shape(), DType::F32, codes.device());
+  if (!codes.is_meta()) {
+    float value[256];
+    for (int b = 0; b < 256; ++b) value[b] = fp8_decode((uint8_t)b, c.format);
+    const Tensor cc = codes.contiguous();
+    const uint8_t* p = cc.data<uint8_t>();
+    float* o = out.data<float>();
+    const int64_t n = codes.numel();
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) o[i] = value[p[i]] / scale;  // as fp8_round_trip's round(x * s) / s
+  }
+  mark_fp8_operand(out, c);
   return out;
 }
 
@@ -350,8 +425,9 @@ namespace {
 // A GEMM whose operands are the round trips: recorded as an FP8 (or MX) GEMM unless both stay in high precision.
 // Under bf16 autocast (bf16) the output is bf16 (torchao's output dtype is the input's), and a high-precision
 // GEMM is a bf16 GEMM.
-Tensor cast_gemm(const Tensor& a, const Tensor& b, bool fp8, bool mx, bool bf16) {
-  GemmPrecisionScope scope(fp8 ? (mx ? GemmPrecision::mxfp8 : GemmPrecision::fp8) : GemmPrecision::high);
+Tensor cast_gemm(const Tensor& a, const Tensor& b, bool fp8, bool mx, bool bf16, bool fast_accum) {
+  GemmPrecisionScope scope(fp8 ? (mx ? GemmPrecision::mxfp8 : GemmPrecision::fp8) : GemmPrecision::high,
+                           fp8 && !mx && !fast_accum);
   Tensor r = matmul_forward(a, b, bf16 && !fp8);
   if (bf16 && fp8) round_to_bf16_(r);
   return r;
@@ -368,7 +444,7 @@ Tensor float8_weight(const Tensor& w, bool bf16) {
 
 Tensor detail::float8_output_gemm(const Tensor& xq, const Tensor& wq, const Tensor& bias, const Float8Casts& k,
                                   bool bf16) {
-  Tensor r = cast_gemm(xq, transpose(wq, 0, 1), !k.input.high_precision, k.mx, bf16);  // [M, N]
+  Tensor r = cast_gemm(xq, transpose(wq, 0, 1), !k.input.high_precision, k.mx, bf16, k.fast_accum[0]);  // [M, N]
   if (!bias.defined()) return r;
   Tensor b = bias;
   if (bf16) {  // the bias as the bf16 GEMM reads it
@@ -395,13 +471,14 @@ void record_rowwise_rescale(const Fp8Cast& a, const Fp8Cast& b, const Tensor& ou
 }  // namespace
 
 Tensor detail::float8_grad_input_gemm(const Tensor& dyq, const Tensor& wq, const Float8Casts& k, bool bf16) {
-  Tensor dx = cast_gemm(dyq, wq, !k.grad_output.high_precision, k.mx, bf16);  // [M, K]
+  Tensor dx = cast_gemm(dyq, wq, !k.grad_output.high_precision, k.mx, bf16, k.fast_accum[1]);  // [M, K]
   record_rowwise_rescale(k.grad_output, k.weight_for_grad_input, dx);
   return dx;
 }
 
 Tensor detail::float8_grad_weight_gemm(const Tensor& dyq, const Tensor& xq, const Float8Casts& k, bool bf16) {
-  Tensor dw = cast_gemm(transpose(dyq, 0, 1), xq, !k.grad_output_for_grad_weight.high_precision, k.mx, bf16);  // [N, K]
+  Tensor dw = cast_gemm(transpose(dyq, 0, 1), xq, !k.grad_output_for_grad_weight.high_precision, k.mx, bf16,
+                        k.fast_accum[2]);  // [N, K]
   record_rowwise_rescale(k.grad_output_for_grad_weight, k.input_for_grad_weight, dw);
   return dw;
 }

@@ -61,6 +61,28 @@ Tensor fp8_scales(const Tensor& x, const Fp8Cast& c, int axis);
 Tensor fp8_round_trip(const Tensor& x, const Fp8Cast& c, int axis, bool rows_cut = false, bool cols_cut = false,
                       const std::function<void(std::vector<float>&)>* reduce_max = nullptr);
 
+// ---- an operand on an FP8 wire (tensor parallel's float8 gathers, comms/functional.h) ----
+// torchao's float8 tensor parallel (TorchTitan's Float8ColwiseParallel / Float8RowwiseParallel /
+// PrepareFloat8ModuleInput, tensorwise recipe) casts a sequence shard before gathering it and moves the FP8 codes,
+// one byte an element; the FP8 GEMMs then read the gathered codes with the one scale. Here: x [R, C] (this rank's
+// rows of a tensor cut along R) cast with one tensorwise scale for the whole tensor (this rank's amax all-reduced
+// (max) with reduce_max first, every rank in one order) into codes [R, C] (DType::U8: the wire's bytes), the scale
+// returned with them. Recorded as the cast kernel fp8_round_trip records (on the rank's rows only).
+struct Fp8Codes {
+  Tensor codes;     // [R, C] U8 (meta on meta x)
+  float scale = 1;  // the FP8 value is round(x * scale); the decode divides by it
+};
+Fp8Codes fp8_encode(const Tensor& x, const Fp8Cast& c, const std::function<void(std::vector<float>&)>& reduce_max);
+// codes [R, C] -> float32 code / scale: exactly the values fp8_round_trip makes with that scale, marked as the cast
+// `c` (below). No kernel is recorded: a GPU's FP8 GEMM reads the codes as they are.
+Tensor fp8_decode(const Tensor& codes, const Fp8Cast& c, float scale);
+// An operand already cast with one tensorwise scale for the whole tensor (what an FP8 wire delivers): marked, it is
+// what fp8_round_trip returns for the same tensorwise cast of it (uncut: its scale already spans the tensor) — no
+// second cast, no second kernel, as torchao's GEMMs read a Float8Tensor input. Found by the storage, place and size
+// the mark was made on (a view of the same elements, a reshape, finds it); the mark lives as long as the storage.
+void mark_fp8_operand(const Tensor& x, const Fp8Cast& c);
+bool is_fp8_operand(const Tensor& x, const Fp8Cast& c);
+
 // x [R, C] whose rows come in groups (counts[g] consecutive rows each, summing to R): each group cast on its own
 // (axis 0: a scale per column of the group's rows, torchao's "jagged" per-group scales of a grouped GEMM's
 // grad_weight, or MX blocks of 32 of the group's rows, the last one zero-padded as torchao pads token groups;
@@ -85,6 +107,11 @@ struct Float8Casts {
   Fp8Cast input_for_grad_weight, weight_for_grad_input, grad_output_for_grad_weight;
   bool mx = false;  // MX blocks: each contraction length a multiple of kMxBlock
   std::shared_ptr<const Fp8TensorParallel> tp;  // null: the layer is whole on this rank
+  // torchao's Float8GemmConfig.use_fast_accum of the output, grad_input and grad_weight GEMMs (its defaults, every
+  // recipe: the forward in the tensor core's fast accumulator, the backward with split accumulation, as Transformer
+  // Engine's defaults too). The emulation accumulates in float32 either way; the simulator prices a split one at the
+  // chip's fp8_split_accumulation_rate.
+  std::array<bool, 3> fast_accum = {true, false, false};
 };
 // tensorwise: e4m3 x and w, e5m2 dy, float32 scales (torchao's default). rowwise: e4m3 everywhere, axiswise,
 // power-of-two scales. rowwise_with_gw_hp: rowwise, but w tensorwise for grad_input and grad_weight's GEMM in

@@ -18,6 +18,7 @@ thread_local const char* t_last_op = nullptr;
 thread_local double t_last_time = 0;
 thread_local int t_paused = 0;             // CostRecordPause scopes alive on this thread
 thread_local GemmPrecision t_precision = GemmPrecision::high;  // the innermost GemmPrecisionScope's
+thread_local bool t_split_accumulation = false;                 // its split accumulation
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -85,7 +86,10 @@ void record_cost(const char* op, double flops, double bytes, const GemmShape& ge
     e.flops = flops;
     e.bytes = bytes;
     e.gemm = gemm;
-    if (gemm.batch > 0) e.gemm.precision = t_precision;
+    if (gemm.batch > 0) {
+      e.gemm.precision = t_precision;
+      e.gemm.split_accumulation = t_split_accumulation && t_precision == GemmPrecision::fp8;
+    }
     e.cls = cls;
     e.eager = eager;
     e.t = t_trace->elapsed();
@@ -131,8 +135,15 @@ void record_attention_cost(const char* op, double flops, double bytes, const Att
 namespace {
 thread_local bool t_gradients = false;
 }
-GemmPrecisionScope::GemmPrecisionScope(GemmPrecision p) : prev_(t_precision) { t_precision = p; }
-GemmPrecisionScope::~GemmPrecisionScope() { t_precision = prev_; }
+GemmPrecisionScope::GemmPrecisionScope(GemmPrecision p, bool split_accumulation)
+    : prev_(t_precision), prev_split_(t_split_accumulation) {
+  t_precision = p;
+  t_split_accumulation = split_accumulation;
+}
+GemmPrecisionScope::~GemmPrecisionScope() {
+  t_precision = prev_;
+  t_split_accumulation = prev_split_;
+}
 GemmPrecision GemmPrecisionScope::current() { return t_precision; }
 
 GradientReductionScope::GradientReductionScope() : prev_(t_gradients) { t_gradients = true; }

@@ -36,12 +36,16 @@ enum class GemmPrecision : uint8_t { high, fp8, mxfp8, fp32 };
 struct GemmShape {
   int64_t batch = 0, m = 0, n = 0, k = 0;  // batch 0: not a GEMM
   GemmPrecision precision = GemmPrecision::high;  // set from the GemmPrecisionScope alive at the record
+  // FP8 only: accumulated with periodic promotion to float32 (cuBLAS without fast accumulation: torchao's and
+  // Transformer Engine's backward GEMMs), not in the tensor core's fast accumulator; set from the scope too
+  bool split_accumulation = false;
 };
 
-// RAII: GEMMs recorded on this thread while alive run in `p` (the float8 linear's casts open one).
+// RAII: GEMMs recorded on this thread while alive run in `p` (the float8 linear's casts open one), FP8 ones with
+// split accumulation when asked.
 class GemmPrecisionScope {
  public:
-  explicit GemmPrecisionScope(GemmPrecision p);
+  explicit GemmPrecisionScope(GemmPrecision p, bool split_accumulation = false);
   ~GemmPrecisionScope();
   GemmPrecisionScope(const GemmPrecisionScope&) = delete;
   GemmPrecisionScope& operator=(const GemmPrecisionScope&) = delete;
@@ -49,6 +53,7 @@ class GemmPrecisionScope {
 
  private:
   GemmPrecision prev_;
+  bool prev_split_;
 };
 
 // The kind of kernel a record describes, declared by the op (the simulator

@@ -2,7 +2,8 @@
 // Kernels exist for F32 and F64 (F64 is what gradchecks run in), I64/I32 for
 // token ids and expert indices, Bool for masks. BF16 is a storage type
 // (2 bytes) that meta tensors and the cost model already understand; CPU
-// kernels reject it with a clear error until a bf16 path lands.
+// kernels reject it with a clear error until a bf16 path lands. U8 is a
+// storage type too: FP8 codes (1 byte each) on a float8 wire (src/ops/float8.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -12,7 +13,7 @@
 
 namespace titan {
 
-enum class DType { F32, F64, BF16, I32, I64, Bool };
+enum class DType { F32, F64, BF16, I32, I64, Bool, U8 };
 
 inline size_t dtype_size(DType t) {
   switch (t) {
@@ -22,6 +23,7 @@ inline size_t dtype_size(DType t) {
     case DType::I32: return 4;
     case DType::I64: return 8;
     case DType::Bool: return 1;
+    case DType::U8: return 1;
   }
   return 0;
 }
@@ -34,6 +36,7 @@ inline const char* dtype_name(DType t) {
     case DType::I32: return "int32";
     case DType::I64: return "int64";
     case DType::Bool: return "bool";
+    case DType::U8: return "uint8";
   }
   return "?";
 }
@@ -47,6 +50,7 @@ template <> struct dtype_of<double> { static constexpr DType value = DType::F64;
 template <> struct dtype_of<int32_t> { static constexpr DType value = DType::I32; };
 template <> struct dtype_of<int64_t> { static constexpr DType value = DType::I64; };
 template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; };
+template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::U8; };
 
 // dispatch_float(dt, "op", [&]<typename T>() { ... }) runs the body with
 // T = float or double, and throws naming the op for any other dtype.
@@ -59,7 +63,7 @@ void dispatch_float(DType dt, const char* op, F&& f) {
   }
 }
 
-// Every dtype with a CPU kernel (floats, ints, bool).
+// Every dtype with a CPU kernel (floats, ints, bool, bytes).
 template <typename F>
 void dispatch_all(DType dt, const char* op, F&& f) {
   switch (dt) {
@@ -68,6 +72,7 @@ void dispatch_all(DType dt, const char* op, F&& f) {
     case DType::I32: f.template operator()<int32_t>(); return;
     case DType::I64: f.template operator()<int64_t>(); return;
     case DType::Bool: f.template operator()<bool>(); return;
+    case DType::U8: f.template operator()<uint8_t>(); return;
     default: fail(op, ": no CPU kernel for dtype ", dtype_name(dt));
   }
 }
