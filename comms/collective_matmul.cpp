@@ -224,7 +224,7 @@ std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>
     std::vector<size_t> cast_of(n);
     for (size_t i = 0; i < n; ++i) {
       if (!need[i] || !k[i]) continue;
-      wq[i] = fp8_round_trip(float8_weight(ws[i], bf16), k[i]->weight, 1, /*rows_cut=*/true, false,
+      wq[i] = fp8_round_trip(float8_weight_operand(ws[i], k[i]->weight, bf16), k[i]->weight, 1, /*rows_cut=*/true, false,
                              &k[i]->tp->reduce_max);
       if (ring8) continue;
       size_t d = 0;
@@ -299,7 +299,7 @@ std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>
           const Tensor g2 = gc[i].reshape({M, gc[i].size(2)});  // [M, N_i]
           if (need_x) {
             dyq[i] = fp8_round_trip(g2, k[i]->grad_output, 1, false, /*cols_cut=*/true, reduce).reshape(gc[i].shape());
-            wq[i] = fp8_round_trip(float8_weight(saved_w[i], bf16), k[i]->weight_for_grad_input, 0,
+            wq[i] = fp8_round_trip(float8_weight_operand(saved_w[i], k[i]->weight_for_grad_input, bf16), k[i]->weight_for_grad_input, 0,
                                    /*rows_cut=*/true, false, reduce);
           }
           if (need_w[i]) {
@@ -403,7 +403,7 @@ Tensor linear_reduce_scatter(const Tensor& x, const Tensor& w, const PG& p2p, co
     if (k) {
       const auto* reduce = &k->tp->reduce_max;
       xq = fp8_round_trip(xc.reshape({B * S, K}), k->input, 1, false, /*cols_cut=*/true, reduce).reshape({B, S, K});
-      wq = fp8_round_trip(float8_weight(w, bf16), k->weight, 1, false, /*cols_cut=*/true, reduce);
+      wq = fp8_round_trip(float8_weight_operand(w, k->weight, bf16), k->weight, 1, false, /*cols_cut=*/true, reduce);
     }
     Tensor out;
     Exchange e;
@@ -437,7 +437,7 @@ Tensor linear_reduce_scatter(const Tensor& x, const Tensor& w, const PG& p2p, co
         std::optional<RowShardCast> dycast;
         Tensor wq, dyq_local;
         if (k && need_x)
-          wq = fp8_round_trip(float8_weight(ws, bf16), k->weight_for_grad_input, 0, false, /*cols_cut=*/true,
+          wq = fp8_round_trip(float8_weight_operand(ws, k->weight_for_grad_input, bf16), k->weight_for_grad_input, 0, false, /*cols_cut=*/true,
                               &k->tp->reduce_max);
         // one tensorwise cast for both its GEMMs: the gradient travels as FP8 codes
         const std::optional<Fp8Cast> ring8 =

@@ -1,10 +1,13 @@
 #include "parallel/fsdp.h"
 
+#include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "src/autograd/function.h"
 #include "src/log/log.h"
 #include "src/ops/autocast.h"
+#include "src/ops/float8.h"
 #include "src/ops/ops.h"
 #include "src/tensor/bfloat16.h"
 #include "src/tensor/cost.h"
@@ -26,6 +29,18 @@ void copy_elems(const Tensor& dst, int64_t dst_at, const Tensor& src, int64_t sr
   std::memcpy(static_cast<char*>(dst.raw_data()) + dst_at * es, static_cast<const char*>(src.raw_data()) + src_at * es,
               (size_t)n * es);
 }
+
+// max |x| of a float32 tensor (NaN once it has seen one, as torch.amax): an FP8 weight's shard
+float fp8_amax(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  const float* p = c.data<float>();
+  float m = 0;
+  for (int64_t i = 0; i < c.numel(); ++i) {
+    const float v = std::fabs(p[i]);
+    m = v > m || v != v ? v : m;
+  }
+  return m;
+}
 }  // namespace
 
 struct FSDP::Param {
@@ -38,7 +53,11 @@ struct FSDP::Param {
   int64_t row_elems = 1;      // elements per dim-0 row
   int64_t offset = 0;         // where this parameter starts in a rank's segment of the bucket (elements)
   bool bf16_wire = false;     // all-gathered as bf16 (a bf16 GEMM operand of a bf16 step)
-  int64_t wire_offset = 0;    // bf16-wire buckets: where it starts in a rank's segment of the all-gather (2-byte units)
+  const Float8Casts* fp8 = nullptr;  // all-gathered as FP8 codes (float8.enable_fsdp_float8_all_gather): its casts
+  float fp8_amax = 0;         // precomputed: the whole weight's amax this step (every shard, every tp rank)
+  float fp8_scale = 1;        // the scale its codes were cast with (the decode divides by it)
+  int wire_bytes = 4;         // bytes an element on the bucket's wire: 1 FP8, 2 bf16, 4 float32
+  int64_t wire_offset = 0;    // wire buckets: where it starts in a rank's segment of the all-gather (bytes)
   double grad_scale = 1.0;
   Bucket* bucket = nullptr;
 };
@@ -50,7 +69,9 @@ struct FSDP::Bucket {
   std::vector<Param*> params;
   int64_t seg = 0;            // elements per rank: each parameter padded to ceil(rows / n) rows
   bool bf16_wire = false;     // a bf16 step's float32 bucket: the all-gather moves 2-byte units (BF16, typed)
-  int64_t wire_seg = 0;       // its 2-byte units per rank: 1 per bf16 element, 2 per float32 element
+  bool fp8_wire = false;      // holds FP8-gathered weights: the all-gather moves bytes (U8, typed)
+  int64_t wire_seg = 0;       // wire buckets: bytes per rank (1 an FP8, 2 a bf16, 4 a float32 element)
+  bool wired() const { return bf16_wire || fp8_wire; }
   bool sharded = false;       // group of more than one rank
   bool replicated = false;    // HSDP: an all-reduce over dp_replicate follows
   Tensor gathered;            // [n * seg] the prefetched all-gather's output
@@ -80,8 +101,8 @@ struct FSDP::Reduction {
 };
 
 FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool reshard_after_forward,
-           std::vector<ShardSpec>& specs, PlacementFn placement, DType param_dtype)
-    : mesh_(mesh), reshard_(reshard_after_forward) {
+           std::vector<ShardSpec>& specs, PlacementFn placement, DType param_dtype, bool fp8_precompute)
+    : mesh_(mesh), reshard_(reshard_after_forward), fp8_precompute_(fp8_precompute) {
   TITAN_CHECK(param_dtype == DType::BF16 || param_dtype == DType::F32, "FSDP: param_dtype bfloat16 or float32, got ",
               dtype_name(param_dtype));
   if (!placement) placement = [&mesh](const ShardSpec&) { return Placement{mesh.dp_shard_cp, 1.0}; };
@@ -133,9 +154,15 @@ FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool resha
     p->row_elems = local.size(0) > 0 ? local.numel() / local.size(0) : 0;
     p->offset = b->seg;
     b->seg += p->rows[0] * p->row_elems;  // rows[0] = ceil(rows / n): the padded extent on every rank
-    p->bf16_wire = b->bf16_wire && s.bf16_operand;
+    p->fp8 = s.fp8_gather;
+    TITAN_CHECK(!p->fp8 || (b->dtype == DType::F32 && p->fp8->weight.scaling == Fp8Scaling::tensorwise),
+                "FSDP: ", s.name, " is gathered as FP8 (float8.enable_fsdp_float8_all_gather): a float32 weight with a "
+                "tensorwise cast expected");
+    b->fp8_wire = b->fp8_wire || p->fp8;
+    p->bf16_wire = b->bf16_wire && s.bf16_operand && !p->fp8;
+    p->wire_bytes = p->fp8 ? 1 : p->bf16_wire ? 2 : 4;
     p->wire_offset = b->wire_seg;
-    b->wire_seg += p->rows[0] * p->row_elems * (p->bf16_wire ? 1 : 2);
+    b->wire_seg += p->rows[0] * p->row_elems * p->wire_bytes;
     int64_t start = 0;
     for (int64_t q = 0; q < r; ++q) start += p->rows[q];
     {
@@ -164,6 +191,7 @@ FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool resha
   Unit* root = units_[0].get();
   modules[0]->register_forward_pre_hook([this, root](nn::Module&, const Tensor& x) {
     forward_done_ = false;
+    if (fp8_precompute_ && fp8_scales_stale_) precompute_fp8_amax();
     unshard(*root);
     bind(*root);
     if (units_.size() > 1) prefetch(*units_[1]);
@@ -212,10 +240,10 @@ void FSDP::prefetch(Unit& u) {
   for (auto& bp : u.buckets) {
     Bucket& b = *bp;
     if (!b.sharded) continue;
-    Tensor flat = copy_in(b);  // [seg], or [wire_seg] 2-byte units
+    Tensor flat = copy_in(b);  // [seg], or on a wire [wire_seg] bytes (as BF16 units or U8)
     // one kernel (FSDP2's foreach copy-in), priced in the run's parameter dtype as every copy is
     record_cost("fsdp_copy_in", 0, 2.0 * (double)(b.seg * dtype_size(b.dtype)));
-    std::tie(b.gathered, b.gather_work) = b.group->all_gather_async(flat, 0);  // [n * seg] or [n * wire_seg]
+    std::tie(b.gathered, b.gather_work) = b.group->all_gather_async(flat, 0);  // [n * seg] or [n * wire units]
   }
   u.prefetched = true;
 }
@@ -244,6 +272,8 @@ void FSDP::unshard(Unit& u) {
       }
     }
     copy_out(b);
+    for (Param* p : b.params)  // its GEMMs read the gathered codes' values as the weight's cast (no second cast)
+      if (p->fp8) mark_fp8_operand(p->full, p->fp8->weight, /*spans_cut=*/true);
     record_cost("fsdp_copy_out", 0, 2.0 * (double)(b.group->size() * b.seg * dtype_size(b.dtype)));
     b.gathered = Tensor();
   }
@@ -253,47 +283,131 @@ void FSDP::unshard(Unit& u) {
 }
 
 // Copy-in: this rank's shards, each padded to the bucket's per-parameter extent, as the all-gather sends them:
-// [seg] in the bucket's dtype, or on a bf16 wire [wire_seg] 2-byte units (a bf16 operand's values rounded to
-// bf16, a float32 parameter's bytes as they are).
-Tensor FSDP::copy_in(const Bucket& b) {
+// [seg] in the bucket's dtype, or on a wire [wire_seg] bytes — a bf16 operand's values rounded to bf16 (2 bytes),
+// an FP8 weight's codes (1 byte: cast from its float32 values with the whole weight's scale), a float32
+// parameter's bytes as they are (4) — sent as BF16 units (a bf16 wire without FP8) or as bytes (U8).
+Tensor FSDP::copy_in(Bucket& b) {
   const int64_t r = b.group->rank();
-  if (!b.bf16_wire) {
+  if (!b.wired()) {
     Tensor flat = zeros({b.seg}, b.dtype);  // [seg]
     for (Param* p : b.params) copy_elems(flat, p->offset, p->shard, 0, p->rows[r] * p->row_elems);
     return flat;
   }
-  Tensor flat = empty({b.wire_seg}, DType::BF16);  // [wire_seg]
+  Tensor flat = b.fp8_wire ? empty({b.wire_seg}, DType::U8) : empty({b.wire_seg / 2}, DType::BF16);
+  std::vector<Tensor> codes(b.params.size());  // the FP8 weights' casts (on meta shards too: priced)
+  for (size_t i = 0; i < b.params.size(); ++i) {
+    Param* p = b.params[i];
+    if (!p->fp8) continue;
+    const Tensor shard = p->shard.detach().reshape({p->rows[r], p->row_elems});  // [rows_r, in]
+    const std::function<void(std::vector<float>&)> amax = [&](std::vector<float>& a) {
+      if (fp8_precompute_) {
+        a.assign(1, p->fp8_amax);
+        return;
+      }
+      fp8_weight_amax(b, *p, a);
+    };
+    const Fp8Codes c = fp8_encode(shard, p->fp8->weight, amax);
+    p->fp8_scale = c.scale;
+    codes[i] = c.codes;
+  }
   if (flat.is_meta()) return flat;
-  uint16_t* w = static_cast<uint16_t*>(flat.raw_data());
-  std::memset(w, 0, (size_t)b.wire_seg * 2);  // the padding rows: sent, never read
-  for (Param* p : b.params) {
+  char* w = static_cast<char*>(flat.raw_data());
+  std::memset(w, 0, (size_t)b.wire_seg);  // the padding rows: sent, never read
+  std::vector<uint16_t> bits;
+  for (size_t i = 0; i < b.params.size(); ++i) {
+    Param* p = b.params[i];
     const int64_t n = p->rows[r] * p->row_elems;
     if (n == 0) continue;
     TITAN_CHECK(p->shard.is_contiguous(), "FSDP: internal: shard ", p->name, " is not contiguous");
-    const float* src = p->shard.data<float>();
-    if (p->bf16_wire) float_to_bf16_bits(src, w + p->wire_offset, n);
-    else std::memcpy(w + p->wire_offset, src, (size_t)n * 4);
+    char* at = w + p->wire_offset;
+    if (p->fp8) {
+      std::memcpy(at, codes[i].raw_data(), (size_t)n);
+    } else if (p->bf16_wire) {
+      bits.resize((size_t)n);
+      float_to_bf16_bits(p->shard.data<float>(), bits.data(), n);
+      std::memcpy(at, bits.data(), (size_t)n * 2);
+    } else {
+      std::memcpy(at, p->shard.raw_data(), (size_t)n * 4);
+    }
   }
   return flat;
 }
 
-// Copy-out: rank q's rows of each parameter sit at q * seg + offset (q * wire_seg + wire_offset on a bf16 wire)
-// of the gathered flat buffer; they become rows of the parameter's full tensor.
+// An FP8 weight's amax for its cast before the gather: its shard's, all-reduced (max) over the bucket's group
+// and, for a weight tensor parallel cuts, over the tp group (the whole weight's: torchao's amax of the DTensor),
+// one all-reduce each per weight and gather (a plan prices them).
+void FSDP::fp8_weight_amax(Bucket& b, Param& p, std::vector<float>& a) {
+  const int64_t n = (int64_t)a.size();
+  if (p.shard.is_meta()) b.group->all_reduce(empty({n}, DType::F32, Device::Meta), ReduceOp::Max);  // priced
+  else a = b.group->all_reduce(from_vector<float>(a, {n}), ReduceOp::Max).to_vector<float>();
+  if (p.fp8->tp) p.fp8->tp->reduce_max(a);
+}
+
+// float8.precompute_float8_dynamic_scale_for_fsdp: every FP8 weight's amax in one all-reduce over their group
+// (and one over tp when tensor parallel cuts them), once a step before the first gather (torchao's
+// precompute_float8_dynamic_scale_for_fsdp after the optimizer step): the gathers that follow cast with them.
+void FSDP::precompute_fp8_amax() {
+  NoGradGuard ng;
+  std::vector<Param*> ps;
+  comms::PG group;
+  const Fp8TensorParallel* cut = nullptr;
+  for (auto& u : units_)
+    for (auto& b : u->buckets)
+      for (Param* p : b->params)
+        if (p->fp8 && b->sharded) {
+          TITAN_CHECK(!group || group == b->group, "FSDP: the FP8-gathered weights are sharded over more than one "
+                      "group (", group ? group->name() : "", ", ", b->group->name(), "); precomputed scales need one");
+          group = b->group;
+          if (p->fp8->tp) cut = p->fp8->tp.get();
+          ps.push_back(p);
+        }
+  fp8_scales_stale_ = false;
+  if (ps.empty()) return;
+  const bool meta = ps[0]->shard.is_meta();
+  // their shards' amaxes, one kernel over every weight (torch's foreach)
+  double elems = 0;
+  for (Param* p : ps) elems += (double)p->shard.numel();
+  record_cost("fp8_precompute_amax", elems, 4.0 * elems);
+  std::vector<float> a(ps.size(), 0.0f);
+  if (!meta)
+    for (size_t i = 0; i < ps.size(); ++i) a[i] = fp8_amax(ps[i]->shard);
+  const int64_t n = (int64_t)a.size();
+  if (meta) group->all_reduce(empty({n}, DType::F32, Device::Meta), ReduceOp::Max);  // priced
+  else a = group->all_reduce(from_vector<float>(a, {n}), ReduceOp::Max).to_vector<float>();
+  if (cut) cut->reduce_max(a);
+  for (size_t i = 0; i < ps.size(); ++i) ps[i]->fp8_amax = a[i];
+}
+
+// Copy-out: rank q's rows of each parameter sit at q * seg + offset (q * wire_seg + wire_offset bytes on a wire)
+// of the gathered flat buffer; they become rows of the parameter's full tensor (an FP8 weight's codes decoded:
+// code / scale, the values its GEMMs multiply).
 void FSDP::copy_out(const Bucket& b) {
   if (b.gathered.is_meta()) return;
+  std::vector<uint16_t> bits;
   for (Param* p : b.params) {
+    float value[256];
+    if (p->fp8)
+      for (int c = 0; c < 256; ++c) value[c] = fp8_decode((uint8_t)c, p->fp8->weight.format) / p->fp8_scale;
     int64_t start = 0;
     for (size_t q = 0; q < p->rows.size(); ++q) {
       const int64_t n = p->rows[q] * p->row_elems, at = start * p->row_elems;
       start += p->rows[q];
-      if (!b.bf16_wire) {
+      if (!b.wired()) {
         copy_elems(p->full, at, b.gathered, (int64_t)q * b.seg + p->offset, n);
         continue;
       }
-      const uint16_t* w = static_cast<const uint16_t*>(b.gathered.raw_data()) + (int64_t)q * b.wire_seg + p->wire_offset;
+      const char* w = static_cast<const char*>(b.gathered.raw_data()) + (int64_t)q * b.wire_seg + p->wire_offset;
       float* dst = p->full.data<float>() + at;
-      if (p->bf16_wire) bf16_bits_to_float(w, dst, n);
-      else std::memcpy(dst, w, (size_t)n * 4);
+      if (p->fp8) {
+        const uint8_t* c = reinterpret_cast<const uint8_t*>(w);
+        for (int64_t i = 0; i < n; ++i) dst[i] = value[c[i]];
+      } else if (p->bf16_wire) {
+        bits.resize((size_t)n);
+        std::memcpy(bits.data(), w, (size_t)n * 2);
+        bf16_bits_to_float(bits.data(), dst, n);
+      } else {
+        std::memcpy(dst, w, (size_t)n * 4);
+      }
     }
   }
 }
@@ -451,6 +565,7 @@ void FSDP::wait_gradients() {
       }
     }
   while (!in_flight_.empty()) advance_oldest();
+  if (sync_) fp8_scales_stale_ = true;  // the optimizer step follows: precomputed FP8 scales are recomputed
   // reshard after backward, also a unit some of whose parameters got no gradient
   for (auto& u : units_)
     if (u->released > 0) {

@@ -8,7 +8,11 @@
 // router) as float32, in the one flat all-gather of the bucket (per rank: each parameter's padded rows, 2 or 4
 // bytes an element; every bucket of a bf16 step travels so, as typed bytes for the simulator); the gathered copy
 // holds float32 values (bf16-valued for the former, which the GEMM rounds to the same bits), the shards and the
-// optimizer stay float32.
+// optimizer stay float32. FP8 linear layers' weights (ShardSpec::fp8_gather: float8.enable_fsdp_float8_all_gather,
+// torchao's WeightWithDynamicFloat8CastTensor) travel as FP8 codes, one byte an element: each rank casts its float32
+// shard with the whole weight's tensorwise scale (its amax all-reduced over the group, and over tp when tensor
+// parallel cuts the weight), the gathered copy holds the codes' values (code / scale), marked as the weight's cast
+// (mark_fp8_operand): its GEMMs cast it no further. Such a bucket's all-gather moves bytes (U8, typed).
 //
 // Units as in FSDP2 / TorchTitan: each transformer block is one unit, the root
 // unit holds the rest (embedding, final norm, lm_head). A unit's parameters
@@ -58,8 +62,12 @@ class FSDP {
 
   // units[0] is the root; its pre-hook must be the first to run in forward.
   // param_dtype BF16: bf16 operands are all-gathered in bf16 (above); F32: everything in float32.
+  // fp8_precompute (float8.precompute_float8_dynamic_scale_for_fsdp): the FP8-gathered weights' (ShardSpec::
+  // fp8_gather) amaxes all-reduced together once a step, before the first gather; else one all-reduce per weight
+  // and gather.
   FSDP(std::vector<nn::Module*> units, comms::DeviceMesh& mesh, bool reshard_after_forward,
-       std::vector<ShardSpec>& specs, PlacementFn placement = nullptr, DType param_dtype = DType::F32);
+       std::vector<ShardSpec>& specs, PlacementFn placement = nullptr, DType param_dtype = DType::F32,
+       bool fp8_precompute = false);
   ~FSDP();
 
   // Completes the gradient reductions of the backward(s) run so far: a bucket
@@ -101,7 +109,9 @@ class FSDP {
 
  private:
   void prefetch(Unit& u);
-  static Tensor copy_in(const Bucket& b);
+  Tensor copy_in(Bucket& b);
+  void fp8_weight_amax(Bucket& b, Param& p, std::vector<float>& amax);
+  void precompute_fp8_amax();
   static void copy_out(const Bucket& b);
   void unshard(Unit& u);
   void bind(Unit& u);
@@ -119,6 +129,8 @@ class FSDP {
   bool reshard_after_backward_ = true;
   bool reduce_bf16_ = false;
   bool gather_stage_at_start_ = false;
+  bool fp8_precompute_ = false;
+  bool fp8_scales_stale_ = true;  // precomputed FP8 scales: recomputed before the next forward (a new step)
 };
 
 }  // namespace titan::parallel

@@ -212,11 +212,19 @@ ParallelModel parallelize(decoder::Decoder& model, comms::DeviceMesh& mesh, cons
   // tp-replicated parameters: only tp rank 0 writes them
   for (auto& s : pm.specs)
     if (s.tp_replicated && mesh.tp_rank != 0) s.writer = false;
+  TITAN_CHECK(!opt.fsdp_float8_all_gather || mesh.dp_shard_cp->size() > 1,
+              "config error: float8.enable_fsdp_float8_all_gather: this layout shards nothing over FSDP (dp_shard x cp "
+              "= 1), so it gathers nothing; drop the key or shard");
+  if (opt.fsdp_float8_all_gather)  // the FP8 linear layers' weights travel as FP8 (their casts now carry the cut)
+    for (auto& [n, m] : model.named_modules())
+      if (auto* lin = dynamic_cast<nn::Linear*>(m); lin && lin->float8 && lin->weight.defined())
+        find_spec(pm.specs, &lin->weight).fp8_gather = &*lin->float8;
   std::vector<nn::Module*> units = {&model};  // (5)
   const auto blocks = model.blocks();
   for (size_t i = 0; i < blocks.size(); ++i)
     if (own.layer[i]) units.push_back(blocks[i]);
-  pm.fsdp = std::make_shared<FSDP>(units, mesh, opt.reshard_after_forward, pm.specs, placement, opt.param_dtype);
+  pm.fsdp = std::make_shared<FSDP>(units, mesh, opt.reshard_after_forward, pm.specs, placement, opt.param_dtype,
+                                   opt.fsdp_float8_precompute);
   if (tp) tp->hooks();  // (6)
   for (auto& [n, t] : model.buffers()) {  // (7) every rank holds and updates them alike: one copy is written
     Region r{n, t, t->shape(), Shape(t->dim(), 0), mesh.rank == 0};

@@ -40,6 +40,10 @@ struct ParallelOptions {
   // training.mixed_precision_param: BF16 (the step under bf16 autocast) all-gathers the parameters that are only
   // bf16 GEMM operands (ShardSpec::bf16_operand) in bf16, as FSDP2's param_dtype; the rest in float32
   DType param_dtype = DType::F32;
+  // float8.enable_fsdp_float8_all_gather / precompute_float8_dynamic_scale_for_fsdp: FSDP gathers the FP8 linear
+  // layers' weights as FP8 codes (parallel/fsdp.h)
+  bool fsdp_float8_all_gather = false;
+  bool fsdp_float8_precompute = false;
 };
 
 // The rules a layout must meet on a model that the mesh alone cannot check, written once: where the job's

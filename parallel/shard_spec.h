@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "src/checkpoint/checkpoint.h"
+#include "src/ops/float8.h"
 #include "src/tensor/tensor.h"
 
 namespace titan::parallel {
@@ -27,6 +28,9 @@ struct ShardSpec {
   // read only as a bf16 GEMM operand under bf16 autocast (nn::Module::bf16_operands): FSDP all-gathers it in
   // bf16 when the step computes in bf16 (the GEMM would round it to the same bits)
   bool bf16_operand = false;
+  // an FP8 linear layer's weight that FSDP all-gathers as FP8 codes (float8.enable_fsdp_float8_all_gather): the
+  // layer's casts (its weight cast, its tensor-parallel cut); null: gathered as float32 / bf16
+  const Float8Casts* fp8_gather = nullptr;
   Region region() const { return {name, slot, full_shape, offset, writer}; }
 };
 

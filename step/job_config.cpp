@@ -48,6 +48,13 @@ std::vector<Field> fields(JobConfig& c) {
   fs.push_back(config::bind("float8.filter_fqns", &c.float8.filter_fqns,
                             "linear layers left in float32: those whose name contains an entry (e.g. [lm_head] as "
                             "TorchTitan's [output]; MoE routers: [gate] / [router])"));
+  fs.push_back(config::bind("float8.enable_fsdp_float8_all_gather", &c.float8.enable_fsdp_float8_all_gather,
+                            "FSDP all-gathers the FP8 layers' weights as FP8 (tensorwise recipe): each shard cast "
+                            "from its float32 values with the whole weight's scale, one byte an element"));
+  fs.push_back(config::bind("float8.precompute_float8_dynamic_scale_for_fsdp",
+                            &c.float8.precompute_float8_dynamic_scale_for_fsdp,
+                            "with enable_fsdp_float8_all_gather: every FP8 weight's amax in one all-reduce a step "
+                            "instead of one per weight per gather"));
   fs.push_back(config::bind("float8.moe_fqns_prototype", &c.float8.moe_fqns_prototype,
                             "MoE experts modules whose grouped GEMMs run in FP8 (torchao's grouped GEMMs: rowwise, "
                             "mxfp8, mxfp8_rceil): those whose name contains an entry (e.g. [experts]); [] = none"));
@@ -380,7 +387,8 @@ void validate(const JobConfig& c) {
                   c.converters.text(), "; converters: float8",
                   conv == "mx" ? " (MXFP8 is float8.recipe mxfp8 or mxfp8_rceil)" : "");
     const bool fp8 = c.converters.contains("float8");
-    for (const char* k : {"float8.recipe", "float8.filter_fqns", "float8.moe_fqns_prototype"})
+    for (const char* k : {"float8.recipe", "float8.filter_fqns", "float8.moe_fqns_prototype",
+                          "float8.enable_fsdp_float8_all_gather", "float8.precompute_float8_dynamic_scale_for_fsdp"})
       TITAN_CHECK(fp8 || !c.given.count(k), "config error: ", k, " is given but model.converters (",
                   c.converters.text(), ") has no float8: it would do nothing; add float8 to model.converters or "
                   "drop the key");
@@ -390,6 +398,19 @@ void validate(const JobConfig& c) {
                 " with parallelism.tensor_parallel_degree ", p.tensor_parallel_degree,
                 ": tensor parallel cuts each expert's hidden size, and the FP8 experts' per-row scales would span the "
                 "cut (no amax all-reduce for grouped GEMMs); use expert_parallel_degree, or drop the key");
+    const auto& f8 = c.float8;
+    TITAN_CHECK(!f8.enable_fsdp_float8_all_gather || f8.recipe == Float8Recipe::tensorwise,
+                "config error: float8.enable_fsdp_float8_all_gather needs float8.recipe tensorwise (one scale a "
+                "weight, which every shard can be cast with before the gather), got ", config::enum_name(f8.recipe),
+                "; set the recipe or drop the key");
+    TITAN_CHECK(!f8.enable_fsdp_float8_all_gather || p.data_parallel_shard_degree * std::max<int64_t>(
+                    p.context_parallel_degree, 1) != 1,
+                "config error: float8.enable_fsdp_float8_all_gather with parallelism.data_parallel_shard_degree ",
+                p.data_parallel_shard_degree, " x context_parallel_degree ", p.context_parallel_degree,
+                " = 1: FSDP shards nothing, so it gathers nothing; drop the key or shard");
+    TITAN_CHECK(!f8.precompute_float8_dynamic_scale_for_fsdp || f8.enable_fsdp_float8_all_gather,
+                "config error: float8.precompute_float8_dynamic_scale_for_fsdp precomputes the scales of FSDP's float8 "
+                "all-gather, which is off; set float8.enable_fsdp_float8_all_gather: true or drop the key");
     if (fp8 && float8_casts(c.float8.recipe).mx) {
       const int64_t rows = (p.pipeline_parallel_degree > 1 ? p.pipeline_parallel_microbatch_size
                                                             : c.training.local_batch_size) *

@@ -49,6 +49,11 @@ struct JobConfig {
     Float8Recipe recipe = Float8Recipe::rowwise;  // tensorwise | rowwise | rowwise_with_gw_hp | mxfp8 | mxfp8_rceil
     config::NameList filter_fqns;                 // linear layers whose name contains one of these stay float32
     config::NameList moe_fqns_prototype;          // MoE experts modules whose grouped GEMMs go FP8 (rowwise)
+    // FSDP gathers the FP8 linear layers' weights as FP8 codes (torchao's WeightWithDynamicFloat8CastTensor):
+    // each shard cast from its float32 values with the whole weight's scale, one byte an element on the wire
+    bool enable_fsdp_float8_all_gather = false;
+    // ... their scales (amaxes) all-reduced once a step, together, instead of one all-reduce per weight per gather
+    bool precompute_float8_dynamic_scale_for_fsdp = false;
   } float8;
 
   struct Optimizer {

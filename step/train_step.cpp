@@ -26,6 +26,8 @@ parallel::ParallelOptions parallel_options(const JobConfig& cfg) {
   o.context_parallel_rotate = p.context_parallel_rotate_method;
   o.expert_comm = p.expert_parallel_comm_backend;
   o.param_dtype = compute_dtype(cfg);
+  o.fsdp_float8_all_gather = cfg.float8.enable_fsdp_float8_all_gather;
+  o.fsdp_float8_precompute = cfg.float8.precompute_float8_dynamic_scale_for_fsdp;
   return o;
 }
 

@@ -197,6 +197,31 @@ TEST(Config, Float8KeysApplyOrAreRefused) {
                               "training.local_batch_size", "1"});
   });
   EXPECT_NE(e.find("20 tokens"), std::string::npos) << e;
+  // FSDP's float8 all-gather: the tensorwise recipe on sharded weights; its precomputed scales with it only
+  JobConfig ag = load_job_config_file("", {"model.converters", "float8", "float8.recipe", "tensorwise",
+                                           "float8.enable_fsdp_float8_all_gather", "true",
+                                           "float8.precompute_float8_dynamic_scale_for_fsdp", "true",
+                                           "parallelism.data_parallel_shard_degree", "2"});
+  EXPECT_TRUE(ag.float8.enable_fsdp_float8_all_gather);
+  EXPECT_TRUE(ag.float8.precompute_float8_dynamic_scale_for_fsdp);
+  e = error_of([&] { load_job_config_file("", {"float8.enable_fsdp_float8_all_gather", "true"}); });
+  EXPECT_NE(e.find("float8.enable_fsdp_float8_all_gather is given but model.converters"), std::string::npos) << e;
+  e = error_of([&] {
+    load_job_config_file("", {"model.converters", "float8", "float8.enable_fsdp_float8_all_gather", "true",
+                              "parallelism.data_parallel_shard_degree", "2"});
+  });
+  EXPECT_NE(e.find("needs float8.recipe tensorwise"), std::string::npos) << e;
+  EXPECT_NE(e.find("got rowwise"), std::string::npos) << e;
+  e = error_of([&] {
+    load_job_config_file("", {"model.converters", "float8", "float8.recipe", "tensorwise",
+                              "float8.enable_fsdp_float8_all_gather", "true", "parallelism.data_parallel_shard_degree", "1"});
+  });
+  EXPECT_NE(e.find("FSDP shards nothing"), std::string::npos) << e;
+  e = error_of([&] {
+    load_job_config_file("", {"model.converters", "float8", "float8.recipe", "tensorwise",
+                              "float8.precompute_float8_dynamic_scale_for_fsdp", "true"});
+  });
+  EXPECT_NE(e.find("set float8.enable_fsdp_float8_all_gather: true"), std::string::npos) << e;
   // float8.moe_fqns_prototype: without the converter, and with tensor parallel (the experts' hidden size cut)
   e = error_of([&] { load_job_config_file("", {"float8.moe_fqns_prototype", "experts"}); });
   EXPECT_NE(e.find("float8.moe_fqns_prototype is given but model.converters ([]) has no float8"), std::string::npos) << e;

@@ -80,6 +80,22 @@ Steps run(TrainJob& job) {
   return r;
 }
 
+// Each FSDP unit's all-gather (unit -1: the root; n ranks, each parameter's rows padded to ceil(rows / n)): its
+// bytes at `bytes_of` an element, and at 4 (float32)
+std::map<int, std::pair<double, double>> gathered_bytes(const std::vector<parallel::ShardSpec>& specs, int n,
+                                                        const std::function<int(const parallel::ShardSpec&)>& bytes_of) {
+  std::map<int, std::pair<double, double>> unit;
+  for (auto& s : specs) {
+    int u = -1;
+    if (s.name.rfind("model.layers.", 0) == 0) u = std::stoi(s.name.substr(13));
+    const int64_t rows = s.full_shape[0], padded = (rows + n - 1) / n;
+    const double elems = (double)(n * padded) * (double)(numel(s.full_shape) / rows);
+    unit[u].first += elems * bytes_of(s);
+    unit[u].second += elems * 4.0;
+  }
+  return unit;
+}
+
 uint64_t bits(double x) {
   uint64_t u;
   std::memcpy(&u, &x, 8);
@@ -126,15 +142,7 @@ TEST(FsdpMixedPrecision, Bf16AllGatherMovesBf16OperandsAsBf16AndChangesNoBit) {
 
   // the forward's all-gathers: root, then layers 0, 1, ... (one bucket each); each moves its unit's padded rows,
   // bf16 operands at 2 bytes and the rest at 4 (typed), against 4 for all (the float32 stand-in) without
-  std::map<int, std::pair<double, double>> unit;  // unit (-1: root) -> (bf16 wire bytes, float32 bytes)
-  for (auto& s : bf16.pm.specs) {
-    int u = -1;
-    if (s.name.rfind("model.layers.", 0) == 0) u = std::stoi(s.name.substr(13));
-    const int64_t rows = s.full_shape[0], padded = (rows + n - 1) / n;
-    const double elems = (double)(n * padded) * (double)(numel(s.full_shape) / rows);
-    unit[u].first += elems * (s.bf16_operand ? 2.0 : 4.0);
-    unit[u].second += elems * 4.0;
-  }
+  const auto unit = gathered_bytes(bf16.pm.specs, n, [](const parallel::ShardSpec& s) { return s.bf16_operand ? 2 : 4; });
   ASSERT_GE(a.gathers.size(), unit.size());
   ASSERT_EQ(a.gathers.size(), b.gathers.size());
   int i = 0;
@@ -169,6 +177,51 @@ TEST(FsdpMixedPrecision, Float8WeightsTravelAsBf16AndChangeNoBit) {
   double wire = 0, whole = 0;
   for (size_t i = 0; i < a.gathers.size(); ++i) wire += a.gathers[i].bytes, whole += b.gathers[i].bytes;
   EXPECT_LT(wire, 0.6 * whole);
+}
+
+// float8.enable_fsdp_float8_all_gather (torchao's FSDP float8 all-gather, tensorwise): each rank casts its float32
+// shard of an FP8 layer's weight with the whole weight's scale and the all-gather moves the codes, one byte an
+// element; in a float32 step that is the cast of the gathered float32 weight, so the steps are the same to the bit
+// (with the scales precomputed once a step too), and every block's gather moves fewer bytes, typed.
+TEST(FsdpFloat8AllGather, MovesCodesAndChangesNoBitOfAFloat32Step) {
+  const int n = world();
+  const std::vector<std::string> f8 = {"model.converters", "float8", "float8.recipe", "tensorwise"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> o = f8;
+    o.insert(o.end(), more.begin(), more.end());
+    return job_config("float32", o);
+  };
+  comms::DeviceMesh mesh(mesh_degrees(with({})));
+  TrainJob plain = build_job(with({}), mesh, off_the_bf16_grid);
+  TrainJob codes = build_job(with({"float8.enable_fsdp_float8_all_gather", "true"}), mesh, off_the_bf16_grid);
+  TrainJob pre = build_job(with({"float8.enable_fsdp_float8_all_gather", "true",
+                                 "float8.precompute_float8_dynamic_scale_for_fsdp", "true"}), mesh, off_the_bf16_grid);
+  std::map<std::string, bool> fp8;
+  for (auto& s : codes.pm.specs) fp8[s.name] = s.fp8_gather != nullptr;
+  EXPECT_TRUE(fp8.at("model.layers.0.self_attn.q_proj.weight"));
+  EXPECT_TRUE(fp8.at("lm_head.weight"));
+  EXPECT_FALSE(fp8.at("model.embed_tokens.weight"));
+  EXPECT_FALSE(fp8.at("model.layers.0.input_layernorm.weight"));
+  const Steps a = run(plain), b = run(codes), c = run(pre);
+  for (size_t s = 0; s < a.steps.size(); ++s)
+    for (const Steps* o : {&b, &c}) {
+      EXPECT_EQ(bits(a.steps[s].loss), bits(o->steps[s].loss)) << "step " << s;
+      EXPECT_EQ(bits(a.steps[s].grad_norm), bits(o->steps[s].grad_norm)) << "step " << s;
+    }
+  for (size_t i = 0; i < a.shards.size(); ++i) {
+    EXPECT_EQ(0, std::memcmp(a.shards[i].data(), b.shards[i].data(), a.shards[i].size() * 4)) << plain.pm.specs[i].name;
+    EXPECT_EQ(0, std::memcmp(a.shards[i].data(), c.shards[i].data(), a.shards[i].size() * 4)) << plain.pm.specs[i].name;
+  }
+  // the forward's gathers: an FP8 weight's padded rows at 1 byte, the rest at 4, as bytes (typed)
+  const auto unit = gathered_bytes(codes.pm.specs, n, [](const parallel::ShardSpec& s) { return s.fp8_gather ? 1 : 4; });
+  ASSERT_GE(b.gathers.size(), unit.size());
+  int i = 0;
+  for (auto& [u, expect] : unit) {
+    EXPECT_EQ(b.gathers[i].bytes, expect.first) << "unit " << u;
+    EXPECT_TRUE(b.gathers[i].typed) << "unit " << u;
+    EXPECT_EQ(a.gathers[i].bytes, expect.second) << "unit " << u;
+    ++i;
+  }
 }
 
 // The bf16 wire (ProcessGroup's wire = bfloat16): reductions sum as NCCL sums bf16 — every addition in float32,

@@ -1125,6 +1125,37 @@ TEST(Simulation, Float8TensorParallelGathersMoveFp8Codes) {
   EXPECT_LT(tw.exposed_by_kind.at("all_gather"), 0.6 * row.exposed_by_kind.at("all_gather"));
 }
 
+// FSDP's float8 all-gather (float8.enable_fsdp_float8_all_gather): the planned step's FSDP all-gathers move the FP8
+// weights at one byte an element (bf16's two without it), each shard's cast and its amax all-reduce priced; the
+// precomputed scales take one all-reduce a step instead of one per weight and gather
+TEST(Simulation, FsdpFloat8AllGatherMovesCodes) {
+  const std::string cfg = "configs/validation/llama31_8b_h100x8.yaml";
+  auto run = [&](std::vector<std::string> more) {
+    std::vector<std::string> o = {"simulation.mode", "compiled", "model.converters", "float8", "float8.recipe",
+                                  "tensorwise", "float8.filter_fqns", "lm_head"};
+    o.insert(o.end(), more.begin(), more.end());
+    return simulate_step(sim_config(cfg, o), 8);
+  };
+  auto fsdp = [](const SimResult& r, const char* kind) {
+    double b = 0;
+    int n = 0;
+    for (const CostEvent& e : r.collectives)
+      if (e.group.name == "dp_shard" && std::string(e.op) == kind) b += e.bytes, ++n;
+    return std::pair{b, n};
+  };
+  const SimResult bf = run({}), f8 = run({"float8.enable_fsdp_float8_all_gather", "true"}),
+                  pre = run({"float8.enable_fsdp_float8_all_gather", "true",
+                             "float8.precompute_float8_dynamic_scale_for_fsdp", "true"});
+  const double ratio = fsdp(f8, "all_gather").first / fsdp(bf, "all_gather").first;
+  EXPECT_GT(ratio, 0.5);  // the embedding, norms and the bf16 output layer stay as they were
+  EXPECT_LT(ratio, 0.6);
+  EXPECT_DOUBLE_EQ(fsdp(pre, "all_gather").first, fsdp(f8, "all_gather").first);
+  // the amax all-reduces over the FSDP group: one per FP8 weight and gather, or one a step
+  EXPECT_EQ(fsdp(bf, "all_reduce").second, 0);
+  EXPECT_GT(fsdp(f8, "all_reduce").second, 32 * 7);
+  EXPECT_EQ(fsdp(pre, "all_reduce").second, 1);
+}
+
 TEST(Simulation, Float8StepPricesItsGemmsAtTheFp8Rate) {
   const std::string cfg = "configs/validation/llama31_8b_h100x8.yaml";
   SimResult bf = simulate_step(sim_config(cfg, {"simulation.mode", "compiled"}), 8);

@@ -218,7 +218,7 @@ Tensor fp8_round_trip(const Tensor& x, const Fp8Cast& c, int axis, bool rows_cut
   check_operand("fp8_round_trip", x, c, axis);
   if (c.high_precision) return x;
   // an operand an FP8 wire delivered, already cast with one scale for the whole tensor: read as it is
-  if (c.scaling == Fp8Scaling::tensorwise && !rows_cut && !cols_cut && is_fp8_operand(x, c)) return x;
+  if (c.scaling == Fp8Scaling::tensorwise && is_fp8_operand(x, c, rows_cut || cols_cut)) return x;
   TITAN_CHECK(!(rows_cut || cols_cut) || reduce_max, "fp8_round_trip: operand ", shape_str(x.shape()),
               " is cut by a tensor-parallel group but no max all-reduce was given");
   const auto* reduce = spans_cut(c, axis, rows_cut, cols_cut) ? reduce_max : nullptr;
@@ -279,25 +279,29 @@ struct OperandMark {
   std::weak_ptr<Storage> storage;  // the mark ends with the storage (a later tensor at the same address is not it)
   int64_t offset, numel;
   Fp8Cast cast;
+  bool spans_cut;
 };
 std::mutex g_marks_mu;
 std::vector<OperandMark> g_marks;
 }  // namespace
 
-void mark_fp8_operand(const Tensor& x, const Fp8Cast& c) {
+void mark_fp8_operand(const Tensor& x, const Fp8Cast& c, bool spans_cut) {
   TITAN_CHECK(c.scaling == Fp8Scaling::tensorwise && !c.high_precision, "mark_fp8_operand: only a tensorwise FP8 "
               "cast spans a whole tensor (got ", c.scaling == Fp8Scaling::axiswise ? "axiswise" : "MX", ")");
   std::lock_guard<std::mutex> lock(g_marks_mu);
-  std::erase_if(g_marks, [](const OperandMark& m) { return m.storage.expired(); });
-  g_marks.push_back({x.impl()->storage.get(), x.impl()->storage, x.offset(), x.numel(), c});
+  std::erase_if(g_marks, [&](const OperandMark& m) {  // the dead, and this place's earlier mark (marked anew)
+    return m.storage.expired() ||
+           (m.key == x.impl()->storage.get() && m.offset == x.offset() && m.numel == x.numel() && m.cast == c);
+  });
+  g_marks.push_back({x.impl()->storage.get(), x.impl()->storage, x.offset(), x.numel(), c, spans_cut});
 }
 
-bool is_fp8_operand(const Tensor& x, const Fp8Cast& c) {
-  if (!x.defined() || !x.impl()->storage) return false;
+bool is_fp8_operand(const Tensor& x, const Fp8Cast& c, bool cut) {
+  if (!x.defined() || !x.impl()->storage || !x.is_contiguous()) return false;
   std::lock_guard<std::mutex> lock(g_marks_mu);
   for (const OperandMark& m : g_marks)
     if (m.key == x.impl()->storage.get() && m.offset == x.offset() && m.numel == x.numel() && m.cast == c &&
-        !m.storage.expired() && x.is_contiguous())
+        (!cut || m.spans_cut) && !m.storage.expired())
       return true;
   return false;
 }
@@ -442,6 +446,10 @@ Tensor float8_weight(const Tensor& w, bool bf16) {
   return r;
 }
 
+Tensor float8_weight_operand(const Tensor& w, const Fp8Cast& c, bool bf16) {
+  return is_fp8_operand(w, c, /*cut=*/true) ? w : float8_weight(w, bf16);
+}
+
 Tensor detail::float8_output_gemm(const Tensor& xq, const Tensor& wq, const Tensor& bias, const Float8Casts& k,
                                   bool bf16) {
   Tensor r = cast_gemm(xq, transpose(wq, 0, 1), !k.input.high_precision, k.mx, bf16, k.fast_accum[0]);  // [M, N]
@@ -512,7 +520,7 @@ Tensor float8_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const
                 " (grad_weight's blocks run along them); choose local_batch_size x seq_len accordingly");
     Tensor y2 = autograd::sac_forward(autograd::SacOp::Matmul, [&] {
       const Tensor xq = fp8_round_trip(x2, k.input, 1, false, in_cut, reduce);  // along K
-      const Tensor wq = fp8_round_trip(float8_weight(w, bf16), k.weight, 1, out_cut, in_cut, reduce);
+      const Tensor wq = fp8_round_trip(float8_weight_operand(w, k.weight, bf16), k.weight, 1, out_cut, in_cut, reduce);
       return float8_output_gemm(xq, wq, bias, k, bf16);  // [M, N]
     });
     y = reshape(y2, os);
@@ -529,7 +537,8 @@ Tensor float8_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const
                   if (gx) {  // dx [M, K] = q(dy, along N) @ q(w, along N)
                     const Tensor dyq = fp8_round_trip(dy, k.grad_output, 1, false, out_cut, reduce);
                     const Tensor wq =
-                        fp8_round_trip(float8_weight(ws, bf16), k.weight_for_grad_input, 0, out_cut, in_cut, reduce);
+                        fp8_round_trip(float8_weight_operand(ws, k.weight_for_grad_input, bf16), k.weight_for_grad_input,
+                                       0, out_cut, in_cut, reduce);
                     dx = reshape(float8_grad_input_gemm(dyq, wq, k, bf16), xshape);
                   }
                   if (gw) {  // dw [N, K] = q(dy, along M)^T @ q(x, along M)

@@ -77,11 +77,13 @@ Fp8Codes fp8_encode(const Tensor& x, const Fp8Cast& c, const std::function<void(
 // `c` (below). No kernel is recorded: a GPU's FP8 GEMM reads the codes as they are.
 Tensor fp8_decode(const Tensor& codes, const Fp8Cast& c, float scale);
 // An operand already cast with one tensorwise scale for the whole tensor (what an FP8 wire delivers): marked, it is
-// what fp8_round_trip returns for the same tensorwise cast of it (uncut: its scale already spans the tensor) — no
-// second cast, no second kernel, as torchao's GEMMs read a Float8Tensor input. Found by the storage, place and size
-// the mark was made on (a view of the same elements, a reshape, finds it); the mark lives as long as the storage.
-void mark_fp8_operand(const Tensor& x, const Fp8Cast& c);
-bool is_fp8_operand(const Tensor& x, const Fp8Cast& c);
+// what fp8_round_trip returns for the same tensorwise cast of it — no second cast, no second kernel, as torchao's
+// GEMMs read a Float8Tensor input — when uncut, or when cut by a tensor-parallel group and marked spans_cut (its
+// scale then spans every rank's part: FSDP's FP8 gather of a weight tensor parallel cuts). Found by the storage,
+// place and size the mark was made on (a view of the same elements, a reshape, finds it); the mark lives as long
+// as the storage.
+void mark_fp8_operand(const Tensor& x, const Fp8Cast& c, bool spans_cut = false);
+bool is_fp8_operand(const Tensor& x, const Fp8Cast& c, bool cut = false);
 
 // x [R, C] whose rows come in groups (counts[g] consecutive rows each, summing to R): each group cast on its own
 // (axis 0: a scale per column of the group's rows, torchao's "jagged" per-group scales of a grouped GEMM's
@@ -127,6 +129,9 @@ Tensor float8_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const
 // that FSDP2's bf16 mixed precision (TorchTitan's training.mixed_precision_param) gathers; float32 otherwise. No
 // kernel is priced: that bf16 weight is what the all-gather delivers (titan's FSDP gathers it as bf16 too).
 Tensor float8_weight(const Tensor& w, bool bf16);
+// What a float8 layer's weight cast `c` reads: a weight FSDP gathered as FP8 codes (marked) as it is, else
+// float8_weight(w, bf16).
+Tensor float8_weight_operand(const Tensor& w, const Fp8Cast& c, bool bf16);
 
 // float8_linear's GEMMs on operands already cast (fp8_round_trip, each as `k` says), for ops that split its GEMMs
 // over row blocks (async tensor parallel's per-shard GEMMs, comms/collective_matmul.h). bf16: under bf16 autocast
