@@ -1,5 +1,9 @@
 #include "comms/functional.h"
 
+#include <bit>
+#include <cmath>
+#include <limits>
+
 #include "src/autograd/checkpoint.h"
 #include "src/autograd/function.h"
 #include "src/ops/autocast.h"
@@ -40,6 +44,21 @@ Tensor reduce_from(const Tensor& x, const PG& pg, Wire w) {
       [](const V& g) { return V{g[0]}; })[0];
 }
 
+void all_reduce_amax(const PG& pg, std::vector<float>& amax) {
+  const int64_t n = (int64_t)amax.size();
+  if (default_device() == Device::Meta) {  // a plan: the collective priced, the values unchanged
+    pg->all_reduce(empty({n}, DType::F32, Device::Meta), ReduceOp::Max);
+    return;
+  }
+  std::vector<int32_t> bits(amax.size());
+  for (size_t i = 0; i < amax.size(); ++i) {
+    TITAN_CHECK(!(amax[i] < 0), "all_reduce_amax: amaxes are >= 0 (or NaN), got ", amax[i], " (group '", pg->name(), "')");
+    bits[i] = std::bit_cast<int32_t>(std::isnan(amax[i]) ? std::numeric_limits<float>::quiet_NaN() : amax[i]);
+  }
+  const std::vector<int32_t> got = pg->all_reduce(from_vector<int32_t>(bits, {n}), ReduceOp::Max).to_vector<int32_t>();
+  for (size_t i = 0; i < amax.size(); ++i) amax[i] = std::bit_cast<float>(got[i]);
+}
+
 Tensor all_gather_fp8(const Tensor& x, int64_t dim, const PG& pg, const std::vector<int64_t>& sizes, const Fp8Cast& c,
                       DType wire) {
   NoGradGuard ng;
@@ -54,15 +73,7 @@ Tensor all_gather_fp8(const Tensor& x, int64_t dim, const PG& pg, const std::vec
   }
   const Shape ts = t.shape();
   const int64_t R = ts[0], C = R > 0 ? t.numel() / R : numel(Shape(ts.begin() + 1, ts.end()));
-  const bool meta = t.is_meta();
-  const Fp8Codes codes = fp8_encode(t.reshape({R, C}), c, [&](std::vector<float>& amax) {
-    const int64_t n = (int64_t)amax.size();
-    if (meta) {  // a plan: the all-reduce priced, the values unchanged
-      pg->all_reduce(empty({n}, DType::F32, Device::Meta), ReduceOp::Max);
-      return;
-    }
-    amax = pg->all_reduce(from_vector<float>(amax, {n}), ReduceOp::Max).to_vector<float>();
-  });
+  const Fp8Codes codes = fp8_encode(t.reshape({R, C}), c, [&](std::vector<float>& amax) { all_reduce_amax(pg, amax); });
   const Tensor got = pg->all_gather(codes.codes, 0, sizes);  // [sum of R, C] codes, one byte each
   CostRecordPause pause;
   Shape os = ts;

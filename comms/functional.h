@@ -42,6 +42,11 @@ Tensor all_gather_op(const Tensor& x, int64_t dim, const PG& pg, const std::vect
                      ReduceOp grad_op = ReduceOp::Sum, const std::optional<Fp8Cast>& fp8 = std::nullopt);
 Tensor reduce_scatter_op(const Tensor& x, int64_t dim, const PG& pg, const std::vector<int64_t>& sizes = {},
                          const std::optional<Fp8Cast>& grad_fp8 = std::nullopt);
+// FP8 amaxes (each >= 0, or NaN) all-reduced to their maximum over pg, NaN winning wherever a rank has one (as
+// torch.amax over the whole tensor): reduced as the floats' bit patterns (int32), whose order is the values' for
+// non-negative floats with NaN above +inf, so the result is exact and independent of the library's order
+// (MPI_MAX on floats may drop a NaN). A plan (meta device) prices the all-reduce and leaves the values.
+void all_reduce_amax(const PG& pg, std::vector<float>& amax);
 // x (float32) gathered along dim on the FP8 wire with cast c (tensorwise), not differentiable: the values an FP8
 // GEMM multiplies, marked. `wire`: the activation wire the values are rounded to first (DType::BF16 or F32).
 Tensor all_gather_fp8(const Tensor& x, int64_t dim, const PG& pg, const std::vector<int64_t>& sizes, const Fp8Cast& c,

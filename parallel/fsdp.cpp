@@ -4,6 +4,7 @@
 #include <cstring>
 #include <functional>
 
+#include "comms/functional.h"
 #include "src/autograd/function.h"
 #include "src/log/log.h"
 #include "src/ops/autocast.h"
@@ -178,6 +179,18 @@ FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool resha
     u.params.push_back(std::move(p));
   }
   progress.finish();
+  if (fp8_precompute_) {  // the FP8-gathered weights' amaxes are reduced together: over one group
+    comms::PG group;
+    for (auto& u : units_)
+      for (auto& b : u->buckets)
+        for (Param* p : b->params)
+          if (p->fp8 && b->sharded) {
+            TITAN_CHECK(!group || group == b->group, "config error: float8.precompute_float8_dynamic_scale_for_fsdp: "
+                        "the FP8-gathered weights are sharded over more than one group (", group->name(), ", ",
+                        b->group->name(), "); their amaxes are reduced together over one; drop the key");
+            group = b->group;
+          }
+  }
   // free the full tensors: modules point at nothing until a forward binds them
   for (auto& u : units_)
     for (auto& p : u->params) *p->slot = Tensor();
@@ -191,7 +204,6 @@ FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool resha
   Unit* root = units_[0].get();
   modules[0]->register_forward_pre_hook([this, root](nn::Module&, const Tensor& x) {
     forward_done_ = false;
-    if (fp8_precompute_ && fp8_scales_stale_) precompute_fp8_amax();
     unshard(*root);
     bind(*root);
     if (units_.size() > 1) prefetch(*units_[1]);
@@ -241,8 +253,12 @@ void FSDP::prefetch(Unit& u) {
     Bucket& b = *bp;
     if (!b.sharded) continue;
     Tensor flat = copy_in(b);  // [seg], or on a wire [wire_seg] bytes (as BF16 units or U8)
-    // one kernel (FSDP2's foreach copy-in), priced in the run's parameter dtype as every copy is
-    record_cost("fsdp_copy_in", 0, 2.0 * (double)(b.seg * dtype_size(b.dtype)));
+    // one kernel (FSDP2's foreach copy-in), priced in the run's parameter dtype as every copy is; an FP8 weight's
+    // codes are written by its cast (priced there)
+    int64_t copied = b.seg;
+    for (Param* p : b.params)
+      if (p->fp8) copied -= p->rows[0] * p->row_elems;
+    record_cost("fsdp_copy_in", 0, 2.0 * (double)(copied * dtype_size(b.dtype)));
     std::tie(b.gathered, b.gather_work) = b.group->all_gather_async(flat, 0);  // [n * seg] or [n * wire units]
   }
   u.prefetched = true;
@@ -294,6 +310,9 @@ Tensor FSDP::copy_in(Bucket& b) {
     return flat;
   }
   Tensor flat = b.fp8_wire ? empty({b.wire_seg}, DType::U8) : empty({b.wire_seg / 2}, DType::BF16);
+  // precomputed scales: the step's first FP8 gather computes them (a pipeline stage may gather all of its units
+  // before its first forward: parallelism.fsdp_gather_stage_at_start)
+  if (b.fp8_wire && fp8_precompute_ && fp8_scales_stale_) precompute_fp8_amax();
   std::vector<Tensor> codes(b.params.size());  // the FP8 weights' casts (on meta shards too: priced)
   for (size_t i = 0; i < b.params.size(); ++i) {
     Param* p = b.params[i];
@@ -337,9 +356,7 @@ Tensor FSDP::copy_in(Bucket& b) {
 // and, for a weight tensor parallel cuts, over the tp group (the whole weight's: torchao's amax of the DTensor),
 // one all-reduce each per weight and gather (a plan prices them).
 void FSDP::fp8_weight_amax(Bucket& b, Param& p, std::vector<float>& a) {
-  const int64_t n = (int64_t)a.size();
-  if (p.shard.is_meta()) b.group->all_reduce(empty({n}, DType::F32, Device::Meta), ReduceOp::Max);  // priced
-  else a = b.group->all_reduce(from_vector<float>(a, {n}), ReduceOp::Max).to_vector<float>();
+  comms::all_reduce_amax(b.group, a);
   if (p.fp8->tp) p.fp8->tp->reduce_max(a);
 }
 
@@ -355,9 +372,7 @@ void FSDP::precompute_fp8_amax() {
     for (auto& b : u->buckets)
       for (Param* p : b->params)
         if (p->fp8 && b->sharded) {
-          TITAN_CHECK(!group || group == b->group, "FSDP: the FP8-gathered weights are sharded over more than one "
-                      "group (", group ? group->name() : "", ", ", b->group->name(), "); precomputed scales need one");
-          group = b->group;
+          group = b->group;  // one group (the constructor checked)
           if (p->fp8->tp) cut = p->fp8->tp.get();
           ps.push_back(p);
         }
@@ -371,9 +386,7 @@ void FSDP::precompute_fp8_amax() {
   std::vector<float> a(ps.size(), 0.0f);
   if (!meta)
     for (size_t i = 0; i < ps.size(); ++i) a[i] = fp8_amax(ps[i]->shard);
-  const int64_t n = (int64_t)a.size();
-  if (meta) group->all_reduce(empty({n}, DType::F32, Device::Meta), ReduceOp::Max);  // priced
-  else a = group->all_reduce(from_vector<float>(a, {n}), ReduceOp::Max).to_vector<float>();
+  comms::all_reduce_amax(group, a);
   if (cut) cut->reduce_max(a);
   for (size_t i = 0; i < ps.size(); ++i) ps[i]->fp8_amax = a[i];
 }

@@ -215,10 +215,19 @@ ParallelModel parallelize(decoder::Decoder& model, comms::DeviceMesh& mesh, cons
   TITAN_CHECK(!opt.fsdp_float8_all_gather || mesh.dp_shard_cp->size() > 1,
               "config error: float8.enable_fsdp_float8_all_gather: this layout shards nothing over FSDP (dp_shard x cp "
               "= 1), so it gathers nothing; drop the key or shard");
-  if (opt.fsdp_float8_all_gather)  // the FP8 linear layers' weights travel as FP8 (their casts now carry the cut)
+  if (opt.fsdp_float8_all_gather) {  // the FP8 linear layers' weights travel as FP8 (their casts now carry the cut)
+    int64_t fp8_weights = 0;
     for (auto& [n, m] : model.named_modules())
-      if (auto* lin = dynamic_cast<nn::Linear*>(m); lin && lin->float8 && lin->weight.defined())
-        find_spec(pm.specs, &lin->weight).fp8_gather = &*lin->float8;
+      if (auto* lin = dynamic_cast<nn::Linear*>(m); lin && lin->float8 && lin->weight.defined()) {
+        ShardSpec& s = find_spec(pm.specs, &lin->weight);
+        s.fp8_gather = &*lin->float8;
+        fp8_weights += s.owned;
+      }
+    // (every stage holds FP8 layers unless float8.filter_fqns leaves none; a stage of none gathers nothing so,
+    // as every other stage's own weights: each rank asks of its own)
+    TITAN_CHECK(fp8_weights > 0, "config error: float8.enable_fsdp_float8_all_gather: this rank holds no FP8 linear "
+                "weight to gather (float8.filter_fqns, or the layers' features, left none in FP8); drop the key");
+  }
   std::vector<nn::Module*> units = {&model};  // (5)
   const auto blocks = model.blocks();
   for (size_t i = 0; i < blocks.size(); ++i)

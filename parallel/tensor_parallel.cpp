@@ -46,14 +46,7 @@ void float8_shard(nn::Linear* lin, bool out_cut, const comms::PG& pg) {
   auto tp = std::make_shared<Fp8TensorParallel>();
   tp->out_sharded = out_cut;
   tp->in_sharded = !out_cut;
-  tp->reduce_max = [pg](std::vector<float>& amax) {
-    const int64_t n = (int64_t)amax.size();
-    if (default_device() == Device::Meta) {  // a plan: the collective priced, the values unchanged
-      pg->all_reduce(empty({n}, DType::F32), comms::ReduceOp::Max);
-      return;
-    }
-    amax = pg->all_reduce(from_vector<float>(amax, {n}), comms::ReduceOp::Max).to_vector<float>();
-  };
+  tp->reduce_max = [pg](std::vector<float>& amax) { comms::all_reduce_amax(pg, amax); };
   lin->float8->tp = std::move(tp);
 }
 

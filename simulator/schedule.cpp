@@ -365,6 +365,12 @@ class Schedule {
     k.k = e.gemm.k;
     k.precision = fp32_compute_ && e.gemm.precision == GemmPrecision::high ? GemmPrecision::fp32 : e.gemm.precision;
     k.split_accumulation = e.gemm.split_accumulation;
+    if ((k.precision == GemmPrecision::fp8 || k.precision == GemmPrecision::mxfp8) && k.m > 0 && k.n > 0 && k.k > 0) {
+      // an FP8 GEMM reads its operands as one-byte codes (the meta step's float32 stand-ins are not what moves)
+      // and writes its output in the activation dtype
+      const double b = (double)std::max<int64_t>(1, e.gemm.batch);
+      k.bytes = b * ((double)k.m * k.k + (double)k.k * k.n + (double)k.m * k.n * 4.0 * act_scale_);
+    }
     k.element_bytes = e.cls == KernelClass::Optimizer ? 4.0 : 4.0 * act_scale_;
     k.attention = e.attention;
     if (e.cls == KernelClass::HostSync) {  // the host waits for the device to get here

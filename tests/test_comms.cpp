@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <set>
 
@@ -584,6 +585,26 @@ TEST(Float8Wire, GathersTheCastValuesInHalfTheBytes) {
     EXPECT_EQ(gathered, B * s * 32) << "the gradient's FP8 wire moves one byte an element";
     bits(zb.grad(), za.grad(), "dz");
     bits(vb.grad(), va.grad(), "dv");
+  }
+  // a rank holding none of the rows (uneven shards) takes part with an amax of 0; the gathered values are still
+  // the cast of the gathered tensor
+  {
+    Generator g(800 + r);
+    const int64_t mine = r == n - 1 ? 0 : 3;
+    std::vector<int64_t> sizes(n, 3);
+    sizes[n - 1] = 0;
+    const Tensor x = mul(randn({mine, 8}, g, DType::F32), 1.0 + r);
+    const Tensor got = all_gather_fp8(x, 0, pg, sizes, col.input, DType::F32);
+    const Tensor whole = pg->all_gather(x, 0, sizes);
+    bits(got, fp8_round_trip(whole, col.input, 1), "uneven shards");
+  }
+  // amaxes reduce NaN-first, whatever the order: every rank gets NaN where any rank has one
+  {
+    std::vector<float> a = {r == 0 ? std::numeric_limits<float>::quiet_NaN() : 1.0f + r, 2.0f + r, 0.0f};
+    all_reduce_amax(pg, a);
+    EXPECT_TRUE(std::isnan(a[0]));
+    EXPECT_EQ(a[1], 2.0f + (float)(n - 1));
+    EXPECT_EQ(a[2], 0.0f);
   }
   // only a tensorwise cast spans a whole tensor: an axiswise one on the wire is refused, naming the op
   std::string e;

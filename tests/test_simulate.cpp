@@ -1108,7 +1108,8 @@ TEST(Simulation, Float8TensorParallelGathersMoveFp8Codes) {
   auto run = [&](const char* recipe) {
     return simulate_step(sim_config(cfg, {"simulation.mode", "compiled", "model.converters", "float8", "float8.recipe",
                                           recipe, "float8.filter_fqns", "lm_head", "parallelism.tensor_parallel_degree",
-                                          "8", "parallelism.data_parallel_shard_degree", "1"}), 8);
+                                          "8", "parallelism.data_parallel_shard_degree", "1",
+                                          "training.local_batch_size", "2"}), 8);
   };
   auto tp_gathered = [](const SimResult& r) {
     double b = 0;
@@ -1119,6 +1120,22 @@ TEST(Simulation, Float8TensorParallelGathersMoveFp8Codes) {
     return b;
   };
   const SimResult tw = run("tensorwise"), row = run("rowwise");
+  // an FP8 GEMM moves one-byte operands and a bf16 output (this config's activations): a projection's forward
+  // [M, K] x [K, N] is priced at M K + K N + 2 M N bytes, not the meta step's float32 stand-ins
+  {
+    const JobConfig c = sim_config(cfg, {"training.local_batch_size", "2"});
+    const double M = (double)c.training.local_batch_size * (double)c.training.seq_len, H = 4096, N = 1024 / 8;
+    // k_proj's three GEMMs (this rank's 128 of its 1,024 outputs): forward [M, H] x [H, N], grad_input
+    // [M, N] x [N, H], grad_weight [N, M] x [M, H]: the same FLOPs, each its own traffic
+    const std::set<double> traffic = {M * H + H * N + 2 * M * N, M * N + N * H + 2 * M * H, N * M + M * H + 2 * N * H};
+    int seen = 0;
+    for (const SimSpan& sp : tw.spans)
+      if (sp.kernel_class == "gemm" && std::abs(sp.flops - 2 * M * H * N) < 1) {
+        ++seen;
+        EXPECT_TRUE(traffic.count(sp.bytes)) << sp.name << " " << sp.bytes;
+      }
+    EXPECT_GT(seen, 0);
+  }
   // (the output layer's input, its gather outside the blocks, travels as bf16 in both: 0.505 here)
   EXPECT_GT(tp_gathered(tw) / tp_gathered(row), 0.5);
   EXPECT_LT(tp_gathered(tw) / tp_gathered(row), 0.51);

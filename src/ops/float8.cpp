@@ -317,6 +317,7 @@ Fp8Codes fp8_encode(const Tensor& x, const Fp8Cast& c, const std::function<void(
   const Tensor xc = x.is_meta() ? x : x.contiguous();
   const ScaleGrid g = grid_of(xc, c, 1);
   std::vector<float> amax = x.is_meta() ? std::vector<float>{0.0f} : amaxes(xc.data<float>(), x.size(0), x.size(1), g);
+  if (amax.empty()) amax.assign(1, 0.0f);  // a rank holding no rows: its amax is 0, every rank reduces one value
   reduce_max(amax);  // on meta tensors too: the plan prices the all-reduce
   const GroupScale gs = group_scale(amax[0], c);
   Fp8Codes out{empty(x.shape(), DType::U8, x.device()), gs.mul};
