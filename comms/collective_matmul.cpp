@@ -108,17 +108,6 @@ Tensor ring_all_gather_fp8(const Tensor& local, const Shape& full, int64_t s, co
   return values;
 }
 
-// One tensorwise cast of an FP8 operand for every GEMM that reads it (the projections' inputs; the output
-// gradient's two GEMMs), else none: the operand may travel as FP8 codes.
-std::optional<Fp8Cast> one_tensorwise(const std::vector<std::pair<const Fp8Cast*, const Fp8Cast*>>& uses) {
-  if (uses.empty() || !uses[0].first) return std::nullopt;
-  const Fp8Cast c = *uses[0].first;
-  if (c.high_precision || c.scaling != Fp8Scaling::tensorwise) return std::nullopt;
-  for (const auto& [a, b] : uses)
-    if (!a || !b || !(*a == c) || !(*b == c)) return std::nullopt;
-  return c;
-}
-
 // This rank's rows as the unfused gather delivers them to every rank, its own included: through the wire (bf16
 // values under autocast), so an FP8 cast of them is the unfused one's
 Tensor through_wire(const Tensor& local, DType wire) {

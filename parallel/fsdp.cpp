@@ -1,6 +1,5 @@
 #include "parallel/fsdp.h"
 
-#include <cmath>
 #include <cstring>
 #include <functional>
 
@@ -31,17 +30,6 @@ void copy_elems(const Tensor& dst, int64_t dst_at, const Tensor& src, int64_t sr
               (size_t)n * es);
 }
 
-// max |x| of a float32 tensor (NaN once it has seen one, as torch.amax): an FP8 weight's shard
-float fp8_amax(const Tensor& t) {
-  const Tensor c = t.contiguous();
-  const float* p = c.data<float>();
-  float m = 0;
-  for (int64_t i = 0; i < c.numel(); ++i) {
-    const float v = std::fabs(p[i]);
-    m = v > m || v != v ? v : m;
-  }
-  return m;
-}
 }  // namespace
 
 struct FSDP::Param {

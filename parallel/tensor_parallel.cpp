@@ -197,16 +197,12 @@ struct Fp8Wires {
   std::optional<Fp8Cast> input, grad_output;
 };
 Fp8Wires fp8_wires(const std::vector<nn::Linear*>& readers, const nn::Linear* out) {
-  auto tensorwise = [](const Fp8Cast& c) { return !c.high_precision && c.scaling == Fp8Scaling::tensorwise; };
-  Fp8Wires w;
-  bool all = !readers.empty();
+  std::vector<std::pair<const Fp8Cast*, const Fp8Cast*>> in;
   for (const nn::Linear* l : readers)
-    all = all && l->float8 && tensorwise(l->float8->input) && l->float8->input == readers[0]->float8->input &&
-          l->float8->input_for_grad_weight == l->float8->input;
-  if (all) w.input = readers[0]->float8->input;
-  if (out->float8 && !out->bias.defined() && tensorwise(out->float8->grad_output) &&
-      out->float8->grad_output_for_grad_weight == out->float8->grad_output)
-    w.grad_output = out->float8->grad_output;
+    in.push_back(l->float8 ? std::pair{&l->float8->input, &l->float8->input_for_grad_weight} : std::pair{nullptr, nullptr});
+  Fp8Wires w{one_tensorwise(in), std::nullopt};
+  if (out->float8 && !out->bias.defined())
+    w.grad_output = one_tensorwise({{&out->float8->grad_output, &out->float8->grad_output_for_grad_weight}});
   return w;
 }
 

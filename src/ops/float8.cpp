@@ -296,6 +296,25 @@ void mark_fp8_operand(const Tensor& x, const Fp8Cast& c, bool spans_cut) {
   g_marks.push_back({x.impl()->storage.get(), x.impl()->storage, x.offset(), x.numel(), c, spans_cut});
 }
 
+std::optional<Fp8Cast> one_tensorwise(const std::vector<std::pair<const Fp8Cast*, const Fp8Cast*>>& uses) {
+  if (uses.empty() || !uses[0].first) return std::nullopt;
+  const Fp8Cast c = *uses[0].first;
+  if (c.high_precision || c.scaling != Fp8Scaling::tensorwise) return std::nullopt;
+  for (const auto& [a, b] : uses)
+    if (!a || !b || !(*a == c) || !(*b == c)) return std::nullopt;
+  return c;
+}
+
+float fp8_amax(const Tensor& x) {
+  TITAN_CHECK(x.dtype() == DType::F32, "fp8_amax: a float32 tensor expected, got ", dtype_name(x.dtype()));
+  if (x.numel() == 0 || x.is_meta()) return 0.0f;
+  const Tensor xc = x.contiguous();
+  const int64_t C = xc.size(-1), R = xc.numel() / C;
+  ScaleGrid g;
+  g.bi = R, g.bj = C;
+  return amaxes(xc.data<float>(), R, C, g)[0];
+}
+
 bool is_fp8_operand(const Tensor& x, const Fp8Cast& c, bool cut) {
   if (!x.defined() || !x.impl()->storage || !x.is_contiguous()) return false;
   std::lock_guard<std::mutex> lock(g_marks_mu);

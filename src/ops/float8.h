@@ -16,6 +16,7 @@
 #include <array>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 #include <cstdint>
 #include <string>
@@ -83,6 +84,12 @@ Tensor fp8_decode(const Tensor& codes, const Fp8Cast& c, float scale);
 // place and size the mark was made on (a view of the same elements, a reshape, finds it); the mark lives as long
 // as the storage.
 void mark_fp8_operand(const Tensor& x, const Fp8Cast& c, bool spans_cut = false);
+// The one tensorwise cast every use of an operand makes (each use: the cast of one GEMM and of the other GEMM that
+// reads the same operand, e.g. input and input_for_grad_weight), when there is one: the operand may travel as FP8
+// codes. A null cast (a high-precision reader), a non-tensorwise or differing cast: none.
+std::optional<Fp8Cast> one_tensorwise(const std::vector<std::pair<const Fp8Cast*, const Fp8Cast*>>& uses);
+// max |x| over a float32 tensor (NaN once it holds one, as torch.amax): a tensorwise scale's amax
+float fp8_amax(const Tensor& x);
 bool is_fp8_operand(const Tensor& x, const Fp8Cast& c, bool cut = false);
 
 // x [R, C] whose rows come in groups (counts[g] consecutive rows each, summing to R): each group cast on its own
