@@ -89,6 +89,18 @@ struct FSDP::Reduction {
   comms::Work work;
 };
 
+std::vector<int64_t> FSDP::pass_state() const {
+  std::vector<int64_t> s = {(int64_t)in_flight_.size(), forward_done_, sync_, reshard_after_backward_,
+                            fp8_scales_stale_};
+  for (const auto& u : units_) {
+    s.insert(s.end(), {u->gathered, u->prefetched, (int64_t)u->released});
+    for (const auto& b : u->buckets)
+      s.insert(s.end(), {b->gathered.defined(), b->grad_flat.defined(), b->holds_earlier, b->arrived});
+    for (const auto& p : u->params) s.push_back(p->shard.defined() && p->shard.impl()->grad != nullptr);
+  }
+  return s;
+}
+
 FSDP::FSDP(std::vector<nn::Module*> modules, comms::DeviceMesh& mesh, bool reshard_after_forward,
            std::vector<ShardSpec>& specs, PlacementFn placement, DType param_dtype, bool fp8_precompute)
     : mesh_(mesh), reshard_(reshard_after_forward), fp8_precompute_(fp8_precompute) {

@@ -1,6 +1,8 @@
 #include "parallel/pipeline.h"
 
+#include <algorithm>
 #include <map>
+#include <optional>
 
 #include "comms/functional.h"
 #include "parallel/fsdp.h"
@@ -8,6 +10,8 @@
 #include "src/autograd/grad_mode.h"
 #include "src/ops/ops.h"
 #include "src/tensor/cost.h"
+#include "src/tensor/cost_segment.h"
+#include "src/tensor/memory.h"
 
 namespace titan::parallel {
 
@@ -194,6 +198,7 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
   struct Slot {
     Tensor input;   // the received activation (a leaf: its gradient goes back)
     Tensor output;  // the stage's output (last stage: the scaled loss)
+    std::shared_ptr<MemoryCharge> charge;  // a repeated pass's: the bytes its record holds (planning)
   };
   std::map<std::pair<int64_t, int64_t>, Slot> slots;  // (stage, micro-batch) in flight
   std::vector<comms::Work> sends;
@@ -207,11 +212,76 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
   // parallelism.fsdp_gather_stage_at_start: a stage keeping its weights gathered through the schedule gathers
   // them all now (FSDP::prefetch_all), so a later stage's arrive while the earlier stages fill the pipeline
   if (fsdp && fsdp->gathers_stage_at_start()) fsdp->prefetch_all();
+  // Planning (meta tensors under a cost trace): once a stage's last two forward (backward) passes recorded alike,
+  // its next ones repeat that record instead of being traced (src/tensor/cost_segment.h). A backward repeats when
+  // its forward did (no graph was built) or when its record is steady; the stage's last backward (FSDP's
+  // reduction) and so its forward are always traced; a forward repeats only once the backward is steady too.
+  const bool repeat = meta && CostTrace::current() != nullptr && repeated_cost_segments();
+  // A pass is repeated only from the FSDP state it was recorded in, and only one that left that state as it
+  // found it (FSDP::pass_state: which units are gathered, which gradients held, ...).
+  struct Passes {
+    std::optional<CostSegment> forward, backward;      // the last recorded
+    std::vector<int64_t> forward_state, backward_state;  // the FSDP state each started in
+    bool forward_steady = false, backward_steady = false;  // the last two recorded alike, from one state, left so
+    MemoryCategory output_category = MemoryCategory::Activations, grad_category = MemoryCategory::Activations;
+    std::vector<std::vector<int64_t>> routed;  // the last recorded forward's
+  };
+  std::map<int64_t, Passes> passes;  // by stage
+  auto state = [fsdp] { return fsdp ? fsdp->pass_state() : std::vector<int64_t>{}; };
+  // A forward is repeated only where its backward can be too: every stage of this rank has steady records (the
+  // first passes, which may change the state, are done) and no pass that is always traced (a stage's last
+  // micro-batch, forward and backward) runs between the two. Where the state still moved before the backward,
+  // the plan is refused (CostSegmentRefused) and made again tracing every pass.
+  std::map<std::pair<int64_t, int64_t>, size_t> backward_at;  // (stage, micro-batch) -> its backward's action
+  std::vector<size_t> traced_always;                           // the actions of the stages' last micro-batches
+  for (size_t k = 0; k < actions.size(); ++k)
+    if (actions[k].kind == PipelineAction::Backward) backward_at[{actions[k].stage, actions[k].microbatch}] = k;
+  if (backward)
+    for (size_t k = 0; k < actions.size(); ++k)
+      if (actions[last_backward[actions[k].stage]].microbatch == actions[k].microbatch) traced_always.push_back(k);
+  auto traced_between = [&](size_t from, size_t to) {
+    auto it = std::upper_bound(traced_always.begin(), traced_always.end(), from);
+    return it != traced_always.end() && *it < to;
+  };
+  const std::vector<int64_t> own_stages = layout_.stages_of(mesh_.pp_rank);
+  auto all_steady = [&passes, &own_stages] {
+    for (int64_t st : own_stages) {
+      auto it = passes.find(st);
+      if (it == passes.end() || !it->second.forward_steady || !it->second.backward_steady) return false;
+    }
+    return true;
+  };
+  auto record = [&state](std::optional<CostSegment>& last, std::vector<int64_t>& last_state, bool& steady,
+                         CostSegment seg, std::vector<int64_t> start) {
+    steady = seg.repeatable && start == state() && last && start == last_state && seg.same_as(*last);
+    last = std::move(seg);
+    last_state = std::move(start);
+  };
+  auto fresh = [](const Shape& shape, MemoryCategory c) {  // a repeated pass's output: its buffer, no values
+    MemoryCategoryScope scope(c);
+    return empty(shape, DType::F32, Device::Meta);
+  };
+  MemoryTracker& tracker = MemoryTracker::get(Device::Meta);
+  // the bytes a repeated pass leaves held: the record's end less what is held now (its outputs' buffers)
+  auto settle = [&tracker](MemoryCharge& charge, const MemoryStats& start, const CostSegment& seg) {
+    const MemoryStats now = tracker.stats();
+    std::array<int64_t, kNumMemoryCategories> d{};
+    for (int c = 0; c < kNumMemoryCategories; ++c) d[c] = start.current[c] + seg.net[c] - now.current[c];
+    charge.adjust_by(d);
+  };
+  auto add_routed = [&r](const std::vector<std::vector<int64_t>>& routed) {
+    if (r.routed.empty()) r.routed = routed;
+    else
+      for (size_t l = 0; l < routed.size(); ++l)
+        for (size_t e = 0; e < routed[l].size(); ++e) r.routed[l][e] += routed[l][e];
+  };
   for (size_t ai = 0; ai < actions.size(); ++ai) {
     const PipelineAction& a = actions[ai];
     ModelChunk ch = layout_.stages[a.stage];
     ch.seq_len = seq_len_;
     const int64_t i = a.microbatch;
+    Passes& ps = passes[a.stage];
+    const bool last_pass = backward && actions[last_backward[a.stage]].microbatch == i;
     if (a.kind == PipelineAction::Forward) {
       Tensor x;
       if (ch.first) {
@@ -222,29 +292,49 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
         x = t;
         if (backward) x.requires_grad_(true);
       }
-      Tensor y = model_.forward_chunk(x, mb_rows(b.doc_ids, i), ch);
-      auto routed = model_.routed_counts(ch);
-      if (r.routed.empty()) r.routed = routed;
-      else
-        for (size_t l = 0; l < routed.size(); ++l)
-          for (size_t e = 0; e < routed[l].size(); ++e) r.routed[l][e] += routed[l][e];
-      const double scale = loss_scale / (double)m, ascale = (aux_scale < 0 ? loss_scale : aux_scale) / (double)m;
-      Tensor aux = backward ? model_.aux_loss(ch) : Tensor();
       Slot s;
-      if (ch.last) {
-        Tensor l = model_.loss(y, mb_rows(b.targets, i));
-        if (!meta && loss_scale != 0) r.loss += (double)l.item<float>() / (double)m;  // 0: no valid target (cp)
-        if (backward)
-          s.output = !aux.defined()   ? mul(l, scale)
-                     : ascale == scale ? mul(add(l, aux), scale)
-                                       : add(mul(l, scale), mul(aux, ascale));
-      } else {
-        if (aux.defined()) y = attach_aux_loss(y, aux, ascale);
-        TITAN_CHECK(y.shape() == activation_, "pipeline: stage ", a.stage, " produced ", shape_str(y.shape()),
-                    ", the next stage expects ", shape_str(activation_));
-        sends.push_back(p2p.isend(y.detach(), (int)layout_.rank_of(a.stage + 1), tag(a.stage + 1, i, 0), wire));
+      Tensor y;  // what goes to the next stage
+      if (repeat && ps.forward_steady && !last_pass && state() == ps.forward_state &&
+          (!backward || (all_steady() && !traced_between(ai, backward_at.at({a.stage, i}))))) {
+        const MemoryStats start = tracker.stats();
+        replay_cost_segment(*ps.forward);
+        add_routed(ps.routed);
+        if (!ch.last) y = fresh(activation_, ps.output_category);
+        s.charge = std::make_shared<MemoryCharge>(tracker);
+        settle(*s.charge, start, *ps.forward);
         s.output = y;
+      } else {
+        std::optional<CostSegmentRecorder> rec;
+        std::vector<int64_t> start;
+        if (repeat) start = state(), rec.emplace();
+        y = model_.forward_chunk(x, mb_rows(b.doc_ids, i), ch);
+        auto routed = model_.routed_counts(ch);
+        add_routed(routed);
+        const double scale = loss_scale / (double)m, ascale = (aux_scale < 0 ? loss_scale : aux_scale) / (double)m;
+        Tensor aux = backward ? model_.aux_loss(ch) : Tensor();
+        if (ch.last) {
+          Tensor l = model_.loss(y, mb_rows(b.targets, i));
+          if (!meta && loss_scale != 0) r.loss += (double)l.item<float>() / (double)m;  // 0: no valid target (cp)
+          if (backward)
+            s.output = !aux.defined()   ? mul(l, scale)
+                       : ascale == scale ? mul(add(l, aux), scale)
+                                         : add(mul(l, scale), mul(aux, ascale));
+          y = Tensor();
+        } else {
+          if (aux.defined()) y = attach_aux_loss(y, aux, ascale);
+          TITAN_CHECK(y.shape() == activation_, "pipeline: stage ", a.stage, " produced ", shape_str(y.shape()),
+                      ", the next stage expects ", shape_str(activation_));
+          s.output = y;
+          ps.output_category = y.impl()->storage->category();
+        }
+        if (rec) {
+          record(ps.forward, ps.forward_state, ps.forward_steady, rec->finish(), std::move(start));
+          ps.forward_steady = ps.forward_steady && routed == ps.routed;
+          ps.routed = std::move(routed);
+        }
       }
+      if (!ch.last)
+        sends.push_back(p2p.isend(y.detach(), (int)layout_.rank_of(a.stage + 1), tag(a.stage + 1, i, 0), wire));
       s.input = x;
       if (backward) slots[{a.stage, i}] = std::move(s);
     } else {
@@ -258,18 +348,36 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
         fsdp->set_requires_gradient_sync(reduce && last_backward[a.stage] == ai);
         fsdp->set_reshard_after_backward(last_backward[a.stage] == ai);
       }
-      if (ch.last) {
-        s.output.backward();
-      } else {
-        auto [g, w] = p2p.irecv(activation_, DType::F32, (int)layout_.rank_of(a.stage + 1), tag(a.stage, i, 1), wire);
+      Tensor g;
+      if (!ch.last) {
+        auto [t, w] = p2p.irecv(activation_, DType::F32, (int)layout_.rank_of(a.stage + 1), tag(a.stage, i, 1), wire);
         w.wait();
-        s.output.backward(g);
+        g = t;
       }
-      if (!ch.first) {
-        Tensor gx = s.input.grad();
-        TITAN_CHECK(gx.defined(), "pipeline: stage ", a.stage, "'s input got no gradient");
-        sends.push_back(p2p.isend(gx, (int)layout_.rank_of(a.stage - 1), tag(a.stage - 1, i, 1), wire));
+      Tensor gx;
+      if (repeat && (s.charge || (ps.backward_steady && !last_pass && state() == ps.backward_state))) {
+        if (!ps.backward || !ps.backward_steady || state() != ps.backward_state)
+          refuse_repeated_pass("pipeline: stage " + std::to_string(a.stage) + " micro-batch " + std::to_string(i) +
+                               "'s forward was repeated, its backward cannot be");
+        const MemoryStats start = tracker.stats();
+        replay_cost_segment(*ps.backward);
+        if (!ch.first) gx = fresh(activation_, ps.grad_category);
+        if (!s.charge) s.charge = std::make_shared<MemoryCharge>(tracker);
+        settle(*s.charge, start, *ps.backward);
+      } else {
+        std::optional<CostSegmentRecorder> rec;
+        std::vector<int64_t> start;
+        if (repeat) start = state(), rec.emplace();
+        if (ch.last) s.output.backward();
+        else s.output.backward(g);
+        if (!ch.first) {
+          gx = s.input.grad();
+          TITAN_CHECK(gx.defined(), "pipeline: stage ", a.stage, "'s input got no gradient");
+          ps.grad_category = gx.impl()->storage->category();
+        }
+        if (rec) record(ps.backward, ps.backward_state, ps.backward_steady, rec->finish(), std::move(start));
       }
+      if (!ch.first) sends.push_back(p2p.isend(gx, (int)layout_.rank_of(a.stage - 1), tag(a.stage - 1, i, 1), wire));
     }
   }
   for (auto& w : sends) w.wait();

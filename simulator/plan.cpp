@@ -10,6 +10,7 @@
 #include "parallel/parallelize.h"
 #include "src/ops/ops.h"
 #include "src/optim/adamw.h"
+#include "src/tensor/cost_segment.h"
 
 namespace titan {
 
@@ -37,7 +38,9 @@ std::vector<std::vector<double>> meta_routing_weights(const JobConfig& cfg) {
 }
 }  // namespace
 
-StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device device, int rank, int ranks_per_host) {
+namespace {
+StepPlan plan_step_once(const JobConfig& cfg, int world, bool with_events, Device device, int rank,
+                        int ranks_per_host) {
   TITAN_CHECK(device == Device::Meta || world == 1, "plan_step: a real (cpu) step plays one rank, not ", world);
   TITAN_CHECK(rank >= 0 && rank < world, "plan_step: rank ", rank, " outside the world of ", world);
   StepPlan plan;
@@ -91,6 +94,16 @@ StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device dev
     plan.memory = m;
   }
   return plan;
+}
+}  // namespace
+
+StepPlan plan_step(const JobConfig& cfg, int world, bool with_events, Device device, int rank, int ranks_per_host) {
+  try {
+    return plan_step_once(cfg, world, with_events, device, rank, ranks_per_host);
+  } catch (const CostSegmentRefused&) {  // a pipeline pass repeated where it should have been traced: trace all
+    CostSegmentRepeatsOff off;
+    return plan_step_once(cfg, world, with_events, device, rank, ranks_per_host);
+  }
 }
 
 }  // namespace titan

@@ -29,6 +29,7 @@
 #include "simulator/what_if.h"
 #include "comms/process_group.h"
 #include "parallel/pipeline.h"
+#include "src/tensor/cost_segment.h"
 
 using namespace titan;
 using titan::testing::error_of;
@@ -3047,6 +3048,101 @@ TEST(Simulation, PipelineStageMemoryCountsTheMicroBatchesInFlight) {
   for (int s = 0; s < 4; ++s) EXPECT_NEAR(act(inter, s) / unit, 5.0 - s, 0.5) << "interleaved rank " << s;
   for (int s = 0; s + 1 < 4; ++s) EXPECT_NEAR((act(inter, s) - act(inter, s + 1)) / unit, 1.0, 0.1);
   EXPECT_NEAR(act(gpipe, 0) / unit, 8.0, 1.2);
+}
+
+// A meta plan repeats a pipeline stage's steady forward and backward passes from their record
+// (src/tensor/cost_segment.h) instead of tracing each one: every stage's plan is the plan that traces every pass,
+// event by event (kind, op, FLOPs, bytes, GEMM and attention shapes, collectives, their groups and pairing, the
+// memory held at each kernel), with the same memory (current and peak per category) and per-op costs; and the
+// layouts whose passes are alike did repeat them.
+TEST(Simulation, RepeatedMicroBatchesPlanAsTracedOnes) {
+  struct Case {
+    std::string name;
+    JobConfig cfg;
+    int world;
+    bool repeats;  // steady passes: some are repeated
+  };
+  const std::vector<std::string> dense = {"model.n_layers", "8", "training.local_batch_size", "8",
+                                          "training.mixed_precision_param", "bfloat16"};
+  auto with = [&](const std::string& cfg, std::vector<std::string> more) {
+    std::vector<std::string> o = dense;
+    o.insert(o.end(), more.begin(), more.end());
+    return sim_config(cfg, o);
+  };
+  const std::vector<Case> cases = {
+      {"1F1B, PP 4, 12 micro-batches", uniform_pipeline(4, 12, "1F1B"), 4, true},
+      {"Interleaved1F1B, PP 4", uniform_pipeline(4, 12, "Interleaved1F1B"), 4, true},
+      {"GPipe, PP 2", uniform_pipeline(2, 8, "GPipe"), 2, true},
+      {"PP 2 x FSDP 2 x TP 2, full AC, accumulation 2",
+       with("configs/qwen3_debug.yaml",
+            {"parallelism.pipeline_parallel_degree", "2", "parallelism.data_parallel_shard_degree", "2",
+             "parallelism.tensor_parallel_degree", "2", "activation_checkpoint.mode", "full",
+             "training.global_batch_size", "32"}),
+       8, true},
+      {"PP 2 x FSDP 2, reducing every micro-batch",
+       with("configs/qwen3_debug.yaml",
+            {"parallelism.pipeline_parallel_degree", "2", "parallelism.data_parallel_shard_degree", "2",
+             "parallelism.fsdp_reduce_every_microbatch", "true", "parallelism.fsdp_reshard_after_forward",
+             "always"}),
+       4, false},
+      {"MoE, PP 2 x EP 2", with("configs/qwen3_moe_debug.yaml",
+                                {"parallelism.pipeline_parallel_degree", "2", "parallelism.data_parallel_shard_degree",
+                                 "2", "parallelism.expert_parallel_degree", "2"}),
+       4, true},
+      {"PP 2 x CP 2 (all-gather) x TP 2, Float8",
+       with("configs/qwen3_debug.yaml",
+            {"parallelism.pipeline_parallel_degree", "2", "parallelism.context_parallel_degree", "2",
+             "parallelism.tensor_parallel_degree", "2", "training.seq_len", "256",
+             "model.converters", "float8", "float8.recipe", "tensorwise"}),
+       8, true},
+      {"PP 2 x CP 2 (ring)", with("configs/qwen3_debug.yaml",
+                                  {"parallelism.pipeline_parallel_degree", "2", "parallelism.context_parallel_degree",
+                                   "2", "parallelism.context_parallel_rotate_method", "alltoall", "training.seq_len",
+                                   "256"}),
+       4, false},
+  };
+  struct Restore {
+    ~Restore() { set_repeated_cost_segments(true); }
+  } restore;
+  for (const Case& c : cases) {
+    const int64_t pp = c.cfg.parallelism.pipeline_parallel_degree;
+    for (int64_t s = 0; s < pp; ++s) {
+      const int rank = (int)(s * (c.world / pp));
+      set_repeated_cost_segments(false);
+      const StepPlan traced = plan_step(c.cfg, c.world, true, Device::Meta, rank);
+      set_repeated_cost_segments(true);
+      const int64_t before = repeated_cost_segment_count(), refused = refused_repeated_passes();
+      const StepPlan repeated = plan_step(c.cfg, c.world, true, Device::Meta, rank);
+      const int64_t n = repeated_cost_segment_count() - before;
+      EXPECT_EQ(refused_repeated_passes(), refused) << c.name << ": made again tracing every pass";
+      const std::string where = c.name + ", stage " + std::to_string(s);
+      if (c.repeats) EXPECT_GT(n, 0) << where << ": no pass repeated";
+      else EXPECT_EQ(n, 0) << where;
+      ASSERT_EQ(repeated.events.size(), traced.events.size()) << where;
+      CostSegment a, b;
+      a.events = repeated.events;
+      b.events = traced.events;
+      if (!a.same_as(b)) {
+        size_t i = 0;
+        while (i < a.events.size() && CostSegment{{a.events[i]}}.same_as(CostSegment{{b.events[i]}})) ++i;
+        ADD_FAILURE() << where << ": the plans differ (first at event " << i << " of " << a.events.size() << ": "
+                      << (i < a.events.size() ? a.events[i].op : "?") << " / " << (i < b.events.size() ? b.events[i].op : "?")
+                      << ", or in how collectives pair)";
+      }
+      EXPECT_EQ(repeated.memory.current, traced.memory.current) << where;
+      EXPECT_EQ(repeated.memory.peak, traced.memory.peak) << where;
+      EXPECT_EQ(repeated.memory.total_peak, traced.memory.total_peak) << where;
+      EXPECT_EQ(repeated.flops, traced.flops) << where;
+      EXPECT_EQ(repeated.bytes, traced.bytes) << where;
+      ASSERT_EQ(repeated.by_op.size(), traced.by_op.size()) << where;
+      for (const auto& [op, cost] : traced.by_op) {
+        const OpCost& r = repeated.by_op.at(op);
+        EXPECT_EQ(r.calls, cost.calls) << where << ": " << op;
+        EXPECT_DOUBLE_EQ(r.flops, cost.flops) << where << ": " << op;
+        EXPECT_DOUBLE_EQ(r.bytes, cost.bytes) << where << ": " << op;
+      }
+    }
+  }
 }
 
 // PP x DP: each stage's data-parallel group inside one 8-GPU node (NVLink), the stages across nodes (the

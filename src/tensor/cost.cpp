@@ -72,6 +72,8 @@ void CostScope::flush_time() {
 }
 
 CostTrace::CostTrace(bool timed) : parent_(t_trace), timed_(timed), t0_(timed ? now() : 0) { t_trace = this; }
+int64_t next_comm_id() { return t_next_comm++; }
+CostTrace* CostTrace::current() { return t_trace; }
 double CostTrace::elapsed() const { return timed_ ? now() - t0_ : 0; }
 CostTrace::~CostTrace() { t_trace = parent_; }
 
@@ -96,6 +98,10 @@ void record_cost(const char* op, double flops, double bytes, const GemmShape& ge
     e.memory = MemoryTracker::get(default_device()).stats().current;
     t_trace->append(std::move(e));
   }
+  charge_cost_scopes(op, flops, bytes);
+}
+
+void charge_cost_scopes(const char* op, double flops, double bytes) {
   if (!t_scope) return;
   if (t_timed) {
     t_scope->flush_time();
@@ -151,18 +157,13 @@ GradientReductionScope::~GradientReductionScope() { t_gradients = prev_; }
 bool GradientReductionScope::active() { return t_gradients; }
 
 int64_t record_comm_start(const char* kind, const CommGroupRef& group, double bytes, DType dtype) {
-  if (t_scope) {  // collectives count their bytes (no FLOPs) in the scopes, as before
-    CostTrace* saved = t_trace;
-    t_trace = nullptr;
-    record_cost(kind, 0, bytes);
-    t_trace = saved;
-  }
+  if (!t_paused) charge_cost_scopes(kind, 0, bytes);  // collectives count their bytes (no FLOPs) in the scopes
   if (!t_trace) return -1;
   CostEvent e;
   e.kind = CostEvent::Kind::CommStart;
   e.op = kind;
   e.bytes = bytes;
-  e.comm_id = t_next_comm++;
+  e.comm_id = next_comm_id();
   e.group = group;
   e.gradients = t_gradients;
   e.typed = dtype != DType::F32;

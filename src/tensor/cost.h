@@ -100,7 +100,7 @@ class CostScope {
   void flush_time();
 
  private:
-  friend void record_cost(const char*, double, double, const GemmShape&, KernelClass, EagerSplit);
+  friend void charge_cost_scopes(const char*, double, double);
   CostScope* parent_;
   bool timed_;
   OpCost total_;
@@ -174,6 +174,8 @@ struct CostEvent {
   std::array<int64_t, kNumMemoryCategories> memory{};
 };
 
+struct CostSegment;  // cost_segment.h
+
 // RAII: while alive, every record on this thread is appended to events()
 // (the simulator's input). Traces nest: the innermost one receives.
 class CostTrace {
@@ -185,8 +187,11 @@ class CostTrace {
   const std::vector<CostEvent>& events() const { return events_; }
   double elapsed() const;  // timed: seconds since the trace began
   std::vector<CostEvent> take() { return std::move(events_); }
+  static CostTrace* current();  // the innermost trace alive on this thread (nullptr: none)
 
  private:
+  friend class CostSegmentRecorder;
+  friend void replay_cost_segment(const CostSegment&);
   friend void record_cost(const char*, double, double, const GemmShape&, KernelClass, EagerSplit);
   friend void record_attention_cost(const char*, double, double, const AttentionShape&, EagerSplit);
   friend int64_t record_comm_start(const char*, const CommGroupRef&, double, DType);
@@ -230,6 +235,11 @@ void record_attention_cost(const char* op, double flops, double bytes, const Att
 // (CostEvent::typed). Returns an id for record_comm_wait (-1 when nothing records).
 int64_t record_comm_start(const char* kind, const CommGroupRef& group, double bytes, DType dtype = DType::F32);
 void record_comm_wait(int64_t id);
+// Charges an op's call, FLOPs and bytes to the CostScopes alive on this thread (what record_cost does besides
+// appending to the trace).
+void charge_cost_scopes(const char* op, double flops, double bytes);
+// A fresh id pairing a CommStart with its CommWait (this thread's).
+int64_t next_comm_id();
 // A point-to-point transfer (send: this rank sends, else receives) of `bytes` with world rank `peer` under `tag`.
 int64_t record_p2p_start(bool send, const CommGroupRef& group, double bytes, int peer, int64_t tag,
                          DType dtype = DType::F32);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -65,6 +66,28 @@ void MemoryTracker::reset_peak() {
   std::lock_guard<std::mutex> lk(mu_);
   s_.peak = s_.current;
   s_.total_peak = s_.total_current;
+}
+
+void MemoryTracker::raise_peak(const std::array<int64_t, kNumMemoryCategories>& peak, int64_t total_peak) {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (int i = 0; i < kNumMemoryCategories; ++i) s_.peak[i] = std::max(s_.peak[i], peak[i]);
+  s_.total_peak = std::max(s_.total_peak, total_peak);
+}
+
+void MemoryCharge::adjust_by(const std::array<int64_t, kNumMemoryCategories>& bytes) {
+  for (int i = 0; i < kNumMemoryCategories; ++i) {  // releases first: a shift between categories raises no peak
+    if (bytes[i] < 0) t_->sub(static_cast<MemoryCategory>(i), -bytes[i]);
+  }
+  for (int i = 0; i < kNumMemoryCategories; ++i) {
+    if (bytes[i] > 0) t_->add(static_cast<MemoryCategory>(i), bytes[i]);
+    bytes_[i] += bytes[i];
+  }
+}
+
+std::array<int64_t, kNumMemoryCategories> MemoryCharge::negated() const {
+  std::array<int64_t, kNumMemoryCategories> n{};
+  for (int i = 0; i < kNumMemoryCategories; ++i) n[i] = -bytes_[i];
+  return n;
 }
 
 std::string MemoryTracker::summary() const {

@@ -44,6 +44,8 @@ class MemoryTracker {
   void sub(MemoryCategory c, int64_t bytes);
   MemoryStats stats() const;
   void reset_peak();
+  // Raises the peaks to at least these (a replayed stretch of a plan: cost_segment.h).
+  void raise_peak(const std::array<int64_t, kNumMemoryCategories>& peak, int64_t total_peak);
   std::string summary() const;  // "params 1.2GiB, grads ..., peak ..."
 
  private:
@@ -63,6 +65,23 @@ class MetaTrackerScope {
 
  private:
   MemoryTracker* prev_;
+};
+
+// RAII: bytes charged to a tracker with no buffer behind them, per category (negative: released), until it
+// dies: what a replayed stretch of a meta plan holds (cost_segment.h). adjust() changes the charge.
+class MemoryCharge {
+ public:
+  explicit MemoryCharge(MemoryTracker& t) : t_(&t) {}
+  ~MemoryCharge() { adjust_by(negated()); }
+  MemoryCharge(const MemoryCharge&) = delete;
+  MemoryCharge& operator=(const MemoryCharge&) = delete;
+  void adjust_by(const std::array<int64_t, kNumMemoryCategories>& bytes);
+  const std::array<int64_t, kNumMemoryCategories>& bytes() const { return bytes_; }
+
+ private:
+  std::array<int64_t, kNumMemoryCategories> negated() const;
+  MemoryTracker* t_;
+  std::array<int64_t, kNumMemoryCategories> bytes_{};
 };
 
 // RAII: storages created inside are charged to `c`.

@@ -1,0 +1,122 @@
+#include "src/tensor/cost_segment.h"
+
+#include <atomic>
+#include <map>
+
+#include "src/tensor/tensor.h"
+
+namespace titan {
+
+namespace {
+std::atomic<bool> g_repeat{true};
+std::atomic<int64_t> g_repeated{0};
+std::atomic<int64_t> g_refused{0};
+thread_local int t_repeats_off = 0;
+
+bool same_event(const CostEvent& a, const CostEvent& b) {
+  return a.kind == b.kind && a.op == b.op && a.flops == b.flops && a.bytes == b.bytes &&
+         a.gemm.batch == b.gemm.batch && a.gemm.m == b.gemm.m && a.gemm.n == b.gemm.n && a.gemm.k == b.gemm.k &&
+         a.gemm.precision == b.gemm.precision && a.gemm.split_accumulation == b.gemm.split_accumulation &&
+         a.attention.pairs == b.attention.pairs && a.attention.d == b.attention.d && a.attention.dv == b.attention.dv &&
+         a.attention.backward == b.attention.backward && a.attention.scores == b.attention.scores &&
+         a.attention.sq == b.attention.sq && a.attention.skv == b.attention.skv && a.cls == b.cls &&
+         a.eager.kernels == b.eager.kernels && a.eager.traffic == b.eager.traffic && a.group.id == b.group.id &&
+         (a.group.world_ranks == b.group.world_ranks ||
+          (a.group.world_ranks && b.group.world_ranks && *a.group.world_ranks == *b.group.world_ranks)) && a.gradients == b.gradients && a.typed == b.typed &&
+         a.peer == b.peer && a.send == b.send && a.tag == b.tag && a.memory == b.memory;
+}
+}  // namespace
+
+bool CostSegment::same_as(const CostSegment& o) const {
+  if (events.size() != o.events.size() || net != o.net || peak != o.peak || total_peak != o.total_peak) return false;
+  // collective ids pair a start with its wait: equal when they pair the same positions
+  std::map<int64_t, int64_t> ids;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const CostEvent &a = events[i], &b = o.events[i];
+    if (!same_event(a, b)) return false;
+    if (a.kind != CostEvent::Kind::Compute) {
+      auto [it, fresh] = ids.emplace(a.comm_id, b.comm_id);
+      if (it->second != b.comm_id) return false;
+      (void)fresh;
+    }
+  }
+  return true;
+}
+
+CostSegmentRecorder::CostSegmentRecorder()
+    : trace_(CostTrace::current()), tracker_(MemoryTracker::get(default_device())) {
+  if (trace_) first_ = trace_->events_.size();
+  before_ = tracker_.stats();
+  tracker_.reset_peak();  // the stretch's own peak from here
+}
+
+CostSegmentRecorder::~CostSegmentRecorder() {
+  if (!finished_) tracker_.raise_peak(before_.peak, before_.total_peak);
+}
+
+CostSegment CostSegmentRecorder::finish() {
+  CostSegment seg;
+  const MemoryStats after = tracker_.stats();
+  tracker_.raise_peak(before_.peak, before_.total_peak);
+  finished_ = true;
+  for (int i = 0; i < kNumMemoryCategories; ++i) {
+    seg.net[i] = after.current[i] - before_.current[i];
+    seg.peak[i] = after.peak[i] - before_.current[i];
+  }
+  seg.total_peak = after.total_peak - before_.total_current;
+  if (!trace_ || CostTrace::current() != trace_) return seg;
+  seg.events.assign(trace_->events_.begin() + (std::ptrdiff_t)first_, trace_->events_.end());
+  std::map<int64_t, int> open;  // started, not yet waited for
+  seg.repeatable = true;
+  for (CostEvent& e : seg.events) {
+    if (e.kind == CostEvent::Kind::Compute)  // (only kernels' records hold the bytes)
+      for (int i = 0; i < kNumMemoryCategories; ++i) e.memory[i] -= before_.current[i];
+    if (e.kind == CostEvent::Kind::CommStart) {
+      if (e.peer >= 0) seg.repeatable = false;
+      open[e.comm_id] = 1;
+    } else if (e.kind == CostEvent::Kind::CommWait) {
+      if (!open.erase(e.comm_id)) seg.repeatable = false;  // waits for what started before
+    }
+  }
+  if (!open.empty()) seg.repeatable = false;  // leaves a collective in flight
+  return seg;
+}
+
+void replay_cost_segment(const CostSegment& seg) {
+  ++g_repeated;
+  MemoryTracker& tracker = MemoryTracker::get(default_device());
+  const MemoryStats now = tracker.stats();
+  std::array<int64_t, kNumMemoryCategories> peak{};
+  for (int i = 0; i < kNumMemoryCategories; ++i) peak[i] = now.current[i] + seg.peak[i];
+  tracker.raise_peak(peak, now.total_current + seg.total_peak);
+  CostTrace* trace = CostTrace::current();
+  std::map<int64_t, int64_t> ids;  // recorded -> fresh
+  for (const CostEvent& r : seg.events) {
+    if (r.kind != CostEvent::Kind::CommWait)  // as record_cost and record_comm_start charge them
+      charge_cost_scopes(r.op, r.kind == CostEvent::Kind::Compute ? r.flops : 0, r.bytes);
+    if (!trace) continue;
+    CostEvent e = r;
+    if (e.kind == CostEvent::Kind::Compute)
+      for (int i = 0; i < kNumMemoryCategories; ++i) e.memory[i] += now.current[i];
+    if (e.kind != CostEvent::Kind::Compute) {
+      auto it = ids.find(r.comm_id);
+      if (it == ids.end()) it = ids.emplace(r.comm_id, next_comm_id()).first;
+      e.comm_id = it->second;
+    }
+    e.t = trace->elapsed();
+    trace->append(std::move(e));
+  }
+}
+
+bool repeated_cost_segments() { return g_repeat.load() && t_repeats_off == 0; }
+CostSegmentRepeatsOff::CostSegmentRepeatsOff() { ++t_repeats_off; }
+CostSegmentRepeatsOff::~CostSegmentRepeatsOff() { --t_repeats_off; }
+void set_repeated_cost_segments(bool on) { g_repeat.store(on); }
+int64_t repeated_cost_segment_count() { return g_repeated.load(); }
+void refuse_repeated_pass(const std::string& why) {
+  ++g_refused;
+  throw CostSegmentRefused(why);
+}
+int64_t refused_repeated_passes() { return g_refused.load(); }
+
+}  // namespace titan

@@ -1,0 +1,80 @@
+// src/tensor/cost_segment.h — a stretch of a cost trace, recorded once and repeated.
+//
+// A pipeline stage's micro-batches run the same forward and the same backward (same ops, shapes, collectives
+// and memory moves) once the schedule is in its steady state. A meta plan of m micro-batches per schedule
+// traced each of them: at PP 64 with 512 micro-batches that is 32,768 chunk passes per stage. The pipeline
+// (parallel/pipeline.cpp) records a pass (CostSegmentRecorder), and once two consecutive passes of a stage
+// recorded alike (same_as) it repeats the record for the next ones (replay_cost_segment) instead of tracing
+// them: the trace receives the same events (memory at each one shifted to the tracker's bytes now, fresh
+// collective ids), the CostScopes the same calls, FLOPs and bytes, the tracker the same peak above its bytes
+// now; what the pass leaves held is the caller's to charge (MemoryCharge). Only passes whose collectives
+// start and finish inside them, with no point-to-point transfer, are repeated. Tests hold a plan made so to
+// the plan that traces every pass, event by event (Simulation.RepeatedMicroBatchesPlanAsTracedOnes).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "src/tensor/cost.h"
+#include "src/tensor/memory.h"
+
+namespace titan {
+
+struct CostSegment {
+  std::vector<CostEvent> events;  // memory relative to the start; collective ids as recorded
+  std::array<int64_t, kNumMemoryCategories> net{};   // the bytes held at the end less those at the start
+  std::array<int64_t, kNumMemoryCategories> peak{};  // the most held above the start, per category
+  int64_t total_peak = 0;                            //   and in all
+  bool repeatable = false;  // every collective started inside finishes inside; no point-to-point transfer
+  // The same ops, shapes, collectives (groups, sizes, order) and memory moves as `o`.
+  bool same_as(const CostSegment& o) const;
+};
+
+// RAII: records what the current thread's trace receives from construction to finish() (nothing when no
+// trace is alive: finish() returns an empty, unrepeatable segment). The tracker's peak over the stretch is
+// measured from the bytes at the start and restored to the run's after.
+class CostSegmentRecorder {
+ public:
+  CostSegmentRecorder();
+  ~CostSegmentRecorder();
+  CostSegmentRecorder(const CostSegmentRecorder&) = delete;
+  CostSegmentRecorder& operator=(const CostSegmentRecorder&) = delete;
+  CostSegment finish();
+
+ private:
+  CostTrace* trace_;
+  MemoryTracker& tracker_;
+  size_t first_ = 0;
+  MemoryStats before_;
+  bool finished_ = false;
+};
+
+// Appends the segment's events to the current thread's trace as if its ops ran now, charges the CostScopes,
+// and raises the tracker's peak by the segment's above the bytes held now. Leaves the bytes held unchanged.
+void replay_cost_segment(const CostSegment& seg);
+
+// Whether plans repeat steady passes (on by default, process-wide, unless a CostSegmentRepeatsOff is alive on
+// this thread): off, every pass is traced, which is what the tests compare a plan made with repeats to.
+bool repeated_cost_segments();
+void set_repeated_cost_segments(bool on);
+class CostSegmentRepeatsOff {  // RAII: this thread traces every pass
+ public:
+  CostSegmentRepeatsOff();
+  ~CostSegmentRepeatsOff();
+  CostSegmentRepeatsOff(const CostSegmentRepeatsOff&) = delete;
+  CostSegmentRepeatsOff& operator=(const CostSegmentRepeatsOff&) = delete;
+};
+// Thrown where a plan finds it repeated a pass it should have traced (a state the record did not start from
+// before the pass's backward): the planner makes that plan again tracing every pass (simulator/plan.cpp).
+struct CostSegmentRefused : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+[[noreturn]] void refuse_repeated_pass(const std::string& why);  // counts and throws CostSegmentRefused
+int64_t refused_repeated_passes();                             // so far, by this process
+// Passes repeated so far by this process (all threads).
+int64_t repeated_cost_segment_count();
+
+}  // namespace titan
