@@ -133,10 +133,10 @@ SimResult simulate_step(const JobConfig& cfg, int world, const std::vector<SpecE
   using Precision = JobConfig::Training::Precision;  // the run's own: the meta step's values are float32
   const double act_scale = cfg.training.mixed_precision_param == Precision::bfloat16 ? 0.5 : 1.0;
   const double red_scale = cfg.training.mixed_precision_reduce == Precision::bfloat16 ? 0.5 : 1.0;
-  for (CostEvent e : plan.events)  // the bytes as priced: gradients in the reduce dtype, the rest in the param dtype
+  for (const CostEvent& e : plan.events)  // the bytes as priced: gradients in the reduce dtype, the rest in the param dtype
     if (e.kind == CostEvent::Kind::CommStart) {
-      e.bytes = priced_comm_bytes(e, act_scale, red_scale);
       r.collectives.push_back(e);
+      r.collectives.back().bytes = priced_comm_bytes(e, act_scale, red_scale);
     }
 
   // ---- schedule: every stage's rank side by side ----

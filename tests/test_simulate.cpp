@@ -3099,7 +3099,7 @@ TEST(Simulation, RepeatedMicroBatchesPlanAsTracedOnes) {
                                   {"parallelism.pipeline_parallel_degree", "2", "parallelism.context_parallel_degree",
                                    "2", "parallelism.context_parallel_rotate_method", "alltoall", "training.seq_len",
                                    "256"}),
-       4, false},
+       4, true},
   };
   struct Restore {
     ~Restore() { set_repeated_cost_segments(true); }

@@ -120,16 +120,24 @@ void charge_cost_scopes(const char* op, double flops, double bytes) {
 
 // Grows the event list by doubling into a buffer advised to huge pages before anything touches it (a 16k-chip
 // plan records ~10^6 events: with 4 KiB pages each page's first touch faulted).
+void CostTrace::grow() {
+  if (events_.size() < events_.capacity()) return;
+  std::vector<CostEvent> bigger;
+  const size_t cap = std::max<size_t>(1024, 2 * events_.capacity());
+  bigger.reserve(cap);
+  advise_huge_pages(bigger.data(), cap * sizeof(CostEvent));
+  bigger.insert(bigger.end(), std::make_move_iterator(events_.begin()), std::make_move_iterator(events_.end()));
+  events_.swap(bigger);
+}
+
 void CostTrace::append(CostEvent&& e) {
-  if (events_.size() == events_.capacity()) {
-    std::vector<CostEvent> bigger;
-    const size_t cap = std::max<size_t>(1024, 2 * events_.capacity());
-    bigger.reserve(cap);
-    advise_huge_pages(bigger.data(), cap * sizeof(CostEvent));
-    bigger.insert(bigger.end(), std::make_move_iterator(events_.begin()), std::make_move_iterator(events_.end()));
-    events_.swap(bigger);
-  }
+  grow();
   events_.push_back(std::move(e));
+}
+
+CostEvent& CostTrace::append_copy(const CostEvent& e) {
+  grow();
+  return events_.emplace_back(e);
 }
 
 void record_attention_cost(const char* op, double flops, double bytes, const AttentionShape& shape, EagerSplit eager) {

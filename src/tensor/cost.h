@@ -201,6 +201,8 @@ class CostTrace {
   bool timed_;
   double t0_ = 0;
   void append(CostEvent&& e);
+  CostEvent& append_copy(const CostEvent& e);  // appends a copy of e in place; returns it
+  void grow();                                // room for one more (doubling)
   std::vector<CostEvent> events_;
 };
 

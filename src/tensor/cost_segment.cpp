@@ -72,7 +72,6 @@ CostSegment CostSegmentRecorder::finish() {
     if (e.kind == CostEvent::Kind::Compute)  // (only kernels' records hold the bytes)
       for (int i = 0; i < kNumMemoryCategories; ++i) e.memory[i] -= before_.current[i];
     if (e.kind == CostEvent::Kind::CommStart) {
-      if (e.peer >= 0) seg.repeatable = false;
       open[e.comm_id] = 1;
     } else if (e.kind == CostEvent::Kind::CommWait) {
       if (!open.erase(e.comm_id)) seg.repeatable = false;  // waits for what started before
@@ -95,7 +94,7 @@ void replay_cost_segment(const CostSegment& seg) {
     if (r.kind != CostEvent::Kind::CommWait)  // as record_cost and record_comm_start charge them
       charge_cost_scopes(r.op, r.kind == CostEvent::Kind::Compute ? r.flops : 0, r.bytes);
     if (!trace) continue;
-    CostEvent e = r;
+    CostEvent& e = trace->append_copy(r);
     if (e.kind == CostEvent::Kind::Compute)
       for (int i = 0; i < kNumMemoryCategories; ++i) e.memory[i] += now.current[i];
     if (e.kind != CostEvent::Kind::Compute) {
@@ -104,7 +103,6 @@ void replay_cost_segment(const CostSegment& seg) {
       e.comm_id = it->second;
     }
     e.t = trace->elapsed();
-    trace->append(std::move(e));
   }
 }
 
