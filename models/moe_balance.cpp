@@ -11,7 +11,9 @@ Tensor switch_aux_loss(const Tensor& probs, const std::vector<int64_t>& routed, 
   std::vector<float> f(E);
   for (int64_t e = 0; e < E; ++e) f[e] = total ? (float)routed[e] / (float)total : 0.0f;
   Tensor P = mean(probs, {0});  // [E]
-  return mul(sum(mul(P, from_vector<float>(f, {E}))), coeff * (double)E);
+  // a meta step (the planner) routes nothing: the fractions' buffer, no values (a cpu one beside meta failed)
+  const Tensor F = probs.is_meta() ? empty({E}, DType::F32, Device::Meta) : from_vector<float>(f, {E});  // [E]
+  return mul(sum(mul(P, F)), coeff * (double)E);
 }
 
 void update_bias(Tensor& bias, const std::vector<double>& load, double rate) {

@@ -196,9 +196,11 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
     return t.defined() ? slice(t, 0, i * mbs_, (i + 1) * mbs_) : Tensor();
   };
   struct Slot {
+    // a repeated pass's: the bytes its record holds (planning); first, so it is released last (after the graph
+    // of a traced forward whose backward was repeated has freed what the charge stood in for)
+    std::shared_ptr<MemoryCharge> charge;
     Tensor input;   // the received activation (a leaf: its gradient goes back)
     Tensor output;  // the stage's output (last stage: the scaled loss)
-    std::shared_ptr<MemoryCharge> charge;  // a repeated pass's: the bytes its record holds (planning)
   };
   std::map<std::pair<int64_t, int64_t>, Slot> slots;  // (stage, micro-batch) in flight
   std::vector<comms::Work> sends;
@@ -216,7 +218,8 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
   // its next ones repeat that record instead of being traced (src/tensor/cost_segment.h). A backward repeats when
   // its forward did (no graph was built) or when its record is steady; the stage's last backward (FSDP's
   // reduction) and so its forward are always traced; a forward repeats only once the backward is steady too.
-  const bool repeat = meta && CostTrace::current() != nullptr && repeated_cost_segments();
+  const bool repeat =
+      meta && default_device() == Device::Meta && CostTrace::current() != nullptr && repeated_cost_segments();
   // A pass is repeated only from the FSDP state it was recorded in, and only one that left that state as it
   // found it (FSDP::pass_state: which units are gathered, which gradients held, ...).
   struct Passes {
@@ -225,6 +228,10 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
     bool forward_steady = false, backward_steady = false;  // the last two recorded alike, from one state, left so
     MemoryCategory output_category = MemoryCategory::Activations, grad_category = MemoryCategory::Activations;
     std::vector<std::vector<int64_t>> routed;  // the last recorded forward's
+    // the model keeps the last forward's MoE auxiliary loss, whose graph holds that forward's activations until
+    // a later forward replaces it: a backward of a traced forward cannot be repeated (its graph would not free
+    // them where the charge said), so such a stage repeats nothing
+    bool keeps_graph = false;
   };
   std::map<int64_t, Passes> passes;  // by stage
   auto state = [fsdp] { return fsdp ? fsdp->pass_state() : std::vector<int64_t>{}; };
@@ -262,12 +269,17 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
     return empty(shape, DType::F32, Device::Meta);
   };
   MemoryTracker& tracker = MemoryTracker::get(Device::Meta);
-  // the bytes a repeated pass leaves held: the record's end less what is held now (its outputs' buffers)
-  auto settle = [&tracker](MemoryCharge& charge, const MemoryStats& start, const CostSegment& seg) {
+  // A repeated pass leaves held what its record ends with: a fresh buffer for its output (`shape` in category
+  // `c`; none when empty) and the rest as a charge, settled first (its releases before its additions) so no
+  // moment holds more than the record's end
+  auto settle = [&tracker, &fresh](MemoryCharge& charge, const MemoryStats& start, const CostSegment& seg,
+                                   const Shape& shape, MemoryCategory c) {
     const MemoryStats now = tracker.stats();
     std::array<int64_t, kNumMemoryCategories> d{};
-    for (int c = 0; c < kNumMemoryCategories; ++c) d[c] = start.current[c] + seg.net[c] - now.current[c];
+    for (int k = 0; k < kNumMemoryCategories; ++k) d[k] = start.current[k] + seg.net[k] - now.current[k];
+    if (!shape.empty()) d[(int)c] -= numel(shape) * (int64_t)dtype_size(DType::F32);
     charge.adjust_by(d);
+    return shape.empty() ? Tensor() : fresh(shape, c);
   };
   auto add_routed = [&r](const std::vector<std::vector<int64_t>>& routed) {
     if (r.routed.empty()) r.routed = routed;
@@ -299,9 +311,8 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
         const MemoryStats start = tracker.stats();
         replay_cost_segment(*ps.forward);
         add_routed(ps.routed);
-        if (!ch.last) y = fresh(activation_, ps.output_category);
         s.charge = std::make_shared<MemoryCharge>(tracker);
-        settle(*s.charge, start, *ps.forward);
+        y = settle(*s.charge, start, *ps.forward, ch.last ? Shape{} : activation_, ps.output_category);
         s.output = y;
       } else {
         std::optional<CostSegmentRecorder> rec;
@@ -327,8 +338,11 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
           s.output = y;
           ps.output_category = y.impl()->storage->category();
         }
+        if (aux.defined()) ps.keeps_graph = true;
+        aux = Tensor();  // a temporary of the pass, not what it leaves held
         if (rec) {
           record(ps.forward, ps.forward_state, ps.forward_steady, rec->finish(), std::move(start));
+          ps.forward_steady = ps.forward_steady && !ps.keeps_graph;
           ps.forward_steady = ps.forward_steady && routed == ps.routed;
           ps.routed = std::move(routed);
         }
@@ -355,15 +369,14 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
         g = t;
       }
       Tensor gx;
-      if (repeat && (s.charge || (ps.backward_steady && !last_pass && state() == ps.backward_state))) {
+      if (repeat && (s.charge || (ps.backward_steady && !ps.keeps_graph && !last_pass && state() == ps.backward_state))) {
         if (!ps.backward || !ps.backward_steady || state() != ps.backward_state)
           refuse_repeated_pass("pipeline: stage " + std::to_string(a.stage) + " micro-batch " + std::to_string(i) +
                                "'s forward was repeated, its backward cannot be");
         const MemoryStats start = tracker.stats();
         replay_cost_segment(*ps.backward);
-        if (!ch.first) gx = fresh(activation_, ps.grad_category);
         if (!s.charge) s.charge = std::make_shared<MemoryCharge>(tracker);
-        settle(*s.charge, start, *ps.backward);
+        gx = settle(*s.charge, start, *ps.backward, ch.first ? Shape{} : activation_, ps.grad_category);
       } else {
         std::optional<CostSegmentRecorder> rec;
         std::vector<int64_t> start;

@@ -3089,6 +3089,12 @@ TEST(Simulation, RepeatedMicroBatchesPlanAsTracedOnes) {
                                 {"parallelism.pipeline_parallel_degree", "2", "parallelism.data_parallel_shard_degree",
                                  "2", "parallelism.expert_parallel_degree", "2"}),
        4, true},
+      // the model keeps the last forward's auxiliary loss (its graph): nothing may be repeated
+      {"MoE with an auxiliary loss, PP 2 x EP 2",
+       with("configs/qwen3_moe_debug.yaml",
+            {"parallelism.pipeline_parallel_degree", "2", "parallelism.data_parallel_shard_degree", "2",
+             "parallelism.expert_parallel_degree", "2", "model.moe_aux_loss_coeff", "0.01"}),
+       4, false},
       {"PP 2 x CP 2 (all-gather) x TP 2, Float8",
        with("configs/qwen3_debug.yaml",
             {"parallelism.pipeline_parallel_degree", "2", "parallelism.context_parallel_degree", "2",

@@ -17,6 +17,7 @@ thread_local int t_timed = 0;              // timed scopes alive on this thread
 thread_local const char* t_last_op = nullptr;
 thread_local double t_last_time = 0;
 thread_local int t_paused = 0;             // CostRecordPause scopes alive on this thread
+thread_local int64_t t_paused_comm_starts = 0;  // collectives traced (not charged to the scopes) under a pause
 thread_local GemmPrecision t_precision = GemmPrecision::high;  // the innermost GemmPrecisionScope's
 thread_local bool t_split_accumulation = false;                 // its split accumulation
 
@@ -73,6 +74,7 @@ void CostScope::flush_time() {
 
 CostTrace::CostTrace(bool timed) : parent_(t_trace), timed_(timed), t0_(timed ? now() : 0) { t_trace = this; }
 int64_t next_comm_id() { return t_next_comm++; }
+int64_t comm_starts_traced_while_paused() { return t_paused_comm_starts; }
 CostTrace* CostTrace::current() { return t_trace; }
 double CostTrace::elapsed() const { return timed_ ? now() - t0_ : 0; }
 CostTrace::~CostTrace() { t_trace = parent_; }
@@ -167,6 +169,7 @@ bool GradientReductionScope::active() { return t_gradients; }
 int64_t record_comm_start(const char* kind, const CommGroupRef& group, double bytes, DType dtype) {
   if (!t_paused) charge_cost_scopes(kind, 0, bytes);  // collectives count their bytes (no FLOPs) in the scopes
   if (!t_trace) return -1;
+  if (t_paused) ++t_paused_comm_starts;
   CostEvent e;
   e.kind = CostEvent::Kind::CommStart;
   e.op = kind;

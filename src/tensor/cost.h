@@ -242,6 +242,8 @@ void record_comm_wait(int64_t id);
 void charge_cost_scopes(const char* op, double flops, double bytes);
 // A fresh id pairing a CommStart with its CommWait (this thread's).
 int64_t next_comm_id();
+// Collectives this thread traced inside a CostRecordPause (traced, not charged to the CostScopes), so far.
+int64_t comm_starts_traced_while_paused();
 // A point-to-point transfer (send: this rank sends, else receives) of `bytes` with world rank `peer` under `tag`.
 int64_t record_p2p_start(bool send, const CommGroupRef& group, double bytes, int peer, int64_t tag,
                          DType dtype = DType::F32);

@@ -46,6 +46,7 @@ bool CostSegment::same_as(const CostSegment& o) const {
 CostSegmentRecorder::CostSegmentRecorder()
     : trace_(CostTrace::current()), tracker_(MemoryTracker::get(default_device())) {
   if (trace_) first_ = trace_->events_.size();
+  paused_comms_ = comm_starts_traced_while_paused();
   before_ = tracker_.stats();
   tracker_.reset_peak();  // the stretch's own peak from here
 }
@@ -78,6 +79,7 @@ CostSegment CostSegmentRecorder::finish() {
     }
   }
   if (!open.empty()) seg.repeatable = false;  // leaves a collective in flight
+  if (comm_starts_traced_while_paused() != paused_comms_) seg.repeatable = false;
   return seg;
 }
 

@@ -8,7 +8,7 @@
 // them: the trace receives the same events (memory at each one shifted to the tracker's bytes now, fresh
 // collective ids), the CostScopes the same calls, FLOPs and bytes, the tracker the same peak above its bytes
 // now; what the pass leaves held is the caller's to charge (MemoryCharge). Only passes whose collectives
-// start and finish inside them, with no point-to-point transfer, are repeated. Tests hold a plan made so to
+// start and finish inside them are repeated. Tests hold a plan made so to
 // the plan that traces every pass, event by event (Simulation.RepeatedMicroBatchesPlanAsTracedOnes).
 #pragma once
 #include <array>
@@ -28,7 +28,9 @@ struct CostSegment {
   std::array<int64_t, kNumMemoryCategories> net{};   // the bytes held at the end less those at the start
   std::array<int64_t, kNumMemoryCategories> peak{};  // the most held above the start, per category
   int64_t total_peak = 0;                            //   and in all
-  bool repeatable = false;  // every collective started inside finishes inside; no point-to-point transfer
+  // every collective started inside finishes inside; none was traced inside a CostRecordPause (not charged to
+  // the cost scopes: a repeat could not tell)
+  bool repeatable = false;
   // The same ops, shapes, collectives (groups, sizes, order) and memory moves as `o`.
   bool same_as(const CostSegment& o) const;
 };
@@ -48,6 +50,7 @@ class CostSegmentRecorder {
   CostTrace* trace_;
   MemoryTracker& tracker_;
   size_t first_ = 0;
+  int64_t paused_comms_ = 0;  // comm_starts_traced_while_paused() at the start
   MemoryStats before_;
   bool finished_ = false;
 };
