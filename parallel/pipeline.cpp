@@ -1,17 +1,14 @@
 #include "parallel/pipeline.h"
 
-#include <algorithm>
 #include <map>
-#include <optional>
 
 #include "comms/functional.h"
 #include "parallel/fsdp.h"
+#include "parallel/pass_repeats.h"
 #include "src/autograd/function.h"
 #include "src/autograd/grad_mode.h"
 #include "src/ops/ops.h"
 #include "src/tensor/cost.h"
-#include "src/tensor/cost_segment.h"
-#include "src/tensor/memory.h"
 
 namespace titan::parallel {
 
@@ -214,74 +211,9 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
   // parallelism.fsdp_gather_stage_at_start: a stage keeping its weights gathered through the schedule gathers
   // them all now (FSDP::prefetch_all), so a later stage's arrive while the earlier stages fill the pipeline
   if (fsdp && fsdp->gathers_stage_at_start()) fsdp->prefetch_all();
-  // Planning (meta tensors under a cost trace): once a stage's last two forward (backward) passes recorded alike,
-  // its next ones repeat that record instead of being traced (src/tensor/cost_segment.h). A backward repeats when
-  // its forward did (no graph was built) or when its record is steady; the stage's last backward (FSDP's
-  // reduction) and so its forward are always traced; a forward repeats only once the backward is steady too.
-  const bool repeat =
-      meta && default_device() == Device::Meta && CostTrace::current() != nullptr && repeated_cost_segments();
-  // A pass is repeated only from the FSDP state it was recorded in, and only one that left that state as it
-  // found it (FSDP::pass_state: which units are gathered, which gradients held, ...).
-  struct Passes {
-    std::optional<CostSegment> forward, backward;      // the last recorded
-    std::vector<int64_t> forward_state, backward_state;  // the FSDP state each started in
-    bool forward_steady = false, backward_steady = false;  // the last two recorded alike, from one state, left so
-    MemoryCategory output_category = MemoryCategory::Activations, grad_category = MemoryCategory::Activations;
-    std::vector<std::vector<int64_t>> routed;  // the last recorded forward's
-    // the model keeps the last forward's MoE auxiliary loss, whose graph holds that forward's activations until
-    // a later forward replaces it: a backward of a traced forward cannot be repeated (its graph would not free
-    // them where the charge said), so such a stage repeats nothing
-    bool keeps_graph = false;
-  };
-  std::map<int64_t, Passes> passes;  // by stage
-  auto state = [fsdp] { return fsdp ? fsdp->pass_state() : std::vector<int64_t>{}; };
-  // A forward is repeated only where its backward can be too: every stage of this rank has steady records (the
-  // first passes, which may change the state, are done) and no pass that is always traced (a stage's last
-  // micro-batch, forward and backward) runs between the two. Where the state still moved before the backward,
-  // the plan is refused (CostSegmentRefused) and made again tracing every pass.
-  std::map<std::pair<int64_t, int64_t>, size_t> backward_at;  // (stage, micro-batch) -> its backward's action
-  std::vector<size_t> traced_always;                           // the actions of the stages' last micro-batches
-  for (size_t k = 0; k < actions.size(); ++k)
-    if (actions[k].kind == PipelineAction::Backward) backward_at[{actions[k].stage, actions[k].microbatch}] = k;
-  if (backward)
-    for (size_t k = 0; k < actions.size(); ++k)
-      if (actions[last_backward[actions[k].stage]].microbatch == actions[k].microbatch) traced_always.push_back(k);
-  auto traced_between = [&](size_t from, size_t to) {
-    auto it = std::upper_bound(traced_always.begin(), traced_always.end(), from);
-    return it != traced_always.end() && *it < to;
-  };
-  const std::vector<int64_t> own_stages = layout_.stages_of(mesh_.pp_rank);
-  auto all_steady = [&passes, &own_stages] {
-    for (int64_t st : own_stages) {
-      auto it = passes.find(st);
-      if (it == passes.end() || !it->second.forward_steady || !it->second.backward_steady) return false;
-    }
-    return true;
-  };
-  auto record = [&state](std::optional<CostSegment>& last, std::vector<int64_t>& last_state, bool& steady,
-                         CostSegment seg, std::vector<int64_t> start) {
-    steady = seg.repeatable && start == state() && last && start == last_state && seg.same_as(*last);
-    last = std::move(seg);
-    last_state = std::move(start);
-  };
-  auto fresh = [](const Shape& shape, MemoryCategory c) {  // a repeated pass's output: its buffer, no values
-    MemoryCategoryScope scope(c);
-    return empty(shape, DType::F32, Device::Meta);
-  };
-  MemoryTracker& tracker = MemoryTracker::get(Device::Meta);
-  // A repeated pass leaves held what its record ends with: a fresh buffer for its output (`shape` in category
-  // `c`; none when empty) and the rest as a charge, settled first (its releases before its additions) so no
-  // moment holds more than the record's end
-  auto settle = [&tracker, &fresh](MemoryCharge& charge, const MemoryStats& start, const CostSegment& seg,
-                                   const Shape& shape, MemoryCategory c) {
-    const MemoryStats now = tracker.stats();
-    std::array<int64_t, kNumMemoryCategories> d{};
-    for (int k = 0; k < kNumMemoryCategories; ++k) d[k] = start.current[k] + seg.net[k] - now.current[k];
-    if (!shape.empty()) d[(int)c] -= numel(shape) * (int64_t)dtype_size(DType::F32);
-    charge.adjust_by(d);
-    return shape.empty() ? Tensor() : fresh(shape, c);
-  };
-  auto add_routed = [&r](const std::vector<std::vector<int64_t>>& routed) {
+  // planning: the passes repeated from their record instead of traced (pass_repeats.h)
+  PassRepeats repeats(actions, backward, layout_.stages_of(mesh_.pp_rank), fsdp, meta);
+  auto add_routed = [&r](const PassRepeats::Routed& routed) {
     if (r.routed.empty()) r.routed = routed;
     else
       for (size_t l = 0; l < routed.size(); ++l)
@@ -292,8 +224,6 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
     ModelChunk ch = layout_.stages[a.stage];
     ch.seq_len = seq_len_;
     const int64_t i = a.microbatch;
-    Passes& ps = passes[a.stage];
-    const bool last_pass = backward && actions[last_backward[a.stage]].microbatch == i;
     if (a.kind == PipelineAction::Forward) {
       Tensor x;
       if (ch.first) {
@@ -306,18 +236,12 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
       }
       Slot s;
       Tensor y;  // what goes to the next stage
-      if (repeat && ps.forward_steady && !last_pass && state() == ps.forward_state &&
-          (!backward || (all_steady() && !traced_between(ai, backward_at.at({a.stage, i}))))) {
-        const MemoryStats start = tracker.stats();
-        replay_cost_segment(*ps.forward);
-        add_routed(ps.routed);
-        s.charge = std::make_shared<MemoryCharge>(tracker);
-        y = settle(*s.charge, start, *ps.forward, ch.last ? Shape{} : activation_, ps.output_category);
+      if (repeats.forward(ai)) {
+        y = repeats.repeat_forward(a.stage, ch.last ? Shape{} : activation_, s.charge);
+        add_routed(repeats.routed(a.stage));
         s.output = y;
       } else {
-        std::optional<CostSegmentRecorder> rec;
-        std::vector<int64_t> start;
-        if (repeat) start = state(), rec.emplace();
+        repeats.begin();
         y = model_.forward_chunk(x, mb_rows(b.doc_ids, i), ch);
         auto routed = model_.routed_counts(ch);
         add_routed(routed);
@@ -336,16 +260,10 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
           TITAN_CHECK(y.shape() == activation_, "pipeline: stage ", a.stage, " produced ", shape_str(y.shape()),
                       ", the next stage expects ", shape_str(activation_));
           s.output = y;
-          ps.output_category = y.impl()->storage->category();
         }
-        if (aux.defined()) ps.keeps_graph = true;
+        const bool keeps_graph = aux.defined();  // the model holds it, and its graph
         aux = Tensor();  // a temporary of the pass, not what it leaves held
-        if (rec) {
-          record(ps.forward, ps.forward_state, ps.forward_steady, rec->finish(), std::move(start));
-          ps.forward_steady = ps.forward_steady && !ps.keeps_graph;
-          ps.forward_steady = ps.forward_steady && routed == ps.routed;
-          ps.routed = std::move(routed);
-        }
+        repeats.end_forward(a.stage, y, std::move(routed), keeps_graph);
       }
       if (!ch.last)
         sends.push_back(p2p.isend(y.detach(), (int)layout_.rank_of(a.stage + 1), tag(a.stage + 1, i, 0), wire));
@@ -369,26 +287,17 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
         g = t;
       }
       Tensor gx;
-      if (repeat && (s.charge || (ps.backward_steady && !ps.keeps_graph && !last_pass && state() == ps.backward_state))) {
-        if (!ps.backward || !ps.backward_steady || state() != ps.backward_state)
-          refuse_repeated_pass("pipeline: stage " + std::to_string(a.stage) + " micro-batch " + std::to_string(i) +
-                               "'s forward was repeated, its backward cannot be");
-        const MemoryStats start = tracker.stats();
-        replay_cost_segment(*ps.backward);
-        if (!s.charge) s.charge = std::make_shared<MemoryCharge>(tracker);
-        gx = settle(*s.charge, start, *ps.backward, ch.first ? Shape{} : activation_, ps.grad_category);
+      if (repeats.backward(ai, s.charge != nullptr)) {
+        gx = repeats.repeat_backward(a.stage, ch.first ? Shape{} : activation_, s.charge);
       } else {
-        std::optional<CostSegmentRecorder> rec;
-        std::vector<int64_t> start;
-        if (repeat) start = state(), rec.emplace();
+        repeats.begin();
         if (ch.last) s.output.backward();
         else s.output.backward(g);
         if (!ch.first) {
           gx = s.input.grad();
           TITAN_CHECK(gx.defined(), "pipeline: stage ", a.stage, "'s input got no gradient");
-          ps.grad_category = gx.impl()->storage->category();
         }
-        if (rec) record(ps.backward, ps.backward_state, ps.backward_steady, rec->finish(), std::move(start));
+        repeats.end_backward(a.stage, gx);
       }
       if (!ch.first) sends.push_back(p2p.isend(gx, (int)layout_.rank_of(a.stage - 1), tag(a.stage - 1, i, 1), wire));
     }

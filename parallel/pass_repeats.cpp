@@ -1,0 +1,128 @@
+#include "parallel/pass_repeats.h"
+
+#include <algorithm>
+#include <string>
+
+#include "src/tensor/cost.h"
+#include "src/tensor/memory.h"
+
+namespace titan::parallel {
+
+PassRepeats::PassRepeats(const std::vector<PipelineAction>& actions, bool training, std::vector<int64_t> stages,
+                         const FSDP* fsdp, bool meta)
+    : actions_(actions),
+      training_(training),
+      stages_(std::move(stages)),
+      fsdp_(fsdp),
+      on_(meta && default_device() == Device::Meta && CostTrace::current() != nullptr && repeated_cost_segments()) {
+  if (!on_) return;
+  for (size_t k = 0; k < actions_.size(); ++k)
+    if (actions_[k].kind == PipelineAction::Backward) {
+      backward_at_[{actions_[k].stage, actions_[k].microbatch}] = k;
+      last_backward_[actions_[k].stage] = k;
+    }
+  for (size_t k = 0; k < actions_.size(); ++k)
+    if (last_pass(k)) traced_always_.push_back(k);
+}
+
+bool PassRepeats::last_pass(size_t ai) const {
+  auto it = last_backward_.find(actions_[ai].stage);
+  return training_ && it != last_backward_.end() && actions_[it->second].microbatch == actions_[ai].microbatch;
+}
+
+bool PassRepeats::all_steady() const {
+  for (int64_t st : stages_) {
+    auto it = passes_.find(st);
+    if (it == passes_.end() || !it->second.forward_steady || !it->second.backward_steady) return false;
+  }
+  return true;
+}
+
+bool PassRepeats::forward(size_t ai) {
+  if (!on_) return false;
+  const PipelineAction& a = actions_[ai];
+  const Passes& ps = passes_[a.stage];
+  if (!ps.forward_steady || last_pass(ai) || state() != ps.forward_state) return false;
+  if (!training_) return true;
+  const size_t bi = backward_at_.at({a.stage, a.microbatch});
+  auto it = std::upper_bound(traced_always_.begin(), traced_always_.end(), ai);
+  return all_steady() && !(it != traced_always_.end() && *it < bi);
+}
+
+bool PassRepeats::backward(size_t ai, bool forward_repeated) {
+  if (!on_) return false;
+  const PipelineAction& a = actions_[ai];
+  const Passes& ps = passes_[a.stage];
+  const bool steady = ps.backward && ps.backward_steady && !ps.keeps_graph && state() == ps.backward_state;
+  if (forward_repeated && !steady)
+    refuse_repeated_pass("pipeline: stage " + std::to_string(a.stage) + " micro-batch " +
+                         std::to_string(a.microbatch) + "'s forward was repeated, its backward cannot be");
+  return forward_repeated || (steady && !last_pass(ai));
+}
+
+// What a repeated pass leaves held: the record's end. A fresh buffer for its output (`shape` in category `c`) and
+// the rest as a charge, settled first (its releases before its additions), so no moment holds more than that.
+Tensor PassRepeats::settle(std::shared_ptr<MemoryCharge>& charge, const MemoryStats& start, const CostSegment& seg,
+                           const Shape& shape, MemoryCategory c) {
+  MemoryTracker& tracker = MemoryTracker::get(Device::Meta);
+  if (!charge) charge = std::make_shared<MemoryCharge>(tracker);
+  const MemoryStats now = tracker.stats();
+  std::array<int64_t, kNumMemoryCategories> d{};
+  for (int k = 0; k < kNumMemoryCategories; ++k) d[k] = start.current[k] + seg.net[k] - now.current[k];
+  if (!shape.empty()) d[(int)c] -= numel(shape) * (int64_t)dtype_size(DType::F32);
+  charge->adjust_by(d);
+  if (shape.empty()) return Tensor();
+  MemoryCategoryScope scope(c);
+  return empty(shape, DType::F32, Device::Meta);
+}
+
+Tensor PassRepeats::repeat_forward(int64_t stage, const Shape& shape, std::shared_ptr<MemoryCharge>& charge) {
+  const Passes& ps = passes_[stage];
+  const MemoryStats start = MemoryTracker::get(Device::Meta).stats();
+  replay_cost_segment(*ps.forward);
+  return settle(charge, start, *ps.forward, shape, ps.output_category);
+}
+
+Tensor PassRepeats::repeat_backward(int64_t stage, const Shape& shape, std::shared_ptr<MemoryCharge>& charge) {
+  const Passes& ps = passes_[stage];
+  const MemoryStats start = MemoryTracker::get(Device::Meta).stats();
+  replay_cost_segment(*ps.backward);
+  return settle(charge, start, *ps.backward, shape, ps.grad_category);
+}
+
+void PassRepeats::begin() {
+  if (!on_) return;
+  recording_state_ = state();
+  recording_.emplace();
+}
+
+void PassRepeats::record(std::optional<CostSegment>& last, std::vector<int64_t>& last_state, bool& steady,
+                         CostSegment seg) {
+  steady = seg.repeatable && recording_state_ == state() && last && recording_state_ == last_state &&
+           seg.same_as(*last);
+  last = std::move(seg);
+  last_state = std::move(recording_state_);
+}
+
+void PassRepeats::end_forward(int64_t stage, const Tensor& output, Routed routed, bool keeps_graph) {
+  if (!recording_) return;
+  CostSegment seg = recording_->finish();
+  recording_.reset();
+  Passes& ps = passes_[stage];
+  if (output.defined()) ps.output_category = output.impl()->storage->category();
+  ps.keeps_graph = ps.keeps_graph || keeps_graph;
+  record(ps.forward, ps.forward_state, ps.forward_steady, std::move(seg));
+  ps.forward_steady = ps.forward_steady && !ps.keeps_graph && routed == ps.routed;
+  ps.routed = std::move(routed);
+}
+
+void PassRepeats::end_backward(int64_t stage, const Tensor& input_grad) {
+  if (!recording_) return;
+  CostSegment seg = recording_->finish();
+  recording_.reset();
+  Passes& ps = passes_[stage];
+  if (input_grad.defined()) ps.grad_category = input_grad.impl()->storage->category();
+  record(ps.backward, ps.backward_state, ps.backward_steady, std::move(seg));
+}
+
+}  // namespace titan::parallel
