@@ -102,7 +102,7 @@ class FSDP {
   void set_reduce_dtype(DType dt);
   // What a forward or backward pass reads and may change (units gathered and prefetched, gradients arrived and
   // held, reductions in flight, the flags the schedule sets): a pipeline's plan repeats a recorded pass only
-  // from the state the pass was recorded in and only a pass that left it as it found it (parallel/pipeline.cpp).
+  // from the state the pass was recorded in and only a pass that left it as it found it (parallel/pass_repeats.h).
   std::vector<int64_t> pass_state() const;
   DType reduce_dtype() const { return reduce_bf16_ ? DType::BF16 : DType::F32; }
 

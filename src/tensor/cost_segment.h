@@ -3,7 +3,7 @@
 // A pipeline stage's micro-batches run the same forward and the same backward (same ops, shapes, collectives
 // and memory moves) once the schedule is in its steady state. A meta plan of m micro-batches per schedule
 // traced each of them: at PP 64 with 512 micro-batches that is 32,768 chunk passes per stage. The pipeline
-// (parallel/pipeline.cpp) records a pass (CostSegmentRecorder), and once two consecutive passes of a stage
+// (parallel/pass_repeats.h) records a pass (CostSegmentRecorder), and once two consecutive passes of a stage
 // recorded alike (same_as) it repeats the record for the next ones (replay_cost_segment) instead of tracing
 // them: the trace receives the same events (memory at each one shifted to the tracker's bytes now, fresh
 // collective ids), the CostScopes the same calls, FLOPs and bytes, the tracker the same peak above its bytes
