@@ -76,7 +76,30 @@ Tensor PassRepeats::settle(std::shared_ptr<MemoryCharge>& charge, const MemorySt
   return empty(shape, DType::F32, Device::Meta);
 }
 
+// At the first repeated pass: room in the trace for every pass of the schedule at its record's size (a stage with
+// no record yet at the largest record of that kind), so the events are not moved again as the trace grows.
+void PassRepeats::reserve_trace() {
+  if (reserved_) return;
+  reserved_ = true;
+  CostTrace* trace = CostTrace::current();
+  if (!trace) return;
+  size_t most[2] = {0, 0};  // per kind: the largest record
+  for (const auto& [st, ps] : passes_) {
+    if (ps.forward) most[0] = std::max(most[0], ps.forward->events.size());
+    if (ps.backward) most[1] = std::max(most[1], ps.backward->events.size());
+  }
+  size_t n = trace->events().size();
+  for (const PipelineAction& a : actions_) {
+    auto it = passes_.find(a.stage);
+    const std::optional<CostSegment>* seg = nullptr;
+    if (it != passes_.end()) seg = a.kind == PipelineAction::Forward ? &it->second.forward : &it->second.backward;
+    n += seg && *seg ? (*seg)->events.size() : most[a.kind == PipelineAction::Forward ? 0 : 1];
+  }
+  trace->reserve(n + n / 16);  // and a little for the step's tail (the optimizer, the reductions)
+}
+
 Tensor PassRepeats::repeat_forward(int64_t stage, const Shape& shape, std::shared_ptr<MemoryCharge>& charge) {
+  reserve_trace();
   const Passes& ps = passes_[stage];
   const MemoryStats start = MemoryTracker::get(Device::Meta).stats();
   replay_cost_segment(*ps.forward);
@@ -84,6 +107,7 @@ Tensor PassRepeats::repeat_forward(int64_t stage, const Shape& shape, std::share
 }
 
 Tensor PassRepeats::repeat_backward(int64_t stage, const Shape& shape, std::shared_ptr<MemoryCharge>& charge) {
+  reserve_trace();
   const Passes& ps = passes_[stage];
   const MemoryStats start = MemoryTracker::get(Device::Meta).stats();
   replay_cost_segment(*ps.backward);

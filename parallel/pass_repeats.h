@@ -68,6 +68,7 @@ class PassRepeats {
   std::vector<int64_t> state() const { return fsdp_ ? fsdp_->pass_state() : std::vector<int64_t>{}; }
   bool last_pass(size_t ai) const;  // the action is of its stage's last micro-batch (always traced)
   bool all_steady() const;
+  void reserve_trace();  // once, at the first repeated pass
   void record(std::optional<CostSegment>& last, std::vector<int64_t>& last_state, bool& steady, CostSegment seg);
   Tensor settle(std::shared_ptr<MemoryCharge>& charge, const MemoryStats& start, const CostSegment& seg,
                 const Shape& shape, MemoryCategory c);
@@ -83,6 +84,7 @@ class PassRepeats {
   std::vector<size_t> traced_always_;                           // the actions of the stages' last micro-batches
   std::optional<CostSegmentRecorder> recording_;               // the traced pass's
   std::vector<int64_t> recording_state_;                       //   and the state it began in
+  bool reserved_ = false;                                       // reserve_trace() ran
 };
 
 }  // namespace titan::parallel

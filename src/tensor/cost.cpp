@@ -124,8 +124,12 @@ void charge_cost_scopes(const char* op, double flops, double bytes) {
 // plan records ~10^6 events: with 4 KiB pages each page's first touch faulted).
 void CostTrace::grow() {
   if (events_.size() < events_.capacity()) return;
+  reserve(std::max<size_t>(1024, 2 * events_.capacity()));
+}
+
+void CostTrace::reserve(size_t cap) {
+  if (cap <= events_.capacity()) return;
   std::vector<CostEvent> bigger;
-  const size_t cap = std::max<size_t>(1024, 2 * events_.capacity());
   bigger.reserve(cap);
   advise_huge_pages(bigger.data(), cap * sizeof(CostEvent));
   bigger.insert(bigger.end(), std::make_move_iterator(events_.begin()), std::make_move_iterator(events_.end()));

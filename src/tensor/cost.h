@@ -187,6 +187,9 @@ class CostTrace {
   const std::vector<CostEvent>& events() const { return events_; }
   double elapsed() const;  // timed: seconds since the trace began
   std::vector<CostEvent> take() { return std::move(events_); }
+  // Room for `total` events without moving them again (a replayer that knows how many it will append); a
+  // capacity only: pages no event reaches are never touched
+  void reserve(size_t total);
   static CostTrace* current();  // the innermost trace alive on this thread (nullptr: none)
 
  private:
