@@ -309,6 +309,37 @@ CASES = [
          "Megatron-Bridge 25.11 performance summary"),
         ("Llama 3.1 405B", 126, 16384, 128, 8, 53248, 128256, 8192, 1024, 512, 1, 8, 8, 2, 8, 292,
          "Megatron-Bridge 25.11 performance summary"))
+] + [
+    # The Llama 3 paper's 405B pre-training (arXiv 2407.21783, Table 4; docs/validation_sources.md L1-L3), added
+    # 2026-12-06 by this rule, written before the rows ran (the 16,384-GPU layout's step had been simulated before,
+    # as a planner test: docs/simulator.md, "Shared links"): the paper's hosts (meta-h100-roce: 700 W 80 GB H100,
+    # NVLink in a host, RoCE at 400 Gb/s per GPU); Llama 3.1 405B as published; bf16 with the gradients reduce-
+    # scattered in float32 (the paper's numerical-stability paragraph); no activation checkpointing (none is
+    # stated); TP 8 with sequence parallel; PP 16 interleaved, 8 virtual stages per rank of one block each, the first
+    # and last stage one block fewer (the paper's balancing; the embedding and the head counted as blocks); one
+    # sequence per micro-batch, the batch per DP replica as the micro-batches of a schedule; FSDP over the DP ranks
+    # keeping a stage's gathered weights to its backward (the paper does not reshard after forward); eager mode and
+    # the chip's default attention (FlashAttention-2) as TorchTitan, Meta's open stack of the period, runs; memory
+    # not validated (allow_oom). Tokens/s per GPU = the published TFLOP/s over titan's own count (TorchTitan's,
+    # the MFU numerator: 6 x matmul parameters + 12 l h s, every key counted: 2.625 TFLOP per token at seq 8192);
+    # with causal attention counted half it would be 3.9% higher. The table's third row (CP 16 at 131,072 tokens,
+    # 380 TFLOP/s) is not a row: the same choice moves its tokens/s by 40% there (attention is 57% of the count),
+    # more than its bar, and the paper does not state its count.
+    (f"Llama 3.1 405B, {gpus:,} H100, TP8 x PP16 (x8 virtual) x FSDP{gpus // 128}, seq 8k (Llama 3 paper)",
+     "configs/validation/llama31_405b_h100x128.yaml",
+     ["--training.local_batch_size", str(mbs), "--activation_checkpoint.mode", "none",
+      "--training.mixed_precision_reduce", "float32",
+      "--parallelism.data_parallel_shard_degree", str(gpus // 128), "--parallelism.pipeline_parallel_degree", "16",
+      "--parallelism.pipeline_parallel_schedule", "Interleaved1F1B",
+      "--parallelism.pipeline_parallel_layers_per_stage", "1",
+      "--parallelism.pipeline_parallel_first_stage_less_layers", "1",
+      "--parallelism.pipeline_parallel_last_stage_less_layers", "1",
+      "--simulation.system", "meta-h100-roce", "--simulation.num_systems", str(gpus // 8),
+      "--simulation.world_size", str(gpus), "--simulation.mode", "eager", "--simulation.allow_oom", "true",
+      "--simulation.published_tps", f"{tflops * 1e12 / 2625424588800:.1f}",
+      "--simulation.published_source", "The Llama 3 Herd of Models (arXiv 2407.21783), Table 4"], 0.15)
+    # GPUs, sequences per DP replica (micro-batches of one), published TFLOP/s per GPU
+    for gpus, mbs, tflops in ((8192, 32, 430), (16384, 16, 400))
 ]
 
 
