@@ -269,7 +269,8 @@ CASES = [
     # published (HF configs); DGX-H100 = h100-hgx; plans over the HBM priced with allow_oom.
     (f"{name}, {gpus} H100, TP{tp} x PP{pp} (x{vp} virtual){' x CP' + str(cp) if cp > 1 else ''} x DP{gpus // (tp * pp * cp)}, "
      f"seq {seq // 1024}k, FP8 ({src.split()[0]})" if pp > 1 else
-     f"{name}, {gpus} H100, DP{gpus}, seq {seq // 1024}k, FP8 ({src.split()[0]})",
+     f"{name}, {gpus} H100, {f'TP{tp} x ' if tp > 1 else ''}{f'CP{cp} x ' if cp > 1 else ''}DP{gpus // (tp * cp)}, "
+     f"seq {seq // 1024}k, FP8 ({src.split()[0]})",
      "configs/validation/megatron_gpt_a100.yaml",
      ["--model.dim", str(h), "--model.n_layers", str(layers), "--model.n_heads", str(heads), "--model.n_kv_heads",
       str(kv), "--model.head_dim", str(h // heads), "--model.hidden_dim", str(ffn), "--model.vocab_size", str(vocab),
@@ -284,7 +285,8 @@ CASES = [
      + (["--parallelism.enable_async_tensor_parallel", "true"] if tp > 1 else [])
      + (["--parallelism.context_parallel_degree", str(cp), "--parallelism.context_parallel_rotate_method", "alltoall"]
         if cp > 1 else [])
-     + (["--parallelism.data_parallel_replicate_degree", str(gpus // tp), "--parallelism.data_parallel_shard_degree", "1",
+     + (["--parallelism.data_parallel_replicate_degree", str(gpus // (tp * cp)),
+         "--parallelism.data_parallel_shard_degree", "1",
          "--training.local_batch_size", str(mbs), "--parallelism.fsdp_reduce_every_microbatch", "false"] if pp == 1 else
         ["--parallelism.data_parallel_replicate_degree", "1",
          "--parallelism.data_parallel_shard_degree", str(gpus // (tp * pp * cp)),
@@ -308,7 +310,23 @@ CASES = [
         ("Llama 3 70B", 80, 8192, 64, 8, 28672, 128256, 8192, 64, 128, 1, 4, 8, 1, 5, 1602,
          "Megatron-Bridge 25.11 performance summary"),
         ("Llama 3.1 405B", 126, 16384, 128, 8, 53248, 128256, 8192, 1024, 512, 1, 8, 8, 2, 8, 292,
-         "Megatron-Bridge 25.11 performance summary"))
+         "Megatron-Bridge 25.11 performance summary"),
+        # The six other pre-training rows of the same NeMo 24.07 table (validation_sources.md N7-N12), which the
+        # catalogue had missed; found and added 2026-12-06 (later) by the rule above, written before, and before any of
+        # their errors was seen (the data-parallel degree without PP now divides by CP too, which no earlier row
+        # had). Architectures: NeMo's GPT-3 5B and 20B (24 x 4096, 32 heads; 44 x 6144, 48 heads; 4h MLP, as
+        # GPT-3 175B), Nemotron-3 8B (NeMo's Nemotron3Config8B: 32 x 4096, 32 heads, MHA, 4h squared-ReLU MLP)
+        # and Nemotron-4 22B (40 x 6144, 48 heads, 8 KV heads, 4h squared-ReLU; vocabulary 256,000 as the 340B),
+        # each MLP as SwiGLU of its FLOPs (2/3 of its width, rounded to a multiple of 8); Llama 2 13B and Llama 3
+        # 8B as published (HF configs).
+        ("GPT-3 5B", 24, 4096, 32, 32, 10920, 51200, 2048, 64, 2048, 4, 1, 1, 1, 1, 22521, "NeMo 24.07 performance summary"),
+        ("GPT-3 20B", 44, 6144, 48, 48, 16384, 51200, 2048, 64, 256, 2, 2, 1, 1, 1, 5851, "NeMo 24.07 performance summary"),
+        ("Llama 2 13B", 40, 5120, 40, 40, 13824, 32000, 4096, 16, 128, 1, 1, 4, 1, 10, 8646, "NeMo 24.07 performance summary"),
+        ("Nemotron-3 8B", 32, 4096, 32, 32, 10920, 256000, 4096, 64, 256, 4, 2, 1, 1, 1, 12701,
+         "NeMo 24.07 performance summary"),
+        ("Nemotron-4 22B", 40, 6144, 48, 8, 16384, 256000, 4096, 64, 256, 2, 2, 4, 1, 10, 4256,
+         "NeMo 24.07 performance summary"),
+        ("Llama 3 8B", 32, 4096, 32, 8, 14336, 128256, 8192, 8, 128, 1, 1, 1, 2, 1, 12036, "NeMo 24.07 performance summary"))
 ] + [
     # The Llama 3 paper's 405B pre-training (arXiv 2407.21783, Table 4; docs/validation_sources.md L1-L3), added
     # 2026-12-06 by this rule, written before the rows ran (the 16,384-GPU layout's step had been simulated before,
@@ -450,6 +468,12 @@ OPEN = {
     "Llama 2 7B, 8 H100, DP8, seq 4k, FP8 (NeMo)": ("simulated fast: FP8 GEMM efficiency unmeasured (as TorchTitan's 8B "
                                                     "Float8 rows)", 0.223),  # +28.8% before the backward FP8
     # GEMMs were priced without fast accumulation (2026-12-06)
+    # NeMo 24.07's rows the catalogue had missed, open on their first run (2026-12-06): not yet known; the
+    # table's other rows at one sequence per micro-batch without TP (Llama 2 7B above) are fast as well
+    "Llama 2 13B, 16 H100, TP1 x PP4 (x10 virtual) x DP4, seq 4k, FP8 (NeMo)": (
+        "simulated fast: not yet known (one-sequence micro-batches without TP, as Llama 2 7B)", 0.207),
+    "Nemotron-4 22B, 64 H100, TP2 x PP4 (x10 virtual) x DP8, seq 4k, FP8 (NeMo)": (
+        "simulated fast: not yet known (its published 554 model TFLOP/s is the table's lowest)", 0.275),
     "GPT 1.7B (Megatron-Core), 48 H100, TP1 x PP1 x DP48": (
         "simulated fast: a 0.45 s step; micro-batch and recomputation not published", 0.436),
     "GPT 7.1B (Megatron-Core), 96 H100, TP2 x PP1 x DP48": (
