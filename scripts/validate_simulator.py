@@ -358,6 +358,64 @@ CASES = [
       "--simulation.published_source", "The Llama 3 Herd of Models (arXiv 2407.21783), Table 4"], 0.15)
     # GPUs, sequences per DP replica (micro-batches of one), published TFLOP/s per GPU
     for gpus, mbs, tflops in ((8192, 32, 430), (16384, 16, 400))
+] + [
+    # Megatron-Bridge's 25.11 pre-training table (docs/validation_sources.md B9-B17): its dense rows the catalogue had
+    # not taken (every one: Llama 3 8B on DGX-H100, and the DGX-B200, DGX-GB200 and DGX-GB300 dense rows), added
+    # 2026-12-06 by this rule, written before any of them ran: the rule of B3 / B4 above (FP8-CS as tensorwise
+    # Float8 with the output layer in bf16, compiled mode, no recomputation, async TP, interleaved 1F1B with the
+    # published virtual stages, the 405B's 126 blocks with the edge stages one block fewer, context parallel as a
+    # ring, the distributed optimizer as FSDP without resharding under PP and as replicas reducing once a step
+    # without it), FSDP = 1 as titan's FSDP over the data-parallel ranks (resharding after forward, reducing once a
+    # step), the FP8-CS figure where the table gives FP8-MX beside it; the chips' attention as their spec has it
+    # (cuDNN's table where there is one: H100); DGX-H100 = h100-hgx, DGX-B200 = b200-hgx, DGX-GB200 / GB300 = the
+    # NVL72 racks (72 GPUs in one NVLink domain, the ranks placed in order); plans over the HBM priced with
+    # allow_oom. The B200 and GB200 GEMM tables were replaced by torch.mm's measured B200 sweep just before
+    # (simulator/specs/chips/b200.yaml [gemm]), before any of these rows ran. MoE rows (DeepSeek-V3, gpt-oss,
+    # Qwen3) are not rows: which dispatcher each ran is not stated (as B5-B7).
+    (f"Llama 3{'.1' if layers == 126 else ''} {name}, {gpus} {chip.upper()}, "
+     + (f"TP{tp} x PP{pp} (x{vp} virtual){f' x CP{cp}' if cp > 1 else ''} x DP{gpus // (tp * pp * cp)}" if pp > 1
+        else f"{'FSDP' if fsdp else 'DP'}{gpus}") + ", FP8 (Megatron-Bridge 25.11)",
+     "configs/validation/megatron_gpt_a100.yaml",
+     ["--model.dim", str(h), "--model.n_layers", str(layers), "--model.n_heads", str(h // 128), "--model.n_kv_heads",
+      "8", "--model.head_dim", "128", "--model.hidden_dim", str(ffn), "--model.vocab_size", "128256",
+      "--model.rope_theta", "500000", "--training.seq_len", "8192", "--activation_checkpoint.mode", "none",
+      "--parallelism.tensor_parallel_degree", str(tp), "--parallelism.pipeline_parallel_degree", str(pp),
+      "--training.global_batch_size", str(gbs), *float8(),
+      "--simulation.system", system, "--simulation.num_systems", str(-(-gpus // per_system)),
+      "--simulation.world_size", str(gpus), "--simulation.mode", "compiled",
+      "--simulation.attention_scores", "fused", "--simulation.attention_dropout", "0",
+      "--simulation.allow_oom", "true",
+      "--simulation.published_tps", str(tps), "--simulation.published_source", "Megatron-Bridge 25.11 performance summary"]
+     + (["--simulation.attention_kernel", "cudnn"] if chip == "h100" else [])
+     + (["--parallelism.enable_async_tensor_parallel", "true"] if tp > 1 else [])
+     + (["--parallelism.context_parallel_degree", str(cp), "--parallelism.context_parallel_rotate_method", "alltoall"]
+        if cp > 1 else [])
+     + ((["--parallelism.data_parallel_replicate_degree", "1", "--parallelism.data_parallel_shard_degree", str(gpus)]
+         if fsdp else
+         ["--parallelism.data_parallel_replicate_degree", str(gpus), "--parallelism.data_parallel_shard_degree", "1"])
+        + ["--training.local_batch_size", str(mbs), "--parallelism.fsdp_reduce_every_microbatch", "false"]
+        if pp == 1 else
+        ["--parallelism.data_parallel_replicate_degree", "1",
+         "--parallelism.data_parallel_shard_degree", str(gpus // (tp * pp * cp)),
+         "--parallelism.fsdp_reshard_after_forward", "never",
+         "--training.local_batch_size", str(gbs // (gpus // (tp * pp * cp))),
+         "--parallelism.pipeline_parallel_microbatch_size", str(mbs),
+         "--parallelism.pipeline_parallel_schedule", "Interleaved1F1B",
+         "--parallelism.pipeline_parallel_layers_per_stage", str(-(-layers // (pp * vp))),
+         "--parallelism.pipeline_parallel_first_stage_less_layers", "1",
+         "--parallelism.pipeline_parallel_last_stage_less_layers", "1"]), 0.15)
+    # model, layers, hidden, MLP width, chip, system, GPUs per system, GPUs, global batch, micro-batch, FSDP, TP, PP,
+    # CP, VP, published tokens/s per GPU (FP8-CS)
+    for name, layers, h, ffn, chip, system, per_system, gpus, gbs, mbs, fsdp, tp, pp, cp, vp, tps in (
+        ("8B", 32, 4096, 14336, "h100", "h100-hgx", 8, 8, 128, 1, True, 1, 1, 1, 1, 14451),
+        ("8B", 32, 4096, 14336, "b200", "b200-hgx", 8, 8, 128, 2, False, 1, 1, 1, 1, 30624),
+        ("405B", 126, 16384, 53248, "b200", "b200-hgx", 8, 128, 64, 1, False, 4, 8, 2, 8, 661),
+        ("8B", 32, 4096, 14336, "gb200", "gb200-nvl72", 72, 8, 128, 2, False, 1, 1, 1, 1, 31508),
+        ("70B", 80, 8192, 28672, "gb200", "gb200-nvl72", 72, 64, 256, 2, True, 1, 1, 1, 1, 4312),
+        ("405B", 126, 16384, 53248, "gb200", "gb200-nvl72", 72, 256, 1536, 1, False, 4, 16, 1, 4, 813),
+        ("8B", 32, 4096, 14336, "gb300", "gb300-nvl72", 72, 8, 128, 2, False, 1, 1, 1, 1, 37556),
+        ("70B", 80, 8192, 28672, "gb300", "gb300-nvl72", 72, 64, 256, 2, True, 1, 1, 1, 1, 4520),
+        ("405B", 126, 16384, 53248, "gb300", "gb300-nvl72", 72, 256, 1536, 1, False, 2, 8, 2, 4, 999))
 ]
 
 
@@ -474,6 +532,14 @@ OPEN = {
         "simulated fast: not yet known (one-sequence micro-batches without TP, as Llama 2 7B)", 0.207),
     "Nemotron-4 22B, 64 H100, TP2 x PP4 (x10 virtual) x DP8, seq 4k, FP8 (NeMo)": (
         "simulated fast: not yet known (its published 554 model TFLOP/s is the table's lowest)", 0.275),
+    # Megatron-Bridge 25.11's Blackwell rows, open on their first run (2026-12-06): not yet known. Published, GB200
+    # runs the 8B model 1.03x B200 (its peak is 1.11x); GB300's 70B is 1.05x GB200's
+    "Llama 3 8B, 8 GB200, DP8, FP8 (Megatron-Bridge 25.11)": (
+        "simulated fast: not yet known (published 1.03x B200's rate, simulated 1.09x)", 0.203),
+    "Llama 3 70B, 64 GB200, FSDP64, FP8 (Megatron-Bridge 25.11)": ("simulated fast: not yet known", 0.163),
+    "Llama 3 70B, 64 GB300, FSDP64, FP8 (Megatron-Bridge 25.11)": (
+        "simulated fast: not yet known (GB300's GEMM table is still drawn after the article's sweep, not measured)",
+        0.262),
     "GPT 1.7B (Megatron-Core), 48 H100, TP1 x PP1 x DP48": (
         "simulated fast: a 0.45 s step; micro-batch and recomputation not published", 0.436),
     "GPT 7.1B (Megatron-Core), 96 H100, TP2 x PP1 x DP48": (
