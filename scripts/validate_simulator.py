@@ -70,6 +70,30 @@ CASES = [
     ("Llama 3.1 8B, 128 H100, FSDP128, op SAC, compiled, Float8", "configs/validation/llama31_8b_h100x8.yaml",
      ["--simulation.mode", "compiled", *float8(),
       "--simulation.world_size", "128", "--simulation.num_systems", "16", "--simulation.published_tps", "8380"], 0.15),
+    # TorchTitan's rows the catalogue had left out of tables it used (docs/validation_sources.md T1's selective-op
+    # row, T3's 70B row, T4's 128-GPU bf16 rows) and its H200 file (T9), added 2026-12-06 by this rule, written
+    # before they ran: each as the row of its table already here (the 8-GPU rows on 16 Grand Teton hosts; the A100
+    # rows' configs with the published model, batch and checkpointing); T9 as the 8-GPU compiled Float8 row on
+    # h200-hgx (4 and 8 hosts, CX-7 at 400 Gb/s per GPU), local batch 2, the toml's per-op SAC, FSDP's float8
+    # all-gather (not implemented) as bf16, as torchao's tensorwise row
+    ("Llama 3.1 8B, 128 H100, FSDP128, op SAC, eager", "configs/validation/llama31_8b_h100x8.yaml",
+     ["--simulation.world_size", "128", "--simulation.num_systems", "16", "--simulation.published_tps", "5605"], 0.15),
+    ("Llama 3.1 8B, 128 H100, FSDP128, op SAC, compiled", "configs/validation/llama31_8b_h100x8.yaml",
+     ["--simulation.mode", "compiled", "--simulation.world_size", "128", "--simulation.num_systems", "16",
+      "--simulation.published_tps", "6514"], 0.15),
+    ("Llama 2 70B, 64 A100, FSDP64, batch 2, full AC", "configs/validation/llama2_13b_a100x64.yaml",
+     ["--model.dim", "8192", "--model.n_layers", "80", "--model.n_heads", "64", "--model.n_kv_heads", "8",
+      "--model.hidden_dim", "28672", "--activation_checkpoint.mode", "full", "--simulation.published_tps", "353"], 0.15),
+    ("Llama 3 8B, 64 A100, FSDP64, op SAC", "configs/validation/llama3_8b_a100x64.yaml",
+     ["--activation_checkpoint.selective_ac_option", "op", "--simulation.published_tps", "2973"], 0.15),
+] + [
+    (f"Llama 3.1 8B, {gpus} H200, FSDP{gpus}, op SAC, compiled, Float8 (TorchTitan H200)",
+     "configs/validation/llama31_8b_h100x8.yaml",
+     ["--simulation.mode", "compiled", *float8(), "--simulation.system", "h200-hgx",
+      "--simulation.world_size", str(gpus), "--simulation.num_systems", str(gpus // 8),
+      "--simulation.published_tps", str(tps),
+      "--simulation.published_source", "TorchTitan benchmarks/llama3_8b_h200_2025-06 (Trainy)"], 0.15)
+    for gpus, tps in ((32, 10938), (64, 10753))
 ] + [
     (f"Llama 3.1 8B, 8 H100, FSDP{8 // cp} x CP{cp}, seq {32 * cp}k, full AC, Float8",
      "configs/validation/llama31_8b_h100x8.yaml",
@@ -540,6 +564,12 @@ OPEN = {
     "Llama 3 70B, 64 GB300, FSDP64, FP8 (Megatron-Bridge 25.11)": (
         "simulated fast: not yet known (GB300's GEMM table is still drawn after the article's sweep, not measured)",
         0.262),
+    # TorchTitan's H200 rows (Trainy, 2025-06), open on their first run (2026-12-06): the 8B model's Float8 steps,
+    # fast as on H100 (torchao's tensorwise row above: +19.2%)
+    "Llama 3.1 8B, 32 H200, FSDP32, op SAC, compiled, Float8 (TorchTitan H200)": (
+        "simulated fast: FP8 GEMM efficiency unmeasured (as the 8B Float8 rows on H100)", 0.199),
+    "Llama 3.1 8B, 64 H200, FSDP64, op SAC, compiled, Float8 (TorchTitan H200)": (
+        "simulated fast: FP8 GEMM efficiency unmeasured (as the 8B Float8 rows on H100)", 0.214),
     "GPT 1.7B (Megatron-Core), 48 H100, TP1 x PP1 x DP48": (
         "simulated fast: a 0.45 s step; micro-batch and recomputation not published", 0.436),
     "GPT 7.1B (Megatron-Core), 96 H100, TP2 x PP1 x DP48": (
