@@ -76,41 +76,17 @@ Tensor PassRepeats::settle(std::shared_ptr<MemoryCharge>& charge, const MemorySt
   return empty(shape, DType::F32, Device::Meta);
 }
 
-// At the first repeated pass: room in the trace for every pass of the schedule at its record's size (a stage with
-// no record yet at the largest record of that kind), so the events are not moved again as the trace grows.
-void PassRepeats::reserve_trace() {
-  if (reserved_) return;
-  reserved_ = true;
-  CostTrace* trace = CostTrace::current();
-  if (!trace) return;
-  size_t most[2] = {0, 0};  // per kind: the largest record
-  for (const auto& [st, ps] : passes_) {
-    if (ps.forward) most[0] = std::max(most[0], ps.forward->events.size());
-    if (ps.backward) most[1] = std::max(most[1], ps.backward->events.size());
-  }
-  size_t n = trace->events().size();
-  for (const PipelineAction& a : actions_) {
-    auto it = passes_.find(a.stage);
-    const std::optional<CostSegment>* seg = nullptr;
-    if (it != passes_.end()) seg = a.kind == PipelineAction::Forward ? &it->second.forward : &it->second.backward;
-    n += seg && *seg ? (*seg)->events.size() : most[a.kind == PipelineAction::Forward ? 0 : 1];
-  }
-  trace->reserve(n + n / 16);  // and a little for the step's tail (the optimizer, the reductions)
-}
-
 Tensor PassRepeats::repeat_forward(int64_t stage, const Shape& shape, std::shared_ptr<MemoryCharge>& charge) {
-  reserve_trace();
   const Passes& ps = passes_[stage];
   const MemoryStats start = MemoryTracker::get(Device::Meta).stats();
-  replay_cost_segment(*ps.forward);
+  replay_cost_segment(ps.forward);
   return settle(charge, start, *ps.forward, shape, ps.output_category);
 }
 
 Tensor PassRepeats::repeat_backward(int64_t stage, const Shape& shape, std::shared_ptr<MemoryCharge>& charge) {
-  reserve_trace();
   const Passes& ps = passes_[stage];
   const MemoryStats start = MemoryTracker::get(Device::Meta).stats();
-  replay_cost_segment(*ps.backward);
+  replay_cost_segment(ps.backward);
   return settle(charge, start, *ps.backward, shape, ps.grad_category);
 }
 
@@ -120,11 +96,11 @@ void PassRepeats::begin() {
   recording_.emplace();
 }
 
-void PassRepeats::record(std::optional<CostSegment>& last, std::vector<int64_t>& last_state, bool& steady,
+void PassRepeats::record(std::shared_ptr<const CostSegment>& last, std::vector<int64_t>& last_state, bool& steady,
                          CostSegment seg) {
   steady = seg.repeatable && recording_state_ == state() && last && recording_state_ == last_state &&
            seg.same_as(*last);
-  last = std::move(seg);
+  last = std::make_shared<const CostSegment>(std::move(seg));
   last_state = std::move(recording_state_);
 }
 

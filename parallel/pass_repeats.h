@@ -58,7 +58,7 @@ class PassRepeats {
 
  private:
   struct Passes {
-    std::optional<CostSegment> forward, backward;        // the last recorded
+    std::shared_ptr<const CostSegment> forward, backward;  // the last recorded (repeats share them)
     std::vector<int64_t> forward_state, backward_state;  // the FSDP state each started in
     bool forward_steady = false, backward_steady = false;  // the last two recorded alike, from one state, left so
     MemoryCategory output_category = MemoryCategory::Activations, grad_category = MemoryCategory::Activations;
@@ -68,8 +68,8 @@ class PassRepeats {
   std::vector<int64_t> state() const { return fsdp_ ? fsdp_->pass_state() : std::vector<int64_t>{}; }
   bool last_pass(size_t ai) const;  // the action is of its stage's last micro-batch (always traced)
   bool all_steady() const;
-  void reserve_trace();  // once, at the first repeated pass
-  void record(std::optional<CostSegment>& last, std::vector<int64_t>& last_state, bool& steady, CostSegment seg);
+  void record(std::shared_ptr<const CostSegment>& last, std::vector<int64_t>& last_state, bool& steady,
+              CostSegment seg);
   Tensor settle(std::shared_ptr<MemoryCharge>& charge, const MemoryStats& start, const CostSegment& seg,
                 const Shape& shape, MemoryCategory c);
 
@@ -84,7 +84,6 @@ class PassRepeats {
   std::vector<size_t> traced_always_;                           // the actions of the stages' last micro-batches
   std::optional<CostSegmentRecorder> recording_;               // the traced pass's
   std::vector<int64_t> recording_state_;                       //   and the state it began in
-  bool reserved_ = false;                                       // reserve_trace() ran
 };
 
 }  // namespace titan::parallel

@@ -81,9 +81,8 @@ StepPlan plan_step_once(const JobConfig& cfg, int world, bool with_events, Devic
     plan.flops = cs.flops();
     plan.bytes = cs.bytes();
     plan.by_op = cs.by_op();
-    if (trace) plan.events = trace->take();
-    for (CostEvent& e : plan.events)  // the step's own memory, as plan.memory below
-      for (int i = 0; i < kNumMemoryCategories; ++i) e.memory[i] -= before.current[i];
+    if (trace) plan.events = trace->take_stream();
+    plan.events.subtract_memory(before.current);  // the step's own memory, as plan.memory below
     MemoryStats m = mt.stats();
     for (int i = 0; i < kNumMemoryCategories; ++i) {
       m.current[i] -= before.current[i];

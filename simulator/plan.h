@@ -11,6 +11,7 @@
 #include "models/decoder/model.h"
 #include "step/job_config.h"
 #include "src/tensor/cost.h"
+#include "src/tensor/event_stream.h"
 #include "src/tensor/memory.h"
 #include "step/train_step.h"
 
@@ -28,7 +29,7 @@ struct StepPlan {
   int64_t dp_degree = 1, tp_degree = 1, ep_degree = 1, pp_degree = 1, cp_degree = 1;
   int rank = 0;                        // the world rank played
   int64_t num_params = 0;              // the full model's
-  std::vector<CostEvent> events;       // the rank's kernels and collectives in program order (with_events)
+  EventStream events;                  // the rank's kernels and collectives in program order (with_events)
 };
 
 // The step is train_step (train_step.h) on a job from build_job: the

@@ -45,7 +45,8 @@ struct Lane {
   int index = 0;             // this lane's place among the scheduled ones (SpanRef::lane)
   int64_t last_compute = -1;  // the compute stream's last slice (its next one waits for it)
   std::map<std::string, int64_t> last_on_stream;  // each communication stream's last slice
-  const std::vector<CostEvent>* events = nullptr;
+  const EventStream* events = nullptr;
+  EventStream::Cursor cursor;  // reads `events`
   const std::vector<double>* recv_arrival = nullptr;  // RankEvents::recv_arrival
   size_t next = 0;
   double tc = 0;  // compute stream clock
@@ -571,7 +572,7 @@ class Schedule {
   // Runs lane l until it ends or blocks on another lane.
   void advance(Lane& l) {
     while (!l.done()) {
-      const CostEvent& e = (*l.events)[l.next];
+      const CostEvent& e = l.cursor.at(l.next);
       if (e.kind == CostEvent::Kind::Compute) {
         compute(l, e);
       } else if (e.kind == CostEvent::Kind::CommStart) {
@@ -611,6 +612,7 @@ std::vector<RankTimeline> schedule_ranks(const std::vector<RankEvents>& ranks, c
     lanes[i].rank = ranks[i].rank;
     lanes[i].stage = ranks[i].stage;
     lanes[i].events = ranks[i].events;
+    lanes[i].cursor = EventStream::Cursor(ranks[i].events);
     lanes[i].recv_arrival = ranks[i].recv_arrival;
     lanes[i].index = (int)i;
     // the timeline's slices at most: an eager op's launches (a materialized attention's six kernels) and a host
@@ -638,6 +640,11 @@ std::vector<RankTimeline> schedule_ranks(const std::vector<RankEvents>& ranks, c
 
 SimResult schedule_events(const std::vector<CostEvent>& events, const ChipSpec& chip, const SystemSpec& sys,
                           int ranks_per_chip, ExecMode mode, int rank, const std::vector<double>* recv_arrival) {
+  return schedule_events(EventStream(events), chip, sys, ranks_per_chip, mode, rank, recv_arrival);
+}
+
+SimResult schedule_events(const EventStream& events, const ChipSpec& chip, const SystemSpec& sys, int ranks_per_chip,
+                          ExecMode mode, int rank, const std::vector<double>* recv_arrival) {
   auto t = schedule_ranks({RankEvents{rank, 0, &events, recv_arrival}}, chip, sys, ranks_per_chip, mode, 1.0, 1.0);
   SimResult r = std::move(t[0].r);
   r.critical = critical_path({&r.spans});

@@ -23,6 +23,7 @@
 
 #include "simulator/cost_model.h"
 #include "simulator/result.h"
+#include "src/tensor/event_stream.h"
 
 namespace titan {
 
@@ -30,7 +31,7 @@ namespace titan {
 struct RankEvents {
   int rank = 0;   // world rank played
   int stage = 0;  // pipeline stage
-  const std::vector<CostEvent>* events = nullptr;
+  const EventStream* events = nullptr;
   // per event: when a receive from a rank the simulation does not play arrives (seconds; < 0 or null: as a
   // symmetric exchange, below). A measured step's receives arrive when they did (compare.h).
   const std::vector<double>* recv_arrival = nullptr;
@@ -61,6 +62,9 @@ std::vector<RankTimeline> schedule_ranks(const std::vector<RankEvents>& ranks, c
 // world rank `rank`; `recv_arrival` as in RankEvents.
 SimResult schedule_events(const std::vector<CostEvent>& events, const sim::ChipSpec& chip,
                           const sim::SystemSpec& sys, int ranks_per_chip, sim::ExecMode mode, int rank = 0,
+                          const std::vector<double>* recv_arrival = nullptr);
+SimResult schedule_events(const EventStream& events, const sim::ChipSpec& chip, const sim::SystemSpec& sys,
+                          int ranks_per_chip, sim::ExecMode mode, int rank = 0,
                           const std::vector<double>* recv_arrival = nullptr);
 
 }  // namespace titan

@@ -1789,7 +1789,8 @@ TEST(Simulation, CriticalPathOfAHandBuilt2RankScheduleIsTheKnownOne) {
     const int64_t nb = c_longer ? 1024 : 8192, nc = c_longer ? 8192 : 1024;
     const std::vector<CostEvent> r0 = {gemm("A", 4096), p2p(true, 1, 0, bytes), gemm("B", nb)};  // the send: in flight
     const std::vector<CostEvent> r1 = {p2p(false, 0, 0, bytes), wait(0), gemm("C", nc)};
-    auto lanes = schedule_ranks({RankEvents{0, 0, &r0}, RankEvents{1, 1, &r1}}, chip, sys, 1, sim::ExecMode::Graphs,
+    const EventStream e0(r0), e1(r1);
+    auto lanes = schedule_ranks({RankEvents{0, 0, &e0}, RankEvents{1, 1, &e1}}, chip, sys, 1, sim::ExecMode::Graphs,
                                 1.0, 1.0);
     const auto& s0 = lanes[0].r.spans;
     const auto& s1 = lanes[1].r.spans;
@@ -3126,8 +3127,8 @@ TEST(Simulation, RepeatedMicroBatchesPlanAsTracedOnes) {
       else EXPECT_EQ(n, 0) << where;
       ASSERT_EQ(repeated.events.size(), traced.events.size()) << where;
       CostSegment a, b;
-      a.events = repeated.events;
-      b.events = traced.events;
+      a.events = repeated.events.materialize();
+      b.events = traced.events.materialize();
       if (!a.same_as(b)) {
         size_t i = 0;
         while (i < a.events.size() && CostSegment{{a.events[i]}}.same_as(CostSegment{{b.events[i]}})) ++i;

@@ -1,4 +1,5 @@
 #include "src/tensor/cost.h"
+#include "src/tensor/event_stream.h"
 
 #include <algorithm>
 #include <chrono>
@@ -74,10 +75,21 @@ void CostScope::flush_time() {
 
 CostTrace::CostTrace(bool timed) : parent_(t_trace), timed_(timed), t0_(timed ? now() : 0) { t_trace = this; }
 int64_t next_comm_id() { return t_next_comm++; }
+int64_t next_comm_ids(int64_t n) {
+  const int64_t first = t_next_comm;
+  t_next_comm += n;
+  return first;
+}
 int64_t comm_starts_traced_while_paused() { return t_paused_comm_starts; }
 CostTrace* CostTrace::current() { return t_trace; }
 double CostTrace::elapsed() const { return timed_ ? now() - t0_ : 0; }
 CostTrace::~CostTrace() { t_trace = parent_; }
+std::vector<CostEvent> CostTrace::take() {
+  TITAN_CHECK(runs_.empty(), "CostTrace::take: the trace holds ", runs_.size(), " repeated passes; take_stream() "
+              "gives them with the rest");
+  return std::move(events_);
+}
+EventStream CostTrace::take_stream() { return EventStream(std::move(events_), std::move(runs_)); }
 
 CostRecordPause::CostRecordPause() { ++t_paused; }
 CostRecordPause::~CostRecordPause() { --t_paused; }
@@ -124,11 +136,7 @@ void charge_cost_scopes(const char* op, double flops, double bytes) {
 // plan records ~10^6 events: with 4 KiB pages each page's first touch faulted).
 void CostTrace::grow() {
   if (events_.size() < events_.capacity()) return;
-  reserve(std::max<size_t>(1024, 2 * events_.capacity()));
-}
-
-void CostTrace::reserve(size_t cap) {
-  if (cap <= events_.capacity()) return;
+  const size_t cap = std::max<size_t>(1024, 2 * events_.capacity());
   std::vector<CostEvent> bigger;
   bigger.reserve(cap);
   advise_huge_pages(bigger.data(), cap * sizeof(CostEvent));

@@ -176,25 +176,37 @@ struct CostEvent {
 
 struct CostSegment;  // cost_segment.h
 
+// A recorded pass repeated once in a trace (cost_segment.h, event_stream.h): before the trace's owned event `at`,
+// the record's events with their memory moved (a kernel's by `kernel_shift`, the others' by `other_shift`) and
+// their collectives numbered from `first_id` in the order the record first used them.
+struct CostRepeat {
+  size_t at = 0;
+  std::shared_ptr<const CostSegment> seg;
+  std::array<int64_t, kNumMemoryCategories> kernel_shift{}, other_shift{};
+  int64_t first_id = 0;
+};
+
 // RAII: while alive, every record on this thread is appended to events()
 // (the simulator's input). Traces nest: the innermost one receives.
+class EventStream;  // event_stream.h
+
 class CostTrace {
  public:
   explicit CostTrace(bool timed = false);  // timed: stamp every event (measured timelines)
   ~CostTrace();
   CostTrace(const CostTrace&) = delete;
   CostTrace& operator=(const CostTrace&) = delete;
+  // The events recorded one by one (a trace with repeated passes: without them; take_stream() has all)
   const std::vector<CostEvent>& events() const { return events_; }
+  bool has_repeats() const { return !runs_.empty(); }
   double elapsed() const;  // timed: seconds since the trace began
-  std::vector<CostEvent> take() { return std::move(events_); }
-  // Room for `total` events without moving them again (a replayer that knows how many it will append); a
-  // capacity only: pages no event reaches are never touched
-  void reserve(size_t total);
+  std::vector<CostEvent> take();  // a trace without repeated passes (checked)
+  EventStream take_stream();      // every event in program order, repeated passes by reference
   static CostTrace* current();  // the innermost trace alive on this thread (nullptr: none)
 
  private:
   friend class CostSegmentRecorder;
-  friend void replay_cost_segment(const CostSegment&);
+  friend void replay_cost_segment(const std::shared_ptr<const CostSegment>&);
   friend void record_cost(const char*, double, double, const GemmShape&, KernelClass, EagerSplit);
   friend void record_attention_cost(const char*, double, double, const AttentionShape&, EagerSplit);
   friend int64_t record_comm_start(const char*, const CommGroupRef&, double, DType);
@@ -207,6 +219,7 @@ class CostTrace {
   CostEvent& append_copy(const CostEvent& e);  // appends a copy of e in place; returns it
   void grow();                                // room for one more (doubling)
   std::vector<CostEvent> events_;
+  std::vector<CostRepeat> runs_;              // the repeated passes, in order
 };
 
 // RAII: ops run while alive record nothing on this thread — for a composite whose
@@ -245,6 +258,7 @@ void record_comm_wait(int64_t id);
 void charge_cost_scopes(const char* op, double flops, double bytes);
 // A fresh id pairing a CommStart with its CommWait (this thread's).
 int64_t next_comm_id();
+int64_t next_comm_ids(int64_t n);  // n consecutive fresh ids (a repeated pass's); returns the first
 // Collectives this thread traced inside a CostRecordPause (traced, not charged to the CostScopes), so far.
 int64_t comm_starts_traced_while_paused();
 // A point-to-point transfer (send: this rank sends, else receives) of `bytes` with world rank `peer` under `tag`.

@@ -45,7 +45,7 @@ bool CostSegment::same_as(const CostSegment& o) const {
 
 CostSegmentRecorder::CostSegmentRecorder()
     : trace_(CostTrace::current()), tracker_(MemoryTracker::get(default_device())) {
-  if (trace_) first_ = trace_->events_.size();
+  if (trace_) first_ = trace_->events_.size(), first_run_ = trace_->runs_.size();
   paused_comms_ = comm_starts_traced_while_paused();
   before_ = tracker_.stats();
   tracker_.reset_peak();  // the stretch's own peak from here
@@ -68,8 +68,13 @@ CostSegment CostSegmentRecorder::finish() {
   if (!trace_ || CostTrace::current() != trace_) return seg;
   seg.events.assign(trace_->events_.begin() + (std::ptrdiff_t)first_, trace_->events_.end());
   std::map<int64_t, int> open;  // started, not yet waited for
+  std::map<int64_t, int32_t> order;  // id -> its place among the ids first used
   seg.repeatable = true;
+  seg.id_ordinal.reserve(seg.events.size());
   for (CostEvent& e : seg.events) {
+    seg.id_ordinal.push_back(e.kind == CostEvent::Kind::Compute
+                                 ? -1
+                                 : order.emplace(e.comm_id, (int32_t)order.size()).first->second);
     if (e.kind == CostEvent::Kind::Compute)  // (only kernels' records hold the bytes)
       for (int i = 0; i < kNumMemoryCategories; ++i) e.memory[i] -= before_.current[i];
     if (e.kind == CostEvent::Kind::CommStart) {
@@ -80,30 +85,35 @@ CostSegment CostSegmentRecorder::finish() {
   }
   if (!open.empty()) seg.repeatable = false;  // leaves a collective in flight
   if (comm_starts_traced_while_paused() != paused_comms_) seg.repeatable = false;
+  if (trace_->runs_.size() != first_run_) seg.repeatable = false;  // a pass repeated inside: not all recorded
+  seg.distinct_ids = (int64_t)order.size();
   return seg;
 }
 
-void replay_cost_segment(const CostSegment& seg) {
+void replay_cost_segment(const std::shared_ptr<const CostSegment>& rec) {
+  const CostSegment& seg = *rec;
   ++g_repeated;
   MemoryTracker& tracker = MemoryTracker::get(default_device());
   const MemoryStats now = tracker.stats();
   std::array<int64_t, kNumMemoryCategories> peak{};
   for (int i = 0; i < kNumMemoryCategories; ++i) peak[i] = now.current[i] + seg.peak[i];
   tracker.raise_peak(peak, now.total_current + seg.total_peak);
-  CostTrace* trace = CostTrace::current();
-  std::map<int64_t, int64_t> ids;  // recorded -> fresh
-  for (const CostEvent& r : seg.events) {
+  for (const CostEvent& r : seg.events)
     if (r.kind != CostEvent::Kind::CommWait)  // as record_cost and record_comm_start charge them
       charge_cost_scopes(r.op, r.kind == CostEvent::Kind::Compute ? r.flops : 0, r.bytes);
-    if (!trace) continue;
-    CostEvent& e = trace->append_copy(r);
+  CostTrace* trace = CostTrace::current();
+  if (!trace) return;
+  const int64_t first_id = next_comm_ids(seg.distinct_ids);
+  if (!trace->timed_) {  // by reference (event_stream.h)
+    trace->runs_.push_back({trace->events_.size(), rec, now.current, {}, first_id});
+    return;
+  }
+  for (size_t k = 0; k < seg.events.size(); ++k) {  // a timed trace: copies, stamped now
+    CostEvent& e = trace->append_copy(seg.events[k]);
     if (e.kind == CostEvent::Kind::Compute)
       for (int i = 0; i < kNumMemoryCategories; ++i) e.memory[i] += now.current[i];
-    if (e.kind != CostEvent::Kind::Compute) {
-      auto it = ids.find(r.comm_id);
-      if (it == ids.end()) it = ids.emplace(r.comm_id, next_comm_id()).first;
-      e.comm_id = it->second;
-    }
+    else
+      e.comm_id = first_id + seg.id_ordinal[k];
     e.t = trace->elapsed();
   }
 }

@@ -13,6 +13,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -31,6 +32,10 @@ struct CostSegment {
   // every collective started inside finishes inside; none was traced inside a CostRecordPause (not charged to
   // the cost scopes: a repeat could not tell)
   bool repeatable = false;
+  // per event: a collective's place in the order the record first used it (its id in a repeat: the repeat's
+  // first id + this); -1 for a kernel. And how many distinct collectives that is.
+  std::vector<int32_t> id_ordinal;
+  int64_t distinct_ids = 0;
   // The same ops, shapes, collectives (groups, sizes, order) and memory moves as `o`.
   bool same_as(const CostSegment& o) const;
 };
@@ -49,15 +54,17 @@ class CostSegmentRecorder {
  private:
   CostTrace* trace_;
   MemoryTracker& tracker_;
-  size_t first_ = 0;
+  size_t first_ = 0, first_run_ = 0;  // the trace's owned events and repeated passes at the start
   int64_t paused_comms_ = 0;  // comm_starts_traced_while_paused() at the start
   MemoryStats before_;
   bool finished_ = false;
 };
 
-// Appends the segment's events to the current thread's trace as if its ops ran now, charges the CostScopes,
-// and raises the tracker's peak by the segment's above the bytes held now. Leaves the bytes held unchanged.
-void replay_cost_segment(const CostSegment& seg);
+// Appends the segment's events to the current thread's trace as if its ops ran now (a reference to the record,
+// its memory shifted to the bytes held now and its collectives given fresh ids: event_stream.h; a timed trace
+// gets copies, stamped now), charges the CostScopes, and raises the tracker's peak by the segment's above the
+// bytes held now. Leaves the bytes held unchanged.
+void replay_cost_segment(const std::shared_ptr<const CostSegment>& seg);
 
 // Whether plans repeat steady passes (on by default, process-wide, unless a CostSegmentRepeatsOff is alive on
 // this thread): off, every pass is traced, which is what the tests compare a plan made with repeats to.
