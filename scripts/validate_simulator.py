@@ -75,7 +75,9 @@ CASES = [
     # before they ran: each as the row of its table already here (the 8-GPU rows on 16 Grand Teton hosts; the A100
     # rows' configs with the published model, batch and checkpointing); T9 as the 8-GPU compiled Float8 row on
     # h200-hgx (4 and 8 hosts, CX-7 at 400 Gb/s per GPU), local batch 2, the toml's per-op SAC, FSDP's float8
-    # all-gather (not implemented) as bf16, as torchao's tensorwise row
+    # all-gather with precomputed scales as the run's command sets them (force_recompute_fp8_weight_in_bwd has no
+    # titan counterpart). First written with the bf16 all-gather (a review found the run's flags, titan has them):
+    # +19.9% and +21.4% that way
     ("Llama 3.1 8B, 128 H100, FSDP128, op SAC, eager", "configs/validation/llama31_8b_h100x8.yaml",
      ["--simulation.world_size", "128", "--simulation.num_systems", "16", "--simulation.published_tps", "5605"], 0.15),
     ("Llama 3.1 8B, 128 H100, FSDP128, op SAC, compiled", "configs/validation/llama31_8b_h100x8.yaml",
@@ -86,10 +88,24 @@ CASES = [
       "--model.hidden_dim", "28672", "--activation_checkpoint.mode", "full", "--simulation.published_tps", "353"], 0.15),
     ("Llama 3 8B, 64 A100, FSDP64, op SAC", "configs/validation/llama3_8b_a100x64.yaml",
      ["--activation_checkpoint.selective_ac_option", "op", "--simulation.published_tps", "2973"], 0.15),
+    # and the three other rows of the same Llama 2 table (found by a review the same day, added by the same rule
+    # before they ran): 13B with selective layer (every 2nd block, as the 8B row) and op checkpointing, 70B at
+    # batch 1 with op checkpointing
+    ("Llama 2 13B, 64 A100, FSDP64, AC every 2nd", "configs/validation/llama2_13b_a100x64.yaml",
+     ["--activation_checkpoint.mode", "selective", "--activation_checkpoint.selective_ac_option", "2",
+      "--simulation.published_tps", "1914"], 0.15),
+    ("Llama 2 13B, 64 A100, FSDP64, op SAC", "configs/validation/llama2_13b_a100x64.yaml",
+     ["--activation_checkpoint.mode", "selective", "--activation_checkpoint.selective_ac_option", "op",
+      "--simulation.published_tps", "1904"], 0.15),
+    ("Llama 2 70B, 64 A100, FSDP64, batch 1, op SAC", "configs/validation/llama2_13b_a100x64.yaml",
+     ["--model.dim", "8192", "--model.n_layers", "80", "--model.n_heads", "64", "--model.n_kv_heads", "8",
+      "--model.hidden_dim", "28672", "--training.local_batch_size", "1", "--activation_checkpoint.mode", "selective",
+      "--activation_checkpoint.selective_ac_option", "op", "--simulation.published_tps", "355"], 0.15),
 ] + [
     (f"Llama 3.1 8B, {gpus} H200, FSDP{gpus}, op SAC, compiled, Float8 (TorchTitan H200)",
      "configs/validation/llama31_8b_h100x8.yaml",
-     ["--simulation.mode", "compiled", *float8(), "--simulation.system", "h200-hgx",
+     ["--simulation.mode", "compiled", *float8(), "--float8.enable_fsdp_float8_all_gather", "true",
+      "--float8.precompute_float8_dynamic_scale_for_fsdp", "true", "--simulation.system", "h200-hgx",
       "--simulation.world_size", str(gpus), "--simulation.num_systems", str(gpus // 8),
       "--simulation.published_tps", str(tps),
       "--simulation.published_source", "TorchTitan benchmarks/llama3_8b_h200_2025-06 (Trainy)"], 0.15)
@@ -340,7 +356,10 @@ CASES = [
         # their errors was seen (the data-parallel degree without PP now divides by CP too, which no earlier row
         # had). Architectures: NeMo's GPT-3 5B and 20B (24 x 4096, 32 heads; 44 x 6144, 48 heads; 4h MLP, as
         # GPT-3 175B), Nemotron-3 8B (NeMo's Nemotron3Config8B: 32 x 4096, 32 heads, MHA, 4h squared-ReLU MLP)
-        # and Nemotron-4 22B (40 x 6144, 48 heads, 8 KV heads, 4h squared-ReLU; vocabulary 256,000 as the 340B),
+        # and Nemotron-3 22B (NeMo-Framework-Launcher's nemotron_22b.yaml, run name nemotron3-22B: 40 x 6144, 48
+        # heads, num_query_groups null = multi-head, 4h squared-ReLU; vocabulary 256,000 as the 340B; first written as
+        # Nemotron-4 22B with 8 KV heads, +27.5%, until a review found the config: its published 554 TFLOP/s over
+        # 4,256 tokens/s is 130.2 GFLOP per token, multi-head's count),
         # each MLP as SwiGLU of its FLOPs (2/3 of its width, rounded to a multiple of 8); Llama 2 13B and Llama 3
         # 8B as published (HF configs).
         ("GPT-3 5B", 24, 4096, 32, 32, 10920, 51200, 2048, 64, 2048, 4, 1, 1, 1, 1, 22521, "NeMo 24.07 performance summary"),
@@ -348,7 +367,7 @@ CASES = [
         ("Llama 2 13B", 40, 5120, 40, 40, 13824, 32000, 4096, 16, 128, 1, 1, 4, 1, 10, 8646, "NeMo 24.07 performance summary"),
         ("Nemotron-3 8B", 32, 4096, 32, 32, 10920, 256000, 4096, 64, 256, 4, 2, 1, 1, 1, 12701,
          "NeMo 24.07 performance summary"),
-        ("Nemotron-4 22B", 40, 6144, 48, 8, 16384, 256000, 4096, 64, 256, 2, 2, 4, 1, 10, 4256,
+        ("Nemotron-3 22B", 40, 6144, 48, 48, 16384, 256000, 4096, 64, 256, 2, 2, 4, 1, 10, 4256,
          "NeMo 24.07 performance summary"),
         ("Llama 3 8B", 32, 4096, 32, 8, 14336, 128256, 8192, 8, 128, 1, 1, 1, 2, 1, 12036, "NeMo 24.07 performance summary"))
 ] + [
@@ -364,7 +383,7 @@ CASES = [
     # the chip's default attention (FlashAttention-2) as TorchTitan, Meta's open stack of the period, runs; memory
     # not validated (allow_oom). Tokens/s per GPU = the published TFLOP/s over titan's own count (TorchTitan's,
     # the MFU numerator: 6 x matmul parameters + 12 l h s, every key counted: 2.625 TFLOP per token at seq 8192);
-    # with causal attention counted half it would be 3.9% higher. The table's third row (CP 16 at 131,072 tokens,
+    # with causal attention counted half it would be 4.0% higher. The table's third row (CP 16 at 131,072 tokens,
     # 380 TFLOP/s) is not a row: the same choice moves its tokens/s by 40% there (attention is 57% of the count),
     # more than its bar, and the paper does not state its count.
     (f"Llama 3.1 405B, {gpus:,} H100, TP8 x PP16 (x8 virtual) x FSDP{gpus // 128}, seq 8k (Llama 3 paper)",
@@ -554,8 +573,9 @@ OPEN = {
     # table's other rows at one sequence per micro-batch without TP (Llama 2 7B above) are fast as well
     "Llama 2 13B, 16 H100, TP1 x PP4 (x10 virtual) x DP4, seq 4k, FP8 (NeMo)": (
         "simulated fast: not yet known (one-sequence micro-batches without TP, as Llama 2 7B)", 0.207),
-    "Nemotron-4 22B, 64 H100, TP2 x PP4 (x10 virtual) x DP8, seq 4k, FP8 (NeMo)": (
-        "simulated fast: not yet known (its published 554 model TFLOP/s is the table's lowest)", 0.275),
+    "Nemotron-3 22B, 64 H100, TP2 x PP4 (x10 virtual) x DP8, seq 4k, FP8 (NeMo)": (
+        "simulated fast: not yet known (its published 554 model TFLOP/s is the table's lowest)", 0.183),
+    # first run with the right attention (multi-head; written with 8 KV heads before: +27.5%)
     # Megatron-Bridge 25.11's Blackwell rows, open on their first run (2026-12-06): not yet known. Published, GB200
     # runs the 8B model 1.03x B200 (its peak is 1.11x); GB300's 70B is 1.05x GB200's
     "Llama 3 8B, 8 GB200, DP8, FP8 (Megatron-Bridge 25.11)": (
@@ -567,9 +587,11 @@ OPEN = {
     # TorchTitan's H200 rows (Trainy, 2025-06), open on their first run (2026-12-06): the 8B model's Float8 steps,
     # fast as on H100 (torchao's tensorwise row above: +19.2%)
     "Llama 3.1 8B, 32 H200, FSDP32, op SAC, compiled, Float8 (TorchTitan H200)": (
-        "simulated fast: FP8 GEMM efficiency unmeasured (as the 8B Float8 rows on H100)", 0.199),
+        "simulated fast: FP8 GEMM efficiency unmeasured (as the 8B Float8 rows on H100)", 0.206),
     "Llama 3.1 8B, 64 H200, FSDP64, op SAC, compiled, Float8 (TorchTitan H200)": (
-        "simulated fast: FP8 GEMM efficiency unmeasured (as the 8B Float8 rows on H100)", 0.214),
+        "simulated fast: FP8 GEMM efficiency unmeasured (as the 8B Float8 rows on H100)", 0.222),
+    "Llama 2 70B, 64 A100, FSDP64, batch 1, op SAC": (
+        "simulated fast: not yet known (the same model at batch 2 with full AC: +8.3%)", 0.179),
     "GPT 1.7B (Megatron-Core), 48 H100, TP1 x PP1 x DP48": (
         "simulated fast: a 0.45 s step; micro-batch and recomputation not published", 0.436),
     "GPT 7.1B (Megatron-Core), 96 H100, TP2 x PP1 x DP48": (

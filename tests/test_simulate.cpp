@@ -30,6 +30,7 @@
 #include "comms/process_group.h"
 #include "parallel/pipeline.h"
 #include "src/tensor/cost_segment.h"
+#include "src/tensor/event_stream.h"
 
 using namespace titan;
 using titan::testing::error_of;
@@ -3049,6 +3050,75 @@ TEST(Simulation, PipelineStageMemoryCountsTheMicroBatchesInFlight) {
   for (int s = 0; s < 4; ++s) EXPECT_NEAR(act(inter, s) / unit, 5.0 - s, 0.5) << "interleaved rank " << s;
   for (int s = 0; s + 1 < 4; ++s) EXPECT_NEAR((act(inter, s) - act(inter, s + 1)) / unit, 1.0, 0.1);
   EXPECT_NEAR(act(gpipe, 0) / unit, 8.0, 1.2);
+}
+
+// An EventStream gives a repeated pass's events as their copies would be: the record's memory moved by the run's
+// shifts (a kernel's and the others' apart), its collectives renumbered from the run's first id in the order the
+// record first used them; by index, through a cursor read forwards and backwards, and copied out alike; and
+// subtract_memory moves owned and repeated events alike.
+TEST(EventStream, RepeatedPassesReadAsTheirCopies) {
+  auto kernel = [](const char* op, int64_t held) {
+    CostEvent e;
+    e.op = op;
+    e.flops = 1;
+    e.memory[(int)MemoryCategory::Activations] = held;
+    return e;
+  };
+  auto comm = [](CostEvent::Kind k, int64_t id) {
+    CostEvent e;
+    e.kind = k;
+    e.op = "all_reduce";
+    e.comm_id = id;
+    return e;
+  };
+  auto seg = std::make_shared<CostSegment>();
+  seg->events = {kernel("a", 10), comm(CostEvent::Kind::CommStart, 42), comm(CostEvent::Kind::CommStart, 7),
+                 kernel("b", 30), comm(CostEvent::Kind::CommWait, 7), comm(CostEvent::Kind::CommWait, 42)};
+  seg->id_ordinal = {-1, 0, 1, -1, 1, 0};
+  seg->distinct_ids = 2;
+  const std::vector<CostEvent> owned = {kernel("x", 1), kernel("y", 2), kernel("z", 3)};
+  std::array<int64_t, kNumMemoryCategories> shift{}, other{};
+  shift[(int)MemoryCategory::Activations] = 1000;
+  other[(int)MemoryCategory::Activations] = -5;
+  // x, run(100), run(200), y, z, run(300): two runs back to back, one at the end
+  EventStream s(owned, {{1, seg, shift, other, 100}, {1, seg, shift, other, 200}, {3, seg, shift, other, 300}});
+  ASSERT_EQ(s.size(), 3u + 3 * 6);
+  // what the copies hold, written out by hand
+  std::vector<CostEvent> want = {owned[0]};
+  for (int64_t first : {100, 200, 300}) {
+    if (first == 300) want.insert(want.end(), {owned[1], owned[2]});
+    for (size_t k = 0; k < seg->events.size(); ++k) {
+      CostEvent e = seg->events[k];
+      const auto& by = e.kind == CostEvent::Kind::Compute ? shift : other;
+      for (int c = 0; c < kNumMemoryCategories; ++c) e.memory[c] += by[c];
+      if (e.kind != CostEvent::Kind::Compute) e.comm_id = first + seg->id_ordinal[k];
+      want.push_back(e);
+    }
+  }
+  ASSERT_EQ(want.size(), s.size());
+  auto same = [](const CostEvent& a, const CostEvent& b) {
+    return a.kind == b.kind && std::string(a.op) == b.op && a.comm_id == b.comm_id && a.memory == b.memory;
+  };
+  for (size_t i = 0; i < s.size(); ++i) EXPECT_TRUE(same(s[i], want[i])) << "event " << i;
+  EXPECT_EQ(s[2].comm_id, 100);  // the record's first collective (42) -> the run's first id
+  EXPECT_EQ(s[3].comm_id, 101);  // its second (7)
+  EXPECT_EQ(s[5].comm_id, 101);  // 7's wait pairs with its start
+  EXPECT_EQ(s[1].memory[(int)MemoryCategory::Activations], 1010);
+  EXPECT_EQ(s[2].memory[(int)MemoryCategory::Activations], -5);
+  const std::vector<CostEvent> out = s.materialize();
+  ASSERT_EQ(out.size(), want.size());
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_TRUE(same(out[i], want[i])) << "copied event " << i;
+  EventStream::Cursor c(&s);
+  for (size_t i : {0, 5, 6, 7, 8, 14, 13, 2, 20, 1, 20, 0})
+    EXPECT_TRUE(same(c.at(i), want[i])) << "cursor at " << i;
+  std::array<int64_t, kNumMemoryCategories> held{};
+  held[(int)MemoryCategory::Activations] = 4;
+  s.subtract_memory(held);
+  EXPECT_EQ(s[0].memory[(int)MemoryCategory::Activations], 1 - 4);
+  EXPECT_EQ(s[1].memory[(int)MemoryCategory::Activations], 1010 - 4);
+  EXPECT_EQ(s[2].memory[(int)MemoryCategory::Activations], -5 - 4);
+  EXPECT_EQ(s[14].memory[(int)MemoryCategory::Activations], 3 - 4);
+  EXPECT_THROW(s[s.size()], Error);
 }
 
 // A meta plan repeats a pipeline stage's steady forward and backward passes from their record
