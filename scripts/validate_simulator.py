@@ -28,6 +28,32 @@ def float8(recipe="tensorwise"):
     return ["--model.converters", "float8", "--float8.recipe", recipe, "--float8.filter_fqns", "lm_head"]
 
 
+# How the Megatron-family rows (Megatron-Core, NeMo, Megatron-Bridge: Transformer Engine runs) express their layout:
+# TP with its communication overlapped (async TP), context parallel as a ring (TE's), the distributed optimizer as
+# replicas reducing once a step without PP (FSDP over the data-parallel ranks where the row says FSDP) and as FSDP
+# without resharding under PP, interleaved 1F1B with the published virtual stages (blocks per virtual stage =
+# layers / (PP x VP), rounded up; the edge stages one block fewer where that does not divide, the embedding and
+# the head counted as blocks). One definition for every such row (docs/simulator.md, "How the runs are expressed").
+def megatron_layout(gpus, tp, pp, cp, vp, layers, gbs, mbs, fsdp=False):
+    dp = gpus // (tp * pp * cp)
+    flags = (["--parallelism.enable_async_tensor_parallel", "true"] if tp > 1 else []) + (
+        ["--parallelism.context_parallel_degree", str(cp), "--parallelism.context_parallel_rotate_method", "alltoall"]
+        if cp > 1 else [])
+    if pp == 1:
+        return flags + ["--parallelism.data_parallel_replicate_degree", "1" if fsdp else str(dp),
+                        "--parallelism.data_parallel_shard_degree", str(dp) if fsdp else "1",
+                        "--training.local_batch_size", str(mbs), "--parallelism.fsdp_reduce_every_microbatch", "false"]
+    return flags + ["--parallelism.data_parallel_replicate_degree", "1",
+                    "--parallelism.data_parallel_shard_degree", str(dp),
+                    "--parallelism.fsdp_reshard_after_forward", "never",
+                    "--training.local_batch_size", str(gbs // dp),
+                    "--parallelism.pipeline_parallel_microbatch_size", str(mbs),
+                    "--parallelism.pipeline_parallel_schedule", "Interleaved1F1B",
+                    "--parallelism.pipeline_parallel_layers_per_stage", str(-(-layers // (pp * vp)))] + (
+        ["--parallelism.pipeline_parallel_first_stage_less_layers", "1",
+         "--parallelism.pipeline_parallel_last_stage_less_layers", "1"] if layers % (pp * vp) else [])
+
+
 # TorchTitan's async-TP benchmark's 8B layout (benchmarks/asyncTP_llama3_h100_2025-06): 64 H100, FSDP 8 x TP 8,
 # local batch 12, compiled (per-op SAC: the config's)
 def llama8b_fsdp8_tp8(flags, tps, source):
@@ -322,21 +348,7 @@ CASES = [
       "--simulation.attention_scores", "fused", "--simulation.attention_dropout", "0",
       "--simulation.attention_kernel", "cudnn", "--simulation.allow_oom", "true",
       "--simulation.published_tps", str(tps), "--simulation.published_source", src]
-     + (["--parallelism.enable_async_tensor_parallel", "true"] if tp > 1 else [])
-     + (["--parallelism.context_parallel_degree", str(cp), "--parallelism.context_parallel_rotate_method", "alltoall"]
-        if cp > 1 else [])
-     + (["--parallelism.data_parallel_replicate_degree", str(gpus // (tp * cp)),
-         "--parallelism.data_parallel_shard_degree", "1",
-         "--training.local_batch_size", str(mbs), "--parallelism.fsdp_reduce_every_microbatch", "false"] if pp == 1 else
-        ["--parallelism.data_parallel_replicate_degree", "1",
-         "--parallelism.data_parallel_shard_degree", str(gpus // (tp * pp * cp)),
-         "--parallelism.fsdp_reshard_after_forward", "never",
-         "--training.local_batch_size", str(gbs // (gpus // (tp * pp * cp))),
-         "--parallelism.pipeline_parallel_microbatch_size", str(mbs),
-         "--parallelism.pipeline_parallel_schedule", "Interleaved1F1B",
-         "--parallelism.pipeline_parallel_layers_per_stage", str(-(-layers // (pp * vp)))]
-        + (["--parallelism.pipeline_parallel_first_stage_less_layers", "1",
-            "--parallelism.pipeline_parallel_last_stage_less_layers", "1"] if layers % (pp * vp) else [])), 0.15)
+     + megatron_layout(gpus, tp, pp, cp, vp, layers, gbs, mbs), 0.15)
     # name, layers, hidden, heads, KV heads, MLP width (SwiGLU), vocab, seq, GPUs, global batch, micro-batch, TP, PP,
     # CP, VP, published tokens/s per GPU, source
     for name, layers, h, heads, kv, ffn, vocab, seq, gpus, gbs, mbs, tp, pp, cp, vp, tps, src in (
@@ -430,23 +442,7 @@ CASES = [
       "--simulation.allow_oom", "true",
       "--simulation.published_tps", str(tps), "--simulation.published_source", "Megatron-Bridge 25.11 performance summary"]
      + (["--simulation.attention_kernel", "cudnn"] if chip == "h100" else [])
-     + (["--parallelism.enable_async_tensor_parallel", "true"] if tp > 1 else [])
-     + (["--parallelism.context_parallel_degree", str(cp), "--parallelism.context_parallel_rotate_method", "alltoall"]
-        if cp > 1 else [])
-     + ((["--parallelism.data_parallel_replicate_degree", "1", "--parallelism.data_parallel_shard_degree", str(gpus)]
-         if fsdp else
-         ["--parallelism.data_parallel_replicate_degree", str(gpus), "--parallelism.data_parallel_shard_degree", "1"])
-        + ["--training.local_batch_size", str(mbs), "--parallelism.fsdp_reduce_every_microbatch", "false"]
-        if pp == 1 else
-        ["--parallelism.data_parallel_replicate_degree", "1",
-         "--parallelism.data_parallel_shard_degree", str(gpus // (tp * pp * cp)),
-         "--parallelism.fsdp_reshard_after_forward", "never",
-         "--training.local_batch_size", str(gbs // (gpus // (tp * pp * cp))),
-         "--parallelism.pipeline_parallel_microbatch_size", str(mbs),
-         "--parallelism.pipeline_parallel_schedule", "Interleaved1F1B",
-         "--parallelism.pipeline_parallel_layers_per_stage", str(-(-layers // (pp * vp))),
-         "--parallelism.pipeline_parallel_first_stage_less_layers", "1",
-         "--parallelism.pipeline_parallel_last_stage_less_layers", "1"]), 0.15)
+     + megatron_layout(gpus, tp, pp, cp, vp, layers, gbs, mbs, fsdp), 0.15)
     # model, layers, hidden, MLP width, chip, system, GPUs per system, GPUs, global batch, micro-batch, FSDP, TP, PP,
     # CP, VP, published tokens/s per GPU (FP8-CS)
     for name, layers, h, ffn, chip, system, per_system, gpus, gbs, mbs, fsdp, tp, pp, cp, vp, tps in (
