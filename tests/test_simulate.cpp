@@ -3119,6 +3119,7 @@ TEST(EventStream, RepeatedPassesReadAsTheirCopies) {
   EXPECT_EQ(s[2].memory[(int)MemoryCategory::Activations], -5 - 4);
   EXPECT_EQ(s[14].memory[(int)MemoryCategory::Activations], 3 - 4);
   EXPECT_THROW(s[s.size()], Error);
+  EXPECT_THROW(EventStream::Cursor(&s).at(SIZE_MAX), Error);  // past the end, even where nothing was made yet
 }
 
 // A meta plan repeats a pipeline stage's steady forward and backward passes from their record

@@ -84,6 +84,11 @@ int64_t comm_starts_traced_while_paused() { return t_paused_comm_starts; }
 CostTrace* CostTrace::current() { return t_trace; }
 double CostTrace::elapsed() const { return timed_ ? now() - t0_ : 0; }
 CostTrace::~CostTrace() { t_trace = parent_; }
+const std::vector<CostEvent>& CostTrace::events() const {
+  TITAN_CHECK(runs_.empty(), "CostTrace::events: the trace holds ", runs_.size(), " repeated passes beside its ",
+              events_.size(), " recorded events; take_stream() gives them all in order");
+  return events_;
+}
 std::vector<CostEvent> CostTrace::take() {
   TITAN_CHECK(runs_.empty(), "CostTrace::take: the trace holds ", runs_.size(), " repeated passes; take_stream() "
               "gives them with the rest");

@@ -196,8 +196,8 @@ class CostTrace {
   ~CostTrace();
   CostTrace(const CostTrace&) = delete;
   CostTrace& operator=(const CostTrace&) = delete;
-  // The events recorded one by one (a trace with repeated passes: without them; take_stream() has all)
-  const std::vector<CostEvent>& events() const { return events_; }
+  // The events recorded one by one; a trace holding repeated passes refuses (take_stream() gives them all)
+  const std::vector<CostEvent>& events() const;
   bool has_repeats() const { return !runs_.empty(); }
   double elapsed() const;  // timed: seconds since the trace began
   std::vector<CostEvent> take();  // a trace without repeated passes (checked)

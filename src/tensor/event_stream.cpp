@@ -40,9 +40,9 @@ CostEvent EventStream::operator[](size_t i) const {
 }
 
 const CostEvent& EventStream::Cursor::at(size_t i) {
-  if (i == made_) return copy_;
   const EventStream& s = *s_;
   TITAN_CHECK(i < s.size_, "EventStream: event ", i, " of ", s.size_);
+  if (i == made_) return copy_;
   // k_: the first run that starts after i (moves forward as the reads do; back by a search)
   if (k_ > 0 && s.run_start_[k_ - 1] > i)
     k_ = (size_t)(std::upper_bound(s.run_start_.begin(), s.run_start_.end(), i) - s.run_start_.begin());

@@ -38,7 +38,8 @@ class EventStream {
   size_t runs() const { return runs_.size(); }
   std::vector<CostEvent> materialize() const;  // every event, copied out
 
-  // Every event's memory less `held` (the bytes held before the step: plan_step makes them the step's own).
+  // Every event's memory less `held` (the bytes held before the step: plan_step makes them the step's own). A
+  // cursor made before keeps its copy of the event it last made: make cursors after.
   void subtract_memory(const std::array<int64_t, kNumMemoryCategories>& held);
 
   // Reads in (mostly) increasing order without a search: the event at i, as operator[] gives it, valid until
