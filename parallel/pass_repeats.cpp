@@ -14,7 +14,8 @@ PassRepeats::PassRepeats(const std::vector<PipelineAction>& actions, bool traini
       training_(training),
       stages_(std::move(stages)),
       fsdp_(fsdp),
-      on_(meta && default_device() == Device::Meta && CostTrace::current() != nullptr && repeated_cost_segments()) {
+      on_(meta && default_device() == Device::Meta && CostTrace::current() != nullptr &&
+          !CostTrace::current()->timed() && repeated_cost_segments()) {
   if (!on_) return;
   for (size_t k = 0; k < actions_.size(); ++k)
     if (actions_[k].kind == PipelineAction::Backward) {

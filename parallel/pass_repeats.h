@@ -34,7 +34,7 @@ class PassRepeats {
   using Routed = std::vector<std::vector<int64_t>>;  // per MoE layer: tokens per expert
   // `actions`: the rank's schedule (kept by reference: it must outlive this); `training`: with backward passes;
   // `stages`: the rank's; `fsdp`: may be null. Active only on meta tensors (`meta`, and the default device)
-  // under a cost trace with repeats allowed (repeated_cost_segments()); else nothing is repeated or recorded.
+  // under an untimed cost trace with repeats allowed (repeated_cost_segments()); else nothing is repeated or recorded.
   PassRepeats(const std::vector<PipelineAction>& actions, bool training, std::vector<int64_t> stages,
               const FSDP* fsdp, bool meta);
 

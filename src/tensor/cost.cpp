@@ -141,8 +141,8 @@ void charge_cost_scopes(const char* op, double flops, double bytes) {
 // plan records ~10^6 events: with 4 KiB pages each page's first touch faulted).
 void CostTrace::grow() {
   if (events_.size() < events_.capacity()) return;
-  const size_t cap = std::max<size_t>(1024, 2 * events_.capacity());
   std::vector<CostEvent> bigger;
+  const size_t cap = std::max<size_t>(1024, 2 * events_.capacity());
   bigger.reserve(cap);
   advise_huge_pages(bigger.data(), cap * sizeof(CostEvent));
   bigger.insert(bigger.end(), std::make_move_iterator(events_.begin()), std::make_move_iterator(events_.end()));
@@ -152,11 +152,6 @@ void CostTrace::grow() {
 void CostTrace::append(CostEvent&& e) {
   grow();
   events_.push_back(std::move(e));
-}
-
-CostEvent& CostTrace::append_copy(const CostEvent& e) {
-  grow();
-  return events_.emplace_back(e);
 }
 
 void record_attention_cost(const char* op, double flops, double bytes, const AttentionShape& shape, EagerSplit eager) {

@@ -186,10 +186,10 @@ struct CostRepeat {
   int64_t first_id = 0;
 };
 
-// RAII: while alive, every record on this thread is appended to events()
-// (the simulator's input). Traces nest: the innermost one receives.
 class EventStream;  // event_stream.h
 
+// RAII: while alive, every record on this thread is appended to the trace (the simulator's input; a repeated
+// pass as a reference to its record). Traces nest: the innermost one receives.
 class CostTrace {
  public:
   explicit CostTrace(bool timed = false);  // timed: stamp every event (measured timelines)
@@ -198,7 +198,7 @@ class CostTrace {
   CostTrace& operator=(const CostTrace&) = delete;
   // The events recorded one by one; a trace holding repeated passes refuses (take_stream() gives them all)
   const std::vector<CostEvent>& events() const;
-  bool has_repeats() const { return !runs_.empty(); }
+  bool timed() const { return timed_; }
   double elapsed() const;  // timed: seconds since the trace began
   std::vector<CostEvent> take();  // a trace without repeated passes (checked)
   EventStream take_stream();      // every event in program order, repeated passes by reference
@@ -216,7 +216,6 @@ class CostTrace {
   bool timed_;
   double t0_ = 0;
   void append(CostEvent&& e);
-  CostEvent& append_copy(const CostEvent& e);  // appends a copy of e in place; returns it
   void grow();                                // room for one more (doubling)
   std::vector<CostEvent> events_;
   std::vector<CostRepeat> runs_;              // the repeated passes, in order

@@ -103,19 +103,9 @@ void replay_cost_segment(const std::shared_ptr<const CostSegment>& rec) {
       charge_cost_scopes(r.op, r.kind == CostEvent::Kind::Compute ? r.flops : 0, r.bytes);
   CostTrace* trace = CostTrace::current();
   if (!trace) return;
-  const int64_t first_id = next_comm_ids(seg.distinct_ids);
-  if (!trace->timed_) {  // by reference (event_stream.h)
-    trace->runs_.push_back({trace->events_.size(), rec, now.current, {}, first_id});
-    return;
-  }
-  for (size_t k = 0; k < seg.events.size(); ++k) {  // a timed trace: copies, stamped now
-    CostEvent& e = trace->append_copy(seg.events[k]);
-    if (e.kind == CostEvent::Kind::Compute)
-      for (int i = 0; i < kNumMemoryCategories; ++i) e.memory[i] += now.current[i];
-    else
-      e.comm_id = first_id + seg.id_ordinal[k];
-    e.t = trace->elapsed();
-  }
+  // by reference (event_stream.h); a timed trace stamps each event when it ran, which a record cannot give
+  TITAN_CHECK(!trace->timed(), "replay_cost_segment: a timed trace (a measured step) repeats no pass");
+  trace->runs_.push_back({trace->events_.size(), rec, now.current, {}, next_comm_ids(seg.distinct_ids)});
 }
 
 bool repeated_cost_segments() { return g_repeat.load() && t_repeats_off == 0; }

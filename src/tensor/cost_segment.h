@@ -61,8 +61,8 @@ class CostSegmentRecorder {
 };
 
 // Appends the segment's events to the current thread's trace as if its ops ran now (a reference to the record,
-// its memory shifted to the bytes held now and its collectives given fresh ids: event_stream.h; a timed trace
-// gets copies, stamped now), charges the CostScopes, and raises the tracker's peak by the segment's above the
+// its memory shifted to the bytes held now and its collectives given fresh ids: event_stream.h; an untimed trace
+// only), charges the CostScopes, and raises the tracker's peak by the segment's above the
 // bytes held now. Leaves the bytes held unchanged.
 void replay_cost_segment(const std::shared_ptr<const CostSegment>& seg);
 

@@ -29,14 +29,17 @@ CostEvent EventStream::operator[](size_t i) const {
   const size_t k = (size_t)(it - run_start_.begin()) - 1;
   const Run& r = runs_[k];
   const size_t off = i - run_start_[k];
-  if (off < r.seg->events.size()) {
-    CostEvent e = r.seg->events[off];
-    const auto& shift = e.kind == CostEvent::Kind::Compute ? r.kernel_shift : r.other_shift;
-    for (int c = 0; c < kNumMemoryCategories; ++c) e.memory[c] += shift[c];
-    if (e.kind != CostEvent::Kind::Compute) e.comm_id = r.first_id + r.seg->id_ordinal[off];
-    return e;
-  }
-  return owned_[owned_before_[k] + (off - r.seg->events.size())];
+  if (off >= r.seg->events.size()) return owned_[owned_before_[k] + (off - r.seg->events.size())];
+  CostEvent e;
+  make(r, off, e);
+  return e;
+}
+
+void EventStream::make(const Run& r, size_t off, CostEvent& e) {
+  e = r.seg->events[off];
+  const auto& shift = e.kind == CostEvent::Kind::Compute ? r.kernel_shift : r.other_shift;
+  for (int c = 0; c < kNumMemoryCategories; ++c) e.memory[c] += shift[c];
+  if (e.kind != CostEvent::Kind::Compute) e.comm_id = r.first_id + r.seg->id_ordinal[off];
 }
 
 const CostEvent& EventStream::Cursor::at(size_t i) {
@@ -52,10 +55,7 @@ const CostEvent& EventStream::Cursor::at(size_t i) {
   const EventStream::Run& r = s.runs_[k];
   const size_t off = i - s.run_start_[k];
   if (off >= r.seg->events.size()) return s.owned_[s.owned_before_[k] + (off - r.seg->events.size())];
-  copy_ = r.seg->events[off];
-  const auto& shift = copy_.kind == CostEvent::Kind::Compute ? r.kernel_shift : r.other_shift;
-  for (int c = 0; c < kNumMemoryCategories; ++c) copy_.memory[c] += shift[c];
-  if (copy_.kind != CostEvent::Kind::Compute) copy_.comm_id = r.first_id + r.seg->id_ordinal[off];
+  make(r, off, copy_);
   made_ = i;
   return copy_;
 }

@@ -28,14 +28,10 @@ class EventStream {
 
   EventStream() = default;
   EventStream(std::vector<CostEvent> owned, std::vector<Run> runs = {});  // runs in order of `at`
-  EventStream& operator=(std::vector<CostEvent> owned) { return *this = EventStream(std::move(owned)); }
 
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   CostEvent operator[](size_t i) const;  // the i-th in program order (a run's made on the fly)
-  CostEvent front() const { return (*this)[0]; }
-  CostEvent back() const { return (*this)[size_ - 1]; }
-  size_t runs() const { return runs_.size(); }
   std::vector<CostEvent> materialize() const;  // every event, copied out
 
   // Every event's memory less `held` (the bytes held before the step: plan_step makes them the step's own). A
@@ -83,6 +79,8 @@ class EventStream {
   const_iterator end() const { return {this, size_}; }
 
  private:
+  // the event at `off` in run `r`, as its copy would be: into `e`
+  static void make(const Run& r, size_t off, CostEvent& e);
   std::vector<CostEvent> owned_;
   std::vector<Run> runs_;
   std::vector<size_t> run_start_;  // each run's first place in program order
