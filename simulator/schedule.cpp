@@ -2,13 +2,18 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <cmath>
 #include <deque>
 #include <iterator>
+#include <limits>
 #include <map>
+#include <memory>
 #include <set>
 #include <tuple>
 
 #include "simulator/critical_path.h"
+#include "src/tensor/cost_segment.h"
 #include "src/tensor/huge_pages.h"
 #include "src/tensor/error.h"
 
@@ -36,6 +41,103 @@ ClassSum class_of(const CostEvent& e) {
     default: return e.cls == KernelClass::Optimizer ? kOptimizer : kElementwise;
   }
 }
+// ---- repeated passes placed whole ----
+// A long pipeline's stage runs most of its passes as copies of a few records (EventStream's runs). Priced event
+// by event, a copy that starts from a like state takes the same course as the last one did, shifted in time:
+// the same kernels, waits and transfers at the same offsets. So the first copy of a record priced from a given
+// state is recorded (Recording) relative to where it began, and the next copies that start from a like state
+// are placed as that record (PassMemo) in one step: their slices, memory samples and sums appended shifted,
+// the clocks advanced. A state is alike when
+//   - no fused chain is open, the compute stream has (or has not) a slice before, and every process-group
+//     stream busy past the compute clock (by more than kLikeSeconds: a rounding remainder is no transfer) is
+//     busy to the same offset (within kLikeSeconds), with the same
+//     point-to-point transfers on the same link levels at the same offsets (a collective still on the links:
+//     never alike, a pass's transfer could delay it);
+//   - the host is at least as far ahead of the device as the recorded copy allowed (host_slack: the least
+//     margin by which the host issued each kernel and transfer before the device needed it; a copy that
+//     waited for the host is not recorded).
+// Only passes that stay on their lane are recorded: every transfer they start ends inside them, no collective
+// with another scheduled stage, no send or receive between scheduled stages, no measured arrival, no host sync
+// or schedule mark, a point-to-point exchange with unscheduled peers balanced at both ends. Placing a record
+// whole gives the event-by-event course up to rounding (offsets added to the start instead of summed
+// one by one: Simulation.RepeatedPassesPlaceAsPricedOnes holds the two within 1e-9 s).
+constexpr double kLikeSeconds = 1e-12;
+constexpr int kMemosPerRecord = 16;  // the like states kept per record
+// a recorded slice's dependency: in the pass (span: its offset), the compute stream's slice before the pass,
+// the slice before the pass of entry_streams[span]
+constexpr int kDepInPass = -2, kDepBeforeCompute = -3, kDepBeforeStream = -4;
+
+struct PassEntry {  // the state a pass starts from, as far as its course depends on it
+  std::vector<std::pair<std::string, double>> busy_streams;  // (stream, free - tc) for streams free after tc
+  std::vector<std::tuple<std::string, double, double>> busy_links;  // (level, from - tc, to - tc) transfers on it
+  bool has_compute = false;  // a compute slice before the pass
+  bool like(const PassEntry& o) const {
+    if (has_compute != o.has_compute || busy_streams.size() != o.busy_streams.size() ||
+        busy_links.size() != o.busy_links.size())
+      return false;
+    for (size_t i = 0; i < busy_streams.size(); ++i)
+      if (busy_streams[i].first != o.busy_streams[i].first ||
+          std::abs(busy_streams[i].second - o.busy_streams[i].second) > kLikeSeconds)
+        return false;
+    for (size_t i = 0; i < busy_links.size(); ++i)
+      if (std::get<0>(busy_links[i]) != std::get<0>(o.busy_links[i]) ||
+          std::abs(std::get<1>(busy_links[i]) - std::get<1>(o.busy_links[i])) > kLikeSeconds ||
+          std::abs(std::get<2>(busy_links[i]) - std::get<2>(o.busy_links[i])) > kLikeSeconds)
+        return false;
+    return true;
+  }
+};
+
+struct FusedChain {  // a compiled step's open chain of elementwise ops (one kernel when it closes)
+  double flops = 0, bytes = 0;
+  int n = 0;
+  std::string name;
+  int64_t event = -1;  // the first member's
+};
+
+using MemoryBytes = std::array<int64_t, kNumMemoryCategories>;
+
+struct PassMemo {  // what pricing a copy of a record did, relative to its start (time, slice and event offsets)
+  PassEntry entry;
+  double host_slack = 0;  // valid while th - tc <= host_slack at the start
+  std::vector<std::string> entry_streams;  // streams whose slice before the pass a slice waits for
+  double dur = 0, host = 0;  // the compute and host clocks' advance
+  std::array<double, kNumClassSums> by_class{};
+  std::array<bool, kNumClassSums> used_class{};
+  double compute_s = 0, exposed_comm_s = 0, link_contention_s = 0;
+  int64_t kernels = 0;
+  std::vector<std::pair<std::string, double>> exposed_by_kind, comm_busy_by_group;  // added
+  std::vector<std::pair<std::string, double>> stream_free;   // streams used: free at (offset)
+  std::vector<std::pair<std::string, int64_t>> last_on_stream;  // their last slice (offset)
+  int64_t last_compute = -1;  // the compute stream's last slice (offset; -1: none in the pass)
+  std::vector<std::tuple<std::string, double, double>> link_uses;  // (level, from, to), ended inside
+  std::vector<SimSpan> spans;  // start: offset; dep coded (kDep*); flow_to, event: offsets
+  std::vector<std::pair<double, MemoryBytes>> memory;  // (offset, bytes less the run's kernel shift) per kernel
+  FusedChain fused;  // open at the end (event: offset)
+};
+
+struct Recording {  // a copy of a record being priced event by event, to become a PassMemo
+  const EventStream::Run* run = nullptr;
+  size_t begin = 0, end = 0;  // its events in program order
+  int64_t first_id = 0, end_id = 0;  // its collective ids
+  PassEntry entry;
+  double entry_host = 0;  // th - tc at the start
+  double tc0 = 0, th0 = 0, compute0 = 0, exposed0 = 0, host_wait0 = 0, contention0 = 0;
+  size_t spans0 = 0;
+  int64_t kernels0 = 0, last_compute0 = -1, seq0 = 0;
+  std::array<double, kNumClassSums> by_class0{};
+  std::map<std::string, double> exposed_by_kind0, comm_busy0, stream_free0;
+  std::map<std::string, int64_t> last_on_stream0;
+  double slack = std::numeric_limits<double>::infinity();
+  bool ok = true;
+  std::set<std::pair<uint64_t, int>> exchanges;  // point-to-point (group, tag) with unscheduled peers
+  std::vector<std::pair<double, MemoryBytes>> memory;
+};
+
+// scheduling with repeated passes placed whole (PassReplaysOff: every event priced), and how many were
+thread_local int g_replays_off = 0;
+std::atomic<int64_t> g_replayed{0};
+
 // One simulated rank's timeline: its compute stream, a stream per process group, the collectives in flight.
 // Ranks of different pipeline stages run side by side (Schedule below): a receive waits for the matching
 // send of the other stage, a collective whose group spans several simulated ranks starts when all of them
@@ -67,12 +169,7 @@ struct Lane {
     int64_t kernels = 0;   // the lane's kernels when issued (more by its wait: it was issued ahead, a prefetch)
   };
   std::map<int64_t, Pending> inflight;
-  struct Fused {
-    double flops = 0, bytes = 0;
-    int n = 0;
-    std::string name;
-    int64_t event = -1;  // the first member's
-  } fused;
+  FusedChain fused;
   std::map<int, int64_t> collectives_seen;  // per member set (Group::member_set): collectives issued
   // What a process group is to this lane, worked out at its first transfer (by group id; a pipeline peer by
   // its rank): its member set's id, the other simulated members, where it spans the
@@ -98,6 +195,7 @@ struct Lane {
     double a, b;
     int64_t owner;  // the collective's comm id; -1 for a point-to-point transfer
     std::string stream;
+    int64_t seq = 0;  // placed as the lane's seq-th piece
   };
   // a level's uses: `live` may still meet a transfer placed from now on; `done` ended at or before the compute
   // clock, where every later transfer starts (the clock only moves forward), and is kept for the report only.
@@ -115,6 +213,12 @@ struct Lane {
   std::array<double, kNumClassSums> by_class{};
   std::array<bool, kNumClassSums> used_class{};  // a kernel of the class (any kernel: launch overhead) was emitted
   std::vector<double> marks;  // pipeline schedules: begin, end, begin, end, ... (compute clock)
+  int64_t use_seq = 0;        // link pieces placed
+  // repeated passes: the next run of `events` to reach; per record, what its copies did from like states; the
+  // copy being recorded
+  size_t run_k = 0;
+  std::map<const CostSegment*, std::vector<std::shared_ptr<const PassMemo>>> memos;
+  std::unique_ptr<Recording> rec;
   bool done() const { return next >= events->size(); }
 };
 
@@ -170,6 +274,11 @@ class Schedule {
   void host_issue(Lane& l) {
     if (host_s_ > 0) l.th += host_s_;
   }
+  // A pass being recorded: the host's margin ahead of the device where the device takes the host's next work
+  // (a copy starting with the host further behind would take another course).
+  static void note_host(Lane& l) {
+    if (l.rec) l.rec->slack = std::min(l.rec->slack, (l.tc - l.rec->tc0) - (l.th - l.rec->th0));
+  }
   // Appends a slice of the compute stream: it waits for `dep` (kind), by default the stream's previous slice.
   void push_compute(Lane& l, SimSpan s, DepKind kind = DepKind::stream, SpanRef dep = {}) {
     s.dep = kind == DepKind::stream || !dep.valid() ? SpanRef{l.index, l.last_compute} : dep;
@@ -214,6 +323,7 @@ class Schedule {
   void emit_kernel(Lane& l, const std::string& name, ClassSum cls, const Kernel& k, int64_t event,
                    bool again = false) {
     host_issue(l);
+    note_host(l);
     const bool waited = wait_for_host(l);
     const KernelTime kt = kernel_time(chip_, rpc_, k, mode_);
     double extra = 0;  // the part of the kernel that overlaps a collective runs slower (chip.comm_interference)
@@ -256,7 +366,7 @@ class Schedule {
     k.element_bytes = 4.0 * act_scale_;
     const std::string name = f.n == 1 ? f.name : "fused(" + f.name + " +" + std::to_string(f.n - 1) + ")";
     const int64_t event = f.n == 1 ? f.event : -1;
-    f = Lane::Fused();
+    f = FusedChain();
     emit_kernel(l, name, kElementwise, k, event);
   }
   // Places a transfer of `work` seconds (at the links' full rate) from t on a level whose links already
@@ -268,7 +378,8 @@ class Schedule {
   //    they share the bandwidth, not a queue): the collective, still in flight, ends as much later as the
   //    transfer moved beside it. Point-to-point transfers take the level in turns among themselves.
   double fill_gaps(Lane& l, double t, double work, Lane::Link& link, int64_t owner, const std::string& stream) {
-    if (link.live.size() >= link.retire_at) {  // t >= l.tc: a use that ended by then is passed over below
+    if (!l.rec && link.live.size() >= link.retire_at) {  // t >= l.tc: a use that ended by then is passed over below
+                                                          // (kept while a pass is recorded: its pieces are read)
       std::vector<Lane::Use> keep;
       for (auto& u : link.live)
         if (u.b <= l.tc) link.done.push_back({u.a, u.b});
@@ -299,13 +410,14 @@ class Schedule {
       }
       const double rate = share ? 0.5 : 1.0;
       const double span = std::min(work / rate, next - t);
-      pieces.push_back({t, t + span, owner, stream});
+      pieces.push_back({t, t + span, owner, stream, l.use_seq++});
       if (share) delayed[share->owner] += span * rate;
       work -= span * rate;
       t += span;
     }
     busy.insert(busy.end(), pieces.begin(), pieces.end());
     for (const auto& [id, s] : delayed) {
+      if (l.rec && (id < l.rec->first_id || id >= l.rec->end_id)) l.rec->ok = false;  // it moves a transfer from before
       auto it = l.inflight.find(id);
       if (it == l.inflight.end()) continue;  // waited for already (cannot be: it overlapped this transfer)
       Lane::Pending& p = it->second;
@@ -356,6 +468,12 @@ class Schedule {
   }
   void compute(Lane& l, const CostEvent& e) {
     add_memory_sample(l.r.memory_samples, l.tc, e.memory);  // the memory over the step
+    if (l.rec) {
+      MemoryBytes m = e.memory;
+      for (int c = 0; c < kNumMemoryCategories; ++c) m[c] -= l.rec->run->kernel_shift[c];
+      l.rec->memory.push_back({l.tc - l.rec->tc0, m});
+      if (e.cls == KernelClass::HostSync || e.cls == KernelClass::PipelineMark) l.rec->ok = false;
+    }
     Kernel k;
     k.kind = kind_of(e);
     k.flops = e.flops;
@@ -417,8 +535,19 @@ class Schedule {
   // A send / receive between pipeline stages. Returns false when the receive's send is not scheduled yet.
   bool p2p(Lane& l, const CostEvent& e) {
     const double bytes = priced_comm_bytes(e, act_scale_, red_scale_);
+    const bool unscheduled_peer = !std::binary_search(simulated_.begin(), simulated_.end(), e.peer);
+    if (l.rec) {  // a pass being recorded stays on its lane, its exchanges balanced from its start
+      if (!unscheduled_peer) l.rec->ok = false;
+      const auto key = std::make_pair(e.group.id, e.tag);
+      if (l.rec->exchanges.insert(key).second) {
+        auto sit = l.sent.find(key);
+        auto rit = l.received.find(key);
+        if ((sit == l.sent.end() ? 0 : sit->second.size()) != (rit == l.received.end() ? 0 : rit->second))
+          l.rec->ok = false;
+      }
+    }
     if (!e.send) {
-      if (!std::binary_search(simulated_.begin(), simulated_.end(), e.peer)) {
+      if (unscheduled_peer) {
         // a peer alike this rank (the ranks the simulation plays once, e.g. a context-parallel ring): its
         // k-th message of this tag arrives when this rank's own k-th one does; waiting for it is exposed
         // communication, not a bubble
@@ -459,6 +588,7 @@ class Schedule {
     const CollectiveTime& ct = tit->second;
     const std::string& stream = stream_for(l, e, "p2p:");
     l.stream_free_before = l.stream_free[stream];
+    note_host(l);
     const double start = std::max({l.tc, l.th, l.stream_free_before});
     const double end = ct.seconds > 0 ? place_on_links(l, ct, start, -1, stream) : start;
     l.stream_free[stream] = end;
@@ -491,6 +621,8 @@ class Schedule {
       if (members.size() > 1) host_issue(l);  // a group of one launches nothing
       l.host_charged = l.next;
     }
+    if (l.rec && !others.empty()) l.rec->ok = false;  // it waits for another stage
+    note_host(l);
     const double own = std::max(l.tc, l.th);  // after the compute stream's work before it, once the host issued it
     double issued = own, synced = -1;
     SpanRef last;  // the last member's slice when it issued (another lane's when it came last)
@@ -539,6 +671,7 @@ class Schedule {
   }
   void wait(Lane& l, const CostEvent& e) {
     flush_fused(l);
+    if (l.rec && (e.comm_id < l.rec->first_id || e.comm_id >= l.rec->end_id)) l.rec->ok = false;
     auto it = l.inflight.find(e.comm_id);
     if (it == l.inflight.end()) return;
     const Lane::Pending& p = it->second;
@@ -569,9 +702,207 @@ class Schedule {
     }
     l.inflight.erase(it);
   }
+  // The state lane l is in, as a pass starting now sees it; false when no pass starting now is recorded or placed
+  // whole (a fused chain open, measured arrivals, a collective's transfer still on the links).
+  static bool entry_state(const Lane& l, PassEntry& k) {
+    if (l.fused.n > 0 || l.recv_arrival) return false;
+    // busy for less than kLikeSeconds more: a rounding remainder, free
+    for (const auto& [stream, t] : l.stream_free)
+      if (t > l.tc + kLikeSeconds) k.busy_streams.push_back({stream, t - l.tc});
+    for (const auto& [level, link] : l.link_busy)
+      for (const auto& u : link.live)
+        if (u.b > l.tc + kLikeSeconds) {
+          if (u.owner >= 0) return false;
+          k.busy_links.push_back({level, std::max(u.a, l.tc) - l.tc, u.b - l.tc});
+        }
+    std::sort(k.busy_links.begin(), k.busy_links.end());
+    k.has_compute = l.last_compute >= 0;
+    return true;
+  }
+  void start_recording(Lane& l, const EventStream::Run& run, size_t begin, PassEntry entry) {
+    auto rec = std::make_unique<Recording>();
+    rec->run = &run;
+    rec->begin = begin;
+    rec->end = begin + run.seg->events.size();
+    rec->first_id = run.first_id;
+    rec->end_id = run.first_id + run.seg->distinct_ids;
+    rec->entry = std::move(entry);
+    rec->entry_host = l.th - l.tc;
+    rec->tc0 = l.tc;
+    rec->th0 = l.th;
+    rec->compute0 = l.r.compute_s;
+    rec->exposed0 = l.r.exposed_comm_s;
+    rec->host_wait0 = l.r.host_wait_s;
+    rec->contention0 = l.r.link_contention_s;
+    rec->spans0 = l.r.spans.size();
+    rec->kernels0 = l.r.kernels;
+    rec->last_compute0 = l.last_compute;
+    rec->seq0 = l.use_seq;
+    rec->by_class0 = l.by_class;
+    rec->exposed_by_kind0 = l.r.exposed_by_kind;
+    rec->comm_busy0 = l.r.comm_busy_by_group;
+    rec->stream_free0 = l.stream_free;
+    rec->last_on_stream0 = l.last_on_stream;
+    l.rec = std::move(rec);
+  }
+  // The recorded pass has ended: its record, when it stayed on its lane and ended everything it started.
+  void finish_recording(Lane& l) {
+    std::unique_ptr<Recording> rec = std::move(l.rec);
+    if (!rec->ok || l.r.host_wait_s != rec->host_wait0 || rec->entry_host > rec->slack) return;
+    for (const auto& [id, p] : l.inflight)
+      if (id >= rec->first_id && id < rec->end_id) return;  // a transfer it started is still in flight
+    for (const auto& key : rec->exchanges)
+      if (l.sent[key].size() != l.received[key]) return;
+    auto m = std::make_shared<PassMemo>();
+    m->entry = std::move(rec->entry);
+    m->host_slack = rec->slack;
+    const double tc0 = rec->tc0;
+    const int64_t s0 = (int64_t)rec->spans0;
+    auto code = [&](SpanRef d, SpanRef& out) {  // a dependency relative to the pass; false: on another lane
+      out = d;
+      if (!d.valid()) return true;
+      if (d.lane != l.index) return false;
+      if (d.span >= s0) {
+        out = {kDepInPass, d.span - s0};
+        return true;
+      }
+      if (d.span == rec->last_compute0) {
+        out = {kDepBeforeCompute, 0};
+        return true;
+      }
+      for (const auto& [stream, i] : rec->last_on_stream0)
+        if (i == d.span) {
+          auto it = std::find(m->entry_streams.begin(), m->entry_streams.end(), stream);
+          if (it == m->entry_streams.end()) it = m->entry_streams.insert(it, stream);
+          out = {kDepBeforeStream, (int64_t)(it - m->entry_streams.begin())};
+          return true;
+        }
+      return false;
+    };
+    m->spans.reserve(l.r.spans.size() - rec->spans0);
+    for (size_t i = rec->spans0; i < l.r.spans.size(); ++i) {
+      SimSpan sp = l.r.spans[i];
+      if (!code(sp.dep, sp.dep) || (sp.flow_to >= 0 && sp.flow_to < s0) ||
+          (sp.event >= 0 && (size_t)sp.event < rec->begin))
+        return;
+      sp.start -= tc0;
+      if (sp.flow_to >= 0) sp.flow_to -= s0;
+      if (sp.event >= 0) sp.event -= (int64_t)rec->begin;
+      m->spans.push_back(std::move(sp));
+    }
+    for (const auto& [level, link] : l.link_busy)
+      for (const auto& u : link.live)
+        if (u.seq >= rec->seq0) {
+          if (u.b > l.tc) return;  // on the links after the pass
+          m->link_uses.push_back({level, u.a - tc0, u.b - tc0});
+        }
+    for (const auto& [stream, t] : l.stream_free) {
+      auto it = rec->stream_free0.find(stream);
+      if (it == rec->stream_free0.end() || it->second != t) m->stream_free.push_back({stream, t - tc0});
+    }
+    for (const auto& [stream, i] : l.last_on_stream) {
+      auto it = rec->last_on_stream0.find(stream);
+      if (it == rec->last_on_stream0.end() || it->second != i) m->last_on_stream.push_back({stream, i - s0});
+    }
+    m->last_compute = l.last_compute != rec->last_compute0 ? l.last_compute - s0 : -1;
+    m->dur = l.tc - tc0;
+    m->host = l.th - rec->th0;
+    for (size_t c = 0; c < kNumClassSums; ++c) m->by_class[c] = l.by_class[c] - rec->by_class0[c];
+    m->used_class = l.used_class;
+    m->compute_s = l.r.compute_s - rec->compute0;
+    m->exposed_comm_s = l.r.exposed_comm_s - rec->exposed0;
+    m->link_contention_s = l.r.link_contention_s - rec->contention0;
+    m->kernels = l.r.kernels - rec->kernels0;
+    auto added = [](const std::map<std::string, double>& now, const std::map<std::string, double>& before,
+                    std::vector<std::pair<std::string, double>>& out) {
+      for (const auto& [k, v] : now) {
+        auto it = before.find(k);
+        if (it == before.end() || it->second != v) out.push_back({k, v - (it == before.end() ? 0.0 : it->second)});
+      }
+    };
+    added(l.r.exposed_by_kind, rec->exposed_by_kind0, m->exposed_by_kind);
+    added(l.r.comm_busy_by_group, rec->comm_busy0, m->comm_busy_by_group);
+    m->memory = std::move(rec->memory);
+    m->fused = l.fused;
+    if (m->fused.event >= 0) m->fused.event -= (int64_t)rec->begin;
+    auto& kept = l.memos[rec->run->seg.get()];
+    if ((int)kept.size() < kMemosPerRecord) kept.push_back(std::move(m));
+  }
+  // Places the pass of `run` starting at event `begin` whole when a record of it started from a like state.
+  bool replay(Lane& l, const EventStream::Run& run, size_t begin, const PassEntry& entry) {
+    auto it = l.memos.find(run.seg.get());
+    if (it == l.memos.end()) return false;
+    const PassMemo* m = nullptr;
+    for (const auto& c : it->second)
+      if (l.th - l.tc <= c->host_slack && c->entry.like(entry)) {
+        bool streams = true;  // the slices before the pass its slices wait for are there
+        for (const auto& s : c->entry_streams) streams = streams && l.last_on_stream.count(s);
+        if (streams) {
+          m = c.get();
+          break;
+        }
+      }
+    if (!m) return false;
+    const double tc0 = l.tc;
+    const int64_t s0 = (int64_t)l.r.spans.size();
+    std::vector<int64_t> before_stream;
+    for (const auto& s : m->entry_streams) before_stream.push_back(l.last_on_stream.at(s));
+    for (const SimSpan& ms : m->spans) {
+      SimSpan& sp = l.r.spans.emplace_back(ms);
+      sp.start += tc0;
+      if (sp.dep.lane == kDepInPass) sp.dep = {l.index, s0 + sp.dep.span};
+      else if (sp.dep.lane == kDepBeforeCompute) sp.dep = {l.index, l.last_compute};
+      else if (sp.dep.lane == kDepBeforeStream) sp.dep = {l.index, before_stream[(size_t)sp.dep.span]};
+      if (sp.flow_to >= 0) sp.flow_to += s0;
+      if (sp.event >= 0) sp.event += (int64_t)begin;
+    }
+    for (const auto& [t, bytes] : m->memory) {
+      MemoryBytes b = bytes;
+      for (int c = 0; c < kNumMemoryCategories; ++c) b[c] += run.kernel_shift[c];
+      add_memory_sample(l.r.memory_samples, tc0 + t, b);
+    }
+    for (const auto& [level, a, b] : m->link_uses) l.link_busy[level].done.push_back({tc0 + a, tc0 + b});
+    for (const auto& [stream, t] : m->stream_free) l.stream_free[stream] = tc0 + t;
+    for (const auto& [stream, i] : m->last_on_stream) l.last_on_stream[stream] = s0 + i;
+    if (m->last_compute >= 0) l.last_compute = s0 + m->last_compute;
+    for (size_t c = 0; c < kNumClassSums; ++c) {
+      l.by_class[c] += m->by_class[c];
+      l.used_class[c] = l.used_class[c] || m->used_class[c];
+    }
+    l.r.compute_s += m->compute_s;
+    l.r.exposed_comm_s += m->exposed_comm_s;
+    l.r.link_contention_s += m->link_contention_s;
+    l.r.kernels += m->kernels;
+    for (const auto& [k, v] : m->exposed_by_kind) l.r.exposed_by_kind[k] += v;
+    for (const auto& [k, v] : m->comm_busy_by_group) l.r.comm_busy_by_group[k] += v;
+    l.fused = m->fused;
+    if (l.fused.event >= 0) l.fused.event += (int64_t)begin;
+    l.tc = tc0 + m->dur;
+    l.th += m->host;
+    l.next = begin + run.seg->events.size();
+    ++g_replayed;
+    return true;
+  }
+  // At the start of a repeated pass: placed whole from a record, or recorded (when its state allows either).
+  void at_run(Lane& l) {
+    const EventStream& es = *l.events;
+    while (l.run_k < es.run_count() && es.run_begin(l.run_k) < l.next) ++l.run_k;
+    while (l.run_k < es.run_count() && es.run_begin(l.run_k) == l.next && !l.rec && !l.done()) {
+      const EventStream::Run& run = es.run(l.run_k++);
+      if (run.seg->events.empty()) continue;
+      PassEntry entry;
+      if (!entry_state(l, entry)) return;
+      if (!replay(l, run, l.next, entry)) start_recording(l, run, l.next, std::move(entry));
+    }
+  }
   // Runs lane l until it ends or blocks on another lane.
   void advance(Lane& l) {
     while (!l.done()) {
+      if (l.rec && l.next == l.rec->end) finish_recording(l);
+      if (replays_ && !l.rec && l.run_k < l.events->run_count()) {
+        at_run(l);
+        if (l.done()) break;
+      }
       const CostEvent& e = l.cursor.at(l.next);
       if (e.kind == CostEvent::Kind::Compute) {
         compute(l, e);
@@ -582,6 +913,7 @@ class Schedule {
       }
       ++l.next;
     }
+    if (l.rec && l.next == l.rec->end) finish_recording(l);
   }
 
  public:
@@ -596,6 +928,7 @@ class Schedule {
   bool fp32_compute_;
   double host_s_;  // the host's time to issue one kernel or collective (0: never holds the device back)
   std::vector<int> simulated_;  // world ranks played, sorted
+  bool replays_ = g_replays_off == 0;  // repeated passes placed whole
   // (sender, receiver, tag) -> when the data is there, and the send's slice
   std::map<std::tuple<int, int, int64_t>, std::deque<std::pair<double, SpanRef>>> arrivals_;  // sent, not yet received
   // (members, k) -> each simulated member's issue time of its k-th collective over them, and its slice then
@@ -603,6 +936,10 @@ class Schedule {
   std::map<std::vector<int>, int> member_sets_;  // a group's members (sorted) -> their set's id, across lanes
 };
 }  // namespace
+
+PassReplaysOff::PassReplaysOff() { ++g_replays_off; }
+PassReplaysOff::~PassReplaysOff() { --g_replays_off; }
+int64_t replayed_passes() { return g_replayed.load(); }
 
 std::vector<RankTimeline> schedule_ranks(const std::vector<RankEvents>& ranks, const ChipSpec& chip,
                                          const SystemSpec& sys, int rpc, ExecMode mode, double act_scale,
@@ -618,11 +955,13 @@ std::vector<RankTimeline> schedule_ranks(const std::vector<RankEvents>& ranks, c
     // the timeline's slices at most: an eager op's launches (a materialized attention's six kernels) and a host
     // wait before each; a transfer; two waits
     size_t most = 0;
-    for (const CostEvent& e : *ranks[i].events)
-      most += e.kind == CostEvent::Kind::Compute
-                  ? 2 * (size_t)std::max(chip.attention_materialized && e.attention.scores > 0 ? 6 : 1, e.eager.kernels)
-              : e.kind == CostEvent::Kind::CommStart ? 1
-                                                     : 2;
+    ranks[i].events->for_each_recorded([&](const CostEvent& e, size_t copies) {
+      most += copies * (e.kind == CostEvent::Kind::Compute
+                            ? 2 * (size_t)std::max(chip.attention_materialized && e.attention.scores > 0 ? 6 : 1,
+                                                   e.eager.kernels)
+                        : e.kind == CostEvent::Kind::CommStart ? 1
+                                                               : 2);
+    });
     lanes[i].r.spans.reserve(most);  // capacity only (untouched pages cost nothing): no slice moves as it grows
     advise_huge_pages(lanes[i].r.spans.data(), most * sizeof(SimSpan));  // first touch: 2 MiB at a time
   }

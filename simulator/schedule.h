@@ -18,6 +18,7 @@
 // Several ranks (one per pipeline stage) are scheduled side by side: a
 // collective whose group holds several of them starts when all have issued it.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,19 @@
 #include "src/tensor/event_stream.h"
 
 namespace titan {
+
+// A stage's repeated passes (EventStream runs) are placed whole once a copy of the same record has been priced
+// event by event from a like state (schedule.cpp says when states are alike): the same timeline up to rounding,
+// in a fraction of the time. While a PassReplaysOff is alive on this thread, every event is priced (what the
+// tests compare the two with); replayed_passes() counts the passes placed whole, process-wide.
+class PassReplaysOff {
+ public:
+  PassReplaysOff();
+  ~PassReplaysOff();
+  PassReplaysOff(const PassReplaysOff&) = delete;
+  PassReplaysOff& operator=(const PassReplaysOff&) = delete;
+};
+int64_t replayed_passes();
 
 // One planned rank's input to the scheduler.
 struct RankEvents {

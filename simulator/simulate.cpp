@@ -239,8 +239,9 @@ SimResult simulate_step(const JobConfig& cfg, int world, const std::vector<SpecE
   // so MFU stays below 100%)
   bool used[4] = {};  // the precisions the GEMMs use (GemmPrecision's values)
   for (const StepPlan& p : plans)
-    for (const CostEvent& e : p.events)
+    p.events.for_each_recorded([&](const CostEvent& e, size_t) {
       if (e.gemm.batch > 0) used[(int)e.gemm.precision] = true;
+    });
   GemmPrecision fastest = GemmPrecision::high;
   for (GemmPrecision q : {GemmPrecision::fp8, GemmPrecision::mxfp8})
     if (used[(int)q] && gemm_peak_tflops(chip, q) > gemm_peak_tflops(chip, fastest)) fastest = q;

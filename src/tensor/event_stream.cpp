@@ -60,6 +60,18 @@ const CostEvent& EventStream::Cursor::at(size_t i) {
   return copy_;
 }
 
+void EventStream::for_each_recorded(const std::function<void(const CostEvent&, size_t)>& f) const {
+  for (const CostEvent& e : owned_) f(e, 1);
+  std::vector<std::pair<const CostSegment*, size_t>> copies;  // each record once, in order of its first run
+  for (const Run& r : runs_) {
+    auto it = std::find_if(copies.begin(), copies.end(), [&](const auto& c) { return c.first == r.seg.get(); });
+    if (it == copies.end()) copies.push_back({r.seg.get(), 1});
+    else ++it->second;
+  }
+  for (const auto& [seg, n] : copies)
+    for (const CostEvent& e : seg->events) f(e, n);
+}
+
 std::vector<CostEvent> EventStream::materialize() const {
   std::vector<CostEvent> out;
   out.reserve(size_);

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <vector>
@@ -33,6 +34,16 @@ class EventStream {
   bool empty() const { return size_ == 0; }
   CostEvent operator[](size_t i) const;  // the i-th in program order (a run's made on the fly)
   std::vector<CostEvent> materialize() const;  // every event, copied out
+
+  // The repeated passes: run k's record (run(k).seg, its events run_begin(k) .. + seg->events.size() in program
+  // order, made as run(k) shifts them). A scheduler that priced one copy of a record from a like state may
+  // place the next copy as a whole (simulator/schedule.cpp).
+  // Every event as recorded, a repeated record's once with its number of copies (memory and collective ids as
+  // recorded, not shifted): for what does not depend on where a copy runs (FLOPs, precisions, slice counts).
+  void for_each_recorded(const std::function<void(const CostEvent&, size_t copies)>& f) const;
+  size_t run_count() const { return runs_.size(); }
+  const Run& run(size_t k) const { return runs_[k]; }
+  size_t run_begin(size_t k) const { return run_start_[k]; }
 
   // Every event's memory less `held` (the bytes held before the step: plan_step makes them the step's own). A
   // cursor made before keeps its copy of the event it last made: make cursors after.
