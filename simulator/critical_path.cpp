@@ -8,9 +8,9 @@
 namespace titan {
 
 namespace {
-std::string group_of(const std::string& stream) {  // "comm:dp_shard" -> "dp_shard"
+std::string group_of(std::string_view stream) {  // "comm:dp_shard" -> "dp_shard"
   const size_t c = stream.find(':');
-  return c == std::string::npos ? stream : stream.substr(c + 1);
+  return std::string(c == std::string_view::npos ? stream : stream.substr(c + 1));
 }
 
 // What a slice on the path is charged to (stalls never are: they are replaced by their cause).

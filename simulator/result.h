@@ -39,10 +39,15 @@ struct SpanRef {  // a slice of a scheduled rank: its lane (pipeline stage) and 
   bool valid() const { return lane >= 0 && span >= 0; }
 };
 
+// The process's one copy of a slice's label (a stream, an op or chain name, a group's members): slices hold a
+// view of it, so a timeline of millions of slices copies and frees no strings (the labels are few).
+std::string_view span_label(std::string_view s);
+
 struct SimSpan {  // one slice of the timeline (seconds from the step's start)
-  std::string stream, name;
+  // stream and name: span_label's views (or string literals)
+  std::string_view stream, name;
   // compute | comm | idle (waiting for a collective) | bubble | host (waiting for the host to issue the next
-  // kernel): a string literal (a view: a slice carries no copy of it)
+  // kernel): a string literal
   std::string_view category;
   double start = 0, dur = 0;
   double flops = 0, bytes = 0;
@@ -55,14 +60,14 @@ struct SimSpan {  // one slice of the timeline (seconds from the step's start)
   float launch_s = 0;        // of its time, the launch overhead (simulated kernels)
   int launches = 1;          // simulated kernels: the launches it stands for (an eager op's aten kernels back to
                              // back, one slice; a launch that waits for the host starts a slice of its own)
-  // a measured collective: its members (world ranks, "0,1,2") and its number among this rank's collectives over
-  // them: the same collective on every member has the same pair (merged traces link them, trace.h)
-  std::string group_ranks;
+  // a measured collective: its members (world ranks, "0,1,2"; span_label's view) and its number among this rank's
+  // collectives over them: the same collective on every member has the same pair (merged traces link them, trace.h)
+  std::string_view group_ranks;
   int64_t group_seq = -1;
   std::array<float, 5> engine_busy{};  // priced by engines: seconds per core each engine is busy in it
                                        // (Tensor, Vector, Scalar, GpSimd, DMA; simulator/engines.h)
-  SpanRef dep;               // what it waited for (simulated timelines)
   DepKind dep_kind = DepKind::none;
+  SpanRef dep;               // what it waited for (simulated timelines)
 };
 
 // The memory a rank holds over the step, by category (bytes per chip, MemoryCategory's order), from when a

@@ -68,7 +68,7 @@ constexpr int kMemosPerRecord = 16;  // the like states kept per record
 constexpr int kDepInPass = -2, kDepBeforeCompute = -3, kDepBeforeStream = -4;
 
 struct PassEntry {  // the state a pass starts from, as far as its course depends on it
-  std::vector<std::pair<std::string, double>> busy_streams;  // (stream, free - tc) for streams free after tc
+  std::vector<std::pair<std::string_view, double>> busy_streams;  // (stream, free - tc) for streams free after tc
   std::vector<std::tuple<std::string, double, double>> busy_links;  // (level, from - tc, to - tc) transfers on it
   bool has_compute = false;  // a compute slice before the pass
   bool like(const PassEntry& o) const {
@@ -91,8 +91,8 @@ struct PassEntry {  // the state a pass starts from, as far as its course depend
 struct FusedChain {  // a compiled step's open chain of elementwise ops (one kernel when it closes)
   double flops = 0, bytes = 0;
   int n = 0;
-  std::string name;
-  int64_t event = -1;  // the first member's
+  std::string_view name;  // the first member's op (a static string)
+  int64_t event = -1;     // the first member's
 };
 
 using MemoryBytes = std::array<int64_t, kNumMemoryCategories>;
@@ -100,15 +100,15 @@ using MemoryBytes = std::array<int64_t, kNumMemoryCategories>;
 struct PassMemo {  // what pricing a copy of a record did, relative to its start (time, slice and event offsets)
   PassEntry entry;
   double host_slack = 0;  // valid while th - tc <= host_slack at the start
-  std::vector<std::string> entry_streams;  // streams whose slice before the pass a slice waits for
+  std::vector<std::string_view> entry_streams;  // streams whose slice before the pass a slice waits for
   double dur = 0, host = 0;  // the compute and host clocks' advance
   std::array<double, kNumClassSums> by_class{};
   std::array<bool, kNumClassSums> used_class{};
   double compute_s = 0, exposed_comm_s = 0, link_contention_s = 0;
   int64_t kernels = 0;
   std::vector<std::pair<std::string, double>> exposed_by_kind, comm_busy_by_group;  // added
-  std::vector<std::pair<std::string, double>> stream_free;   // streams used: free at (offset)
-  std::vector<std::pair<std::string, int64_t>> last_on_stream;  // their last slice (offset)
+  std::vector<std::pair<std::string_view, double>> stream_free;   // streams used: free at (offset)
+  std::vector<std::pair<std::string_view, int64_t>> last_on_stream;  // their last slice (offset)
   int64_t last_compute = -1;  // the compute stream's last slice (offset; -1: none in the pass)
   std::vector<std::tuple<std::string, double, double>> link_uses;  // (level, from, to), ended inside
   std::vector<SimSpan> spans;  // start: offset; dep coded (kDep*); flow_to, event: offsets
@@ -126,8 +126,9 @@ struct Recording {  // a copy of a record being priced event by event, to become
   size_t spans0 = 0;
   int64_t kernels0 = 0, last_compute0 = -1, seq0 = 0;
   std::array<double, kNumClassSums> by_class0{};
-  std::map<std::string, double> exposed_by_kind0, comm_busy0, stream_free0;
-  std::map<std::string, int64_t> last_on_stream0;
+  std::map<std::string, double> exposed_by_kind0, comm_busy0;
+  std::map<std::string_view, double> stream_free0;
+  std::map<std::string_view, int64_t> last_on_stream0;
   double slack = std::numeric_limits<double>::infinity();
   bool ok = true;
   std::set<std::pair<uint64_t, int>> exchanges;  // point-to-point (group, tag) with unscheduled peers
@@ -146,7 +147,8 @@ struct Lane {
   int rank = 0, stage = 0;
   int index = 0;             // this lane's place among the scheduled ones (SpanRef::lane)
   int64_t last_compute = -1;  // the compute stream's last slice (its next one waits for it)
-  std::map<std::string, int64_t> last_on_stream;  // each communication stream's last slice
+  // streams by name (span_label's views, as the slices name them)
+  std::map<std::string_view, int64_t> last_on_stream;  // each communication stream's last slice
   const EventStream* events = nullptr;
   EventStream::Cursor cursor;  // reads `events`
   const std::vector<double>* recv_arrival = nullptr;  // RankEvents::recv_arrival
@@ -154,8 +156,8 @@ struct Lane {
   double tc = 0;  // compute stream clock
   double th = 0;  // host clock: when the host has issued everything up to `next` (an asynchronous stack)
   size_t host_charged = (size_t)-1;  // the event at `next` has been issued by the host (retries charge once)
-  std::map<std::string, double> stream_free;
-  std::map<uint64_t, std::string> stream_of_group;
+  std::map<std::string_view, double> stream_free;
+  std::map<uint64_t, std::string_view> stream_of_group;
   struct Pending {
     double end;
     std::string kind;
@@ -178,7 +180,7 @@ struct Lane {
     std::vector<int> others;
     int member_set = -1;
     GroupSpan span;
-    std::string stream;
+    std::string_view stream;
     std::map<std::pair<int, double>, CollectiveTime> times;  // (Collective, bytes) -> its time
     std::map<const char*, std::string> algo_key;             // op -> its entry in algo_of_
   };
@@ -194,7 +196,7 @@ struct Lane {
   struct Use {
     double a, b;
     int64_t owner;  // the collective's comm id; -1 for a point-to-point transfer
-    std::string stream;
+    std::string_view stream;
     int64_t seq = 0;  // placed as the lane's seq-th piece
   };
   // a level's uses: `live` may still meet a transfer placed from now on; `done` ended at or before the compute
@@ -289,7 +291,7 @@ class Schedule {
   // What a transfer issued by lane l at `issued` on `stream` (free from `free`) waited for: the previous transfer
   // of its stream when that ended last, else the last issuer (`other`, when another lane's), else the host, else
   // the kernel before it.
-  void set_issue_dep(Lane& l, SimSpan& s, const std::string& stream, double issued, double free, double own,
+  void set_issue_dep(Lane& l, SimSpan& s, std::string_view stream, double issued, double free, double own,
                      SpanRef other) {
     auto prev = l.last_on_stream.find(stream);
     if (free > issued && prev != l.last_on_stream.end()) {
@@ -320,7 +322,7 @@ class Schedule {
   }
   // again: one more launch of the op whose kernel is the compute stream's last slice (an eager op's next aten
   // kernel): it extends that slice when it starts where the slice ends (no wait for the host between them)
-  void emit_kernel(Lane& l, const std::string& name, ClassSum cls, const Kernel& k, int64_t event,
+  void emit_kernel(Lane& l, std::string_view name, ClassSum cls, const Kernel& k, int64_t event,
                    bool again = false) {
     host_issue(l);
     note_host(l);
@@ -364,7 +366,8 @@ class Schedule {
     k.flops = f.flops;
     k.bytes = f.bytes;
     k.element_bytes = 4.0 * act_scale_;
-    const std::string name = f.n == 1 ? f.name : "fused(" + f.name + " +" + std::to_string(f.n - 1) + ")";
+    const std::string_view name =
+        f.n == 1 ? f.name : span_label("fused(" + std::string(f.name) + " +" + std::to_string(f.n - 1) + ")");
     const int64_t event = f.n == 1 ? f.event : -1;
     f = FusedChain();
     emit_kernel(l, name, kElementwise, k, event);
@@ -377,7 +380,7 @@ class Schedule {
   //    a collective holds the level, beside it at half the rate each (NCCL's channels progress together:
   //    they share the bandwidth, not a queue): the collective, still in flight, ends as much later as the
   //    transfer moved beside it. Point-to-point transfers take the level in turns among themselves.
-  double fill_gaps(Lane& l, double t, double work, Lane::Link& link, int64_t owner, const std::string& stream) {
+  double fill_gaps(Lane& l, double t, double work, Lane::Link& link, int64_t owner, std::string_view stream) {
     if (!l.rec && link.live.size() >= link.retire_at) {  // t >= l.tc: a use that ended by then is passed over below
                                                           // (kept while a pass is recorded: its pieces are read)
       std::vector<Lane::Use> keep;
@@ -425,7 +428,7 @@ class Schedule {
       for (auto& u : busy)
         if (u.owner == id && (!last || u.b > last->b)) last = &u;
       if (last) last->b += s;
-      const std::string& its = last ? last->stream : stream;
+      const std::string_view its = last ? last->stream : stream;
       if (l.stream_free[its] == p.end) l.stream_free[its] += s;  // what queues behind it on its stream
       if (p.span >= 0) l.r.spans[p.span].dur += s;
       p.end += s;
@@ -435,7 +438,7 @@ class Schedule {
   }
   // Places a transfer's levels one after another from `start` on this rank's links; returns its end.
   // owner: the collective's comm id (-1: a point-to-point transfer).
-  double place_on_links(Lane& l, const CollectiveTime& ct, double start, int64_t owner, const std::string& stream) {
+  double place_on_links(Lane& l, const CollectiveTime& ct, double start, int64_t owner, std::string_view stream) {
     double t = start;
     for (const auto& lv : ct.levels)
       t = fill_gaps(l, t, lv.transfer_s, l.link_busy[lv.name], owner, stream) + lv.latency_s;
@@ -458,12 +461,15 @@ class Schedule {
     g.stream = stream_for(l, e, "comm:");
     return g;
   }
-  const std::string& stream_for(Lane& l, const CostEvent& e, const std::string& prefix) {
+  std::string_view stream_for(Lane& l, const CostEvent& e, const char* prefix) {
     // one stream per group (by id; the name only labels its lane)
-    auto [sit, fresh] = l.stream_of_group.emplace(e.group.id, prefix + e.group.name);
-    if (fresh)
+    auto [sit, fresh] = l.stream_of_group.try_emplace(e.group.id);
+    if (fresh) {
+      std::string name = prefix + e.group.name;
       for (const auto& [id, label] : l.stream_of_group)
-        if (id != e.group.id && label == sit->second) sit->second += "#" + std::to_string(l.stream_of_group.size());
+        if (id != e.group.id && label == name) name += "#" + std::to_string(l.stream_of_group.size());
+      sit->second = span_label(name);
+    }
     return sit->second;
   }
   void compute(Lane& l, const CostEvent& e) {
@@ -586,7 +592,7 @@ class Schedule {
     auto [tit, fresh] = g.times.try_emplace({-1, bytes});
     if (fresh) tit->second = p2p_time(chip_, sys_, bytes, g.span);
     const CollectiveTime& ct = tit->second;
-    const std::string& stream = stream_for(l, e, "p2p:");
+    const std::string_view stream = stream_for(l, e, "p2p:");
     l.stream_free_before = l.stream_free[stream];
     note_host(l);
     const double start = std::max({l.tc, l.th, l.stream_free_before});
@@ -646,7 +652,7 @@ class Schedule {
     auto [tit, fresh] = g.times.try_emplace({(int)kind, bytes});
     if (fresh) tit->second = collective_time(chip_, sys_, rpc_, kind, bytes, g.span);
     const CollectiveTime& ct = tit->second;
-    const std::string& stream = g.stream;
+    const std::string_view stream = g.stream;
     // a free collective (group of one) neither queues nor occupies its stream
     const double free = l.stream_free[stream];
     const double start = ct.seconds > 0 ? std::max(issued, free) : issued;
@@ -691,7 +697,7 @@ class Schedule {
                            : p.from.valid()        ? DepKind::data  // a symmetric peer's message: like its own send
                            : l.r.kernels > p.kernels ? DepKind::prefetch
                                                      : DepKind::data;
-      push_compute(l, {"compute", p.recv ? "wait recv" : "wait " + p.kind, p.recv ? "bubble" : "idle", l.tc, w, 0, 0,
+      push_compute(l, {"compute", p.recv ? "wait recv" : span_label("wait " + p.kind), p.recv ? "bubble" : "idle", l.tc, w, 0, 0,
                        -1, l.stage},
                    kind, dep);
       if (!p.recv) {

@@ -31,11 +31,11 @@ SimResult measured_timeline(const std::vector<CostEvent>& ev, double end, const 
       r.compute_s += dur;
     } else if (e.kind == CostEvent::Kind::CommStart) {
       comm_span[e.comm_id] = r.spans.size();
-      r.spans.push_back({"comm:" + e.group.name, e.op, "comm", e.t, 0, 0, e.bytes, -1, 0, (int64_t)i});
+      r.spans.push_back({span_label("comm:" + e.group.name), e.op, "comm", e.t, 0, 0, e.bytes, -1, 0, (int64_t)i});
       if (e.peer < 0 && e.group.world_ranks && e.group.world_ranks->size() > 1) {  // a collective: linked at merge
         std::string m;
         for (int x : *e.group.world_ranks) m += (m.empty() ? "" : ",") + std::to_string(x);
-        r.spans.back().group_ranks = m;
+        r.spans.back().group_ranks = span_label(m);
         r.spans.back().group_seq = seq[m]++;
       }
     } else {
@@ -44,7 +44,7 @@ SimResult measured_timeline(const std::vector<CostEvent>& ev, double end, const 
       SimSpan& c = r.spans[it->second];
       c.dur = std::max(0.0, next - c.start);
       c.flow_to = (int64_t)r.spans.size();
-      r.spans.push_back({"compute", "wait " + c.name, "idle", e.t, dur, 0, 0, -1});
+      r.spans.push_back({"compute", span_label("wait " + std::string(c.name)), "idle", e.t, dur, 0, 0, -1});
       r.exposed_comm_s += dur;
       comm_span.erase(it);
     }
@@ -62,7 +62,7 @@ std::string us(long long ns) {
   std::snprintf(b, sizeof b, "%lld.%03lld", ns / 1000, ns % 1000);
   return b;
 }
-std::string esc(const std::string& s) {
+std::string esc(std::string_view s) {
   std::string e;
   for (char c : s) {
     if (c == '"' || c == '\\') e += '\\';
@@ -148,8 +148,8 @@ void write_chrome_trace(const SimResult& r, const std::string& path, const Trace
     }
     // the other streams' tracks: collectives that overlap on one stream take the next free lane (slices nest)
     std::vector<int> tid(spans->size(), 0);
-    std::map<std::string, std::vector<long long>> lane_end;  // stream -> each lane's end (ns)
-    std::map<std::pair<std::string, size_t>, int> lane_tid;
+    std::map<std::string_view, std::vector<long long>> lane_end;  // stream -> each lane's end (ns)
+    std::map<std::pair<std::string_view, size_t>, int> lane_tid;
     std::vector<size_t> order;
     for (size_t i = 0; i < spans->size(); ++i)
       if ((*spans)[i].stream != "compute") order.push_back(i);
@@ -297,7 +297,7 @@ void write_chrome_trace(const SimResult& r, const std::string& path, const Trace
       const bool compute = s.stream == "compute";
       const double rate = compute ? s.flops / s.dur / 1e12 : s.bytes / s.dur / 1e9;
       if (compute && s.category != "compute") continue;
-      auto& st = steps[compute ? std::string("compute TFLOP/s") : s.stream + " GB/s"];
+      auto& st = steps[compute ? std::string("compute TFLOP/s") : std::string(s.stream) + " GB/s"];
       st[to_ns(s.start)] += rate;
       st[to_ns(s.start + s.dur)] -= rate;
     }
@@ -364,7 +364,7 @@ void write_chrome_trace(const SimResult& r, const std::string& path, const Trace
       if (g.span.valid()) {
         const auto& spans = r.stages.empty() ? r.spans : r.stages[(size_t)g.span.lane].spans;
         if (g.span.span < (int64_t)spans.size() && g.what.rfind("waiting", 0) != 0)
-          name = spans[(size_t)g.span.span].name;
+          name = std::string(spans[(size_t)g.span.span].name);
         if (!r.stages.empty()) name += " [stage " + std::to_string(g.span.lane) + "]";
       }
       sep();

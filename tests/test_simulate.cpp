@@ -1810,7 +1810,7 @@ TEST(Simulation, CriticalPathOfAHandBuilt2RankScheduleIsTheKnownOne) {
     EXPECT_EQ(s1[1].dep_kind, DepKind::stream);
     const CriticalPath path = critical_path({&s0, &s1});
     std::vector<std::string> names;
-    for (const PathSegment& g : path.segments) names.push_back(g.span.valid() ? (g.span.lane == 0 ? s0 : s1)[(size_t)g.span.span].name : "?");
+    for (const PathSegment& g : path.segments) names.push_back(g.span.valid() ? std::string((g.span.lane == 0 ? s0 : s1)[(size_t)g.span.span].name) : "?");
     if (c_longer) {
       EXPECT_EQ(names, (std::vector<std::string>{"A", "send", "C"}));
       EXPECT_NEAR(path.length, ta + tsend + price(nc), 1e-12);

@@ -1,0 +1,19 @@
+// simulator/span_label.cpp — the process's one copy of each timeline slice's label (result.h: span_label).
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+
+#include "simulator/result.h"
+
+namespace titan {
+
+std::string_view span_label(std::string_view s) {
+  // node-based: an element never moves, so the views handed out stay valid for the process's life
+  static std::mutex mu;
+  static auto* labels = new std::unordered_set<std::string>();  // never destroyed: views outlive static teardown
+  std::lock_guard<std::mutex> lock(mu);
+  return *labels->emplace(s).first;
+}
+
+}  // namespace titan
