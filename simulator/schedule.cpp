@@ -60,7 +60,9 @@ ClassSum class_of(const CostEvent& e) {
 // with another scheduled stage, no send or receive between scheduled stages, no measured arrival, no host sync
 // or schedule mark, a point-to-point exchange with unscheduled peers balanced at both ends. Placing a record
 // whole gives the event-by-event course up to rounding (offsets added to the start instead of summed
-// one by one: Simulation.RepeatedPassesPlaceAsPricedOnes holds the two within 1e-9 s).
+// one by one: Simulation.RepeatedPassesPlaceAsPricedOnes holds the two within 1e-9 s); a choice made on two
+// times equal within that rounding (which slice a transfer waits for, whether a wait of a rounding remainder is
+// a slice of its own) may come out the other way.
 constexpr double kLikeSeconds = 1e-12;
 constexpr int kMemosPerRecord = 16;  // the like states kept per record
 // a recorded slice's dependency: in the pass (span: its offset), the compute stream's slice before the pass,
@@ -68,7 +70,9 @@ constexpr int kMemosPerRecord = 16;  // the like states kept per record
 constexpr int kDepInPass = -2, kDepBeforeCompute = -3, kDepBeforeStream = -4;
 
 struct PassEntry {  // the state a pass starts from, as far as its course depends on it
-  std::vector<std::pair<std::string_view, double>> busy_streams;  // (stream, free - tc) for streams free after tc
+  // (stream, free - tc) for streams free after tc, and whether the stream has a slice (what a transfer queued on it
+  // waits for)
+  std::vector<std::tuple<std::string_view, double, bool>> busy_streams;
   std::vector<std::tuple<std::string, double, double>> busy_links;  // (level, from - tc, to - tc) transfers on it
   bool has_compute = false;  // a compute slice before the pass
   bool like(const PassEntry& o) const {
@@ -76,8 +80,9 @@ struct PassEntry {  // the state a pass starts from, as far as its course depend
         busy_links.size() != o.busy_links.size())
       return false;
     for (size_t i = 0; i < busy_streams.size(); ++i)
-      if (busy_streams[i].first != o.busy_streams[i].first ||
-          std::abs(busy_streams[i].second - o.busy_streams[i].second) > kLikeSeconds)
+      if (std::get<0>(busy_streams[i]) != std::get<0>(o.busy_streams[i]) ||
+          std::get<2>(busy_streams[i]) != std::get<2>(o.busy_streams[i]) ||
+          std::abs(std::get<1>(busy_streams[i]) - std::get<1>(o.busy_streams[i])) > kLikeSeconds)
         return false;
     for (size_t i = 0; i < busy_links.size(); ++i)
       if (std::get<0>(busy_links[i]) != std::get<0>(o.busy_links[i]) ||
@@ -114,6 +119,8 @@ struct PassMemo {  // what pricing a copy of a record did, relative to its start
   std::vector<SimSpan> spans;  // start: offset; dep coded (kDep*); flow_to, event: offsets
   std::vector<std::pair<double, MemoryBytes>> memory;  // (offset, bytes less the run's kernel shift) per kernel
   FusedChain fused;  // open at the end (event: offset)
+  std::vector<std::pair<uint64_t, int>> exchanges;  // (group, tag) exchanged with unscheduled peers: balanced at the start
+  std::vector<std::pair<std::string, std::string>> algorithms;  // the report's algorithm names it set (the last each)
 };
 
 struct Recording {  // a copy of a record being priced event by event, to become a PassMemo
@@ -133,6 +140,7 @@ struct Recording {  // a copy of a record being priced event by event, to become
   bool ok = true;
   std::set<std::pair<uint64_t, int>> exchanges;  // point-to-point (group, tag) with unscheduled peers
   std::vector<std::pair<double, MemoryBytes>> memory;
+  std::vector<std::pair<std::string, std::string>> algorithms;  // the algorithms named, in order
 };
 
 // scheduling with repeated passes placed whole (PassReplaysOff: every event priced), and how many were
@@ -381,11 +389,11 @@ class Schedule {
   //    they share the bandwidth, not a queue): the collective, still in flight, ends as much later as the
   //    transfer moved beside it. Point-to-point transfers take the level in turns among themselves.
   double fill_gaps(Lane& l, double t, double work, Lane::Link& link, int64_t owner, std::string_view stream) {
-    if (!l.rec && link.live.size() >= link.retire_at) {  // t >= l.tc: a use that ended by then is passed over below
-                                                          // (kept while a pass is recorded: its pieces are read)
+    if (link.live.size() >= link.retire_at) {  // t >= l.tc: a use that ended by then is passed over below
       std::vector<Lane::Use> keep;
       for (auto& u : link.live)
-        if (u.b <= l.tc) link.done.push_back({u.a, u.b});
+        if (u.b <= l.tc && !(l.rec && u.seq >= l.rec->seq0)) link.done.push_back({u.a, u.b});  // a recorded pass's
+                                                                                                // pieces are read
         else keep.push_back(std::move(u));
       link.live = std::move(keep);
       link.retire_at = std::max<size_t>(16, 2 * link.live.size());
@@ -538,6 +546,12 @@ class Schedule {
       emit_kernel(l, e.op, class_of(e), k, (int64_t)l.next);
     }
   }
+  // What the report names as the algorithm of an operation over a group (the last transfer's; a recorded pass
+  // keeps its own to name them again when placed whole).
+  void name_algorithm(Lane& l, const std::string& key, const std::string& algorithm) {
+    algo_of_[key] = algorithm;
+    if (l.rec) l.rec->algorithms.push_back({key, algorithm});
+  }
   // A send / receive between pipeline stages. Returns false when the receive's send is not scheduled yet.
   bool p2p(Lane& l, const CostEvent& e) {
     const double bytes = priced_comm_bytes(e, act_scale_, red_scale_);
@@ -599,7 +613,7 @@ class Schedule {
     const double end = ct.seconds > 0 ? place_on_links(l, ct, start, -1, stream) : start;
     l.stream_free[stream] = end;
     l.r.comm_busy_by_group[e.group.name] += end - start;
-    algo_of_["send/recv over " + e.group.name] = ct.algorithm;
+    name_algorithm(l, "send/recv over " + e.group.name, ct.algorithm);
     int64_t idx = -1;
     if (ct.seconds > 0) {
       idx = (int64_t)l.r.spans.size();
@@ -661,7 +675,7 @@ class Schedule {
     l.r.comm_busy_by_group[e.group.name] += end - start;
     auto [kit, named] = g.algo_key.try_emplace(e.op);
     if (named) kit->second = std::string(e.op) + " over " + e.group.name + " (" + std::to_string(e.group.size()) + " ranks)";
-    algo_of_[kit->second] = ct.algorithm;
+    name_algorithm(l, kit->second, ct.algorithm);
     int64_t idx = -1;
     if (ct.seconds > 0) {
       idx = (int64_t)l.r.spans.size();
@@ -714,7 +728,7 @@ class Schedule {
     if (l.fused.n > 0 || l.recv_arrival) return false;
     // busy for less than kLikeSeconds more: a rounding remainder, free
     for (const auto& [stream, t] : l.stream_free)
-      if (t > l.tc + kLikeSeconds) k.busy_streams.push_back({stream, t - l.tc});
+      if (t > l.tc + kLikeSeconds) k.busy_streams.push_back({stream, t - l.tc, l.last_on_stream.count(stream) > 0});
     for (const auto& [level, link] : l.link_busy)
       for (const auto& u : link.live)
         if (u.b > l.tc + kLikeSeconds) {
@@ -829,6 +843,12 @@ class Schedule {
     added(l.r.exposed_by_kind, rec->exposed_by_kind0, m->exposed_by_kind);
     added(l.r.comm_busy_by_group, rec->comm_busy0, m->comm_busy_by_group);
     m->memory = std::move(rec->memory);
+    m->exchanges.assign(rec->exchanges.begin(), rec->exchanges.end());
+    for (auto& a : rec->algorithms) {  // the last name of each
+      auto it = std::find_if(m->algorithms.begin(), m->algorithms.end(), [&](const auto& x) { return x.first == a.first; });
+      if (it == m->algorithms.end()) m->algorithms.push_back(std::move(a));
+      else it->second = std::move(a.second);
+    }
     m->fused = l.fused;
     if (m->fused.event >= 0) m->fused.event -= (int64_t)rec->begin;
     auto& kept = l.memos[rec->run->seg.get()];
@@ -843,6 +863,11 @@ class Schedule {
       if (l.th - l.tc <= c->host_slack && c->entry.like(entry)) {
         bool streams = true;  // the slices before the pass its slices wait for are there
         for (const auto& s : c->entry_streams) streams = streams && l.last_on_stream.count(s);
+        for (const auto& key : c->exchanges) {  // its receives take its own sends, as when it was recorded
+          auto sit = l.sent.find(key);
+          auto rit = l.received.find(key);
+          streams = streams && (sit == l.sent.end() ? 0 : sit->second.size()) == (rit == l.received.end() ? 0 : rit->second);
+        }
         if (streams) {
           m = c.get();
           break;
@@ -883,6 +908,7 @@ class Schedule {
     for (const auto& [k, v] : m->comm_busy_by_group) l.r.comm_busy_by_group[k] += v;
     l.fused = m->fused;
     if (l.fused.event >= 0) l.fused.event += (int64_t)begin;
+    for (const auto& [k, v] : m->algorithms) algo_of_[k] = v;
     l.tc = tc0 + m->dur;
     l.th += m->host;
     l.next = begin + run.seg->events.size();
@@ -898,7 +924,10 @@ class Schedule {
       if (run.seg->events.empty()) continue;
       PassEntry entry;
       if (!entry_state(l, entry)) return;
-      if (!replay(l, run, l.next, entry)) start_recording(l, run, l.next, std::move(entry));
+      if (replay(l, run, l.next, entry)) continue;
+      auto it = l.memos.find(run.seg.get());
+      if (it == l.memos.end() || (int)it->second.size() < kMemosPerRecord)  // else: priced, not recorded
+        start_recording(l, run, l.next, std::move(entry));
     }
   }
   // Runs lane l until it ends or blocks on another lane.

@@ -10,9 +10,10 @@ namespace titan {
 
 std::string_view span_label(std::string_view s) {
   // node-based: an element never moves, so the views handed out stay valid for the process's life
-  static std::mutex mu;
-  static auto* labels = new std::unordered_set<std::string>();  // never destroyed: views outlive static teardown
-  std::lock_guard<std::mutex> lock(mu);
+  // never destroyed (nor the lock): views outlive static teardown
+  static auto* mu = new std::mutex();
+  static auto* labels = new std::unordered_set<std::string>();
+  std::lock_guard<std::mutex> lock(*mu);
   return *labels->emplace(s).first;
 }
 

@@ -3221,8 +3221,8 @@ TEST(Simulation, RepeatedMicroBatchesPlanAsTracedOnes) {
 }
 
 // A stage's repeated passes placed whole (schedule.h) give the timeline pricing every event gives: the same
-// slices (stream, name, event, dependency; start and duration within 1e-9 s), memory samples, sums, bubble and
-// critical path, on layouts with TP collectives in the passes, async TP's exchanges, FSDP, a host that holds the
+// slices (stream, name, event, dependency; start and duration within 1e-9 s), memory samples, sums, bubble,
+// critical path and the algorithms reported, on layouts with TP collectives in the passes, async TP's exchanges, FSDP, a host that holds the
 // device back (eager), a context-parallel ring and MoE dispatch; and most passes of a long schedule are placed so.
 TEST(Simulation, RepeatedPassesPlaceAsPricedOnes) {
   const std::vector<std::string> dense = {"model.n_layers", "8", "training.local_batch_size", "8",
@@ -3282,6 +3282,7 @@ TEST(Simulation, RepeatedPassesPlaceAsPricedOnes) {
     EXPECT_NEAR(placed.bubble_s, priced.bubble_s, tol) << c.name;
     EXPECT_NEAR(placed.link_contention_s, priced.link_contention_s, tol) << c.name;
     EXPECT_EQ(placed.kernels, priced.kernels) << c.name;
+    EXPECT_EQ(placed.algorithms, priced.algorithms) << c.name;
     ASSERT_EQ(placed.compute_by_class.size(), priced.compute_by_class.size()) << c.name;
     for (const auto& [k, v] : priced.compute_by_class) EXPECT_NEAR(placed.compute_by_class.at(k), v, tol) << c.name << k;
     for (const auto& [k, v] : priced.exposed_by_kind) EXPECT_NEAR(placed.exposed_by_kind.at(k), v, tol) << c.name << k;
