@@ -546,6 +546,13 @@ class Schedule {
       emit_kernel(l, e.op, class_of(e), k, (int64_t)l.next);
     }
   }
+  // Whether every message sent over (group, tag) to unscheduled peers has been received (a receive takes the
+  // oldest unmatched send: a pass starting balanced takes its own).
+  static bool exchange_balanced(const Lane& l, const std::pair<uint64_t, int>& key) {
+    auto sit = l.sent.find(key);
+    auto rit = l.received.find(key);
+    return (sit == l.sent.end() ? 0 : sit->second.size()) == (rit == l.received.end() ? 0 : rit->second);
+  }
   // What the report names as the algorithm of an operation over a group (the last transfer's; a recorded pass
   // keeps its own to name them again when placed whole).
   void name_algorithm(Lane& l, const std::string& key, const std::string& algorithm) {
@@ -559,12 +566,7 @@ class Schedule {
     if (l.rec) {  // a pass being recorded stays on its lane, its exchanges balanced from its start
       if (!unscheduled_peer) l.rec->ok = false;
       const auto key = std::make_pair(e.group.id, e.tag);
-      if (l.rec->exchanges.insert(key).second) {
-        auto sit = l.sent.find(key);
-        auto rit = l.received.find(key);
-        if ((sit == l.sent.end() ? 0 : sit->second.size()) != (rit == l.received.end() ? 0 : rit->second))
-          l.rec->ok = false;
-      }
+      if (l.rec->exchanges.insert(key).second && !exchange_balanced(l, key)) l.rec->ok = false;
     }
     if (!e.send) {
       if (unscheduled_peer) {
@@ -772,7 +774,7 @@ class Schedule {
     for (const auto& [id, p] : l.inflight)
       if (id >= rec->first_id && id < rec->end_id) return;  // a transfer it started is still in flight
     for (const auto& key : rec->exchanges)
-      if (l.sent[key].size() != l.received[key]) return;
+      if (!exchange_balanced(l, key)) return;
     auto m = std::make_shared<PassMemo>();
     m->entry = std::move(rec->entry);
     m->host_slack = rec->slack;
@@ -861,14 +863,11 @@ class Schedule {
     const PassMemo* m = nullptr;
     for (const auto& c : it->second)
       if (l.th - l.tc <= c->host_slack && c->entry.like(entry)) {
-        bool streams = true;  // the slices before the pass its slices wait for are there
-        for (const auto& s : c->entry_streams) streams = streams && l.last_on_stream.count(s);
-        for (const auto& key : c->exchanges) {  // its receives take its own sends, as when it was recorded
-          auto sit = l.sent.find(key);
-          auto rit = l.received.find(key);
-          streams = streams && (sit == l.sent.end() ? 0 : sit->second.size()) == (rit == l.received.end() ? 0 : rit->second);
-        }
-        if (streams) {
+        bool fits = true;  // the slices before the pass its slices wait for are there
+        for (const auto& s : c->entry_streams) fits = fits && l.last_on_stream.count(s);
+        for (const auto& key : c->exchanges)  // its receives take its own sends, as when it was recorded
+          fits = fits && exchange_balanced(l, key);
+        if (fits) {
           m = c.get();
           break;
         }
