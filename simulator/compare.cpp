@@ -68,9 +68,9 @@ StepComparison compare_step(const std::vector<CostEvent>& events, double end, co
     if (s.event >= 0 && s.category != "idle") meas[(size_t)s.event] = std::max(0.0, meas[(size_t)s.event]) + s.dur;
   for (const SimSpan& s : c.simulated.spans)
     if (s.event >= 0 && s.category != "idle") simu[(size_t)s.event] = std::max(0.0, simu[(size_t)s.event]) + s.dur;
-  for (SimSpan& s : c.measured.spans)
+  for (SimSpan& s : c.measured.spans.flat())
     if (s.event >= 0) s.other_s = std::max(0.0, simu[(size_t)s.event]);
-  for (SimSpan& s : c.simulated.spans)
+  for (SimSpan& s : c.simulated.spans.flat())
     if (s.event >= 0) s.other_s = std::max(0.0, meas[(size_t)s.event]);
   std::map<std::pair<std::string, std::string>, OpComparison> rows;
   for (size_t i = 0; i < events.size(); ++i) {

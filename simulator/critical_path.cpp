@@ -22,17 +22,20 @@ std::string attribution(const SimSpan& s) {
 }
 }  // namespace
 
-CriticalPath critical_path(const std::vector<const std::vector<SimSpan>*>& lanes) {
+CriticalPath critical_path(const std::vector<const Timeline*>& lanes) {
   CriticalPath p;
   SpanRef cur;
   double t = 0;
   for (size_t l = 0; l < lanes.size(); ++l)  // the slice that ends last ends the step
-    for (size_t i = 0; i < lanes[l]->size(); ++i) {
-      const SimSpan& s = (*lanes[l])[i];
-      if (s.start + s.dur > t) t = s.start + s.dur, cur = {(int)l, (int64_t)i};
+    {
+      int64_t i = 0;
+      for (const SimSpan& s : *lanes[l]) {
+        if (s.start + s.dur > t) t = s.start + s.dur, cur = {(int)l, i};
+        ++i;
+      }
     }
   p.length = t;
-  auto at = [&](SpanRef r) -> const SimSpan& { return (*lanes[(size_t)r.lane])[(size_t)r.span]; };
+  auto at = [&](SpanRef r) { return (*lanes[(size_t)r.lane])[(size_t)r.span]; };
   size_t guard = 0, total = 0;
   for (const auto* l : lanes) total += l->size();
   constexpr double eps = 1e-12;
@@ -41,7 +44,7 @@ CriticalPath critical_path(const std::vector<const std::vector<SimSpan>*>& lanes
     TITAN_CHECK(++guard <= total + 1, "critical_path: the slices' dependencies form a cycle");
     TITAN_CHECK(cur.lane < (int)lanes.size() && cur.span < (int64_t)lanes[(size_t)cur.lane]->size(),
                 "critical_path: a dependency names slice ", cur.span, " of lane ", cur.lane, ", which does not exist");
-    const SimSpan& s = at(cur);
+    const SimSpan s = at(cur);
     const double end = std::min(t, s.start + s.dur);
     if (end + eps < t)  // nothing ran on the path between this slice's end and what waited for it
       p.segments.push_back({cur, end, t - end, "waiting: " + dep_name(why)});
@@ -60,9 +63,9 @@ CriticalPath critical_path(const std::vector<const std::vector<SimSpan>*>& lanes
   std::reverse(p.segments.begin(), p.segments.end());
   for (const PathSegment& g : p.segments) {
     p.by_lane[g.span.lane] += g.dur;
-    const SimSpan* s = g.span.valid() ? &at(g.span) : nullptr;
-    if (s && s->category == "compute" && s->launch_s > 0 && g.what.rfind("waiting", 0) != 0) {
-      const double launch = std::min<double>(s->launch_s, g.dur);  // the kernel's launch, charged apart
+    const SimSpan s = g.span.valid() ? at(g.span) : SimSpan{};
+    if (g.span.valid() && s.category == "compute" && s.launch_s > 0 && g.what.rfind("waiting", 0) != 0) {
+      const double launch = std::min<double>(s.launch_s, g.dur);  // the kernel's launch, charged apart
       p.by_what["launch overhead"] += launch;
       p.by_what[g.what] += g.dur - launch;
     } else {

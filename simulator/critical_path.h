@@ -16,7 +16,7 @@
 namespace titan {
 
 // `lanes`: each scheduled lane's spans (SpanRef::lane indexes this list).
-CriticalPath critical_path(const std::vector<const std::vector<SimSpan>*>& lanes);
+CriticalPath critical_path(const std::vector<const Timeline*>& lanes);
 
 // One line: the path's length and its shares by attribution and by lane (stage).
 std::string describe_critical_path(const CriticalPath& p);

@@ -11,64 +11,10 @@
 #include <string_view>
 #include <vector>
 
+#include "simulator/timeline.h"
 #include "src/tensor/cost.h"
 
 namespace titan {
-
-// What a slice waited for: the slice whose end let it start (a stall: whose end ended it), and why. The
-// scheduler records the binding one, so following them back from the step's last slice is the critical path
-// (critical_path.h); the trace draws each kind as its own flow category.
-enum class DepKind : uint8_t {
-  none,        // the step's first slice on its track
-  stream,      // the previous slice of its stream (kernels in order; a collective queued behind another)
-  data,        // a collective after the kernel that issued it; a stall on a collective waited for at once
-  prefetch,    // a stall on a collective issued ahead of its consumer (FSDP's prefetched all-gather, a
-               // reduction left in flight) that still had not finished
-  collective,  // a collective (or the stall before it) waiting for the last of its ranks to issue it
-  pipeline,    // a pipeline receive waiting for its send
-  host,        // the device waiting for the host to issue the next kernel (host-bound)
-};
-constexpr std::array<std::string_view, 7> enum_names(DepKind) {
-  return {"none", "stream", "data", "prefetch", "collective", "pipeline", "host"};
-}
-inline std::string dep_name(DepKind k) { return std::string(enum_names(k)[(size_t)k]); }
-
-struct SpanRef {  // a slice of a scheduled rank: its lane (pipeline stage) and its index in that lane's spans
-  int lane = -1;
-  int64_t span = -1;
-  bool valid() const { return lane >= 0 && span >= 0; }
-};
-
-// The process's one copy of a slice's label (a stream, an op or chain name, a group's members): slices hold a
-// view of it, so a timeline of millions of slices copies and frees no strings (the labels are few).
-std::string_view span_label(std::string_view s);
-
-struct SimSpan {  // one slice of the timeline (seconds from the step's start)
-  // stream and name: span_label's views (or string literals)
-  std::string_view stream, name;
-  // compute | comm | idle (waiting for a collective) | bubble | host (waiting for the host to issue the next
-  // kernel): a string literal
-  std::string_view category;
-  double start = 0, dur = 0;
-  double flops = 0, bytes = 0;
-  int64_t flow_to = -1;  // comm -> index of the idle span that waited for it
-  int stage = 0;         // pipeline stage (0 without pp)
-  int64_t event = -1;    // the CostEvent (its index in the rank's events) this slice runs; -1: none (a wait, a
-                         // fused chain of several)
-  double other_s = -1;   // side by side (compare.h): the same op's time in the other timeline (-1: not compared)
-  std::string_view kernel_class;  // compute: gemm | attention | elementwise | optimizer (simulated kernels; a literal)
-  float launch_s = 0;        // of its time, the launch overhead (simulated kernels)
-  int launches = 1;          // simulated kernels: the launches it stands for (an eager op's aten kernels back to
-                             // back, one slice; a launch that waits for the host starts a slice of its own)
-  // a measured collective: its members (world ranks, "0,1,2"; span_label's view) and its number among this rank's
-  // collectives over them: the same collective on every member has the same pair (merged traces link them, trace.h)
-  std::string_view group_ranks;
-  int64_t group_seq = -1;
-  std::array<float, 5> engine_busy{};  // priced by engines: seconds per core each engine is busy in it
-                                       // (Tensor, Vector, Scalar, GpSimd, DMA; simulator/engines.h)
-  DepKind dep_kind = DepKind::none;
-  SpanRef dep;               // what it waited for (simulated timelines)
-};
 
 // The memory a rank holds over the step, by category (bytes per chip, MemoryCategory's order), from when a
 // kernel starts.
@@ -114,7 +60,7 @@ struct SimStage {  // pipeline parallel: the planned rank of one stage
   double bubble_s = 0;  // idle in the schedules' windows (waiting on a neighbour, or done before the others)
   double end_s = 0;     // when its step ends (its last kernel or transfer)
   SimMemory memory;     // per chip
-  std::vector<SimSpan> spans;
+  Timeline spans;
   std::vector<MemorySample> memory_samples;
   LinkBusy link_busy;
 };
@@ -144,7 +90,7 @@ struct SimResult {
   double hbm_bytes = 0;
   bool oom = false;
   std::string oom_advice;
-  std::vector<SimSpan> spans;  // rank 0's timeline
+  Timeline spans;  // rank 0's timeline
   std::vector<MemorySample> memory_samples;  // rank 0's memory over the step (per chip)
   LinkBusy link_busy;                        // rank 0's links busy over the step, per network level
   // pipeline parallel: each stage's rank, scheduled side by side (the step ends with the last). The

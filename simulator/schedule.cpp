@@ -14,7 +14,6 @@
 
 #include "simulator/critical_path.h"
 #include "src/tensor/cost_segment.h"
-#include "src/tensor/huge_pages.h"
 #include "src/tensor/error.h"
 
 namespace titan {
@@ -46,8 +45,8 @@ ClassSum class_of(const CostEvent& e) {
 // by event, a copy that starts from a like state takes the same course as the last one did, shifted in time:
 // the same kernels, waits and transfers at the same offsets. So the first copy of a record priced from a given
 // state is recorded (Recording) relative to where it began, and the next copies that start from a like state
-// are placed as that record (PassMemo) in one step: their slices, memory samples and sums appended shifted,
-// the clocks advanced. A state is alike when
+// are placed as that record (PassMemo) in one step: their slices placed by reference to the record (a Timeline
+// copy, timeline.h), memory samples and sums appended shifted, the clocks advanced. A state is alike when
 //   - no fused chain is open, the compute stream has (or has not) a slice before, and every process-group
 //     stream busy past the compute clock (by more than kLikeSeconds: a rounding remainder is no transfer) is
 //     busy to the same offset (within kLikeSeconds), with the same
@@ -66,8 +65,9 @@ ClassSum class_of(const CostEvent& e) {
 constexpr double kLikeSeconds = 1e-12;
 constexpr int kMemosPerRecord = 16;  // the like states kept per record
 // a recorded slice's dependency: in the pass (span: its offset), the compute stream's slice before the pass,
-// the slice before the pass of entry_streams[span]
-constexpr int kDepInPass = -2, kDepBeforeCompute = -3, kDepBeforeStream = -4;
+// the slice before the pass of entry_streams[span] (placed copies' codes: timeline.h)
+constexpr int kDepInPass = Timeline::kDepInPass, kDepBeforeCompute = Timeline::kDepBeforeCompute,
+              kDepBeforeStream = Timeline::kDepBeforeStream;
 
 struct PassEntry {  // the state a pass starts from, as far as its course depends on it
   // (stream, free - tc) for streams free after tc, and whether the stream has a slice (what a transfer queued on it
@@ -116,7 +116,7 @@ struct PassMemo {  // what pricing a copy of a record did, relative to its start
   std::vector<std::pair<std::string_view, int64_t>> last_on_stream;  // their last slice (offset)
   int64_t last_compute = -1;  // the compute stream's last slice (offset; -1: none in the pass)
   std::vector<std::tuple<std::string, double, double>> link_uses;  // (level, from, to), ended inside
-  std::vector<SimSpan> spans;  // start: offset; dep coded (kDep*); flow_to, event: offsets
+  Timeline::Record spans;  // start: offset; dep coded (kDep*); flow_to, event: offsets
   std::vector<std::pair<double, MemoryBytes>> memory;  // (offset, bytes less the run's kernel shift) per kernel
   FusedChain fused;  // open at the end (event: offset)
   std::vector<std::pair<uint64_t, int>> exchanges;  // (group, tag) exchanged with unscheduled peers: balanced at the start
@@ -345,7 +345,7 @@ class Schedule {
     }
     SimResult& r = l.r;
     if (again && !waited && l.last_compute >= 0) {  // the slice of its previous launch, ending now
-      SimSpan& s = r.spans[(size_t)l.last_compute];
+      SimSpan& s = r.spans.edit((size_t)l.last_compute);
       s.dur += kt.seconds + extra;
       s.flops += k.flops;
       s.bytes += k.bytes;
@@ -438,7 +438,7 @@ class Schedule {
       if (last) last->b += s;
       const std::string_view its = last ? last->stream : stream;
       if (l.stream_free[its] == p.end) l.stream_free[its] += s;  // what queues behind it on its stream
-      if (p.span >= 0) l.r.spans[p.span].dur += s;
+      if (p.span >= 0) l.r.spans.edit((size_t)p.span).dur += s;
       p.end += s;
       l.r.link_contention_s += s;
     }
@@ -706,7 +706,7 @@ class Schedule {
     }
     if (p.end > l.tc) {
       const double w = p.end - l.tc;
-      if (p.span >= 0) l.r.spans[p.span].flow_to = (int64_t)l.r.spans.size();
+      if (p.span >= 0) l.r.spans.edit((size_t)p.span).flow_to = (int64_t)l.r.spans.size();
       // what it waited for: the send (a receive), or the collective (issued ahead: a prefetch)
       const SpanRef dep = p.recv || p.span < 0 ? p.from : SpanRef{l.index, p.span};
       const DepKind kind = p.recv                  ? DepKind::pipeline
@@ -801,7 +801,8 @@ class Schedule {
         }
       return false;
     };
-    m->spans.reserve(l.r.spans.size() - rec->spans0);
+    auto spans = std::make_shared<std::vector<SimSpan>>();
+    spans->reserve(l.r.spans.size() - rec->spans0);
     for (size_t i = rec->spans0; i < l.r.spans.size(); ++i) {
       SimSpan sp = l.r.spans[i];
       if (!code(sp.dep, sp.dep) || (sp.flow_to >= 0 && sp.flow_to < s0) ||
@@ -810,8 +811,9 @@ class Schedule {
       sp.start -= tc0;
       if (sp.flow_to >= 0) sp.flow_to -= s0;
       if (sp.event >= 0) sp.event -= (int64_t)rec->begin;
-      m->spans.push_back(std::move(sp));
+      spans->push_back(std::move(sp));
     }
+    m->spans = std::move(spans);
     for (const auto& [level, link] : l.link_busy)
       for (const auto& u : link.live)
         if (u.seq >= rec->seq0) {
@@ -877,15 +879,7 @@ class Schedule {
     const int64_t s0 = (int64_t)l.r.spans.size();
     std::vector<int64_t> before_stream;
     for (const auto& s : m->entry_streams) before_stream.push_back(l.last_on_stream.at(s));
-    for (const SimSpan& ms : m->spans) {
-      SimSpan& sp = l.r.spans.emplace_back(ms);
-      sp.start += tc0;
-      if (sp.dep.lane == kDepInPass) sp.dep = {l.index, s0 + sp.dep.span};
-      else if (sp.dep.lane == kDepBeforeCompute) sp.dep = {l.index, l.last_compute};
-      else if (sp.dep.lane == kDepBeforeStream) sp.dep = {l.index, before_stream[(size_t)sp.dep.span]};
-      if (sp.flow_to >= 0) sp.flow_to += s0;
-      if (sp.event >= 0) sp.event += (int64_t)begin;
-    }
+    l.r.spans.place(m->spans, tc0, l.index, (int64_t)begin, l.last_compute, std::move(before_stream));
     for (const auto& [t, bytes] : m->memory) {
       MemoryBytes b = bytes;
       for (int c = 0; c < kNumMemoryCategories; ++c) b[c] += run.kernel_shift[c];
@@ -986,18 +980,6 @@ std::vector<RankTimeline> schedule_ranks(const std::vector<RankEvents>& ranks, c
     lanes[i].cursor = EventStream::Cursor(ranks[i].events);
     lanes[i].recv_arrival = ranks[i].recv_arrival;
     lanes[i].index = (int)i;
-    // the timeline's slices at most: an eager op's launches (a materialized attention's six kernels) and a host
-    // wait before each; a transfer; two waits
-    size_t most = 0;
-    ranks[i].events->for_each_recorded([&](const CostEvent& e, size_t copies) {
-      most += copies * (e.kind == CostEvent::Kind::Compute
-                            ? 2 * (size_t)std::max(chip.attention_materialized && e.attention.scores > 0 ? 6 : 1,
-                                                   e.eager.kernels)
-                        : e.kind == CostEvent::Kind::CommStart ? 1
-                                                               : 2);
-    });
-    lanes[i].r.spans.reserve(most);  // capacity only (untouched pages cost nothing): no slice moves as it grows
-    advise_huge_pages(lanes[i].r.spans.data(), most * sizeof(SimSpan));  // first touch: 2 MiB at a time
   }
   Schedule sched(chip, sys, rpc, mode, act_scale, red_scale, fp32_compute);
   sched.run(lanes);

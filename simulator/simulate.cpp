@@ -145,7 +145,7 @@ SimResult simulate_step(const JobConfig& cfg, int world, const std::vector<SpecE
   std::vector<RankTimeline> lanes = schedule_ranks(ranks, chip, sys, rpc, mode, act_scale, red_scale,
                                                    /*fp32_compute=*/act_scale == 1.0, &r.algorithms);
   {  // the critical path across every lane (stage), before their spans move into the stages
-    std::vector<const std::vector<SimSpan>*> spans;
+    std::vector<const Timeline*> spans;
     for (const auto& l : lanes) spans.push_back(&l.r.spans);
     r.critical = critical_path(spans);
   }

@@ -1,10 +1,10 @@
-// simulator/span_label.cpp — the process's one copy of each timeline slice's label (result.h: span_label).
+// simulator/span_label.cpp — the process's one copy of each timeline slice's label (timeline.h: span_label).
 #include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_set>
 
-#include "simulator/result.h"
+#include "simulator/timeline.h"
 
 namespace titan {
 

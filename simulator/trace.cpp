@@ -35,13 +35,13 @@ SimResult measured_timeline(const std::vector<CostEvent>& ev, double end, const 
       if (e.peer < 0 && e.group.world_ranks && e.group.world_ranks->size() > 1) {  // a collective: linked at merge
         std::string m;
         for (int x : *e.group.world_ranks) m += (m.empty() ? "" : ",") + std::to_string(x);
-        r.spans.back().group_ranks = span_label(m);
-        r.spans.back().group_seq = seq[m]++;
+        r.spans.edit(r.spans.size() - 1).group_ranks = span_label(m);
+        r.spans.edit(r.spans.size() - 1).group_seq = seq[m]++;
       }
     } else {
       auto it = comm_span.find(e.comm_id);
       if (it == comm_span.end()) continue;
-      SimSpan& c = r.spans[it->second];
+      SimSpan& c = r.spans.edit(it->second);
       c.dur = std::max(0.0, next - c.start);
       c.flow_to = (int64_t)r.spans.size();
       r.spans.push_back({"compute", span_label("wait " + std::string(c.name)), "idle", e.t, dur, 0, 0, -1});
@@ -119,7 +119,7 @@ void write_chrome_trace(const SimResult& r, const std::string& path, const Trace
     const int c = chips[(size_t)cc], pid = c + layout.pid_offset + 1;  // >= 1, distinct per chip: files merge cleanly
     chip_pid[cc] = pid;
     // the chip's pipeline stage (its first rank's): a stage's chips share its timeline
-    const std::vector<SimSpan>* spans = &r.spans;
+    const Timeline* spans = &r.spans;
     std::string stage;
     if (!r.stages.empty()) {
       const size_t st = std::min(r.stages.size() - 1, (size_t)(c * r.ranks_per_chip / per_stage));
@@ -320,7 +320,7 @@ void write_chrome_trace(const SimResult& r, const std::string& path, const Trace
   // after its send (pipeline); a kernel the host held (host). Stalls on collectives have their arrows above.
   std::map<int, int> drawn_lane;  // lane -> the first drawn chip showing it
   for (int cc = n_chips - 1; cc >= 0; --cc) drawn_lane[chip_lane[cc]] = cc;
-  auto span_of = [&](int cc) -> const std::vector<SimSpan>& {
+  auto span_of = [&](int cc) -> const Timeline& {
     return r.stages.empty() ? r.spans : r.stages[(size_t)chip_lane[cc]].spans;
   };
   auto mid = [](const SimSpan& s) { return to_ns(s.start) + (std::max(0LL, to_ns(s.start + s.dur) - to_ns(s.start))) / 2; };

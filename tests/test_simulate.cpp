@@ -3224,6 +3224,74 @@ TEST(Simulation, RepeatedMicroBatchesPlanAsTracedOnes) {
 // slices (stream, name, event, dependency; start and duration within 1e-9 s), memory samples, sums, bubble,
 // critical path and the algorithms reported, on layouts with TP collectives in the passes, async TP's exchanges, FSDP, a host that holds the
 // device back (eager), a context-parallel ring and MoE dispatch; and most passes of a long schedule are placed so.
+// A placed copy of a record reads as the slices the scheduler would have appended one by one: start shifted,
+// its coded dependencies, flow and event indices made absolute; editing one writes its copy out and changes
+// nothing else.
+TEST(Timeline, PlacedCopiesReadAsAppendedSlices) {
+  auto slice = [](std::string_view name, double start, double dur, SpanRef dep, int64_t flow_to, int64_t event) {
+    SimSpan s{"compute", name, "compute", start, dur, 1, 2, flow_to, 3, event};
+    s.dep = dep;
+    s.dep_kind = dep.valid() || dep.lane < -1 ? DepKind::stream : DepKind::none;
+    return s;
+  };
+  auto record = std::make_shared<std::vector<SimSpan>>(std::vector<SimSpan>{
+      slice("a", 0.0, 1.0, {Timeline::kDepBeforeCompute, 0}, -1, 0),
+      slice("b", 1.0, 0.5, {Timeline::kDepInPass, 0}, 2, -1),
+      slice("c", 1.5, 0.25, {Timeline::kDepBeforeStream, 1}, -1, 4)});
+  Timeline t;
+  std::vector<SimSpan> want;  // the same slices appended one by one
+  for (int i = 0; i < 2; ++i) {
+    t.push_back(slice("own", i, 1, {7, i - 1}, -1, i));
+    want.push_back(slice("own", i, 1, {7, i - 1}, -1, i));
+  }
+  auto place = [&](double t0, int64_t event0, int64_t before_compute, std::vector<int64_t> before_stream) {
+    const int64_t at = (int64_t)t.size();
+    want.push_back(slice("a", t0, 1.0, {7, before_compute}, -1, event0));
+    want.push_back(slice("b", t0 + 1.0, 0.5, {7, at}, at + 2, -1));
+    want.push_back(slice("c", t0 + 1.5, 0.25, {7, before_stream[1]}, -1, event0 + 4));
+    t.place(record, t0, 7, event0, before_compute, before_stream);
+  };
+  place(10, 100, 1, {0, 1});
+  t.push_back(slice("mid", 12, 1, {7, 4}, -1, 9));
+  want.push_back(slice("mid", 12, 1, {7, 4}, -1, 9));
+  place(20, 200, 5, {1, 5});
+  t.place(std::make_shared<std::vector<SimSpan>>(), 30, 7, 0, -1, {});  // an empty record places nothing
+  auto same = [](const SimSpan& x, const SimSpan& y) {
+    return x.name == y.name && x.start == y.start && x.dur == y.dur && x.dep.lane == y.dep.lane &&
+           x.dep.span == y.dep.span && x.flow_to == y.flow_to && x.event == y.event && x.stage == y.stage &&
+           x.flops == y.flops && x.dep_kind == y.dep_kind;
+  };
+  auto check = [&](const char* when) {
+    ASSERT_EQ(t.size(), want.size()) << when;
+    size_t i = 0;
+    for (const SimSpan& s : t) {  // in order
+      EXPECT_TRUE(same(s, want[i])) << when << ": slice " << i << " iterated, " << s.name << " at " << s.start;
+      EXPECT_TRUE(same(t[i], want[i])) << when << ": slice " << i << " indexed";
+      ++i;
+    }
+    EXPECT_EQ(i, want.size()) << when;
+  };
+  check("placed");
+  EXPECT_EQ(t.placed_copies(), 2u);
+  t.edit(3).dur = 9;  // slice b of the first copy: that copy is written out, the second stays placed
+  want[3].dur = 9;
+  EXPECT_EQ(t.placed_copies(), 1u);
+  check("edited");
+  t.edit(t.size() - 1).flow_to = 1;  // the second copy's last slice
+  want.back().flow_to = 1;
+  EXPECT_EQ(t.placed_copies(), 0u);
+  check("edited twice");
+  t.place(record, 40, 7, 300, 2, {0, 3});
+  want.push_back(slice("a", 40, 1.0, {7, 2}, -1, 300));
+  want.push_back(slice("b", 41, 0.5, {7, (int64_t)want.size() - 1}, (int64_t)want.size() + 1, -1));
+  want.push_back(slice("c", 41.5, 0.25, {7, 3}, -1, 304));
+  const std::vector<SimSpan>& flat = t.flat();
+  ASSERT_EQ(flat.size(), want.size());
+  for (size_t i = 0; i < flat.size(); ++i) EXPECT_TRUE(same(flat[i], want[i])) << "flat: slice " << i;
+  EXPECT_EQ(t.placed_copies(), 0u);
+  check("flat");
+}
+
 TEST(Simulation, RepeatedPassesPlaceAsPricedOnes) {
   const std::vector<std::string> dense = {"model.n_layers", "8", "training.local_batch_size", "8",
                                           "training.mixed_precision_param", "bfloat16", "simulation.system",
@@ -3296,17 +3364,20 @@ TEST(Simulation, RepeatedPassesPlaceAsPricedOnes) {
     // the slices less waits shorter than 1e-12 s (two sums of the same times can differ in the last bit, a
     // receive then waits for a rounding remainder or not), dependencies renumbered to match (one on such a
     // wait is not compared)
-    auto kept = [](const std::vector<SimSpan>& v) {
+    auto kept = [](const Timeline& v) {
       std::vector<int64_t> at(v.size(), -1);
-      std::vector<const SimSpan*> out;
-      for (size_t i = 0; i < v.size(); ++i)
-        if (v[i].category == "compute" || v[i].category == "comm" || v[i].dur >= 1e-12) {
+      std::vector<SimSpan> out;
+      size_t i = 0;
+      for (const SimSpan& s : v) {
+        if (s.category == "compute" || s.category == "comm" || s.dur >= 1e-12) {
           at[i] = (int64_t)out.size();
-          out.push_back(&v[i]);
+          out.push_back(s);
         }
+        ++i;
+      }
       return std::make_pair(out, at);
     };
-    std::vector<std::pair<std::vector<const SimSpan*>, std::vector<int64_t>>> kept_a, kept_b;  // per lane
+    std::vector<std::pair<std::vector<SimSpan>, std::vector<int64_t>>> kept_a, kept_b;  // per lane
     for (const auto& st : placed.stages) kept_a.push_back(kept(st.spans));
     for (const auto& st : priced.stages) kept_b.push_back(kept(st.spans));
     auto dep = [](const auto& lanes, SpanRef d) {  // a slice's place among its lane's kept ones
@@ -3318,7 +3389,7 @@ TEST(Simulation, RepeatedPassesPlaceAsPricedOnes) {
       const auto &ka = kept_a[s].first, &kb = kept_b[s].first;
       EXPECT_EQ(ka.size(), kb.size()) << where;
       for (size_t i = 0; i < std::min(ka.size(), kb.size()); ++i) {
-        const SimSpan &x = *ka[i], &y = *kb[i];
+        const SimSpan &x = ka[i], &y = kb[i];
         const bool same = x.stream == y.stream && x.name == y.name && x.event == y.event && x.category == y.category &&
                           x.launches == y.launches && std::abs(x.start - y.start) <= tol &&
                           std::abs(x.dur - y.dur) <= tol && x.flops == y.flops &&
