@@ -11,26 +11,12 @@
 #include <string_view>
 #include <vector>
 
+#include "simulator/memory_track.h"
 #include "simulator/timeline.h"
 #include "src/tensor/cost.h"
 
 namespace titan {
 
-// The memory a rank holds over the step, by category (bytes per chip, MemoryCategory's order), from when a
-// kernel starts.
-struct MemorySample {
-  double t = 0;
-  std::array<double, kNumMemoryCategories> bytes{};
-};
-// Appends the memory held at `t` where it changed (a sample at the same time is replaced: the later holds).
-inline void add_memory_sample(std::vector<MemorySample>& samples, double t,
-                              const std::array<int64_t, kNumMemoryCategories>& bytes) {
-  if (!samples.empty() && std::equal(bytes.begin(), bytes.end(), samples.back().bytes.begin())) return;
-  MemorySample m{t, {}};
-  std::copy(bytes.begin(), bytes.end(), m.bytes.begin());
-  if (!samples.empty() && samples.back().t == t) samples.back() = m;
-  else samples.push_back(m);
-}
 // When a network level's links carry this rank's transfers (merged intervals, seconds).
 using LinkBusy = std::map<std::string, std::vector<std::pair<double, double>>>;
 
@@ -61,7 +47,7 @@ struct SimStage {  // pipeline parallel: the planned rank of one stage
   double end_s = 0;     // when its step ends (its last kernel or transfer)
   SimMemory memory;     // per chip
   Timeline spans;
-  std::vector<MemorySample> memory_samples;
+  MemoryTrack memory_samples;
   LinkBusy link_busy;
 };
 
@@ -91,7 +77,7 @@ struct SimResult {
   bool oom = false;
   std::string oom_advice;
   Timeline spans;  // rank 0's timeline
-  std::vector<MemorySample> memory_samples;  // rank 0's memory over the step (per chip)
+  MemoryTrack memory_samples;  // rank 0's memory over the step (per chip)
   LinkBusy link_busy;                        // rank 0's links busy over the step, per network level
   // pipeline parallel: each stage's rank, scheduled side by side (the step ends with the last). The
   // schedules' windows (pipeline_s: from the first stage's start to the last stage's end, summed over the

@@ -100,7 +100,6 @@ struct FusedChain {  // a compiled step's open chain of elementwise ops (one ker
   int64_t event = -1;     // the first member's
 };
 
-using MemoryBytes = std::array<int64_t, kNumMemoryCategories>;
 
 struct PassMemo {  // what pricing a copy of a record did, relative to its start (time, slice and event offsets)
   PassEntry entry;
@@ -117,7 +116,7 @@ struct PassMemo {  // what pricing a copy of a record did, relative to its start
   int64_t last_compute = -1;  // the compute stream's last slice (offset; -1: none in the pass)
   std::vector<std::tuple<std::string, double, double>> link_uses;  // (level, from, to), ended inside
   Timeline::Record spans;  // start: offset; dep coded (kDep*); flow_to, event: offsets
-  std::vector<std::pair<double, MemoryBytes>> memory;  // (offset, bytes less the run's kernel shift) per kernel
+  std::shared_ptr<const MemoryTrack::Record> memory;  // (offset, bytes less the run's kernel shift) per kernel
   FusedChain fused;  // open at the end (event: offset)
   std::vector<std::pair<uint64_t, int>> exchanges;  // (group, tag) exchanged with unscheduled peers: balanced at the start
   std::vector<std::pair<std::string, std::string>> algorithms;  // the report's algorithm names it set (the last each)
@@ -212,8 +211,24 @@ struct Lane {
   // Retired when live doubles: the scan of each placement stays as short as what is in flight.
   struct Link {
     std::vector<Use> live;
+    // the pieces that ended, as the report merges them: sorted, an interval that starts where (or before)
+    // the one before it ends joined to it (pieces retire about in time order: an insertion lands near the end)
     std::vector<std::pair<double, double>> done;
     size_t retire_at = 16;
+    void retire(double a, double b) {
+      auto it = done.empty() || a >= done.back().first  // at the end (most pieces)
+                    ? done.end()
+                    : std::upper_bound(done.begin(), done.end(), a, [](double v, const auto& x) { return v < x.first; });
+      if (it != done.begin() && a <= std::prev(it)->second) {
+        --it;
+        it->second = std::max(it->second, b);
+      } else {
+        it = done.insert(it, {a, b});
+      }
+      auto last = std::next(it);
+      while (last != done.end() && last->first <= it->second) it->second = std::max(it->second, (last++)->second);
+      done.erase(std::next(it), last);
+    }
   };
   std::map<std::string, Link> link_busy;
   bool registered = false;  // the collective at `next` has been announced to the other lanes
@@ -266,9 +281,11 @@ class Schedule {
       l.r.step_s = l.tc;
       for (auto& [s, t] : l.stream_free) l.r.step_s = std::max(l.r.step_s, t);
       for (auto& [level, link] : l.link_busy) {  // when each level's links carried this rank's transfers
-        std::vector<std::pair<double, double>> iv = link.done;
+        std::vector<std::pair<double, double>> iv = std::move(link.done);
+        const size_t n = iv.size();
         for (const auto& u : link.live) iv.push_back({u.a, u.b});
-        std::sort(iv.begin(), iv.end());
+        std::sort(iv.begin() + (std::ptrdiff_t)n, iv.end());
+        std::inplace_merge(iv.begin(), iv.begin() + (std::ptrdiff_t)n, iv.end());
         auto& merged = l.r.link_busy[level];
         for (const auto& [a, b] : iv) {
           if (!merged.empty() && a <= merged.back().second) merged.back().second = std::max(merged.back().second, b);
@@ -392,7 +409,7 @@ class Schedule {
     if (link.live.size() >= link.retire_at) {  // t >= l.tc: a use that ended by then is passed over below
       std::vector<Lane::Use> keep;
       for (auto& u : link.live)
-        if (u.b <= l.tc && !(l.rec && u.seq >= l.rec->seq0)) link.done.push_back({u.a, u.b});  // a recorded pass's
+        if (u.b <= l.tc && !(l.rec && u.seq >= l.rec->seq0)) link.retire(u.a, u.b);  // a recorded pass's
                                                                                                 // pieces are read
         else keep.push_back(std::move(u));
       link.live = std::move(keep);
@@ -481,7 +498,7 @@ class Schedule {
     return sit->second;
   }
   void compute(Lane& l, const CostEvent& e) {
-    add_memory_sample(l.r.memory_samples, l.tc, e.memory);  // the memory over the step
+    l.r.memory_samples.add(l.tc, e.memory);  // the memory over the step
     if (l.rec) {
       MemoryBytes m = e.memory;
       for (int c = 0; c < kNumMemoryCategories; ++c) m[c] -= l.rec->run->kernel_shift[c];
@@ -846,7 +863,7 @@ class Schedule {
     };
     added(l.r.exposed_by_kind, rec->exposed_by_kind0, m->exposed_by_kind);
     added(l.r.comm_busy_by_group, rec->comm_busy0, m->comm_busy_by_group);
-    m->memory = std::move(rec->memory);
+    m->memory = std::make_shared<const MemoryTrack::Record>(std::move(rec->memory));
     m->exchanges.assign(rec->exchanges.begin(), rec->exchanges.end());
     for (auto& a : rec->algorithms) {  // the last name of each
       auto it = std::find_if(m->algorithms.begin(), m->algorithms.end(), [&](const auto& x) { return x.first == a.first; });
@@ -880,12 +897,12 @@ class Schedule {
     std::vector<int64_t> before_stream;
     for (const auto& s : m->entry_streams) before_stream.push_back(l.last_on_stream.at(s));
     l.r.spans.place(m->spans, tc0, l.index, (int64_t)begin, l.last_compute, std::move(before_stream));
-    for (const auto& [t, bytes] : m->memory) {
-      MemoryBytes b = bytes;
-      for (int c = 0; c < kNumMemoryCategories; ++c) b[c] += run.kernel_shift[c];
-      add_memory_sample(l.r.memory_samples, tc0 + t, b);
+    {
+      MemoryBytes shift{};
+      for (int c = 0; c < kNumMemoryCategories; ++c) shift[c] = run.kernel_shift[c];
+      l.r.memory_samples.place(m->memory, tc0, shift);
     }
-    for (const auto& [level, a, b] : m->link_uses) l.link_busy[level].done.push_back({tc0 + a, tc0 + b});
+    for (const auto& [level, a, b] : m->link_uses) l.link_busy[level].retire(tc0 + a, tc0 + b);
     for (const auto& [stream, t] : m->stream_free) l.stream_free[stream] = tc0 + t;
     for (const auto& [stream, i] : m->last_on_stream) l.last_on_stream[stream] = s0 + i;
     if (m->last_compute >= 0) l.last_compute = s0 + m->last_compute;

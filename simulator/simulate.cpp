@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <future>
 #include <limits>
 #include <sstream>
+#include <system_error>
 #include <thread>
 
 #include <omp.h>
@@ -144,10 +146,15 @@ SimResult simulate_step(const JobConfig& cfg, int world, const std::vector<SpecE
   for (size_t s = 0; s < plans.size(); ++s) ranks.push_back({plans[s].rank, (int)s, &plans[s].events});
   std::vector<RankTimeline> lanes = schedule_ranks(ranks, chip, sys, rpc, mode, act_scale, red_scale,
                                                    /*fp32_compute=*/act_scale == 1.0, &r.algorithms);
-  {  // the critical path across every lane (stage), before their spans move into the stages
-    std::vector<const Timeline*> spans;
-    for (const auto& l : lanes) spans.push_back(&l.r.spans);
-    r.critical = critical_path(spans);
+  // the critical path across every lane (stage), worked out beside the bubble's windows below (both only read
+  // the lanes' timelines; a second thread where one starts), before the spans move into the stages
+  std::vector<const Timeline*> lane_spans;
+  for (const auto& l : lanes) lane_spans.push_back(&l.r.spans);
+  std::future<CriticalPath> path;
+  try {
+    path = std::async(std::launch::async, [&lane_spans] { return critical_path(lane_spans); });
+  } catch (const std::system_error&) {  // no thread: worked out when it is asked for
+    path = std::async(std::launch::deferred, [&lane_spans] { return critical_path(lane_spans); });
   }
   // the step's split (compute, exposed communication, host-bound, per class and kind) is the busiest stage's:
   // the one with the most work, which bounds the pipeline (all of them without pp; the first on a tie); its
@@ -157,12 +164,14 @@ SimResult simulate_step(const JobConfig& cfg, int world, const std::vector<SpecE
   for (size_t s = 1; s < lanes.size(); ++s)
     if (work(lanes[s].r) > work(lanes[busiest].r)) busiest = s;
   r.busiest_stage = (int)busiest;
-  for (auto& l : lanes)  // memory per chip as priced: rpc ranks, activations and buffers in the param dtype
-    for (MemorySample& m : l.r.memory_samples)
-      for (int i = 0; i < kNumMemoryCategories; ++i)
-        m.bytes[i] *= rpc * (i == (int)MemoryCategory::Activations || i == (int)MemoryCategory::Communication
-                                 ? act_scale
-                                 : 1.0);
+  {  // memory per chip as priced: rpc ranks, activations and buffers in the param dtype
+    std::array<double, kNumMemoryCategories> per_chip{};
+    for (int i = 0; i < kNumMemoryCategories; ++i)
+      per_chip[i] = rpc * (i == (int)MemoryCategory::Activations || i == (int)MemoryCategory::Communication
+                               ? act_scale
+                               : 1.0);
+    for (auto& l : lanes) l.r.memory_samples.scale(per_chip);
+  }
   const SimResult& first = lanes[0].r;
   r.spans = first.spans;
   r.memory_samples = first.memory_samples;
@@ -208,6 +217,7 @@ SimResult simulate_step(const JobConfig& cfg, int world, const std::vector<SpecE
         idle[s] += (b - a) - busy;
       }
     }
+    r.critical = path.get();
     // the pipeline's bubble is the busiest stage's idle time; a lighter stage idles longer by its own imbalance
     r.bubble_s = idle[busiest];
     for (size_t s = 0; s < lanes.size(); ++s) {
@@ -225,6 +235,7 @@ SimResult simulate_step(const JobConfig& cfg, int world, const std::vector<SpecE
       r.stages.push_back(std::move(st));
     }
   }
+  if (path.valid()) r.critical = path.get();
   r.pipeline_s = window_total;
   r.bubble_fraction = window_total > 0 ? r.bubble_s / window_total : 0;
 

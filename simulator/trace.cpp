@@ -27,7 +27,7 @@ SimResult measured_timeline(const std::vector<CostEvent>& ev, double end, const 
     const double dur = std::max(0.0, next - e.t);
     if (e.kind == CostEvent::Kind::Compute) {
       r.spans.push_back({"compute", e.op, "compute", e.t, dur, e.flops, e.bytes, -1, 0, (int64_t)i});
-      add_memory_sample(r.memory_samples, e.t, e.memory);
+      r.memory_samples.add(e.t, e.memory);
       r.compute_s += dur;
     } else if (e.kind == CostEvent::Kind::CommStart) {
       comm_span[e.comm_id] = r.spans.size();

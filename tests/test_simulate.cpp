@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 
 #include <omp.h>
@@ -3224,6 +3225,65 @@ TEST(Simulation, RepeatedMicroBatchesPlanAsTracedOnes) {
 // slices (stream, name, event, dependency; start and duration within 1e-9 s), memory samples, sums, bubble,
 // critical path and the algorithms reported, on layouts with TP collectives in the passes, async TP's exchanges, FSDP, a host that holds the
 // device back (eager), a context-parallel ring and MoE dispatch; and most passes of a long schedule are placed so.
+// A pass's memory placed from its record reads as its kernels' memory added one by one, whatever the track held
+// before it (the same bytes as its last sample, a sample at the same time, nothing) and after it (more adds,
+// more copies); scaling applies to every sample.
+TEST(MemoryTrack, PlacedRecordsReadAsSamplesAddedOneByOne) {
+  std::mt19937 rng(7);
+  auto bytes = [&](int v) {
+    MemoryBytes b{};
+    for (size_t c = 0; c < b.size(); ++c) b[c] = (int64_t)(c + 1) * v;
+    return b;
+  };
+  int placed_whole = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    // a record: kernels at quarter-second offsets (repeats: same time), memory from a few levels (repeats: unchanged)
+    std::vector<std::pair<double, MemoryBytes>> kernels;
+    double t = 0;
+    const int n = 1 + (int)(rng() % 12);
+    for (int k = 0; k < n; ++k) {
+      t += 0.25 * (double)(rng() % 3);
+      kernels.push_back({t, bytes((int)(rng() % 4))});
+    }
+    auto record = std::make_shared<const MemoryTrack::Record>(kernels);
+    MemoryTrack placed, added;
+    double now = 0;
+    for (int step = 0; step < 6; ++step) {
+      if (rng() % 3 == 0) {  // a kernel of its own
+        now += 0.25 * (double)(rng() % 2);
+        const MemoryBytes b = bytes((int)(rng() % 4));
+        placed.add(now, b);
+        added.add(now, b);
+      } else {  // a copy of the record, shifted
+        const MemoryBytes shift = bytes((int)(rng() % 2));
+        const size_t before = placed.placed_copies();
+        placed.place(record, now, shift);
+        for (const auto& [dt, b] : kernels) {
+          MemoryBytes x = b;
+          for (size_t c = 0; c < x.size(); ++c) x[c] += shift[c];
+          added.add(now + dt, x);
+        }
+        placed_whole += placed.placed_copies() > before;
+        now += kernels.back().first;
+      }
+    }
+    std::array<double, kNumMemoryCategories> f{};
+    for (size_t c = 0; c < f.size(); ++c) f[c] = 0.5 * (double)(c + 1);
+    if (trial % 2) placed.scale(f), added.scale(f);
+    ASSERT_EQ(placed.size(), added.size()) << "trial " << trial;
+    size_t i = 0;
+    for (const MemorySample& m : placed) {
+      const MemorySample a = added[i], p = placed[i];
+      ASSERT_EQ(m.t, a.t) << "trial " << trial << ", sample " << i;
+      ASSERT_EQ(m.bytes, a.bytes) << "trial " << trial << ", sample " << i;
+      ASSERT_EQ(p.t, a.t) << "trial " << trial << ", sample " << i << " indexed";
+      ASSERT_EQ(p.bytes, a.bytes) << "trial " << trial << ", sample " << i << " indexed";
+      ++i;
+    }
+  }
+  EXPECT_GT(placed_whole, 100) << "copies placed by reference";
+}
+
 // A placed copy of a record reads as the slices the scheduler would have appended one by one: start shifted,
 // its coded dependencies, flow and event indices made absolute; editing one writes its copy out and changes
 // nothing else.
