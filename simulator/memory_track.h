@@ -5,11 +5,15 @@
 // record's samples from where it starts: the first ones one by one against the track's last sample, until the
 // track's last sample is the one the record kept at that point; the record's later samples follow it unchanged
 // (add's choices depend on the last sample only), so they are held by reference, the last one owned (a later
-// add may replace it). Reading gives what adding each kernel's memory one by one would have kept.
+// add may replace it). Reading gives what adding each kernel's memory one by one would have kept, with one
+// rounding difference: the record decides "a sample at the same time" on times from the pass's start, so two
+// kernels less than a rounding step of the start apart (~1e-15 s into a step of seconds) keep two samples
+// where adding them at their absolute times could have kept one.
 #pragma once
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -54,8 +58,11 @@ class MemoryTrack {
 
   class const_iterator {  // yields samples by value, in order
    public:
+    using iterator_category = std::input_iterator_tag;
     using value_type = MemorySample;
     using difference_type = std::ptrdiff_t;
+    using reference = MemorySample;  // by value
+    using pointer = void;
     MemorySample operator*() const;
     const_iterator& operator++();
     bool operator==(const const_iterator& o) const { return i_ == o.i_; }

@@ -45,8 +45,9 @@ ClassSum class_of(const CostEvent& e) {
 // by event, a copy that starts from a like state takes the same course as the last one did, shifted in time:
 // the same kernels, waits and transfers at the same offsets. So the first copy of a record priced from a given
 // state is recorded (Recording) relative to where it began, and the next copies that start from a like state
-// are placed as that record (PassMemo) in one step: their slices placed by reference to the record (a Timeline
-// copy, timeline.h), memory samples and sums appended shifted, the clocks advanced. A state is alike when
+// are placed as that record (PassMemo) in one step: their slices and memory samples placed by reference to the
+// record (timeline.h, memory_track.h), the link pieces and sums added shifted, the clocks advanced. A state is
+// alike when
 //   - no fused chain is open, the compute stream has (or has not) a slice before, and every process-group
 //     stream busy past the compute clock (by more than kLikeSeconds: a rounding remainder is no transfer) is
 //     busy to the same offset (within kLikeSeconds), with the same

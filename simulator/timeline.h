@@ -10,6 +10,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -95,8 +96,11 @@ class Timeline {
 
   class const_iterator {  // yields slices by value, in order
    public:
+    using iterator_category = std::input_iterator_tag;
     using value_type = SimSpan;
     using difference_type = std::ptrdiff_t;
+    using reference = SimSpan;  // by value
+    using pointer = void;
     SimSpan operator*() const;
     const_iterator& operator++();
     bool operator==(const const_iterator& o) const { return i_ == o.i_; }

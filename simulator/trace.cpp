@@ -81,6 +81,13 @@ std::string hex_id(int pid, int64_t n) {
 void write_chrome_trace(const SimResult& r, const std::string& path, const TraceLayout& layout) {
   std::ofstream o(path);
   TITAN_CHECK(o.good(), "trace: cannot write '", path, "'");
+  // the timelines, read at random below, as vectors: rank 0's and each stage's (placed passes written out once)
+  const std::vector<SimSpan> rank0_spans(r.spans.begin(), r.spans.end());
+  std::vector<std::vector<SimSpan>> stage_spans;
+  for (const SimStage& st : r.stages) stage_spans.emplace_back(st.spans.begin(), st.spans.end());
+  auto lane_spans = [&](int lane) -> const std::vector<SimSpan>& {
+    return r.stages.empty() ? rank0_spans : stage_spans[(size_t)lane];
+  };
   const int first_chip = layout.first_chip;
   // the chips drawn: the first n_chips; or (n_chips 0) one per distinct timeline (pipeline stage), each standing
   // for the chips that run alike (SPMD), named with their range
@@ -119,11 +126,11 @@ void write_chrome_trace(const SimResult& r, const std::string& path, const Trace
     const int c = chips[(size_t)cc], pid = c + layout.pid_offset + 1;  // >= 1, distinct per chip: files merge cleanly
     chip_pid[cc] = pid;
     // the chip's pipeline stage (its first rank's): a stage's chips share its timeline
-    const Timeline* spans = &r.spans;
+    const std::vector<SimSpan>* spans = &rank0_spans;
     std::string stage;
     if (!r.stages.empty()) {
       const size_t st = std::min(r.stages.size() - 1, (size_t)(c * r.ranks_per_chip / per_stage));
-      spans = &r.stages[st].spans;
+      spans = &stage_spans[st];
       stage = ", pipeline stage " + std::to_string(st);
       chip_lane[cc] = (int)st;
     }
@@ -248,7 +255,7 @@ void write_chrome_trace(const SimResult& r, const std::string& path, const Trace
   // a Trainium core's engines (priced by engines, simulator/engines.h), under the first drawn chip: a row per
   // engine that ran something, each kernel a slice from its start for the time that engine was busy in it
   {
-    const auto& spans = r.stages.empty() ? r.spans : r.stages[(size_t)chip_lane[0]].spans;
+    const auto& spans = lane_spans(chip_lane[0]);
     static const char* names[5] = {"Tensor engine", "Vector engine", "Scalar engine", "GpSimd engine", "DMA queues"};
     for (int eng = 0; eng < 5; ++eng) {
       bool any = false;
@@ -274,7 +281,7 @@ void write_chrome_trace(const SimResult& r, const std::string& path, const Trace
   for (int cc = 0; cc < n_chips; ++cc) {
     const int pid = chip_pid[cc];
     const bool staged = !r.stages.empty();
-    const auto& spans = staged ? r.stages[(size_t)chip_lane[cc]].spans : r.spans;
+    const auto& spans = lane_spans(chip_lane[cc]);
     const auto& samples = staged ? r.stages[(size_t)chip_lane[cc]].memory_samples : r.memory_samples;
     const auto& links = staged ? r.stages[(size_t)chip_lane[cc]].link_busy : r.link_busy;
     auto counter = [&](const std::string& name, long long ts, const std::string& args) {
@@ -320,9 +327,7 @@ void write_chrome_trace(const SimResult& r, const std::string& path, const Trace
   // after its send (pipeline); a kernel the host held (host). Stalls on collectives have their arrows above.
   std::map<int, int> drawn_lane;  // lane -> the first drawn chip showing it
   for (int cc = n_chips - 1; cc >= 0; --cc) drawn_lane[chip_lane[cc]] = cc;
-  auto span_of = [&](int cc) -> const Timeline& {
-    return r.stages.empty() ? r.spans : r.stages[(size_t)chip_lane[cc]].spans;
-  };
+  auto span_of = [&](int cc) -> const std::vector<SimSpan>& { return lane_spans(chip_lane[cc]); };
   auto mid = [](const SimSpan& s) { return to_ns(s.start) + (std::max(0LL, to_ns(s.start + s.dur) - to_ns(s.start))) / 2; };
   int64_t typed = 0;
   for (int cc = 0; cc < n_chips; ++cc) {
@@ -362,7 +367,7 @@ void write_chrome_trace(const SimResult& r, const std::string& path, const Trace
       if (b <= a) continue;
       std::string name = g.what;
       if (g.span.valid()) {
-        const auto& spans = r.stages.empty() ? r.spans : r.stages[(size_t)g.span.lane].spans;
+        const auto& spans = lane_spans(g.span.lane);
         if (g.span.span < (int64_t)spans.size() && g.what.rfind("waiting", 0) != 0)
           name = std::string(spans[(size_t)g.span.span].name);
         if (!r.stages.empty()) name += " [stage " + std::to_string(g.span.lane) + "]";

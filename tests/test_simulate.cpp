@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -2191,10 +2192,10 @@ TEST(Simulation, AProfiledPipelineStageIsSimulatedWithItsMeasuredArrivals) {
   const sim::SystemSpec sys = sim::load_system("cpu-host");
   const sim::ChipSpec chip = sim::load_chip(sys.chip_name);
   const StepComparison c = compare_step(ev, 0.031, chip, sys, 2, 2, /*rank=*/1);
-  const SimSpan* linear = nullptr;
+  std::optional<SimSpan> linear;
   for (const SimSpan& s : c.simulated.spans)
-    if (s.name == "linear") linear = &s;
-  ASSERT_NE(linear, nullptr);
+    if (s.name == "linear") linear = s;
+  ASSERT_TRUE(linear.has_value());
   EXPECT_NEAR(linear->start, 0.030, 1e-12);  // after the measured arrival
   EXPECT_EQ(c.rows.size(), 2u);              // the receive and the linear
 }
@@ -3350,6 +3351,23 @@ TEST(Timeline, PlacedCopiesReadAsAppendedSlices) {
   for (size_t i = 0; i < flat.size(); ++i) EXPECT_TRUE(same(flat[i], want[i])) << "flat: slice " << i;
   EXPECT_EQ(t.placed_copies(), 0u);
   check("flat");
+
+  // copies first and back to back, then an owned slice: editing it leaves the copies placed
+  t = Timeline();
+  want.clear();
+  place(0, 0, 7, {0, 0});
+  place(2, 10, 2, {0, 1});
+  t.push_back(slice("tail", 3, 1, {7, 5}, -1, 20));
+  want.push_back(slice("tail", 3, 1, {7, 5}, -1, 20));
+  check("back to back");
+  t.edit(6).dur = 4;
+  want[6].dur = 4;
+  EXPECT_EQ(t.placed_copies(), 2u);
+  check("owned slice after copies edited");
+  t.edit(1).dur = 5;  // the first copy written out; the second stays placed, its indices unchanged
+  want[1].dur = 5;
+  EXPECT_EQ(t.placed_copies(), 1u);
+  check("first of two copies edited");
 }
 
 TEST(Simulation, RepeatedPassesPlaceAsPricedOnes) {
@@ -3470,10 +3488,22 @@ TEST(Simulation, RepeatedPassesPlaceAsPricedOnes) {
       for (const auto& [level, iv] : b.link_busy) {
         const auto& jv = a.link_busy.at(level);
         ASSERT_EQ(jv.size(), iv.size()) << where << " " << level;
-        for (size_t i = 0; i < iv.size(); ++i) EXPECT_NEAR(jv[i].second - jv[i].first, iv[i].second - iv[i].first, tol);
+        for (size_t i = 0; i < iv.size(); ++i) {
+          EXPECT_NEAR(jv[i].first, iv[i].first, tol) << where << " " << level << ", interval " << i;
+          EXPECT_NEAR(jv[i].second, iv[i].second, tol) << where << " " << level << ", interval " << i;
+        }
       }
     }
-    if (c.places) EXPECT_GT(n, 0) << c.name << ": no pass placed whole";
+    if (c.places) {
+      EXPECT_GT(n, 0) << c.name << ": no pass placed whole";
+      size_t slices_by_reference = 0, samples_by_reference = 0;  // what the timeline holds as copies of a record
+      for (const auto& st : placed.stages) {
+        slices_by_reference += st.spans.placed_copies();
+        samples_by_reference += st.memory_samples.placed_copies();
+      }
+      EXPECT_GT(slices_by_reference, 0u) << c.name;
+      EXPECT_GT(samples_by_reference, 0u) << c.name;
+    }
     if (c.host_bound) EXPECT_GT(priced.host_wait_s, 0) << c.name << ": not host-bound";
   }
   // a long schedule: most of a stage's passes are placed whole

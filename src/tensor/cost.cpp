@@ -137,12 +137,14 @@ void charge_cost_scopes(const char* op, double flops, double bytes) {
   }
 }
 
-// Grows the event list by doubling into a buffer advised to huge pages before anything touches it (a 16k-chip
-// plan records ~10^6 events: with 4 KiB pages each page's first touch faulted).
+// Grows the event list four times at a time into a buffer advised to huge pages before anything touches it (a
+// 16k-chip plan records ~10^6 events: with 4 KiB pages each page's first touch faulted). What a buffer holds is
+// copied into the next one and its pages freed: growing by 4 touches 4/3 of the final size where doubling touched
+// twice it (a capacity not reached is never touched, so costs nothing).
 void CostTrace::grow() {
   if (events_.size() < events_.capacity()) return;
   std::vector<CostEvent> bigger;
-  const size_t cap = std::max<size_t>(1024, 2 * events_.capacity());
+  const size_t cap = std::max<size_t>(1024, 4 * events_.capacity());
   bigger.reserve(cap);
   advise_huge_pages(bigger.data(), cap * sizeof(CostEvent));
   bigger.insert(bigger.end(), std::make_move_iterator(events_.begin()), std::make_move_iterator(events_.end()));
