@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "simulator/placed_copies.h"
 #include "src/tensor/memory.h"
 
 namespace titan {
@@ -29,70 +30,42 @@ struct MemorySample {
 };
 using MemoryBytes = std::array<int64_t, kNumMemoryCategories>;
 
-class MemoryTrack {
+// A pass's memory as recorded: per kernel, its time from the pass's start and its bytes less the run's shift;
+// and what MemoryTrack::add keeps of them on an empty track.
+class MemoryRecord {
  public:
-  // A pass's memory as recorded: per kernel, its time from the pass's start and its bytes less the run's shift;
-  // and what add() keeps of them on an empty track.
-  class Record {
-   public:
-    explicit Record(std::vector<std::pair<double, MemoryBytes>> kernels);
+  explicit MemoryRecord(std::vector<std::pair<double, MemoryBytes>> kernels);
+  const std::vector<std::pair<double, MemoryBytes>>& kernels() const { return kernels_; }
+  const std::vector<std::pair<double, MemoryBytes>>& kept() const { return kept_; }
+  size_t kept_after(size_t j) const { return tail_[j]; }  // kept()'s last index once kernels()[j] is added
 
-   private:
-    friend class MemoryTrack;
-    std::vector<std::pair<double, MemoryBytes>> kernels_;
-    std::vector<std::pair<double, MemoryBytes>> kept_;
-    std::vector<size_t> tail_;  // kept_'s last index once kernels_[j] is added
-  };
+ private:
+  std::vector<std::pair<double, MemoryBytes>> kernels_, kept_;
+  std::vector<size_t> tail_;
+};
 
+// kept()[first, first + count) of a record, placed from t0 with `shift` more bytes, times `factor` per category
+struct PlacedSamples {
+  std::shared_ptr<const MemoryRecord> record;
+  size_t first = 0, count = 0;
+  double t0 = 0;
+  MemoryBytes shift{};
+  std::array<double, kNumMemoryCategories> factor{1, 1, 1, 1, 1, 1};
+  size_t n() const { return count; }
+  MemorySample item(size_t k) const;
+};
+
+class MemoryTrack : public PlacedCopies<MemorySample, PlacedSamples> {
+ public:
+  using Record = MemoryRecord;
   // Appends the memory held at `t` where it changed (a sample at the same time is replaced: the later holds).
   void add(double t, const MemoryBytes& bytes);
   // The record's kernels from t0 on, each `shift` bytes more: as add() one by one would keep them.
-  void place(const std::shared_ptr<const Record>& record, double t0, const MemoryBytes& shift);
-  // Every sample's bytes of category c times f[c] from now on (as read).
+  void place(const std::shared_ptr<const MemoryRecord>& record, double t0, const MemoryBytes& shift);
+  // Every sample's bytes of category c times f[c], once the track is complete (once: the per-chip scaling).
   void scale(const std::array<double, kNumMemoryCategories>& f);
 
-  size_t size() const { return own_.size() + placed_samples_; }
-  bool empty() const { return size() == 0; }
-  MemorySample operator[](size_t i) const;
-  size_t placed_copies() const { return placed_.size(); }
-
-  class const_iterator {  // yields samples by value, in order
-   public:
-    using iterator_category = std::input_iterator_tag;
-    using value_type = MemorySample;
-    using difference_type = std::ptrdiff_t;
-    using reference = MemorySample;  // by value
-    using pointer = void;
-    MemorySample operator*() const;
-    const_iterator& operator++();
-    bool operator==(const const_iterator& o) const { return i_ == o.i_; }
-    bool operator!=(const const_iterator& o) const { return i_ != o.i_; }
-
-   private:
-    friend class MemoryTrack;
-    const MemoryTrack* t_ = nullptr;
-    size_t i_ = 0, copy_ = 0, own_ = 0;  // sample index; the next (or current) placed copy; the next owned sample
-  };
-  const_iterator begin() const;
-  const_iterator end() const;
-
  private:
-  struct Copy {  // kept_[first, first + n) of a record, placed
-    std::shared_ptr<const Record> record;
-    size_t first = 0, n = 0;
-    size_t at = 0;            // the index of its first sample
-    size_t owned_before = 0;  // owned samples before it
-    double t0 = 0;
-    MemoryBytes shift{};
-    MemorySample sample(size_t k) const;  // unscaled
-  };
-  MemorySample scaled(MemorySample s) const;
-  MemorySample raw(size_t i) const;
-
-  std::vector<MemorySample> own_;  // the owned samples in order (the track's last sample is always one)
-  std::vector<Copy> placed_;       // the placed copies in order
-  size_t placed_samples_ = 0;
-  std::array<double, kNumMemoryCategories> scale_{};
   bool scaled_ = false;
 };
 

@@ -6,15 +6,16 @@
 // first slices wait for before it. Reading a slice of a placed copy gives it as the event-by-event schedule would
 // have appended it (start shifted, its dependency, flow and event indices made absolute), so a stage of 700k
 // slices holds a few thousand records' worth of memory and placing a pass copies no slice. Slices are read by
-// value (operator[], iteration); editing one (edit) first writes out the copy it is in.
+// value (operator[], iteration); editing one (edit) first writes out the copy it is in (placed_copies.h).
 #pragma once
 #include <array>
 #include <cstdint>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "simulator/placed_copies.h"
 
 namespace titan {
 
@@ -73,65 +74,33 @@ struct SimSpan {  // one slice of the timeline (seconds from the step's start)
   SpanRef dep;               // what it waited for (simulated timelines)
 };
 
-class Timeline {
+// A copy of a record's slices placed on a lane: its k-th slice is the record's, start shifted by t0, its coded
+// dependency resolved (timeline.h's kDep* codes), flow and event indices made absolute.
+struct PlacedSlices {
+  std::shared_ptr<const std::vector<SimSpan>> record;  // start: offset; dep coded; flow_to, event: offsets
+  double t0 = 0;
+  int lane = 0;
+  int64_t s0 = 0;  // the index of its first slice on the lane
+  int64_t event0 = 0, before_compute = -1;
+  std::vector<int64_t> before_stream;
+  size_t n() const { return record->size(); }
+  SimSpan item(size_t k) const;
+};
+
+class Timeline : public PlacedCopies<SimSpan, PlacedSlices> {
  public:
   // a placed copy's slice waits for: a slice of the copy (SpanRef::span: its offset in the record), the
   // compute stream's slice before the copy, or the slice before it of the copy's before_stream[span]
   static constexpr int kDepInPass = -2, kDepBeforeCompute = -3, kDepBeforeStream = -4;
-  using Record = std::shared_ptr<const std::vector<SimSpan>>;  // start: offset; dep coded; flow_to, event: offsets
+  using Record = std::shared_ptr<const std::vector<SimSpan>>;
 
-  size_t size() const { return own_.size() + placed_slices_; }
-  bool empty() const { return size() == 0; }
-  SimSpan operator[](size_t i) const;
-  // slice i, to change: a placed copy holding it is written out first (its slices owned from then on)
-  SimSpan& edit(size_t i);
-  void push_back(SimSpan s) { own_.push_back(std::move(s)); }
   // appends the record's slices as a copy starting at time t0 on lane `lane`, its first event `event0`; the
   // compute stream's slice before it (-1: none) and before_stream's slices resolve its coded dependencies
   void place(Record record, double t0, int lane, int64_t event0, int64_t before_compute,
-             std::vector<int64_t> before_stream);
-  // every slice owned (no placed copy left), to change them in place
-  std::vector<SimSpan>& flat();
-  size_t placed_copies() const { return placed_.size(); }
-
-  class const_iterator {  // yields slices by value, in order
-   public:
-    using iterator_category = std::input_iterator_tag;
-    using value_type = SimSpan;
-    using difference_type = std::ptrdiff_t;
-    using reference = SimSpan;  // by value
-    using pointer = void;
-    SimSpan operator*() const;
-    const_iterator& operator++();
-    bool operator==(const const_iterator& o) const { return i_ == o.i_; }
-    bool operator!=(const const_iterator& o) const { return i_ != o.i_; }
-
-   private:
-    friend class Timeline;
-    const Timeline* t_ = nullptr;
-    size_t i_ = 0, copy_ = 0, own_ = 0;  // slice index; the next (or current) placed copy; the next owned slice
-  };
-  const_iterator begin() const;
-  const_iterator end() const;
-
- private:
-  struct Copy {
-    Record record;
-    size_t at = 0;         // the index of its first slice
-    size_t owned_before = 0;  // owned slices before it
-    double t0 = 0;
-    int lane = 0;
-    int64_t event0 = 0, before_compute = -1;
-    std::vector<int64_t> before_stream;
-    size_t n() const { return record->size(); }
-    SimSpan slice(size_t k) const;  // its k-th slice, placed
-  };
-  size_t copy_at(size_t i) const;  // the placed copy holding slice i, or placed_.size() (an owned slice)
-  void write_out(size_t c);        // placed copy c's slices become owned
-
-  std::vector<SimSpan> own_;   // the owned slices in order
-  std::vector<Copy> placed_;   // the placed copies in order
-  size_t placed_slices_ = 0;
+             std::vector<int64_t> before_stream) {
+    PlacedCopies::place(PlacedSlices{std::move(record), t0, lane, (int64_t)size(), event0, before_compute,
+                                     std::move(before_stream)});
+  }
 };
 
 }  // namespace titan
