@@ -26,14 +26,13 @@ CriticalPath critical_path(const std::vector<const Timeline*>& lanes) {
   CriticalPath p;
   SpanRef cur;
   double t = 0;
-  for (size_t l = 0; l < lanes.size(); ++l)  // the slice that ends last ends the step
-    {
-      int64_t i = 0;
-      for (const SimSpan& s : *lanes[l]) {
-        if (s.start + s.dur > t) t = s.start + s.dur, cur = {(int)l, i};
-        ++i;
-      }
+  for (size_t l = 0; l < lanes.size(); ++l) {  // the slice that ends last ends the step
+    int64_t i = 0;
+    for (const SimSpan& s : *lanes[l]) {
+      if (s.start + s.dur > t) t = s.start + s.dur, cur = {(int)l, i};
+      ++i;
     }
+  }
   p.length = t;
   auto at = [&](SpanRef r) { return (*lanes[(size_t)r.lane])[(size_t)r.span]; };
   size_t guard = 0, total = 0;

@@ -411,8 +411,7 @@ class Schedule {
       std::vector<Lane::Use> keep;
       for (auto& u : link.live)
         if (u.b <= l.tc && !(l.rec && u.seq >= l.rec->seq0)) link.retire(u.a, u.b);  // a recorded pass's
-                                                                                                // pieces are read
-        else keep.push_back(std::move(u));
+        else keep.push_back(std::move(u));                                           // pieces are read
       link.live = std::move(keep);
       link.retire_at = std::max<size_t>(16, 2 * link.live.size());
     }

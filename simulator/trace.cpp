@@ -35,8 +35,9 @@ SimResult measured_timeline(const std::vector<CostEvent>& ev, double end, const 
       if (e.peer < 0 && e.group.world_ranks && e.group.world_ranks->size() > 1) {  // a collective: linked at merge
         std::string m;
         for (int x : *e.group.world_ranks) m += (m.empty() ? "" : ",") + std::to_string(x);
-        r.spans.edit(r.spans.size() - 1).group_ranks = span_label(m);
-        r.spans.edit(r.spans.size() - 1).group_seq = seq[m]++;
+        SimSpan& last = r.spans.edit(r.spans.size() - 1);
+        last.group_ranks = span_label(m);
+        last.group_seq = seq[m]++;
       }
     } else {
       auto it = comm_span.find(e.comm_id);
