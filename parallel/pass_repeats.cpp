@@ -8,11 +8,9 @@
 
 namespace titan::parallel {
 
-PassRepeats::PassRepeats(const std::vector<PipelineAction>& actions, bool training, std::vector<int64_t> stages,
-                         const FSDP* fsdp, bool meta)
+PassRepeats::PassRepeats(const std::vector<PipelineAction>& actions, bool training, const FSDP* fsdp, bool meta)
     : actions_(actions),
       training_(training),
-      stages_(std::move(stages)),
       fsdp_(fsdp),
       on_(meta && default_device() == Device::Meta && CostTrace::current() != nullptr &&
           !CostTrace::current()->timed() && repeated_cost_segments()) {
@@ -23,7 +21,7 @@ PassRepeats::PassRepeats(const std::vector<PipelineAction>& actions, bool traini
       last_backward_[actions_[k].stage] = k;
     }
   for (size_t k = 0; k < actions_.size(); ++k)
-    if (last_pass(k)) traced_always_.push_back(k);
+    if (last_pass(k) && actions_[k].kind == PipelineAction::Backward) last_backwards_.push_back(k);
 }
 
 bool PassRepeats::last_pass(size_t ai) const {
@@ -31,10 +29,13 @@ bool PassRepeats::last_pass(size_t ai) const {
   return training_ && it != last_backward_.end() && actions_[it->second].microbatch == actions_[ai].microbatch;
 }
 
-bool PassRepeats::all_steady() const {
-  for (int64_t st : stages_) {
-    auto it = passes_.find(st);
-    if (it == passes_.end() || !it->second.forward_steady || !it->second.backward_steady) return false;
+bool PassRepeats::steady_through(size_t ai, size_t bi) const {
+  for (size_t k = ai + 1; k <= bi; ++k) {
+    auto it = passes_.find(actions_[k].stage);
+    if (it == passes_.end()) return false;
+    const Passes& ps = it->second;
+    if (actions_[k].kind == PipelineAction::Forward ? !ps.forward_steady : !(ps.backward && ps.backward_steady))
+      return false;
   }
   return true;
 }
@@ -46,8 +47,8 @@ bool PassRepeats::forward(size_t ai) {
   if (!ps.forward_steady || last_pass(ai) || state() != ps.forward_state) return false;
   if (!training_) return true;
   const size_t bi = backward_at_.at({a.stage, a.microbatch});
-  auto it = std::upper_bound(traced_always_.begin(), traced_always_.end(), ai);
-  return all_steady() && !(it != traced_always_.end() && *it < bi);
+  auto it = std::upper_bound(last_backwards_.begin(), last_backwards_.end(), ai);
+  return !(it != last_backwards_.end() && *it < bi) && steady_through(ai, bi);
 }
 
 bool PassRepeats::backward(size_t ai, bool forward_repeated) {
@@ -99,16 +100,19 @@ void PassRepeats::begin() {
 
 void PassRepeats::record(std::shared_ptr<const CostSegment>& last, std::vector<int64_t>& last_state, bool& steady,
                          CostSegment seg) {
-  steady = seg.repeatable && recording_state_ == state() && last && recording_state_ == last_state &&
-           seg.same_as(*last);
-  last = std::make_shared<const CostSegment>(std::move(seg));
+  const bool alike = seg.repeatable && last && seg.same_as(*last);
+  steady = alike && recording_state_ == state() && recording_state_ == last_state;
+  if (alike)
+    recording_->refer_to(last);  // the trace holds this pass as the record it repeats
+  else
+    last = std::make_shared<const CostSegment>(std::move(seg));
+  recording_.reset();
   last_state = std::move(recording_state_);
 }
 
 void PassRepeats::end_forward(int64_t stage, const Tensor& output, Routed routed, bool keeps_graph) {
   if (!recording_) return;
   CostSegment seg = recording_->finish();
-  recording_.reset();
   Passes& ps = passes_[stage];
   if (output.defined()) ps.output_category = output.impl()->storage->category();
   ps.keeps_graph = ps.keeps_graph || keeps_graph;
@@ -120,7 +124,6 @@ void PassRepeats::end_forward(int64_t stage, const Tensor& output, Routed routed
 void PassRepeats::end_backward(int64_t stage, const Tensor& input_grad) {
   if (!recording_) return;
   CostSegment seg = recording_->finish();
-  recording_.reset();
   Passes& ps = passes_[stage];
   if (input_grad.defined()) ps.grad_category = input_grad.impl()->storage->category();
   record(ps.backward, ps.backward_state, ps.backward_steady, std::move(seg));

@@ -8,10 +8,11 @@
 // (replay_cost_segment, src/tensor/cost_segment.h) instead of being traced:
 //  - a backward is repeated when its forward was (no graph was built) or when its record is steady; the stage's
 //    last backward (FSDP's reduction) and so its forward are always traced;
-//  - a forward is repeated only where its backward can be too: every stage of the rank is steady (the first
-//    passes, which may change the state, are done) and no always-traced pass runs between the two; where the
-//    state still moved before such a backward, the plan is refused (CostSegmentRefused) and made again tracing
-//    every pass (plan_step);
+//  - a forward is repeated only where its backward can be too: every pass the rank runs between the two (its
+//    backward included) is of a stage and kind already steady (a stage's first passes may change the state) and
+//    none is a stage's last backward (FSDP's reduction changes it; a last forward is traced but leaves it as any
+//    other); where the state still moved before such a backward, the plan is refused (CostSegmentRefused) and
+//    made again tracing every pass (plan_step);
 //  - a stage whose model keeps its last forward's MoE auxiliary loss (whose graph holds that forward's
 //    activations until a later forward replaces it) repeats nothing.
 // Simulation.RepeatedMicroBatchesPlanAsTracedOnes holds plans made so to the fully traced ones, event by event.
@@ -33,10 +34,9 @@ class PassRepeats {
  public:
   using Routed = std::vector<std::vector<int64_t>>;  // per MoE layer: tokens per expert
   // `actions`: the rank's schedule (kept by reference: it must outlive this); `training`: with backward passes;
-  // `stages`: the rank's; `fsdp`: may be null. Active only on meta tensors (`meta`, and the default device)
+  // `fsdp`: may be null. Active only on meta tensors (`meta`, and the default device)
   // under an untimed cost trace with repeats allowed (repeated_cost_segments()); else nothing is repeated or recorded.
-  PassRepeats(const std::vector<PipelineAction>& actions, bool training, std::vector<int64_t> stages,
-              const FSDP* fsdp, bool meta);
+  PassRepeats(const std::vector<PipelineAction>& actions, bool training, const FSDP* fsdp, bool meta);
 
   // Whether the forward of action `ai` is repeated. Whether its backward is (`forward_repeated`: its forward
   // was): where it must be and cannot, throws CostSegmentRefused.
@@ -67,7 +67,9 @@ class PassRepeats {
   };
   std::vector<int64_t> state() const { return fsdp_ ? fsdp_->pass_state() : std::vector<int64_t>{}; }
   bool last_pass(size_t ai) const;  // the action is of its stage's last micro-batch (always traced)
-  bool all_steady() const;
+  // every pass from after action `ai` through action `bi` is of a stage and kind recorded steady (left the state
+  // as it found it)
+  bool steady_through(size_t ai, size_t bi) const;
   void record(std::shared_ptr<const CostSegment>& last, std::vector<int64_t>& last_state, bool& steady,
               CostSegment seg);
   Tensor settle(std::shared_ptr<MemoryCharge>& charge, const MemoryStats& start, const CostSegment& seg,
@@ -75,13 +77,12 @@ class PassRepeats {
 
   const std::vector<PipelineAction>& actions_;
   bool training_;
-  std::vector<int64_t> stages_;
   const FSDP* fsdp_;
   bool on_;
   std::map<int64_t, Passes> passes_;  // by stage
   std::map<int64_t, size_t> last_backward_;                     // stage -> its last backward's action
   std::map<std::pair<int64_t, int64_t>, size_t> backward_at_;  // (stage, micro-batch) -> its backward's action
-  std::vector<size_t> traced_always_;                           // the actions of the stages' last micro-batches
+  std::vector<size_t> last_backwards_;                          // the stages' last backwards (they reduce), in order
   std::optional<CostSegmentRecorder> recording_;               // the traced pass's
   std::vector<int64_t> recording_state_;                       //   and the state it began in
 };

@@ -212,7 +212,7 @@ Pipeline::Result Pipeline::run(const Batch& b, double loss_scale, bool reduce, b
   // them all now (FSDP::prefetch_all), so a later stage's arrive while the earlier stages fill the pipeline
   if (fsdp && fsdp->gathers_stage_at_start()) fsdp->prefetch_all();
   // planning: the passes repeated from their record instead of traced (pass_repeats.h)
-  PassRepeats repeats(actions, backward, layout_.stages_of(mesh_.pp_rank), fsdp, meta);
+  PassRepeats repeats(actions, backward, fsdp, meta);
   auto add_routed = [&r](const PassRepeats::Routed& routed) {
     if (r.routed.empty()) r.routed = routed;
     else

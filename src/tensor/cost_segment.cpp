@@ -90,6 +90,16 @@ CostSegment CostSegmentRecorder::finish() {
   return seg;
 }
 
+void CostSegmentRecorder::refer_to(const std::shared_ptr<const CostSegment>& rec) {
+  TITAN_CHECK(finished_ && rec && trace_ && CostTrace::current() == trace_ && !trace_->timed() &&
+                  trace_->runs_.size() == first_run_ && trace_->events_.size() - first_ == rec->events.size(),
+              "CostSegmentRecorder::refer_to: only a finished, repeatable stretch of an untimed trace, recorded "
+              "alike to the record (", trace_ ? trace_->events_.size() - first_ : 0, " events against ",
+              rec ? rec->events.size() : 0, ")");
+  trace_->events_.resize(first_);
+  trace_->runs_.push_back({first_, rec, before_.current, {}, next_comm_ids(rec->distinct_ids)});
+}
+
 void replay_cost_segment(const std::shared_ptr<const CostSegment>& rec) {
   const CostSegment& seg = *rec;
   ++g_repeated;

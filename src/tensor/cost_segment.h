@@ -50,6 +50,11 @@ class CostSegmentRecorder {
   CostSegmentRecorder(const CostSegmentRecorder&) = delete;
   CostSegmentRecorder& operator=(const CostSegmentRecorder&) = delete;
   CostSegment finish();
+  // After finish(), for a stretch recorded alike to `rec` (its segment same_as *rec, repeatable): the trace holds
+  // it as a reference to `rec`, as replay_cost_segment appends one (fresh collective ids), instead of its own
+  // events, so what reads the trace (the scheduler) meets one record for the passes that ran alike. The cost
+  // scopes and the tracker keep what the traced ops gave them.
+  void refer_to(const std::shared_ptr<const CostSegment>& rec);
 
  private:
   CostTrace* trace_;
