@@ -30,7 +30,7 @@ bool PassRepeats::last_pass(size_t ai) const {
 }
 
 bool PassRepeats::steady_through(size_t ai, size_t bi) const {
-  for (size_t k = ai + 1; k <= bi; ++k) {
+  for (size_t k = bi; k > ai; --k) {  // from the backward down: a pass not yet steady is likelier late
     auto it = passes_.find(actions_[k].stage);
     if (it == passes_.end()) return false;
     const Passes& ps = it->second;
