@@ -200,6 +200,8 @@ std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>
   // under op-level selective checkpointing the projections are kept or recomputed as their unfused GEMMs would be;
   // the gather runs in every run (the backward reads it), the GEMMs a recompute needs on its steps
   Tensor X;  // [B, S, H] the gathered input, sequence order
+  std::vector<bool> scaled(n);  // the FP8 projections: float8 GEMMs, which the save list does not keep
+  for (size_t i = 0; i < n; ++i) scaled[i] = k[i].has_value();
   V outs = autograd::sac_forward_matmuls(n, false, [&](const std::vector<bool>& need) {
     NoGradGuard ng;
     V Y(n);  // [p R, N_i] chunk-major outputs (those needed)
@@ -253,7 +255,7 @@ std::vector<Tensor> all_gather_linear(const Tensor& x, const std::vector<Tensor>
     for (size_t i = 0; i < n; ++i)
       if (need[i]) y[i] = from_chunks(Y[i], B, p);  // [B, S, N_i]
     return y;
-  });
+  }, scaled);
   V inputs = {x};
   for (const Tensor& w : ws) inputs.push_back(w);
   std::vector<bool> has_b(n);
@@ -377,7 +379,7 @@ Tensor linear_reduce_scatter(const Tensor& x, const Tensor& w, const PG& p2p, co
   // ---- forward: step t computes chunk (r - t - 1) mod p's partial product while the sum of the steps before
   // travels, adds the sum received and sends it on; the last step's chunk is this rank's own
   // under op-level selective checkpointing kept, as the unfused reduce-scatter is (the save list keeps it): a
-  // recompute runs nothing of it; its GEMM counts as the unfused one's matmul
+  // recompute runs nothing of it; its GEMM counts as the unfused one's matmul (a float8 one counts as none)
   Tensor x2;  // [B S, K] the input as the weight gradient reads it (sequence order; its bf16 pack under autocast)
   {
     NoGradGuard ng;
@@ -409,7 +411,7 @@ Tensor linear_reduce_scatter(const Tensor& x, const Tensor& w, const PG& p2p, co
       else out = acc.reshape({B, s, N});
     }
     return V{out};
-  })[0];
+  }, std::vector<bool>{k.has_value()})[0];
   const bool need_x = x.requires_grad(), need_w = w.requires_grad();
   return autograd::record(
       "linear_reduce_scatter", {x, w}, y,

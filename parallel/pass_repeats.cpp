@@ -100,7 +100,7 @@ void PassRepeats::begin() {
 
 void PassRepeats::record(std::shared_ptr<const CostSegment>& last, std::vector<int64_t>& last_state, bool& steady,
                          CostSegment seg) {
-  const bool alike = seg.repeatable && last && seg.same_as(*last);
+  const bool alike = seg.repeatable && last && last->repeatable && seg.same_as(*last);
   steady = alike && recording_state_ == state() && recording_state_ == last_state;
   if (alike)
     recording_->refer_to(last);  // the trace holds this pass as the record it repeats

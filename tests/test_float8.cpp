@@ -266,8 +266,8 @@ TEST(Float8, HighPrecisionCastsAreThePlainLinear) {
   EXPECT_LT(rel_err(gb, b2.grad()), 1e-6);
 }
 
-// Op-level selective checkpointing keeps or recomputes the float8 linear as one matmul-like op: the gradients
-// (bias included) are those of the run without checkpointing, bit for bit.
+// Op-level selective checkpointing recomputes the float8 linear, casts and GEMM: the gradients (bias included) are
+// those of the run without checkpointing, bit for bit.
 TEST(Float8, SelectiveCheckpointingRecomputesTheSameCasts) {
   Generator g(5);
   const Tensor x0 = randn({64, 32}, g), w1 = randn({48, 32}, g, DType::F32, 0.2), w2 = randn({32, 48}, g, DType::F32, 0.2);
@@ -287,6 +287,38 @@ TEST(Float8, SelectiveCheckpointingRecomputesTheSameCasts) {
   };
   const auto plain = run(false), ckpt = run(true);
   for (size_t i = 0; i < plain.size(); ++i) expect_bitwise(ckpt[i], plain[i], "grad " + std::to_string(i));
+}
+
+// TorchTitan's op-level save list holds aten.mm (every second one kept), not torchao's torch._scaled_mm: under
+// op-level selective checkpointing every float8 GEMM of a block is recomputed, and float8 layers do not move
+// the every-second-matmul count of the high-precision ones beside them. A block of two float8 linears and two
+// float32 linears: the recompute runs both float8 forward GEMMs and the second float32 one (the first is kept).
+TEST(Float8, SelectiveCheckpointingRecomputesEveryFloat8Gemm) {
+  Generator g(6);
+  const Tensor x0 = randn({64, 32}, g), w1 = randn({32, 32}, g, DType::F32, 0.2), dy = randn({64, 32}, g);
+  const Float8Casts k = float8_casts(Float8Recipe::tensorwise);
+  auto gemms = [&](bool ckpt) {
+    std::vector<Tensor> p = {x0.detach(), w1.detach(), w1.detach(), w1.detach(), w1.detach()};
+    for (Tensor& t : p) t.requires_grad_(true);
+    autograd::BlockFn block = [&](const std::vector<Tensor>& in) {
+      Tensor h = float8_linear(in[0], in[1], Tensor(), k);
+      h = linear(silu(h), in[2]);
+      h = float8_linear(silu(h), in[3], Tensor(), k);
+      return std::vector<Tensor>{linear(silu(h), in[4])};
+    };
+    CostTrace trace;
+    Tensor y = ckpt ? autograd::checkpoint(block, p, autograd::SavePolicy::TorchTitanOps)[0] : block(p)[0];
+    autograd::backward({y}, {dy});
+    std::pair<int, int> n{0, 0};  // FP8 GEMMs, high-precision GEMM kernels
+    for (const CostEvent& e : trace.take())
+      if (e.kind == CostEvent::Kind::Compute && e.gemm.m > 0) ++(e.gemm.precision == GemmPrecision::fp8 ? n.first : n.second);
+    return n;
+  };
+  const auto plain = gemms(false), ckpt = gemms(true);
+  EXPECT_EQ(plain.first, 6);               // per float8 layer: output, grad_input, grad_weight
+  EXPECT_EQ(ckpt.first, plain.first + 2);  // both forward FP8 GEMMs again
+  EXPECT_GT(plain.second, 0);
+  EXPECT_EQ(ckpt.second, plain.second + 1);  // the second float32 forward GEMM again
 }
 
 // The converter: every linear layer but those the filter names and those whose features are not multiples of 16

@@ -49,8 +49,8 @@ bool recomputing() { return t_recompute_depth > 0; }
 std::vector<Tensor> sac_forward(SacOp op, const std::function<std::vector<Tensor>()>& kernel) {
   SacCache* c = t_sac;
   if (!c) return kernel();
-  // TorchTitan's policy: keep every save-list output except every second matmul's
-  const bool keep = op != SacOp::Matmul || (++c->matmuls % 2 == 1);
+  // TorchTitan's policy: keep every save-list output except every second matmul's; a float8 GEMM is not on it
+  const bool keep = op == SacOp::Matmul ? ++c->matmuls % 2 == 1 : op != SacOp::ScaledMatmul;
   const size_t i = c->at++;
   if (!c->recompute) {
     std::vector<Tensor> out = kernel();
@@ -70,11 +70,17 @@ std::vector<Tensor> sac_forward(SacOp op, const std::function<std::vector<Tensor
 }
 
 std::vector<Tensor> sac_forward_matmuls(size_t n, bool reduced,
-                                        const std::function<std::vector<Tensor>(const std::vector<bool>&)>& kernel) {
+                                        const std::function<std::vector<Tensor>(const std::vector<bool>&)>& kernel,
+                                        const std::vector<bool>& scaled) {
+  TITAN_CHECK(scaled.empty() || scaled.size() == n, "checkpoint (op-level selective): a fused op of ", n,
+              " matmuls marked ", scaled.size(), " of them float8 or not");
   SacCache* c = t_sac;
   if (!c) return kernel(std::vector<bool>(n, true));
   std::vector<bool> keep(n);
-  for (size_t i = 0; i < n; ++i) keep[i] = (++c->matmuls % 2 == 1) || reduced;  // as n sac_forward(Matmul) calls
+  for (size_t i = 0; i < n; ++i) {  // as n sac_forward(Matmul / ScaledMatmul) calls
+    const bool kept = !scaled.empty() && scaled[i] ? false : ++c->matmuls % 2 == 1;
+    keep[i] = kept || reduced;
+  }
   const size_t i0 = c->at;
   c->at += n;
   if (!c->recompute) {

@@ -538,7 +538,7 @@ Tensor float8_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const
     TITAN_CHECK(!k.mx || x2.size(0) % kMxBlock == 0, "float8_linear: MX recipes need the tokens of a micro-batch (",
                 x2.size(0), " rows of ", shape_str(x.shape()), ") to be a multiple of ", kMxBlock,
                 " (grad_weight's blocks run along them); choose local_batch_size x seq_len accordingly");
-    Tensor y2 = autograd::sac_forward(autograd::SacOp::Matmul, [&] {
+    Tensor y2 = autograd::sac_forward(autograd::SacOp::ScaledMatmul, [&] {
       const Tensor xq = fp8_round_trip(x2, k.input, 1, false, in_cut, reduce);  // along K
       const Tensor wq = fp8_round_trip(float8_weight_operand(w, k.weight, bf16), k.weight, 1, out_cut, in_cut, reduce);
       return float8_output_gemm(xq, wq, bias, k, bf16);  // [M, N]

@@ -87,14 +87,16 @@ CostSegment CostSegmentRecorder::finish() {
   if (comm_starts_traced_while_paused() != paused_comms_) seg.repeatable = false;
   if (trace_->runs_.size() != first_run_) seg.repeatable = false;  // a pass repeated inside: not all recorded
   seg.distinct_ids = (int64_t)order.size();
+  repeatable_ = seg.repeatable;
   return seg;
 }
 
 void CostSegmentRecorder::refer_to(const std::shared_ptr<const CostSegment>& rec) {
-  TITAN_CHECK(finished_ && rec && trace_ && CostTrace::current() == trace_ && !trace_->timed() &&
-                  trace_->runs_.size() == first_run_ && trace_->events_.size() - first_ == rec->events.size(),
+  TITAN_CHECK(finished_ && repeatable_ && rec && rec->repeatable && trace_ && CostTrace::current() == trace_ &&
+                  !trace_->timed() && trace_->runs_.size() == first_run_ &&
+                  trace_->events_.size() - first_ == rec->events.size(),
               "CostSegmentRecorder::refer_to: only a finished, repeatable stretch of an untimed trace, recorded "
-              "alike to the record (", trace_ ? trace_->events_.size() - first_ : 0, " events against ",
+              "alike to a repeatable record (", trace_ ? trace_->events_.size() - first_ : 0, " events against ",
               rec ? rec->events.size() : 0, ")");
   trace_->events_.resize(first_);
   trace_->runs_.push_back({first_, rec, before_.current, {}, next_comm_ids(rec->distinct_ids)});

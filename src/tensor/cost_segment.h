@@ -50,10 +50,11 @@ class CostSegmentRecorder {
   CostSegmentRecorder(const CostSegmentRecorder&) = delete;
   CostSegmentRecorder& operator=(const CostSegmentRecorder&) = delete;
   CostSegment finish();
-  // After finish(), for a stretch recorded alike to `rec` (its segment same_as *rec, repeatable): the trace holds
-  // it as a reference to `rec`, as replay_cost_segment appends one (fresh collective ids), instead of its own
-  // events, so what reads the trace (the scheduler) meets one record for the passes that ran alike. The cost
-  // scopes and the tracker keep what the traced ops gave them.
+  // After finish(), for a repeatable stretch recorded alike to the repeatable record `rec` (the caller checks
+  // same_as; this checks the rest and the event count): the trace holds it as a reference to `rec`, as
+  // replay_cost_segment appends one (fresh collective ids), instead of its own events, so what reads the trace
+  // (the scheduler) meets one record for the passes that ran alike. The cost scopes and the tracker keep what
+  // the traced ops gave them.
   void refer_to(const std::shared_ptr<const CostSegment>& rec);
 
  private:
@@ -63,6 +64,7 @@ class CostSegmentRecorder {
   int64_t paused_comms_ = 0;  // comm_starts_traced_while_paused() at the start
   MemoryStats before_;
   bool finished_ = false;
+  bool repeatable_ = false;  // finish()'s segment was
 };
 
 // Appends the segment's events to the current thread's trace as if its ops ran now (a reference to the record,
