@@ -1104,6 +1104,31 @@ TEST(Simulation, PipelineContextAndExpertTransfersTravelInTheComputeDtype) {
   }
 }
 
+// Op-level SAC under async TP (the fused ops, comms/collective_matmul.h): the column-parallel float8 projections
+// (q, k, v, the FFN's gate and up) are recomputed, being float8 GEMMs, which TorchTitan's save list does not keep;
+// the row-parallel ones (o, down) are kept with the reduce-scatter that ends them, which the list keeps. So the
+// recompute's FP8 GEMM FLOPs are the column-parallel share of the forward's: 2/3 for qwen3_debug
+// (256 x (256 + 2 x 128) + 2 x 256 x 768 against 256 x 256 + 768 x 256). The forward is a third of the step's
+// FP8 FLOPs without checkpointing (its two backward GEMMs each as large).
+TEST(Simulation, OpSacRecomputesTheFloat8ProjectionsAsyncTpDoesNotKeep) {
+  auto fp8_flops = [](const std::vector<std::string>& ac) {
+    std::vector<std::string> o = {"parallelism.tensor_parallel_degree", "2", "parallelism.enable_async_tensor_parallel",
+                                  "true", "model.converters", "float8", "float8.recipe", "tensorwise",
+                                  "float8.filter_fqns", "lm_head"};
+    o.insert(o.end(), ac.begin(), ac.end());
+    const StepPlan plan = plan_step(sim_config("configs/qwen3_debug.yaml", o), 2, true, Device::Meta, 0);
+    double f = 0;
+    for (const CostEvent& e : plan.events.materialize())
+      if (e.kind == CostEvent::Kind::Compute && e.gemm.m > 0 && e.gemm.precision == GemmPrecision::fp8) f += e.flops;
+    return f;
+  };
+  const double none = fp8_flops({"activation_checkpoint.mode", "none"});
+  const double op = fp8_flops({"activation_checkpoint.mode", "selective", "activation_checkpoint.selective_ac_option", "op"});
+  ASSERT_GT(none, 0);
+  const double col = 256.0 * (256 + 2 * 128) + 2 * 256.0 * 768, row = 256.0 * 256 + 768.0 * 256;
+  EXPECT_NEAR((op - none) / (none / 3), col / (col + row), 1e-9);
+}
+
 // TorchTitan's float8 tensor parallel (tensorwise): sequence parallel's gathers move FP8 codes, one byte an element,
 // where the rowwise recipe's move bf16 (two): the planned step's tensor-parallel all-gathers carry half the bytes,
 // and the gathered input is cast once per block on its shard, not once per projection on the whole
