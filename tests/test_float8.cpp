@@ -311,7 +311,8 @@ TEST(Float8, SelectiveCheckpointingRecomputesEveryFloat8Gemm) {
     autograd::backward({y}, {dy});
     std::pair<int, int> n{0, 0};  // FP8 GEMMs, high-precision GEMM kernels
     for (const CostEvent& e : trace.take())
-      if (e.kind == CostEvent::Kind::Compute && e.gemm.m > 0) ++(e.gemm.precision == GemmPrecision::fp8 ? n.first : n.second);
+      if (e.kind == CostEvent::Kind::Compute && e.gemm.m > 0)
+        ++(e.gemm.precision == GemmPrecision::fp8 ? n.first : n.second);
     return n;
   };
   const auto plain = gemms(false), ckpt = gemms(true);

@@ -1123,7 +1123,8 @@ TEST(Simulation, OpSacRecomputesTheFloat8ProjectionsAsyncTpDoesNotKeep) {
     return f;
   };
   const double none = fp8_flops({"activation_checkpoint.mode", "none"});
-  const double op = fp8_flops({"activation_checkpoint.mode", "selective", "activation_checkpoint.selective_ac_option", "op"});
+  const double op =
+      fp8_flops({"activation_checkpoint.mode", "selective", "activation_checkpoint.selective_ac_option", "op"});
   ASSERT_GT(none, 0);
   const double col = 256.0 * (256 + 2 * 128) + 2 * 256.0 * 768, row = 256.0 * 256 + 768.0 * 256;
   EXPECT_NEAR((op - none) / (none / 3), col / (col + row), 1e-9);

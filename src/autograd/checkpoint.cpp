@@ -46,11 +46,18 @@ struct SacRun {  // RAII: this thread's save-list calls go to `c` (nests: restor
 
 bool recomputing() { return t_recompute_depth > 0; }
 
+namespace {
+// TorchTitan's policy for one save-list call of this run: keep every output except every second matmul's; a
+// float8 GEMM is not on the list (never kept, not counted)
+bool policy_keeps(SacCache& c, SacOp op) {
+  return op == SacOp::Matmul ? ++c.matmuls % 2 == 1 : op != SacOp::ScaledMatmul;
+}
+}  // namespace
+
 std::vector<Tensor> sac_forward(SacOp op, const std::function<std::vector<Tensor>()>& kernel) {
   SacCache* c = t_sac;
   if (!c) return kernel();
-  // TorchTitan's policy: keep every save-list output except every second matmul's; a float8 GEMM is not on it
-  const bool keep = op == SacOp::Matmul ? ++c->matmuls % 2 == 1 : op != SacOp::ScaledMatmul;
+  const bool keep = policy_keeps(*c, op);
   const size_t i = c->at++;
   if (!c->recompute) {
     std::vector<Tensor> out = kernel();
@@ -77,10 +84,8 @@ std::vector<Tensor> sac_forward_matmuls(size_t n, bool reduced,
   SacCache* c = t_sac;
   if (!c) return kernel(std::vector<bool>(n, true));
   std::vector<bool> keep(n);
-  for (size_t i = 0; i < n; ++i) {  // as n sac_forward(Matmul / ScaledMatmul) calls
-    const bool kept = !scaled.empty() && scaled[i] ? false : ++c->matmuls % 2 == 1;
-    keep[i] = kept || reduced;
-  }
+  for (size_t i = 0; i < n; ++i)  // as n sac_forward(Matmul / ScaledMatmul) calls, all kept when reduced
+    keep[i] = policy_keeps(*c, !scaled.empty() && scaled[i] ? SacOp::ScaledMatmul : SacOp::Matmul) || reduced;
   const size_t i0 = c->at;
   c->at += n;
   if (!c->recompute) {

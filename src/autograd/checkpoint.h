@@ -43,9 +43,10 @@ inline Tensor sac_forward(SacOp op, const std::function<Tensor()>& kernel) {
 // A fused op of n matmuls (async tensor parallel's gather + projections, comms/collective_matmul.h) under the same
 // policy as its n unfused matmuls: their outputs kept or not as n sac_forward(Matmul) calls would decide (those
 // `scaled` marks, float8 ones, as sac_forward(ScaledMatmul): never kept, not counted), or all kept when `reduced`
-// (the op ends in a reduce-scatter, which the save list keeps); the matmul count moves as those calls' would. kernel(need) runs in every run (what else it does, e.g. a gather the backward reads, runs again) and
-// computes the outputs `need` marks — every one in a first run or outside a TorchTitanOps block, in a recompute
-// those not kept — leaving the others undefined; a recompute returns the kept ones in their place.
+// (the op ends in a reduce-scatter, which the save list keeps); the matmul count moves as those calls' would.
+// kernel(need) runs in every run (what else it does, e.g. a gather the backward reads, runs again) and computes
+// the outputs `need` marks — every one in a first run or outside a TorchTitanOps block, in a recompute those not
+// kept — leaving the others undefined; a recompute returns the kept ones in their place.
 std::vector<Tensor> sac_forward_matmuls(size_t n, bool reduced,
                                         const std::function<std::vector<Tensor>(const std::vector<bool>& need)>& kernel,
                                         const std::vector<bool>& scaled = {});
