@@ -239,6 +239,81 @@ TEST(Gemm, SerialGemmIsOneThreadsProductWhereverItRuns) {
   for (float v : C) EXPECT_EQ(v, 0.0f);
 }
 
+// gemm_ordered, the FP8 GEMMs' kernel: every output is the sum of its K products in ascending k, one rounding per
+// multiply-add (fused where the CPU has FMA), so a shard of the columns, a share of the rows, one thread or all of
+// them, inside a parallel region or outside, give the same bits; with alpha and beta the product within float32
+// accumulation's error; padding untouched; K = 0 or alpha = 0 is C = beta C (a NaN in A never reaches C).
+TEST(Gemm, OrderedGemmSumsEachOutputInAscendingKWhateverTheShape) {
+  using Case = GemmCase;
+  const std::vector<Case> cases = {{false, true, 150, 70, 200, 1, 0, 200, 200, 70},   // x @ w^T (threads: >= 2^18)
+                                   {false, false, 67, 45, 33, 1, 0, 33, 47, 48},      // edges of both tiles
+                                   {true, false, 40, 130, 90, 1, 0, 40, 130, 131},    // dy^T @ x
+                                   {true, true, 5, 3, 300, 1, 0, 5, 300, 3},
+                                   {false, false, 9, 21, 17, -0.75f, 0.5f, 17, 21, 23}};
+  for (size_t t = 0; t < cases.size(); ++t) {
+    const Case& c = cases[t];
+    const int64_t ar = c.ta ? c.k : c.m, br = c.tb ? c.n : c.k;
+    const std::vector<float> A = randv((size_t)(ar * c.lda), 31 + t), B = randv((size_t)(br * c.ldb), 32 + t),
+                             C0 = randv((size_t)(c.m * c.ldc), 33 + t);
+    auto a = [&](int64_t i, int64_t p) { return c.ta ? A[p * c.lda + i] : A[i * c.lda + p]; };
+    auto b = [&](int64_t p, int64_t j) { return c.tb ? B[j * c.ldb + p] : B[p * c.ldb + j]; };
+    auto run = [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {  // rows [i0, i1) x columns [j0, j1) alone
+      std::vector<float> C = C0;
+      const float* pa = A.data() + (c.ta ? i0 : i0 * c.lda);
+      const float* pb = B.data() + (c.tb ? j0 * c.ldb : j0);
+      detail::gemm_ordered(c.ta, c.tb, i1 - i0, j1 - j0, c.k, c.alpha, pa, c.lda, pb, c.ldb, c.beta,
+                           C.data() + i0 * c.ldc + j0, c.ldc);
+      return C;
+    };
+    const std::vector<float> whole = run(0, c.m, 0, c.n);
+    EXPECT_EQ(off_entries(c, a, b, C0, whole), 0) << "case " << t;
+    if (c.alpha == 1 && c.beta == 0) {  // the definition, bit for bit
+      int bad = 0;
+      for (int64_t i = 0; i < c.m; ++i)
+        for (int64_t j = 0; j < c.n; ++j) {
+          float acc = 0.0f;
+          for (int64_t p = 0; p < c.k; ++p) {
+#if defined(__FMA__)
+            acc = std::fma(a(i, p), b(p, j), acc);
+#else
+            acc = acc + a(i, p) * b(p, j);  // no FMA instruction to contract into
+#endif
+          }
+          bad += bits(whole[i * c.ldc + j]) != bits(acc);
+        }
+      EXPECT_EQ(bad, 0) << "case " << t << ": outputs other than the ascending-k sum";
+    }
+    auto same_in = [&](const std::vector<float>& part, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+      int bad = 0;
+      for (int64_t i = 0; i < c.m; ++i)
+        for (int64_t j = 0; j < c.ldc; ++j) {
+          const bool in = i >= i0 && i < i1 && j >= j0 && j < j1;
+          bad += bits(part[i * c.ldc + j]) != bits(in ? whole[i * c.ldc + j] : C0[i * c.ldc + j]);
+        }
+      return bad;
+    };
+    EXPECT_EQ(same_in(run(0, c.m, c.n / 3, c.n), 0, c.m, c.n / 3, c.n), 0) << "case " << t << ": a column shard";
+    EXPECT_EQ(same_in(run(c.m / 2 + 1, c.m, 0, c.n), c.m / 2 + 1, c.m, 0, c.n), 0) << "case " << t << ": a row share";
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const std::vector<float> one = run(0, c.m, 0, c.n);
+    omp_set_num_threads(threads);
+    EXPECT_EQ(same_in(one, 0, c.m, 0, c.n), 0) << "case " << t << ": one thread";
+    std::vector<float> inside;
+#pragma omp parallel num_threads(2)
+#pragma omp single
+    inside = run(0, c.m, 0, c.n);
+    EXPECT_EQ(same_in(inside, 0, c.m, 0, c.n), 0) << "case " << t << ": inside a parallel region";
+  }
+  const float nan = std::nanf("");
+  std::vector<float> A(4 * 4, nan), B(4 * 4, 1.0f), C(4 * 4, 2.0f);
+  detail::gemm_ordered(false, false, 4, 4, 4, 0.0f, A.data(), 4, B.data(), 4, 0.5f, C.data(), 4);
+  for (float v : C) EXPECT_EQ(v, 1.0f);
+  C.assign(16, nan);
+  detail::gemm_ordered(false, false, 4, 4, 0, 1.0f, A.data(), 4, B.data(), 4, 0.0f, C.data(), 4);
+  for (float v : C) EXPECT_EQ(v, 0.0f);
+}
+
 TEST(Autocast, ScopeNestsAndRefusesOtherDtypes) {
   EXPECT_EQ(AutocastScope::current(), DType::F32);
   {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -2873,8 +2874,11 @@ TEST(Simulation, PipelinedPlanOn16kChipsIsQuick) {
   // the target is 2 s; measured 1.64-1.75 s on one CI machine, 1.8-2.2 s on another (alone), 3.8-5.5 s
   // on a third (2 cores of an AMD EPYC without AMX, 2026-12-04), and there 1.39-1.68 s after the work described in
   // docs/simulator.md's planner notes (slices, huge pages, groups worked out once), 0.9 s since repeated passes
-  // are read by reference, 0.69-0.74 s since they are placed whole (2026-12-06): held to the target
-  EXPECT_LT(secs64, 2.0);
+  // are read by reference, 0.69-0.74 s since they are placed whole (2026-12-06); 1.23-1.31 s alone on 2 cores of
+  // an AMD EPYC with AVX2 only, 2.04 s there beside another test under ctest -j 2 (2026-12-07). Held to the target
+  // where ctest runs it alone (the test planner_16k_alone, RUN_SERIAL, sets TITAN_PLANNER_ALONE); beside other
+  // tests the time is printed, the plan still checked
+  if (std::getenv("TITAN_PLANNER_ALONE")) EXPECT_LT(secs64, 2.0);
   EXPECT_EQ(r64.stages.size(), 64u);
 }
 

@@ -101,6 +101,13 @@ void gemm_blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
 void gemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+// A float32 GEMM whose every output sums its K products in ascending k (src/ops/gemm_ordered.cpp): the same bits
+// whatever M, N, the thread count or the CPU's vector width (a shard's columns, a share of the rows and the whole
+// product agree bit for bit; the libraries' kernels do not promise that). The FP8 GEMMs run on it. K = 0 or
+// alpha = 0: C = beta C, as BLAS.
+void gemm_ordered(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
 // The same GEMM on float32 operands read as bfloat16 (each rounded to nearest even) with float32 accumulation:
 // a bf16 mixed-precision region's GEMM (oneDNN where this CPU has a bf16 kernel, else sgemm on the roundings).
 void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
@@ -152,7 +159,8 @@ void bias_grad_bf16(const Tensor& g, Tensor& db);
 
 // matmul's kernel (a [..., M, K] @ b [..., K, N]): no graph, no selective-checkpoint bookkeeping; for ops whose
 // own forward or backward multiplies (the float8 linear). bf16: autocast's bf16 GEMM, output rounded to bf16.
-Tensor matmul_forward(const Tensor& a, const Tensor& b, bool bf16 = false);
+// ordered (float32, not bf16): on gemm_ordered, every output's bits independent of the shapes around it.
+Tensor matmul_forward(const Tensor& a, const Tensor& b, bool bf16 = false, bool ordered = false);
 
 // linear's kernels (matmul.cpp), no graph, no selective-checkpoint bookkeeping: for ops that interleave a linear's
 // GEMMs with communication (comms/collective_matmul.h). Forward: x2 [N, in] @ w [out, in]^T + bias [out] -> [N, out];

@@ -452,7 +452,11 @@ namespace {
 Tensor cast_gemm(const Tensor& a, const Tensor& b, bool fp8, bool mx, bool bf16, bool fast_accum) {
   GemmPrecisionScope scope(fp8 ? (mx ? GemmPrecision::mxfp8 : GemmPrecision::fp8) : GemmPrecision::high,
                            fp8 && !mx && !fast_accum);
-  Tensor r = matmul_forward(a, b, bf16 && !fp8);
+  // float32 operands (FP8 round trips; a high-precision operand outside bf16 autocast) on the fixed-order GEMM: a
+  // layout's shard, share or chunk of the product is one rank's bits, so the next layer's FP8 cast of it rounds
+  // alike (gemm_ordered); bf16 operands on autocast's bf16 GEMM
+  const bool bf16_gemm = bf16 && !fp8;
+  Tensor r = matmul_forward(a, b, bf16_gemm, !bf16_gemm);
   if (bf16 && fp8) round_to_bf16_(r);
   return r;
 }

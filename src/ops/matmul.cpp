@@ -72,7 +72,7 @@ void bias_grad_bf16(const Tensor& g, Tensor& db) {
 }
 
 
-Tensor matmul_forward(const Tensor& a, const Tensor& b, bool bf16) {
+Tensor matmul_forward(const Tensor& a, const Tensor& b, bool bf16, bool ordered) {
   Device dev = same_device("matmul", {&a, &b});
   same_dtype("matmul", a, b);
   need_float("matmul", a);
@@ -84,6 +84,8 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool bf16) {
   Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
   TITAN_CHECK(ba == bb || ba.empty() || bb.empty(), "matmul: batch dims differ: ", shape_str(a.shape()), " @ ",
               shape_str(b.shape()), " (batch dims must match, or one operand must be 2-D)");
+  TITAN_CHECK(!(bf16 && ordered), "matmul: the fixed-order GEMM reads float32 operands; bf16 autocast's GEMM is "
+              "the library's (", shape_str(a.shape()), " @ ", shape_str(b.shape()), ")");
   Shape batch = ba.empty() ? bb : ba;
   Shape os = batch;
   os.push_back(M);
@@ -101,6 +103,9 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool bf16) {
     // one product: gemm (oneDNN where it is faster); a batch: OpenBLAS whether its products run side by side
     // or one at a time (the choice depends on the thread count, the bits must not)
     auto one = [&](int64_t i) {
+      if constexpr (std::is_same_v<T, float>)
+        if (ordered)
+          return gemm_ordered(A.trans, B.trans, M, N, K, 1.0f, pa + oa[i], A.ld, pb + ob[i], B.ld, 0.0f, po + i * M * N, N);
       if (nb == 1)
         gemm_as<T>(bf16, A.trans, B.trans, M, N, K, T(1), pa + oa[i], A.ld, pb + ob[i], B.ld, T(0), po + i * M * N, N);
       else
