@@ -413,7 +413,9 @@ TEST(GroupedLinear, Bf16ExpertsSmallOnSgemmLargeOnOneDnn) {
         ASSERT_NEAR(got[t][i], v, std::ldexp(std::fabs(v), -8) + 1e-5 * std::sqrt((double)K * R))
             << what[t] << " at " << i << ", K " << K << " N " << N;
       }
-      if (K * N <= (1 << 18)) EXPECT_EQ(got[t], one[t]) << what[t] << ": not the same bits on one thread";
+      if (K * N <= (1 << 18)) {
+        EXPECT_EQ(got[t], one[t]) << what[t] << ": not the same bits on one thread";
+      }
     }
   }
 }
