@@ -249,7 +249,9 @@ TEST(Gemm, OrderedGemmSumsEachOutputInAscendingKWhateverTheShape) {
                                    {false, false, 67, 45, 33, 1, 0, 33, 47, 48},      // edges of both tiles
                                    {true, false, 40, 130, 90, 1, 0, 40, 130, 131},    // dy^T @ x
                                    {true, true, 5, 3, 300, 1, 0, 5, 300, 3},
-                                   {false, false, 9, 21, 17, -0.75f, 0.5f, 17, 21, 23}};
+                                   {false, false, 9, 21, 17, -0.75f, 0.5f, 17, 21, 23},
+                                   {false, true, 64, 128, 64, 1, 0, 64, 64, 128},  // OpenBLAS's shard differs here
+                                   {false, true, 100, 600, 300, 1, 0, 300, 300, 600}};  // 3 column tasks, 2 K passes
   for (size_t t = 0; t < cases.size(); ++t) {
     const Case& c = cases[t];
     const int64_t ar = c.ta ? c.k : c.m, br = c.tb ? c.n : c.k;
@@ -293,6 +295,7 @@ TEST(Gemm, OrderedGemmSumsEachOutputInAscendingKWhateverTheShape) {
       return bad;
     };
     EXPECT_EQ(same_in(run(0, c.m, c.n / 3, c.n), 0, c.m, c.n / 3, c.n), 0) << "case " << t << ": a column shard";
+    EXPECT_EQ(same_in(run(0, c.m, 0, c.n / 2), 0, c.m, 0, c.n / 2), 0) << "case " << t << ": the first half's columns";
     EXPECT_EQ(same_in(run(c.m / 2 + 1, c.m, 0, c.n), c.m / 2 + 1, c.m, 0, c.n), 0) << "case " << t << ": a row share";
     const int threads = omp_get_max_threads();
     omp_set_num_threads(1);
@@ -312,6 +315,9 @@ TEST(Gemm, OrderedGemmSumsEachOutputInAscendingKWhateverTheShape) {
   C.assign(16, nan);
   detail::gemm_ordered(false, false, 4, 4, 0, 1.0f, A.data(), 4, B.data(), 4, 0.0f, C.data(), 4);
   for (float v : C) EXPECT_EQ(v, 0.0f);
+  C.assign(16, -0.0f);  // alpha = 0, beta = 1: C untouched (its signed zeros too)
+  detail::gemm_ordered(false, false, 4, 4, 4, 0.0f, A.data(), 4, B.data(), 4, 1.0f, C.data(), 4);
+  for (float v : C) EXPECT_TRUE(v == 0.0f && std::signbit(v));
 }
 
 TEST(Autocast, ScopeNestsAndRefusesOtherDtypes) {

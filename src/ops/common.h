@@ -103,8 +103,9 @@ void gemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
 
 // A float32 GEMM whose every output sums its K products in ascending k (src/ops/gemm_ordered.cpp): the same bits
 // whatever M, N, the thread count or the CPU's vector width (a shard's columns, a share of the rows and the whole
-// product agree bit for bit; the libraries' kernels do not promise that). The FP8 GEMMs run on it. K = 0 or
-// alpha = 0: C = beta C, as BLAS.
+// product agree bit for bit; the libraries' kernels do not promise that). The float8 linear's float32-operand
+// GEMMs run on it (the float8 grouped experts' do not: grouped_linear's blocks). K = 0 or alpha = 0: C = beta C,
+// as BLAS.
 void gemm_ordered(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 

@@ -11,8 +11,10 @@
 // other bits than one rank does stops being that rank's step. The FP8 GEMMs (float8's cast_gemm) run here.
 //
 // The multiply-add is a fused one where the CPU has FMA (one rounding), else a multiply and an add (this file is
-// built with -ffp-contract=off, so the compiler never fuses them on its own): the vector body and the scalar edge
-// of a row round alike. Work is split over output tiles (rows x columns), never over k.
+// built with -ffp-contract=off, so the compiler never fuses them on its own). Edge tiles are zero-padded and run
+// the same tile code, so every output is computed alike. Work is split over output tiles (rows x columns), never
+// over k. What this does not make equal: a layout that cuts K (row-parallel TP, a weight gradient over a share of
+// the tokens) adds partial sums across ranks in another order than one rank's single sum.
 #include <omp.h>
 
 #include <algorithm>
@@ -81,6 +83,12 @@ void tile(const float* a, const float* b, int64_t K, float* acc /* [kMr][kNr] */
 void gemm_ordered(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
+  if (K == 0 || alpha == 0.0f) {  // C = beta C, as BLAS: the product is skipped (0 * Inf is not NaN)
+    if (beta == 1.0f) return;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+    return;
+  }
   auto a_at = [&](int64_t i, int64_t k) { return ta ? A[k * lda + i] : A[i * lda + k]; };
   auto b_at = [&](int64_t k, int64_t j) { return tb ? B[j * ldb + k] : B[k * ldb + j]; };
   // B as K x kNr panels, the last one's missing columns zero (their sums are computed and dropped)
@@ -127,8 +135,8 @@ void gemm_ordered(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
               const int64_t j = p * kNr + c;
               if (j >= N) break;
               float& out = C[i * ldc + j];
-              // BLAS's convention: beta == 0 never reads C (it may hold NaN); alpha == 0 skips the product
-              const float prod = alpha == 0.0f ? 0.0f : alpha * t[r * kNr + c];
+              // BLAS's convention: beta == 0 never reads C (it may hold NaN)
+              const float prod = alpha * t[r * kNr + c];
               out = beta == 0.0f ? prod : prod + beta * out;
             }
           }
