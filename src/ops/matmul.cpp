@@ -105,7 +105,8 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool bf16, bool ordered)
     auto one = [&](int64_t i) {
       if constexpr (std::is_same_v<T, float>)
         if (ordered)
-          return gemm_ordered(A.trans, B.trans, M, N, K, 1.0f, pa + oa[i], A.ld, pb + ob[i], B.ld, 0.0f, po + i * M * N, N);
+          return gemm_ordered(A.trans, B.trans, M, N, K, 1.0f, pa + oa[i], A.ld, pb + ob[i], B.ld, 0.0f,
+                              po + i * M * N, N);
       if (nb == 1)
         gemm_as<T>(bf16, A.trans, B.trans, M, N, K, T(1), pa + oa[i], A.ld, pb + ob[i], B.ld, T(0), po + i * M * N, N);
       else
