@@ -8,7 +8,8 @@
 // other bits again on two threads; oneDNN's AVX2 sgemm (2.6, gemm:jit) changes its K blocking with M and N. Why it
 // matters: an FP8 GEMM's output is cast to FP8 by the next layer, and a last-bit difference that lands on a rounding
 // boundary moves the value by a whole FP8 step (1/16 under e4m3), so a layout that computes a cast's operand with
-// other bits than one rank does stops being that rank's step. The FP8 GEMMs (float8's cast_gemm) run here.
+// other bits than one rank does stops being that rank's step. The float8 linear's float32-operand GEMMs
+// (float8.cpp's cast_gemm) run here; the float8 grouped experts' keep grouped_linear's blocks.
 //
 // The multiply-add is a fused one where the CPU has FMA (one rounding), else a multiply and an add (this file is
 // built with -ffp-contract=off, so the compiler never fuses them on its own). Edge tiles are zero-padded and run
