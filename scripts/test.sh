@@ -33,7 +33,8 @@ if [ -z "${SKIP_ASAN:-}" ]; then
     ./build-asan/titan_unit_tests --gtest_brief=1
   echo "[test] $(date -u +%H:%M:%S) ASan+UBSan: the mpirun tests"
   # Open MPI's own allocations are not freed at exit: leak checking stays on for the unit tests above only.
-  # The parity layouts run 3 steps here (every code path of a step; tests/parallel/parity.py), 10 above;
+  # The parity layouts and the references they compare with run 3 steps here (every code path of a step;
+  # tests/parallel/parity.py; the resume cases' reference 10), 10 above;
   # Layouts labelled release_only (further context-parallel compositions, whose code paths the other CP tests
   # run here) run in the release suite only.
   (cd build-asan && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 TITAN_PARITY_STEPS=3 \

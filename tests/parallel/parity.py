@@ -8,7 +8,8 @@
   parity.py --build BUILD --case layout --np N --layout "--parallelism.x y ..."
       losses at each of 10 steps equal to the reference's to <= 1e-5 relative,
       gradients after step 1 to <= 1e-5 (relative L2 per tensor), the exported weights to <= 1e-4;
-      TITAN_PARITY_STEPS=N runs N steps (the sanitizer run: 3) and compares those, the export's two formats
+      TITAN_PARITY_STEPS=N runs N steps (the sanitizer run: 3; the references too, but for the resume cases'
+      10) and compares those, the export's two formats
       with each other but not with the reference's 10-step weights
   parity.py --build BUILD --case resume           save with 4-way FSDP, resume with 2-way FSDP x 2-way TP
   parity.py --build BUILD --case resume_pp        save with FSDP 2, resume with PP 2; save with PP 2, resume FSDP 2
@@ -45,6 +46,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from testlib import ENV, ROOT, ensure_data, losses  # noqa: E402
 GLOBAL_BATCH = 8
 REF_STEPS = 10  # COMMON's --training.steps: the references, the resume cases
+RESUME_REF = "ref"  # the reference the resume cases compare their steps 6-10 with (it always runs REF_STEPS)
 # the layout case's step count: REF_STEPS (the contract, the release run); scripts/test.sh's sanitizer run sets
 # 3 (the first step, the optimizer's steady state, the learning rate after warmup: every code path of the step;
 # what a sanitizer finds does not depend on the step count, the numerics are held at 10 steps by the release run)
@@ -294,7 +296,7 @@ def main():
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--layout", default="")
     ap.add_argument("--name", default="")
-    ap.add_argument("--ref", default="ref", help="which reference run to compare with")
+    ap.add_argument("--ref", default=RESUME_REF, help="which reference run to compare with")
     a = ap.parse_args()
     refs, layouts = read_matrix()
     if a.list:
@@ -322,7 +324,11 @@ def main():
         shutil.rmtree(ref, ignore_errors=True)
         # the whole global batch in one micro-batch, unless the row sets its own (float8: the layouts' micro-batches)
         own = "--training.local_batch_size" in a.layout.split()
-        run([train] + COMMON + a.layout.split() + ["--job.dump_folder", ref, "--checkpoint.export_at_end", "true"] +
+        # as many steps as what reads it compares: the layouts' LAYOUT_STEPS (the sanitizer run: 3 of the 10), the
+        # resume cases' reference all REF_STEPS
+        steps = REF_STEPS if a.name == RESUME_REF else LAYOUT_STEPS
+        run([train] + common_with_steps(steps) + a.layout.split() +
+            ["--job.dump_folder", ref, "--checkpoint.export_at_end", "true"] +
             ([] if own else ["--training.local_batch_size", str(GLOBAL_BATCH)]))
         print("reference losses:", [round(v, 6) for v in losses(ref).values()])
         return
@@ -550,8 +556,9 @@ def main():
     if a.case == "eval":
         w = os.path.join(ref, "export", "model.h5")
         evalbin = os.path.join(build, "titan-eval")
+        # 10 batches of 8 x 128 tokens; the sanitizer run 3 (as its layouts' steps: ~3x quicker, the same code paths)
         args = ["--checkpoint", w, "--tokens", "data/kjv_val.h5", "--seq-len", "128", "--batch-size", "8", "--json",
-                "--max-batches", "10"]
+                "--max-batches", str(LAYOUT_STEPS)]
         one, _ = run([evalbin] + args)
         l1 = json.loads(one.stdout.strip().splitlines()[-1])["loss"]
         for layout in (["--dp-shard", "4"], ["--dp-shard", "2", "--tp", "2"], ["--tp", "4"], ["--tp", "2", "st"]):
