@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes titan's parsers of outside data (tests/fuzz/targets.cpp) with libFuzzer under ASan + UBSan.
-#   ./scripts/fuzz.sh                      # every target, 20 s each (what scripts/test.sh runs)
+#   ./scripts/fuzz.sh                      # every target, 20 s each, as many at once as there are cores (scripts/test.sh)
 #   ./scripts/fuzz.sh --seconds 3600 tokenizer hf_config   # a campaign: an hour each on two targets
 #   ./scripts/fuzz.sh --jobs 2 --seconds 600               # two workers per target
 # Builds build-fuzz (clang) when needed. Each target starts from its seeds (tests/fuzz/corpus/<target>) and its
@@ -40,17 +40,18 @@ cmake --build "$BUILD" -j "$(nproc)" --target $(printf 'fuzz_%s ' "${TARGETS[@]}
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-status=0
-for t in "${TARGETS[@]}"; do
-  out=outputs/fuzz/$t
+# one target: its regression inputs once, then the campaign; what it says goes to $out/report.txt
+fuzz_target() {
+  local t=$1 out=outputs/fuzz/$1 regressions runs
+  local parallel=()
   mkdir -p "$out/corpus" tests/fuzz/regressions/"$t"
+  exec > "$out/report.txt" 2>&1
   echo "[fuzz] $t: ${SECONDS_EACH} s x $JOBS worker(s)"
   # regression inputs first (each once), then the campaign; .expect files are text, not inputs
   regressions=$(find tests/fuzz/regressions/"$t" -type f ! -name '*.expect' | sort)
   if [ -n "$regressions" ] && ! "$BUILD/fuzz_$t" $regressions > "$out/regressions.log" 2>&1; then
-    echo "[fuzz] $t: a regression input fails again:"; tail -40 "$out/regressions.log"; status=1; continue
+    echo "[fuzz] $t: a regression input fails again:"; tail -40 "$out/regressions.log"; return 1
   fi
-  parallel=()
   if [ "$JOBS" -gt 1 ]; then parallel=(-jobs="$JOBS" -workers="$JOBS"); fi  # workers log to fuzz-<n>.log in $out
   rm -f "$out"/fuzz*.log
   if ! (cd "$out" && "$BUILD/fuzz_$t" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 \
@@ -58,11 +59,22 @@ for t in "${TARGETS[@]}"; do
        corpus "$ROOT/tests/fuzz/corpus/$t" "$ROOT/tests/fuzz/regressions/$t" > fuzz.log 2>&1); then
     echo "[fuzz] $t: FINDING (log $out/fuzz.log, input below):"
     grep -E "ERROR|SUMMARY|not titan's|Test unit written" "$out/fuzz.log" | head -10
-    status=1
-    continue
+    return 1
   fi
   # with -jobs, each worker logs to fuzz-<n>.log
   runs=$(cat "$out"/fuzz*.log 2>/dev/null | awk '/^stat::number_of_executed_units:/ {n += $2} END {print n}')
   echo "[fuzz] $t: no finding in ${runs:-?} inputs"
+}
+
+# as many targets at once as the cores hold workers (each its own process and folder); reports in target order
+AT_ONCE=$(( $(nproc) / JOBS )); [ "$AT_ONCE" -ge 1 ] || AT_ONCE=1
+status=0
+for ((i = 0; i < ${#TARGETS[@]}; i += AT_ONCE)); do
+  pids=()
+  for t in "${TARGETS[@]:i:AT_ONCE}"; do fuzz_target "$t" & pids+=($!); done
+  for j in "${!pids[@]}"; do
+    wait "${pids[j]}" || status=1
+    cat "outputs/fuzz/${TARGETS[i + j]}/report.txt"
+  done
 done
 exit $status
