@@ -24,12 +24,14 @@ while [ $# -gt 0 ]; do
     *) TARGETS+=("$1"); shift ;;
   esac
 done
+[[ "$JOBS" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: --jobs wants a positive count of workers, got '$JOBS'" >&2; exit 2; }
 BUILD=$(realpath -m "$BUILD")
 ALL=$(sed -n 's/^ *foreach(target \(.*\))$/\1/p' CMakeLists.txt)
 if [ ${#TARGETS[@]} -eq 0 ]; then read -r -a TARGETS <<< "$ALL"; fi
 for t in "${TARGETS[@]}"; do
   [[ " $ALL " == *" $t "* ]] || { echo "fuzz: no target '$t' (targets: $ALL)" >&2; exit 2; }
 done
+read -r -a TARGETS <<< "$(printf '%s\n' "${TARGETS[@]}" | awk '!seen[$0]++' | tr '\n' ' ')"  # each once (own folder)
 
 if [ ! -f "$BUILD/build.ninja" ]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
@@ -40,12 +42,10 @@ cmake --build "$BUILD" -j "$(nproc)" --target $(printf 'fuzz_%s ' "${TARGETS[@]}
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-# one target: its regression inputs once, then the campaign; what it says goes to $out/report.txt
+# one target: its regression inputs once, then the campaign (the caller sends what it says to $out/report.txt)
 fuzz_target() {
   local t=$1 out=outputs/fuzz/$1 regressions runs
   local parallel=()
-  mkdir -p "$out/corpus" tests/fuzz/regressions/"$t"
-  exec > "$out/report.txt" 2>&1
   echo "[fuzz] $t: ${SECONDS_EACH} s x $JOBS worker(s)"
   # regression inputs first (each once), then the campaign; .expect files are text, not inputs
   regressions=$(find tests/fuzz/regressions/"$t" -type f ! -name '*.expect' | sort)
@@ -71,10 +71,14 @@ AT_ONCE=$(( $(nproc) / JOBS )); [ "$AT_ONCE" -ge 1 ] || AT_ONCE=1
 status=0
 for ((i = 0; i < ${#TARGETS[@]}; i += AT_ONCE)); do
   pids=()
-  for t in "${TARGETS[@]:i:AT_ONCE}"; do fuzz_target "$t" & pids+=($!); done
+  for t in "${TARGETS[@]:i:AT_ONCE}"; do
+    mkdir -p "outputs/fuzz/$t/corpus" tests/fuzz/regressions/"$t"
+    fuzz_target "$t" > "outputs/fuzz/$t/report.txt" 2>&1 &
+    pids+=($!)
+  done
   for j in "${!pids[@]}"; do
     wait "${pids[j]}" || status=1
-    cat "outputs/fuzz/${TARGETS[i + j]}/report.txt"
+    cat "outputs/fuzz/${TARGETS[i + j]}/report.txt" || true
   done
 done
 exit $status

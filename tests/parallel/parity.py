@@ -10,7 +10,7 @@
       gradients after step 1 to <= 1e-5 (relative L2 per tensor), the exported weights to <= 1e-4;
       TITAN_PARITY_STEPS=N runs N steps (the sanitizer run: 3; the references too, but for the resume cases'
       10) and compares those, the export's two formats
-      with each other but not with the reference's 10-step weights
+      with each other but not with the reference's weights (the release run compares them after 10 steps)
   parity.py --build BUILD --case resume           save with 4-way FSDP, resume with 2-way FSDP x 2-way TP
   parity.py --build BUILD --case resume_pp        save with FSDP 2, resume with PP 2; save with PP 2, resume FSDP 2
   parity.py --build BUILD --case resume_cp        save with FSDP 2, resume with CP 2; save with CP 2, resume FSDP 2
@@ -45,7 +45,7 @@ import safetensors_ref  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from testlib import ENV, ROOT, ensure_data, losses  # noqa: E402
 GLOBAL_BATCH = 8
-REF_STEPS = 10  # COMMON's --training.steps: the references, the resume cases
+REF_STEPS = 10  # COMMON's --training.steps: the release run's references and layouts, the resume cases
 RESUME_REF = "ref"  # the reference the resume cases compare their steps 6-10 with (it always runs REF_STEPS)
 # the layout case's step count: REF_STEPS (the contract, the release run); scripts/test.sh's sanitizer run sets
 # 3 (the first step, the optimizer's steady state, the learning rate after warmup: every code path of the step;
@@ -246,7 +246,7 @@ def run_layout(build, name, np_, ref_name, flags, launcher=None, where=""):
         for k in sw:
             if not np.array_equal(sw[k], h[k][...]):
                 sys.exit(f"{k}: model.safetensors differs from model.h5 under {' '.join(layout)}")
-    wtxt = f"{ww:.2e}" if ww is not None else f"not compared ({LAYOUT_STEPS} of the reference's {REF_STEPS} steps)"
+    wtxt = f"{ww:.2e}" if ww is not None else f"not compared ({LAYOUT_STEPS} steps; the release run's {REF_STEPS} compare them)"
     print(f"{name}: {np_} ranks{where} ({' '.join(layout)}): {LAYOUT_STEPS} steps, max loss rel err {lw:.2e}, "
           f"max grad rel err {gw:.2e}, exported weights rel err {wtxt} ({secs:.1f} s)")
     return out, p.stdout
@@ -326,7 +326,7 @@ def main():
         own = "--training.local_batch_size" in a.layout.split()
         # as many steps as what reads it compares: the layouts' LAYOUT_STEPS (the sanitizer run: 3 of the 10), the
         # resume cases' reference all REF_STEPS
-        steps = REF_STEPS if a.name == RESUME_REF else LAYOUT_STEPS
+        steps = REF_STEPS if os.path.basename(ref) == RESUME_REF else LAYOUT_STEPS
         run([train] + common_with_steps(steps) + a.layout.split() +
             ["--job.dump_folder", ref, "--checkpoint.export_at_end", "true"] +
             ([] if own else ["--training.local_batch_size", str(GLOBAL_BATCH)]))
