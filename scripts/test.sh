@@ -19,7 +19,7 @@ cmake --build build -j "$JOBS"
 # install the tools where mpirun finds them (default prefix /usr/local: titan-train on PATH)
 SUDO=""; if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 $SUDO cmake --install build >/dev/null
-# in parallel (tests with deadlines are RUN_SERIAL in CMakeLists.txt): 16-19 min on 2 cores (2026-12-06)
+# in parallel (tests with deadlines are RUN_SERIAL in CMakeLists.txt): 16-23 min on 2 cores (2026-12-07)
 echo "[test] $(date -u +%H:%M:%S) release suite (ctest)"
 (cd build && ctest --output-on-failure -j "$JOBS" --timeout 1200)
 
