@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes titan's parsers of outside data (tests/fuzz/targets.cpp) with libFuzzer under ASan + UBSan.
-#   ./scripts/fuzz.sh                      # every target, 20 s each, as many at once as there are cores (scripts/test.sh)
+#   ./scripts/fuzz.sh                      # every target, 20 s each, as many at once as cores (scripts/test.sh)
 #   ./scripts/fuzz.sh --seconds 3600 tokenizer hf_config   # a campaign: an hour each on two targets
 #   ./scripts/fuzz.sh --jobs 2 --seconds 600               # two workers per target
 # Builds build-fuzz (clang) when needed. Each target starts from its seeds (tests/fuzz/corpus/<target>) and its

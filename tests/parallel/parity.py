@@ -9,8 +9,8 @@
       losses at each of 10 steps equal to the reference's to <= 1e-5 relative,
       gradients after step 1 to <= 1e-5 (relative L2 per tensor), the exported weights to <= 1e-4;
       TITAN_PARITY_STEPS=N runs N steps (the sanitizer run: 3; the references too, but for the resume cases'
-      10) and compares those, the export's two formats
-      with each other but not with the reference's weights (the release run compares them after 10 steps)
+      10) and compares those, the export's two formats with each other but not with the reference's weights
+      (the release run compares them after 10 steps)
   parity.py --build BUILD --case resume           save with 4-way FSDP, resume with 2-way FSDP x 2-way TP
   parity.py --build BUILD --case resume_pp        save with FSDP 2, resume with PP 2; save with PP 2, resume FSDP 2
   parity.py --build BUILD --case resume_cp        save with FSDP 2, resume with CP 2; save with CP 2, resume FSDP 2
@@ -246,7 +246,8 @@ def run_layout(build, name, np_, ref_name, flags, launcher=None, where=""):
         for k in sw:
             if not np.array_equal(sw[k], h[k][...]):
                 sys.exit(f"{k}: model.safetensors differs from model.h5 under {' '.join(layout)}")
-    wtxt = f"{ww:.2e}" if ww is not None else f"not compared ({LAYOUT_STEPS} steps; the release run's {REF_STEPS} compare them)"
+    wtxt = (f"{ww:.2e}" if ww is not None
+            else f"not compared ({LAYOUT_STEPS} steps; the release run's {REF_STEPS} compare them)")
     print(f"{name}: {np_} ranks{where} ({' '.join(layout)}): {LAYOUT_STEPS} steps, max loss rel err {lw:.2e}, "
           f"max grad rel err {gw:.2e}, exported weights rel err {wtxt} ({secs:.1f} s)")
     return out, p.stdout
