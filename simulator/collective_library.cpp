@@ -13,6 +13,11 @@ constexpr double kRingNvlink[3] = {0.47, 1.9, 3.4};  // per intra-node step (NVL
 constexpr double kRingNet[3] = {2.7, 4.0, 9.6};      // per inter-node step
 constexpr double kTreeNvlink[3] = {0.52, 1.2, 28};
 constexpr double kTreeNet[3] = {5.0, 8.5, 50};
+// Two algorithms of later releases (their constants as NCCL 2.30.7 has them, @5067397c): NVLS (2.17: NVLink SHARP,
+// all-reduce inside a node; Simple) and PAT (2.23: all-gather / reduce-scatter with one rank per node; Simple)
+constexpr double kNvlsNvlink = 25.0;               // NVLS's whole latency inside a node (base 0)
+constexpr double kPatBase = 8.0, kPatNetStep = 4.0;  // PAT: base; per log2(nodes) (its network latency 14 / 3.5)
+constexpr double kPatPerRank = 2.8;                // PAT's linear part, per rank
 
 int log2i(int n) {
   int l = 0;
@@ -21,7 +26,8 @@ int log2i(int n) {
 }
 }  // namespace
 
-LibraryChoice nccl_choice(bool all_reduce, int ranks, int nodes, double transfer_s) {
+LibraryChoice nccl_choice(Collective kind, int ranks, int nodes, double transfer_s, double nvls_transfer_s) {
+  const bool all_reduce = kind == Collective::AllReduce;
   LibraryChoice best;
   double best_t = 1e300;
   const int steps = all_reduce ? 2 * (ranks - 1) : ranks - 1;
@@ -45,6 +51,14 @@ LibraryChoice nccl_choice(bool all_reduce, int ranks, int nodes, double transfer
       if (t < best_t) best_t = t, best = {std::string("tree/") + kProto[p], lat, bw};
     }
   }
+  auto consider = [&](const char* alg, double lat_us, double bw) {
+    const double t = lat_us * 1e-6 + transfer_s / bw;
+    if (t < best_t) best_t = t, best = {std::string(alg) + "/Simple", lat_us * 1e-6, bw};
+  };
+  if (!all_reduce && nodes > 1 && ranks == nodes)  // PAT: one rank per node, at 0.75 of the ring's rate
+    consider("pat", kPatBase + log2i(nodes) * kPatNetStep + ranks * kPatPerRank, 0.75);
+  if (all_reduce && nvls_transfer_s > 0)  // NVLS: the switch reduces and multicasts
+    consider("nvls", kNvlsNvlink, transfer_s / nvls_transfer_s);
   return best;
 }
 

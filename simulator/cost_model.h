@@ -87,7 +87,7 @@ KernelTime kernel_time(const ChipSpec& chip, int ranks_per_chip, const Kernel& k
 // priced by kernel_time as its own launch.
 std::vector<Kernel> materialized_attention(const Kernel& attention, double dropout, ExecMode mode);
 
-enum class Collective { AllGather, ReduceScatter, AllReduce, AllToAll };
+// Collective (its kinds): simulator/collective_library.h
 Collective parse_collective(const std::string& s);
 const char* collective_name(Collective c);
 

@@ -133,7 +133,8 @@ void check_keys(const YAML::Node& n, const std::vector<std::string>& allowed, co
 
 NetworkLevel parse_level(const YAML::Node& n, const std::string& file, const std::string& where) {
   if (!n.IsMap()) fail(file, where + " must be a map");
-  check_keys(n, {"name", "topology", "units", "shape", "bandwidth_gbps", "links_per_chip", "latency_us", "efficiency"},
+  check_keys(n, {"name", "topology", "units", "shape", "bandwidth_gbps", "links_per_chip", "latency_us", "efficiency",
+                 "nvls_efficiency"},
              file, " in " + where);
   NetworkLevel l;
   l.name = n["name"] ? n["name"].as<std::string>() : where;
@@ -160,6 +161,14 @@ NetworkLevel parse_level(const YAML::Node& n, const std::string& file, const std
   l.latency_us = number(n, "latency_us", file, true);
   l.efficiency = number(n, "efficiency", file);
   if (l.efficiency > 1) fail(file, where + ".efficiency must be <= 1, got " + std::to_string(l.efficiency));
+  if (n["nvls_efficiency"]) {
+    if (l.topology != Topology::Switch || where == "scale_out")
+      fail(file, where + ".nvls_efficiency: in-switch reduction (NVLink SHARP) is a property of a switch level inside "
+                 "a system, not of a " + (where == "scale_out" ? std::string("scale_out network") : t + " level"));
+    l.nvls_efficiency = number(n, "nvls_efficiency", file);
+    if (l.nvls_efficiency > 1)
+      fail(file, where + ".nvls_efficiency must be <= 1, got " + n["nvls_efficiency"].as<std::string>());
+  }
   return l;
 }
 }  // namespace

@@ -135,6 +135,10 @@ struct NetworkLevel {
   int links_per_chip = 1;         // links the per-chip bandwidth is spread over (torus: 4)
   double latency_us = 0;          // per step (hop + software)
   double efficiency = 0;          // achievable fraction of bandwidth_gbps
+  // nvls_efficiency (optional; a switch level only): the switch reduces and multicasts in the network (NVLink
+  // SHARP, NVSwitch 3 and later), and an all-reduce over it moves (1 + 1/n) x its bytes each way per chip at this
+  // fraction of bandwidth_gbps (collective_library.h, NVLS). 0: no in-switch reduction.
+  double nvls_efficiency = 0;
 };
 
 struct SystemSpec {

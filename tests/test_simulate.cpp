@@ -641,6 +641,22 @@ TEST(HardwareSpecs, ErrorsNameTheFileAndKey) {
   e = error_of([&] { load_system(write("lib.yaml", sys_text)); });
   EXPECT_NE(e.find("lib.yaml"), std::string::npos) << e;
   EXPECT_NE(e.find("'collective_library': 'rccl' is not a known library (generic, nccl)"), std::string::npos) << e;
+  // in-switch reduction: a switch level's property, a fraction
+  sys_text.replace(sys_text.find("collective_library: rccl"), 24, "collective_library: nccl");
+  std::string nvls = sys_text;
+  nvls.replace(nvls.find("nvls_efficiency: 0.69"), 21, "nvls_efficiency: 1.5");
+  e = error_of([&] { load_system(write("nvls.yaml", nvls)); });
+  EXPECT_NE(e.find("levels[0].nvls_efficiency must be <= 1, got 1.5"), std::string::npos) << e;
+  std::string ring = sys_text;
+  ring.replace(ring.find("topology: switch"), 16, "topology: ring  ");
+  e = error_of([&] { load_system(write("nvls_ring.yaml", ring)); });
+  EXPECT_NE(e.find("nvls_efficiency: in-switch reduction (NVLink SHARP) is a property of a switch level"),
+            std::string::npos) << e;
+  EXPECT_NE(e.find("not of a ring level"), std::string::npos) << e;
+  std::string out_net = sys_text;
+  out_net.replace(out_net.find("  efficiency: 0.94"), 18, "  efficiency: 0.94\n  nvls_efficiency: 0.5");
+  e = error_of([&] { load_system(write("nvls_out.yaml", out_net)); });
+  EXPECT_NE(e.find("not of a scale_out network"), std::string::npos) << e;
   e = error_of([&] { load_chip("trainium9"); });
   EXPECT_NE(e.find("unknown chip 'trainium9'"), std::string::npos) << e;
   EXPECT_NE(e.find("trainium2"), std::string::npos) << e;  // lists the known ones
@@ -2991,6 +3007,57 @@ TEST(CostModel, NcclLatencyGrowsWithTheRanksAsTheChosenAlgorithmSays) {
   EXPECT_NEAR(big.seconds, transfer + (8.4 + (254 - 30) * 3.4 + 30 * 9.6) * 1e-6, 1e-9);
   // a system without a library model keeps its levels' own steps
   EXPECT_EQ(load_system("trn2-instance").library, CollectiveLibrary::generic);
+}
+
+// NVLS: on an NVSwitch that reduces (NVLink SHARP), a large all-reduce inside the node moves (1 + 1/n) x its bytes
+// each way per GPU at the level's nvls_efficiency of the line rate, where the ring moves 2 (n - 1) / n x them: on
+// 8 H100 1.31x the ring's speed (nccl-tests: ~480 GB/s of bus bandwidth against ~370). A small one stays on the
+// ring or tree with LL (NVLS's 25 us is more than their latency), a group across nodes is not NVLS (NVLSTree is not
+// modelled), and a switch without in-network reduction (A100's) never is.
+TEST(CostModel, NvlsAllReduceInsideANodeMovesEachByteOnceEachWay) {
+  const ChipSpec c = load_chip("h100-sxm");
+  const SystemSpec s = load_system("h100-hgx");
+  ASSERT_NEAR(s.levels[0].nvls_efficiency, 0.69, 1e-12);
+  const CollectiveTime big = collective_time(c, s, 1, Collective::AllReduce, 1e9, group_span(s, 1, iota(8)));
+  EXPECT_NE(big.algorithm.find("nccl nvls/Simple over nvlink"), std::string::npos) << big.algorithm;
+  EXPECT_NEAR(big.seconds, 25e-6 + 1e9 * (1 + 1.0 / 8) / (450e9 * 0.69), 1e-9);
+  SystemSpec ring_only = s;
+  ring_only.levels[0].nvls_efficiency = 0;
+  const CollectiveTime ring = collective_time(c, ring_only, 1, Collective::AllReduce, 1e9, group_span(s, 1, iota(8)));
+  EXPECT_NE(ring.algorithm.find("nccl ring/Simple"), std::string::npos) << ring.algorithm;
+  EXPECT_NEAR(ring.seconds / big.seconds, (2.0 * 7 / 8 / 0.82) / (9.0 / 8 / 0.69), 0.01);
+  const CollectiveTime small = collective_time(c, s, 1, Collective::AllReduce, 8, group_span(s, 1, iota(8)));
+  EXPECT_EQ(small.algorithm.find("nvls"), std::string::npos) << small.algorithm;
+  EXPECT_LT(small.seconds, 25e-6);
+  // all-gather and reduce-scatter keep the ring (NCCL's model prices NVLS below it for them)
+  const CollectiveTime ag = collective_time(c, s, 1, Collective::AllGather, 1e9, group_span(s, 1, iota(8)));
+  EXPECT_NE(ag.algorithm.find("ring/Simple"), std::string::npos) << ag.algorithm;
+  const CollectiveTime two_nodes = collective_time(c, s, 1, Collective::AllReduce, 1e9, group_span(s, 1, iota(16)));
+  EXPECT_EQ(two_nodes.algorithm.find("nvls"), std::string::npos) << two_nodes.algorithm;
+  const SystemSpec a100 = load_system("a100-hgx");
+  const CollectiveTime amp =
+      collective_time(load_chip("a100-sxm"), a100, 1, Collective::AllReduce, 1e9, group_span(a100, 1, iota(8)));
+  EXPECT_NE(amp.algorithm.find("ring/Simple"), std::string::npos) << amp.algorithm;
+}
+
+// PAT: an all-gather or reduce-scatter over ranks one per node (an FSDP group beside TP 8) pays 8 us + 4 us per
+// log2(nodes) + 2.8 us per rank at 0.75 of the ring's rate: it takes the mid-sized messages the ring's network
+// steps (9.6 us each with Simple, 1/4 of the rate with LL) would slow, and the ring keeps the large ones.
+TEST(CostModel, PatTakesMidSizedGathersOverOneRankPerNode) {
+  const ChipSpec c = load_chip("h100-sxm");
+  const SystemSpec s = load_system("h100-hgx");
+  std::vector<int> one_per_node;
+  for (int n = 0; n < 64; ++n) one_per_node.push_back(8 * n);
+  const GroupSpan g = group_span(s, 1, one_per_node);
+  ASSERT_EQ(g.systems, 64);
+  const CollectiveTime mid = collective_time(c, s, 1, Collective::AllGather, 4e6, g);
+  EXPECT_NE(mid.algorithm.find("nccl pat/Simple"), std::string::npos) << mid.algorithm;
+  EXPECT_NEAR(mid.levels.front().latency_s, (8 + 6 * 4.0 + 64 * 2.8) * 1e-6, 1e-12);
+  const CollectiveTime big = collective_time(c, s, 1, Collective::ReduceScatter, 4e9, g);
+  EXPECT_NE(big.algorithm.find("nccl ring/Simple"), std::string::npos) << big.algorithm;
+  // the same size over 8 ranks a node (64 ranks on 8 nodes) has no PAT
+  const CollectiveTime packed = collective_time(c, s, 1, Collective::AllGather, 4e6, group_span(s, 1, iota(64)));
+  EXPECT_EQ(packed.algorithm.find("pat"), std::string::npos) << packed.algorithm;
 }
 
 // A small model's step on GPUs is bound by the host that issues its kernels (PyTorch eager: ~8 us per kernel,
