@@ -55,8 +55,10 @@ LibraryChoice nccl_choice(Collective kind, int ranks, int nodes, double transfer
     const double t = lat_us * 1e-6 + transfer_s / bw;
     if (t < best_t) best_t = t, best = {std::string(alg) + "/Simple", lat_us * 1e-6, bw};
   };
-  if (!all_reduce && nodes > 1 && ranks == nodes)  // PAT: one rank per node, at 0.75 of the ring's rate
-    consider("pat", kPatBase + log2i(nodes) * kPatNetStep + ranks * kPatPerRank, 0.75);
+  // PAT: one rank per node, its bus rate 0.75 of the ring's and not converted to the algorithm's as the ring's is
+  // (x n / (n - 1)): 0.75 (n - 1) / n of the ring's rate
+  if (!all_reduce && nodes > 1 && ranks == nodes)
+    consider("pat", kPatBase + log2i(nodes) * kPatNetStep + ranks * kPatPerRank, 0.75 * (ranks - 1) / ranks);
   if (all_reduce && nvls_transfer_s > 0)  // NVLS: the switch reduces and multicasts
     consider("nvls", kNvlsNvlink, transfer_s / nvls_transfer_s);
   return best;

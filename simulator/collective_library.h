@@ -18,7 +18,10 @@
 //          fraction of the level's line rate, where the ring moves 2 (n - 1) / n x them (1.3x the ring's speed
 //          on 8 H100, as nccl-tests measure). Not across nodes (NVLSTree is not modelled).
 //          PAT (2.23): all-gather / reduce-scatter over ranks one per node: 8 us + 4 us x log2(nodes) + 2.8 us
-//          per rank, at 0.75 of the ring's rate (lower latency than the ring's network steps at scale).
+//          per rank, at 0.75 (n - 1) / n of the ring's rate (lower latency than the ring's network steps at scale).
+//          The reduction's operator and type are not known here: NCCL runs NVLS for a Sum (fp32, bf16) or a
+//          Min / Max of bf16, not an average (PreMulSum) nor an fp32 Max, and PAT for no averaging
+//          reduce-scatter; both are priced as if the collective qualified.
 //          The ring and tree constants stay those of @01afd20 (2.7.5); later releases raised the ring's
 //          bases (LL 6.6, LL128 14 us) and its network Simple step (14 us) and lowered the tree's Simple ones
 //          (4 / 14 us): tried with this change and not kept (docs/simulator.md, "NVLS and PAT").
@@ -46,8 +49,8 @@ enum class Collective { AllGather, ReduceScatter, AllReduce, AllToAll };
 
 // NCCL's pick for a collective (not AllToAll: cost_model prices that as the generic model does) over `ranks` ranks
 // on `nodes` nodes (systems joined by the scale-out network) moving its bytes in `transfer_s` as a ring at the
-// links' full rate. `nvls_transfer_s` > 0: the group lies
-// in one NVLink domain whose switch reduces, and an NVLS all-reduce would move its bytes in that time.
+// links' full rate. `nvls_transfer_s` > 0: the group lies in one NVLink domain whose switch reduces, and an NVLS
+// all-reduce would move its bytes in that time.
 LibraryChoice nccl_choice(Collective kind, int ranks, int nodes, double transfer_s, double nvls_transfer_s = 0);
 
 }  // namespace titan::sim

@@ -326,13 +326,14 @@ CollectiveTime collective_time(const ChipSpec& c, const SystemSpec& sys, int rpc
     // the link rate stretches each level's transfer
     double transfer = 0;
     for (const auto& lv : out.levels) transfer += lv.transfer_s;
-    // NVLS: an all-reduce whose ranks span one switch level of one system, a switch that reduces (nvls_efficiency)
+    // NVLS: an all-reduce whose ranks lie on as many chips of one switch level of one system, a switch that
+    // reduces (nvls_efficiency); a chip's `rpc` ranks share its links, as on the ring
     double nvls = 0;
-    if (kind == Collective::AllReduce && g.systems == 1 && out.levels.size() == 1) {
+    if (kind == Collective::AllReduce)
       for (size_t i = 0; i < sys.levels.size(); ++i)
-        if (g.units[i] == g.size() && sys.levels[i].nvls_efficiency > 0)  // every rank on its own chip of this level
-          nvls = bytes * (1.0 + 1.0 / g.size()) / (sys.levels[i].bandwidth_gbps * 1e9 * sys.levels[i].nvls_efficiency);
-    }
+        if (g.units[i] == g.size() && sys.levels[i].nvls_efficiency > 0)
+          nvls = bytes * (1.0 + 1.0 / g.size()) * rpc /
+                 (sys.levels[i].bandwidth_gbps * 1e9 * sys.levels[i].nvls_efficiency);
     const LibraryChoice c = nccl_choice(kind, g.size(), g.systems, transfer, nvls);
     out.seconds = c.latency_s;
     for (auto& lv : out.levels) {

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "simulator/collective_library.h"
 #include "simulator/hardware.h"
 #include "src/tensor/cost.h"
 #include "src/config/enum_names.h"

@@ -165,7 +165,7 @@ NetworkLevel parse_level(const YAML::Node& n, const std::string& file, const std
     if (l.topology != Topology::Switch || where == "scale_out")
       fail(file, where + ".nvls_efficiency: in-switch reduction (NVLink SHARP) is a property of a switch level inside "
                  "a system, not of a " + (where == "scale_out" ? std::string("scale_out network") : t + " level"));
-    l.nvls_efficiency = number(n, "nvls_efficiency", file);
+    l.nvls_efficiency = number(n, "nvls_efficiency", file, /*allow_zero=*/true);
     if (l.nvls_efficiency > 1)
       fail(file, where + ".nvls_efficiency must be <= 1, got " + n["nvls_efficiency"].as<std::string>());
   }
@@ -437,6 +437,10 @@ SystemSpec read_system(const std::string& file, const std::vector<SpecEdit>& edi
     s.levels.push_back(parse_level(n["levels"][i], file, "levels[" + std::to_string(i) + "]"));
     prod *= s.levels.back().units;
   }
+  for (const NetworkLevel& l : s.levels)
+    if (l.nvls_efficiency > 0 && s.library != CollectiveLibrary::nccl)
+      fail(file, "level '" + l.name + "': nvls_efficiency needs collective_library: nccl (the generic model picks no "
+                 "algorithm, so an in-switch reduction would never be priced)");
   if (prod != s.chips) {
     std::ostringstream o;
     o << "the levels' units multiply to " << prod << " chips but 'chips' is " << s.chips;

@@ -137,7 +137,8 @@ struct NetworkLevel {
   double efficiency = 0;          // achievable fraction of bandwidth_gbps
   // nvls_efficiency (optional; a switch level only): the switch reduces and multicasts in the network (NVLink
   // SHARP, NVSwitch 3 and later), and an all-reduce over it moves (1 + 1/n) x its bytes each way per chip at this
-  // fraction of bandwidth_gbps (collective_library.h, NVLS). 0: no in-switch reduction.
+  // fraction of bandwidth_gbps (collective_library.h, NVLS; needs collective_library: nccl). 0 or absent: no
+  // in-switch reduction.
   double nvls_efficiency = 0;
 };
 

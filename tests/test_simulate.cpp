@@ -657,6 +657,13 @@ TEST(HardwareSpecs, ErrorsNameTheFileAndKey) {
   out_net.replace(out_net.find("  efficiency: 0.94"), 18, "  efficiency: 0.94\n  nvls_efficiency: 0.5");
   e = error_of([&] { load_system(write("nvls_out.yaml", out_net)); });
   EXPECT_NE(e.find("not of a scale_out network"), std::string::npos) << e;
+  std::string generic = sys_text;
+  generic.replace(generic.find("collective_library: nccl"), 24, "collective_library: generic");
+  e = error_of([&] { load_system(write("nvls_generic.yaml", generic)); });
+  EXPECT_NE(e.find("level 'nvlink': nvls_efficiency needs collective_library: nccl"), std::string::npos) << e;
+  std::string zero = sys_text;
+  zero.replace(zero.find("nvls_efficiency: 0.69"), 21, "nvls_efficiency: 0   ");
+  EXPECT_EQ(load_system(write("nvls_zero.yaml", zero)).levels[0].nvls_efficiency, 0.0);  // 0: none, as absent
   e = error_of([&] { load_chip("trainium9"); });
   EXPECT_NE(e.find("unknown chip 'trainium9'"), std::string::npos) << e;
   EXPECT_NE(e.find("trainium2"), std::string::npos) << e;  // lists the known ones
@@ -3053,6 +3060,12 @@ TEST(CostModel, PatTakesMidSizedGathersOverOneRankPerNode) {
   const CollectiveTime mid = collective_time(c, s, 1, Collective::AllGather, 4e6, g);
   EXPECT_NE(mid.algorithm.find("nccl pat/Simple"), std::string::npos) << mid.algorithm;
   EXPECT_NEAR(mid.levels.front().latency_s, (8 + 6 * 4.0 + 64 * 2.8) * 1e-6, 1e-12);
+  // its rate: 0.75 (n - 1) / n of the ring's transfer at the links' speed (the generic model's)
+  SystemSpec plain = s;
+  plain.library = CollectiveLibrary::generic;
+  double ring = 0;
+  for (const auto& l : collective_time(c, plain, 1, Collective::AllGather, 4e6, g).levels) ring += l.transfer_s;
+  EXPECT_NEAR(mid.seconds, (8 + 6 * 4.0 + 64 * 2.8) * 1e-6 + ring / (0.75 * 63 / 64), 1e-10);
   const CollectiveTime big = collective_time(c, s, 1, Collective::ReduceScatter, 4e9, g);
   EXPECT_NE(big.algorithm.find("nccl ring/Simple"), std::string::npos) << big.algorithm;
   // the same size over 8 ranks a node (64 ranks on 8 nodes) has no PAT
