@@ -643,27 +643,27 @@ TEST(HardwareSpecs, ErrorsNameTheFileAndKey) {
   EXPECT_NE(e.find("'collective_library': 'rccl' is not a known library (generic, nccl)"), std::string::npos) << e;
   // in-switch reduction: a switch level's property, a fraction
   sys_text.replace(sys_text.find("collective_library: rccl"), 24, "collective_library: nccl");
-  std::string nvls = sys_text;
-  nvls.replace(nvls.find("nvls_efficiency: 0.69"), 21, "nvls_efficiency: 1.5");
-  e = error_of([&] { load_system(write("nvls.yaml", nvls)); });
+  auto edited = [&](const std::string& file, const std::string& from, const std::string& to) {  // h100-hgx, one edit
+    std::string t = sys_text;
+    t.replace(t.find(from), from.size(), to);
+    return write(file, t);
+  };
+  e = error_of([&] { load_system(edited("nvls.yaml", "nvls_efficiency: 0.69", "nvls_efficiency: 1.5")); });
   EXPECT_NE(e.find("levels[0].nvls_efficiency must be <= 1, got 1.5"), std::string::npos) << e;
-  std::string ring = sys_text;
-  ring.replace(ring.find("topology: switch"), 16, "topology: ring  ");
-  e = error_of([&] { load_system(write("nvls_ring.yaml", ring)); });
+  e = error_of([&] { load_system(edited("nvls_ring.yaml", "topology: switch", "topology: ring")); });
   EXPECT_NE(e.find("nvls_efficiency: in-switch reduction (NVLink SHARP) is a property of a switch level"),
             std::string::npos) << e;
   EXPECT_NE(e.find("not of a ring level"), std::string::npos) << e;
-  std::string out_net = sys_text;
-  out_net.replace(out_net.find("  efficiency: 0.94"), 18, "  efficiency: 0.94\n  nvls_efficiency: 0.5");
-  e = error_of([&] { load_system(write("nvls_out.yaml", out_net)); });
+  e = error_of([&] {
+    load_system(edited("nvls_out.yaml", "  efficiency: 0.94", "  efficiency: 0.94\n  nvls_efficiency: 0.5"));
+  });
   EXPECT_NE(e.find("not of a scale_out network"), std::string::npos) << e;
-  std::string generic = sys_text;
-  generic.replace(generic.find("collective_library: nccl"), 24, "collective_library: generic");
-  e = error_of([&] { load_system(write("nvls_generic.yaml", generic)); });
+  e = error_of([&] {
+    load_system(edited("nvls_generic.yaml", "collective_library: nccl", "collective_library: generic"));
+  });
   EXPECT_NE(e.find("level 'nvlink': nvls_efficiency needs collective_library: nccl"), std::string::npos) << e;
-  std::string zero = sys_text;
-  zero.replace(zero.find("nvls_efficiency: 0.69"), 21, "nvls_efficiency: 0   ");
-  EXPECT_EQ(load_system(write("nvls_zero.yaml", zero)).levels[0].nvls_efficiency, 0.0);  // 0: none, as absent
+  const SystemSpec zero = load_system(edited("nvls_zero.yaml", "nvls_efficiency: 0.69", "nvls_efficiency: 0"));
+  EXPECT_EQ(zero.levels[0].nvls_efficiency, 0.0);  // 0: none, as absent
   e = error_of([&] { load_chip("trainium9"); });
   EXPECT_NE(e.find("unknown chip 'trainium9'"), std::string::npos) << e;
   EXPECT_NE(e.find("trainium2"), std::string::npos) << e;  // lists the known ones
