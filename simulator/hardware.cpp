@@ -131,7 +131,10 @@ void check_keys(const YAML::Node& n, const std::vector<std::string>& allowed, co
   }
 }
 
-NetworkLevel parse_level(const YAML::Node& n, const std::string& file, const std::string& where) {
+// Where a level sits: one of a system's own levels, or the network between systems (what a key may mean differs).
+enum class LevelPlace { Inside, ScaleOut };
+
+NetworkLevel parse_level(const YAML::Node& n, const std::string& file, const std::string& where, LevelPlace place) {
   if (!n.IsMap()) fail(file, where + " must be a map");
   check_keys(n, {"name", "topology", "units", "shape", "bandwidth_gbps", "links_per_chip", "latency_us", "efficiency",
                  "nvls_efficiency"},
@@ -162,9 +165,9 @@ NetworkLevel parse_level(const YAML::Node& n, const std::string& file, const std
   l.efficiency = number(n, "efficiency", file);
   if (l.efficiency > 1) fail(file, where + ".efficiency must be <= 1, got " + std::to_string(l.efficiency));
   if (n["nvls_efficiency"]) {
-    if (l.topology != Topology::Switch || where == "scale_out")
+    if (l.topology != Topology::Switch || place == LevelPlace::ScaleOut)
       fail(file, where + ".nvls_efficiency: in-switch reduction (NVLink SHARP) is a property of a switch level inside "
-                 "a system, not of a " + (where == "scale_out" ? std::string("scale_out network") : t + " level"));
+                 "a system, not of a " + (place == LevelPlace::ScaleOut ? std::string("scale_out network") : t + " level"));
     l.nvls_efficiency = number(n, "nvls_efficiency", file, /*allow_zero=*/true);
     if (l.nvls_efficiency > 1)
       fail(file, where + ".nvls_efficiency must be <= 1, got " + n["nvls_efficiency"].as<std::string>());
@@ -434,7 +437,7 @@ SystemSpec read_system(const std::string& file, const std::vector<SpecEdit>& edi
     fail(file, "missing key 'levels' (the interconnect, innermost first)");
   double prod = 1;
   for (size_t i = 0; i < n["levels"].size(); ++i) {
-    s.levels.push_back(parse_level(n["levels"][i], file, "levels[" + std::to_string(i) + "]"));
+    s.levels.push_back(parse_level(n["levels"][i], file, "levels[" + std::to_string(i) + "]", LevelPlace::Inside));
     prod *= s.levels.back().units;
   }
   for (const NetworkLevel& l : s.levels)
@@ -451,7 +454,7 @@ SystemSpec read_system(const std::string& file, const std::vector<SpecEdit>& edi
     YAML::Node so = n["scale_out"];
     if (!so["units"]) so["units"] = 1;  // the number of systems is the job's
     if (!so["topology"]) so["topology"] = "switch";
-    s.scale_out = parse_level(so, file, "scale_out");
+    s.scale_out = parse_level(so, file, "scale_out", LevelPlace::ScaleOut);
   }
   return s;
 }
