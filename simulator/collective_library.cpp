@@ -34,16 +34,21 @@ LibraryChoice nccl_choice(Collective kind, int ranks, int nodes, double transfer
   const int inter = all_reduce ? 2 * (nodes - 1) : nodes - 1;
   for (int p = 0; p < 3; ++p) {
     // ring: the protocol's share of the link rate (LL: 8 of every 16 bytes are flags, and it runs at 1/4 off a
-    // node or in an all-reduce; LL128: 120 of 128 bytes)
+    // node or in an all-reduce; LL128: 120 of 128 bytes, 0.7 where a node holds fewer than 2 of the ranks (each
+    // rank's NIC both sends and receives: tuning.cc's ppn < 2))
     {
-      const double bw = p == 0 ? (nodes > 1 || all_reduce ? 0.25 : 1.0 / 3.0) : p == 1 ? 0.92 : 1.0;
+      const bool ppn_below_2 = ranks < 2 * nodes;
+      const double bw = p == 0 ? (nodes > 1 || all_reduce ? 0.25 : 1.0 / 3.0) : p == 1 ? (ppn_below_2 ? 0.7 : 0.92) : 1.0;
       const double intra_lat = kRingNvlink[p] * (nodes > 1 && p == 0 ? 1.8 : 1.0);
       const double lat = (kRingBase[p] + (steps - inter) * intra_lat + inter * kRingNet[p]) * 1e-6;
       const double t = lat + transfer_s / bw;
       if (t < best_t) best_t = t, best = {std::string("ring/") + kProto[p], lat, bw};
     }
     if (all_reduce) {  // tree: all-reduce only, every protocol
-      const double bw = 0.9 * (p == 0 ? 1.0 / 3.8 : p == 1 ? (nodes == 1 ? 7.0 / 9.0 : 0.915) : 1.0);
+      // its bus rate 0.9 of the ring's (x the protocol's share), converted to the algorithm's rate at 1/2 where
+      // the ring's is n / (2 (n - 1)): (n - 1) / n of the ring's rate besides (tuning.cc: `ratio`)
+      const double bw = 0.9 * (p == 0 ? 1.0 / 3.8 : p == 1 ? (nodes == 1 ? 7.0 / 9.0 : 0.915) : 1.0) *
+                        (ranks - 1.0) / ranks;
       const double intra_lat = kTreeNvlink[p] * (nodes > 1 && p == 0 ? 1.8 : 1.0);
       const double lat =
           (kTreeBase[p] + 2 * ((ranks / std::max(1, nodes) - 1) * intra_lat + log2i(nodes) * kTreeNet[p])) * 1e-6;

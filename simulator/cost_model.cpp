@@ -180,23 +180,25 @@ std::vector<Kernel> materialized_attention(const Kernel& k, double dropout, Exec
   return out;
 }
 
-int GroupSpan::size() const {
+int GroupSpan::product() const {
   int n = ranks_on_chip * systems;
   for (int u : units) n *= u;
   return n;
 }
+
+int GroupSpan::size() const { return members > 0 ? members : product(); }
 
 GroupSpan group_span(const SystemSpec& sys, int rpc, const std::vector<int>& ranks) {
   GroupSpan g;
   const size_t L = sys.levels.size();
   std::vector<std::set<int>> coords(L);
   std::vector<std::set<int>> tx(L), ty(L);
-  std::set<int> systems;
+  std::map<int, int> systems;  // system -> members in it
   std::map<int, int> per_chip;
   for (int r : ranks) {
     const int chip = r / rpc;
     ++per_chip[chip];
-    systems.insert(chip / sys.chips);
+    ++systems[chip / sys.chips];
     int c = chip % sys.chips;
     for (size_t l = 0; l < L; ++l) {
       const int u = sys.levels[l].units;
@@ -212,6 +214,9 @@ GroupSpan group_span(const SystemSpec& sys, int rpc, const std::vector<int>& ran
   g.ranks_on_chip = 1;
   for (auto& [chip, n] : per_chip) g.ranks_on_chip = std::max(g.ranks_on_chip, n);
   g.systems = (int)systems.size();
+  g.members = (int)ranks.size();
+  g.fewest_in_a_system = g.members;
+  for (auto& [system, n] : systems) g.fewest_in_a_system = std::min(g.fewest_in_a_system, n);
   for (size_t l = 0; l < L; ++l) {
     g.units.push_back((int)coords[l].size());
     g.torus_extent.push_back(sys.levels[l].topology == Topology::Torus2D
@@ -231,6 +236,7 @@ struct Hop {  // one level of the hierarchy as a group sees it
   double link_bw;    // bytes/s per link (bisection)
   int cut_links;     // links crossing the bisection of the spanned part (0: switch)
   int steps_ring;    // latency steps of a ring-style pass
+  bool scale_out;    // the network between systems
 };
 
 std::vector<Hop> hops(const ChipSpec& c, const SystemSpec& sys, const GroupSpan& g) {
@@ -238,10 +244,10 @@ std::vector<Hop> hops(const ChipSpec& c, const SystemSpec& sys, const GroupSpan&
   // on one chip: copies through HBM (read + write), or the chip's measured exchange (local_comm_*)
   h.push_back({"chip", Topology::Chip, g.ranks_on_chip,
                c.local_comm_gbps > 0 ? c.local_comm_gbps * 1e9 : c.hbm_tbps * 1e12 * c.memory_efficiency / 2,
-               c.local_comm_gbps > 0 ? c.local_comm_latency_us * 1e-6 : 1e-6, 0, 0, g.ranks_on_chip - 1});
-  auto level = [&](const NetworkLevel& l, int n, const std::vector<int>& ext) {
+               c.local_comm_gbps > 0 ? c.local_comm_latency_us * 1e-6 : 1e-6, 0, 0, g.ranks_on_chip - 1, false});
+  auto level = [&](const NetworkLevel& l, int n, const std::vector<int>& ext, bool scale_out) {
     Hop x{l.name, l.topology, n, 0, l.latency_us * 1e-6, l.bandwidth_gbps * 1e9 * l.efficiency / l.links_per_chip, 0,
-          n - 1};
+          n - 1, scale_out};
     int usable = l.links_per_chip;
     if (l.topology == Topology::Torus2D) {
       usable = 0;
@@ -263,13 +269,13 @@ std::vector<Hop> hops(const ChipSpec& c, const SystemSpec& sys, const GroupSpan&
     x.bw = x.link_bw * usable;
     h.push_back(x);
   };
-  for (size_t i = 0; i < sys.levels.size(); ++i) level(sys.levels[i], g.units[i], g.torus_extent[i]);
+  for (size_t i = 0; i < sys.levels.size(); ++i) level(sys.levels[i], g.units[i], g.torus_extent[i], false);
   if (g.systems > 1) {
     if (!sys.has_scale_out)
       throw std::runtime_error("system " + sys.name + " (" + sys.file +
                                ") has no scale_out network, but a group spans " + std::to_string(g.systems) +
                                " systems");
-    level(sys.scale_out, g.systems, {});
+    level(sys.scale_out, g.systems, {}, true);
   }
   return h;
 }
@@ -306,7 +312,12 @@ CollectiveTime collective_time(const ChipSpec& c, const SystemSpec& sys, int rpc
       t = tb + (x.n - 1) * x.latency;
       out.levels.push_back({x.name, tb, (x.n - 1) * x.latency});
     } else {
-      const double per_rank = (x.n - 1) * bytes / (inner * x.n);
+      // what each rank moves at this level: (n - 1) / n of the shard the levels below left it; between systems
+      // holding unequal numbers of members, what the fewest members of one system take in from all the others
+      const double m = g.size(), fewest = g.fewest_in_a_system;
+      const double per_rank = x.scale_out && fewest > 0 && fewest * g.systems != m
+                                  ? bytes * (m - fewest) / (m * fewest)
+                                  : (x.n - 1) * bytes / (inner * x.n);
       const double tb = per_rank * rpc / x.bw;
       const bool rd = pow2(x.n) && (x.topo == Topology::Switch || x.topo == Topology::Chip);
       const int steps = rd ? (int)std::lround(std::log2(x.n)) : x.steps_ring;
@@ -331,7 +342,7 @@ CollectiveTime collective_time(const ChipSpec& c, const SystemSpec& sys, int rpc
     double nvls = 0;
     if (kind == Collective::AllReduce)
       for (size_t i = 0; i < sys.levels.size(); ++i)
-        if (g.units[i] == g.size() && sys.levels[i].nvls_efficiency > 0)
+        if (g.units[i] == g.product() && sys.levels[i].nvls_efficiency > 0)
           nvls = bytes * (1.0 + 1.0 / g.size()) * rpc /
                  (sys.levels[i].bandwidth_gbps * 1e9 * sys.levels[i].nvls_efficiency);
     const LibraryChoice c = nccl_choice(kind, g.size(), g.systems, transfer, nvls);

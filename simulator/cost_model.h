@@ -98,7 +98,11 @@ struct GroupSpan {
   std::vector<int> units;         // per system level (innermost first): units spanned
   std::vector<std::vector<int>> torus_extent;  // per level: spanned [x, y] extents (torus levels)
   int systems = 1;                // systems spanned (scale-out)
-  int size() const;
+  // The members, and the fewest of them in one system: a world that does not fill its last system (72 + 56 chips
+  // of two NVL72 racks) has groups that are not a product of their spans. 0: a span written by hand (the product).
+  int members = 0, fewest_in_a_system = 0;
+  int size() const;     // members (the product of the spans where they are not known)
+  int product() const;  // ranks_on_chip x units spanned at every level x systems: size() for a rectangular group
 };
 
 // Members -> span; ranks map to chips as documented in hardware.h.

@@ -3073,6 +3073,53 @@ TEST(CostModel, PatTakesMidSizedGathersOverOneRankPerNode) {
   EXPECT_EQ(packed.algorithm.find("pat"), std::string::npos) << packed.algorithm;
 }
 
+// NCCL 2.7.5's conversion of bus rates to algorithm rates (tuning.cc, `ratio`): the ring's n / (2 (n - 1)) for an
+// all-reduce, every other algorithm's 1/2 — so the tree moves an all-reduce at (n - 1) / n of the ring's rate
+// besides its 0.9 and its protocol's share — and the ring's LL128 at 0.7 where a node holds fewer than 2 ranks.
+TEST(CostModel, NcclConvertsTheTreesRateAndTheOneRankPerNodeRingsAs275Does) {
+  bool tree_seen = false, ll128_seen = false;
+  for (auto [ranks, nodes] : {std::pair{2, 1}, {8, 1}, {16, 2}, {256, 32}, {64, 64}})
+    for (double t = 1e-7; t < 1e-2; t *= 1.3) {
+      const LibraryChoice c = nccl_choice(Collective::AllReduce, ranks, nodes, t);
+      const double n = ranks;
+      if (c.algorithm.rfind("tree/", 0) == 0) {
+        tree_seen = true;
+        const double share = c.algorithm == "tree/LL" ? 1 / 3.8 : c.algorithm == "tree/LL128" ? (nodes == 1 ? 7.0 / 9 : 0.915) : 1.0;
+        EXPECT_NEAR(c.bandwidth, 0.9 * share * (n - 1) / n, 1e-12) << ranks << " ranks, " << c.algorithm;
+      }
+      if (c.algorithm == "ring/LL128") {
+        ll128_seen = true;
+        EXPECT_DOUBLE_EQ(c.bandwidth, ranks < 2 * nodes ? 0.7 : 0.92) << ranks << " ranks on " << nodes << " nodes";
+      }
+    }
+  EXPECT_TRUE(tree_seen && ll128_seen);
+  // two A100 of one node, a 1 MB all-reduce: the tree at 0.45 of the ring's rate no longer beats the ring
+  const SystemSpec a100 = load_system("a100-hgx");
+  const CollectiveTime two =
+      collective_time(load_chip("a100-sxm"), a100, 1, Collective::AllReduce, 1e6, group_span(a100, 1, iota(2)));
+  EXPECT_NE(two.algorithm.find("nccl ring/"), std::string::npos) << two.algorithm;
+}
+
+// 128 GPUs on NVL72 racks fill one rack and 56 of the next: a group is counted by its members (the ranks NCCL
+// sees), not by the product of the positions it spans (72 x 2), and between the racks each of the 56 takes in
+// what the other 72 hold (72 / 128 of the data over 56 links, not 1/2 of it over 72).
+TEST(CostModel, AGroupNotFillingItsLastSystemCountsItsMembers) {
+  const ChipSpec c = load_chip("gb200");
+  SystemSpec s = load_system("gb200-nvl72");
+  const GroupSpan all = group_span(s, 1, iota(128));
+  EXPECT_EQ(all.size(), 128);
+  EXPECT_EQ(all.product(), 144);
+  EXPECT_EQ(all.fewest_in_a_system, 56);
+  std::vector<int> dp;  // the data-parallel group beside TP 8: 9 members in the first rack, 7 in the second
+  for (int r = 0; r < 128; r += 8) dp.push_back(r);
+  EXPECT_EQ(group_span(s, 1, dp).size(), 16);
+  s.library = CollectiveLibrary::generic;  // the links' transfer alone
+  const double bytes = 256.0 * (1 << 20);
+  const double uneven = collective_time(c, s, 1, Collective::AllGather, bytes, all).levels.back().transfer_s;
+  const double even = collective_time(c, s, 1, Collective::AllGather, bytes, group_span(s, 1, iota(144))).levels.back().transfer_s;
+  EXPECT_NEAR(uneven / even, (72.0 / (128 * 56)) / (1.0 / 144), 1e-9);
+}
+
 // A small model's step on GPUs is bound by the host that issues its kernels (PyTorch eager: ~8 us per kernel,
 // more than most of this step's kernels take): making every kernel twice as fast leaves the eager step where it
 // was; compiled (fused kernels, 4 us each to issue) it is not host-bound and follows its kernels; captured as
