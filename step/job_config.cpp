@@ -429,7 +429,12 @@ void validate(const JobConfig& c) {
   TITAN_CHECK(c.metrics.link_probe_mib >= 0 && c.metrics.link_probe_mib <= 256,
               "config error: metrics.link_probe_mib must be in [0, 256] (MiB sent by each host at every step line; "
               "0: off), got ", c.metrics.link_probe_mib);
+  TITAN_CHECK(c.training.global_batch_size == -1 || c.training.global_batch_size > 0,
+              "config error: training.global_batch_size must be > 0 (sequences per step, all ranks together) or -1 "
+              "(local_batch_size x the data-parallel ranks), got ", c.training.global_batch_size);
   // sizes beyond any machine, refused as written before they size anything (products in double: no overflow)
+  TITAN_CHECK(c.training.global_batch_size <= int64_t(1) << 31, "config error: training.global_batch_size (",
+              c.training.global_batch_size, ") is more than 2^31 sequences a step; a value is mistyped");
   TITAN_CHECK((double)c.training.seq_len * (double)c.training.local_batch_size <= double(int64_t(1) << 31),
               "config error: training.seq_len (", c.training.seq_len, ") x training.local_batch_size (",
               c.training.local_batch_size, ") is more than 2^31 tokens per rank and step; a value is mistyped");

@@ -1,12 +1,16 @@
 #include "step/train_step.h"
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
+#include <optional>
 
 #include "parallel/context_parallel.h"
 #include "parallel/fsdp.h"
 #include "src/log/log.h"
 #include "src/ops/autocast.h"
 #include "src/ops/ops.h"
+#include "src/tensor/cost_segment.h"
 
 namespace titan {
 
@@ -66,7 +70,11 @@ int64_t gradient_accumulation_steps(const JobConfig& cfg, int64_t dp) {
   TITAN_CHECK(global_batch > 0 && global_batch % (B * dp) == 0, "config error: training.global_batch_size ",
               global_batch, " must be a multiple of local_batch_size x data-parallel ranks = ", B, " x ", dp, " = ",
               B * dp);
-  return global_batch / (B * dp);
+  const int64_t accum = global_batch / (B * dp);
+  TITAN_CHECK(accum <= 65536, "config error: training.global_batch_size ", global_batch, " over local_batch_size x "
+              "data-parallel ranks = ", B, " x ", dp, " is ", accum, " micro-batches a step; more than 65,536 is a "
+              "mistyped value (a 16M-token batch of 8k sequences on 8 ranks is 256)");
+  return accum;
 }
 
 parallel::PipelineLayout pipeline_layout(const JobConfig& cfg) {
@@ -150,6 +158,58 @@ Tensor micro_batch_backward(decoder::Decoder& model, const Tensor& inputs, const
 }
 
 namespace {
+// Planning a step of many micro-batches outside a pipeline (meta tensors under an untimed cost trace): each
+// micro-batch runs the same forward and backward, and a plan of 1,024 of them traced each (14 s; a pipeline's
+// schedule repeats its passes: parallel/pass_repeats.h). Once two micro-batches in a row recorded alike
+// (CostSegment::same_as), both from the FSDP state they left, holding nothing more at their end and routing
+// alike, the next ones are repeated from the record (replay_cost_segment) instead of traced — but the step's
+// last, which reduces the gradients, always traced. Simulation.RepeatedMicroBatchesPlanAsTracedOnes holds such
+// plans to the fully traced ones, event by event.
+class MicroBatchRepeats {
+ public:
+  using Routed = std::vector<std::vector<int64_t>>;
+  explicit MicroBatchRepeats(const parallel::FSDP* fsdp)
+      : fsdp_(fsdp),
+        on_(default_device() == Device::Meta && CostTrace::current() != nullptr && !CostTrace::current()->timed() &&
+            repeated_cost_segments()) {}
+  bool repeat(bool last) const { return on_ && steady_ && !last && state() == state_; }
+  // A repeated micro-batch: the record's events, costs and peak; it leaves nothing held (its record did not).
+  const Routed& replay() const {
+    replay_cost_segment(record_);
+    return routed_;
+  }
+  void begin(bool last) {
+    if (!on_ || last) return;
+    start_ = state();
+    recording_.emplace();
+  }
+  void end(const Routed& routed) {
+    if (!recording_) return;
+    CostSegment seg = recording_->finish();
+    bool holds = false;
+    for (int64_t b : seg.net) holds = holds || b != 0;
+    const bool alike = seg.repeatable && !holds && record_ && seg.same_as(*record_);
+    steady_ = alike && start_ == state() && start_ == state_ && routed == routed_;
+    if (alike)
+      recording_->refer_to(record_);  // the trace holds this micro-batch as the record it repeats
+    else
+      record_ = std::make_shared<const CostSegment>(std::move(seg));
+    recording_.reset();
+    state_ = std::move(start_);
+    routed_ = routed;
+  }
+
+ private:
+  std::vector<int64_t> state() const { return fsdp_ ? fsdp_->pass_state() : std::vector<int64_t>{}; }
+  const parallel::FSDP* fsdp_;
+  bool on_;
+  bool steady_ = false;
+  std::shared_ptr<const CostSegment> record_;  // the last recorded micro-batch
+  std::vector<int64_t> state_, start_;         // the FSDP state it started in; the traced one's
+  Routed routed_;                              // its routing
+  std::optional<CostSegmentRecorder> recording_;
+};
+
 // All-reduce of host values over `pg` (meta: priced, values unchanged).
 std::vector<double> all_reduce_values(comms::ProcessGroup& pg, const std::vector<double>& v, comms::ReduceOp op) {
   if (pg.size() == 1) return v;
@@ -158,6 +218,17 @@ std::vector<double> all_reduce_values(comms::ProcessGroup& pg, const std::vector
     return v;
   }
   return pg.all_reduce(from_vector<double>(v, {(int64_t)v.size()}), op).to_vector<double>();
+}
+
+// Adds one micro-batch's tokens per expert (`flat`: its all-reduced counts, layer after layer; empty: a plan's
+// repeated micro-batch, whose all-reduce priced the counts and left them as they were) to the step's.
+void add_expert_load(StepResult& r, const std::vector<std::vector<int64_t>>& routed, const std::vector<double>& flat = {}) {
+  r.expert_load.resize(std::max(r.expert_load.size(), routed.size()));
+  size_t at = 0;
+  for (size_t i = 0; i < routed.size(); ++i) {
+    r.expert_load[i].resize(routed[i].size(), 0.0);
+    for (size_t e = 0; e < routed[i].size(); ++e, ++at) r.expert_load[i][e] += flat.empty() ? (double)routed[i][e] : flat[at];
+  }
 }
 }  // namespace
 
@@ -170,12 +241,22 @@ StepResult train_step(TrainJob& job, const std::function<Batch()>& next_batch, d
   const bool pp = job.pipeline != nullptr;
   {
     AutocastScope autocast(job.compute);  // forward and backward (and recomputation in them) alike
+    MicroBatchRepeats repeats(pp ? nullptr : job.pm.fsdp.get());  // (a pipeline repeats its own passes)
     for (int64_t m = 0; m < job.accumulation; ++m) {
+      const bool last = m + 1 == job.accumulation;
+      std::vector<std::vector<int64_t>> routed;
+      if (!pp && repeats.repeat(last)) {
+        next_batch();  // the data's order as traced
+        routed = repeats.replay();
+        add_expert_load(r, routed);
+        continue;
+      }
+      repeats.begin(last || pp);
+      {  // (the micro-batch's tensors freed before its record ends)
       // context parallel: this rank's chunks of the sequences and its share of the group's valid targets
       const ShardedBatch sb = shard_for_context_parallel(*job.model, mesh, next_batch());
       const Batch& b = sb.batch;
-      const bool reduce = job.reduce_every_microbatch || m + 1 == job.accumulation;
-      std::vector<std::vector<int64_t>> routed;
+      const bool reduce = job.reduce_every_microbatch || last;
       if (pp) {  // the schedule's micro-batches: each stage reduces with its last backward
         parallel::Pipeline::Result pr = job.pipeline->train(b, sb.grad_weight / (double)job.accumulation, reduce,
                                                             1.0 / (double)job.accumulation);
@@ -198,13 +279,10 @@ StepResult train_step(TrainJob& job, const std::function<Batch()>& next_batch, d
         flat = all_reduce_values(*mesh.dp, flat, comms::ReduceOp::Sum);
         if (mesh.degrees.cp > 1) flat = all_reduce_values(*mesh.cp, flat, comms::ReduceOp::Sum);  // each its tokens
         if (pp) flat = all_reduce_values(*mesh.pp, flat, comms::ReduceOp::Sum);
-        r.expert_load.resize(routed.size());
-        size_t at = 0;
-        for (size_t i = 0; i < routed.size(); ++i) {
-          r.expert_load[i].resize(routed[i].size(), 0.0);
-          for (size_t e = 0; e < routed[i].size(); ++e) r.expert_load[i][e] += flat[at++];
-        }
+        add_expert_load(r, routed, flat);
       }
+      }
+      repeats.end(routed);
     }
   }
   if (mesh.degrees.cp > 1) loss = all_reduce_values(*mesh.cp, {loss}, comms::ReduceOp::Sum)[0];  // the group's mean

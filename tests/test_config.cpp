@@ -91,6 +91,22 @@ TEST(Config, ErrorsNameKeyFileLineAndAllowedValues) {
   e = error_of([&] { load_job_config_file("", {"activation_checkpoint.mode", "full", "activation_checkpoint.selective_ac_option", "op"}); });
   EXPECT_NE(e.find("selective_ac_option ('op') applies only with activation_checkpoint.mode selective (it is full)"),
             std::string::npos) << e;
+  // the global batch: a count of sequences or -1, and no more micro-batches a step than any run accumulates
+  for (const char* v : {"-16", "0"}) {
+    e = error_of([&] { load_job_config_file("", {"training.global_batch_size", v}); });
+    EXPECT_NE(e.find(std::string("training.global_batch_size must be > 0 (sequences per step, all ranks together) or "
+                                 "-1 (local_batch_size x the data-parallel ranks), got ") + v),
+              std::string::npos) << e;
+  }
+  e = error_of([&] { load_job_config_file("", {"training.global_batch_size", "4611686018427387904"}); });
+  EXPECT_NE(e.find("training.global_batch_size (4611686018427387904) is more than 2^31 sequences a step"),
+            std::string::npos) << e;
+  {
+    const JobConfig c = load_job_config_file("", {"training.local_batch_size", "2", "training.global_batch_size", "1048576"});
+    EXPECT_EQ(gradient_accumulation_steps(c, 8), 65536);  // the most
+    e = error_of([&] { gradient_accumulation_steps(c, 4); });
+    EXPECT_NE(e.find("is 131072 micro-batches a step; more than 65,536 is a mistyped value"), std::string::npos) << e;
+  }
   {
     JobConfig c = load_job_config_file("", {"activation_checkpoint.mode", "selective", "activation_checkpoint.selective_ac_option", "3"});
     EXPECT_EQ(c.activation_checkpoint.every(), 3);

@@ -3284,8 +3284,9 @@ TEST(EventStream, RepeatedPassesReadAsTheirCopies) {
   EXPECT_THROW(EventStream::Cursor(&s).at(SIZE_MAX), Error);  // past the end, even where nothing was made yet
 }
 
-// A meta plan repeats a pipeline stage's steady forward and backward passes from their record
-// (src/tensor/cost_segment.h) instead of tracing each one: every stage's plan is the plan that traces every pass,
+// A meta plan repeats a pipeline stage's steady forward and backward passes, and outside a pipeline the step's
+// steady micro-batches, from their record (src/tensor/cost_segment.h) instead of tracing each one: every stage's
+// plan is the plan that traces every pass,
 // event by event (kind, op, FLOPs, bytes, GEMM and attention shapes, collectives, their groups and pairing, the
 // memory held at each kernel), with the same memory (current and peak per category) and per-op costs; and the
 // layouts whose passes are alike did repeat them (and hold the traced passes recorded alike as references).
@@ -3340,6 +3341,31 @@ TEST(Simulation, RepeatedMicroBatchesPlanAsTracedOnes) {
                                    "2", "parallelism.context_parallel_rotate_method", "alltoall", "training.seq_len",
                                    "256"}),
        4, true},
+      // gradient accumulation without a pipeline: the step's micro-batches (train_step.cpp, MicroBatchRepeats)
+      {"FSDP 2, accumulation 6", with("configs/qwen3_debug.yaml", {"parallelism.data_parallel_shard_degree", "2",
+                                                                   "training.global_batch_size", "96"}),
+       2, true},
+      {"FSDP 2 x TP 2, full AC, accumulation 6, reducing every micro-batch",
+       with("configs/qwen3_debug.yaml",
+            {"parallelism.data_parallel_shard_degree", "2", "parallelism.tensor_parallel_degree", "2",
+             "activation_checkpoint.mode", "full", "parallelism.fsdp_reduce_every_microbatch", "true",
+             "training.global_batch_size", "96"}),
+       4, true},
+      {"HSDP 2 x 2 x CP 2 (ring), accumulation 6",
+       with("configs/qwen3_debug.yaml",
+            {"parallelism.data_parallel_replicate_degree", "2", "parallelism.data_parallel_shard_degree", "2",
+             "parallelism.context_parallel_degree", "2", "parallelism.context_parallel_rotate_method", "alltoall",
+             "training.seq_len", "256", "training.global_batch_size", "192"}),
+       8, true},
+      {"MoE, FSDP 2 x EP 2, Float8, accumulation 6",
+       with("configs/qwen3_moe_debug.yaml",
+            {"parallelism.data_parallel_shard_degree", "2", "parallelism.expert_parallel_degree", "2",
+             "model.converters", "float8", "float8.recipe", "rowwise", "training.global_batch_size", "96"}),
+       2, true},
+      // two micro-batches: the first and the last, nothing between to repeat
+      {"FSDP 2, accumulation 2", with("configs/qwen3_debug.yaml", {"parallelism.data_parallel_shard_degree", "2",
+                                                                   "training.global_batch_size", "32"}),
+       2, false},
   };
   struct Restore {
     ~Restore() { set_repeated_cost_segments(true); }
