@@ -116,30 +116,31 @@ Dispatched dispatch(const Tensor& hidden, const Tensor& topk_idx, const Tensor& 
   // Meta tensors (planning, simulation) have no routing: assume a balanced one,
   // pair i of the T*k (token, choice) pairs to expert i mod E.
   const bool meta = hidden.is_meta() || topk_idx.is_meta();
-  std::vector<int64_t> flat(T * k);
+  // (on meta tensors only the counts: the rows' order is data a plan neither has nor reads, and T x k entries
+  // filled per MoE layer and micro-batch were most of a large MoE plan's time)
+  auto meta_index = [](int64_t n) { return empty({n}, DType::I64, Device::Meta); };
+  std::vector<int64_t> counts(E, 0);
+  Tensor order_t;
   if (meta) {  // pairs in expert order, as many per expert as the meta routing gives (balanced: i mod E)
-    const std::vector<int64_t> mc = meta_routed_counts(T * k, E, P, moe_layer);
-    int64_t i = 0;
-    for (int64_t e = 0; e < E; ++e)
-      for (int64_t n = 0; n < mc[e]; ++n) flat[i++] = e;
-  } else
-    flat = topk_idx.to_vector<int64_t>();
-  std::vector<int64_t> counts(E, 0), order(T * k), token(T * k);
-  for (auto e : flat) {
-    TITAN_CHECK(e >= 0 && e < E, "dispatch: expert index ", e, " outside [0, ", E, ")");
-    ++counts[e];
-  }
-  {
-    std::vector<int64_t> at(E + 1, 0);
+    counts = meta_routed_counts(T * k, E, P, moe_layer);
+    h->token_of_row = meta_index(T * k);
+    order_t = meta_index(T * k);
+  } else {
+    const std::vector<int64_t> flat = topk_idx.to_vector<int64_t>();
+    for (auto e : flat) {
+      TITAN_CHECK(e >= 0 && e < E, "dispatch: expert index ", e, " outside [0, ", E, ")");
+      ++counts[e];
+    }
+    std::vector<int64_t> order(T * k), token(T * k), at(E + 1, 0);
     for (int64_t e = 0; e < E; ++e) at[e + 1] = at[e] + counts[e];
     for (int64_t i = 0; i < T * k; ++i) {
       const int64_t pos = at[flat[i]]++;
       order[pos] = i;
       token[pos] = i / k;
     }
+    h->token_of_row = index_tensor(token, false);
+    order_t = index_tensor(order, false);
   }
-  h->token_of_row = index_tensor(token, meta);
-  Tensor order_t = index_tensor(order, meta);
   h->weight_of_row = index_select(topk_weight.reshape({-1}), 0, order_t).reshape({T * k, 1});
   Tensor rows = index_select(hidden, 0, h->token_of_row);  // [T*k, H], grouped by expert
   h->weights_on_inputs = weights_on_inputs;
@@ -175,20 +176,24 @@ Dispatched dispatch(const Tensor& hidden, const Tensor& topk_idx, const Tensor& 
   Tensor recv = all_to_all_v_op(rows, h->send_rows, h->recv_rows, group);  // source-major, expert-sorted per source
   // regroup: (source, expert) -> (expert, source)
   const int64_t R = recv.size(0);
-  std::vector<int64_t> dest(R), start(El + 1, 0);
-  for (int64_t j = 0; j < El; ++j) start[j + 1] = start[j] + d.tokens_per_local_expert[j];
-  std::vector<int64_t> fill(start.begin(), start.end() - 1);
-  std::vector<int64_t> gather_from(R);
-  int64_t src_row = 0;
-  for (int64_t s = 0; s < P; ++s)
-    for (int64_t j = 0; j < El; ++j)
-      for (int64_t i = 0; i < c[s * El + j]; ++i) {
-        dest[src_row] = fill[j]++;
-        gather_from[dest[src_row]] = src_row;
-        ++src_row;
-      }
-  h->regroup = index_tensor(gather_from, meta);  // grouped row g reads received row regroup[g]
-  h->ungroup = index_tensor(dest, meta);         // received row r sits at grouped row ungroup[r]
+  if (meta) {
+    h->regroup = h->ungroup = meta_index(R);
+  } else {
+    std::vector<int64_t> dest(R), start(El + 1, 0);
+    for (int64_t j = 0; j < El; ++j) start[j + 1] = start[j] + d.tokens_per_local_expert[j];
+    std::vector<int64_t> fill(start.begin(), start.end() - 1);
+    std::vector<int64_t> gather_from(R);
+    int64_t src_row = 0;
+    for (int64_t s = 0; s < P; ++s)
+      for (int64_t j = 0; j < El; ++j)
+        for (int64_t i = 0; i < c[s * El + j]; ++i) {
+          dest[src_row] = fill[j]++;
+          gather_from[dest[src_row]] = src_row;
+          ++src_row;
+        }
+    h->regroup = index_tensor(gather_from, false);  // grouped row g reads received row regroup[g]
+    h->ungroup = index_tensor(dest, false);         // received row r sits at grouped row ungroup[r]
+  }
   d.expert_input = index_select(recv, 0, h->regroup);
   return d;
 }
