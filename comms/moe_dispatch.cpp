@@ -177,7 +177,8 @@ Dispatched dispatch(const Tensor& hidden, const Tensor& topk_idx, const Tensor& 
   // regroup: (source, expert) -> (expert, source)
   const int64_t R = recv.size(0);
   if (meta) {
-    h->regroup = h->ungroup = meta_index(R);
+    h->regroup = meta_index(R);  // two tensors, as a run holds (both kept for the backward)
+    h->ungroup = meta_index(R);
   } else {
     std::vector<int64_t> dest(R), start(El + 1, 0);
     for (int64_t j = 0; j < El; ++j) start[j + 1] = start[j] + d.tokens_per_local_expert[j];

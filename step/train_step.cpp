@@ -188,7 +188,7 @@ class MicroBatchRepeats {
     CostSegment seg = recording_->finish();
     bool holds = false;
     for (int64_t b : seg.net) holds = holds || b != 0;
-    const bool alike = seg.repeatable && !holds && record_ && seg.same_as(*record_);
+    const bool alike = seg.repeatable && !holds && record_ && record_->repeatable && seg.same_as(*record_);
     steady_ = alike && start_ == state() && start_ == state_ && routed == routed_;
     if (alike)
       recording_->refer_to(record_);  // the trace holds this micro-batch as the record it repeats
