@@ -98,16 +98,22 @@ void PassRepeats::begin() {
   recording_.emplace();
 }
 
-void PassRepeats::record(std::shared_ptr<const CostSegment>& last, std::vector<int64_t>& last_state, bool& steady,
-                         CostSegment seg) {
-  const bool alike = seg.repeatable && last && last->repeatable && seg.same_as(*last);
-  steady = alike && recording_state_ == state() && recording_state_ == last_state;
+bool record_pass(CostSegmentRecorder& rec, CostSegment seg, std::vector<int64_t> start, const std::vector<int64_t>& now,
+                 std::shared_ptr<const CostSegment>& last, std::vector<int64_t>& last_state, bool also) {
+  const bool alike = also && seg.repeatable && last && last->repeatable && seg.same_as(*last);
+  const bool steady = alike && start == now && start == last_state;
   if (alike)
-    recording_->refer_to(last);  // the trace holds this pass as the record it repeats
+    rec.refer_to(last);  // the trace holds this pass as the record it repeats
   else
     last = std::make_shared<const CostSegment>(std::move(seg));
+  last_state = std::move(start);
+  return steady;
+}
+
+void PassRepeats::record(std::shared_ptr<const CostSegment>& last, std::vector<int64_t>& last_state, bool& steady,
+                         CostSegment seg) {
+  steady = record_pass(*recording_, std::move(seg), std::move(recording_state_), state(), last, last_state);
   recording_.reset();
-  last_state = std::move(recording_state_);
 }
 
 void PassRepeats::end_forward(int64_t stage, const Tensor& output, Routed routed, bool keeps_graph) {

@@ -30,6 +30,14 @@
 
 namespace titan::parallel {
 
+// The rule a plan repeats passes by (a pipeline's here, gradient accumulation's micro-batches in train_step.cpp):
+// a traced pass (`seg`, finished by its recorder `rec`; begun in the FSDP state `start`, the state now `now`) that
+// recorded alike to the last record (`last`, begun in `last_state`) and `also` holds is held as a reference to that
+// record, and is steady — its successors may be repeated — where both began in the state it left; otherwise it
+// becomes the last record. Either way `last_state` becomes `start`. Returns whether it is steady.
+bool record_pass(CostSegmentRecorder& rec, CostSegment seg, std::vector<int64_t> start, const std::vector<int64_t>& now,
+                 std::shared_ptr<const CostSegment>& last, std::vector<int64_t>& last_state, bool also = true);
+
 class PassRepeats {
  public:
   using Routed = std::vector<std::vector<int64_t>>;  // per MoE layer: tokens per expert

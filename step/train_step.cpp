@@ -7,6 +7,7 @@
 
 #include "parallel/context_parallel.h"
 #include "parallel/fsdp.h"
+#include "parallel/pass_repeats.h"
 #include "src/log/log.h"
 #include "src/ops/autocast.h"
 #include "src/ops/ops.h"
@@ -158,13 +159,13 @@ Tensor micro_batch_backward(decoder::Decoder& model, const Tensor& inputs, const
 }
 
 namespace {
-// Planning a step of many micro-batches outside a pipeline (meta tensors under an untimed cost trace): each
-// micro-batch runs the same forward and backward, and a plan of 1,024 of them traced each (14 s; a pipeline's
-// schedule repeats its passes: parallel/pass_repeats.h). Once two micro-batches in a row recorded alike
-// (CostSegment::same_as), both from the FSDP state they left, holding nothing more at their end and routing
-// alike, the next ones are repeated from the record (replay_cost_segment) instead of traced — but the step's
-// last, which reduces the gradients, always traced. Simulation.RepeatedMicroBatchesPlanAsTracedOnes holds such
-// plans to the fully traced ones, event by event.
+// Planning a step of many micro-batches outside a pipeline (meta tensors under an untimed cost trace): each micro-
+// batch runs the same forward and backward, and a plan of 1,024 of them traced each (16.8 s; a pipeline's schedule
+// repeats its passes: parallel/pass_repeats.h, whose rule, record_pass, this keeps too). Once two micro-batches in a
+// row recorded alike (CostSegment::same_as), both from the FSDP state they left, holding nothing more at their end and
+// routing alike, the next ones are repeated from the record (replay_cost_segment) instead of traced — but the step's
+// last, which reduces the gradients, always traced. Simulation.RepeatedMicroBatchesPlanAsTracedOnes holds such plans
+// to the fully traced ones, event by event.
 class MicroBatchRepeats {
  public:
   using Routed = std::vector<std::vector<int64_t>>;
@@ -188,14 +189,9 @@ class MicroBatchRepeats {
     CostSegment seg = recording_->finish();
     bool holds = false;
     for (int64_t b : seg.net) holds = holds || b != 0;
-    const bool alike = seg.repeatable && !holds && record_ && record_->repeatable && seg.same_as(*record_);
-    steady_ = alike && start_ == state() && start_ == state_ && routed == routed_;
-    if (alike)
-      recording_->refer_to(record_);  // the trace holds this micro-batch as the record it repeats
-    else
-      record_ = std::make_shared<const CostSegment>(std::move(seg));
+    steady_ = parallel::record_pass(*recording_, std::move(seg), std::move(start_), state(), record_, state_, !holds) &&
+              routed == routed_;
     recording_.reset();
-    state_ = std::move(start_);
     routed_ = routed;
   }
 
