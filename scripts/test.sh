@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: sets up dependencies, builds (release) and installs, runs
-# the whole ctest suite, then runs the unit tests and every mpirun test under
-# ASan+UBSan, the comms tests under ThreadSanitizer, and the fuzz harnesses (scripts/fuzz.sh).
+# the whole ctest suite, then runs the unit tests and the mpirun tests under
+# ASan+UBSan (those that run a line no other sanitized test runs: tests/sanitizer_selection.txt),
+# the comms tests under ThreadSanitizer, and the fuzz harnesses (scripts/fuzz.sh).
 #   ./scripts/test.sh            # everything (what .ci/run calls)
 #   SKIP_SETUP=1 SKIP_ASAN=1 SKIP_FUZZ=1 ./scripts/test.sh   # quick local loop
 set -euo pipefail
@@ -27,20 +28,22 @@ $SUDO cmake --install build >/dev/null
 echo "[test] $(date -u +%H:%M:%S) release suite (ctest, the multihost tests after it)"
 (cd build && ctest --output-on-failure -j "$JOBS" --timeout 1200 -LE multihost)
 # their fixtures (the parity references) ran in the suite above: -FA keeps ctest from running them again
-multihost() { (cd build && ctest --output-on-failure --timeout 1200 -L multihost -FA '.*'); }
+multihost=(ctest --output-on-failure --timeout 1200 -L multihost -FA '.*')
 
 if [ -n "${SKIP_ASAN:-}" ]; then
   echo "[test] $(date -u +%H:%M:%S) release suite: the multihost tests"
-  multihost
+  (cd build && "${multihost[@]}")
 else
   echo "[test] $(date -u +%H:%M:%S) release suite: the multihost tests (log build/multihost.log), beside the ASan+UBSan build"
-  multihost > build/multihost.log 2>&1 &
+  # its own process group (setsid), so that a failed build below ends it and every job it started
+  (cd build && exec setsid -w "${multihost[@]}") > build/multihost.log 2>&1 &
   multihost_pid=$!
-  trap 'kill "$multihost_pid" 2>/dev/null || true' EXIT  # a failed build does not leave it running
+  trap 'kill -TERM -- -"$multihost_pid" 2>/dev/null || true' EXIT
   echo "[test] $(date -u +%H:%M:%S) ASan+UBSan build: the unit tests, then the mpirun tests (label mpi)"
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTITAN_SANITIZE=ON >/dev/null
-  # what the unit tests and the mpirun tests run (the single-process suites stay in the release run above)
-  cmake --build build-asan -j "$JOBS" --target titan_unit_tests titan-train titan-eval titan-tokenize \
+  # what the unit tests and the mpirun tests run (the single-process suites stay in the release run above);
+  # niced: the multihost tests beside it have deadlines
+  nice -n 10 cmake --build build-asan -j "$JOBS" --target titan_unit_tests titan-train titan-eval titan-tokenize \
     titan_comms_tests titan_checkpoint_mpi_tests titan_cp_tests titan_fsdp_tests
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ./build-asan/titan_unit_tests --gtest_brief=1
