@@ -2,10 +2,10 @@
 """Which mpirun tests the sanitizer run needs: gcov line coverage per test, then the cheapest set that runs
 every line the whole set runs.
 
-scripts/test.sh runs every mpirun test twice: in the release suite (the numeric contracts: each layout's losses,
-gradients and exports equal one rank) and again under ASan + UBSan, where what is looked for is a bad read, write
-or undefined operation on a line that runs. A layout whose every line another sanitized test already runs adds
-time, not a line, to that second run. This script measures it:
+scripts/test.sh runs every mpirun test in the release suite (the numeric contracts: each layout's losses,
+gradients and exports equal one rank) and runs them again under ASan + UBSan, where what is looked for is a bad
+read, write or undefined operation on a line that runs. A layout whose every line another sanitized test already
+runs adds time, not a line, to that second run. This script measures which those are:
 
   scripts/sanitizer_selection.py                 # configure + build build-cov (gcov), run each candidate (label
                                                  # mpi, not release_only) alone with its own gcov output (~40 min
