@@ -85,9 +85,9 @@ def gcov_lines(build, name):
             doc = doc.strip()
             if not doc.startswith("{"):
                 continue
-            for f in json.loads(doc).get("files", []):
-                path = os.path.relpath(os.path.realpath(os.path.join(ROOT, f["file"])), ROOT) \
-                    if not os.path.isabs(f["file"]) else os.path.relpath(f["file"], ROOT)
+            doc = json.loads(doc)
+            for f in doc.get("files", []):  # CMake compiles by absolute path; a relative one is gcov's cwd's
+                path = os.path.relpath(os.path.join(doc.get("current_working_directory", prefix), f["file"]), ROOT)
                 if not path.startswith(SOURCES):
                     continue
                 for ln in f["lines"]:
@@ -101,13 +101,8 @@ def ctest_properties(build):
     return {t["name"]: {p["name"]: p["value"] for p in t.get("properties", [])} for t in json.loads(out.stdout)["tests"]}
 
 
-def run_serial(build):
-    return {n for n, p in ctest_properties(build).items() if p.get("RUN_SERIAL")}
-
-
-def fixtures(build):
+def fixtures(props):
     """test -> the tests that set up the fixtures it requires (ctest's own account)."""
-    props = ctest_properties(build)
     setup = {}
     for name, p in props.items():
         for fx in p.get("FIXTURES_SETUP", []):
@@ -162,8 +157,10 @@ def main():
                 sys.exit(f"sanitizer_selection: --tests {' '.join(unknown)}: not a candidate (label mpi, not "
                          f"release_only) in {build}")
             names = [n for n in names if n in a.tests]
-        refs = [n for n in names if n.startswith("parity_reference")]
+        props = ctest_properties(build)
+        refs = [n for n in names if props[n].get("FIXTURES_SETUP")]  # what other tests compare with
         others = [n for n in names if n not in refs]
+        serial = {n for n in others if props[n].get("RUN_SERIAL")}
         os.makedirs(store, exist_ok=True)
         done = [0]
 
@@ -176,7 +173,6 @@ def main():
             done[0] += 1
             print(f"[coverage] {done[0]}/{len(names)} {n}: {len(lines)} lines, {secs:.1f} s", flush=True)
 
-        serial = run_serial(build)
         with ThreadPoolExecutor(a.jobs) as pool:  # the references first: the layouts compare with their output
             list(pool.map(measure, refs))
             list(pool.map(measure, [n for n in others if n not in serial]))
@@ -197,7 +193,7 @@ def main():
         del cov[n]
     if missing:
         sys.exit(f"sanitizer_selection: no coverage stored for {' '.join(missing)}: run with --tests {' '.join(missing)}")
-    chosen, left, universe = select(cov, fixtures(build))
+    chosen, left, universe = select(cov, fixtures(ctest_properties(build)))
     total = sum(v["secs"] for v in cov.values())
     kept = sum(cov[n]["secs"] for n in chosen)
     print(f"\n{len(cov)} tests run {len(universe)} lines of titan's sources in {total:.0f} s (coverage build, "
@@ -216,6 +212,7 @@ def main():
                     "# not measure it again (about 40 min on 2 cores). Run the script again when tests or sources change.\n")
             f.writelines(n + "\n" for n in sorted(left))
         print(f"wrote {path}")
+
 
 if __name__ == "__main__":
     main()
